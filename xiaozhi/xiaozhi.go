@@ -1,0 +1,255 @@
+// Package xiaozhi describes the XiaoZhi device wire: the JSON envelope that
+// carries MCP inside a device's WebSocket or MQTT session, the hello messages,
+// the header names, and device identities.
+//
+// The shapes follow what ESP32 firmware 2.x and py-xiaozhi really send, which
+// differs from the protocol documents in places (see the project's
+// PROTOCOL.md): the device hello has no session_id, the server hello must name
+// its transport, and MCP payloads are JSON-RPC objects nested under "payload".
+//
+// # Example
+//
+//	env, err := xiaozhi.DecodeEnvelope(frame)
+//	if err != nil { ... }
+//	switch env.Type {
+//	case xiaozhi.TypeHello:
+//		hello, err := env.Hello()
+//	case xiaozhi.TypeMCP:
+//		msg, err := jsonrpc.Decode(env.Payload)
+//	}
+package xiaozhi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Path is where devices of the ecosystem dial the gateway's WebSocket.
+const Path = "/xiaozhi/v1/"
+
+// Header names a device sends when it opens its WebSocket. Browsers cannot set
+// headers, so peers accept the Query* names as URL query parameters too.
+const (
+	HeaderAuthorization   = "Authorization"
+	HeaderProtocolVersion = "Protocol-Version"
+	HeaderDeviceID        = "Device-Id"
+	HeaderClientID        = "Client-Id"
+
+	QueryAuthorization   = "authorization"
+	QueryProtocolVersion = "protocol-version"
+	QueryDeviceID        = "device-id"
+	QueryClientID        = "client-id"
+)
+
+// Message types of the envelope.
+const (
+	TypeHello   = "hello"
+	TypeMCP     = "mcp"
+	TypeListen  = "listen"
+	TypeAbort   = "abort"
+	TypeGoodbye = "goodbye"
+	TypeTTS     = "tts"
+	TypeSTT     = "stt"
+	TypeLLM     = "llm"
+	TypeSystem  = "system"
+	TypeAlert   = "alert"
+)
+
+// Transports named in hello messages.
+const (
+	TransportWebSocket = "websocket"
+	TransportUDP       = "udp"
+)
+
+// Errors returned by the decoders.
+var (
+	ErrNotEnvelope = errors.New("xiaozhi: not an envelope")
+	ErrNoType      = errors.New("xiaozhi: envelope has no type")
+	ErrBadDeviceID = errors.New("xiaozhi: invalid device id")
+)
+
+// Envelope is one text message of a device session. Payload is kept raw so
+// the MCP engine decodes it once; members other than the common ones are kept
+// in Raw for types this package does not model.
+type Envelope struct {
+	SessionID string          `json:"session_id,omitempty"`
+	Type      string          `json:"type"`
+	Payload   json.RawMessage `json:"payload,omitempty"`
+
+	// Raw is the whole message as received; nil for envelopes built locally.
+	Raw json.RawMessage `json:"-"`
+}
+
+// DecodeEnvelope parses a text frame. The type member must be a non-empty string.
+func DecodeEnvelope(data []byte) (*Envelope, error) {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '{' {
+		return nil, ErrNotEnvelope
+	}
+	var e Envelope
+	if err := json.Unmarshal(data, &e); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotEnvelope, err)
+	}
+	if e.Type == "" {
+		return nil, ErrNoType
+	}
+	e.Raw = data
+	return &e, nil
+}
+
+// MCPEnvelope wraps a JSON-RPC payload for a device.
+func MCPEnvelope(sessionID string, payload json.RawMessage) ([]byte, error) {
+	return json.Marshal(Envelope{SessionID: sessionID, Type: TypeMCP, Payload: payload})
+}
+
+// AudioParams describes the audio stream of a session.
+type AudioParams struct {
+	Format        string `json:"format,omitempty"`
+	SampleRate    int    `json:"sample_rate,omitempty"`
+	Channels      int    `json:"channels,omitempty"`
+	FrameDuration int    `json:"frame_duration,omitempty"`
+}
+
+// DefaultServerAudio is what the server hello announces: 24 kHz mono Opus in
+// 60 ms frames, as the ecosystem's servers do.
+var DefaultServerAudio = AudioParams{Format: "opus", SampleRate: 24000, Channels: 1, FrameDuration: 60}
+
+// Features is the feature set a device announces in its hello.
+type Features struct {
+	MCP bool `json:"mcp,omitempty"`
+	AEC bool `json:"aec,omitempty"`
+}
+
+// Hello is the first message of a device session, in either direction.
+type Hello struct {
+	Type        string       `json:"type"`
+	Version     int          `json:"version,omitempty"`
+	Features    *Features    `json:"features,omitempty"`
+	Transport   string       `json:"transport,omitempty"`
+	SessionID   string       `json:"session_id,omitempty"`
+	AudioParams *AudioParams `json:"audio_params,omitempty"`
+	UDP         *UDP         `json:"udp,omitempty"`
+}
+
+// UDP is the audio channel block of a server hello over MQTT.
+type UDP struct {
+	Server string `json:"server"`
+	Port   int    `json:"port"`
+	Key    string `json:"key"`
+	Nonce  string `json:"nonce"`
+}
+
+// SupportsMCP reports whether the device announced MCP.
+func (h *Hello) SupportsMCP() bool { return h.Features != nil && h.Features.MCP }
+
+// Hello decodes the envelope as a hello message.
+func (e *Envelope) Hello() (*Hello, error) {
+	var h Hello
+	if err := json.Unmarshal(e.Raw, &h); err != nil {
+		return nil, fmt.Errorf("xiaozhi: decode hello: %w", err)
+	}
+	return &h, nil
+}
+
+// ServerHello builds the gateway's answer to a device hello. The transport is
+// always named: firmware dereferences it without a null check.
+func ServerHello(sessionID string, audio AudioParams) Hello {
+	return Hello{Type: TypeHello, Transport: TransportWebSocket, SessionID: sessionID, AudioParams: &audio}
+}
+
+// Listen is a device's listen message.
+type Listen struct {
+	Type      string `json:"type"`
+	SessionID string `json:"session_id,omitempty"`
+	State     string `json:"state,omitempty"`
+	Mode      string `json:"mode,omitempty"`
+	Text      string `json:"text,omitempty"`
+}
+
+// LLM is a server message that shows an emotion or text on the device.
+type LLM struct {
+	Type      string `json:"type"`
+	SessionID string `json:"session_id,omitempty"`
+	Emotion   string `json:"emotion,omitempty"`
+	Text      string `json:"text,omitempty"`
+}
+
+// Alert is a server message the device shows as a notification.
+type Alert struct {
+	Type      string `json:"type"`
+	SessionID string `json:"session_id,omitempty"`
+	Status    string `json:"status"`
+	Message   string `json:"message"`
+	Emotion   string `json:"emotion,omitempty"`
+}
+
+// NormalizeDeviceID returns the canonical form of a device id: a MAC address in
+// any of the forms devices use (aa:bb:cc:dd:ee:ff, AA-BB-CC-DD-EE-FF,
+// aa_bb_cc_dd_ee_ff, aabbccddeeff) becomes lower case with colons; any other id
+// is kept but trimmed. Empty ids, ids over 128 bytes and ids with control
+// characters or spaces are rejected.
+func NormalizeDeviceID(id string) (string, error) {
+	id = strings.TrimSpace(id)
+	if id == "" {
+		return "", fmt.Errorf("%w: empty", ErrBadDeviceID)
+	}
+	if len(id) > 128 {
+		return "", fmt.Errorf("%w: longer than 128 bytes", ErrBadDeviceID)
+	}
+	for _, r := range id {
+		if r <= ' ' || r == 0x7f || r == '/' || r == '?' || r == '#' {
+			return "", fmt.Errorf("%w: %q contains a forbidden character", ErrBadDeviceID, id)
+		}
+	}
+	if mac, ok := parseMAC(id); ok {
+		return mac, nil
+	}
+	return id, nil
+}
+
+// parseMAC recognises 12 hex digits, optionally grouped in pairs by one
+// consistent separator.
+func parseMAC(s string) (string, bool) {
+	var hex []byte
+	switch len(s) {
+	case 12:
+		hex = []byte(s)
+	case 17:
+		sep := s[2]
+		if sep != ':' && sep != '-' && sep != '_' {
+			return "", false
+		}
+		for i := 0; i < 17; i++ {
+			if i%3 == 2 {
+				if s[i] != sep {
+					return "", false
+				}
+				continue
+			}
+			hex = append(hex, s[i])
+		}
+	default:
+		return "", false
+	}
+	var b strings.Builder
+	for i, c := range hex {
+		switch {
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
+		case c >= 'A' && c <= 'F':
+			c += 'a' - 'A'
+		default:
+			return "", false
+		}
+		if i > 0 && i%2 == 0 {
+			b.WriteByte(':')
+		}
+		b.WriteByte(c)
+	}
+	return b.String(), true
+}
+
+// MACTopicForm returns a MAC with underscores, as MQTT client ids and topics use it.
+func MACTopicForm(id string) string { return strings.ReplaceAll(id, ":", "_") }
