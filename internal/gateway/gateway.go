@@ -1,0 +1,183 @@
+// Package gateway wires the hub, the device transports and the doors into
+// one server with one lifecycle: New validates the configuration, Run serves
+// until its context ends and then shuts down gracefully.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
+	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/transport/ws"
+	"github.com/mcpgate/mcpgate/xiaozhi"
+)
+
+// Config is the gateway's configuration. Zero values get the documented defaults.
+type Config struct {
+	// Addr is the HTTP listen address. Default "127.0.0.1:8000"; port 0 picks one.
+	Addr string
+	// DataDir holds the gateway's files. Default "./data".
+	DataDir string
+	// Version is reported by /healthz and in initialize's clientInfo.
+	Version string
+	Logger  *slog.Logger
+
+	// CallTimeout is the default tool-call timeout. Default 30s.
+	CallTimeout time.Duration
+	// ToolTimeouts overrides it per tool name pattern (path.Match syntax).
+	ToolTimeouts map[string]time.Duration
+	// RequestTimeout bounds initialize and each tools/list page. Default 10s.
+	RequestTimeout time.Duration
+	// MaxPages and MaxTools guard discovery. Defaults 50 and 1000.
+	MaxPages, MaxTools int
+	// HelloTimeout is how long a device has to send its hello. Default 10s.
+	HelloTimeout time.Duration
+	// ReadLimit caps one device frame. Default 1 MiB.
+	ReadLimit int64
+	// PingInterval keeps idle device sockets alive. Default 30s; negative disables.
+	PingInterval time.Duration
+	// ShutdownTimeout bounds the graceful drain on stop. Default 10s.
+	ShutdownTimeout time.Duration
+}
+
+// Gateway is a running or runnable gateway.
+type Gateway struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics.Metrics
+	hub     *hub.Hub
+	ws      *ws.Transport
+	api     *api.API
+	handler http.Handler
+
+	mu       sync.Mutex
+	listener net.Listener // set by Listen
+	ready    chan struct{} // closed once listening
+}
+
+// New validates cfg and builds a gateway without binding anything.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:8000"
+	}
+	if cfg.DataDir == "" {
+		cfg.DataDir = "./data"
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 10 * time.Second
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"call timeout", cfg.CallTimeout}, {"request timeout", cfg.RequestTimeout}, {"hello timeout", cfg.HelloTimeout}} {
+		if d.v < 0 {
+			return nil, fmt.Errorf("gateway: %s must not be negative, got %s", d.name, d.v)
+		}
+	}
+	if cfg.MaxPages < 0 || cfg.MaxTools < 0 {
+		return nil, errors.New("gateway: max pages and max tools must not be negative")
+	}
+	if _, _, err := net.SplitHostPort(cfg.Addr); err != nil {
+		return nil, fmt.Errorf("gateway: listen address %q: %w (want host:port, e.g. 127.0.0.1:8000)", cfg.Addr, err)
+	}
+
+	m := metrics.New()
+	h := hub.New(hub.Config{Logger: cfg.Logger, Metrics: m, ToolTimeouts: cfg.ToolTimeouts})
+	wst, err := ws.New(ws.Config{
+		Hub: h, Logger: cfg.Logger, Metrics: m,
+		Session: mcpclient.Config{
+			CallTimeout: cfg.CallTimeout, RequestTimeout: cfg.RequestTimeout,
+			MaxPages: cfg.MaxPages, MaxTools: cfg.MaxTools,
+			ClientName: "mcpgate", ClientVersion: cfg.Version,
+		},
+		HelloTimeout: cfg.HelloTimeout, ReadLimit: cfg.ReadLimit, PingInterval: cfg.PingInterval,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(xiaozhi.Path, wst)
+	mux.Handle("/", rest)
+	return &Gateway{cfg: cfg, log: cfg.Logger, metrics: m, hub: h, ws: wst, api: rest, handler: mux, ready: make(chan struct{})}, nil
+}
+
+// Hub returns the gateway's hub (for tests and embedding).
+func (g *Gateway) Hub() *hub.Hub { return g.hub }
+
+// Handler returns the gateway's HTTP handler.
+func (g *Gateway) Handler() http.Handler { return g.handler }
+
+// Addr returns the bound address once Run is listening, else the configured one.
+func (g *Gateway) Addr() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.listener != nil {
+		return g.listener.Addr().String()
+	}
+	return g.cfg.Addr
+}
+
+// Ready is closed once the gateway listens.
+func (g *Gateway) Ready() <-chan struct{} { return g.ready }
+
+// Run listens and serves until ctx ends, then stops accepting, closes device
+// connections with a going-away frame, and waits for in-flight requests up to
+// the shutdown timeout.
+func (g *Gateway) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", g.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", g.cfg.Addr, err)
+	}
+	g.mu.Lock()
+	g.listener = ln
+	g.mu.Unlock()
+	close(g.ready)
+
+	srv := &http.Server{
+		Handler:           g.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+	}
+	g.log.Info("gateway listening", "addr", ln.Addr().String(), "devices_ws", "ws://"+ln.Addr().String()+xiaozhi.Path,
+		"api", "http://"+ln.Addr().String()+"/api/v1")
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+
+	g.log.Info("gateway stopping")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.ShutdownTimeout)
+	defer cancel()
+	g.api.Close()
+	shutdownErr := srv.Shutdown(sctx) // stops accepting; waits for in-flight REST calls
+	g.ws.Close()                      // device sockets are hijacked: Shutdown does not wait for them
+	<-errc
+	if shutdownErr != nil && !errors.Is(shutdownErr, context.DeadlineExceeded) {
+		return fmt.Errorf("shutdown: %w", shutdownErr)
+	}
+	g.log.Info("gateway stopped")
+	return nil
+}

@@ -1,0 +1,190 @@
+package hub
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
+)
+
+// Catalog is one distinct tool list with its compiled input schemas. A fleet
+// runs a handful of firmware builds, so catalogs are interned by content hash:
+// devices with identical tools share one Catalog. A Catalog is immutable.
+type Catalog struct {
+	Hash  string
+	Tools []mcpclient.Tool
+
+	byName  map[string]int
+	schemas []*jsonschema.Schema // nil where a schema was absent or did not compile
+	refs    int                  // guarded by catalogs.mu
+}
+
+// Tool returns the tool with the given name.
+func (c *Catalog) Tool(name string) (*mcpclient.Tool, bool) {
+	if c == nil {
+		return nil, false
+	}
+	i, ok := c.byName[name]
+	if !ok {
+		return nil, false
+	}
+	return &c.Tools[i], true
+}
+
+// Len returns the number of tools; 0 for a nil catalog.
+func (c *Catalog) Len() int {
+	if c == nil {
+		return 0
+	}
+	return len(c.Tools)
+}
+
+// catalogHash hashes tools in order by their raw JSON.
+func catalogHash(tools []mcpclient.Tool) string {
+	h := sha256.New()
+	for _, t := range tools {
+		raw := t.Raw
+		if raw == nil {
+			raw, _ = json.Marshal(t)
+		}
+		var buf bytes.Buffer
+		if json.Compact(&buf, raw) == nil {
+			raw = buf.Bytes()
+		}
+		fmt.Fprintf(h, "%d:", len(raw))
+		h.Write(raw)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// catalogs interns Catalogs by hash and counts the devices that use each.
+type catalogs struct {
+	log *slog.Logger
+
+	mu     sync.Mutex
+	byHash map[string]*Catalog // guarded by mu
+}
+
+func newCatalogs(log *slog.Logger) *catalogs {
+	return &catalogs{log: log, byHash: make(map[string]*Catalog)}
+}
+
+// acquire returns the interned catalog of tools, compiling it on first sight,
+// and counts one more user of it.
+func (cs *catalogs) acquire(tools []mcpclient.Tool) *Catalog {
+	hash := catalogHash(tools)
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if c, ok := cs.byHash[hash]; ok {
+		c.refs++
+		return c
+	}
+	c := &Catalog{Hash: hash, Tools: tools, byName: make(map[string]int, len(tools)), schemas: make([]*jsonschema.Schema, len(tools))}
+	for i, t := range tools {
+		c.byName[t.Name] = i
+		sch, err := compileSchema(t.InputSchema)
+		if err != nil {
+			// The device still validates; the gateway just cannot pre-check.
+			cs.log.Warn("tool input schema does not compile; arguments will not be pre-validated", "tool", t.Name, "error", err)
+		}
+		c.schemas[i] = sch
+	}
+	c.refs = 1
+	cs.byHash[hash] = c
+	return c
+}
+
+// release drops one user of c, forgetting it when none is left.
+func (cs *catalogs) release(c *Catalog) {
+	if c == nil {
+		return
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	c.refs--
+	if c.refs <= 0 {
+		delete(cs.byHash, c.Hash)
+	}
+}
+
+func (cs *catalogs) count() int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return len(cs.byHash)
+}
+
+var errNoLoader = errors.New("external schema references are not loaded")
+
+// refusingLoader keeps a device's schema from making the gateway read files or
+// URLs through $ref.
+type refusingLoader struct{}
+
+func (refusingLoader) Load(url string) (any, error) { return nil, fmt.Errorf("%w: %s", errNoLoader, url) }
+
+func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
+	if len(bytes.TrimSpace(raw)) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("parse schema: %w", err)
+	}
+	c := jsonschema.NewCompiler()
+	c.UseLoader(refusingLoader{})
+	const loc = "mcpgate:///tool-input.json"
+	if err := c.AddResource(loc, doc); err != nil {
+		return nil, fmt.Errorf("add schema: %w", err)
+	}
+	sch, err := c.Compile(loc)
+	if err != nil {
+		return nil, fmt.Errorf("compile schema: %w", err)
+	}
+	return sch, nil
+}
+
+// validate checks args (a JSON object) against tool i's schema.
+func (c *Catalog) validate(i int, args json.RawMessage) error {
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
+	if err != nil {
+		return &ValidationError{Tool: c.Tools[i].Name, Problems: []Problem{{Message: "arguments are not valid JSON: " + err.Error()}}}
+	}
+	if _, ok := inst.(map[string]any); !ok {
+		return &ValidationError{Tool: c.Tools[i].Name, Problems: []Problem{{Message: "arguments must be a JSON object"}}}
+	}
+	sch := c.schemas[i]
+	if sch == nil {
+		return nil
+	}
+	err = sch.Validate(inst)
+	if err == nil {
+		return nil
+	}
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return &ValidationError{Tool: c.Tools[i].Name, Problems: []Problem{{Message: err.Error()}}}
+	}
+	out := ve.BasicOutput()
+	verr := &ValidationError{Tool: c.Tools[i].Name}
+	for _, u := range out.Errors {
+		if u.Error == nil {
+			continue
+		}
+		msg := u.Error.String()
+		if msg == "" || len(u.Errors) > 0 {
+			continue
+		}
+		verr.Problems = append(verr.Problems, Problem{Path: u.InstanceLocation, Message: msg})
+	}
+	if len(verr.Problems) == 0 {
+		verr.Problems = []Problem{{Path: "", Message: ve.Error()}}
+	}
+	return verr
+}

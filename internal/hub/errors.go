@@ -1,0 +1,88 @@
+package hub
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
+)
+
+// Gateway-side failures of a call. Doors map each to their own form (an HTTP
+// status, an MCP isError result); a device-side failure is a Result instead.
+var (
+	ErrDeviceNotFound = errors.New("device not found")
+	ErrToolNotFound   = errors.New("tool not found")
+	ErrDeviceOffline  = errors.New("device is offline")
+	ErrInvalidArgs    = errors.New("invalid arguments")
+	ErrAliasTaken     = errors.New("alias already in use")
+	ErrBadAlias       = errors.New("invalid alias")
+	// ErrDeviceTimeout and ErrDeviceDisconnected come from the engine.
+	ErrDeviceTimeout      = mcpclient.ErrTimeout
+	ErrDeviceDisconnected = mcpclient.ErrDisconnected
+	// ErrReplaced is why an older connection closes when the same device connects again.
+	ErrReplaced = errors.New("replaced by a newer connection of the same device")
+	// ErrShutdown is why connections close when the gateway stops.
+	ErrShutdown = errors.New("gateway shutting down")
+)
+
+// Problem is one schema violation in a call's arguments.
+type Problem struct {
+	// Path is a JSON pointer into the arguments ("" for the whole object).
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+// ValidationError lists why arguments do not match a tool's input schema.
+// It matches ErrInvalidArgs with errors.Is.
+type ValidationError struct {
+	Tool     string
+	Problems []Problem
+}
+
+func (e *ValidationError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "invalid arguments for %s: ", e.Tool)
+	for i, p := range e.Problems {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		if p.Path != "" {
+			b.WriteString(p.Path)
+			b.WriteString(": ")
+		}
+		b.WriteString(p.Message)
+	}
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrInvalidArgs) true.
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalidArgs }
+
+// Code returns the stable slug of a gateway error, as the REST API and
+// metrics name it, or "internal" for an unknown one.
+func Code(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, ErrDeviceNotFound):
+		return "device_not_found"
+	case errors.Is(err, ErrToolNotFound):
+		return "tool_not_found"
+	case errors.Is(err, ErrInvalidArgs):
+		return "invalid_arguments"
+	case errors.Is(err, ErrDeviceOffline):
+		return "device_offline"
+	case errors.Is(err, ErrDeviceTimeout):
+		return "device_timeout"
+	case errors.Is(err, ErrDeviceDisconnected):
+		return "device_disconnected"
+	case errors.Is(err, ErrAliasTaken):
+		return "alias_taken"
+	case errors.Is(err, ErrBadAlias):
+		return "bad_request"
+	case errors.Is(err, mcpclient.ErrMalformedResponse):
+		return "device_bad_response"
+	}
+	return "internal"
+}

@@ -1,0 +1,146 @@
+package hub
+
+import (
+	"sync"
+	"time"
+)
+
+// EventType names what happened.
+type EventType string
+
+// The events the hub publishes.
+const (
+	EventOnline       EventType = "device_online"
+	EventOffline      EventType = "device_offline"
+	EventState        EventType = "device_state"
+	EventToolsChanged EventType = "tools_changed"
+	EventCall         EventType = "call_completed"
+	EventAlias        EventType = "alias_changed"
+)
+
+// Event is one thing that happened to a device. Data is one of the *Data
+// types below, per Type.
+type Event struct {
+	Seq    uint64    `json:"seq"`
+	Type   EventType `json:"type"`
+	Time   time.Time `json:"time"`
+	Device string    `json:"device"`
+	Alias  string    `json:"alias,omitempty"`
+	Data   any       `json:"data,omitempty"`
+}
+
+// OnlineData comes with EventOnline.
+type OnlineData struct {
+	Transport string `json:"transport"`
+	SessionID string `json:"session_id,omitempty"`
+	Remote    string `json:"remote,omitempty"`
+}
+
+// OfflineData comes with EventOffline.
+type OfflineData struct {
+	Reason string `json:"reason"`
+}
+
+// StateData comes with EventState.
+type StateData struct {
+	State State  `json:"state"`
+	Error string `json:"error,omitempty"`
+}
+
+// ToolsChangedData comes with EventToolsChanged: the names added, removed and
+// changed (same name, different definition) against the previous catalog.
+type ToolsChangedData struct {
+	Hash    string   `json:"hash"`
+	Count   int      `json:"count"`
+	Added   []string `json:"added,omitempty"`
+	Removed []string `json:"removed,omitempty"`
+	Changed []string `json:"changed,omitempty"`
+}
+
+// CallData comes with EventCall.
+type CallData struct {
+	Tool       string  `json:"tool"`
+	Caller     string  `json:"caller,omitempty"`
+	Door       string  `json:"door,omitempty"`
+	Outcome    string  `json:"outcome"`
+	IsError    bool    `json:"is_error"`
+	DurationMS float64 `json:"duration_ms"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// Subscription receives events on C until Close. A subscriber that falls
+// behind loses events (counted by Dropped) rather than slowing the hub.
+type Subscription struct {
+	C <-chan Event
+
+	c       chan Event
+	bus     *bus
+	mu      sync.Mutex // guards dropped and closed
+	dropped uint64
+	closed  bool
+}
+
+// Dropped returns how many events this subscriber missed.
+func (s *Subscription) Dropped() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dropped
+}
+
+// Close stops delivery and closes C. Idempotent.
+func (s *Subscription) Close() { s.bus.unsubscribe(s) }
+
+// bus fans events out to subscribers without blocking the publisher.
+type bus struct {
+	onDrop func()
+
+	mu   sync.Mutex
+	seq  uint64                 // guarded by mu
+	subs map[*Subscription]bool // guarded by mu
+}
+
+func newBus(onDrop func()) *bus { return &bus{onDrop: onDrop, subs: make(map[*Subscription]bool)} }
+
+func (b *bus) subscribe(buffer int) *Subscription {
+	if buffer <= 0 {
+		buffer = 256
+	}
+	c := make(chan Event, buffer)
+	s := &Subscription{C: c, c: c, bus: b}
+	b.mu.Lock()
+	b.subs[s] = true
+	b.mu.Unlock()
+	return s
+}
+
+func (b *bus) unsubscribe(s *Subscription) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.subs[s] {
+		return
+	}
+	delete(b.subs, s)
+	close(s.c) // only the bus sends on s.c, under b.mu
+}
+
+func (b *bus) publish(e Event) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.seq++
+	e.Seq = b.seq
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	for s := range b.subs {
+		select {
+		case s.c <- e:
+		default:
+			s.mu.Lock()
+			s.dropped++
+			s.mu.Unlock()
+			if b.onDrop != nil {
+				b.onDrop()
+			}
+		}
+	}
+}

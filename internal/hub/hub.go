@@ -1,0 +1,529 @@
+// Package hub keeps the gateway's devices: state that outlives any one
+// connection (identity, alias, catalog, status), the live session of each
+// connected device, the routing of tool calls to it, and the events that
+// describe what happens.
+//
+// A transport attaches each new device connection with [Hub.Attach] and runs
+// the returned [Attachment] for the connection's life. The hub knows nothing
+// of HTTP, WebSocket or MQTT.
+//
+// Lock order: Hub.mu, then catalogs.mu, then bus.mu. No lock is held while
+// sending to a device.
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
+	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/xiaozhi"
+)
+
+// State is a device's status.
+type State string
+
+// The states of a device.
+const (
+	StateDiscovering State = "discovering"
+	StateReady       State = "ready"
+	StateDegraded    State = "degraded"
+	StateOffline     State = "offline"
+)
+
+// Config tunes a Hub. The zero value is usable.
+type Config struct {
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Metrics; nil creates a private set.
+	Metrics *metrics.Metrics
+	// DiscoveryTimeout bounds a whole discovery. Default 60s.
+	DiscoveryTimeout time.Duration
+	// ToolTimeouts overrides the default call timeout for tools whose name
+	// matches a path.Match pattern, e.g. {"self.camera.*": 90s}. Defaults to
+	// 90s for the camera, which takes well over 10s on real hardware.
+	ToolTimeouts map[string]time.Duration
+	// EventBuffer is each subscriber's queue length. Default 256.
+	EventBuffer int
+}
+
+// Hub is the registry of devices. It is safe for concurrent use.
+type Hub struct {
+	log      *slog.Logger
+	metrics  *metrics.Metrics
+	cfg      Config
+	catalogs *catalogs
+	bus      *bus
+
+	mu      sync.RWMutex
+	devices map[string]*device // guarded by mu; by normalised id
+	aliases map[string]string  // guarded by mu; alias -> id
+}
+
+// New returns an empty Hub.
+func New(cfg Config) *Hub {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New()
+	}
+	if cfg.DiscoveryTimeout <= 0 {
+		cfg.DiscoveryTimeout = 60 * time.Second
+	}
+	if cfg.ToolTimeouts == nil {
+		cfg.ToolTimeouts = map[string]time.Duration{"self.camera.*": 90 * time.Second}
+	}
+	h := &Hub{
+		log:      cfg.Logger,
+		metrics:  cfg.Metrics,
+		cfg:      cfg,
+		catalogs: newCatalogs(cfg.Logger),
+		devices:  make(map[string]*device),
+		aliases:  make(map[string]string),
+	}
+	h.bus = newBus(cfg.Metrics.EventsDropped.Inc)
+	return h
+}
+
+// Subscribe returns a subscription to the hub's events.
+func (h *Hub) Subscribe() *Subscription { return h.bus.subscribe(h.cfg.EventBuffer) }
+
+// device is the state of one device. Every field but lastSeen is guarded by Hub.mu.
+type device struct {
+	id          string
+	alias       string
+	kind        string
+	clientID    string
+	transport   string
+	sessionID   string
+	remote      string
+	protoVer    string
+	state       State
+	lastError   string
+	serverInfo  mcpclient.ServerInfo
+	catalog     *Catalog
+	pages       int
+	firstSeen   time.Time
+	connectedAt time.Time
+	offlineAt   time.Time
+	att         *Attachment // the live connection, nil when offline
+
+	lastSeen atomic.Int64 // unix nanos; written by the transport's reader
+}
+
+// Device is a snapshot of a device for the doors.
+type Device struct {
+	ID              string                `json:"id"`
+	Alias           string                `json:"alias"`
+	Kind            string                `json:"kind"`
+	Online          bool                  `json:"online"`
+	State           State                 `json:"state"`
+	LastError       string                `json:"last_error,omitempty"`
+	Transport       string                `json:"transport,omitempty"`
+	ClientID        string                `json:"client_id,omitempty"`
+	SessionID       string                `json:"session_id,omitempty"`
+	Remote          string                `json:"remote,omitempty"`
+	ProtocolVersion string                `json:"protocol_version,omitempty"`
+	ServerInfo      *mcpclient.ServerInfo `json:"server_info,omitempty"`
+	Tools           int                   `json:"tools"`
+	CatalogHash     string                `json:"catalog_hash,omitempty"`
+	FirstSeen       time.Time             `json:"first_seen"`
+	ConnectedAt     *time.Time            `json:"connected_at,omitempty"`
+	LastSeen        *time.Time            `json:"last_seen,omitempty"`
+	PendingCalls    int                   `json:"pending_calls"`
+}
+
+func (d *device) snapshot() Device {
+	s := Device{
+		ID: d.id, Alias: d.alias, Kind: d.kind, Online: d.att != nil, State: d.state,
+		LastError: d.lastError, Transport: d.transport, ClientID: d.clientID, SessionID: d.sessionID,
+		Remote: d.remote, ProtocolVersion: d.protoVer, Tools: d.catalog.Len(), FirstSeen: d.firstSeen,
+	}
+	if d.catalog != nil {
+		s.CatalogHash = d.catalog.Hash
+	}
+	if d.serverInfo != (mcpclient.ServerInfo{}) {
+		si := d.serverInfo
+		s.ServerInfo = &si
+	}
+	if !d.connectedAt.IsZero() {
+		t := d.connectedAt
+		s.ConnectedAt = &t
+	}
+	if ns := d.lastSeen.Load(); ns != 0 {
+		t := time.Unix(0, ns).UTC()
+		s.LastSeen = &t
+	}
+	if d.att != nil {
+		s.PendingCalls = d.att.sess.Pending()
+	}
+	return s
+}
+
+// Devices returns a snapshot of every known device, sorted by alias.
+func (h *Hub) Devices() []Device {
+	h.mu.RLock()
+	out := make([]Device, 0, len(h.devices))
+	for _, d := range h.devices {
+		out = append(out, d.snapshot())
+	}
+	h.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Alias < out[j].Alias })
+	return out
+}
+
+// Device returns one device by id (any accepted form) or alias.
+func (h *Hub) Device(ref string) (Device, error) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	d, err := h.lookupLocked(ref)
+	if err != nil {
+		return Device{}, err
+	}
+	return d.snapshot(), nil
+}
+
+// Tools returns a device's last known catalog (nil when it has none yet).
+func (h *Hub) Tools(ref string) (Device, *Catalog, error) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	d, err := h.lookupLocked(ref)
+	if err != nil {
+		return Device{}, nil, err
+	}
+	return d.snapshot(), d.catalog, nil
+}
+
+func (h *Hub) lookupLocked(ref string) (*device, error) {
+	if id, ok := h.aliases[strings.ToLower(ref)]; ok {
+		return h.devices[id], nil
+	}
+	if id, err := xiaozhi.NormalizeDeviceID(ref); err == nil {
+		if d, ok := h.devices[id]; ok {
+			return d, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %q", ErrDeviceNotFound, ref)
+}
+
+var aliasRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// SetAlias gives a device a new alias: 1-63 characters of lower-case letters,
+// digits, '-' and '_', starting with a letter or digit, unique in the hub, and
+// not another device's id. Aliases have no dots so "<alias>.<tool>" names stay
+// unambiguous.
+func (h *Hub) SetAlias(ref, alias string) (Device, error) {
+	alias = strings.ToLower(strings.TrimSpace(alias))
+	if !aliasRE.MatchString(alias) {
+		return Device{}, fmt.Errorf("%w: %q: use 1-63 of a-z, 0-9, '-' and '_', starting with a letter or digit", ErrBadAlias, alias)
+	}
+	h.mu.Lock()
+	d, err := h.lookupLocked(ref)
+	if err != nil {
+		h.mu.Unlock()
+		return Device{}, err
+	}
+	if owner, ok := h.aliases[alias]; ok && owner != d.id {
+		h.mu.Unlock()
+		return Device{}, fmt.Errorf("%w: %q belongs to %s", ErrAliasTaken, alias, owner)
+	}
+	if other, ok := h.devices[alias]; ok && other != d {
+		h.mu.Unlock()
+		return Device{}, fmt.Errorf("%w: %q is another device's id", ErrAliasTaken, alias)
+	}
+	old := d.alias
+	delete(h.aliases, old)
+	d.alias = alias
+	h.aliases[alias] = d.id
+	snap := d.snapshot()
+	h.mu.Unlock()
+	if old != alias {
+		h.bus.publish(Event{Type: EventAlias, Device: d.id, Alias: alias, Data: map[string]string{"old": old}})
+	}
+	return snap, nil
+}
+
+// defaultAliasLocked derives a short, stable alias from an id: "dev-" and the
+// last six hex digits of a MAC, longer on a clash.
+func (h *Hub) defaultAliasLocked(id string) string {
+	base := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + ('a' - 'A')
+		}
+		return -1
+	}, id)
+	if base == "" {
+		base = "device"
+	}
+	candidates := []string{}
+	if len(base) > 6 {
+		candidates = append(candidates, "dev-"+base[len(base)-6:])
+	}
+	candidates = append(candidates, "dev-"+base)
+	for _, c := range candidates {
+		if len(c) > 63 {
+			c = c[:63]
+		}
+		if _, taken := h.aliases[c]; !taken && aliasRE.MatchString(c) {
+			return c
+		}
+	}
+	for n := 2; ; n++ {
+		c := fmt.Sprintf("dev-%s-%d", base[max(0, len(base)-6):], n)
+		if _, taken := h.aliases[c]; !taken {
+			return c
+		}
+	}
+}
+
+// ConnInfo describes a new device connection.
+type ConnInfo struct {
+	DeviceID        string // normalised
+	ClientID        string
+	Kind            string // "xiaozhi" when empty
+	Transport       string // "websocket", "mqtt"...
+	SessionID       string
+	Remote          string
+	ProtocolVersion string
+	// NoMCP is set when the device did not announce MCP; it then has no tools.
+	NoMCP bool
+}
+
+// Attachment is one live connection of a device, from Attach until Run returns.
+type Attachment struct {
+	hub  *Hub
+	dev  *device
+	sess *mcpclient.Session // also for devices without MCP: it tracks the connection's life
+	info ConnInfo
+	log  *slog.Logger
+
+	discovered chan struct{} // closed when discovery ends, successful or not
+}
+
+// Attach registers a device connection and makes it the device's current one,
+// closing an older connection of the same device with ErrReplaced. The
+// transport closes sess when the connection ends. The caller must then call Run.
+func (h *Hub) Attach(info ConnInfo, sess *mcpclient.Session) *Attachment {
+	if info.Kind == "" {
+		info.Kind = "xiaozhi"
+	}
+	now := time.Now().UTC()
+	a := &Attachment{hub: h, sess: sess, info: info, discovered: make(chan struct{}),
+		log: h.log.With("device_id", info.DeviceID, "session_id", info.SessionID)}
+
+	h.mu.Lock()
+	d, ok := h.devices[info.DeviceID]
+	if !ok {
+		d = &device{id: info.DeviceID, firstSeen: now}
+		d.alias = h.defaultAliasLocked(info.DeviceID)
+		h.aliases[d.alias] = d.id
+		h.devices[d.id] = d
+		h.metrics.DevicesKnown.Set(float64(len(h.devices)))
+	}
+	old := d.att
+	wasOnline := old != nil
+	d.att = a
+	d.kind, d.clientID, d.transport, d.sessionID = info.Kind, info.ClientID, info.Transport, info.SessionID
+	d.remote, d.protoVer = info.Remote, info.ProtocolVersion
+	d.connectedAt = now
+	d.state, d.lastError = StateDiscovering, ""
+	d.lastSeen.Store(now.UnixNano())
+	a.dev = d
+	alias := d.alias
+	h.mu.Unlock()
+
+	if old != nil {
+		old.log.Info("closing older connection of the device", "reason", ErrReplaced)
+		old.close(ErrReplaced)
+	}
+	h.metrics.Sessions.WithLabelValues(info.Transport).Inc()
+	h.metrics.SessionsOpen.WithLabelValues(info.Transport).Inc()
+	if !wasOnline {
+		h.metrics.DevicesOnline.Inc()
+	}
+	h.bus.publish(Event{Type: EventOnline, Device: info.DeviceID, Alias: alias,
+		Data: OnlineData{Transport: info.Transport, SessionID: info.SessionID, Remote: info.Remote}})
+	return a
+}
+
+// Touch records that the device just sent something.
+func (a *Attachment) Touch() { a.dev.lastSeen.Store(time.Now().UnixNano()) }
+
+func (a *Attachment) close(reason error) { a.sess.Close(reason) }
+
+// Run discovers the device's tools and then waits until the session ends or
+// ctx is done (which closes the session with ErrShutdown), and finally marks
+// the device offline unless a newer connection has replaced this one.
+func (a *Attachment) Run(ctx context.Context) {
+	defer a.detach()
+	if a.info.NoMCP {
+		close(a.discovered)
+		a.hub.finishDiscovery(a, nil, errNoMCP)
+	} else {
+		a.discover(ctx)
+	}
+	select {
+	case <-ctx.Done():
+		a.sess.Close(ErrShutdown)
+	case <-a.sess.Done():
+	}
+}
+
+var errNoMCP = errors.New("device did not announce MCP (hello features.mcp is not true): it has no tools")
+
+func (a *Attachment) discover(ctx context.Context) {
+	defer close(a.discovered)
+	start := time.Now()
+	dctx, cancel := context.WithTimeout(ctx, a.hub.cfg.DiscoveryTimeout)
+	defer cancel()
+	disc, err := a.sess.Discover(dctx)
+	if err == nil && disc.Truncated == "" {
+		a.hub.metrics.DiscoveryLatency.Observe(time.Since(start).Seconds())
+	}
+	a.hub.finishDiscovery(a, disc, err)
+}
+
+// finishDiscovery records a discovery's outcome if a is still the device's
+// current connection.
+func (h *Hub) finishDiscovery(a *Attachment, disc *mcpclient.Discovery, err error) {
+	var newCat *Catalog
+	if disc != nil && err == nil {
+		newCat = h.catalogs.acquire(disc.Tools)
+	}
+	h.mu.Lock()
+	d := a.dev
+	if d.att != a {
+		h.mu.Unlock()
+		h.catalogs.release(newCat)
+		return
+	}
+	var changed *ToolsChangedData
+	switch {
+	case err != nil:
+		d.state, d.lastError = StateDegraded, err.Error()
+	case disc.Truncated != "":
+		d.state, d.lastError = StateDegraded, "tool list incomplete: "+disc.Truncated
+	default:
+		d.state, d.lastError = StateReady, ""
+	}
+	if disc != nil {
+		d.serverInfo = disc.Init.ServerInfo
+		d.pages = disc.Pages
+	}
+	if newCat != nil {
+		old := d.catalog
+		if old == nil || old.Hash != newCat.Hash {
+			changed = diffCatalogs(old, newCat)
+		}
+		d.catalog = newCat
+		h.catalogs.release(old) // after acquire, so an unchanged catalog is not recompiled
+	}
+	id, alias, state, lastErr := d.id, d.alias, d.state, d.lastError
+	h.mu.Unlock()
+
+	if err != nil || (disc != nil && disc.Truncated != "") {
+		h.metrics.DiscoveryFailures.Inc()
+		a.log.Warn("discovery incomplete", "error", lastErr)
+	} else {
+		a.log.Debug("device ready", "tools", newCat.Len())
+	}
+	h.bus.publish(Event{Type: EventState, Device: id, Alias: alias, Data: StateData{State: state, Error: lastErr}})
+	if changed != nil {
+		h.bus.publish(Event{Type: EventToolsChanged, Device: id, Alias: alias, Data: *changed})
+	}
+}
+
+func diffCatalogs(old, cur *Catalog) *ToolsChangedData {
+	d := &ToolsChangedData{Hash: cur.Hash, Count: cur.Len()}
+	for _, t := range cur.Tools {
+		prev, ok := old.Tool(t.Name)
+		switch {
+		case !ok:
+			d.Added = append(d.Added, t.Name)
+		case catalogHash([]mcpclient.Tool{*prev}) != catalogHash([]mcpclient.Tool{t}):
+			d.Changed = append(d.Changed, t.Name)
+		}
+	}
+	if old != nil {
+		for _, t := range old.Tools {
+			if _, ok := cur.Tool(t.Name); !ok {
+				d.Removed = append(d.Removed, t.Name)
+			}
+		}
+	}
+	return d
+}
+
+// detach marks the device offline if a is still its current connection.
+func (a *Attachment) detach() {
+	h := a.hub
+	reason := "connection closed"
+	if err := a.sess.Err(); err != nil {
+		reason = err.Error()
+	}
+	h.metrics.SessionsOpen.WithLabelValues(a.info.Transport).Dec()
+	h.mu.Lock()
+	d := a.dev
+	if d.att != a {
+		h.mu.Unlock()
+		return
+	}
+	d.att = nil
+	d.state = StateOffline
+	d.offlineAt = time.Now().UTC()
+	id, alias := d.id, d.alias
+	h.mu.Unlock()
+	h.metrics.DevicesOnline.Dec()
+	a.log.Info("device offline", "reason", reason)
+	h.bus.publish(Event{Type: EventOffline, Device: id, Alias: alias, Data: OfflineData{Reason: reason}})
+}
+
+// toolTimeout returns the configured timeout for a tool, or 0 for the default.
+func (h *Hub) toolTimeout(tool string) time.Duration {
+	keys := make([]string, 0, len(h.cfg.ToolTimeouts))
+	for k := range h.cfg.ToolTimeouts {
+		keys = append(keys, k)
+	}
+	// The most specific (longest) pattern wins; ties break alphabetically.
+	slices.SortFunc(keys, func(a, b string) int {
+		if len(a) != len(b) {
+			return len(b) - len(a)
+		}
+		return strings.Compare(a, b)
+	})
+	for _, pattern := range keys {
+		if ok, _ := path.Match(pattern, tool); ok {
+			return h.cfg.ToolTimeouts[pattern]
+		}
+	}
+	return 0
+}
+
+// Shutdown closes every live device connection with ErrShutdown.
+func (h *Hub) Shutdown() {
+	h.mu.RLock()
+	atts := make([]*Attachment, 0, len(h.devices))
+	for _, d := range h.devices {
+		if d.att != nil {
+			atts = append(atts, d.att)
+		}
+	}
+	h.mu.RUnlock()
+	for _, a := range atts {
+		a.close(ErrShutdown)
+	}
+}

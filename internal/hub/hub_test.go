@@ -1,0 +1,324 @@
+package hub
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
+	"github.com/mcpgate/mcpgate/jsonrpc"
+)
+
+const volumeTool = `{"name":"self.audio_speaker.set_volume","description":"Set the volume","inputSchema":{"type":"object","properties":{"volume":{"type":"integer","minimum":0,"maximum":100}},"required":["volume"]}}`
+const statusTool = `{"name":"self.get_device_status","description":"Status","inputSchema":{"type":"object","properties":{}}}`
+const rebootTool = `{"name":"self.reboot","description":"Reboot","inputSchema":{"type":"object","properties":{}},"annotations":{"audience":["user"]}}`
+
+// memDevice is an in-memory device: a Link whose sends are answered by a
+// goroutine through the session's Handle, as a transport's reader would.
+type memDevice struct {
+	tools []string
+	calls atomic.Int64
+	// hold, when set, keeps tools/call unanswered until closed.
+	hold chan struct{}
+
+	sess *mcpclient.Session
+	in   chan []byte
+}
+
+func (d *memDevice) Send(ctx context.Context, payload []byte) error {
+	select {
+	case d.in <- payload:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (d *memDevice) serve(ctx context.Context) {
+	for {
+		var b []byte
+		select {
+		case b = <-d.in:
+		case <-ctx.Done():
+			return
+		}
+		m, err := jsonrpc.Decode(b)
+		if err != nil || m.Kind() != jsonrpc.KindRequest {
+			continue
+		}
+		var res string
+		switch m.Method {
+		case "initialize":
+			res = `{"protocolVersion":"2024-11-05","capabilities":{"tools":{}},"serverInfo":{"name":"mem","version":"1.0"}}`
+		case "tools/list":
+			res = `{"tools":[` + strings.Join(d.tools, ",") + `]}`
+		case "tools/call":
+			d.calls.Add(1)
+			if d.hold != nil {
+				go func() {
+					<-d.hold
+					d.sess.Handle(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"late"}]}}`, m.ID))
+				}()
+				continue
+			}
+			var p struct {
+				Name string          `json:"name"`
+				Args json.RawMessage `json:"arguments"`
+			}
+			_ = json.Unmarshal(m.Params, &p)
+			if p.Name == "self.get_device_status" {
+				d.sess.Handle(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"error":{"message":"sensor broken"}}`, m.ID))
+				continue
+			}
+			res = fmt.Sprintf(`{"content":[{"type":"text","text":%q}],"isError":false}`, string(p.Args))
+		}
+		d.sess.Handle(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":%s}`, m.ID, res))
+	}
+}
+
+// connect attaches a memDevice to h and runs it until the returned stop is called.
+func connect(t *testing.T, h *Hub, id string, d *memDevice) (stop func(error)) {
+	t.Helper()
+	d.in = make(chan []byte, 16)
+	d.sess = mcpclient.New(d, mcpclient.Config{RequestTimeout: 10 * time.Second})
+	ctx, cancel := context.WithCancel(t.Context())
+	att := h.Attach(ConnInfo{DeviceID: id, Transport: "mem", SessionID: "s-" + id}, d.sess)
+	var wg sync.WaitGroup
+	wg.Go(func() { d.serve(ctx) })
+	wg.Go(func() { att.Run(ctx) })
+	stopped := false
+	stop = func(reason error) {
+		if stopped {
+			return
+		}
+		stopped = true
+		d.sess.Close(reason)
+		cancel()
+		wg.Wait()
+	}
+	t.Cleanup(func() { stop(errors.New("test over")) })
+	return stop
+}
+
+func waitState(t *testing.T, h *Hub, ref string, want State) Device {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		d, err := h.Device(ref)
+		if err == nil && d.State == want {
+			return d
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("device %s: state %q (err %v, last error %q), want %q", ref, d.State, err, d.LastError, want)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestCallValidationAndErrors(t *testing.T) {
+	h := New(Config{})
+	d := &memDevice{tools: []string{volumeTool, statusTool, rebootTool}}
+	connect(t, h, "aa:bb:cc:dd:ee:ff", d)
+	waitState(t, h, "AA-BB-CC-DD-EE-FF", StateReady)
+
+	ctx := t.Context()
+	res, err := h.Call(ctx, CallRequest{Device: "aabbccddeeff", Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":30}`)})
+	if err != nil || res.IsError || res.Text() != `{"volume":30}` {
+		t.Fatalf("call = %+v, %v", res, err)
+	}
+	// User-only tools are callable by name.
+	if _, err := h.Call(ctx, CallRequest{Device: "aa:bb:cc:dd:ee:ff", Tool: "self.reboot"}); err != nil {
+		t.Fatalf("user-only call: %v", err)
+	}
+	// A device-side failure is a Result, not an error.
+	res, err = h.Call(ctx, CallRequest{Device: "aa:bb:cc:dd:ee:ff", Tool: "self.get_device_status"})
+	if err != nil || !res.IsError || res.Text() != "sensor broken" {
+		t.Fatalf("device error = %+v, %v", res, err)
+	}
+	before := d.calls.Load()
+	for _, tc := range []struct {
+		name, device, tool, args, code, problem string
+	}{
+		{"unknown device", "11:22:33:44:55:66", "x", ``, "device_not_found", ""},
+		{"unknown tool", "aa:bb:cc:dd:ee:ff", "self.nope", ``, "tool_not_found", ""},
+		{"above maximum", "aa:bb:cc:dd:ee:ff", "self.audio_speaker.set_volume", `{"volume":101}`, "invalid_arguments", "/volume"},
+		{"wrong type", "aa:bb:cc:dd:ee:ff", "self.audio_speaker.set_volume", `{"volume":"loud"}`, "invalid_arguments", "/volume"},
+		{"float", "aa:bb:cc:dd:ee:ff", "self.audio_speaker.set_volume", `{"volume":3.5}`, "invalid_arguments", "/volume"},
+		{"missing required", "aa:bb:cc:dd:ee:ff", "self.audio_speaker.set_volume", `{}`, "invalid_arguments", "volume"},
+		{"not an object", "aa:bb:cc:dd:ee:ff", "self.audio_speaker.set_volume", `[1]`, "invalid_arguments", "object"},
+		{"not JSON", "aa:bb:cc:dd:ee:ff", "self.audio_speaker.set_volume", `{`, "invalid_arguments", "not valid JSON"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := h.Call(ctx, CallRequest{Device: tc.device, Tool: tc.tool, Arguments: json.RawMessage(tc.args)})
+			if Code(err) != tc.code {
+				t.Fatalf("err = %v (code %s), want %s", err, Code(err), tc.code)
+			}
+			if tc.problem != "" && !strings.Contains(err.Error(), tc.problem) {
+				t.Fatalf("err = %v, want mention of %q", err, tc.problem)
+			}
+		})
+	}
+	if d.calls.Load() != before {
+		t.Fatal("the device saw a call the gateway should have rejected")
+	}
+}
+
+func TestOfflineReplaceAndReconnect(t *testing.T) {
+	h := New(Config{})
+	sub := h.Subscribe()
+	defer sub.Close()
+	id := "02:00:00:00:00:07"
+
+	d1 := &memDevice{tools: []string{volumeTool}, hold: make(chan struct{})}
+	stop1 := connect(t, h, id, d1)
+	waitState(t, h, id, StateReady)
+	if _, err := h.SetAlias(id, "Kitchen"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A pending call fails at once when a newer connection replaces the old one.
+	errc := make(chan error, 1)
+	go func() {
+		_, err := h.Call(t.Context(), CallRequest{Device: "kitchen", Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":1}`)})
+		errc <- err
+	}()
+	for d1.calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	d2 := &memDevice{tools: []string{volumeTool, statusTool}}
+	stop2 := connect(t, h, id, d2)
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrDeviceDisconnected) || !errors.Is(err, ErrReplaced) {
+			t.Fatalf("err = %v", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("pending call not failed on replacement")
+	}
+	stop1(errors.New("old socket closed"))
+	dev := waitState(t, h, "kitchen", StateReady)
+	if !dev.Online || dev.Alias != "kitchen" || dev.Tools != 2 || dev.SessionID != "s-"+id {
+		t.Fatalf("after replacement: %+v", dev)
+	}
+
+	stop2(errors.New("bye"))
+	dev = waitState(t, h, "kitchen", StateOffline)
+	if dev.Online || dev.Tools != 2 {
+		t.Fatalf("offline device lost its catalog: %+v", dev)
+	}
+	if _, err := h.Call(t.Context(), CallRequest{Device: "kitchen", Tool: "self.get_device_status"}); !errors.Is(err, ErrDeviceOffline) {
+		t.Fatalf("call offline device: %v", err)
+	}
+
+	// Reconnect with the same catalog: no tools_changed. Then with a changed one: exactly one.
+	connect(t, h, id, &memDevice{tools: []string{volumeTool, statusTool}})
+	waitState(t, h, "kitchen", StateReady)
+	var changed []ToolsChangedData
+	drain := func() {
+		for {
+			select {
+			case ev := <-sub.C:
+				if ev.Type == EventToolsChanged {
+					changed = append(changed, ev.Data.(ToolsChangedData))
+				}
+			case <-time.After(50 * time.Millisecond):
+				return
+			}
+		}
+	}
+	drain()
+	// tools_changed so far: first discovery (1 tool) and the replacement (2 tools).
+	if len(changed) != 2 || len(changed[1].Added) != 1 || changed[1].Added[0] != "self.get_device_status" {
+		t.Fatalf("tools_changed events = %+v", changed)
+	}
+	changed = nil
+	connect(t, h, id, &memDevice{tools: []string{statusTool, rebootTool}})
+	waitState(t, h, "kitchen", StateReady)
+	drain()
+	if len(changed) != 1 || fmt.Sprint(changed[0].Added, changed[0].Removed) != "[self.reboot] [self.audio_speaker.set_volume]" {
+		t.Fatalf("tools_changed after catalog change = %+v", changed)
+	}
+}
+
+func TestCatalogsAreInterned(t *testing.T) {
+	h := New(Config{})
+	for i := range 200 {
+		connect(t, h, fmt.Sprintf("02:00:00:00:01:%02x", i), &memDevice{tools: []string{volumeTool, statusTool}})
+	}
+	for i := range 200 {
+		waitState(t, h, fmt.Sprintf("02:00:00:00:01:%02x", i), StateReady)
+	}
+	if n := h.catalogs.count(); n != 1 {
+		t.Fatalf("%d catalogs for 200 identical devices, want 1", n)
+	}
+}
+
+func TestAliases(t *testing.T) {
+	h := New(Config{})
+	connect(t, h, "02:00:00:00:00:01", &memDevice{})
+	connect(t, h, "02:00:00:00:10:01", &memDevice{})
+	a, _ := h.Device("02:00:00:00:00:01")
+	b, _ := h.Device("02:00:00:00:10:01")
+	if a.Alias != "dev-000001" || b.Alias != "dev-001001" {
+		t.Fatalf("default aliases %q %q", a.Alias, b.Alias)
+	}
+	for _, tc := range []struct{ alias, code string }{
+		{"dev-001001", "alias_taken"}, {"has.dot", "bad_request"}, {"", "bad_request"}, {"-x", "bad_request"},
+		{strings.Repeat("a", 64), "bad_request"}, {"02:00:00:00:10:01", "bad_request"},
+	} {
+		if _, err := h.SetAlias("dev-000001", tc.alias); Code(err) != tc.code {
+			t.Errorf("SetAlias(%q) = %v, want %s", tc.alias, err, tc.code)
+		}
+	}
+	if d, err := h.SetAlias("dev-000001", "Living_Room"); err != nil || d.Alias != "living_room" {
+		t.Fatalf("SetAlias = %+v, %v", d, err)
+	}
+	if _, err := h.Device("dev-000001"); !errors.Is(err, ErrDeviceNotFound) {
+		t.Fatalf("old alias still resolves: %v", err)
+	}
+}
+
+func TestCallWaitsForDiscovery(t *testing.T) {
+	h := New(Config{})
+	d := &memDevice{tools: []string{volumeTool}}
+	connect(t, h, "02:00:00:00:00:09", d)
+	// No wait for ready: the call must see the fresh catalog, not fail with tool_not_found.
+	res, err := h.Call(t.Context(), CallRequest{Device: "02:00:00:00:00:09", Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":5}`)})
+	if err != nil || res.IsError {
+		t.Fatalf("call during discovery = %+v, %v", res, err)
+	}
+}
+
+func TestNoMCPDeviceIsDegraded(t *testing.T) {
+	h := New(Config{})
+	sess := mcpclient.New(&memDevice{in: make(chan []byte, 1)}, mcpclient.Config{})
+	att := h.Attach(ConnInfo{DeviceID: "02:00:00:00:00:0a", Transport: "mem", NoMCP: true}, sess)
+	done := make(chan struct{})
+	go func() { att.Run(t.Context()); close(done) }()
+	d := waitState(t, h, "02:00:00:00:00:0a", StateDegraded)
+	if !strings.Contains(d.LastError, "features.mcp") {
+		t.Fatalf("last error %q", d.LastError)
+	}
+	sess.Close(errors.New("gone"))
+	<-done
+	waitState(t, h, "02:00:00:00:00:0a", StateOffline)
+}
+
+func TestToolTimeoutPatterns(t *testing.T) {
+	h := New(Config{ToolTimeouts: map[string]time.Duration{"self.camera.*": time.Minute, "self.*": time.Second}})
+	if got := h.toolTimeout("self.camera.take_photo"); got != time.Minute {
+		t.Errorf("camera = %s", got)
+	}
+	if got := h.toolTimeout("self.reboot"); got != time.Second {
+		t.Errorf("reboot = %s", got)
+	}
+	if got := h.toolTimeout("lamp"); got != 0 {
+		t.Errorf("lamp = %s", got)
+	}
+}

@@ -1,0 +1,184 @@
+package mcpclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// ProtocolVersion is what initialize asks for. Devices answer 2024-11-05
+// whatever is asked and do not negotiate.
+const ProtocolVersion = "2024-11-05"
+
+// ServerInfo is the device's serverInfo from initialize.
+type ServerInfo struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// InitializeResult is the part of the initialize reply the gateway keeps.
+type InitializeResult struct {
+	ProtocolVersion string          `json:"protocolVersion"`
+	Capabilities    json.RawMessage `json:"capabilities,omitempty"`
+	ServerInfo      ServerInfo      `json:"serverInfo"`
+}
+
+// Tool is one tool of a device's catalog. Raw holds the tool exactly as the
+// device described it, so members this type does not model (title,
+// outputSchema, _meta...) pass through.
+type Tool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
+	Annotations json.RawMessage `json:"annotations,omitempty"`
+	Raw         json.RawMessage `json:"-"`
+}
+
+// UserOnly reports whether the tool is meant for the user only (hidden from
+// models): annotations.audience is exactly ["user"].
+func (t *Tool) UserOnly() bool {
+	if len(t.Annotations) == 0 {
+		return false
+	}
+	var a struct {
+		Audience []string `json:"audience"`
+	}
+	if json.Unmarshal(t.Annotations, &a) != nil || len(a.Audience) == 0 {
+		return false
+	}
+	for _, who := range a.Audience {
+		if who != "user" {
+			return false
+		}
+	}
+	return true
+}
+
+// Discovery is what [Session.Discover] learned.
+type Discovery struct {
+	Init  InitializeResult
+	Tools []Tool
+	Pages int
+	// Truncated says why the tool list may be incomplete (a guard stopped
+	// paging, or a page failed after others succeeded); empty when complete.
+	Truncated string
+}
+
+// ErrDiscovery wraps every discovery failure.
+var ErrDiscovery = errors.New("discovery failed")
+
+// Initialize sends initialize and, once its reply has arrived, the
+// notifications/initialized notification. Devices must never see the two
+// together with tools/list, so this returns only after both.
+func (s *Session) Initialize(ctx context.Context) (*InitializeResult, error) {
+	type capabilities struct {
+		Vision *Vision `json:"vision,omitempty"`
+	}
+	params := struct {
+		ProtocolVersion string       `json:"protocolVersion"`
+		Capabilities    capabilities `json:"capabilities"`
+		ClientInfo      ServerInfo   `json:"clientInfo"`
+	}{ProtocolVersion, capabilities{Vision: s.cfg.Vision}, ServerInfo{s.cfg.ClientName, s.cfg.ClientVersion}}
+
+	reply, err := s.Request(ctx, "initialize", params, 0)
+	if err != nil {
+		return nil, fmt.Errorf("initialize: %w", err)
+	}
+	if reply.Error != nil {
+		return nil, &RPCError{Method: "initialize", Err: reply.Error}
+	}
+	var res InitializeResult
+	if err := json.Unmarshal(reply.Result, &res); err != nil {
+		return nil, fmt.Errorf("initialize: %w: %w", ErrMalformedResponse, err)
+	}
+	if err := s.Notify(ctx, "notifications/initialized", nil); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// ListTools fetches every page of tools/list with withUserTools set, so
+// user-only tools are known too. Paging stops at the last page (no
+// nextCursor, or an empty one), and is guarded: a cursor seen before, a
+// cursor naming a tool already listed, MaxPages and MaxTools all stop it,
+// reported in the returned truncation reason with the tools gathered so far.
+// A failing first page is an error; a failing later page truncates.
+func (s *Session) ListTools(ctx context.Context) (tools []Tool, pages int, truncated string, err error) {
+	seenCursor := map[string]bool{}
+	seenTool := map[string]bool{}
+	cursor := ""
+	for {
+		if pages >= s.cfg.MaxPages {
+			return tools, pages, fmt.Sprintf("stopped after %d pages (limit)", pages), nil
+		}
+		params := map[string]any{"withUserTools": true}
+		if cursor != "" {
+			params["cursor"] = cursor
+		}
+		reply, err := s.Request(ctx, "tools/list", params, 0)
+		if err == nil && reply.Error != nil {
+			err = &RPCError{Method: "tools/list", Err: reply.Error}
+		}
+		var page struct {
+			Tools      []json.RawMessage `json:"tools"`
+			NextCursor *string           `json:"nextCursor"`
+		}
+		if err == nil {
+			if uerr := json.Unmarshal(reply.Result, &page); uerr != nil {
+				err = fmt.Errorf("%w: tools/list: %w", ErrMalformedResponse, uerr)
+			}
+		}
+		if err != nil {
+			if pages == 0 || errors.Is(err, ErrDisconnected) {
+				return nil, pages, "", err
+			}
+			return tools, pages, fmt.Sprintf("page %d failed: %v", pages+1, err), nil
+		}
+		pages++
+		for _, raw := range page.Tools {
+			var t Tool
+			if err := json.Unmarshal(raw, &t); err != nil || t.Name == "" {
+				s.log.Warn("skipped malformed tool in tools/list", "page", pages, "error", err, "tool", truncate(raw, 200))
+				continue
+			}
+			if seenTool[t.Name] {
+				s.log.Warn("skipped duplicate tool in tools/list", "tool", t.Name)
+				continue
+			}
+			if len(tools) >= s.cfg.MaxTools {
+				return tools, pages, fmt.Sprintf("more than %d tools (limit)", s.cfg.MaxTools), nil
+			}
+			t.Raw = raw
+			seenTool[t.Name] = true
+			tools = append(tools, t)
+		}
+		if page.NextCursor == nil || *page.NextCursor == "" {
+			return tools, pages, "", nil
+		}
+		next := *page.NextCursor
+		if seenCursor[next] || next == cursor {
+			return tools, pages, fmt.Sprintf("device repeated cursor %q", next), nil
+		}
+		if seenTool[next] {
+			return tools, pages, fmt.Sprintf("cursor %q names a tool already listed", next), nil
+		}
+		seenCursor[next] = true
+		cursor = next
+	}
+}
+
+// Discover runs the session start sequence: initialize, then
+// notifications/initialized, then every tools/list page. The caller must have
+// sent the transport's own handshake (the server hello) first.
+func (s *Session) Discover(ctx context.Context) (*Discovery, error) {
+	init, err := s.Initialize(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrDiscovery, err)
+	}
+	tools, pages, truncated, err := s.ListTools(ctx)
+	if err != nil {
+		return &Discovery{Init: *init}, fmt.Errorf("%w: tools/list: %w", ErrDiscovery, err)
+	}
+	return &Discovery{Init: *init, Tools: tools, Pages: pages, Truncated: truncated}, nil
+}

@@ -1,0 +1,487 @@
+package mcpclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/jsonrpc"
+)
+
+// pipe is an in-memory Link: what the session sends arrives on out, and the
+// test answers through the session's Handle, like a transport's reader would.
+type pipe struct {
+	out chan *jsonrpc.Message
+}
+
+func newPipe() *pipe { return &pipe{out: make(chan *jsonrpc.Message, 64)} }
+
+func (p *pipe) Send(ctx context.Context, payload []byte) error {
+	msg, err := jsonrpc.Decode(payload)
+	if err != nil {
+		return fmt.Errorf("session sent an invalid message %s: %w", payload, err)
+	}
+	select {
+	case p.out <- msg:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *pipe) next(t *testing.T) *jsonrpc.Message {
+	t.Helper()
+	select {
+	case m := <-p.out:
+		return m
+	case <-time.After(5 * time.Second):
+		t.Fatal("session sent nothing")
+		return nil
+	}
+}
+
+func reply(t *testing.T, s *Session, req *jsonrpc.Message, result string) {
+	t.Helper()
+	s.Handle([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":%s}`, req.ID, result)))
+}
+
+func TestIDsArePositiveInt32AndSkipPending(t *testing.T) {
+	p := newPipe()
+	s := New(p, Config{RequestTimeout: time.Second})
+	s.nextID = math.MaxInt32 - 1
+	s.pending[1] = make(chan *jsonrpc.Message, 1) // id 1 still pending: must be skipped after the wrap
+
+	var got []int32
+	for range 2 {
+		go func() { _, _ = s.Request(t.Context(), "tools/list", nil, 0) }()
+		m := p.next(t)
+		id, ok := m.ID.Int32()
+		if !ok || id <= 0 {
+			t.Fatalf("id %s is not a positive int32", m.ID)
+		}
+		got = append(got, id)
+		reply(t, s, m, `{}`)
+	}
+	if got[0] != math.MaxInt32 || got[1] != 2 {
+		t.Fatalf("ids = %v, want [%d 2]", got, math.MaxInt32)
+	}
+}
+
+func TestOutOfOrderRepliesAndUnknownIDs(t *testing.T) {
+	p := newPipe()
+	s := New(p, Config{})
+	type outcome struct {
+		name string
+		text string
+		err  error
+	}
+	results := make(chan outcome, 3)
+	for _, name := range []string{"a", "b", "c"} {
+		go func() {
+			r, err := s.CallTool(t.Context(), name, nil, 5*time.Second)
+			o := outcome{name: name, err: err}
+			if r != nil {
+				o.text = r.Text()
+			}
+			results <- o
+		}()
+	}
+	reqs := map[string]*jsonrpc.Message{}
+	for range 3 {
+		m := p.next(t)
+		var params struct{ Name string }
+		if err := json.Unmarshal(m.Params, &params); err != nil {
+			t.Fatal(err)
+		}
+		if string(m.Params) != fmt.Sprintf(`{"name":%q,"arguments":{}}`, params.Name) {
+			t.Fatalf("params = %s", m.Params)
+		}
+		reqs[params.Name] = m
+	}
+	s.Handle([]byte(`{"jsonrpc":"2.0","id":999,"result":{"content":[]}}`)) // unknown id
+	s.Handle([]byte(`{"jsonrpc":"2.0","id":"1","result":{"content":[]}}`)) // string id: not ours
+	for _, name := range []string{"c", "a", "b"} {
+		reply(t, s, reqs[name], fmt.Sprintf(`{"content":[{"type":"text","text":"%s-done"}],"isError":false}`, name))
+	}
+	for range 3 {
+		o := <-results
+		if o.err != nil || o.text != o.name+"-done" {
+			t.Errorf("call %s = %q, %v", o.name, o.text, o.err)
+		}
+	}
+	if s.Unmatched() != 2 {
+		t.Errorf("unmatched = %d, want 2", s.Unmatched())
+	}
+	if s.Pending() != 0 {
+		t.Errorf("pending = %d after all replies", s.Pending())
+	}
+}
+
+func TestTimeoutIsPerCall(t *testing.T) {
+	p := newPipe()
+	s := New(p, Config{})
+	slow := make(chan error, 1)
+	go func() {
+		_, err := s.CallTool(t.Context(), "slow", nil, 50*time.Millisecond)
+		slow <- err
+	}()
+	slowReq := p.next(t)
+	go func() {
+		m := p.next(t)
+		reply(t, s, m, `{"content":[{"type":"text","text":"true"}]}`)
+	}()
+	r, err := s.CallTool(t.Context(), "fast", nil, 5*time.Second)
+	if err != nil || r.Text() != "true" {
+		t.Fatalf("fast call = %v, %v", r, err)
+	}
+	err = <-slow
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("slow call error = %v, want ErrTimeout", err)
+	}
+	// A late reply is dropped, not delivered anywhere.
+	reply(t, s, slowReq, `{"content":[]}`)
+	if s.Unmatched() != 1 {
+		t.Fatalf("late reply not counted as unmatched")
+	}
+}
+
+func TestUnparseableReplyEndsByTimeoutOthersSucceed(t *testing.T) {
+	p := newPipe()
+	s := New(p, Config{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.CallTool(t.Context(), "quote", nil, 100*time.Millisecond)
+		errc <- err
+	}()
+	m := p.next(t)
+	// ESP32 firmware does not escape quotes in error messages.
+	s.Handle([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"error":{"message":"Unknown tool: a"b"}}`, m.ID)))
+	go func() {
+		m := p.next(t)
+		reply(t, s, m, `{"content":[{"type":"text","text":"ok"}]}`)
+	}()
+	if r, err := s.CallTool(t.Context(), "other", nil, time.Second); err != nil || r.Text() != "ok" {
+		t.Fatalf("other call = %v, %v", r, err)
+	}
+	if err := <-errc; !errors.Is(err, ErrTimeout) {
+		t.Fatalf("call with unparseable reply: %v, want ErrTimeout", err)
+	}
+}
+
+func TestCloseFailsPendingAtOnce(t *testing.T) {
+	p := newPipe()
+	s := New(p, Config{})
+	errc := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := s.CallTool(t.Context(), "x", nil, time.Minute)
+			errc <- err
+		}()
+		p.next(t)
+	}
+	start := time.Now()
+	s.Close(errors.New("socket reset"))
+	for range 2 {
+		err := <-errc
+		if !errors.Is(err, ErrDisconnected) || !strings.Contains(err.Error(), "socket reset") {
+			t.Fatalf("err = %v", err)
+		}
+	}
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Fatalf("pending calls failed after %s, want at once", d)
+	}
+	if _, err := s.CallTool(t.Context(), "x", nil, time.Second); !errors.Is(err, ErrDisconnected) {
+		t.Fatalf("call after close: %v", err)
+	}
+	s.Close(errors.New("again")) // idempotent
+	if !strings.Contains(s.Err().Error(), "socket reset") {
+		t.Fatalf("first reason lost: %v", s.Err())
+	}
+}
+
+func TestCallerContextCancels(t *testing.T) {
+	p := newPipe()
+	s := New(p, Config{})
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.CallTool(ctx, "x", nil, time.Minute)
+		errc <- err
+	}()
+	p.next(t)
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if s.Pending() != 0 {
+		t.Fatal("cancelled call still pending")
+	}
+}
+
+func TestResultForms(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, reply                 string
+		wantErr                     bool
+		wantText                    string
+		wantJSON                    string
+		wantRPCCode                 *int
+		wantStructured, wantMetaSet bool
+	}{
+		{
+			name:     "firmware success",
+			reply:    `{"result":{"content":[{"type":"text","text":"true"}],"isError":false}}`,
+			wantText: "true", wantJSON: `{"content":[{"type":"text","text":"true"}],"isError":false}`,
+		},
+		{
+			name:     "firmware error without code",
+			reply:    `{"error":{"message":"Value exceeds maximum allowed: 100"}}`,
+			wantErr:  true, wantText: "Value exceeds maximum allowed: 100",
+			wantJSON: `{"content":[{"type":"text","text":"Value exceeds maximum allowed: 100"}],"isError":true}`,
+		},
+		{
+			name:     "py error code -32603",
+			reply:    `{"error":{"code":-32603,"message":"Unknown tool: x"}}`,
+			wantErr:  true, wantText: "Unknown tool: x", wantRPCCode: ptr(-32603),
+		},
+		{
+			name:     "py isError result",
+			reply:    `{"result":{"content":[{"type":"text","text":"无法打开串口 /dev/ttyS1: Permission denied"}],"isError":true}}`,
+			wantErr:  true, wantText: "无法打开串口 /dev/ttyS1: Permission denied",
+		},
+		{
+			name:     "error without message",
+			reply:    `{"error":{"code":-32000}}`,
+			wantErr:  true, wantText: "device reported error code -32000 without a message",
+		},
+		{
+			name:  "spec rich content kept verbatim",
+			reply: `{"result":{"content":[{"type":"image","data":"iVBORw0KGgo=","mimeType":"image/png","annotations":{"audience":["user"]}},{"type":"resource_link","uri":"file:///a","name":"a"}],"structuredContent":{"t":21.5},"_meta":{"k":1}}}`,
+			wantJSON: `{"content":[{"type":"image","data":"iVBORw0KGgo=","mimeType":"image/png","annotations":{"audience":["user"]}},{"type":"resource_link","uri":"file:///a","name":"a"}],"structuredContent":{"t":21.5},"isError":false,"_meta":{"k":1}}`,
+			wantStructured: true, wantMetaSet: true,
+		},
+		{
+			name:     "free JSON result (registration dialect)",
+			reply:    `{"result":{"temperature":21}}`,
+			wantText: `{"temperature":21}`, wantStructured: true,
+		},
+		{
+			name:     "scalar result",
+			reply:    `{"result":"done"}`,
+			wantText: `"done"`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			msg, err := jsonrpc.Decode([]byte(`{"jsonrpc":"2.0","id":1,` + tt.reply[1:]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := resultFromResponse(msg)
+			if r.IsError != tt.wantErr {
+				t.Errorf("IsError = %v", r.IsError)
+			}
+			if tt.wantText != "" && r.Text() != tt.wantText {
+				t.Errorf("Text = %q, want %q", r.Text(), tt.wantText)
+			}
+			if tt.wantJSON != "" {
+				b, _ := json.Marshal(r)
+				if string(b) != tt.wantJSON {
+					t.Errorf("JSON = %s\nwant   %s", b, tt.wantJSON)
+				}
+			}
+			if tt.wantRPCCode != nil && (r.RPCError == nil || r.RPCError.CodeOr(0) != jsonrpc.Code(*tt.wantRPCCode)) {
+				t.Errorf("RPCError = %v", r.RPCError)
+			}
+			if (r.StructuredContent != nil) != tt.wantStructured || (r.Meta != nil) != tt.wantMetaSet {
+				t.Errorf("structured=%s meta=%s", r.StructuredContent, r.Meta)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// fakeDevice answers initialize and tools/list from pages keyed by cursor,
+// recording the order of what it was sent.
+type fakeDevice struct {
+	t     *testing.T
+	s     *Session
+	p     *pipe
+	pages map[string]string // cursor -> result JSON
+
+	mu  sync.Mutex
+	log []string
+}
+
+func (d *fakeDevice) run(ctx context.Context) {
+	initialized := false
+	for {
+		var m *jsonrpc.Message
+		select {
+		case m = <-d.p.out:
+		case <-ctx.Done():
+			return
+		}
+		d.mu.Lock()
+		d.log = append(d.log, m.Method)
+		d.mu.Unlock()
+		switch m.Method {
+		case "initialize":
+			if !strings.Contains(string(m.Params), `"clientInfo":{"name":"mcpgate"`) {
+				d.t.Errorf("initialize params = %s", m.Params)
+			}
+			reply(d.t, d.s, m, `{"protocolVersion":"2024-11-05","capabilities":{"tools":{}},"serverInfo":{"name":"bread-compact-wifi","version":"2.4.2"}}`)
+		case "notifications/initialized":
+			initialized = true
+		case "tools/list":
+			if !initialized {
+				d.t.Errorf("tools/list before notifications/initialized")
+			}
+			var p struct {
+				Cursor        string `json:"cursor"`
+				WithUserTools *bool  `json:"withUserTools"`
+			}
+			_ = json.Unmarshal(m.Params, &p)
+			if p.WithUserTools == nil || !*p.WithUserTools {
+				d.t.Errorf("tools/list without withUserTools: %s", m.Params)
+			}
+			page, ok := d.pages[p.Cursor]
+			if !ok {
+				d.s.Handle([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"error":{"message":"Failed to add tool  because of payload size limit"}}`, m.ID)))
+				continue
+			}
+			reply(d.t, d.s, m, page)
+		}
+	}
+}
+
+func tool(name string) string {
+	return fmt.Sprintf(`{"name":%q,"description":"d","inputSchema":{"type":"object","properties":{}}}`, name)
+}
+
+func page(next *string, names ...string) string {
+	var ts []string
+	for _, n := range names {
+		ts = append(ts, tool(n))
+	}
+	s := `{"tools":[` + strings.Join(ts, ",") + `]`
+	if next != nil {
+		s += fmt.Sprintf(`,"nextCursor":%q`, *next)
+	}
+	return s + "}"
+}
+
+func TestDiscoveryPagination(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name          string
+		pages         map[string]string
+		cfg           Config
+		wantTools     int
+		wantPages     int
+		wantTruncated string
+		wantErr       bool
+	}{
+		{name: "three pages, last without nextCursor", pages: map[string]string{
+			"": page(ptr("c"), "a", "b"), "c": page(ptr("e"), "c", "d"), "e": page(nil, "e"),
+		}, wantTools: 5, wantPages: 3},
+		{name: "empty nextCursor ends (seed form)", pages: map[string]string{
+			"": page(ptr("b"), "a"), "b": page(ptr(""), "b"),
+		}, wantTools: 2, wantPages: 2},
+		{name: "same cursor again (py too-big tool) stops", pages: map[string]string{
+			"": page(ptr("b"), "a"), "b": page(ptr("b")),
+		}, wantTools: 1, wantPages: 2, wantTruncated: `device repeated cursor "b"`},
+		{name: "cursor loop back to an earlier page stops", pages: map[string]string{
+			"": page(ptr("b"), "a"), "b": page(ptr("a"), "b"),
+		}, wantTools: 2, wantPages: 2, wantTruncated: `names a tool already listed`},
+		{name: "page cap", cfg: Config{MaxPages: 2}, pages: map[string]string{
+			"": page(ptr("b"), "a"), "b": page(ptr("c"), "b"), "c": page(nil, "c"),
+		}, wantTools: 2, wantPages: 2, wantTruncated: "stopped after 2 pages"},
+		{name: "tool cap", cfg: Config{MaxTools: 3}, pages: map[string]string{
+			"": page(ptr("c"), "a", "b"), "c": page(nil, "c", "d"),
+		}, wantTools: 3, wantPages: 2, wantTruncated: "more than 3 tools"},
+		{name: "later page fails: keep what we have", pages: map[string]string{
+			"": page(ptr("zzz"), "a"),
+		}, wantTools: 1, wantPages: 1, wantTruncated: "Failed to add tool"},
+		{name: "first page fails", pages: map[string]string{}, wantErr: true},
+		{name: "malformed and duplicate tools skipped", pages: map[string]string{
+			"": `{"tools":[` + tool("a") + `,{"description":"no name"},42,` + tool("a") + `]}`,
+		}, wantTools: 1, wantPages: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := newPipe()
+			tt.cfg.RequestTimeout = 2 * time.Second
+			s := New(p, tt.cfg)
+			d := &fakeDevice{t: t, s: s, p: p, pages: tt.pages}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			go d.run(ctx)
+			disc, err := s.Discover(t.Context())
+			if tt.wantErr {
+				if !errors.Is(err, ErrDiscovery) {
+					t.Fatalf("err = %v, want ErrDiscovery", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(disc.Tools) != tt.wantTools || disc.Pages != tt.wantPages {
+				t.Errorf("tools=%d pages=%d, want %d %d", len(disc.Tools), disc.Pages, tt.wantTools, tt.wantPages)
+			}
+			if !strings.Contains(disc.Truncated, tt.wantTruncated) || (tt.wantTruncated == "" && disc.Truncated != "") {
+				t.Errorf("truncated = %q, want %q", disc.Truncated, tt.wantTruncated)
+			}
+			if disc.Init.ServerInfo.Name != "bread-compact-wifi" {
+				t.Errorf("server info = %+v", disc.Init.ServerInfo)
+			}
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			if len(d.log) < 3 || d.log[0] != "initialize" || d.log[1] != "notifications/initialized" || d.log[2] != "tools/list" {
+				t.Errorf("order = %v", d.log)
+			}
+		})
+	}
+}
+
+func TestInitializeAwaitsReplyBeforeAnythingElse(t *testing.T) {
+	p := newPipe()
+	s := New(p, Config{Vision: &Vision{URL: "http://gw/vision/explain", Token: "tok"}})
+	done := make(chan error, 1)
+	go func() { _, err := s.Discover(t.Context()); done <- err }()
+	m := p.next(t)
+	if m.Method != "initialize" || !strings.Contains(string(m.Params), `"vision":{"url":"http://gw/vision/explain","token":"tok"}`) {
+		t.Fatalf("first message %s %s", m.Method, m.Params)
+	}
+	select {
+	case extra := <-p.out:
+		t.Fatalf("sent %s before initialize was answered", extra.Method)
+	case <-time.After(50 * time.Millisecond):
+	}
+	s.Close(errors.New("bye"))
+	if err := <-done; !errors.Is(err, ErrDisconnected) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestUserOnly(t *testing.T) {
+	for _, tc := range []struct {
+		ann  string
+		want bool
+	}{{``, false}, {`{"audience":["user"]}`, true}, {`{"audience":["user","assistant"]}`, false}, {`{"audience":[]}`, false}, {`"x"`, false}} {
+		tl := Tool{Annotations: json.RawMessage(tc.ann)}
+		if got := tl.UserOnly(); got != tc.want {
+			t.Errorf("UserOnly(%s) = %v", tc.ann, got)
+		}
+	}
+}

@@ -1,0 +1,78 @@
+// Package metrics holds the gateway's Prometheus collectors on a registry of
+// its own, so two gateways in one process (as in tests) never share counters.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics is the set of collectors. The zero value is not usable; use New.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	DevicesOnline     prometheus.Gauge
+	DevicesKnown      prometheus.Gauge
+	Sessions          *prometheus.CounterVec // by transport
+	SessionsOpen      *prometheus.GaugeVec   // by transport
+	Calls             *prometheus.CounterVec // by outcome
+	CallLatency       prometheus.Histogram
+	DiscoveryFailures prometheus.Counter
+	DiscoveryLatency  prometheus.Histogram
+	Handshakes        *prometheus.CounterVec // by transport, result
+	DroppedFrames     *prometheus.CounterVec // by reason
+	EventsDropped     prometheus.Counter
+}
+
+// New builds the collectors and registers them, with the Go and process
+// collectors, on a fresh registry.
+func New() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		DevicesOnline: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mcpgate_devices_online", Help: "Devices with a live session.",
+		}),
+		DevicesKnown: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mcpgate_devices_known", Help: "Devices the gateway knows, online or not.",
+		}),
+		Sessions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpgate_sessions_total", Help: "Device sessions started, by transport.",
+		}, []string{"transport"}),
+		SessionsOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "mcpgate_sessions_open", Help: "Device sessions open now, by transport.",
+		}, []string{"transport"}),
+		Calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpgate_tool_calls_total",
+			Help: "Tool calls by outcome: ok, tool_error (the device reported a failure), or the gateway error code.",
+		}, []string{"outcome"}),
+		CallLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "mcpgate_tool_call_duration_seconds",
+			Help:    "Latency of tool calls that reached a device.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}),
+		DiscoveryFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpgate_discovery_failures_total", Help: "Discoveries (initialize + tools/list) that failed or were truncated.",
+		}),
+		DiscoveryLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "mcpgate_discovery_duration_seconds",
+			Help:    "Time from session start to a complete catalog.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+		Handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpgate_handshakes_total", Help: "Device handshakes by transport and result.",
+		}, []string{"transport", "result"}),
+		DroppedFrames: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpgate_dropped_frames_total", Help: "Inbound device frames dropped, by reason.",
+		}, []string{"reason"}),
+		EventsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpgate_events_dropped_total", Help: "Events not delivered to a slow subscriber.",
+		}),
+	}
+	m.Registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.DevicesOnline, m.DevicesKnown, m.Sessions, m.SessionsOpen, m.Calls, m.CallLatency,
+		m.DiscoveryFailures, m.DiscoveryLatency, m.Handshakes, m.DroppedFrames, m.EventsDropped,
+	)
+	return m
+}
