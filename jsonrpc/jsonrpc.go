@@ -25,6 +25,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 )
 
 // Version is the only value of the "jsonrpc" member this package sends.
@@ -62,7 +64,7 @@ func IntID(n int64) ID { return ID{raw: json.RawMessage(strconv.FormatInt(n, 10)
 
 // StringID returns the ID of a string id.
 func StringID(s string) ID {
-	b, _ := json.Marshal(s) // a Go string always marshals
+	b, _ := marshal(s) // a Go string always marshals
 	return ID{raw: b}
 }
 
@@ -88,19 +90,50 @@ func (id ID) Raw() json.RawMessage { return id.raw }
 func (id ID) String() string { return string(id.raw) }
 
 // Int32 returns the id's value when it is a JSON number that is an integer in
-// the int32 range, the only ids this gateway issues.
+// the int32 range, the only ids this gateway issues. Integral forms such as 3.0
+// or 1e2, which some encoders produce, count; 3.5 and 1e-400 do not.
 func (id ID) Int32() (int32, bool) {
 	if !id.IsNumber() {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(string(id.raw), 10, 32)
-	if err != nil {
-		// Accept an integral float form such as 3.0 that some encoders produce.
-		f, ferr := strconv.ParseFloat(string(id.raw), 64)
-		if ferr != nil || f != float64(int32(f)) {
-			return 0, false
+	return int32Value(string(id.raw))
+}
+
+// int32Value reads a JSON number from its text rather than through a float64,
+// which would round 3.0000000000000001 to 3 and underflow 1e-400 to 0.
+func int32Value(s string) (int32, bool) {
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	mant, expText, hasExp := strings.Cut(strings.ToLower(s), "e")
+	intPart, frac, _ := strings.Cut(mant, ".")
+	digits := strings.TrimLeft(intPart+frac, "0")
+	if digits == "" {
+		return 0, true // zero, whatever its exponent
+	}
+	exp := 0
+	if hasExp {
+		e, err := strconv.Atoi(expText) // accepts a leading '+'
+		if err != nil || e < -1000 || e > 1000 {
+			return 0, false // a non-zero value this far out is fractional or huge
 		}
-		return int32(f), true
+		exp = e
+	}
+	exp -= len(frac)
+	trimmed := strings.TrimRight(digits, "0")
+	exp += len(digits) - len(trimmed)
+	digits = trimmed
+	if exp < 0 || len(digits)+exp > 10 {
+		return 0, false // fractional, or more digits than any int32 has
+	}
+	n, err := strconv.ParseInt(digits+strings.Repeat("0", exp), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	if neg {
+		n = -n
+	}
+	if n != int64(int32(n)) {
+		return 0, false
 	}
 	return int32(n), true
 }
@@ -140,6 +173,10 @@ func (id *ID) UnmarshalJSON(b []byte) error {
 	case string(b) == "null":
 	default:
 		return fmt.Errorf("%w: id must be a number or a string, got %.20s", ErrInvalid, b)
+	}
+	if !json.Valid(b) {
+		// Unreachable through Decode, which has validated the whole message.
+		return fmt.Errorf("%w: id is not valid JSON: %.20s", ErrInvalid, b)
 	}
 	id.raw = append(json.RawMessage(nil), b...)
 	return nil
@@ -219,15 +256,19 @@ func (m *Message) Kind() Kind {
 	return KindInvalid
 }
 
-// NewRequest builds a request with marshalled params (nil params are left out).
+// NewRequest builds a request with marshalled params. Params that marshal to
+// null (nil, or a nil map or pointer) are left out: firmware does not answer a
+// request whose "params" is present but not an object.
 func NewRequest(id ID, method string, params any) (*Message, error) {
 	m := &Message{JSONRPC: Version, ID: id, Method: method}
 	if params != nil {
-		b, err := json.Marshal(params)
+		b, err := marshal(params)
 		if err != nil {
 			return nil, fmt.Errorf("jsonrpc: marshal params of %s: %w", method, err)
 		}
-		m.Params = b
+		if string(b) != "null" {
+			m.Params = b
+		}
 	}
 	return m, nil
 }
@@ -239,7 +280,7 @@ func NewNotification(method string, params any) (*Message, error) {
 
 // NewResult builds a success response.
 func NewResult(id ID, result any) (*Message, error) {
-	b, err := json.Marshal(result)
+	b, err := marshal(result)
 	if err != nil {
 		return nil, fmt.Errorf("jsonrpc: marshal result: %w", err)
 	}
@@ -251,19 +292,38 @@ func NewErrorResponse(id ID, e *Error) *Message {
 	return &Message{JSONRPC: Version, ID: id, Error: e}
 }
 
-// Encode returns the message's JSON.
+// Encode returns the message's JSON, with "jsonrpc" set to [Version] when the
+// message has none. It does not modify m, so a message may be encoded from
+// several goroutines. Raw members (id, params, result, error data) are copied
+// unchanged: unlike json.Marshal, Encode does not escape <, > and &, so an id
+// such as "a<b" is echoed byte for byte.
 func (m *Message) Encode() ([]byte, error) {
-	if m.JSONRPC == "" {
-		m.JSONRPC = Version
+	out := *m
+	if out.JSONRPC == "" {
+		out.JSONRPC = Version
 	}
-	return json.Marshal(m)
+	return marshal(&out)
+}
+
+// marshal is json.Marshal without HTML escaping: <, > and & are sent as they
+// are, so ids, URLs and text reach the peer byte for byte.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // Decode parses one JSON-RPC message. It rejects batches with [ErrBatch] and
-// anything that is not a JSON object with [ErrNotJSON]; a message that is an
-// object but fits no kind (say, no method and no id) is returned with
-// [ErrInvalid] so a caller can still log what it was. A missing "jsonrpc"
-// member is tolerated: some peers leave it out.
+// anything that is not a JSON object in valid UTF-8 with [ErrNotJSON]; an
+// object whose members have the wrong JSON types (an id that is an object or a
+// bool, a numeric method), whose version is not "2.0", or that fits no kind
+// (say, no method and no id) is returned with [ErrInvalid] so a caller can
+// still log what it was. A missing "jsonrpc" member is tolerated: some peers
+// leave it out.
 func Decode(data []byte) (*Message, error) {
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 {
@@ -274,11 +334,24 @@ func Decode(data []byte) (*Message, error) {
 		return nil, ErrBatch
 	case '{':
 	default:
-		return nil, ErrNotJSON
+		return nil, fmt.Errorf("%w: starts with %q", ErrNotJSON, data[0])
+	}
+	if !utf8.Valid(data) {
+		// encoding/json would silently turn the bad bytes into U+FFFD.
+		return nil, fmt.Errorf("%w: invalid UTF-8", ErrNotJSON)
 	}
 	var m Message
 	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotJSON, err)
+		// Unmarshal checks the syntax of the whole text before decoding, so a
+		// syntax error (such as firmware's unescaped quote in an error
+		// message) means nothing was decoded.
+		if _, ok := errors.AsType[*json.SyntaxError](err); ok {
+			return nil, fmt.Errorf("%w: %w", ErrNotJSON, err)
+		}
+		if errors.Is(err, ErrInvalid) {
+			return &m, err // a bad id, already explained by ID.UnmarshalJSON
+		}
+		return &m, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if m.JSONRPC != "" && m.JSONRPC != Version {
 		return &m, fmt.Errorf("%w: jsonrpc version %q", ErrInvalid, m.JSONRPC)

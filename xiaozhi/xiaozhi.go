@@ -25,6 +25,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Path is where devices of the ecosystem dial the gateway's WebSocket.
@@ -84,6 +86,8 @@ type Envelope struct {
 }
 
 // DecodeEnvelope parses a text frame. The type member must be a non-empty string.
+// The envelope does not retain data: Raw is a copy, so the caller may reuse its
+// read buffer.
 func DecodeEnvelope(data []byte) (*Envelope, error) {
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 || data[0] != '{' {
@@ -96,13 +100,22 @@ func DecodeEnvelope(data []byte) (*Envelope, error) {
 	if e.Type == "" {
 		return nil, ErrNoType
 	}
-	e.Raw = data
+	e.Raw = append(json.RawMessage(nil), data...)
 	return &e, nil
 }
 
-// MCPEnvelope wraps a JSON-RPC payload for a device.
+// MCPEnvelope wraps a JSON-RPC payload for a device. The payload is copied
+// unchanged (only insignificant whitespace is removed): unlike json.Marshal,
+// MCPEnvelope does not escape <, > and &, so ids and arguments reach the device
+// byte for byte.
 func MCPEnvelope(sessionID string, payload json.RawMessage) ([]byte, error) {
-	return json.Marshal(Envelope{SessionID: sessionID, Type: TypeMCP, Payload: payload})
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(Envelope{SessionID: sessionID, Type: TypeMCP, Payload: payload}); err != nil {
+		return nil, fmt.Errorf("xiaozhi: encode mcp envelope: %w", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // AudioParams describes the audio stream of a session.
@@ -189,8 +202,10 @@ type Alert struct {
 // NormalizeDeviceID returns the canonical form of a device id: a MAC address in
 // any of the forms devices use (aa:bb:cc:dd:ee:ff, AA-BB-CC-DD-EE-FF,
 // aa_bb_cc_dd_ee_ff, aabbccddeeff) becomes lower case with colons; any other id
-// is kept but trimmed. Empty ids, ids over 128 bytes and ids with control
-// characters or spaces are rejected.
+// is kept but trimmed. Empty ids, ids over 128 bytes, ids that are not valid
+// UTF-8, and ids with control, space or invisible format characters, or with
+// one of / ? # + (which would break a URL path or an MQTT topic) are rejected.
+// The result is its own canonical form.
 func NormalizeDeviceID(id string) (string, error) {
 	id = strings.TrimSpace(id)
 	if id == "" {
@@ -199,8 +214,12 @@ func NormalizeDeviceID(id string) (string, error) {
 	if len(id) > 128 {
 		return "", fmt.Errorf("%w: longer than 128 bytes", ErrBadDeviceID)
 	}
+	if !utf8.ValidString(id) {
+		return "", fmt.Errorf("%w: %q is not valid UTF-8", ErrBadDeviceID, id)
+	}
 	for _, r := range id {
-		if r <= ' ' || r == 0x7f || r == '/' || r == '?' || r == '#' {
+		if unicode.IsControl(r) || unicode.IsSpace(r) || unicode.Is(unicode.Cf, r) ||
+			r == '/' || r == '?' || r == '#' || r == '+' {
 			return "", fmt.Errorf("%w: %q contains a forbidden character", ErrBadDeviceID, id)
 		}
 	}

@@ -60,7 +60,7 @@ type Gateway struct {
 	handler http.Handler
 
 	mu       sync.Mutex
-	listener net.Listener // set by Listen
+	listener net.Listener  // set by Listen
 	ready    chan struct{} // closed once listening
 }
 

@@ -127,7 +127,9 @@ var errNoLoader = errors.New("external schema references are not loaded")
 // URLs through $ref.
 type refusingLoader struct{}
 
-func (refusingLoader) Load(url string) (any, error) { return nil, fmt.Errorf("%w: %s", errNoLoader, url) }
+func (refusingLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("%w: %s", errNoLoader, url)
+}
 
 func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	if len(bytes.TrimSpace(raw)) == 0 || string(raw) == "null" {

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -83,6 +84,8 @@ func Code(err error) string {
 		return "bad_request"
 	case errors.Is(err, mcpclient.ErrMalformedResponse):
 		return "device_bad_response"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "client_closed"
 	}
 	return "internal"
 }

@@ -228,6 +228,10 @@ func (h *Hub) SetAlias(ref, alias string) (Device, error) {
 	if !aliasRE.MatchString(alias) {
 		return Device{}, fmt.Errorf("%w: %q: use 1-63 of a-z, 0-9, '-' and '_', starting with a letter or digit", ErrBadAlias, alias)
 	}
+	if id, err := xiaozhi.NormalizeDeviceID(alias); err == nil && id != alias {
+		// "02-00-00-00-00-02" would shadow that device's id in lookups.
+		return Device{}, fmt.Errorf("%w: %q looks like a device id", ErrBadAlias, alias)
+	}
 	h.mu.Lock()
 	d, err := h.lookupLocked(ref)
 	if err != nil {

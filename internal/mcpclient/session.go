@@ -49,7 +49,9 @@ type RPCError struct {
 	Err    *jsonrpc.Error
 }
 
-func (e *RPCError) Error() string { return fmt.Sprintf("device answered %s with error: %s", e.Method, e.Err) }
+func (e *RPCError) Error() string {
+	return fmt.Sprintf("device answered %s with error: %s", e.Method, e.Err)
+}
 
 // Vision is the camera capability sent in initialize: where the device posts
 // photos and the bearer token it uses.

@@ -1,0 +1,434 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/devicetest"
+	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/hub"
+)
+
+const devID = devicetest.DefaultID
+
+// cliCatalog has a tool for each kind of argument and answer the CLI handles.
+var cliCatalog = []json.RawMessage{
+	json.RawMessage(devicetest.SetVolumeTool),
+	json.RawMessage(`{"name":"self.screen.set_theme","description":"Set the theme of the screen.","inputSchema":{"type":"object","properties":{"theme":{"type":"string","enum":["light","dark"]}},"required":["theme"]}}`),
+	json.RawMessage(`{"name":"self.light.set","description":"Set the light.","inputSchema":{"type":"object","properties":{"on":{"type":"boolean"},"level":{"type":"number","minimum":0,"maximum":1},"color":{"type":["string","null"]},"tags":{"type":"array","items":{"type":"string"}},"extra":{}},"required":["on"]}}`),
+	json.RawMessage(`{"name":"self.reboot","description":"Reboot the device now.\nThe user must confirm this first because the device stops answering for a while.","inputSchema":{"type":"object","properties":{}},"annotations":{"audience":["user"]}}`),
+	json.RawMessage(`{"name":"self.camera.take_photo","description":"Take a photo.","inputSchema":{"type":"object","properties":{}}}`),
+	json.RawMessage(`{"name":"self.fail","description":"Always fails.","inputSchema":{"type":"object","properties":{}}}`),
+	json.RawMessage(`{"name":"self.slow","description":"Never answers.","inputSchema":{"type":"object","properties":{}}}`),
+}
+
+func cliAnswer(c devicetest.Call) devicetest.Answer {
+	switch c.Name {
+	case "self.camera.take_photo":
+		return devicetest.Answer{Result: json.RawMessage(`{"content":[{"type":"text","text":"a cat"},{"type":"image","mimeType":"image/png","data":"aGVsbG8="},{"type":"text","text":"on a mat"}],"isError":false}`)}
+	case "self.fail":
+		return devicetest.Answer{Error: "Camera is not available"}
+	case "self.slow":
+		return devicetest.Answer{Silent: true}
+	}
+	return devicetest.Answer{Result: devicetest.TextResult("true", false)}
+}
+
+// startGateway runs a real gateway until the test ends and returns its address.
+func startGateway(t *testing.T) string {
+	t.Helper()
+	gw, err := gateway.New(gateway.Config{Addr: "127.0.0.1:0", Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	errc := make(chan error, 1)
+	go func() { errc <- gw.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("gateway.Run: %v", err)
+		}
+	})
+	select {
+	case <-gw.Ready():
+	case err := <-errc:
+		t.Fatalf("gateway.Run: %v", err)
+	}
+	return gw.Addr()
+}
+
+// connect connects a fake device and waits until the gateway has its tools.
+func connect(t *testing.T, addr string, cfg devicetest.Config) *devicetest.Device {
+	t.Helper()
+	cfg.Addr = addr
+	d, err := devicetest.Connect(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	c, err := api.NewClient(addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		dev, err := c.Device(t.Context(), d.ID())
+		if err == nil && dev.State == hub.StateReady {
+			return d
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("device %s not ready: %+v, %v", d.ID(), dev, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// result is one run of the CLI.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// run runs the CLI as main does, and returns what it printed and its exit code.
+func run(t *testing.T, addr string, args ...string) result {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	root := newRootCmd(&stdout, &stderr)
+	root.SetArgs(append([]string{"--server", addr}, args...))
+	err := root.ExecuteContext(t.Context())
+	code := 0
+	if err != nil {
+		var ee exitError
+		if errors.As(err, &ee) {
+			code = ee.code
+		} else {
+			fmt.Fprintln(&stderr, "mcpgate:", err)
+			code = 1
+		}
+	}
+	return result{stdout.String(), stderr.String(), code}
+}
+
+func (r result) want(t *testing.T, code int) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, code, r.stdout, r.stderr)
+	}
+}
+
+func TestDevicesCmd(t *testing.T) {
+	t.Parallel()
+	addr := startGateway(t)
+
+	r := run(t, addr, "devices")
+	r.want(t, 0)
+	if r.stdout != "" || !strings.Contains(r.stderr, "No device") {
+		t.Errorf("empty gateway: stdout %q stderr %q", r.stdout, r.stderr)
+	}
+
+	connect(t, addr, devicetest.Config{})
+	connect(t, addr, devicetest.Config{ID: "02:00:00:00:00:02"})
+	run(t, addr, "devices", "alias", devID, "zz-last").want(t, 0)
+
+	r = run(t, addr, "devices")
+	r.want(t, 0)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want a header and 2 rows:\n%s", r.stdout)
+	}
+	if !regexp.MustCompile(`^ALIAS +ID +STATE +TRANSPORT +TOOLS +LAST SEEN$`).MatchString(lines[0]) {
+		t.Errorf("header %q", lines[0])
+	}
+	row := regexp.MustCompile(`^(\S+) +(\S+) +ready +websocket +1 +(just now|\d+s ago)$`)
+	for i, want := range [][2]string{{"dev-000002", "02:00:00:00:00:02"}, {"zz-last", devID}} {
+		m := row.FindStringSubmatch(lines[i+1])
+		if m == nil || m[1] != want[0] || m[2] != want[1] {
+			t.Errorf("row %d = %q, want %s %s sorted by alias", i+1, lines[i+1], want[0], want[1])
+		}
+	}
+	// Columns line up: tabwriter, not tabs.
+	if strings.Contains(r.stdout, "\t") || strings.Index(lines[1], "02:") != strings.Index(lines[0], "ID") {
+		t.Errorf("columns not aligned:\n%s", r.stdout)
+	}
+
+	r = run(t, addr, "devices", "--json")
+	r.want(t, 0)
+	var list api.DeviceList
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list.Devices) != 2 || list.Devices[1].ID != devID {
+		t.Errorf("--json: %v\n%s", err, r.stdout)
+	}
+}
+
+func TestDevicesShowCmd(t *testing.T) {
+	t.Parallel()
+	addr := startGateway(t)
+	d := connect(t, addr, devicetest.Config{})
+
+	r := run(t, addr, "devices", "show", "dev-000001")
+	r.want(t, 0)
+	for _, re := range []string{
+		`(?m)^id: +02:00:00:00:00:01$`,
+		`(?m)^alias: +dev-000001$`,
+		`(?m)^online: +true$`,
+		`(?m)^state: +ready$`,
+		`(?m)^last error: +-$`,
+		`(?m)^transport: +websocket$`,
+		`(?m)^session id: +` + d.SessionID() + `$`,
+		`(?m)^server: +fake-board 1\.2\.3$`,
+		`(?m)^tools: +1$`,
+		`(?m)^connected at: +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+ \((just now|\d+s ago)\)$`,
+		`(?m)^pending calls: +0$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(r.stdout) {
+			t.Errorf("show output lacks %s:\n%s", re, r.stdout)
+		}
+	}
+
+	r = run(t, addr, "devices", "show", devID, "--json")
+	r.want(t, 0)
+	var dev hub.Device
+	if err := json.Unmarshal([]byte(r.stdout), &dev); err != nil || dev.ID != devID || dev.SessionID != d.SessionID() {
+		t.Errorf("--json: %v\n%s", err, r.stdout)
+	}
+
+	r = run(t, addr, "devices", "show", "nope")
+	r.want(t, 1)
+	if r.stdout != "" || r.stderr != "error: device_not_found: device not found: \"nope\"\n" {
+		t.Errorf("unknown device: stdout %q stderr %q", r.stdout, r.stderr)
+	}
+}
+
+func TestDevicesAliasCmd(t *testing.T) {
+	t.Parallel()
+	addr := startGateway(t)
+	connect(t, addr, devicetest.Config{})
+	connect(t, addr, devicetest.Config{ID: "02:00:00:00:00:02"})
+
+	r := run(t, addr, "devices", "alias", "020000000001", "Kitchen")
+	r.want(t, 0)
+	if r.stdout != devID+" is now kitchen\n" {
+		t.Errorf("stdout %q", r.stdout)
+	}
+	r = run(t, addr, "devices", "alias", "kitchen", "dev-000002")
+	r.want(t, 1)
+	if !strings.HasPrefix(r.stderr, "error: alias_taken: ") {
+		t.Errorf("taken alias: %q", r.stderr)
+	}
+	r = run(t, addr, "devices", "alias", "kitchen", "a.b")
+	r.want(t, 1)
+	if !strings.HasPrefix(r.stderr, "error: bad_request: invalid alias") {
+		t.Errorf("bad alias: %q", r.stderr)
+	}
+	r = run(t, addr, "devices", "alias", "kitchen", "hall", "--json")
+	r.want(t, 0)
+	var dev hub.Device
+	if err := json.Unmarshal([]byte(r.stdout), &dev); err != nil || dev.Alias != "hall" {
+		t.Errorf("--json: %v\n%s", err, r.stdout)
+	}
+	run(t, addr, "devices", "alias", "hall").want(t, 1) // usage: two arguments
+}
+
+func TestToolsCmd(t *testing.T) {
+	t.Parallel()
+	addr := startGateway(t)
+	connect(t, addr, devicetest.Config{Tools: cliCatalog})
+
+	r := run(t, addr, "tools", "dev-000001")
+	r.want(t, 0)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != len(cliCatalog)+1 {
+		t.Fatalf("want a header and %d rows:\n%s", len(cliCatalog), r.stdout)
+	}
+	if !regexp.MustCompile(`^NAME +ARGS +USER-ONLY +DESCRIPTION$`).MatchString(lines[0]) {
+		t.Errorf("header %q", lines[0])
+	}
+	for _, re := range []string{
+		`(?m)^self\.audio_speaker\.set_volume +volume:int\[0\.\.100\] +Set the volume of the audio speaker\. If the current volume…$`,
+		`(?m)^self\.screen\.set_theme +theme:light\|dark +Set the theme of the screen\.$`,
+		`(?m)^self\.light\.set +on:bool level\?:number\[0\.\.1\] color\?:stri… +Set the light\.$`,
+		`(?m)^self\.reboot +- +yes +Reboot the device now\. The user must confirm this first bec…$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(r.stdout) {
+			t.Errorf("tools output lacks %s:\n%s", re, r.stdout)
+		}
+	}
+	for _, l := range lines {
+		if n := len([]rune(l)); n > 150 {
+			t.Errorf("row of %d runes is too wide for a terminal: %q", n, l)
+		}
+	}
+
+	r = run(t, addr, "tools", devID, "--wide")
+	r.want(t, 0)
+	if !strings.Contains(r.stdout, "because the device stops answering for a while.") ||
+		!strings.Contains(r.stdout, " on:bool level?:number[0..1] color?:string|null tags?:[]string extra?:any ") {
+		t.Errorf("--wide should not cut argument lists or descriptions:\n%s", r.stdout)
+	}
+
+	r = run(t, addr, "tools", devID, "--json")
+	r.want(t, 0)
+	var tl api.ToolList
+	if err := json.Unmarshal([]byte(r.stdout), &tl); err != nil || tl.Device != devID || len(tl.Tools) != len(cliCatalog) || !tl.Tools[3].UserOnly {
+		t.Errorf("--json: %v\n%s", err, r.stdout)
+	}
+
+	r = run(t, addr, "tools", "nope")
+	r.want(t, 1)
+	if !strings.HasPrefix(r.stderr, "error: device_not_found: ") {
+		t.Errorf("unknown device: %q", r.stderr)
+	}
+}
+
+func TestCallCmd(t *testing.T) {
+	t.Parallel()
+	addr := startGateway(t)
+	d := connect(t, addr, devicetest.Config{Tools: cliCatalog, OnCall: cliAnswer})
+
+	// lastArgs returns the arguments of the last call the device received.
+	lastArgs := func(t *testing.T) string {
+		t.Helper()
+		calls := d.Calls()
+		if len(calls) == 0 {
+			t.Fatal("the device received no call")
+		}
+		return string(calls[len(calls)-1].Arguments)
+	}
+
+	// Not parallel: each case checks the device's last call.
+	ok := []struct {
+		args     []string
+		wantArgs string
+	}{
+		{[]string{"self.audio_speaker.set_volume", "volume=30"}, `{"volume":30}`},
+		{[]string{"self.screen.set_theme", "theme=dark"}, `{"theme":"dark"}`},
+		{[]string{"self.light.set", "on=yes", "level=0.5", "color=null", "tags:=[\"a\",\"b\"]", "extra=7"}, `{"on":true,"level":0.5,"color":null,"tags":["a","b"],"extra":7}`},
+		{[]string{"self.light.set", "on=off", "color=red", "extra=hello"}, `{"on":false,"color":"red","extra":"hello"}`},
+		{[]string{"self.screen.set_theme", "theme:=\"light\""}, `{"theme":"light"}`},
+		{[]string{"self.audio_speaker.set_volume", "--args", `{"volume": 12}`}, `{"volume":12}`},
+		{[]string{"self.reboot"}, `{}`},
+	}
+	for _, tt := range ok {
+		r := run(t, addr, append([]string{"call", "dev-000001"}, tt.args...)...)
+		r.want(t, 0)
+		if r.stdout != "true\n" || r.stderr != "" {
+			t.Errorf("%v: stdout %q stderr %q", tt.args, r.stdout, r.stderr)
+		}
+		if got := lastArgs(t); got != tt.wantArgs {
+			t.Errorf("%v: device got %s, want %s", tt.args, got, tt.wantArgs)
+		}
+	}
+
+	// Text items one per line, other items summarised.
+	r := run(t, addr, "call", devID, "self.camera.take_photo")
+	r.want(t, 0)
+	if r.stdout != "a cat\n[image image/png 5 bytes]\non a mat\n" {
+		t.Errorf("photo: %q", r.stdout)
+	}
+	r = run(t, addr, "call", devID, "self.camera.take_photo", "--json")
+	r.want(t, 0)
+	var res map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || res["isError"] != false || len(res["content"].([]any)) != 3 {
+		t.Errorf("--json: %v\n%s", err, r.stdout)
+	}
+
+	// A device-side failure: its text on stderr, exit 1.
+	r = run(t, addr, "call", devID, "self.fail")
+	r.want(t, 1)
+	if r.stdout != "" || r.stderr != "Camera is not available\n" {
+		t.Errorf("device failure: stdout %q stderr %q", r.stdout, r.stderr)
+	}
+	r = run(t, addr, "call", devID, "self.fail", "--json")
+	r.want(t, 1)
+	if !strings.Contains(r.stdout, `"isError": true`) {
+		t.Errorf("--json device failure: %q", r.stdout)
+	}
+
+	calls := len(d.Calls())
+	// Gateway errors: "error: <code>: <message>", problems listed, exit 1.
+	r = run(t, addr, "call", devID, "self.audio_speaker.set_volume", "volume=150")
+	r.want(t, 1)
+	if !strings.HasPrefix(r.stderr, "error: invalid_arguments: ") || !strings.Contains(r.stderr, "\n  /volume: ") {
+		t.Errorf("invalid arguments: %q", r.stderr)
+	}
+	r = run(t, addr, "call", devID, "self.nope", "x=1")
+	r.want(t, 1)
+	if !strings.HasPrefix(r.stderr, "error: tool_not_found: ") {
+		t.Errorf("unknown tool: %q", r.stderr)
+	}
+	r = run(t, addr, "call", "nope", "self.reboot")
+	r.want(t, 1)
+	if !strings.HasPrefix(r.stderr, "error: device_not_found: ") {
+		t.Errorf("unknown device: %q", r.stderr)
+	}
+
+	// Refused by the CLI before any call.
+	refused := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"self.audio_speaker.set_volume", "vol=3"}, `unknown argument "vol" for self.audio_speaker.set_volume; valid: volume`},
+		{[]string{"self.reboot", "now=1"}, `self.reboot takes no arguments`},
+		{[]string{"self.audio_speaker.set_volume", "volume=loud"}, `volume: want an integer, got "loud"`},
+		{[]string{"self.light.set", "on=maybe"}, `on: want true or false, got "maybe"`},
+		{[]string{"self.light.set", "level=high"}, `level: want a number, got "high"`},
+		{[]string{"self.light.set", "tags=a,b"}, `tags: want JSON (array)`},
+		{[]string{"self.light.set", "on:=yes"}, `on:= wants JSON`},
+		{[]string{"self.light.set", "on=1", "on=0"}, `argument "on" given twice`},
+		{[]string{"self.light.set", "on"}, `want key=value or key:=json`},
+		{[]string{"self.light.set", "=1"}, `want key=value or key:=json`},
+		{[]string{"self.audio_speaker.set_volume", "volume=3", "--args", `{"volume":3}`}, `not both`},
+		{[]string{"self.audio_speaker.set_volume", "--args", `[3]`}, `--args: want a JSON object`},
+		{[]string{"self.audio_speaker.set_volume", "--timeout", "-1s"}, `--timeout -1s: want at least 1ms`},
+		{[]string{"self.audio_speaker.set_volume"}[:0], `requires at least 2 arg(s)`},
+	}
+	for _, tt := range refused {
+		r := run(t, addr, append([]string{"call", devID}, tt.args...)...)
+		r.want(t, 1)
+		if !strings.Contains(r.stderr, tt.want) || !strings.HasPrefix(r.stderr, "mcpgate: ") {
+			t.Errorf("%v: stderr %q, want it to say %q", tt.args, r.stderr, tt.want)
+		}
+	}
+	if got := len(d.Calls()); got != calls {
+		t.Errorf("refused calls reached the device: %d new calls", got-calls)
+	}
+
+	// --timeout is the device's limit: the gateway answers device_timeout.
+	start := time.Now()
+	r = run(t, addr, "call", devID, "self.slow", "--timeout", "100ms")
+	r.want(t, 1)
+	if !strings.HasPrefix(r.stderr, "error: device_timeout: ") || time.Since(start) > 5*time.Second {
+		t.Errorf("timeout: %q after %s", r.stderr, time.Since(start))
+	}
+}
+
+func TestClientCmdsUnreachable(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	for _, args := range [][]string{{"devices"}, {"devices", "show", "x"}, {"tools", "x"}, {"call", "x", "t"}, {"call", "x", "t", "a=1"}} {
+		r := run(t, addr, args...)
+		r.want(t, 1)
+		if !strings.Contains(r.stderr, "cannot reach the gateway at http://"+addr) || !strings.Contains(r.stderr, "mcpgate serve") {
+			t.Errorf("%v: %q", args, r.stderr)
+		}
+	}
+	r := run(t, "ftp://x", "devices")
+	r.want(t, 1)
+	if !strings.Contains(r.stderr, "--server") {
+		t.Errorf("bad --server: %q", r.stderr)
+	}
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/hub"
+)
+
+func init() { extraCommands = append(extraCommands, newDevicesCmd) }
+
+func newDevicesCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "devices",
+		Short: "List the devices the gateway knows",
+		Long: `List every device the gateway knows, online or not, sorted by alias.
+A DEVICE argument of the other commands is an id (a MAC in any form:
+aa:bb:cc:dd:ee:ff, AA-BB-CC-DD-EE-FF, aabbccddeeff) or an alias.`,
+		Example: `  mcpgate devices
+  mcpgate devices --json
+  mcpgate devices show kitchen
+  mcpgate devices alias 02:00:00:00:00:01 kitchen`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient(g)
+			if err != nil {
+				return err
+			}
+			devs, err := c.Devices(cmd.Context())
+			if err != nil {
+				return reportError(g, err)
+			}
+			slices.SortFunc(devs, func(a, b hub.Device) int { return strings.Compare(a.Alias, b.Alias) })
+			if g.json {
+				return printJSON(g.stdout, api.DeviceList{Devices: devs})
+			}
+			if len(devs) == 0 {
+				fmt.Fprintf(g.stderr, "No device has connected to the gateway at %s yet.\n", c.URL())
+				return nil
+			}
+			now := time.Now()
+			rows := make([][]string, 0, len(devs))
+			for _, d := range devs {
+				rows = append(rows, []string{d.Alias, d.ID, string(d.State), orDash(d.Transport), strconv.Itoa(d.Tools), ago(now, d.LastSeen)})
+			}
+			return printTable(g.stdout, []string{"ALIAS", "ID", "STATE", "TRANSPORT", "TOOLS", "LAST SEEN"}, rows)
+		},
+	}
+	cmd.AddCommand(newDevicesShowCmd(g), newDevicesAliasCmd(g))
+	return cmd
+}
+
+func newDevicesShowCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "show DEVICE",
+		Short:   "Show everything the gateway knows about one device",
+		Example: "  mcpgate devices show kitchen\n  mcpgate devices show 02:00:00:00:00:01 --json",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient(g)
+			if err != nil {
+				return err
+			}
+			d, err := c.Device(cmd.Context(), args[0])
+			if err != nil {
+				return reportError(g, err)
+			}
+			if g.json {
+				return printJSON(g.stdout, d)
+			}
+			return printDevice(g, d, time.Now())
+		},
+	}
+}
+
+// printDevice writes every field of d as "key: value" lines.
+func printDevice(g *globals, d *hub.Device, now time.Time) error {
+	when := func(t *time.Time) string {
+		if t == nil || t.IsZero() {
+			return "-"
+		}
+		return t.Local().Format("2006-01-02 15:04:05 MST") + " (" + ago(now, t) + ")"
+	}
+	server := "-"
+	if d.ServerInfo != nil {
+		server = strings.TrimSpace(d.ServerInfo.Name + " " + d.ServerInfo.Version)
+	}
+	first := d.FirstSeen
+	fields := [][2]string{
+		{"id", d.ID},
+		{"alias", d.Alias},
+		{"kind", orDash(d.Kind)},
+		{"online", strconv.FormatBool(d.Online)},
+		{"state", string(d.State)},
+		{"last error", orDash(d.LastError)},
+		{"transport", orDash(d.Transport)},
+		{"client id", orDash(d.ClientID)},
+		{"session id", orDash(d.SessionID)},
+		{"remote", orDash(d.Remote)},
+		{"protocol version", orDash(d.ProtocolVersion)},
+		{"server", server},
+		{"tools", strconv.Itoa(d.Tools)},
+		{"catalog hash", orDash(d.CatalogHash)},
+		{"first seen", when(&first)},
+		{"connected at", when(d.ConnectedAt)},
+		{"last seen", when(d.LastSeen)},
+		{"pending calls", strconv.Itoa(d.PendingCalls)},
+	}
+	rows := make([][]string, len(fields))
+	for i, f := range fields {
+		rows[i] = []string{f[0] + ":", oneLine(f[1], 0)}
+	}
+	return printTable(g.stdout, nil, rows)
+}
+
+func newDevicesAliasCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "alias DEVICE NEW_ALIAS",
+		Short: "Give a device a new alias",
+		Long: `Give a device a new alias: 1-63 of a-z, 0-9, '-' and '_', starting with a letter
+or digit, unique among devices. The alias replaces the old one everywhere.`,
+		Example: "  mcpgate devices alias dev-000001 kitchen",
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient(g)
+			if err != nil {
+				return err
+			}
+			d, err := c.SetAlias(cmd.Context(), args[0], args[1])
+			if err != nil {
+				return reportError(g, err)
+			}
+			if g.json {
+				return printJSON(g.stdout, d)
+			}
+			fmt.Fprintf(g.stdout, "%s is now %s\n", d.ID, d.Alias)
+			return nil
+		},
+	}
+}

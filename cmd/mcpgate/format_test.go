@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
+)
+
+func TestSignature(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ schema, want string }{
+		{`{"type":"object","properties":{"volume":{"type":"integer","minimum":0,"maximum":100}},"required":["volume"]}`, "volume:int[0..100]"},
+		{`{"type":"object","properties":{"b":{"type":"string"},"a":{"type":"integer","minimum":1}},"required":["b","a"]}`, "b:string a:int[1..]"},
+		{`{"type":"object","properties":{"x":{"type":"number","maximum":2.5}}}`, "x?:number[..2.5]"},
+		{`{"type":"object","properties":{"m":{"enum":["a",1,true]}},"required":["m"]}`, "m:a|1|true"},
+		{`{"type":"object","properties":{"l":{"type":"array"},"o":{"type":"object"},"t":true}}`, "l?:array o?:object t?:any"},
+		{`{"type":"object","properties":{}}`, ""},
+		{`{"type":"object"}`, ""},
+		{``, ""},
+	}
+	for _, tt := range tests {
+		s, err := parseInputSchema(json.RawMessage(tt.schema))
+		if err != nil {
+			t.Errorf("%s: %v", tt.schema, err)
+			continue
+		}
+		if got := s.signature(); got != tt.want {
+			t.Errorf("%s: got %q, want %q", tt.schema, got, tt.want)
+		}
+	}
+	for _, bad := range []string{`[]`, `{"properties":[]}`, `{"properties":5}`, `nope`} {
+		if _, err := parseInputSchema(json.RawMessage(bad)); err == nil {
+			t.Errorf("%s: want an error", bad)
+		}
+	}
+}
+
+func TestBuildArguments(t *testing.T) {
+	t.Parallel()
+	open, err := parseInputSchema(json.RawMessage(`{"properties":{"a":{"type":"integer"}},"additionalProperties":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		schema *inputSchema
+		pairs  []string
+		want   string
+	}{
+		// No schema (unknown tool): values are guessed.
+		{nil, []string{"n=5", "s=hi", "b=true", "j:={\"x\":1}", "e="}, `{"n":5,"s":"hi","b":true,"j":{"x":1},"e":""}`},
+		// An open schema types the keys it lists and guesses the others.
+		{open, []string{"a=1", "z=[1]"}, `{"a":1,"z":[1]}`},
+		{open, []string{"a==1"}, ``},
+		{nil, []string{"k=a=b"}, `{"k":"a=b"}`},
+		{nil, []string{`k:="a=b"`}, `{"k":"a=b"}`},
+		{nil, []string{"big=12345678901234567890"}, `{"big":12345678901234567890}`},
+	}
+	for _, tt := range tests {
+		got, err := buildArguments("t", tt.schema, tt.pairs)
+		if tt.want == "" {
+			if err == nil {
+				t.Errorf("%v: got %s, want an error", tt.pairs, got)
+			}
+			continue
+		}
+		if err != nil || string(got) != tt.want {
+			t.Errorf("%v: got %s, %v; want %s", tt.pairs, got, err, tt.want)
+		}
+	}
+}
+
+func TestAgo(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { t := now.Add(-d); return &t }
+	tests := []struct {
+		t    *time.Time
+		want string
+	}{
+		{nil, "never"},
+		{at(0), "just now"},
+		{at(-time.Minute), "just now"}, // a gateway clock ahead of ours
+		{at(3 * time.Second), "3s ago"},
+		{at(59 * time.Second), "59s ago"},
+		{at(5*time.Minute + 30*time.Second), "5m ago"},
+		{at(3 * time.Hour), "3h ago"},
+		{at(47 * time.Hour), "47h ago"},
+		{at(72 * time.Hour), "3d ago"},
+	}
+	for _, tt := range tests {
+		if got := ago(now, tt.t); got != tt.want {
+			t.Errorf("ago(%v) = %q, want %q", tt.t, got, tt.want)
+		}
+	}
+}
+
+func TestOneLine(t *testing.T) {
+	t.Parallel()
+	if got := oneLine("a\n  b\tc", 0); got != "a b c" {
+		t.Errorf("got %q", got)
+	}
+	if got := oneLine("héllo wörld", 6); got != "héllo…" {
+		t.Errorf("got %q", got)
+	}
+	if got := oneLine("short", 5); got != "short" {
+		t.Errorf("got %q", got)
+	}
+}
+
+func TestPrintResult(t *testing.T) {
+	t.Parallel()
+	res := &mcpclient.Result{Content: []json.RawMessage{
+		json.RawMessage(`{"type":"text","text":"line one\nline two"}`),
+		json.RawMessage(`{"type":"audio","mimeType":"audio/wav","data":"AAAA"}`),
+		json.RawMessage(`{"type":"resource","resource":{"uri":"file:///a.txt","mimeType":"text/plain","text":"hello"}}`),
+		json.RawMessage(`{"type":"resource","resource":{"uri":"file:///b.bin","blob":"AAECAw=="}}`),
+		json.RawMessage(`{"type":"resource_link","uri":"file:///c"}`),
+		json.RawMessage(`{"type":"hologram"}`),
+	}}
+	var buf bytes.Buffer
+	printResult(&buf, res)
+	want := "line one\nline two\n[audio audio/wav 3 bytes]\n[resource file:///a.txt text/plain 5 bytes]\n[resource file:///b.bin - 4 bytes]\n[resource_link file:///c]\n[hologram]\n"
+	if buf.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", buf.String(), want)
+	}
+
+	buf.Reset()
+	printResult(&buf, &mcpclient.Result{StructuredContent: json.RawMessage(`{"level":3}`)})
+	if buf.String() != "{\"level\":3}\n" {
+		t.Errorf("structured only: %q", buf.String())
+	}
+}

@@ -1,0 +1,32 @@
+// Command mcpgate is the gateway between XiaoZhi voice devices and AI agents,
+// and the tools around it: a device simulator, a load tool, and a CLI for a
+// running gateway. Run "mcpgate --help".
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCmd(os.Stdout, os.Stderr).ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		var ee exitError
+		if errors.As(err, &ee) {
+			os.Exit(ee.code)
+		}
+		fmt.Fprintln(os.Stderr, "mcpgate:", err)
+		os.Exit(1)
+	}
+}
+
+// exitError carries a specific exit code for errors already reported.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"gopkg.in/yaml.v3"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3".
+var version = ""
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+// globals are the flags every command shares.
+type globals struct {
+	server string
+	json   bool
+	stdout io.Writer
+	stderr io.Writer
+}
+
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:   "mcpgate",
+		Short: "The gateway between XiaoZhi voice devices' MCP tools and AI agents",
+		Long: `mcpgate keeps the WebSocket sessions of XiaoZhi voice devices (ESP32 firmware,
+py-xiaozhi), discovers every device's MCP tools, and calls them for REST clients,
+the CLI and agents.
+
+Quick start:
+  mcpgate serve                                   # gateway on 127.0.0.1:8000
+  mcpgate sim --count 3 --profile esp32           # three simulated devices connect
+  mcpgate devices                                 # list them
+  mcpgate call <device> self.audio_speaker.set_volume volume=30
+
+Client commands talk to the gateway named by --server (or MCPGATE_SERVER).`,
+		SilenceUsage: true,
+		// main prints the error once; cobra would print it too, and print
+		// "Error: exit status 1" for an exitError already reported.
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.server, "server", envOr("MCPGATE_SERVER", "http://127.0.0.1:8000"), "gateway URL for client commands (env MCPGATE_SERVER)")
+	pf.BoolVar(&g.json, "json", false, "print JSON instead of tables")
+
+	root.AddCommand(
+		newServeCmd(g),
+		newVersionCmd(g),
+	)
+	for _, add := range extraCommands {
+		root.AddCommand(add(g))
+	}
+	return root
+}
+
+// extraCommands lets command files register themselves without editing root.go.
+var extraCommands []func(*globals) *cobra.Command
+
+func envOr(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func newVersionCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if g.json {
+				return printJSON(g.stdout, map[string]string{"version": buildVersion()})
+			}
+			fmt.Fprintln(g.stdout, "mcpgate", buildVersion())
+			return nil
+		},
+	}
+}
+
+// applyConfig fills every flag the user did not set on the command line from
+// the environment (MCPGATE_<FLAG_NAME>, dashes as underscores) and then from
+// the YAML config file, whose keys are the flag names. Command-line flags win
+// over the environment, which wins over the file.
+func applyConfig(fs *pflag.FlagSet, file string) error {
+	var fromFile map[string]any
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("config file: %w", err)
+		}
+		if err := yaml.Unmarshal(b, &fromFile); err != nil {
+			return fmt.Errorf("config file %s: %w", file, err)
+		}
+		for k := range fromFile {
+			if fs.Lookup(k) == nil || k == "config" {
+				return fmt.Errorf("config file %s: unknown setting %q (settings are the flag names of 'mcpgate serve --help')", file, k)
+			}
+		}
+	}
+	var firstErr error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed || firstErr != nil || f.Name == "config" {
+			return
+		}
+		env := "MCPGATE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				firstErr = fmt.Errorf("environment %s: %w", env, err)
+			}
+			return
+		}
+		if v, ok := fromFile[f.Name]; ok {
+			if err := setFromYAML(fs, f, v); err != nil {
+				firstErr = fmt.Errorf("config file %s: %s: %w", file, f.Name, err)
+			}
+		}
+	})
+	return firstErr
+}
+
+func setFromYAML(fs *pflag.FlagSet, f *pflag.Flag, v any) error {
+	switch v := v.(type) {
+	case map[string]any:
+		// A map setting such as tool-timeout: {"self.camera.*": 90s}.
+		for k, val := range v {
+			if err := fs.Set(f.Name, fmt.Sprintf("%s=%v", k, val)); err != nil {
+				return err
+			}
+		}
+		return nil
+	case []any:
+		for _, val := range v {
+			if err := fs.Set(f.Name, fmt.Sprint(val)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fs.Set(f.Name, fmt.Sprint(v))
+}

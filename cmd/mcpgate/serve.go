@@ -1,0 +1,92 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcpgate/mcpgate/internal/gateway"
+)
+
+func newServeCmd(g *globals) *cobra.Command {
+	var (
+		cfg          gateway.Config
+		configFile   string
+		logLevel     string
+		logFormat    string
+		toolTimeouts map[string]string
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the gateway",
+		Long: `Run the gateway: devices connect to ws://ADDR/xiaozhi/v1/, clients use
+http://ADDR/api/v1. Every flag can also be set as MCPGATE_<FLAG> in the
+environment (e.g. MCPGATE_ADDR=0.0.0.0:8000) or as a key of the YAML file
+given with --config (e.g. "addr: 0.0.0.0:8000"). Flags win over the
+environment, which wins over the file.`,
+		Example: `  mcpgate serve
+  mcpgate serve --addr 0.0.0.0:8000 --call-timeout 45s --tool-timeout 'self.camera.*=120s'
+  mcpgate serve --config mcpgate.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := applyConfig(cmd.Flags(), configFile); err != nil {
+				return err
+			}
+			logger, err := newLogger(g.stderr, logLevel, logFormat)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = logger
+			cfg.Version = buildVersion()
+			if len(toolTimeouts) > 0 {
+				cfg.ToolTimeouts = map[string]time.Duration{"self.camera.*": 90 * time.Second}
+				for pattern, v := range toolTimeouts {
+					d, err := time.ParseDuration(v)
+					if err != nil || d <= 0 {
+						return fmt.Errorf("--tool-timeout %s=%s: want a positive duration such as 90s", pattern, v)
+					}
+					cfg.ToolTimeouts[pattern] = d
+				}
+			}
+			gw, err := gateway.New(cfg)
+			if err != nil {
+				return err
+			}
+			return gw.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configFile, "config", "", "YAML config file whose keys are these flag names")
+	f.StringVar(&cfg.Addr, "addr", "127.0.0.1:8000", "HTTP listen address for devices and clients (port 0 picks a free one)")
+	f.StringVar(&cfg.DataDir, "data", "./data", "directory for the gateway's files")
+	f.DurationVar(&cfg.CallTimeout, "call-timeout", 30*time.Second, "default timeout of a tool call")
+	f.StringToStringVar(&toolTimeouts, "tool-timeout", nil, "per-tool call timeouts as PATTERN=DURATION (path.Match patterns; default self.camera.*=90s)")
+	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 10*time.Second, "timeout of initialize and of each tools/list page")
+	f.IntVar(&cfg.MaxPages, "max-pages", 50, "most tools/list pages read per discovery")
+	f.IntVar(&cfg.MaxTools, "max-tools", 1000, "most tools kept per device")
+	f.DurationVar(&cfg.HelloTimeout, "hello-timeout", 10*time.Second, "how long a device has to send its hello")
+	f.Int64Var(&cfg.ReadLimit, "read-limit", 1<<20, "largest device frame accepted, in bytes")
+	f.DurationVar(&cfg.PingInterval, "ping-interval", 30*time.Second, "WebSocket keepalive ping interval (negative disables)")
+	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long pending calls may finish on stop")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	return cmd
+}
+
+func newLogger(w interface{ Write([]byte) (int, error) }, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}

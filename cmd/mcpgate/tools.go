@@ -1,0 +1,274 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+)
+
+func init() { extraCommands = append(extraCommands, newToolsCmd) }
+
+// Column widths, in runes, that keep a tools row within a common terminal's
+// width; --wide lifts them.
+const (
+	argsWidth = 40
+	descWidth = 60
+)
+
+func newToolsCmd(g *globals) *cobra.Command {
+	var wide bool
+	cmd := &cobra.Command{
+		Use:   "tools DEVICE",
+		Short: "List a device's tools",
+		Long: `List a device's tools with a compact signature of their arguments, such as
+"volume:int[0..100] theme?:light|dark" (a "?" marks an optional argument).
+Tools meant for the user only (annotations.audience ["user"]), which agents do
+not see, are listed too and marked in the USER-ONLY column. An offline device
+shows its last known tools.`,
+		Example: `  mcpgate tools kitchen
+  mcpgate tools 02:00:00:00:00:01 --wide
+  mcpgate tools kitchen --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient(g)
+			if err != nil {
+				return err
+			}
+			tl, err := c.Tools(cmd.Context(), args[0])
+			if err != nil {
+				return reportError(g, err)
+			}
+			if g.json {
+				return printJSON(g.stdout, tl)
+			}
+			switch tl.State {
+			case hub.StateOffline:
+				fmt.Fprintf(g.stderr, "note: %s is offline; these are its last known tools\n", args[0])
+			case hub.StateDiscovering:
+				fmt.Fprintf(g.stderr, "note: %s is still being discovered; its tools may change\n", args[0])
+			case hub.StateDegraded:
+				fmt.Fprintf(g.stderr, "note: the discovery of %s failed or was cut short ('mcpgate devices show %s' says why)\n", args[0], args[0])
+			}
+			if len(tl.Tools) == 0 {
+				fmt.Fprintf(g.stderr, "%s has no tools\n", args[0])
+				return nil
+			}
+			aw, dw := argsWidth, descWidth
+			if wide {
+				aw, dw = 0, 0
+			}
+			rows := make([][]string, 0, len(tl.Tools))
+			for _, t := range tl.Tools {
+				sig := "?" // a schema the CLI cannot read; --json shows it
+				if s, err := parseInputSchema(t.InputSchema); err == nil {
+					sig = orDash(oneLine(s.signature(), aw))
+				}
+				userOnly := ""
+				if t.UserOnly {
+					userOnly = "yes"
+				}
+				rows = append(rows, []string{t.Name, sig, userOnly, oneLine(t.Description, dw)})
+			}
+			return printTable(g.stdout, []string{"NAME", "ARGS", "USER-ONLY", "DESCRIPTION"}, rows)
+		},
+	}
+	cmd.Flags().BoolVar(&wide, "wide", false, "do not cut long argument lists and descriptions short")
+	return cmd
+}
+
+// inputSchema is what the CLI reads of a tool's inputSchema: its top-level
+// properties in the order the device listed them.
+type inputSchema struct {
+	props []schemaProp
+	// open is set when the schema explicitly allows properties it does not
+	// list. An absent additionalProperties counts as closed: device schemas
+	// list every argument, so an unlisted key is a typo worth stopping.
+	open bool
+}
+
+// schemaProp is one property of an input schema.
+type schemaProp struct {
+	name     string
+	types    []string // "type", as a list; nil when absent
+	enum     []json.RawMessage
+	min, max json.RawMessage // the numbers as the device wrote them
+	items    []string        // the items' types of an array
+	required bool
+}
+
+// property returns the named property.
+func (s *inputSchema) property(name string) (*schemaProp, bool) {
+	for i := range s.props {
+		if s.props[i].name == name {
+			return &s.props[i], true
+		}
+	}
+	return nil, false
+}
+
+// names returns the property names in order.
+func (s *inputSchema) names() []string {
+	out := make([]string, len(s.props))
+	for i, p := range s.props {
+		out[i] = p.name
+	}
+	return out
+}
+
+func parseInputSchema(raw json.RawMessage) (*inputSchema, error) {
+	var top struct {
+		Properties           json.RawMessage `json:"properties"`
+		Required             []string        `json:"required"`
+		AdditionalProperties json.RawMessage `json:"additionalProperties"`
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return &inputSchema{}, nil
+	}
+	if err := json.Unmarshal(raw, &top); err != nil {
+		return nil, fmt.Errorf("input schema: %w", err)
+	}
+	ap := string(bytes.TrimSpace(top.AdditionalProperties))
+	s := &inputSchema{open: ap != "" && ap != "false"}
+	names, values, err := orderedMembers(top.Properties)
+	if err != nil {
+		return nil, fmt.Errorf("input schema properties: %w", err)
+	}
+	for i, name := range names {
+		var ps struct {
+			Type    json.RawMessage   `json:"type"`
+			Enum    []json.RawMessage `json:"enum"`
+			Minimum json.RawMessage   `json:"minimum"`
+			Maximum json.RawMessage   `json:"maximum"`
+			Items   *struct {
+				Type json.RawMessage `json:"type"`
+			} `json:"items"`
+		}
+		// A property schema that is not an object (true, say) is an "any".
+		_ = json.Unmarshal(values[i], &ps)
+		p := schemaProp{name: name, types: typeList(ps.Type), enum: ps.Enum, min: ps.Minimum, max: ps.Maximum}
+		if ps.Items != nil {
+			p.items = typeList(ps.Items.Type)
+		}
+		for _, r := range top.Required {
+			p.required = p.required || r == name
+		}
+		s.props = append(s.props, p)
+	}
+	return s, nil
+}
+
+// orderedMembers returns an object's member names and values in document
+// order, which a map would lose. Empty or null input has no members.
+func orderedMembers(raw json.RawMessage) ([]string, []json.RawMessage, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, nil, fmt.Errorf("not an object")
+	}
+	var names []string
+	var values []json.RawMessage
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, nil, err
+		}
+		name, _ := tok.(string) // object keys are always strings
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, nil, err
+		}
+		names = append(names, name)
+		values = append(values, v)
+	}
+	return names, values, nil
+}
+
+// typeList reads a "type" member: a string or a list of strings.
+func typeList(raw json.RawMessage) []string {
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		return []string{one}
+	}
+	var many []string
+	if json.Unmarshal(raw, &many) == nil {
+		return many
+	}
+	return nil
+}
+
+// signature is the compact form of the arguments, "volume:int[0..100] theme?:light|dark".
+func (s *inputSchema) signature() string {
+	parts := make([]string, len(s.props))
+	for i, p := range s.props {
+		opt := ""
+		if !p.required {
+			opt = "?"
+		}
+		parts[i] = p.name + opt + ":" + p.label()
+	}
+	return strings.Join(parts, " ")
+}
+
+// label is a property's type in a few characters.
+func (p *schemaProp) label() string {
+	if len(p.enum) > 0 {
+		vals := make([]string, len(p.enum))
+		for i, v := range p.enum {
+			var str string
+			if json.Unmarshal(v, &str) == nil {
+				vals[i] = str
+			} else {
+				vals[i] = string(bytes.TrimSpace(v))
+			}
+		}
+		return strings.Join(vals, "|")
+	}
+	if len(p.types) == 0 {
+		return "any"
+	}
+	labels := make([]string, len(p.types))
+	for i, t := range p.types {
+		switch t {
+		case "integer":
+			labels[i] = "int" + p.bounds()
+		case "number":
+			labels[i] = "number" + p.bounds()
+		case "boolean":
+			labels[i] = "bool"
+		case "array":
+			labels[i] = "array"
+			if len(p.items) == 1 {
+				labels[i] = "[]" + shortType(p.items[0])
+			}
+		default:
+			labels[i] = t
+		}
+	}
+	return strings.Join(labels, "|")
+}
+
+func shortType(t string) string {
+	switch t {
+	case "integer":
+		return "int"
+	case "boolean":
+		return "bool"
+	}
+	return t
+}
+
+// bounds is "[min..max]", "[min..]", "[..max]" or "".
+func (p *schemaProp) bounds() string {
+	if len(p.min) == 0 && len(p.max) == 0 {
+		return ""
+	}
+	return "[" + string(bytes.TrimSpace(p.min)) + ".." + string(bytes.TrimSpace(p.max)) + "]"
+}

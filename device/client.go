@@ -1,0 +1,254 @@
+package device
+
+import (
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/mcpgate/mcpgate/xiaozhi"
+)
+
+// Defaults of [ClientOptions].
+const (
+	DefaultHelloTimeout = 10 * time.Second
+	DefaultIdleTimeout  = 120 * time.Second
+	DefaultMinBackoff   = 500 * time.Millisecond
+	DefaultMaxBackoff   = 30 * time.Second
+)
+
+// stableAfter is how long a session must last for the next reconnect to
+// start again from the minimum backoff: a gateway that accepts and then
+// drops at once must not be hammered.
+const stableAfter = 30 * time.Second
+
+// ErrBadHello is returned when the gateway's hello is not usable.
+var ErrBadHello = errors.New("device: invalid server hello")
+
+// ClientOptions configures a [Client]. URL, DeviceID and Server are required;
+// every other zero value means the documented default.
+type ClientOptions struct {
+	// URL is the gateway's WebSocket endpoint, e.g.
+	// ws://host:8080/xiaozhi/v1/.
+	URL string
+	// DeviceID is the device's MAC address; it is normalised to lower case
+	// with colons.
+	DeviceID string
+	// ClientID is the device's UUID; "" generates a random one.
+	ClientID string
+	// Token is sent as "Authorization: Bearer <token>", or as is when it
+	// already contains a space. "" sends no Authorization header.
+	Token string
+	// ProtocolVersion is sent in the Protocol-Version header and the hello;
+	// 0 means 1.
+	ProtocolVersion int
+	// Server answers the gateway's MCP requests. It keeps its state across
+	// reconnects.
+	Server *Server
+	// Features are announced in the hello; nil means {"mcp":true}.
+	Features *xiaozhi.Features
+	// HelloTimeout bounds the dial and, separately, the wait for the server
+	// hello; 0 means DefaultHelloTimeout.
+	HelloTimeout time.Duration
+	// IdleTimeout ends a session after this long without any message from
+	// the gateway, as firmware does; 0 means DefaultIdleTimeout, negative
+	// disables it.
+	IdleTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the jittered exponential wait between
+	// reconnects; 0 means DefaultMinBackoff and DefaultMaxBackoff.
+	MinBackoff, MaxBackoff time.Duration
+	// Logger receives connection logs; nil discards them.
+	Logger *slog.Logger
+	// OnState, if set, is called on every connection state change, from the
+	// goroutine running Run. It must not block.
+	OnState func(State)
+}
+
+// Status is a connection status reported through [ClientOptions.OnState].
+type Status int
+
+// The statuses.
+const (
+	StatusConnecting Status = iota + 1
+	StatusConnected
+	StatusDisconnected
+)
+
+func (s Status) String() string {
+	switch s {
+	case StatusConnecting:
+		return "connecting"
+	case StatusConnected:
+		return "connected"
+	case StatusDisconnected:
+		return "disconnected"
+	}
+	return fmt.Sprintf("Status(%d)", int(s))
+}
+
+// State is a change of the client's connection.
+type State struct {
+	Status    Status
+	SessionID string // set when connected
+	Err       error  // why the connection failed or ended; nil otherwise
+	// Attempt numbers the connection attempt this state belongs to,
+	// counting from 1 since the last session that lasted a while.
+	Attempt int
+}
+
+// Client connects a device's [Server] to a gateway over WebSocket and keeps
+// it connected.
+//
+// A Client is safe for concurrent use, but Run is meant to be called once.
+type Client struct {
+	opts     ClientOptions // defaults filled in
+	deviceID string
+	log      *slog.Logger
+}
+
+// NewClient validates the options and returns a client. It does not connect.
+func NewClient(opts ClientOptions) (*Client, error) {
+	u, err := url.Parse(opts.URL)
+	if err != nil {
+		return nil, fmt.Errorf("device: invalid URL: %w", err)
+	}
+	switch u.Scheme {
+	case "ws", "wss", "http", "https":
+	default:
+		return nil, fmt.Errorf("device: URL %q: scheme must be ws or wss", opts.URL)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("device: URL %q has no host", opts.URL)
+	}
+	id, err := xiaozhi.NormalizeDeviceID(opts.DeviceID)
+	if err != nil {
+		return nil, fmt.Errorf("device: %w", err)
+	}
+	if opts.Server == nil {
+		return nil, errors.New("device: ClientOptions.Server is required")
+	}
+	if strings.ContainsAny(opts.Token, "\r\n") || strings.ContainsAny(opts.ClientID, "\r\n") {
+		return nil, errors.New("device: token and client id must not contain line breaks")
+	}
+	if opts.ClientID == "" {
+		opts.ClientID = newUUID()
+	}
+	if opts.ProtocolVersion == 0 {
+		opts.ProtocolVersion = 1
+	}
+	if opts.ProtocolVersion < 0 {
+		return nil, fmt.Errorf("device: invalid protocol version %d", opts.ProtocolVersion)
+	}
+	if opts.Features == nil {
+		opts.Features = &xiaozhi.Features{MCP: true}
+	} else {
+		f := *opts.Features
+		opts.Features = &f
+	}
+	if opts.HelloTimeout <= 0 {
+		opts.HelloTimeout = DefaultHelloTimeout
+	}
+	if opts.IdleTimeout == 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = DefaultMinBackoff
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = DefaultMaxBackoff
+	}
+	if opts.MaxBackoff < opts.MinBackoff {
+		return nil, fmt.Errorf("device: MaxBackoff %v below MinBackoff %v", opts.MaxBackoff, opts.MinBackoff)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Client{opts: opts, deviceID: id, log: log.With("device_id", id)}, nil
+}
+
+// DeviceID returns the normalised device id the client announces.
+func (c *Client) DeviceID() string { return c.deviceID }
+
+// ClientID returns the client id the client announces.
+func (c *Client) ClientID() string { return c.opts.ClientID }
+
+// Run keeps the device connected until ctx ends: it connects, serves the
+// session, and after any failure or disconnect waits a jittered, growing
+// backoff and connects again. The backoff starts over after a session that
+// lasted a while. Run returns ctx's error.
+func (c *Client) Run(ctx context.Context) error {
+	b := backoff{min: c.opts.MinBackoff, max: c.opts.MaxBackoff}
+	attempt := 0
+	for {
+		attempt++
+		c.report(State{Status: StatusConnecting, Attempt: attempt})
+		start := time.Now()
+		sess, err := c.Connect(ctx)
+		if err == nil {
+			c.report(State{Status: StatusConnected, SessionID: sess.ID(), Attempt: attempt})
+			c.log.Info("connected", "session_id", sess.ID())
+			err = sess.Serve(ctx)
+			if time.Since(start) >= stableAfter {
+				b.reset()
+				attempt = 0
+			}
+		}
+		if ctx.Err() != nil {
+			c.report(State{Status: StatusDisconnected, Err: ctx.Err(), Attempt: attempt})
+			return ctx.Err()
+		}
+		wait := b.next()
+		c.log.Info("disconnected", "error", err, "retry_in", wait)
+		c.report(State{Status: StatusDisconnected, Err: err, Attempt: attempt})
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Client) report(s State) {
+	if c.opts.OnState != nil {
+		c.opts.OnState(s)
+	}
+}
+
+// backoff is a jittered exponential backoff: the n-th wait is drawn from
+// [d/2, d] with d = min·2ⁿ capped at max, so a fleet that lost its gateway
+// does not reconnect in lockstep.
+type backoff struct {
+	min, max time.Duration
+	attempt  int
+}
+
+func (b *backoff) next() time.Duration {
+	d := b.min
+	for i := 0; i < b.attempt && d < b.max; i++ {
+		d *= 2
+	}
+	d = min(d, b.max)
+	b.attempt++
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+func (b *backoff) reset() { b.attempt = 0 }
+
+// newUUID returns a random version 4 UUID.
+func newUUID() string {
+	var u [16]byte
+	_, _ = crand.Read(u[:]) // never fails since Go 1.24
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}

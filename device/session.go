@@ -1,0 +1,201 @@
+package device
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/mcpgate/mcpgate/xiaozhi"
+)
+
+// link carries the text messages of one connected session. It is what a
+// transport (WebSocket today, MQTT later) provides to the session core.
+//
+// Read is called by one goroutine at a time and returns the next text message
+// (transports discard audio); it fails once the link is closed or ctx ends.
+// Write may be called concurrently. Close is idempotent and unblocks Read.
+type link interface {
+	Read(ctx context.Context) ([]byte, error)
+	Write(ctx context.Context, msg []byte) error
+	Close() error
+}
+
+// Limits of a session.
+const (
+	// maxConcurrentCalls bounds the tool calls a concurrent profile runs at
+	// once; the reader stops reading while the bound is reached.
+	maxConcurrentCalls = 64
+	// serialQueue is how many calls firmware-like sessions queue before the
+	// reader stops reading.
+	serialQueue = 64
+	// writeTimeout bounds one reply write.
+	writeTimeout = 10 * time.Second
+)
+
+// Session is one established device session: the server hello has been
+// received, and MCP messages flow. [Session.Serve] answers them until the
+// link breaks.
+//
+// Serve must be called at most once. Close may be called from any goroutine,
+// any number of times.
+type Session struct {
+	link   link
+	server *Server
+	id     string        // session_id from the server hello, echoed in replies
+	idle   time.Duration // link is dead after this long without a message; 0 = never
+	log    *slog.Logger
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+func newSession(l link, server *Server, sessionID string, idle time.Duration, log *slog.Logger) *Session {
+	return &Session{
+		link:   l,
+		server: server,
+		id:     sessionID,
+		idle:   idle,
+		log:    log.With("session_id", sessionID),
+	}
+}
+
+// ID returns the session id the gateway assigned in its hello.
+func (s *Session) ID() string { return s.id }
+
+// Close closes the session's connection. Serve then returns.
+func (s *Session) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.link.Close() })
+	return s.closeErr
+}
+
+// Serve reads messages and answers MCP requests until the connection breaks
+// or ctx ends, then closes the session and waits for running tool calls
+// (whose ctx it cancels). It returns ctx's error if ctx ended, otherwise why
+// the connection broke.
+//
+// Requests other than tools/call are answered inline, in arrival order.
+// Tool calls run one at a time in arrival order for ProfileESP32, like
+// firmware's main loop, and concurrently otherwise, so their replies may
+// come back out of order.
+func (s *Session) Serve(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var serial chan *call // nil unless calls are serialised
+	if s.server.profile == ProfileESP32 {
+		serial = make(chan *call, serialQueue)
+		wg.Go(func() {
+			for c := range serial {
+				if ctx.Err() == nil {
+					s.send(ctx, c.run(ctx))
+				}
+			}
+		})
+	}
+	sem := make(chan struct{}, maxConcurrentCalls)
+	defer func() {
+		cancel()
+		_ = s.Close()
+		if serial != nil {
+			close(serial)
+		}
+		wg.Wait()
+	}()
+
+	for {
+		msg, err := s.read(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("device: session %s ended: %w", s.id, err)
+		}
+		c := s.handleMessage(ctx, msg)
+		if c == nil {
+			continue
+		}
+		if serial != nil {
+			select {
+			case serial <- c:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			s.send(ctx, c.run(ctx))
+		})
+	}
+}
+
+// read returns the next message, treating a silent link as dead after the
+// idle timeout, as firmware does after 120 s.
+func (s *Session) read(ctx context.Context) ([]byte, error) {
+	if s.idle <= 0 {
+		return s.link.Read(ctx)
+	}
+	rctx, cancel := context.WithTimeoutCause(ctx, s.idle, errIdle)
+	defer cancel()
+	msg, err := s.link.Read(rctx)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(rctx), errIdle) {
+		return nil, errIdle
+	}
+	return msg, err
+}
+
+var errIdle = errors.New("no message received within the idle timeout")
+
+// handleMessage processes one envelope. It answers everything it can at once
+// and returns a tool call that still has to run.
+func (s *Session) handleMessage(ctx context.Context, msg []byte) *call {
+	env, err := xiaozhi.DecodeEnvelope(msg)
+	if err != nil {
+		s.log.Debug("ignored message that is not an envelope", "error", err)
+		return nil
+	}
+	switch env.Type {
+	case xiaozhi.TypeMCP:
+		if len(env.Payload) == 0 {
+			s.log.Debug("ignored mcp message without payload")
+			return nil
+		}
+		reply, c := s.server.dispatch(env.Payload)
+		s.send(ctx, reply)
+		return c
+	case xiaozhi.TypeGoodbye:
+		// On WebSocket firmware ignores a server goodbye; the server closes
+		// the socket instead.
+	default:
+		s.log.Debug("ignored message", "type", env.Type)
+	}
+	return nil
+}
+
+// send wraps a reply payload in an mcp envelope and writes it. The envelope
+// is built by concatenation, like firmware's SendMcpMessage, so that an
+// unparseable firmware error payload reaches the gateway unchanged.
+func (s *Session) send(ctx context.Context, payload []byte) {
+	if payload == nil {
+		return
+	}
+	frame := make([]byte, 0, len(payload)+len(s.id)+48)
+	frame = append(frame, `{"session_id":`...)
+	frame = append(frame, jsonString(s.id)...)
+	frame = append(frame, `,"type":"mcp","payload":`...)
+	frame = append(frame, payload...)
+	frame = append(frame, '}')
+	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	if err := s.link.Write(wctx, frame); err != nil {
+		// The reader sees the broken link and ends the session.
+		s.log.Debug("reply not sent", "error", err)
+	}
+}

@@ -1,0 +1,361 @@
+// Package api is the gateway's REST door under /api/v1, with Server-Sent
+// Events of the hub's events, /healthz and /metrics.
+//
+// Every error is {"error":{"code":"<slug>","message":"...","details":...}};
+// the codes are listed in docs/api.md. A tool failure reported by the device
+// is not an error here: it is a 200 with the MCP CallToolResult shape and
+// "isError": true.
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/metrics"
+)
+
+// Config configures the REST door. Hub and Metrics are required.
+type Config struct {
+	Hub     *hub.Hub
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+	// Version is reported by /healthz.
+	Version string
+	// MaxBodyBytes caps request bodies. Default 1 MiB.
+	MaxBodyBytes int64
+	// MaxCallTimeout caps a caller's timeout_ms. Default 10 minutes.
+	MaxCallTimeout time.Duration
+	// SSEHeartbeat is how often an idle event stream gets a comment line. Default 15s.
+	SSEHeartbeat time.Duration
+}
+
+// API is the REST handler.
+type API struct {
+	cfg Config
+	hub *hub.Hub
+	log *slog.Logger
+	mux *http.ServeMux
+
+	closing   chan struct{} // closed by Close: ends event streams
+	closeOnce sync.Once
+}
+
+// Close ends open event streams, which would otherwise keep an
+// http.Server's Shutdown waiting.
+func (a *API) Close() { a.closeOnce.Do(func() { close(a.closing) }) }
+
+// New returns the handler, with routes registered.
+func New(cfg Config) (*API, error) {
+	if cfg.Hub == nil || cfg.Metrics == nil {
+		return nil, errors.New("api: Config.Hub and Config.Metrics are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	if cfg.MaxCallTimeout <= 0 {
+		cfg.MaxCallTimeout = 10 * time.Minute
+	}
+	if cfg.SSEHeartbeat <= 0 {
+		cfg.SSEHeartbeat = 15 * time.Second
+	}
+	a := &API{cfg: cfg, hub: cfg.Hub, log: cfg.Logger, mux: http.NewServeMux(), closing: make(chan struct{})}
+	a.mux.HandleFunc("GET /api/v1/devices", a.listDevices)
+	a.mux.HandleFunc("GET /api/v1/devices/{id}", a.getDevice)
+	a.mux.HandleFunc("PATCH /api/v1/devices/{id}", a.patchDevice)
+	a.mux.HandleFunc("GET /api/v1/devices/{id}/tools", a.listTools)
+	a.mux.HandleFunc("POST /api/v1/devices/{id}/tools/call", a.callTool)
+	a.mux.HandleFunc("GET /api/v1/events", a.events)
+	a.mux.HandleFunc("GET /healthz", a.healthz)
+	a.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{}))
+	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path), nil)
+	})
+	return a, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+
+// ErrorBody is the shape of every error response.
+type ErrorBody struct {
+	Error ErrorInfo `json:"error"`
+}
+
+// ErrorInfo describes an error.
+type ErrorInfo struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Details any    `json:"details,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v) // the client may be gone; nothing to do about it
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string, details any) {
+	writeJSON(w, status, ErrorBody{Error: ErrorInfo{Code: code, Message: msg, Details: details}})
+}
+
+// writeHubError maps a hub error to its status and slug.
+func writeHubError(w http.ResponseWriter, err error) {
+	code := hub.Code(err)
+	status := http.StatusInternalServerError
+	var details any
+	switch code {
+	case "device_not_found", "tool_not_found":
+		status = http.StatusNotFound
+	case "invalid_arguments":
+		status = http.StatusBadRequest
+		var ve *hub.ValidationError
+		if errors.As(err, &ve) {
+			details = ValidationDetails{Tool: ve.Tool, Problems: ve.Problems}
+		}
+	case "bad_request":
+		status = http.StatusBadRequest
+	case "alias_taken":
+		status = http.StatusConflict
+	case "device_offline":
+		status = http.StatusConflict
+	case "device_timeout":
+		status = http.StatusGatewayTimeout
+	case "device_disconnected", "device_bad_response":
+		status = http.StatusBadGateway
+	case "client_closed":
+		status = 499 // the caller is gone; nginx's convention
+	}
+	writeError(w, status, code, err.Error(), details)
+}
+
+// ValidationDetails are the details of an invalid_arguments error.
+type ValidationDetails struct {
+	Tool     string        `json:"tool"`
+	Problems []hub.Problem `json:"problems"`
+}
+
+// DeviceList is the body of GET /api/v1/devices.
+type DeviceList struct {
+	Devices []hub.Device `json:"devices"`
+}
+
+func (a *API) listDevices(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, DeviceList{Devices: a.hub.Devices()})
+}
+
+func (a *API) getDevice(w http.ResponseWriter, r *http.Request) {
+	d, err := a.hub.Device(r.PathValue("id"))
+	if err != nil {
+		writeHubError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+func (a *API) patchDevice(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Alias *string `json:"alias"`
+	}
+	if !a.decodeBody(w, r, &body) {
+		return
+	}
+	if body.Alias == nil {
+		writeError(w, http.StatusBadRequest, "bad_request", `nothing to change: send {"alias":"new-name"}`, nil)
+		return
+	}
+	d, err := a.hub.SetAlias(r.PathValue("id"), *body.Alias)
+	if err != nil {
+		writeHubError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+// ToolJSON is a tool as the REST API lists it.
+type ToolJSON struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"inputSchema"`
+	Annotations json.RawMessage `json:"annotations,omitempty"`
+	UserOnly    bool            `json:"userOnly,omitempty"`
+}
+
+func (a *API) listTools(w http.ResponseWriter, r *http.Request) {
+	d, cat, err := a.hub.Tools(r.PathValue("id"))
+	if err != nil {
+		writeHubError(w, err)
+		return
+	}
+	tools := make([]ToolJSON, 0, cat.Len())
+	if cat != nil {
+		for i := range cat.Tools {
+			t := &cat.Tools[i]
+			schema := t.InputSchema
+			if len(schema) == 0 {
+				schema = json.RawMessage(`{"type":"object"}`)
+			}
+			tools = append(tools, ToolJSON{Name: t.Name, Description: t.Description, InputSchema: schema,
+				Annotations: t.Annotations, UserOnly: t.UserOnly()})
+		}
+	}
+	writeJSON(w, http.StatusOK, ToolList{Device: d.ID, State: d.State, Tools: tools})
+}
+
+// ToolList is the body of GET /api/v1/devices/{id}/tools: the device's last
+// known catalog, which an offline device keeps.
+type ToolList struct {
+	// Device is the device's id (whatever form or alias the request used).
+	Device string     `json:"device"`
+	State  hub.State  `json:"state"`
+	Tools  []ToolJSON `json:"tools"`
+}
+
+// CallBody is the body of a tool call.
+type CallBody struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+	TimeoutMS int64           `json:"timeout_ms,omitempty"`
+}
+
+func (a *API) callTool(w http.ResponseWriter, r *http.Request) {
+	var body CallBody
+	if !a.decodeBody(w, r, &body) {
+		return
+	}
+	if body.Name == "" {
+		writeError(w, http.StatusBadRequest, "bad_request", `missing "name": the tool to call`, nil)
+		return
+	}
+	if body.TimeoutMS < 0 {
+		writeError(w, http.StatusBadRequest, "bad_request", `"timeout_ms" must not be negative (0 means the tool's default timeout)`, nil)
+		return
+	}
+	timeout := time.Duration(body.TimeoutMS) * time.Millisecond
+	if timeout > a.cfg.MaxCallTimeout {
+		writeError(w, http.StatusBadRequest, "bad_request",
+			fmt.Sprintf(`"timeout_ms" %d exceeds the maximum of %d`, body.TimeoutMS, a.cfg.MaxCallTimeout.Milliseconds()), nil)
+		return
+	}
+	res, err := a.hub.Call(r.Context(), hub.CallRequest{
+		Device: r.PathValue("id"), Tool: body.Name, Arguments: body.Arguments, Timeout: timeout,
+		Caller: "local", Door: "rest",
+	})
+	if err != nil {
+		writeHubError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (a *API) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes)
+	dec := json.NewDecoder(r.Body)
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", mbe.Limit), nil)
+		case errors.Is(err, io.EOF):
+			writeError(w, http.StatusBadRequest, "bad_request", "empty request body: send a JSON object", nil)
+		default:
+			writeError(w, http.StatusBadRequest, "bad_request", "request body is not valid JSON: "+err.Error(), nil)
+		}
+		return false
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "bad_request", "request body has data after the JSON object", nil)
+		return false
+	}
+	return true
+}
+
+func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
+	online := 0
+	devs := a.hub.Devices()
+	for _, d := range devs {
+		if d.Online {
+			online++
+		}
+	}
+	writeJSON(w, http.StatusOK, Health{Status: "ok", Version: a.cfg.Version, Devices: len(devs), Online: online})
+}
+
+// Health is the body of GET /healthz.
+type Health struct {
+	Status  string `json:"status"`
+	Version string `json:"version"`
+	// Devices counts every known device, Online those with a live session.
+	Devices int `json:"devices"`
+	Online  int `json:"online"`
+}
+
+// events streams the hub's events as Server-Sent Events until the client
+// leaves. Query "device" filters to one device (id or alias).
+func (a *API) events(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, "internal", "streaming unsupported", nil)
+		return
+	}
+	filter := ""
+	if ref := r.URL.Query().Get("device"); ref != "" {
+		d, err := a.hub.Device(ref)
+		if err != nil {
+			writeHubError(w, err)
+			return
+		}
+		filter = d.ID
+	}
+	sub := a.hub.Subscribe()
+	defer sub.Close()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprint(w, ": connected\n\n")
+	fl.Flush()
+	hb := time.NewTicker(a.cfg.SSEHeartbeat)
+	defer hb.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-a.closing:
+			return
+		case <-hb.C:
+			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil {
+				return
+			}
+			fl.Flush()
+		case ev, ok := <-sub.C:
+			if !ok {
+				return
+			}
+			if filter != "" && ev.Device != filter {
+				continue
+			}
+			b, err := json.Marshal(ev)
+			if err != nil {
+				a.log.Error("could not encode event", "error", err)
+				continue
+			}
+			if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, b); err != nil {
+				return
+			}
+			fl.Flush()
+		}
+	}
+}

@@ -1,0 +1,278 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
+)
+
+// ErrUnreachable wraps a failure to connect to the gateway at all (refused,
+// unresolvable host), as opposed to an answer the gateway gave (an [*APIError]).
+var ErrUnreachable = errors.New("cannot reach the gateway")
+
+// APIError is a non-2xx answer of the gateway, decoded from the error body
+// {"error":{"code","message","details"}}. When the body is not that shape (a
+// proxy's HTML page, say), Code is empty and Message holds the start of the body.
+type APIError struct {
+	Status  int
+	Code    string
+	Message string
+	// Details is the error's details member as sent, if any. For
+	// invalid_arguments it is a [ValidationDetails]; see [APIError.Problems].
+	Details json.RawMessage
+}
+
+func (e *APIError) Error() string {
+	if e.Code == "" {
+		return fmt.Sprintf("HTTP %d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
+	}
+	return e.Code + ": " + e.Message
+}
+
+// Problems returns the schema violations of an invalid_arguments error, or
+// nil for any other error.
+func (e *APIError) Problems() []hub.Problem {
+	if e.Code != "invalid_arguments" || len(e.Details) == 0 {
+		return nil
+	}
+	var d ValidationDetails
+	if json.Unmarshal(e.Details, &d) != nil {
+		return nil
+	}
+	return d.Problems
+}
+
+// Client is a typed client of the REST API. It is safe for concurrent use.
+//
+// Every method is bound by its ctx and nothing else: a tool call may wait as
+// long as the gateway's call timeout, so give ctx a deadline longer than the
+// call's timeout_ms to see the gateway's device_timeout rather than your own.
+type Client struct {
+	base string // scheme://host[/prefix], no trailing slash
+	hc   *http.Client
+}
+
+// NewClient returns a client of the gateway at baseURL, such as
+// "http://127.0.0.1:8000" or "https://gw.example.com/mcpgate". A bare
+// "host:port" means http. A nil httpClient means http.DefaultClient.
+func NewClient(baseURL string, httpClient *http.Client) (*Client, error) {
+	raw := strings.TrimSpace(baseURL)
+	if raw == "" {
+		return nil, errors.New("api: empty gateway URL")
+	}
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("api: gateway URL %q: %w", baseURL, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("api: gateway URL %q: scheme must be http or https", baseURL)
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return nil, fmt.Errorf("api: gateway URL %q has no host", baseURL)
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("api: gateway URL %q: want only scheme, host and an optional path prefix", baseURL)
+	}
+	if httpClient == nil {
+		httpClient = http.DefaultClient
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	return &Client{base: u.String(), hc: httpClient}, nil
+}
+
+// URL returns the gateway's base URL as the client uses it.
+func (c *Client) URL() string { return c.base }
+
+// Devices lists every device the gateway knows, online or not, sorted by alias.
+func (c *Client) Devices(ctx context.Context) ([]hub.Device, error) {
+	var out DeviceList
+	if err := c.do(ctx, http.MethodGet, "/api/v1/devices", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Devices, nil
+}
+
+// Device returns one device by id (any MAC form) or alias.
+func (c *Client) Device(ctx context.Context, ref string) (*hub.Device, error) {
+	p, err := devicePath(ref, "")
+	if err != nil {
+		return nil, err
+	}
+	var d hub.Device
+	if err := c.do(ctx, http.MethodGet, p, nil, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// SetAlias renames a device and returns it as it now is.
+func (c *Client) SetAlias(ctx context.Context, ref, alias string) (*hub.Device, error) {
+	p, err := devicePath(ref, "")
+	if err != nil {
+		return nil, err
+	}
+	var d hub.Device
+	if err := c.do(ctx, http.MethodPatch, p, map[string]string{"alias": alias}, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// Tools returns a device's last known tool catalog.
+func (c *Client) Tools(ctx context.Context, ref string) (*ToolList, error) {
+	p, err := devicePath(ref, "/tools")
+	if err != nil {
+		return nil, err
+	}
+	var out ToolList
+	if err := c.do(ctx, http.MethodGet, p, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Call calls a tool. A failure the device reports is a Result with IsError
+// set, not an error; gateway failures (unknown tool, invalid arguments,
+// offline, timeout...) are an [*APIError].
+func (c *Client) Call(ctx context.Context, ref string, body CallBody) (*mcpclient.Result, error) {
+	p, err := devicePath(ref, "/tools/call")
+	if err != nil {
+		return nil, err
+	}
+	if body.Name == "" {
+		return nil, errors.New("api: call: empty tool name")
+	}
+	var res mcpclient.Result
+	if err := c.do(ctx, http.MethodPost, p, body, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Health returns the gateway's /healthz answer.
+func (c *Client) Health(ctx context.Context) (*Health, error) {
+	var h Health
+	if err := c.do(ctx, http.MethodGet, "/healthz", nil, &h); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// devicePath builds /api/v1/devices/{ref}{suffix} with ref escaped as one
+// path segment. "." and ".." are refused: the server's mux would clean them
+// away and redirect to another endpoint.
+func devicePath(ref, suffix string) (string, error) {
+	switch strings.TrimSpace(ref) {
+	case "":
+		return "", errors.New("api: empty device reference: give a device id or alias")
+	case ".", "..":
+		return "", fmt.Errorf("api: invalid device reference %q", ref)
+	}
+	return "/api/v1/devices/" + url.PathEscape(ref) + suffix, nil
+}
+
+// maxErrorBody caps how much of an error response is read.
+const maxErrorBody = 1 << 20
+
+// do sends one request with an optional JSON body and decodes a 2xx answer
+// into out, or a non-2xx answer into an *APIError.
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("api: encode %s %s request: %w", method, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return fmt.Errorf("api: %s %s: %w", method, path, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return c.transportError(ctx, err)
+	}
+	defer resp.Body.Close()
+
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return decodeAPIError(resp)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("api: %s %s: %w", method, path, ctx.Err())
+		}
+		return fmt.Errorf("api: %s %s: unexpected answer from %s: %w", method, path, c.base, err)
+	}
+	return nil
+}
+
+// transportError explains a request that got no answer. A refused or
+// unresolvable connection is by far the most common case (no gateway
+// running, wrong --server), so it says what to do about it.
+func (c *Client) transportError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		// The caller's deadline or cancellation, not the gateway's fault;
+		// err (a *url.Error naming the request) wraps ctx.Err() for errors.Is.
+		return fmt.Errorf("api: %w", err)
+	}
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	if (errors.As(err, &opErr) && opErr.Op == "dial") || errors.As(err, &dnsErr) {
+		// The url.Error only repeats the URL; keep its cause, which says why.
+		cause := err
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			cause = ue.Err
+		}
+		return fmt.Errorf("%w at %s: %w (is it running? start it with 'mcpgate serve', or point --server or MCPGATE_SERVER at it)",
+			ErrUnreachable, c.base, cause)
+	}
+	return fmt.Errorf("api: %w", err)
+}
+
+func decodeAPIError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody)) // a short read still describes the error
+	e := &APIError{Status: resp.StatusCode}
+	var body struct {
+		Error *struct {
+			Code    string          `json:"code"`
+			Message string          `json:"message"`
+			Details json.RawMessage `json:"details"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(b, &body) == nil && body.Error != nil && body.Error.Code != "" {
+		e.Code, e.Message = body.Error.Code, body.Error.Message
+		if d := bytes.TrimSpace(body.Error.Details); len(d) > 0 && string(d) != "null" {
+			e.Details = d
+		}
+		return e
+	}
+	msg := strings.TrimSpace(string(b))
+	if len(msg) > 200 {
+		msg = strings.ToValidUTF8(msg[:200], "") + "…"
+	}
+	if msg == "" {
+		msg = "(empty body)"
+	}
+	e.Message = msg
+	return e
+}

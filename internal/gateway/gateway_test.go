@@ -1,0 +1,343 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/internal/hub"
+)
+
+// startGateway runs a real gateway on a random loopback port until the test ends.
+func startGateway(t testing.TB, cfg Config) *Gateway {
+	t.Helper()
+	cfg.Addr = "127.0.0.1:0"
+	gw, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx) }()
+	select {
+	case <-gw.Ready():
+	case err := <-done:
+		t.Fatalf("gateway did not start: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("gateway run: %v", err)
+		}
+	})
+	return gw
+}
+
+func wsURL(gw *Gateway) string { return "ws://" + gw.Addr() + "/xiaozhi/v1/" }
+
+// runDevice connects a device with the SDK until stop is called or the test ends.
+func runDevice(t testing.TB, gw *Gateway, mac string, srv *device.Server) (stop func()) {
+	t.Helper()
+	c, err := device.NewClient(device.ClientOptions{URL: wsURL(gw), DeviceID: mac, Server: srv,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+func newServer(t testing.TB, profile device.Profile, tools ...device.Tool) *device.Server {
+	t.Helper()
+	srv, err := device.NewServer(device.ServerOptions{Profile: profile, Name: "test-board", Version: "2.4.2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tl := range tools {
+		if err := srv.AddTool(tl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return srv
+}
+
+func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func waitState(t testing.TB, gw *Gateway, ref string, want hub.State) hub.Device {
+	t.Helper()
+	var d hub.Device
+	waitFor(t, fmt.Sprintf("%s to be %s", ref, want), 10*time.Second, func() bool {
+		var err error
+		d, err = gw.Hub().Device(ref)
+		return err == nil && d.State == want
+	})
+	return d
+}
+
+func volumeTool(level *int, mu *sync.Mutex) device.Tool {
+	return device.Tool{
+		Name:        "self.audio_speaker.set_volume",
+		Description: "Set the volume of the audio speaker.",
+		Properties:  []device.Property{device.Int("volume", 0, 100)},
+		Handler: func(ctx context.Context, args device.Args) (any, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			*level = args.Int("volume")
+			return true, nil
+		},
+	}
+}
+
+func fillerTools(n int) []device.Tool {
+	var tools []device.Tool
+	for i := range n {
+		tools = append(tools, device.Tool{
+			Name:        fmt.Sprintf("self.filler.tool_%03d", i),
+			Description: strings.Repeat("A tool that exists to make the catalog span several pages. ", 12),
+			Properties:  []device.Property{device.IntDefault("level", 1, 0, 9)},
+			Handler:     func(ctx context.Context, args device.Args) (any, error) { return args.Int("level"), nil },
+		})
+	}
+	return tools
+}
+
+func call(t testing.TB, gw *Gateway, ref, tool, args string, timeout time.Duration) (string, bool, error) {
+	t.Helper()
+	res, err := gw.Hub().Call(context.Background(), hub.CallRequest{Device: ref, Tool: tool, Arguments: json.RawMessage(args), Timeout: timeout})
+	if err != nil {
+		return "", false, err
+	}
+	return res.Text(), res.IsError, nil
+}
+
+// Every profile connects, is discovered across several pages (user-only tools
+// included and marked), and answers calls in its own error form.
+func TestProfilesDiscoverMultiPageCatalogs(t *testing.T) {
+	gw := startGateway(t, Config{})
+	for i, profile := range []device.Profile{device.ProfileESP32, device.ProfilePyXiaozhi, device.ProfileSpec} {
+		t.Run(string(profile), func(t *testing.T) {
+			var mu sync.Mutex
+			level := 50
+			tools := append([]device.Tool{volumeTool(&level, &mu), {
+				Name: "self.reboot", Description: "Reboot", UserOnly: true,
+				Handler: func(ctx context.Context, args device.Args) (any, error) { return true, nil },
+			}, {
+				Name: "self.fail", Description: "Always fails",
+				Handler: func(ctx context.Context, args device.Args) (any, error) { return nil, errors.New("motor jammed") },
+			}}, fillerTools(40)...)
+			mac := fmt.Sprintf("02:00:00:00:0a:%02x", i)
+			runDevice(t, gw, mac, newServer(t, profile, tools...))
+			d := waitState(t, gw, mac, hub.StateReady)
+			if d.Tools != 43 || d.ServerInfo == nil || d.ServerInfo.Name != "test-board" {
+				t.Fatalf("device = %+v", d)
+			}
+			_, cat, _ := gw.Hub().Tools(mac)
+			if reboot, ok := cat.Tool("self.reboot"); !ok || !reboot.UserOnly() {
+				t.Fatalf("user-only tool missing or unmarked")
+			}
+			text, isErr, err := call(t, gw, mac, "self.audio_speaker.set_volume", `{"volume":30}`, 0)
+			if err != nil || isErr || text != "true" {
+				t.Fatalf("set_volume = %q %v %v", text, isErr, err)
+			}
+			mu.Lock()
+			if level != 30 {
+				t.Fatalf("device volume = %d", level)
+			}
+			mu.Unlock()
+			text, isErr, err = call(t, gw, mac, "self.fail", `{}`, 0)
+			if err != nil || !isErr || !strings.Contains(text, "motor jammed") {
+				t.Fatalf("failing tool = %q %v %v", text, isErr, err)
+			}
+		})
+	}
+	metrics := scrape(t, gw)
+	for _, want := range []string{"mcpgate_devices_known 3", `mcpgate_tool_calls_total{outcome="ok"} 3`, `mcpgate_tool_calls_total{outcome="tool_error"} 3`} {
+		if !strings.Contains(metrics, want) {
+			t.Fatalf("metrics lack %q:\n%s", want, grepLines(metrics, "mcpgate_"))
+		}
+	}
+}
+
+// An unescaped quote in a firmware error makes an unparseable frame: that call
+// ends by its timeout, while other calls on the same device succeed.
+func TestUnescapedQuoteEndsCallByTimeout(t *testing.T) {
+	gw := startGateway(t, Config{})
+	var mu sync.Mutex
+	level := 0
+	srv := newServer(t, device.ProfileESP32, volumeTool(&level, &mu), device.Tool{
+		Name: "self.quote", Description: "Fails with a quote in its message",
+		Handler: func(ctx context.Context, args device.Args) (any, error) {
+			return nil, errors.New(`file "a.txt" not found`)
+		},
+	})
+	mac := "02:00:00:00:0b:01"
+	runDevice(t, gw, mac, srv)
+	waitState(t, gw, mac, hub.StateReady)
+
+	start := time.Now()
+	errc := make(chan error, 1)
+	go func() {
+		_, _, err := call(t, gw, mac, "self.quote", `{}`, 300*time.Millisecond)
+		errc <- err
+	}()
+	for i := range 5 {
+		text, isErr, err := call(t, gw, mac, "self.audio_speaker.set_volume", fmt.Sprintf(`{"volume":%d}`, i), 0)
+		if err != nil || isErr || text != "true" {
+			t.Fatalf("other call %d = %q %v %v", i, text, isErr, err)
+		}
+	}
+	err := <-errc
+	if !errors.Is(err, hub.ErrDeviceTimeout) {
+		t.Fatalf("quote call = %v, want device timeout", err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Fatalf("ended after %s, before its timeout", d)
+	}
+	if !strings.Contains(scrape(t, gw), `mcpgate_dropped_frames_total{reason="unparseable"} 1`) {
+		t.Fatal("unparseable frame not counted")
+	}
+}
+
+// A device disconnecting mid-call fails the call within 100 ms.
+func TestDisconnectMidCallFailsFast(t *testing.T) {
+	gw := startGateway(t, Config{})
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	defer close(release)
+	srv := newServer(t, device.ProfilePyXiaozhi, device.Tool{
+		Name: "self.camera.take_photo", Description: "slow",
+		Handler: func(ctx context.Context, args device.Args) (any, error) {
+			close(entered)
+			<-release // a real camera does not stop because the socket died
+			return true, nil
+		},
+	})
+	mac := "02:00:00:00:0c:01"
+	stop := runDevice(t, gw, mac, srv)
+	waitState(t, gw, mac, hub.StateReady)
+
+	errc := make(chan error, 1)
+	var failedAt time.Time
+	go func() {
+		_, _, err := call(t, gw, mac, "self.camera.take_photo", `{}`, time.Minute)
+		failedAt = time.Now()
+		errc <- err
+	}()
+	<-entered
+	cut := time.Now()
+	go stop() // the SDK waits for running handlers, which wait for release
+
+	err := <-errc
+	if !errors.Is(err, hub.ErrDeviceDisconnected) {
+		t.Fatalf("err = %v, want device disconnected", err)
+	}
+	if d := failedAt.Sub(cut); d > 100*time.Millisecond {
+		t.Fatalf("call failed %s after the disconnect, want < 100ms", d)
+	}
+	waitState(t, gw, mac, hub.StateOffline)
+	if _, _, err := call(t, gw, mac, "self.camera.take_photo", `{}`, 0); !errors.Is(err, hub.ErrDeviceOffline) {
+		t.Fatalf("call while offline = %v", err)
+	}
+}
+
+// Reconnecting keeps alias and catalog; a changed catalog emits one tools_changed event.
+func TestReconnectKeepsAliasAndCatalog(t *testing.T) {
+	gw := startGateway(t, Config{})
+	sub := gw.Hub().Subscribe()
+	defer sub.Close()
+	var mu sync.Mutex
+	level := 0
+	mac := "02:00:00:00:0d:01"
+	srv := newServer(t, device.ProfileESP32, volumeTool(&level, &mu))
+	stop := runDevice(t, gw, mac, srv)
+	waitState(t, gw, mac, hub.StateReady)
+	if _, err := gw.Hub().SetAlias(mac, "desk"); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	d := waitState(t, gw, "desk", hub.StateOffline)
+	hash := d.CatalogHash
+
+	stop = runDevice(t, gw, mac, srv)
+	d = waitState(t, gw, "desk", hub.StateReady)
+	if d.CatalogHash != hash || d.Alias != "desk" {
+		t.Fatalf("after reconnect: %+v", d)
+	}
+	stop()
+	waitState(t, gw, "desk", hub.StateOffline)
+
+	if err := srv.AddTool(device.Tool{Name: "self.lamp.turn_on", Description: "Lamp on",
+		Handler: func(ctx context.Context, args device.Args) (any, error) { return true, nil }}); err != nil {
+		t.Fatal(err)
+	}
+	runDevice(t, gw, mac, srv)
+	d = waitState(t, gw, "desk", hub.StateReady)
+	if d.Tools != 2 {
+		t.Fatalf("tools = %d", d.Tools)
+	}
+	var changes []hub.ToolsChangedData
+	timeout := time.After(300 * time.Millisecond)
+loop:
+	for {
+		select {
+		case ev := <-sub.C:
+			if ev.Type == hub.EventToolsChanged {
+				changes = append(changes, ev.Data.(hub.ToolsChangedData))
+			}
+		case <-timeout:
+			break loop
+		}
+	}
+	// One for the first discovery, none for the identical reconnect, one for the change.
+	if len(changes) != 2 || fmt.Sprint(changes[1].Added) != "[self.lamp.turn_on]" {
+		t.Fatalf("tools_changed events = %+v", changes)
+	}
+}
+
+// A thousand simulated devices connect and become ready.
+func TestThousandDevices(t *testing.T) {
+	if testing.Short() {
+		t.Skip("connects 1,000 devices")
+	}
+	gw := startGateway(t, Config{})
+	var mu sync.Mutex
+	level := 0
+	const n = 1000
+	for i := range n {
+		srv := newServer(t, device.ProfileESP32, volumeTool(&level, &mu))
+		runDevice(t, gw, fmt.Sprintf("02:00:00:01:%02x:%02x", i/256, i%256), srv)
+	}
+	start := time.Now()
+	states := map[hub.State]int{}
+	waitFor(t, "1,000 ready devices", 60*time.Second, func() bool {
+		clear(states)
+		for _, d := range gw.Hub().Devices() {
+			states[d.State]++
+		}
+		return states[hub.StateReady] == n
+	})
+	t.Logf("1,000 devices ready after %s", time.Since(start))
+	if text, _, err := call(t, gw, "02:00:00:01:03:e7", "self.audio_speaker.set_volume", `{"volume":7}`, 0); err != nil || text != "true" {
+		t.Fatalf("call on device 999 = %q %v", text, err)
+	}
+}

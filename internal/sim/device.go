@@ -1,0 +1,144 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/mcpgate/mcpgate/device"
+)
+
+// Device is one simulated device.
+type Device struct {
+	Index    int    // Config.Start + the index given to NewDevice
+	MAC      string // lower case, colon separated, locally administered
+	ClientID string // a UUID derived from the MAC
+	Server   *device.Server
+
+	cfg   Config
+	log   *slog.Logger
+	http  *http.Client
+	board *board
+
+	rngMu sync.Mutex // guards rng: concurrent profiles call tools in parallel
+	rng   *rand.Rand
+}
+
+// errInjected is the device-side error of an injected failure.
+var errInjected = errors.New("simulated device failure")
+
+// NewDevice builds the index-th device of the fleet cfg describes (cfg.URL
+// may be empty). The same cfg and index always give the same MAC, client id
+// and failure sequence.
+func NewDevice(cfg Config, index int) (*Device, error) {
+	cfg, err := cfg.normalize()
+	if err != nil {
+		return nil, err
+	}
+	if index < 0 {
+		return nil, fmt.Errorf("sim: negative device index %d", index)
+	}
+	n := cfg.Start + index
+	if int64(n)+1 > 1<<32-1 {
+		return nil, fmt.Errorf("sim: device number %d exceeds the MAC space", n)
+	}
+	mac := MAC(cfg.MACPrefix, n)
+	name, version := serverInfo(cfg.Profile)
+	srv, err := device.NewServer(device.ServerOptions{Profile: cfg.Profile, Name: name, Version: version, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	d := &Device{
+		Index:    n,
+		MAC:      mac,
+		ClientID: clientID(cfg.MACPrefix, n),
+		Server:   srv,
+		cfg:      cfg,
+		log:      cfg.Logger.With("device_id", mac),
+		http:     cfg.HTTPClient,
+		board:    newBoard(n),
+		rng:      rand.New(rand.NewPCG(cfg.Seed, uint64(n))),
+	}
+	for _, t := range d.tools() {
+		t.Handler = d.inject(t.Handler)
+		if err := srv.AddTool(t); err != nil {
+			return nil, fmt.Errorf("sim: %w", err)
+		}
+	}
+	return d, nil
+}
+
+// Client returns a client that connects the device to cfg.URL.
+func (d *Device) Client() (*device.Client, error) {
+	if d.cfg.URL == "" {
+		return nil, ErrNoURL
+	}
+	c, err := device.NewClient(device.ClientOptions{
+		URL:        d.cfg.URL,
+		DeviceID:   d.MAC,
+		ClientID:   d.ClientID,
+		Token:      d.cfg.Token,
+		Server:     d.Server,
+		MinBackoff: minBackoff,
+		MaxBackoff: maxBackoff,
+		Logger:     d.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	return c, nil
+}
+
+// MAC returns the MAC of device number n: 02:<prefix>:<n+1 as 4 bytes>, so
+// the first device of prefix 0 is 02:00:00:00:00:01.
+func MAC(prefix byte, n int) string {
+	v := uint32(n + 1)
+	return fmt.Sprintf("02:%02x:%02x:%02x:%02x:%02x", prefix, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+}
+
+// clientID derives a stable version-4-shaped UUID from the MAC, so a
+// restarted fleet presents the same identities.
+func clientID(prefix byte, n int) string {
+	return fmt.Sprintf("00000000-0000-4000-8000-02%02x%08x", prefix, uint32(n+1))
+}
+
+// serverInfo is what each profile's devices report in initialize.
+func serverInfo(p device.Profile) (name, version string) {
+	switch p {
+	case device.ProfilePyXiaozhi:
+		return "py-xiaozhi", "2.0.0"
+	case device.ProfileSpec:
+		return "mcpgate-sim", "1.0.0"
+	}
+	return "bread-compact-wifi", "2.4.2"
+}
+
+// inject wraps a handler with the configured latency and failure rate.
+func (d *Device) inject(h device.Handler) device.Handler {
+	return func(ctx context.Context, args device.Args) (any, error) {
+		if d.cfg.Latency > 0 {
+			t := time.NewTimer(d.cfg.Latency)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			case <-t.C:
+			}
+		}
+		if d.cfg.FailureRate > 0 && d.roll() < d.cfg.FailureRate {
+			return nil, errInjected
+		}
+		return h(ctx, args)
+	}
+}
+
+func (d *Device) roll() float64 {
+	d.rngMu.Lock()
+	defer d.rngMu.Unlock()
+	return d.rng.Float64()
+}

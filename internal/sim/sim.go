@@ -1,0 +1,151 @@
+// Package sim runs fleets of simulated XiaoZhi devices against a gateway.
+//
+// Each simulated device is a [device.Server] carrying the built-in tools of
+// xiaozhi-esp32 firmware (exact names, descriptions and schemas), a few board
+// tools (lamp, LED strip), optional filler tools that make the catalog span
+// several tools/list pages, and for the spec profile a tool that returns
+// every MCP content type. State (volume, brightness, theme, lamp) is kept per
+// device and reported by self.get_device_status. Latency and failures can be
+// injected into every tool call.
+//
+// [Run] connects a whole fleet; [NewDevice] builds one device for tests and
+// load tools.
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/mcpgate/mcpgate/device"
+)
+
+// Config describes a fleet. The zero value of every field but URL is usable.
+type Config struct {
+	// URL is the gateway's WebSocket endpoint; required by Run.
+	URL string
+	// Count is the number of devices; 0 means 1.
+	Count int
+	// Start offsets device indexes, so that several fleets (or processes)
+	// get disjoint MACs: device i is number Start+i.
+	Start int
+	// Profile is the devices' behaviour; "" means device.ProfileESP32.
+	Profile device.Profile
+	// ExtraTools adds this many filler tools with long descriptions, so the
+	// catalog spans several 8000-byte tools/list pages.
+	ExtraTools int
+	// Latency delays every tool call.
+	Latency time.Duration
+	// FailureRate is the probability, 0..1, that a tool call fails with a
+	// device-side error.
+	FailureRate float64
+	// MACPrefix is the second octet of every MAC; the first is 0x02 (locally
+	// administered). Use it to keep concurrent fleets apart.
+	MACPrefix byte
+	// Seed makes failure injection reproducible.
+	Seed uint64
+	// Token is the devices' access token.
+	Token string
+	// Stagger is the pause between two device connects, so a large fleet
+	// connects fast but not in one instant; 0 means 1 ms (1,000 devices in
+	// about a second).
+	Stagger time.Duration
+	// HTTPClient performs the devices' uploads and downloads (camera,
+	// snapshot, preview); nil means a client with a 30 s timeout.
+	HTTPClient *http.Client
+	// Logger receives the devices' logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Reconnect bounds of simulated devices: quick enough for tests, jittered so
+// a fleet that lost its gateway does not return in lockstep.
+const (
+	minBackoff = 250 * time.Millisecond
+	maxBackoff = 15 * time.Second
+)
+
+// ErrNoURL is returned by Run when Config.URL is empty.
+var ErrNoURL = errors.New("sim: Config.URL is required")
+
+// normalize validates the configuration and fills in defaults.
+func (c Config) normalize() (Config, error) {
+	if c.Count == 0 {
+		c.Count = 1
+	}
+	if c.Count < 0 || c.Start < 0 {
+		return c, fmt.Errorf("sim: negative Count or Start")
+	}
+	if int64(c.Start)+int64(c.Count) > 1<<32-1 {
+		return c, fmt.Errorf("sim: Start+Count exceeds the MAC space")
+	}
+	if c.Profile == "" {
+		c.Profile = device.ProfileESP32
+	}
+	if _, err := device.ParseProfile(string(c.Profile)); err != nil {
+		return c, fmt.Errorf("sim: %w", err)
+	}
+	if c.ExtraTools < 0 || c.Latency < 0 || c.Stagger < 0 {
+		return c, fmt.Errorf("sim: negative ExtraTools, Latency or Stagger")
+	}
+	if c.FailureRate < 0 || c.FailureRate > 1 || c.FailureRate != c.FailureRate {
+		return c, fmt.Errorf("sim: FailureRate %v outside 0..1", c.FailureRate)
+	}
+	if c.Stagger == 0 {
+		c.Stagger = time.Millisecond
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c, nil
+}
+
+// Run connects cfg.Count devices to the gateway and keeps them connected,
+// reconnecting as real devices do, until ctx ends. It returns a configuration
+// error at once, or ctx's error after every device has stopped.
+func Run(ctx context.Context, cfg Config) error {
+	cfg, err := cfg.normalize()
+	if err != nil {
+		return err
+	}
+	if cfg.URL == "" {
+		return ErrNoURL
+	}
+	// Build every device first, so a bad configuration fails before any
+	// connection is made.
+	clients := make([]*device.Client, cfg.Count)
+	for i := range clients {
+		d, err := NewDevice(cfg, i)
+		if err != nil {
+			return err
+		}
+		if clients[i], err = d.Client(); err != nil {
+			return err
+		}
+	}
+	cfg.Logger.Info("starting simulated fleet", "devices", cfg.Count, "profile", cfg.Profile, "url", cfg.URL)
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	tick := time.NewTicker(cfg.Stagger)
+	defer tick.Stop()
+	for i, c := range clients {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-tick.C:
+			}
+		}
+		wg.Go(func() { _ = c.Run(ctx) }) // Run only returns ctx's error
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
