@@ -46,7 +46,7 @@ func cliAnswer(c devicetest.Call) devicetest.Answer {
 // startGateway runs a real gateway until the test ends and returns its address.
 func startGateway(t *testing.T) string {
 	t.Helper()
-	gw, err := gateway.New(gateway.Config{Addr: "127.0.0.1:0", Version: "test"})
+	gw, err := gateway.New(gateway.Config{Addr: "127.0.0.1:0", Version: "test", DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ func startGateway(t *testing.T, cfg gateway.Config) *testGateway {
 	t.Helper()
 	cfg.Addr = "127.0.0.1:0"
 	cfg.Version = "test"
+	cfg.DataDir = t.TempDir()
 	gw, err := gateway.New(cfg)
 	if err != nil {
 		t.Fatalf("gateway.New: %v", err)

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -25,7 +26,7 @@ import (
 type Config struct {
 	// Addr is the HTTP listen address. Default "127.0.0.1:8000"; port 0 picks one.
 	Addr string
-	// DataDir holds the gateway's files. Default "./data".
+	// DataDir holds the gateway's files; created at start. Default "./data".
 	DataDir string
 	// Version is reported by /healthz and in initialize's clientInfo.
 	Version string
@@ -143,6 +144,9 @@ func (g *Gateway) Ready() <-chan struct{} { return g.ready }
 // connections with a going-away frame, and waits for in-flight requests up to
 // the shutdown timeout.
 func (g *Gateway) Run(ctx context.Context) error {
+	if err := os.MkdirAll(g.cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
 	ln, err := net.Listen("tcp", g.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", g.cfg.Addr, err)

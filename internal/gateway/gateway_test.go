@@ -18,6 +18,9 @@ import (
 func startGateway(t testing.TB, cfg Config) *Gateway {
 	t.Helper()
 	cfg.Addr = "127.0.0.1:0"
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
 	gw, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

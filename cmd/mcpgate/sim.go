@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/internal/sim"
+	"github.com/mcpgate/mcpgate/xiaozhi"
+)
+
+func init() { extraCommands = append(extraCommands, newSimCmd) }
+
+func newSimCmd(g *globals) *cobra.Command {
+	var (
+		cfg       sim.Config
+		wsURL     string
+		profile   string
+		prefix    uint8
+		logLevel  string
+		logFormat string
+	)
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Run simulated XiaoZhi devices against a gateway",
+		Long: `Run N simulated devices that connect to a gateway the way real ones do.
+
+Each device has the ESP32 firmware's built-in tools with their exact names and
+schemas (self.get_device_status, self.audio_speaker.set_volume,
+self.screen.set_brightness, self.screen.set_theme, self.camera.take_photo, the
+user-only self.reboot, self.get_system_info, ...) plus a lamp and an LED strip.
+Volume, brightness, theme and lamp are stateful and reported by
+self.get_device_status. Profiles reproduce whose wire behaviour the devices
+have: esp32 (firmware), pyxiaozhi (py-xiaozhi), spec (standard MCP, with a
+tool returning every content type). Device i has MAC 02:PP:00:00:00:i+1
+(PP = --mac-prefix), so runs are repeatable and fleets can be kept apart.
+
+The devices reconnect with jittered backoff until interrupted.`,
+		Example: `  mcpgate sim --count 3 --profile esp32
+  mcpgate sim --count 1000 --mac-prefix 1
+  mcpgate sim --count 2 --extra-tools 60 --latency 200ms --failure-rate 0.1
+  mcpgate sim --url ws://gateway.lan:8000/xiaozhi/v1/ --token secret`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := device.ParseProfile(profile)
+			if err != nil {
+				return fmt.Errorf("--profile: %w", err)
+			}
+			cfg.Profile = p
+			cfg.MACPrefix = prefix
+			if cfg.Count < 1 {
+				return fmt.Errorf("--count must be at least 1")
+			}
+			if cfg.FailureRate < 0 || cfg.FailureRate > 1 {
+				return fmt.Errorf("--failure-rate must be between 0 and 1")
+			}
+			if wsURL == "" {
+				wsURL, err = deviceURL(g.server)
+				if err != nil {
+					return err
+				}
+			}
+			cfg.URL = wsURL
+			logger, err := newLogger(g.stderr, logLevel, logFormat)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = logger
+			fmt.Fprintf(g.stderr, "simulating %d %s device(s) against %s: %s .. %s (Ctrl-C to stop)\n",
+				cfg.Count, cfg.Profile, cfg.URL, sim.MAC(prefix, cfg.Start), sim.MAC(prefix, cfg.Start+cfg.Count-1))
+			err = sim.Run(cmd.Context(), cfg)
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Count, "count", 1, "number of devices")
+	f.IntVar(&cfg.Start, "start", 0, "index of the first device (offsets MACs)")
+	f.StringVar(&profile, "profile", "esp32", "wire behaviour: esp32, pyxiaozhi or spec")
+	f.StringVar(&wsURL, "url", "", "device WebSocket URL (default: derived from --server, e.g. ws://127.0.0.1:8000/xiaozhi/v1/)")
+	f.StringVar(&cfg.Token, "token", "", "access token the devices send as a bearer token")
+	f.IntVar(&cfg.ExtraTools, "extra-tools", 0, "filler tools per device, to make catalogs span several pages")
+	f.DurationVar(&cfg.Latency, "latency", 0, "delay added to every tool call")
+	f.Float64Var(&cfg.FailureRate, "failure-rate", 0, "probability (0..1) that a tool call fails on the device")
+	f.Uint8Var(&prefix, "mac-prefix", 0, "second octet of every MAC, to keep fleets apart")
+	f.Uint64Var(&cfg.Seed, "seed", 0, "seed for failure injection")
+	f.DurationVar(&cfg.Stagger, "stagger", time.Millisecond, "pause between two device connects")
+	f.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	return cmd
+}
+
+// deviceURL turns a gateway's HTTP URL into its device WebSocket URL.
+func deviceURL(server string) (string, error) {
+	if !strings.Contains(server, "://") {
+		server = "http://" + server
+	}
+	u, err := url.Parse(server)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("--server %q is not a URL; use --url ws://host:port%s", server, xiaozhi.Path)
+	}
+	switch u.Scheme {
+	case "http", "ws":
+		u.Scheme = "ws"
+	case "https", "wss":
+		u.Scheme = "wss"
+	default:
+		return "", fmt.Errorf("--server %q: scheme must be http or https", server)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + xiaozhi.Path
+	u.RawQuery, u.Fragment = "", ""
+	return u.String(), nil
+}
