@@ -51,7 +51,7 @@ func ExampleClient_Run() {
 		log.Fatal(err)
 	}
 	client, err := device.NewClient(device.ClientOptions{
-		URL:      "ws://127.0.0.1:8080/xiaozhi/v1/",
+		URL:      "ws://127.0.0.1:8000/xiaozhi/v1/",
 		DeviceID: "02:00:00:00:00:01",
 		Server:   srv,
 		OnState: func(s device.State) {

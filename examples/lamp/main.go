@@ -1,7 +1,7 @@
 // Command lamp is the smallest useful device built with the mcpgate device
 // SDK: a lamp that a gateway can switch over MCP.
 //
-//	go run ./examples/lamp --url ws://127.0.0.1:8080/xiaozhi/v1/ --mac 02:00:00:00:10:01
+//	go run ./examples/lamp --url ws://127.0.0.1:8000/xiaozhi/v1/ --mac 02:00:00:00:10:01
 package main
 
 import (
@@ -19,7 +19,7 @@ import (
 )
 
 func main() {
-	url := flag.String("url", "ws://127.0.0.1:8080/xiaozhi/v1/", "gateway WebSocket URL")
+	url := flag.String("url", "ws://127.0.0.1:8000/xiaozhi/v1/", "gateway WebSocket URL")
 	mac := flag.String("mac", "02:00:00:00:10:01", "device MAC address (its identity)")
 	token := flag.String("token", "", "access token")
 	flag.Parse()

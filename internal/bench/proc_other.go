@@ -1,0 +1,17 @@
+//go:build !linux
+
+package bench
+
+import (
+	"errors"
+	"os/exec"
+)
+
+var errNoProc = errors.New("reading another process's memory is only supported on Linux")
+
+func readRSS(pid int) (uint64, error) { return 0, errNoProc }
+
+func dieWithParent(cmd *exec.Cmd) {}
+
+// raiseFileLimit reports 0, "unknown": the bench then skips its check.
+func raiseFileLimit() (uint64, error) { return 0, nil }
