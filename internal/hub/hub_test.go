@@ -62,7 +62,11 @@ func (d *memDevice) serve(ctx context.Context) {
 			d.calls.Add(1)
 			if d.hold != nil {
 				go func() {
-					<-d.hold
+					select {
+					case <-d.hold:
+					case <-ctx.Done():
+						return
+					}
 					d.sess.Handle(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"late"}]}}`, m.ID))
 				}()
 				continue

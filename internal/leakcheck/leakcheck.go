@@ -1,0 +1,52 @@
+// Package leakcheck fails a test binary that leaves goroutines of this module
+// running after all its tests, the way coder/websocket's TestMain does: every
+// goroutine the gateway starts must be owned and awaited.
+package leakcheck
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Main runs the tests and then waits up to five seconds for goroutines
+// running this module's code to end, failing the binary if any remain.
+func Main(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if leaked := wait(5 * time.Second); leaked != "" {
+			fmt.Fprintf(os.Stderr, "leakcheck: goroutines still running after the tests:\n%s\n", leaked)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func wait(d time.Duration) string {
+	deadline := time.Now().Add(d)
+	for {
+		leaked := ours()
+		if leaked == "" || time.Now().After(deadline) {
+			return leaked
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ours returns the stacks of goroutines that run code of this module, other
+// than the one calling it.
+func ours() string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "leakcheck.ours") || !strings.Contains(g, "github.com/mcpgate/mcpgate/") {
+			continue
+		}
+		out = append(out, g)
+	}
+	return strings.Join(out, "\n\n")
+}
