@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -44,7 +45,26 @@ type Config struct {
 	// reader goroutine, so while it blocks the device reads nothing. Nil
 	// answers every call with TextResult("true", false), as firmware does.
 	OnCall func(Call) Answer
+
+	// Header, when not nil, replaces the headers Connect sends by default
+	// (Device-Id from ID, a fixed Client-Id, Protocol-Version 1), so a test
+	// can send another identity, or none. ID still reports Config.ID.
+	Header http.Header
+	// Query is added to the URL, as browsers send their identity.
+	Query url.Values
+	// Hello is the device hello, sent as is. Empty means firmware's hello,
+	// which announces MCP.
+	Hello string
+	// OnPing runs on the device's reader for each ping from the gateway and
+	// reports whether to answer it with a pong. Nil answers every ping.
+	OnPing func() bool
+	// OnFrame runs on the device's reader for each data frame received after
+	// the server hello, before the device handles it.
+	OnFrame func(typ websocket.MessageType, data []byte)
 }
+
+// FirmwareHello is the hello ESP32 firmware sends, announcing MCP.
+const FirmwareHello = `{"type":"hello","version":1,"features":{"mcp":true},"transport":"websocket","audio_params":{"format":"opus","sample_rate":16000,"channels":1,"frame_duration":60}}`
 
 // Call is a tools/call the device received.
 type Call struct {
@@ -82,9 +102,10 @@ func TextResult(text string, isError bool) json.RawMessage {
 
 // Device is a connected fake device. Its methods are safe for concurrent use.
 type Device struct {
-	cfg       Config
-	conn      *websocket.Conn
-	sessionID string
+	cfg         Config
+	conn        *websocket.Conn
+	sessionID   string
+	serverHello []byte
 
 	ctx    context.Context // the connection's lifetime; cancelled by Close
 	cancel context.CancelFunc
@@ -107,16 +128,29 @@ func Connect(ctx context.Context, cfg Config) (*Device, error) {
 	if cfg.Tools == nil {
 		cfg.Tools = []json.RawMessage{json.RawMessage(SetVolumeTool)}
 	}
-	h := http.Header{}
-	h.Set("Device-Id", cfg.ID)
-	h.Set("Client-Id", "00000000-0000-4000-8000-000000000001")
-	h.Set("Protocol-Version", "1")
-	conn, _, err := websocket.Dial(ctx, "ws://"+cfg.Addr+"/xiaozhi/v1/", &websocket.DialOptions{HTTPHeader: h})
+	h := cfg.Header
+	if h == nil {
+		h = http.Header{}
+		h.Set("Device-Id", cfg.ID)
+		h.Set("Client-Id", "00000000-0000-4000-8000-000000000001")
+		h.Set("Protocol-Version", "1")
+	}
+	if cfg.Hello == "" {
+		cfg.Hello = FirmwareHello
+	}
+	u := "ws://" + cfg.Addr + "/xiaozhi/v1/"
+	if len(cfg.Query) > 0 {
+		u += "?" + cfg.Query.Encode()
+	}
+	opts := &websocket.DialOptions{HTTPHeader: h}
+	if cfg.OnPing != nil {
+		opts.OnPingReceived = func(context.Context, []byte) bool { return cfg.OnPing() }
+	}
+	conn, _, err := websocket.Dial(ctx, u, opts)
 	if err != nil {
 		return nil, fmt.Errorf("devicetest: dial: %w", err)
 	}
-	hello := `{"type":"hello","version":1,"features":{"mcp":true},"transport":"websocket","audio_params":{"format":"opus","sample_rate":16000,"channels":1,"frame_duration":60}}`
-	if err := conn.Write(ctx, websocket.MessageText, []byte(hello)); err != nil {
+	if err := conn.Write(ctx, websocket.MessageText, []byte(cfg.Hello)); err != nil {
 		conn.CloseNow()
 		return nil, fmt.Errorf("devicetest: send hello: %w", err)
 	}
@@ -134,7 +168,7 @@ func Connect(ctx context.Context, cfg Config) (*Device, error) {
 		conn.CloseNow()
 		return nil, fmt.Errorf("devicetest: bad server hello %s (%v)", data, err)
 	}
-	d := &Device{cfg: cfg, conn: conn, sessionID: sh.SessionID, done: make(chan struct{})}
+	d := &Device{cfg: cfg, conn: conn, sessionID: sh.SessionID, serverHello: data, done: make(chan struct{})}
 	d.ctx, d.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	go d.readLoop()
 	return d, nil
@@ -145,6 +179,21 @@ func (d *Device) ID() string { return d.cfg.ID }
 
 // SessionID returns the session id of the server hello.
 func (d *Device) SessionID() string { return d.sessionID }
+
+// ServerHello returns the server hello exactly as received.
+func (d *Device) ServerHello() json.RawMessage { return append(json.RawMessage(nil), d.serverHello...) }
+
+// Send writes one raw frame, for frames the fake device does not send by
+// itself: audio, listen, malformed text. It is safe to call while the device
+// answers calls.
+func (d *Device) Send(ctx context.Context, typ websocket.MessageType, data []byte) error {
+	return d.conn.Write(ctx, typ, data)
+}
+
+// Ping pings the gateway and waits for the pong. The gateway reads frames
+// in order, so once Ping returns it has read every frame sent before. The
+// pong is read by the device's reader: do not call Ping from OnCall.
+func (d *Device) Ping(ctx context.Context) error { return d.conn.Ping(ctx) }
 
 // Calls returns the tools/call requests received so far.
 func (d *Device) Calls() []Call {
@@ -188,9 +237,16 @@ func (d *Device) readLoop() {
 	defer close(d.done)
 	var err error
 	for err == nil {
+		var typ websocket.MessageType
 		var data []byte
-		_, data, err = d.conn.Read(d.ctx)
-		if err == nil {
+		typ, data, err = d.conn.Read(d.ctx)
+		if err != nil {
+			break
+		}
+		if d.cfg.OnFrame != nil {
+			d.cfg.OnFrame(typ, data)
+		}
+		if typ == websocket.MessageText {
 			err = d.handle(data)
 		}
 	}

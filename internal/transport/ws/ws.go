@@ -5,6 +5,11 @@
 // Per connection: the handler goroutine owns the socket and runs the hub
 // attachment; one reader goroutine reads every frame; one keepalive goroutine
 // pings. Writes go through the concurrency-safe websocket.Conn.
+//
+// Reads never end by a context: coder/websocket drops the socket without a
+// close frame when a read's context ends, and a device is owed a reason (no
+// hello in time, replaced, going away). Deadlines and shutdown therefore close
+// the socket with a close frame, which ends the read.
 package ws
 
 import (
@@ -20,7 +25,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -41,9 +48,14 @@ type Config struct {
 	HelloTimeout time.Duration
 	// ReadLimit caps one inbound frame. Default 1 MiB; a tools/list page is under 8000 bytes.
 	ReadLimit int64
-	// PingInterval is how often idle connections are pinged so proxies and
-	// devices keep them. Default 30s; negative disables.
+	// PingInterval is how often connections are pinged so proxies and
+	// devices keep them. Default 30s; negative disables keepalive.
 	PingInterval time.Duration
+	// PongTimeout is how long a device has to answer a ping; one that does
+	// not (it is gone, or stopped reading) is disconnected and its pending
+	// calls fail. Default PingInterval, so a silent device is dropped within
+	// two intervals. Negative is an error.
+	PongTimeout time.Duration
 	// WriteTimeout bounds writes the transport makes on its own (hello, pings). Default 10s.
 	WriteTimeout time.Duration
 	// ServerAudio is announced in the server hello. Default 24 kHz mono Opus, 60 ms.
@@ -61,6 +73,9 @@ type Transport struct {
 
 	ctx    context.Context // cancelled by Close: the lifetime of all connections
 	cancel context.CancelFunc
+
+	mu     sync.Mutex     // guards closed and wg.Add, so no handler starts after Close
+	closed bool           // set by Close
 	wg     sync.WaitGroup // one per live connection handler
 }
 
@@ -87,6 +102,12 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.PingInterval == 0 {
 		cfg.PingInterval = 30 * time.Second
 	}
+	if cfg.PongTimeout < 0 {
+		return nil, fmt.Errorf("ws: PongTimeout must not be negative, got %s", cfg.PongTimeout)
+	}
+	if cfg.PongTimeout == 0 && cfg.PingInterval > 0 {
+		cfg.PongTimeout = cfg.PingInterval
+	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
 	}
@@ -100,10 +121,24 @@ func New(cfg Config) (*Transport, error) {
 }
 
 // Close closes every device connection with a going-away status and waits
-// for their handlers to return.
+// for their handlers to return. Connections arriving afterwards are refused.
 func (t *Transport) Close() {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
 	t.cancel()
 	t.wg.Wait()
+}
+
+// track counts a new connection handler, unless Close has begun.
+func (t *Transport) track() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.wg.Add(1)
+	return true
 }
 
 // identity is what a device says about itself when it connects.
@@ -140,8 +175,9 @@ func identify(r *http.Request) (identity, error) {
 	}
 	id.deviceID = devID
 	if id.protoVer != "" {
-		if _, err := strconv.Atoi(id.protoVer); err != nil {
-			return id, fmt.Errorf("invalid Protocol-Version %q: want 1, 2 or 3", id.protoVer)
+		// ParseUint takes no sign: "+2" and "-1" are refused with "0".
+		if v, err := strconv.ParseUint(id.protoVer, 10, 16); err != nil || v == 0 {
+			return id, fmt.Errorf("invalid Protocol-Version %q: want a version number such as 1, 2 or 3", id.protoVer)
 		}
 	}
 	return id, nil
@@ -155,11 +191,18 @@ func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if t.ctx.Err() != nil {
+	if !t.track() {
 		http.Error(w, "gateway is shutting down", http.StatusServiceUnavailable)
 		return
 	}
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: t.cfg.OriginPatterns})
+	defer t.wg.Done()
+	c := &connection{t: t, id: id, remote: r.RemoteAddr,
+		log: t.log.With("device_id", id.deviceID, "remote", r.RemoteAddr)}
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		OriginPatterns: t.cfg.OriginPatterns,
+		// A pong is a sign of life like any frame.
+		OnPongReceived: func(context.Context, []byte) { c.touch() },
+	})
 	if err != nil {
 		// Accept has written the HTTP error.
 		t.m.Handshakes.WithLabelValues("websocket", "upgrade_failed").Inc()
@@ -167,10 +210,7 @@ func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	conn.SetReadLimit(t.cfg.ReadLimit)
-	t.wg.Add(1)
-	defer t.wg.Done()
-	c := &connection{t: t, conn: conn, id: id, remote: r.RemoteAddr,
-		log: t.log.With("device_id", id.deviceID, "remote", r.RemoteAddr)}
+	c.conn = conn
 	c.serve()
 }
 
@@ -183,22 +223,40 @@ type connection struct {
 	remote    string
 	log       *slog.Logger
 	sessionID string
+	att       atomic.Pointer[hub.Attachment] // set once attached; read by the pong callback
 }
 
-func (c *connection) serve() {
-	ctx, cancel := context.WithCancel(c.t.ctx)
-	defer cancel()
+// touch records a sign of life once the connection is attached.
+func (c *connection) touch() {
+	if a := c.att.Load(); a != nil {
+		a.Touch()
+	}
+}
 
-	hello, err := c.awaitHello(ctx)
+// errNoPong is why a connection ends when the device does not answer a ping.
+var errNoPong = errors.New("keepalive: no pong from the device")
+
+func (c *connection) serve() {
+	// connCtx bounds reads, writes and the keepalive; it ends only once the
+	// socket is closed (see the package doc). Shutdown reaches the
+	// connection through att.Run, which is given the transport's context.
+	connCtx, cancelConn := context.WithCancel(context.WithoutCancel(c.t.ctx))
+	defer cancelConn()
+
+	hello, err := c.awaitHello(connCtx)
 	if err != nil {
-		c.t.m.Handshakes.WithLabelValues("websocket", "no_hello").Inc()
+		code, result := websocket.StatusPolicyViolation, "no_hello"
+		if errors.Is(err, hub.ErrShutdown) {
+			code, result = websocket.StatusGoingAway, "shutdown"
+		}
+		c.t.m.Handshakes.WithLabelValues("websocket", result).Inc()
 		c.log.Info("device handshake failed", "error", err)
-		c.conn.Close(websocket.StatusPolicyViolation, closeReason(err))
+		c.conn.Close(code, closeReason(err)) // a no-op if the hello watcher closed it
 		return
 	}
 	c.sessionID = newSessionID()
 	c.log = c.log.With("session_id", c.sessionID)
-	if err := c.sendHello(ctx); err != nil {
+	if err := c.sendHello(connCtx); err != nil {
 		c.t.m.Handshakes.WithLabelValues("websocket", "hello_write_failed").Inc()
 		c.log.Info("could not send server hello", "error", err)
 		c.conn.CloseNow()
@@ -214,42 +272,75 @@ func (c *connection) serve() {
 		SessionID: c.sessionID, Remote: c.remote, ProtocolVersion: c.id.protoVer,
 		NoMCP: !hello.SupportsMCP(),
 	}, sess)
+	c.att.Store(att)
 	c.log.Info("device connected", "mcp", hello.SupportsMCP(), "client_id", c.id.clientID)
 
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		err := c.readLoop(ctx, sess, att)
+		err := c.readLoop(connCtx, sess, att)
 		sess.Close(err)
 	})
 	if c.t.cfg.PingInterval > 0 {
-		wg.Go(func() { c.keepalive(ctx, sess) })
+		wg.Go(func() { c.keepalive(connCtx, sess) })
 	}
 
-	att.Run(ctx) // returns when the session is closed, for whatever reason
-	reason := sess.Err()
+	att.Run(c.t.ctx) // returns when the session is closed, for whatever reason
+	c.close(sess.Err())
+	cancelConn()
+	wg.Wait()
+}
+
+// close closes the socket with a status and reason that say why the session ended.
+func (c *connection) close(reason error) {
 	switch {
 	case errors.Is(reason, hub.ErrShutdown):
 		c.conn.Close(websocket.StatusGoingAway, closeReason(reason))
 	case errors.Is(reason, hub.ErrReplaced):
 		c.conn.Close(websocket.StatusPolicyViolation, closeReason(reason))
+	case errors.Is(reason, errNoPong):
+		// The device is not reading: a close handshake would only wait for it.
+		c.conn.CloseNow()
 	default:
 		c.conn.Close(websocket.StatusNormalClosure, "")
 	}
-	cancel()
-	wg.Wait()
 }
 
 // awaitHello reads frames until the device hello, within the hello timeout.
-// Audio frames sent early are discarded; any other text before hello is an error.
+// Audio frames sent early are discarded; any other text before hello is an
+// error. A watcher closes the socket with a policy-violation frame when the
+// timeout passes, or a going-away frame when the transport closes, which
+// ends the read (see the package doc).
 func (c *connection) awaitHello(ctx context.Context) (*xiaozhi.Hello, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.t.cfg.HelloTimeout)
-	defer cancel()
+	stop := make(chan struct{})
+	var failure error // written by the watcher before it closes the socket, read after wg.Wait
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		timer := time.NewTimer(c.t.cfg.HelloTimeout)
+		defer timer.Stop()
+		code := websocket.StatusPolicyViolation
+		select {
+		case <-stop:
+			return
+		case <-timer.C:
+			failure = fmt.Errorf("no hello within %s", c.t.cfg.HelloTimeout)
+		case <-c.t.ctx.Done():
+			failure, code = hub.ErrShutdown, websocket.StatusGoingAway
+		}
+		c.conn.Close(code, closeReason(failure))
+	})
+	hello, err := c.readHello(ctx)
+	close(stop)
+	wg.Wait()
+	if failure != nil {
+		return nil, failure
+	}
+	return hello, err
+}
+
+func (c *connection) readHello(ctx context.Context) (*xiaozhi.Hello, error) {
 	for {
 		typ, data, err := c.conn.Read(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("no hello within %s", c.t.cfg.HelloTimeout)
-			}
 			return nil, fmt.Errorf("read hello: %w", err)
 		}
 		if typ == websocket.MessageBinary {
@@ -281,19 +372,19 @@ func (c *connection) readLoop(ctx context.Context, sess *mcpclient.Session, att 
 	for {
 		typ, r, err := c.conn.Reader(ctx)
 		if err != nil {
-			return readError(err)
+			return c.readError(err)
 		}
 		att.Touch()
 		if typ == websocket.MessageBinary {
 			// Audio: this gateway carries none.
 			if _, err := io.Copy(io.Discard, r); err != nil {
-				return readError(err)
+				return c.readError(err)
 			}
 			continue
 		}
 		data, err := io.ReadAll(r)
 		if err != nil {
-			return readError(err)
+			return c.readError(err)
 		}
 		c.handleText(ctx, data, sess)
 	}
@@ -305,12 +396,12 @@ func (c *connection) handleText(ctx context.Context, data []byte, sess *mcpclien
 		// Firmware does not escape quotes in error messages; the call that
 		// reply belonged to ends by its own timeout.
 		c.t.m.DroppedFrames.WithLabelValues("unparseable").Inc()
-		c.log.Warn("dropped unparseable frame from device", "error", err, "frame", truncate(data, 300))
+		c.log.Warn("dropped unparseable frame from device", "error", err, "frame", truncate(string(data), 300))
 		return
 	}
 	switch env.Type {
 	case xiaozhi.TypeMCP:
-		if len(env.Payload) == 0 {
+		if len(env.Payload) == 0 || string(env.Payload) == "null" {
 			c.t.m.DroppedFrames.WithLabelValues("empty_mcp").Inc()
 			c.log.Debug("dropped mcp message without payload")
 			return
@@ -338,13 +429,17 @@ func (c *connection) keepalive(ctx context.Context, sess *mcpclient.Session) {
 			return
 		case <-tick.C:
 		}
-		pctx, cancel := context.WithTimeout(ctx, c.t.cfg.WriteTimeout+c.t.cfg.PingInterval/2)
+		pctx, cancel := context.WithTimeout(ctx, c.t.cfg.PongTimeout)
 		err := c.conn.Ping(pctx)
 		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				sess.Close(fmt.Errorf("keepalive ping failed: %w", err))
-			}
+		switch {
+		case err == nil:
+		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+			// No pong in time, or the ping could not even be written.
+			sess.Close(fmt.Errorf("%w within %s", errNoPong, c.t.cfg.PongTimeout))
+			return
+		default:
+			// The socket is closed: the reader reports why.
 			return
 		}
 	}
@@ -364,7 +459,12 @@ func (l *link) Send(ctx context.Context, payload []byte) error {
 	return l.conn.Write(ctx, websocket.MessageText, b)
 }
 
-func readError(err error) error {
+func (c *connection) readError(err error) error {
+	if errors.Is(err, websocket.ErrMessageTooBig) {
+		// The library has sent a message-too-big close frame.
+		c.t.m.DroppedFrames.WithLabelValues("too_big").Inc()
+		return fmt.Errorf("device sent a frame over the %d-byte read limit", c.t.cfg.ReadLimit)
+	}
 	if st := websocket.CloseStatus(err); st != -1 {
 		return fmt.Errorf("device closed the connection (%d)", st)
 	}
@@ -383,18 +483,26 @@ func newSessionID() string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
-// closeReason fits an error into a close frame's 123-byte reason.
+// maxCloseReason is the longest reason a close frame holds (RFC 6455 5.5).
+const maxCloseReason = 123
+
+// closeReason fits an error into a close frame's reason, which must be valid
+// UTF-8 (browsers fail the connection otherwise).
 func closeReason(err error) string {
-	s := err.Error()
-	if len(s) > 123 {
-		s = s[:120] + "..."
+	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
+	if len(s) <= maxCloseReason {
+		return s
 	}
-	return s
+	return truncate(s, maxCloseReason-len("…"))
 }
 
-func truncate(b []byte, n int) string {
-	if len(b) <= n {
-		return string(b)
+// truncate cuts s to at most n bytes, on a rune boundary, marking the cut with "…".
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	return string(b[:n]) + "…"
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
