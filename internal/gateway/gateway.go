@@ -46,6 +46,12 @@ type Config struct {
 	ReadLimit int64
 	// PingInterval keeps idle device sockets alive. Default 30s; negative disables.
 	PingInterval time.Duration
+	// PongTimeout is how long a device has to answer a keepalive ping. Default PingInterval.
+	PongTimeout time.Duration
+	// AllowedOrigins lists browser origins (host patterns such as
+	// "*.example.com") allowed to open device WebSockets; devices send no
+	// Origin header and are unaffected. Empty allows same-origin only.
+	AllowedOrigins []string
 	// ShutdownTimeout bounds the graceful drain on stop. Default 10s.
 	ShutdownTimeout time.Duration
 }
@@ -107,6 +113,7 @@ func New(cfg Config) (*Gateway, error) {
 			ClientName: "mcpgate", ClientVersion: cfg.Version,
 		},
 		HelloTimeout: cfg.HelloTimeout, ReadLimit: cfg.ReadLimit, PingInterval: cfg.PingInterval,
+		PongTimeout: cfg.PongTimeout, OriginPatterns: cfg.AllowedOrigins,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)

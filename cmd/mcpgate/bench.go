@@ -1,0 +1,110 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/internal/bench"
+)
+
+func init() { extraCommands = append(extraCommands, newBenchCmd) }
+
+func newBenchCmd(g *globals) *cobra.Command {
+	var (
+		cfg      bench.Config
+		profile  string
+		argsJSON string
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure throughput, latency and memory per device of a gateway",
+		Long: `Start a gateway (or use the one given with --server), connect simulated
+devices to it, and measure:
+
+  memory      the gateway's resident memory per connected idle device
+  peak        calls/s with --concurrency REST calls always in flight
+  fixed rate  p50/p99/p99.9 latency at --rate calls/s (default: half the
+              peak), counted from when each call was due
+  floor       raw WebSocket round trips/s on this machine, same connections
+              and message size, and the ratio of REST calls/s to it
+
+The gateway runs as a child process ("mcpgate serve" on a free loopback
+port, warnings to stderr) so that its memory is its own; it reads MCPGATE_*
+settings from the environment like any serve. Devices, load generator and
+gateway share this machine's cores: compare figures within one run.
+
+--server targets an existing gateway only when given on the command line
+(MCPGATE_SERVER is ignored here, so a bench never loads a production gateway
+by accident); its memory is read from --gateway-pid, else from its /metrics.
+
+Progress goes to stderr, the report to stdout (--json for JSON).`,
+		Example: `  mcpgate bench                                        # 100 devices, 16 connections, 10 s phases
+  mcpgate bench --devices 100 --concurrency 16 --duration 10s
+  mcpgate bench --idle-only --devices 10000            # memory per idle device only
+  mcpgate bench --rate 2000 --duration 30s             # latency at a chosen rate
+  mcpgate bench --tool self.get_device_status --json
+  mcpgate bench --server http://127.0.0.1:8000 --gateway-pid $(pgrep -f 'mcpgate serve')`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := device.ParseProfile(profile)
+			if err != nil {
+				return fmt.Errorf("--profile: %w", err)
+			}
+			cfg.Profile = p
+			if cmd.Flags().Changed("args") {
+				if !json.Valid([]byte(argsJSON)) {
+					return fmt.Errorf("--args: want a JSON object such as '{\"volume\":30}', got %q", argsJSON)
+				}
+				cfg.Args = json.RawMessage(argsJSON)
+			}
+			if cmd.Flags().Changed("server") {
+				cfg.Server = g.server
+			}
+			if cmd.Flags().Changed("warmup") && cfg.Warmup == 0 {
+				cfg.Warmup = -1 // an explicit --warmup 0 means none
+			}
+			if cfg.Devices <= 0 || cfg.Concurrency <= 0 || cfg.Duration <= 0 {
+				return fmt.Errorf("--devices, --concurrency and --duration must be positive")
+			}
+			cfg.GatewayLog = g.stderr
+			cfg.Logger = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{
+				// Progress lines without the time: the report has the durations.
+				ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+					if len(groups) == 0 && a.Key == slog.TimeKey {
+						return slog.Attr{}
+					}
+					return a
+				},
+			}))
+			rep, err := bench.Run(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(g.stdout, rep)
+			}
+			return rep.WriteText(g.stdout)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Devices, "devices", 100, "number of simulated devices")
+	f.IntVar(&cfg.Concurrency, "concurrency", 16, "concurrent REST connections, one call in flight on each (also the floor's connections)")
+	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "measured time of each phase")
+	f.DurationVar(&cfg.Warmup, "warmup", 2*time.Second, "unmeasured time before each phase")
+	f.DurationVar(&cfg.Settle, "settle", 2*time.Second, "idle time before memory is read (a forced GC comes every 2 minutes)")
+	f.Float64Var(&cfg.Rate, "rate", 0, "calls/s of the fixed-rate phase (default: half the measured peak)")
+	f.StringVar(&profile, "profile", string(device.ProfileESP32), "device behaviour: esp32, pyxiaozhi or spec")
+	f.StringVar(&cfg.Tool, "tool", bench.DefaultTool, "tool to call")
+	f.StringVar(&argsJSON, "args", "", `the tool's arguments as a JSON object (default: {"volume":N} for set_volume, N changing, else {})`)
+	f.StringVar(&cfg.Client, "client", bench.ClientRaw, `load generator HTTP client: "raw" (minimal HTTP/1.1, cheapest) or "net/http"`)
+	f.BoolVar(&cfg.SkipFloor, "skip-floor", false, "skip the raw WebSocket floor (and the ratio)")
+	f.BoolVar(&cfg.IdleOnly, "idle-only", false, "only connect the devices and report memory: no calls")
+	f.BoolVar(&cfg.InProcess, "in-process", false, "run the gateway inside the bench process (no memory figure)")
+	f.IntVar(&cfg.GatewayPID, "gateway-pid", 0, "process id of the --server gateway, to read its memory")
+	return cmd
+}
