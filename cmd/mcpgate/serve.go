@@ -72,6 +72,7 @@ environment, which wins over the file.`,
 	f.DurationVar(&cfg.PingInterval, "ping-interval", 30*time.Second, "WebSocket keepalive ping interval (negative disables)")
 	f.DurationVar(&cfg.PongTimeout, "pong-timeout", 0, "how long a device has to answer a keepalive ping (0 = the ping interval)")
 	f.StringSliceVar(&cfg.AllowedOrigins, "allowed-origins", nil, "browser origins allowed to open device WebSockets, e.g. '*.example.com' (devices send no Origin)")
+	f.StringVar(&cfg.DebugAddr, "pprof-addr", "", "serve Go pprof profiles on this address, e.g. 127.0.0.1:6060 (off when empty)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long pending calls may finish on stop")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")

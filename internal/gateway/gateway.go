@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"sync"
 	"time"
@@ -52,6 +53,9 @@ type Config struct {
 	// "*.example.com") allowed to open device WebSockets; devices send no
 	// Origin header and are unaffected. Empty allows same-origin only.
 	AllowedOrigins []string
+	// DebugAddr, when set, serves Go's net/http/pprof profiles on a listener
+	// of its own (keep it on loopback).
+	DebugAddr string
 	// ShutdownTimeout bounds the graceful drain on stop. Default 10s.
 	ShutdownTimeout time.Duration
 }
@@ -171,6 +175,15 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.log.Info("gateway listening", "addr", ln.Addr().String(), "devices_ws", "ws://"+ln.Addr().String()+xiaozhi.Path,
 		"api", "http://"+ln.Addr().String()+"/api/v1")
 
+	if g.cfg.DebugAddr != "" {
+		dbg, err := g.serveDebug()
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer dbg.Close()
+	}
+
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -191,4 +204,22 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	g.log.Info("gateway stopped")
 	return nil
+}
+
+// serveDebug starts the pprof listener. Closing the returned server stops it.
+func (g *Gateway) serveDebug() (*http.Server, error) {
+	ln, err := net.Listen("tcp", g.cfg.DebugAddr)
+	if err != nil {
+		return nil, fmt.Errorf("debug listener on %s: %w", g.cfg.DebugAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	g.log.Info("pprof listening", "addr", "http://"+ln.Addr().String()+"/debug/pprof/")
+	go func() { _ = srv.Serve(ln) }() // ends when the caller closes srv
+	return srv, nil
 }

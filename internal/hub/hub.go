@@ -305,6 +305,9 @@ type ConnInfo struct {
 	ProtocolVersion string
 	// NoMCP is set when the device did not announce MCP; it then has no tools.
 	NoMCP bool
+	// Logger, when set, is the connection's logger, already carrying the
+	// device and session ids; the hub derives one otherwise.
+	Logger *slog.Logger
 }
 
 // Attachment is one live connection of a device, from Attach until Run returns.
@@ -316,6 +319,7 @@ type Attachment struct {
 	log  *slog.Logger
 
 	discovered chan struct{} // closed when discovery ends, successful or not
+	detachOnce sync.Once
 }
 
 // Attach registers a device connection and makes it the device's current one,
@@ -327,7 +331,10 @@ func (h *Hub) Attach(info ConnInfo, sess *mcpclient.Session) *Attachment {
 	}
 	now := time.Now().UTC()
 	a := &Attachment{hub: h, sess: sess, info: info, discovered: make(chan struct{}),
-		log: h.log.With("device_id", info.DeviceID, "session_id", info.SessionID)}
+		log: info.Logger}
+	if a.log == nil {
+		a.log = h.log.With("device_id", info.DeviceID, "session_id", info.SessionID)
+	}
 
 	h.mu.Lock()
 	d, ok := h.devices[info.DeviceID]
@@ -369,17 +376,13 @@ func (a *Attachment) Touch() { a.dev.lastSeen.Store(time.Now().UnixNano()) }
 
 func (a *Attachment) close(reason error) { a.sess.Close(reason) }
 
-// Run discovers the device's tools and then waits until the session ends or
-// ctx is done (which closes the session with ErrShutdown), and finally marks
-// the device offline unless a newer connection has replaced this one.
+// Run is Discover, then a wait until the session ends or ctx is done (which
+// closes the session with ErrShutdown), then Detach. It keeps a goroutine for
+// the connection's whole life; a transport that cares about memory per
+// connection calls Discover and Detach itself.
 func (a *Attachment) Run(ctx context.Context) {
-	defer a.detach()
-	if a.info.NoMCP {
-		close(a.discovered)
-		a.hub.finishDiscovery(a, nil, errNoMCP)
-	} else {
-		a.discover(ctx)
-	}
+	defer a.Detach()
+	a.Discover(ctx)
 	select {
 	case <-ctx.Done():
 		a.sess.Close(ErrShutdown)
@@ -389,8 +392,15 @@ func (a *Attachment) Run(ctx context.Context) {
 
 var errNoMCP = errors.New("device did not announce MCP (hello features.mcp is not true): it has no tools")
 
-func (a *Attachment) discover(ctx context.Context) {
+// Discover runs the session start sequence and records the catalog, or why
+// there is none. Calls made meanwhile wait for it. Call it once, after the
+// transport's own handshake.
+func (a *Attachment) Discover(ctx context.Context) {
 	defer close(a.discovered)
+	if a.info.NoMCP {
+		a.hub.finishDiscovery(a, nil, errNoMCP)
+		return
+	}
 	start := time.Now()
 	dctx, cancel := context.WithTimeout(ctx, a.hub.cfg.DiscoveryTimeout)
 	defer cancel()
@@ -472,7 +482,11 @@ func diffCatalogs(old, cur *Catalog) *ToolsChangedData {
 	return d
 }
 
-// detach marks the device offline if a is still its current connection.
+// Detach marks the device offline if a is still its current connection. The
+// transport calls it once the connection has ended and its session is
+// closed. It is idempotent.
+func (a *Attachment) Detach() { a.detachOnce.Do(a.detach) }
+
 func (a *Attachment) detach() {
 	h := a.hub
 	reason := "connection closed"

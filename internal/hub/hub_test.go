@@ -90,7 +90,7 @@ func (d *memDevice) serve(ctx context.Context) {
 func connect(t *testing.T, h *Hub, id string, d *memDevice) (stop func(error)) {
 	t.Helper()
 	d.in = make(chan []byte, 16)
-	d.sess = mcpclient.New(d, mcpclient.Config{RequestTimeout: 10 * time.Second})
+	d.sess = mcpclient.New(t.Context(), d, mcpclient.Config{RequestTimeout: 10 * time.Second})
 	ctx, cancel := context.WithCancel(t.Context())
 	att := h.Attach(ConnInfo{DeviceID: id, Transport: "mem", SessionID: "s-" + id}, d.sess)
 	var wg sync.WaitGroup
@@ -301,7 +301,7 @@ func TestCallWaitsForDiscovery(t *testing.T) {
 
 func TestNoMCPDeviceIsDegraded(t *testing.T) {
 	h := New(Config{})
-	sess := mcpclient.New(&memDevice{in: make(chan []byte, 1)}, mcpclient.Config{})
+	sess := mcpclient.New(t.Context(), &memDevice{in: make(chan []byte, 1)}, mcpclient.Config{})
 	att := h.Attach(ConnInfo{DeviceID: "02:00:00:00:00:0a", Transport: "mem", NoMCP: true}, sess)
 	done := make(chan struct{})
 	go func() { att.Run(t.Context()); close(done) }()

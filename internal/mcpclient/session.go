@@ -106,7 +106,8 @@ type Session struct {
 	cfg  Config
 	log  *slog.Logger
 
-	done chan struct{} // closed by Close
+	ctx    context.Context // the session's life: cancelled, with the reason as cause, by Close
+	cancel context.CancelCauseFunc
 
 	mu        sync.Mutex
 	nextID    int32
@@ -115,20 +116,29 @@ type Session struct {
 	unmatched uint64                          // guarded by mu
 }
 
-// New returns a Session over link. It sends nothing until asked.
-func New(link Link, cfg Config) *Session {
+// New returns a Session over link. It sends nothing until asked. The session
+// closes when ctx ends (with ctx's cause as the reason) or when Close is called.
+func New(ctx context.Context, link Link, cfg Config) *Session {
 	cfg.fill()
-	return &Session{
+	s := &Session{
 		link:    link,
 		cfg:     cfg,
 		log:     cfg.Logger,
-		done:    make(chan struct{}),
 		pending: make(map[int32]chan *jsonrpc.Message),
 	}
+	s.ctx, s.cancel = context.WithCancelCause(ctx)
+	// No goroutine waits for this: AfterFunc runs only if ctx ends first.
+	context.AfterFunc(s.ctx, func() { s.Close(context.Cause(s.ctx)) })
+	return s
 }
 
 // Done is closed when the session is closed.
-func (s *Session) Done() <-chan struct{} { return s.done }
+func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
+
+// Context is done when the session is closed; its cause is the reason. A
+// transport uses it to close the connection without a goroutine of its own
+// (context.AfterFunc).
+func (s *Session) Context() context.Context { return s.ctx }
 
 // Err returns why the session closed, or nil while it is open.
 func (s *Session) Err() error {
@@ -141,6 +151,11 @@ func (s *Session) Err() error {
 // reason) and closes Done, which tells the transport to close the
 // connection. It is idempotent.
 func (s *Session) Close(reason error) {
+	if cause := context.Cause(s.ctx); cause != nil {
+		// The parent context ended first: its cause is the reason, whoever
+		// notices first (say, a reader seeing the close frame it caused).
+		reason = cause
+	}
 	if reason == nil {
 		reason = errors.New("session closed")
 	}
@@ -154,7 +169,7 @@ func (s *Session) Close(reason error) {
 	s.pending = nil
 	s.mu.Unlock()
 
-	close(s.done)
+	s.cancel(reason)
 	for _, ch := range pending {
 		close(ch) // a closed channel means "disconnected" to the waiter
 	}

@@ -53,7 +53,7 @@ func reply(t *testing.T, s *Session, req *jsonrpc.Message, result string) {
 
 func TestIDsArePositiveInt32AndSkipPending(t *testing.T) {
 	p := newPipe()
-	s := New(p, Config{RequestTimeout: time.Second})
+	s := New(t.Context(), p, Config{RequestTimeout: time.Second})
 	s.nextID = math.MaxInt32 - 1
 	s.pending[1] = make(chan *jsonrpc.Message, 1) // id 1 still pending: must be skipped after the wrap
 
@@ -75,7 +75,7 @@ func TestIDsArePositiveInt32AndSkipPending(t *testing.T) {
 
 func TestOutOfOrderRepliesAndUnknownIDs(t *testing.T) {
 	p := newPipe()
-	s := New(p, Config{})
+	s := New(t.Context(), p, Config{})
 	type outcome struct {
 		name string
 		text string
@@ -125,7 +125,7 @@ func TestOutOfOrderRepliesAndUnknownIDs(t *testing.T) {
 
 func TestTimeoutIsPerCall(t *testing.T) {
 	p := newPipe()
-	s := New(p, Config{})
+	s := New(t.Context(), p, Config{})
 	slow := make(chan error, 1)
 	go func() {
 		_, err := s.CallTool(t.Context(), "slow", nil, 50*time.Millisecond)
@@ -153,7 +153,7 @@ func TestTimeoutIsPerCall(t *testing.T) {
 
 func TestUnparseableReplyEndsByTimeoutOthersSucceed(t *testing.T) {
 	p := newPipe()
-	s := New(p, Config{})
+	s := New(t.Context(), p, Config{})
 	errc := make(chan error, 1)
 	go func() {
 		_, err := s.CallTool(t.Context(), "quote", nil, 100*time.Millisecond)
@@ -176,7 +176,7 @@ func TestUnparseableReplyEndsByTimeoutOthersSucceed(t *testing.T) {
 
 func TestCloseFailsPendingAtOnce(t *testing.T) {
 	p := newPipe()
-	s := New(p, Config{})
+	s := New(t.Context(), p, Config{})
 	errc := make(chan error, 2)
 	for range 2 {
 		go func() {
@@ -207,7 +207,7 @@ func TestCloseFailsPendingAtOnce(t *testing.T) {
 
 func TestCallerContextCancels(t *testing.T) {
 	p := newPipe()
-	s := New(p, Config{})
+	s := New(t.Context(), p, Config{})
 	ctx, cancel := context.WithCancel(t.Context())
 	errc := make(chan error, 1)
 	go func() {
@@ -421,7 +421,7 @@ func TestDiscoveryPagination(t *testing.T) {
 			t.Parallel()
 			p := newPipe()
 			tt.cfg.RequestTimeout = 2 * time.Second
-			s := New(p, tt.cfg)
+			s := New(t.Context(), p, tt.cfg)
 			d := &fakeDevice{t: t, s: s, p: p, pages: tt.pages}
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
@@ -456,7 +456,7 @@ func TestDiscoveryPagination(t *testing.T) {
 
 func TestInitializeAwaitsReplyBeforeAnythingElse(t *testing.T) {
 	p := newPipe()
-	s := New(p, Config{Vision: &Vision{URL: "http://gw/vision/explain", Token: "tok"}})
+	s := New(t.Context(), p, Config{Vision: &Vision{URL: "http://gw/vision/explain", Token: "tok"}})
 	done := make(chan error, 1)
 	go func() { _, err := s.Discover(t.Context()); done <- err }()
 	m := p.next(t)
@@ -484,4 +484,26 @@ func TestUserOnly(t *testing.T) {
 			t.Errorf("UserOnly(%s) = %v", tc.ann, got)
 		}
 	}
+}
+
+func TestParentContextClosesSessionWithItsCause(t *testing.T) {
+	p := newPipe()
+	parent, cancel := context.WithCancelCause(t.Context())
+	s := New(parent, p, Config{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.CallTool(t.Context(), "x", nil, time.Minute)
+		errc <- err
+	}()
+	p.next(t)
+	shutdown := errors.New("gateway shutting down")
+	cancel(shutdown)
+	if err := <-errc; !errors.Is(err, ErrDisconnected) || !errors.Is(err, shutdown) {
+		t.Fatalf("err = %v", err)
+	}
+	s.Close(errors.New("reader saw the close frame")) // later reasons do not replace the first
+	if !errors.Is(s.Err(), shutdown) || !errors.Is(context.Cause(s.Context()), shutdown) {
+		t.Fatalf("Err = %v", s.Err())
+	}
+	<-s.Done()
 }

@@ -2,9 +2,13 @@
 // XiaoZhi device connections, performs the hello handshake, and turns each
 // connection into an MCP session attached to the hub.
 //
-// Per connection: the handler goroutine owns the socket and runs the hub
-// attachment; one reader goroutine reads every frame; one keepalive goroutine
-// pings. Writes go through the concurrency-safe websocket.Conn.
+// Per connection, one goroutine lives as long as the socket: it reads every
+// frame. Discovery runs on a goroutine that ends with it, keepalive pings run
+// from a timer, and the socket is closed from a context.AfterFunc when the
+// session ends for any reason but the socket's own end; all are awaited
+// before the connection is forgotten. Memory per idle device is what a fleet
+// of ten thousand pays for. Writes go through the concurrency-safe
+// websocket.Conn.
 //
 // Reads never end by a context: coder/websocket drops the socket without a
 // close frame when a read's context ends, and a device is owed a reason (no
@@ -13,6 +17,8 @@
 package ws
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -21,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -72,7 +79,7 @@ type Transport struct {
 	m   *metrics.Metrics
 
 	ctx    context.Context // cancelled by Close: the lifetime of all connections
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
 
 	mu     sync.Mutex     // guards closed and wg.Add, so no handler starts after Close
 	closed bool           // set by Close
@@ -116,7 +123,7 @@ func New(cfg Config) (*Transport, error) {
 		cfg.ServerAudio = &a
 	}
 	t := &Transport{cfg: cfg, log: cfg.Logger, m: cfg.Metrics}
-	t.ctx, t.cancel = context.WithCancel(context.Background())
+	t.ctx, t.cancel = context.WithCancelCause(context.Background())
 	return t, nil
 }
 
@@ -126,7 +133,7 @@ func (t *Transport) Close() {
 	t.mu.Lock()
 	t.closed = true
 	t.mu.Unlock()
-	t.cancel()
+	t.cancel(hub.ErrShutdown)
 	t.wg.Wait()
 }
 
@@ -195,10 +202,11 @@ func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "gateway is shutting down", http.StatusServiceUnavailable)
 		return
 	}
-	defer t.wg.Done()
 	c := &connection{t: t, id: id, remote: r.RemoteAddr,
-		log: t.log.With("device_id", id.deviceID, "remote", r.RemoteAddr)}
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		// The per-connection logger, with the session id, is made once the
+		// handshake succeeds: each With costs memory for the connection's life.
+		log: t.log}
+	conn, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{
 		OriginPatterns: t.cfg.OriginPatterns,
 		// A pong is a sign of life like any frame.
 		OnPongReceived: func(context.Context, []byte) { c.touch() },
@@ -207,11 +215,18 @@ func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Accept has written the HTTP error.
 		t.m.Handshakes.WithLabelValues("websocket", "upgrade_failed").Inc()
 		t.log.Debug("websocket upgrade failed", "remote", r.RemoteAddr, "error", err)
+		t.wg.Done()
 		return
 	}
 	conn.SetReadLimit(t.cfg.ReadLimit)
 	c.conn = conn
-	c.serve()
+	// Serve on a goroutine of our own and return: net/http then frees its
+	// per-connection state (request, response, server conn), which would
+	// otherwise stay alive for as long as the device is connected.
+	go func() {
+		defer t.wg.Done()
+		c.serve()
+	}()
 }
 
 // connection is one device WebSocket. Fields are set before serve starts
@@ -237,11 +252,10 @@ func (c *connection) touch() {
 var errNoPong = errors.New("keepalive: no pong from the device")
 
 func (c *connection) serve() {
-	// connCtx bounds reads, writes and the keepalive; it ends only once the
-	// socket is closed (see the package doc). Shutdown reaches the
-	// connection through att.Run, which is given the transport's context.
-	connCtx, cancelConn := context.WithCancel(context.WithoutCancel(c.t.ctx))
-	defer cancelConn()
+	// connCtx never ends: reads end when the socket is closed (see the
+	// package doc), and a context without Done spares coder/websocket an
+	// AfterFunc registration per read.
+	connCtx := context.WithoutCancel(c.t.ctx)
 
 	hello, err := c.awaitHello(connCtx)
 	if err != nil {
@@ -250,12 +264,12 @@ func (c *connection) serve() {
 			code, result = websocket.StatusGoingAway, "shutdown"
 		}
 		c.t.m.Handshakes.WithLabelValues("websocket", result).Inc()
-		c.log.Info("device handshake failed", "error", err)
+		c.log.Info("device handshake failed", "device_id", c.id.deviceID, "remote", c.remote, "error", err)
 		c.conn.Close(code, closeReason(err)) // a no-op if the hello watcher closed it
 		return
 	}
 	c.sessionID = newSessionID()
-	c.log = c.log.With("session_id", c.sessionID)
+	c.log = c.log.With("device_id", c.id.deviceID, "session_id", c.sessionID, "remote", c.remote)
 	if err := c.sendHello(connCtx); err != nil {
 		c.t.m.Handshakes.WithLabelValues("websocket", "hello_write_failed").Inc()
 		c.log.Info("could not send server hello", "error", err)
@@ -266,28 +280,37 @@ func (c *connection) serve() {
 
 	scfg := c.t.cfg.Session
 	scfg.Logger = c.log
-	sess := mcpclient.New(&link{conn: c.conn, sessionID: c.sessionID}, scfg)
+	// The session ends when the transport closes (cause ErrShutdown), when the
+	// hub replaces it, on a keepalive failure, or when the reader ends.
+	sess := mcpclient.New(c.t.ctx, &link{conn: c.conn, sessionID: c.sessionID}, scfg)
 	att := c.t.cfg.Hub.Attach(hub.ConnInfo{
 		DeviceID: c.id.deviceID, ClientID: c.id.clientID, Transport: "websocket",
 		SessionID: c.sessionID, Remote: c.remote, ProtocolVersion: c.id.protoVer,
-		NoMCP: !hello.SupportsMCP(),
+		NoMCP: !hello.SupportsMCP(), Logger: c.log,
 	}, sess)
 	c.att.Store(att)
 	c.log.Info("device connected", "mcp", hello.SupportsMCP(), "client_id", c.id.clientID)
 
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		err := c.readLoop(connCtx, sess, att)
-		sess.Close(err)
+	// One goroutine per idle connection, this one, reading: the socket is
+	// closed from a context.AfterFunc when the session ends for another
+	// reason, pings run from a timer, and discovery on a goroutine of its own
+	// that ends with it.
+	closed := make(chan struct{})
+	stopCloser := context.AfterFunc(sess.Context(), func() {
+		defer close(closed)
+		c.close(context.Cause(sess.Context()))
 	})
-	if c.t.cfg.PingInterval > 0 {
-		wg.Go(func() { c.keepalive(connCtx, sess) })
-	}
+	var discovery sync.WaitGroup
+	discovery.Go(func() { att.Discover(sess.Context()) })
+	stopKeepalive := c.startKeepalive(connCtx, sess)
 
-	att.Run(c.t.ctx) // returns when the session is closed, for whatever reason
-	c.close(sess.Err())
-	cancelConn()
-	wg.Wait()
+	sess.Close(c.readLoop(connCtx, sess, att))
+	if !stopCloser() {
+		<-closed
+	}
+	stopKeepalive()
+	discovery.Wait()
+	att.Detach()
 }
 
 // close closes the socket with a status and reason that say why the session ended.
@@ -420,15 +443,30 @@ func (c *connection) handleText(ctx context.Context, data []byte, sess *mcpclien
 	}
 }
 
-func (c *connection) keepalive(ctx context.Context, sess *mcpclient.Session) {
-	tick := time.NewTicker(c.t.cfg.PingInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+// startKeepalive pings the device every PingInterval from a timer, so an idle
+// connection costs no goroutine. A device that does not answer within
+// PongTimeout has its session closed. The returned stop waits for a ping in
+// flight.
+func (c *connection) startKeepalive(ctx context.Context, sess *mcpclient.Session) (stop func()) {
+	if c.t.cfg.PingInterval <= 0 {
+		return func() {}
+	}
+	var (
+		mu       sync.Mutex
+		stopped  bool // guarded by mu
+		inFlight sync.WaitGroup
+		timer    *time.Timer
+	)
+	ping := func() {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
 			return
-		case <-tick.C:
 		}
+		inFlight.Add(1)
+		mu.Unlock()
+		defer inFlight.Done()
+
 		pctx, cancel := context.WithTimeout(ctx, c.t.cfg.PongTimeout)
 		err := c.conn.Ping(pctx)
 		cancel()
@@ -439,9 +477,23 @@ func (c *connection) keepalive(ctx context.Context, sess *mcpclient.Session) {
 			sess.Close(fmt.Errorf("%w within %s", errNoPong, c.t.cfg.PongTimeout))
 			return
 		default:
-			// The socket is closed: the reader reports why.
-			return
+			return // the socket is closed: the reader reports why
 		}
+		mu.Lock()
+		if !stopped {
+			timer.Reset(c.t.cfg.PingInterval)
+		}
+		mu.Unlock()
+	}
+	mu.Lock()
+	timer = time.AfterFunc(c.t.cfg.PingInterval, ping)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		timer.Stop()
+		mu.Unlock()
+		inFlight.Wait()
 	}
 }
 
@@ -506,3 +558,40 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// connBufferSize is the size of each connection's read and write buffers.
+// A device's frames are mostly a few hundred bytes; larger reads and writes
+// bypass the buffers. net/http's 4 KiB pair would double the memory of an
+// idle connection.
+const connBufferSize = 1024
+
+// smallBuffers makes websocket.Accept use small bufio buffers: its Hijack
+// swaps net/http's for buffers of connBufferSize, keeping bytes the server
+// had already read.
+type smallBuffers struct{ http.ResponseWriter }
+
+func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := w.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("ws: the HTTP server does not support hijacking")
+	}
+	conn, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	br := bufio.NewReaderSize(conn, connBufferSize)
+	if n := brw.Reader.Buffered(); n > 0 {
+		// Bytes the server read past the request must stay buffered:
+		// websocket.Accept re-reads exactly what Buffered reports.
+		early, _ := brw.Reader.Peek(n) // cannot fail for n <= Buffered
+		br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(early)), conn), max(connBufferSize, n))
+		if _, err := br.Peek(n); err != nil {
+			conn.Close()
+			return nil, nil, fmt.Errorf("ws: keep early bytes: %w", err)
+		}
+	}
+	return conn, bufio.NewReadWriter(br, bufio.NewWriterSize(conn, connBufferSize)), nil
+}
+
+// Unwrap lets http.ResponseController reach the real writer.
+func (w smallBuffers) Unwrap() http.ResponseWriter { return w.ResponseWriter }
