@@ -1,27 +1,45 @@
 #!/usr/bin/env bash
 # The whole test suite: what CI runs (via .ci/run) and what a developer runs.
 # It installs whatever the tests need on a fresh machine, then runs vet, the
-# race-enabled tests, and a short pass of every fuzz target.
+# race-enabled tests, and a short pass of every fuzz target, and ends with
+# one summary line: "tests: N passed, N failed, N skipped".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 FUZZTIME="${FUZZTIME:-10s}"
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
 
 echo "== go vet"
 go vet ./...
 
 echo "== go test -race"
-go test -race -count=1 -timeout 20m ./...
+# -v lets the summary count every test and subtest; only package results
+# and failures are echoed.
+set +e
+go test -race -count=1 -v -timeout 25m ./... >"$log" 2>&1
+status=$?
+set -e
+grep -E '^(ok|FAIL|---|panic:|leakcheck:)|^\s+\S+_test\.go:[0-9]+:' "$log" | grep -v -- '--- PASS\|--- SKIP' || true
+passed=$(grep -c -- '--- PASS' "$log" || true)
+failed=$(grep -c -- '--- FAIL' "$log" || true)
+skipped=$(grep -c -- '--- SKIP' "$log" || true)
+if [ "$status" -ne 0 ]; then
+  [ "$failed" -gt 0 ] || failed=1
+  echo "tests: $passed passed, $failed failed, $skipped skipped"
+  exit "$status"
+fi
 
 echo "== fuzz (${FUZZTIME} each)"
-# Every Fuzz* target in the tree, run briefly: they also run their seed
-# corpora as plain tests above.
-grep -rl --include='*_test.go' '^func Fuzz' . | while read -r file; do
+# Every Fuzz* target in the tree, run briefly; their seed corpora already ran above.
+grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r file; do
   pkg="./$(dirname "${file#./}")"
   grep -o '^func Fuzz[A-Za-z0-9_]*' "$file" | sed 's/^func //' | while read -r target; do
     echo "-- $pkg $target"
-    go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" "$pkg"
+    go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" "$pkg" >"$log.fuzz" 2>&1 || { cat "$log.fuzz"; exit 1; }
+    tail -n 1 "$log.fuzz"
   done
 done
+rm -f "$log.fuzz"
 
-echo "== all tests passed"
+echo "tests: $passed passed, $failed failed, $skipped skipped"
