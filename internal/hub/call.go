@@ -22,6 +22,11 @@ type CallRequest struct {
 	Timeout time.Duration
 	// Caller and Door identify who called, for events and the audit log.
 	Caller, Door string
+	// Meta is passed to the device as params._meta (a JSON object).
+	Meta json.RawMessage
+	// OnProgress, when set, receives the params of each progress
+	// notification the device sends for this call. It must not block.
+	OnProgress func(params json.RawMessage)
 }
 
 // Call validates a call against the device's catalog and sends it. It
@@ -107,6 +112,6 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 	if timeout <= 0 {
 		timeout = h.toolTimeout(req.Tool)
 	}
-	res, err := att.sess.CallTool(ctx, req.Tool, args, timeout)
+	res, err := att.sess.CallTool(ctx, req.Tool, args, mcpclient.CallOptions{Timeout: timeout, Meta: req.Meta, OnProgress: req.OnProgress})
 	return res, d, err
 }

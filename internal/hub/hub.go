@@ -411,6 +411,30 @@ func (a *Attachment) Discover(ctx context.Context) {
 	a.hub.finishDiscovery(a, disc, err)
 }
 
+// Refresh lists the device's tools again, for a peer that announced
+// notifications/tools/list_changed, and records the new catalog (publishing
+// tools_changed when it differs). It returns the listing's error.
+func (a *Attachment) Refresh(ctx context.Context) error {
+	select {
+	case <-a.discovered:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	dctx, cancel := context.WithTimeout(ctx, a.hub.cfg.DiscoveryTimeout)
+	defer cancel()
+	tools, pages, truncated, err := a.sess.ListTools(dctx)
+	if err != nil {
+		a.hub.finishDiscovery(a, nil, fmt.Errorf("%w: tools/list: %w", mcpclient.ErrDiscovery, err))
+		return err
+	}
+	h := a.hub
+	h.mu.RLock()
+	init := mcpclient.InitializeResult{ServerInfo: a.dev.serverInfo}
+	h.mu.RUnlock()
+	h.finishDiscovery(a, &mcpclient.Discovery{Init: init, Tools: tools, Pages: pages, Truncated: truncated}, nil)
+	return nil
+}
+
 // finishDiscovery records a discovery's outcome if a is still the device's
 // current connection.
 func (h *Hub) finishDiscovery(a *Attachment, disc *mcpclient.Discovery, err error) {

@@ -326,3 +326,36 @@ func TestToolTimeoutPatterns(t *testing.T) {
 		t.Errorf("lamp = %s", got)
 	}
 }
+
+func TestRefreshPublishesChange(t *testing.T) {
+	h := New(Config{})
+	sub := h.Subscribe()
+	defer sub.Close()
+	d := &memDevice{tools: []string{volumeTool}}
+	d.in = make(chan []byte, 16)
+	d.sess = mcpclient.New(t.Context(), d, mcpclient.Config{RequestTimeout: 10 * time.Second})
+	att := h.Attach(ConnInfo{DeviceID: "02:00:00:00:00:0b", Transport: "mem"}, d.sess)
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() { d.serve(ctx) })
+	defer func() { d.sess.Close(errors.New("done")); cancel(); wg.Wait(); att.Detach() }()
+	att.Discover(t.Context())
+
+	d.tools = []string{volumeTool, statusTool} // read by serve only after Refresh sends tools/list
+	if err := att.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	dev, _ := h.Device("02:00:00:00:00:0b")
+	if dev.Tools != 2 || dev.State != StateReady || dev.ServerInfo == nil || dev.ServerInfo.Name != "mem" {
+		t.Fatalf("after refresh: %+v", dev)
+	}
+	var changes int
+	for len(sub.C) > 0 {
+		if ev := <-sub.C; ev.Type == EventToolsChanged {
+			changes++
+		}
+	}
+	if changes != 2 {
+		t.Fatalf("tools_changed events = %d, want 2 (discovery, refresh)", changes)
+	}
+}

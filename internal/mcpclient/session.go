@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
 	"sync"
 	"time"
 
@@ -76,6 +77,10 @@ type Config struct {
 	ClientName, ClientVersion string
 	// Vision, when set, is sent as capabilities.vision in initialize.
 	Vision *Vision
+	// OnNotification receives the device's notifications other than
+	// progress (which goes to its call), e.g. notifications/tools/list_changed.
+	// It is called from the transport's reader and must not block.
+	OnNotification func(method string, params json.RawMessage)
 }
 
 func (c *Config) fill() {
@@ -111,9 +116,9 @@ type Session struct {
 
 	mu        sync.Mutex
 	nextID    int32
-	pending   map[int32]chan *jsonrpc.Message // guarded by mu; each buffered(1)
-	closeErr  error                           // guarded by mu; set once by Close
-	unmatched uint64                          // guarded by mu
+	pending   map[int32]*pendingCall // guarded by mu
+	closeErr  error                  // guarded by mu; set once by Close
+	unmatched uint64                 // guarded by mu
 }
 
 // New returns a Session over link. It sends nothing until asked. The session
@@ -124,7 +129,7 @@ func New(ctx context.Context, link Link, cfg Config) *Session {
 		link:    link,
 		cfg:     cfg,
 		log:     cfg.Logger,
-		pending: make(map[int32]chan *jsonrpc.Message),
+		pending: make(map[int32]*pendingCall),
 	}
 	s.ctx, s.cancel = context.WithCancelCause(ctx)
 	// No goroutine waits for this: AfterFunc runs only if ctx ends first.
@@ -170,8 +175,8 @@ func (s *Session) Close(reason error) {
 	s.mu.Unlock()
 
 	s.cancel(reason)
-	for _, ch := range pending {
-		close(ch) // a closed channel means "disconnected" to the waiter
+	for _, p := range pending {
+		close(p.reply) // a closed channel means "disconnected" to the waiter
 	}
 }
 
@@ -192,10 +197,13 @@ func (s *Session) Handle(payload []byte) {
 		s.log.Debug("dropped unparseable MCP payload", "error", err, "payload", truncate(payload, 256))
 		return
 	}
-	if msg.Kind() != jsonrpc.KindResponse {
-		// Devices never send requests of their own; progress and other
-		// notifications are not used by this engine yet.
-		s.log.Debug("ignored MCP message from device", "kind", msg.Kind().String(), "method", msg.Method)
+	switch msg.Kind() {
+	case jsonrpc.KindNotification:
+		s.handleNotification(msg)
+		return
+	case jsonrpc.KindRequest:
+		// Devices never send requests; a peer that does gets no answer.
+		s.log.Debug("ignored request from device", "method", msg.Method)
 		return
 	}
 	id, ok := msg.ID.Int32()
@@ -204,7 +212,7 @@ func (s *Session) Handle(payload []byte) {
 		return
 	}
 	s.mu.Lock()
-	ch, ok := s.pending[id]
+	p, ok := s.pending[id]
 	if ok {
 		delete(s.pending, id)
 	}
@@ -213,7 +221,35 @@ func (s *Session) Handle(payload []byte) {
 		s.dropUnmatched(msg)
 		return
 	}
-	ch <- msg // buffered(1), and only this goroutine sends after removing it
+	p.reply <- msg // buffered(1), and only this goroutine sends after removing it
+}
+
+// handleNotification routes progress to the call it belongs to (its
+// progress token is the call's id) and anything else to Config.OnNotification.
+func (s *Session) handleNotification(msg *jsonrpc.Message) {
+	if msg.Method == "notifications/progress" {
+		var p struct {
+			Token jsonrpc.ID `json:"progressToken"`
+		}
+		if json.Unmarshal(msg.Params, &p) == nil {
+			if id, ok := p.Token.Int32(); ok {
+				s.mu.Lock()
+				call := s.pending[id]
+				s.mu.Unlock()
+				if call != nil && call.onProgress != nil {
+					call.onProgress(msg.Params)
+					return
+				}
+			}
+		}
+		s.log.Debug("dropped progress for no call", "params", truncate(msg.Params, 200))
+		return
+	}
+	if s.cfg.OnNotification != nil {
+		s.cfg.OnNotification(msg.Method, msg.Params)
+		return
+	}
+	s.log.Debug("ignored notification from device", "method", msg.Method)
 }
 
 func (s *Session) dropUnmatched(msg *jsonrpc.Message) {
@@ -232,7 +268,7 @@ func (s *Session) Unmatched() uint64 {
 
 // register reserves a fresh positive int32 id. Ids wrap after 2^31-1 and skip
 // ids still pending, so they are unique per device while pending.
-func (s *Session) register() (int32, chan *jsonrpc.Message, error) {
+func (s *Session) register(onProgress func(json.RawMessage)) (int32, *pendingCall, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closeErr != nil {
@@ -247,9 +283,9 @@ func (s *Session) register() (int32, chan *jsonrpc.Message, error) {
 			break
 		}
 	}
-	ch := make(chan *jsonrpc.Message, 1)
-	s.pending[s.nextID] = ch
-	return s.nextID, ch, nil
+	p := &pendingCall{reply: make(chan *jsonrpc.Message, 1), onProgress: onProgress}
+	s.pending[s.nextID] = p
+	return s.nextID, p, nil
 }
 
 func (s *Session) forget(id int32) {
@@ -258,18 +294,30 @@ func (s *Session) forget(id int32) {
 	s.mu.Unlock()
 }
 
+// pendingCall is a request awaiting its reply.
+type pendingCall struct {
+	reply      chan *jsonrpc.Message // buffered(1); closed when the session closes
+	onProgress func(params json.RawMessage)
+}
+
 // Request sends one request and waits for its reply, at most timeout (or the
 // configured request timeout when zero), and no longer than ctx allows. A JSON-RPC
 // error reply is returned as the message, not as an error: the caller decides.
 func (s *Session) Request(ctx context.Context, method string, params any, timeout time.Duration) (*jsonrpc.Message, error) {
+	return s.request(ctx, method, func(int32) any { return params }, timeout, nil)
+}
+
+// request is Request with params built once the id is known (a progress
+// token is the id) and an optional progress callback.
+func (s *Session) request(ctx context.Context, method string, params func(id int32) any, timeout time.Duration, onProgress func(json.RawMessage)) (*jsonrpc.Message, error) {
 	if timeout <= 0 {
 		timeout = s.cfg.RequestTimeout
 	}
-	id, ch, err := s.register()
+	id, call, err := s.register(onProgress)
 	if err != nil {
 		return nil, err
 	}
-	msg, err := jsonrpc.NewRequest(jsonrpc.IntID(int64(id)), method, params)
+	msg, err := jsonrpc.NewRequest(jsonrpc.IntID(int64(id)), method, params(id))
 	if err != nil {
 		s.forget(id)
 		return nil, err
@@ -293,22 +341,48 @@ func (s *Session) Request(ctx context.Context, method string, params any, timeou
 		return nil, fmt.Errorf("send %s: %w", method, err)
 	}
 	select {
-	case reply, ok := <-ch:
+	case reply, ok := <-call.reply:
 		if !ok {
 			return nil, fmt.Errorf("%w: %w", ErrDisconnected, s.Err())
 		}
 		return reply, nil
 	case <-ctx.Done():
 		s.forget(id)
-		if errors.Is(context.Cause(ctx), ErrTimeout) {
+		cause := context.Cause(ctx)
+		s.cancelRemote(ctx, id, cause)
+		if errors.Is(cause, ErrTimeout) {
 			return nil, fmt.Errorf("%s: %w after %s", method, ErrTimeout, timeout)
 		}
-		return nil, context.Cause(ctx)
+		return nil, cause
 	}
 }
 
-// Notify sends a notification.
+// cancelRemote tells the device that the gateway gave up on request id, so a
+// server that supports it can stop the work. Devices that do not simply
+// swallow the notification.
+func (s *Session) cancelRemote(ctx context.Context, id int32, cause error) {
+	if s.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	params := struct {
+		RequestID int32  `json:"requestId"`
+		Reason    string `json:"reason,omitempty"`
+	}{id, cause.Error()}
+	if err := s.notify(ctx, "notifications/cancelled", params); err != nil {
+		s.log.Debug("could not send notifications/cancelled", "id", id, "error", err)
+	}
+}
+
+// Notify sends a notification, within the request timeout.
 func (s *Session) Notify(ctx context.Context, method string, params any) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	return s.notify(ctx, method, params)
+}
+
+func (s *Session) notify(ctx context.Context, method string, params any) error {
 	msg, err := jsonrpc.NewNotification(method, params)
 	if err != nil {
 		return err
@@ -317,33 +391,66 @@ func (s *Session) Notify(ctx context.Context, method string, params any) error {
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", method, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-	defer cancel()
 	if err := s.link.Send(ctx, payload); err != nil {
 		return fmt.Errorf("send %s: %w", method, err)
 	}
 	return nil
 }
 
+// CallOptions tune one tool call.
+type CallOptions struct {
+	// Timeout bounds the call; 0 means the configured default.
+	Timeout time.Duration
+	// Meta is sent as the request's params._meta (a JSON object), after the
+	// gateway's own progressToken when OnProgress is set.
+	Meta json.RawMessage
+	// OnProgress, when set, asks the device for progress notifications and
+	// receives each one's params. It is called from the transport's reader
+	// and must not block.
+	OnProgress func(params json.RawMessage)
+}
+
 // CallTool calls a tool and returns the device's answer as a [Result] (which
-// may report a device-side failure). timeout 0 means the configured default.
-// Errors are gateway-side: [ErrTimeout], [ErrDisconnected], or ctx's.
-func (s *Session) CallTool(ctx context.Context, name string, args json.RawMessage, timeout time.Duration) (*Result, error) {
+// may report a device-side failure). Errors are gateway-side:
+// [ErrTimeout], [ErrDisconnected], or ctx's cause. When ctx ends or the call
+// times out, the device is sent notifications/cancelled.
+func (s *Session) CallTool(ctx context.Context, name string, args json.RawMessage, opts CallOptions) (*Result, error) {
+	timeout := opts.Timeout
 	if timeout <= 0 {
 		timeout = s.cfg.CallTimeout
 	}
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
-	params := struct {
+	type params struct {
 		Name      string          `json:"name"`
 		Arguments json.RawMessage `json:"arguments"`
-	}{name, args}
-	reply, err := s.Request(ctx, "tools/call", params, timeout)
+		Meta      json.RawMessage `json:"_meta,omitempty"`
+	}
+	build := func(id int32) any {
+		p := params{Name: name, Arguments: args, Meta: opts.Meta}
+		if opts.OnProgress != nil {
+			p.Meta = withProgressToken(opts.Meta, id)
+		}
+		return p
+	}
+	reply, err := s.request(ctx, "tools/call", build, timeout, opts.OnProgress)
 	if err != nil {
 		return nil, err
 	}
 	return resultFromResponse(reply), nil
+}
+
+// withProgressToken returns meta (a JSON object, possibly empty) with
+// progressToken set to id.
+func withProgressToken(meta json.RawMessage, id int32) json.RawMessage {
+	m := map[string]json.RawMessage{}
+	if len(meta) > 0 {
+		_ = json.Unmarshal(meta, &m) // a non-object meta is replaced
+	}
+	m["progressToken"] = json.RawMessage(strconv.FormatInt(int64(id), 10))
+	b, _ := json.Marshal(m) // raw messages and string keys always marshal
+	return b
 }
 
 func truncate(b []byte, n int) string {

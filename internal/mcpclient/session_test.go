@@ -55,7 +55,7 @@ func TestIDsArePositiveInt32AndSkipPending(t *testing.T) {
 	p := newPipe()
 	s := New(t.Context(), p, Config{RequestTimeout: time.Second})
 	s.nextID = math.MaxInt32 - 1
-	s.pending[1] = make(chan *jsonrpc.Message, 1) // id 1 still pending: must be skipped after the wrap
+	s.pending[1] = &pendingCall{reply: make(chan *jsonrpc.Message, 1)} // id 1 still pending: must be skipped after the wrap
 
 	var got []int32
 	for range 2 {
@@ -84,7 +84,7 @@ func TestOutOfOrderRepliesAndUnknownIDs(t *testing.T) {
 	results := make(chan outcome, 3)
 	for _, name := range []string{"a", "b", "c"} {
 		go func() {
-			r, err := s.CallTool(t.Context(), name, nil, 5*time.Second)
+			r, err := s.CallTool(t.Context(), name, nil, CallOptions{Timeout: 5 * time.Second})
 			o := outcome{name: name, err: err}
 			if r != nil {
 				o.text = r.Text()
@@ -128,7 +128,7 @@ func TestTimeoutIsPerCall(t *testing.T) {
 	s := New(t.Context(), p, Config{})
 	slow := make(chan error, 1)
 	go func() {
-		_, err := s.CallTool(t.Context(), "slow", nil, 50*time.Millisecond)
+		_, err := s.CallTool(t.Context(), "slow", nil, CallOptions{Timeout: 50 * time.Millisecond})
 		slow <- err
 	}()
 	slowReq := p.next(t)
@@ -136,7 +136,7 @@ func TestTimeoutIsPerCall(t *testing.T) {
 		m := p.next(t)
 		reply(t, s, m, `{"content":[{"type":"text","text":"true"}]}`)
 	}()
-	r, err := s.CallTool(t.Context(), "fast", nil, 5*time.Second)
+	r, err := s.CallTool(t.Context(), "fast", nil, CallOptions{Timeout: 5 * time.Second})
 	if err != nil || r.Text() != "true" {
 		t.Fatalf("fast call = %v, %v", r, err)
 	}
@@ -156,7 +156,7 @@ func TestUnparseableReplyEndsByTimeoutOthersSucceed(t *testing.T) {
 	s := New(t.Context(), p, Config{})
 	errc := make(chan error, 1)
 	go func() {
-		_, err := s.CallTool(t.Context(), "quote", nil, 100*time.Millisecond)
+		_, err := s.CallTool(t.Context(), "quote", nil, CallOptions{Timeout: 100 * time.Millisecond})
 		errc <- err
 	}()
 	m := p.next(t)
@@ -166,7 +166,7 @@ func TestUnparseableReplyEndsByTimeoutOthersSucceed(t *testing.T) {
 		m := p.next(t)
 		reply(t, s, m, `{"content":[{"type":"text","text":"ok"}]}`)
 	}()
-	if r, err := s.CallTool(t.Context(), "other", nil, time.Second); err != nil || r.Text() != "ok" {
+	if r, err := s.CallTool(t.Context(), "other", nil, CallOptions{Timeout: time.Second}); err != nil || r.Text() != "ok" {
 		t.Fatalf("other call = %v, %v", r, err)
 	}
 	if err := <-errc; !errors.Is(err, ErrTimeout) {
@@ -180,7 +180,7 @@ func TestCloseFailsPendingAtOnce(t *testing.T) {
 	errc := make(chan error, 2)
 	for range 2 {
 		go func() {
-			_, err := s.CallTool(t.Context(), "x", nil, time.Minute)
+			_, err := s.CallTool(t.Context(), "x", nil, CallOptions{Timeout: time.Minute})
 			errc <- err
 		}()
 		p.next(t)
@@ -196,7 +196,7 @@ func TestCloseFailsPendingAtOnce(t *testing.T) {
 	if d := time.Since(start); d > 100*time.Millisecond {
 		t.Fatalf("pending calls failed after %s, want at once", d)
 	}
-	if _, err := s.CallTool(t.Context(), "x", nil, time.Second); !errors.Is(err, ErrDisconnected) {
+	if _, err := s.CallTool(t.Context(), "x", nil, CallOptions{Timeout: time.Second}); !errors.Is(err, ErrDisconnected) {
 		t.Fatalf("call after close: %v", err)
 	}
 	s.Close(errors.New("again")) // idempotent
@@ -211,7 +211,7 @@ func TestCallerContextCancels(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	errc := make(chan error, 1)
 	go func() {
-		_, err := s.CallTool(ctx, "x", nil, time.Minute)
+		_, err := s.CallTool(ctx, "x", nil, CallOptions{Timeout: time.Minute})
 		errc <- err
 	}()
 	p.next(t)
@@ -492,7 +492,7 @@ func TestParentContextClosesSessionWithItsCause(t *testing.T) {
 	s := New(parent, p, Config{})
 	errc := make(chan error, 1)
 	go func() {
-		_, err := s.CallTool(t.Context(), "x", nil, time.Minute)
+		_, err := s.CallTool(t.Context(), "x", nil, CallOptions{Timeout: time.Minute})
 		errc <- err
 	}()
 	p.next(t)
@@ -506,4 +506,71 @@ func TestParentContextClosesSessionWithItsCause(t *testing.T) {
 		t.Fatalf("Err = %v", s.Err())
 	}
 	<-s.Done()
+}
+
+func TestProgressIsRoutedToItsCall(t *testing.T) {
+	p := newPipe()
+	var other []string
+	s := New(t.Context(), p, Config{OnNotification: func(method string, params json.RawMessage) {
+		other = append(other, method)
+	}})
+	progress := make(chan string, 4)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.CallTool(t.Context(), "slow", json.RawMessage(`{"a":1}`), CallOptions{
+			Meta:       json.RawMessage(`{"trace":"x"}`),
+			OnProgress: func(params json.RawMessage) { progress <- string(params) },
+		})
+		done <- err
+	}()
+	m := p.next(t)
+	var params struct {
+		Meta map[string]json.RawMessage `json:"_meta"`
+	}
+	if err := json.Unmarshal(m.Params, &params); err != nil {
+		t.Fatal(err)
+	}
+	if string(params.Meta["progressToken"]) != m.ID.String() || string(params.Meta["trace"]) != `"x"` {
+		t.Fatalf("params = %s, want progressToken %s and the caller's meta", m.Params, m.ID)
+	}
+	s.Handle(fmt.Appendf(nil, `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":%s,"progress":1,"total":2}}`, m.ID))
+	s.Handle([]byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":999,"progress":1}}`)) // no such call
+	s.Handle([]byte(`{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`))
+	if got := <-progress; !strings.Contains(got, `"progress":1`) {
+		t.Fatalf("progress = %s", got)
+	}
+	reply(t, s, m, `{"content":[]}`)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(progress) != 0 || fmt.Sprint(other) != "[notifications/tools/list_changed]" {
+		t.Fatalf("stray progress %d, other notifications %v", len(progress), other)
+	}
+}
+
+func TestGivingUpSendsCancelled(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cancel bool
+	}{{"caller cancels", true}, {"timeout", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPipe()
+			s := New(t.Context(), p, Config{})
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			timeout := time.Minute
+			if !tc.cancel {
+				timeout = 20 * time.Millisecond
+			}
+			go func() { _, _ = s.CallTool(ctx, "x", nil, CallOptions{Timeout: timeout}) }()
+			m := p.next(t)
+			if tc.cancel {
+				cancel()
+			}
+			n := p.next(t)
+			if n.Method != "notifications/cancelled" || !strings.Contains(string(n.Params), fmt.Sprintf(`"requestId":%s`, m.ID)) {
+				t.Fatalf("got %s %s, want notifications/cancelled for id %s", n.Method, n.Params, m.ID)
+			}
+		})
+	}
 }
