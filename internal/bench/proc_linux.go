@@ -3,11 +3,13 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"syscall"
+	"time"
 )
 
 // readRSS returns the resident set size of process pid, from the VmRSS line
@@ -57,4 +59,77 @@ func raiseFileLimit() (uint64, error) {
 		}
 	}
 	return lim.Cur, nil
+}
+
+// cpuModel returns the first "model name" of /proc/cpuinfo, or "".
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	for line := range bytes.Lines(b) {
+		if k, v, ok := bytes.Cut(line, []byte(":")); ok && string(bytes.TrimSpace(k)) == "model name" {
+			return string(bytes.TrimSpace(v))
+		}
+	}
+	return ""
+}
+
+// clockTick is the unit of utime and stime in /proc/<pid>/stat: USER_HZ,
+// which Linux fixes at 100 on every architecture Go supports.
+const clockTick = 10 * time.Millisecond
+
+// readCPU returns the processor time (user + system, all threads) process
+// pid has used so far, from /proc/<pid>/stat.
+func readCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read processor time of process %d: %w", pid, err)
+	}
+	// The command name (field 2) is in parentheses and may hold anything;
+	// the numbered fields resume after the last ')', with field 3 first.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("process %d: malformed /proc/%d/stat", pid, pid)
+	}
+	f := bytes.Fields(b[i+1:])
+	const utime, stime = 14 - 3, 15 - 3
+	if len(f) <= stime {
+		return 0, fmt.Errorf("process %d: short /proc/%d/stat", pid, pid)
+	}
+	u, err1 := strconv.ParseUint(string(f[utime]), 10, 64)
+	s, err2 := strconv.ParseUint(string(f[stime]), 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("process %d: /proc/%d/stat: %w", pid, pid, err)
+	}
+	return time.Duration(u+s) * clockTick, nil
+}
+
+// readMachineCPU returns the processor time all processes have used so far,
+// from the first line of /proc/stat: everything but idle and iowait.
+func readMachineCPU() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, fmt.Errorf("read machine processor time: %w", err)
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := bytes.Fields(line)
+	if len(f) < 5 || string(f[0]) != "cpu" {
+		return 0, fmt.Errorf("malformed /proc/stat line %q", line)
+	}
+	var busy uint64
+	for i, v := range f[1:] {
+		n, err := strconv.ParseUint(string(v), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		// Columns: user nice system idle iowait irq softirq steal guest
+		// guest_nice; guest time is already counted in user.
+		switch i {
+		case 3, 4, 8, 9:
+		default:
+			busy += n
+		}
+	}
+	return time.Duration(busy) * clockTick, nil
 }

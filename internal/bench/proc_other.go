@@ -5,6 +5,7 @@ package bench
 import (
 	"errors"
 	"os/exec"
+	"time"
 )
 
 var errNoProc = errors.New("reading another process's memory is only supported on Linux")
@@ -15,3 +16,9 @@ func dieWithParent(cmd *exec.Cmd) {}
 
 // raiseFileLimit reports 0, "unknown": the bench then skips its check.
 func raiseFileLimit() (uint64, error) { return 0, nil }
+
+func cpuModel() string { return "" }
+
+func readCPU(pid int) (time.Duration, error) { return 0, errNoProc }
+
+func readMachineCPU() (time.Duration, error) { return 0, errNoProc }

@@ -1,0 +1,326 @@
+// Package bench is mcpgate's load tool: it starts (or targets) a gateway,
+// connects a fleet of simulated devices, drives concurrent REST tool calls,
+// and measures what the gateway costs: calls per second, latency
+// percentiles, errors, and resident memory per connected device. In the
+// same run it measures the raw WebSocket round-trip floor of the machine,
+// so that throughput can be judged as a ratio that holds across machines.
+//
+// # Phases
+//
+//  1. Gateway: a `mcpgate serve` child process by default, so that its
+//     resident memory (VmRSS) is the gateway's alone; in-process for tests;
+//     or an existing gateway given by URL.
+//  2. Fleet: Devices simulated ESP32 devices (package sim) connect over
+//     WebSocket; the bench waits until the gateway has discovered them all.
+//  3. Memory: the gateway's RSS before the fleet and with the fleet idle,
+//     each the minimum of several samples after a settle time.
+//  4. Peak: Concurrency workers call tools back to back (closed loop).
+//  5. Fixed rate: calls on a schedule at Rate calls/s (default half the
+//     peak), latency counted from each call's due time (open loop).
+//  6. Floor: a WebSocket echo over loopback with as many connections,
+//     messages the size of a tools/call envelope.
+//
+// Everything runs on one machine, so the load generator, the devices and
+// the gateway share its cores: compare figures within one run.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/mcpgate/mcpgate/device"
+)
+
+// DefaultTool is called when Config.Tool is empty, with {"volume":N} and N
+// changing on every call.
+const DefaultTool = "self.audio_speaker.set_volume"
+
+// Config describes a bench run. Every zero value means the documented default.
+type Config struct {
+	// Server is the URL of an existing gateway to measure; "" starts one.
+	Server string
+	// GatewayPID is the process id of the gateway at Server, for its
+	// memory; 0 reads process_resident_memory_bytes from its /metrics.
+	GatewayPID int
+	// InProcess runs the started gateway inside the bench process instead
+	// of as a child: no separate process, so no memory figure.
+	InProcess bool
+	// Executable is the mcpgate binary started as `Executable serve`; ""
+	// means the running binary.
+	Executable string
+	// GatewayLog receives the child gateway's output (it logs at warn
+	// level); nil discards it. Its tail is kept for errors either way.
+	GatewayLog io.Writer
+
+	// Devices is the number of simulated devices; default 100.
+	Devices int
+	// Profile is the devices' behaviour; default device.ProfileESP32.
+	Profile device.Profile
+	// Concurrency is the number of concurrent REST connections, each with
+	// one call in flight; default 16. The floor uses as many.
+	Concurrency int
+	// Duration is the measured time of each phase; default 10s.
+	Duration time.Duration
+	// Warmup runs before each phase's measured time; default 2s,
+	// negative for none.
+	Warmup time.Duration
+	// Settle is the wait before memory is sampled; default 2s.
+	Settle time.Duration
+	// Tool is the tool called; default DefaultTool.
+	Tool string
+	// Args are the tool's arguments, a JSON object; nil means
+	// {"volume":N} for DefaultTool and {} for any other tool.
+	Args json.RawMessage
+	// Rate is the fixed-rate phase's calls/s; default half the measured peak.
+	Rate float64
+	// Client is the load generator's HTTP client, ClientRaw (default) or
+	// ClientStd.
+	Client string
+	// SkipFloor skips the WebSocket floor (and so the ratio).
+	SkipFloor bool
+	// IdleOnly connects the fleet, measures memory, and stops: no load.
+	IdleOnly bool
+	// Logger receives progress; nil discards it.
+	Logger *slog.Logger
+}
+
+// normalize validates cfg and fills in defaults.
+func (c Config) normalize() (Config, error) {
+	if c.Devices == 0 {
+		c.Devices = 100
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 16
+	}
+	if c.Duration == 0 {
+		c.Duration = 10 * time.Second
+	}
+	switch {
+	case c.Warmup == 0:
+		c.Warmup = 2 * time.Second
+	case c.Warmup < 0:
+		c.Warmup = 0
+	}
+	if c.Settle == 0 {
+		c.Settle = 2 * time.Second
+	}
+	if c.Profile == "" {
+		c.Profile = device.ProfileESP32
+	}
+	if c.Tool == "" {
+		c.Tool = DefaultTool
+	}
+	if c.Client == "" {
+		c.Client = ClientRaw
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case c.Devices < 0:
+		return c, fmt.Errorf("bench: devices must be positive, got %d", c.Devices)
+	case c.Concurrency < 0:
+		return c, fmt.Errorf("bench: concurrency must be positive, got %d", c.Concurrency)
+	case c.Duration < 0 || c.Settle < 0:
+		return c, errors.New("bench: duration and settle must not be negative")
+	case c.Rate < 0 || c.Rate != c.Rate:
+		return c, fmt.Errorf("bench: rate must be positive calls/s, got %v", c.Rate)
+	case c.Client != ClientRaw && c.Client != ClientStd:
+		return c, fmt.Errorf("bench: client %q: want %q or %q", c.Client, ClientRaw, ClientStd)
+	case c.InProcess && c.Server != "":
+		return c, errors.New("bench: an in-process gateway and an existing server exclude each other")
+	case c.GatewayPID < 0 || (c.GatewayPID > 0 && c.Server == ""):
+		return c, errors.New("bench: a gateway pid goes with the URL of an existing server")
+	}
+	if _, err := device.ParseProfile(string(c.Profile)); err != nil {
+		return c, fmt.Errorf("bench: %w", err)
+	}
+	if c.Args != nil {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(c.Args, &obj); err != nil || obj == nil {
+			return c, fmt.Errorf("bench: arguments must be a JSON object such as {\"volume\":30}, got %q", c.Args)
+		}
+	} else if c.Tool != DefaultTool {
+		c.Args = json.RawMessage("{}")
+	}
+	return c, nil
+}
+
+// fileBudget is how many descriptors the bench needs besides devices.
+const fileBudget = 128
+
+// checkFiles raises the open-file limit and checks that it fits the run:
+// every device is a socket in the bench process, and another in the gateway
+// (the same process when in-process); each worker and floor connection is
+// one or two more.
+func checkFiles(cfg Config) (uint64, error) {
+	limit, err := raiseFileLimit()
+	if err != nil {
+		return 0, fmt.Errorf("bench: %w", err)
+	}
+	need := uint64(cfg.Devices + 3*cfg.Concurrency + fileBudget)
+	if cfg.InProcess {
+		need += uint64(cfg.Devices)
+	}
+	if limit != 0 && limit < need {
+		return limit, fmt.Errorf("bench: %d devices need about %d open files in this process, but the limit is %d even after raising it to the hard limit; "+
+			"raise the hard limit (ulimit -Hn, /etc/security/limits.conf, or LimitNOFILE= for a service), use fewer devices, or drop --in-process",
+			cfg.Devices, need, limit)
+	}
+	return limit, nil
+}
+
+// Run performs a bench run as cfg describes and returns its report. It
+// returns an error when the run could not be made (no gateway, devices not
+// ready); failed calls are counted in the report, not returned.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg, err := cfg.normalize()
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	files, err := checkFiles(cfg)
+	if err != nil {
+		return nil, err
+	}
+	rep := newReport(cfg, files)
+
+	dataDir, err := os.MkdirTemp("", "mcpgate-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("bench: gateway data directory: %w", err)
+	}
+	defer os.RemoveAll(dataDir)
+
+	tgt, err := startTarget(ctx, cfg, dataDir)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	if tgt.stop != nil {
+		defer func() {
+			if serr := tgt.stop(); serr != nil {
+				log.Warn("gateway stop", "error", serr)
+			}
+		}()
+	}
+	rep.Gateway = GatewayInfo{Mode: tgt.mode, URL: tgt.url, PID: tgt.pid}
+
+	hc := &http.Client{Timeout: 30 * time.Second}
+	mem := newMemProbe(tgt, hc)
+	before, err := scrape(ctx, hc, tgt.url)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	if mem.ok() {
+		// The gateway has just started: let its runtime finish starting up.
+		if mem.before, err = mem.sample(ctx, 500*time.Millisecond, 3); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+	}
+
+	log.Info("connecting devices", "devices", cfg.Devices, "profile", cfg.Profile, "gateway", tgt.url)
+	connStart := time.Now()
+	fl, err := connectFleet(ctx, tgt.wsURL(), cfg.Devices, cfg.Profile, log)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer func() {
+		log.Info("disconnecting devices")
+		fl.stop()
+	}()
+	rctx, cancel := context.WithTimeoutCause(ctx, max(30*time.Second, time.Duration(cfg.Devices)*10*time.Millisecond), errNotReady)
+	_, err = waitReady(rctx, hc, tgt.url, before, cfg.Devices)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	rep.Fleet.ReadyS = time.Since(connStart).Seconds()
+	log.Info("devices ready", "devices", cfg.Devices, "took", time.Since(connStart).Round(time.Millisecond))
+
+	if rep.Memory, err = mem.measure(ctx, cfg, before); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	if cfg.IdleOnly {
+		rep.Evaluate()
+		return rep, nil
+	}
+
+	l := newLoad(tgt.url, fl.paths, cfg.Concurrency, cfg.Client, cfg.Tool, cfg.Args)
+	cpu := cpuMeter{gatewayPID: tgt.pid}
+	log.Info("peak phase: closed loop", "workers", cfg.Concurrency, "warmup", cfg.Warmup, "duration", cfg.Duration)
+	rep.Peak = runClosed(ctx, l, cpu, cfg.Warmup, cfg.Duration)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	rate := cfg.Rate
+	if rate == 0 {
+		rate = rep.Peak.CallsPerSec / 2
+	}
+	if rate > 0 {
+		log.Info("fixed-rate phase: open loop", "rate", fmt.Sprintf("%.0f/s", rate), "duration", cfg.Duration)
+		rep.Fixed = runOpen(ctx, l, cpu, rate, cfg.Warmup, cfg.Duration)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+
+	if !cfg.SkipFloor {
+		msg, err := callEnvelope(cfg.Tool, cfg.Args)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		log.Info("floor phase: raw WebSocket echo", "connections", cfg.Concurrency, "bytes", len(msg), "duration", cfg.Duration)
+		if rep.Floor, err = runFloor(ctx, cfg.Concurrency, msg, cfg.Warmup, cfg.Duration); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		if rep.Floor.RoundTripsSec > 0 {
+			rep.Ratio = rep.Peak.CallsPerSec / rep.Floor.RoundTripsSec
+		}
+	}
+	rep.Evaluate()
+	return rep, nil
+}
+
+func startTarget(ctx context.Context, cfg Config, dataDir string) (*target, error) {
+	switch {
+	case cfg.Server != "":
+		return external(ctx, cfg.Server, cfg.GatewayPID)
+	case cfg.InProcess:
+		return startInProcess(ctx, dataDir, cfg.Logger)
+	}
+	exe := cfg.Executable
+	if exe == "" {
+		var err error
+		if exe, err = selfExecutable(); err != nil {
+			return nil, err
+		}
+	}
+	return startChild(ctx, exe, dataDir, cfg.GatewayLog, cfg.Logger)
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	OS         string `json:"os"`
+	Arch       string `json:"arch"`
+	CPUs       int    `json:"cpus"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	CPUModel   string `json:"cpu_model,omitempty"`
+	GoVersion  string `json:"go_version"`
+	// OpenFiles is the bench process's open-file limit after raising it.
+	OpenFiles uint64 `json:"open_files,omitempty"`
+}
+
+func machine(files uint64) Machine {
+	return Machine{
+		OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
+		CPUModel: cpuModel(), GoVersion: runtime.Version(), OpenFiles: files,
+	}
+}

@@ -1,0 +1,280 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// checkPhase checks what any sane phase report satisfies; nothing about speed.
+func checkPhase(t *testing.T, name string, p *PhaseReport) {
+	t.Helper()
+	if p == nil {
+		t.Fatalf("%s: no report", name)
+	}
+	if p.Calls == 0 || p.CallsPerSec <= 0 {
+		t.Errorf("%s: %d calls, %v calls/s", name, p.Calls, p.CallsPerSec)
+	}
+	if n := p.ErrorCount(); n > 0 {
+		t.Errorf("%s: %d errors: %v %v", name, n, p.Errors, p.ErrorSamples)
+	}
+	checkLatency(t, name, p.Latency)
+	if p.Latency.Count != p.Calls {
+		t.Errorf("%s: %d latencies for %d calls", name, p.Latency.Count, p.Calls)
+	}
+}
+
+func checkLatency(t *testing.T, name string, l Latency) {
+	t.Helper()
+	if !(0 < l.MinMS && l.MinMS <= l.P50MS && l.P50MS <= l.P90MS && l.P90MS <= l.P99MS &&
+		l.P99MS <= l.P999MS && l.P999MS <= l.MaxMS) {
+		t.Errorf("%s: latencies out of order: %+v", name, l)
+	}
+}
+
+func TestRunInProcess(t *testing.T) {
+	t.Parallel()
+	rep, err := Run(context.Background(), Config{
+		InProcess:   true,
+		Devices:     5,
+		Concurrency: 3,
+		Duration:    time.Second,
+		Warmup:      100 * time.Millisecond,
+		Settle:      50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPhase(t, "peak", rep.Peak)
+	checkPhase(t, "fixed", rep.Fixed)
+	if rep.Fixed.TargetRate != rep.Peak.CallsPerSec/2 {
+		t.Errorf("fixed rate %v, want half of the peak %v", rep.Fixed.TargetRate, rep.Peak.CallsPerSec)
+	}
+	if rep.Fixed.Service == nil {
+		t.Error("fixed phase has no service latency")
+	} else {
+		checkLatency(t, "service", *rep.Fixed.Service)
+	}
+	if rep.Floor == nil || rep.Floor.RoundTrips == 0 {
+		t.Fatalf("floor: %+v", rep.Floor)
+	}
+	checkLatency(t, "floor", rep.Floor.Latency)
+	if rep.Floor.MessageBytes < 150 {
+		t.Errorf("floor messages of %d bytes: smaller than a tools/call envelope", rep.Floor.MessageBytes)
+	}
+	if rep.Ratio <= 0 {
+		t.Errorf("ratio = %v", rep.Ratio)
+	}
+	if rep.Memory == nil || rep.Memory.NA == "" || rep.Memory.PerDeviceKiB != 0 {
+		t.Errorf("in-process memory: %+v, want n/a", rep.Memory)
+	}
+	if rep.Gateway.Mode != ModeInProcess || len(rep.Goals) != 3 {
+		t.Errorf("gateway %+v, %d goals", rep.Gateway, len(rep.Goals))
+	}
+
+	var text bytes.Buffer
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"peak: closed loop", "fixed rate: open loop", "raw WebSocket floor", "ratio", "n/a (in-process", "goals"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text report lacks %q:\n%s", want, text.String())
+		}
+	}
+	if _, err := json.Marshal(rep); err != nil {
+		t.Errorf("report does not marshal: %v", err)
+	}
+}
+
+func TestRunOtherTool(t *testing.T) {
+	t.Parallel()
+	rep, err := Run(context.Background(), Config{
+		InProcess: true, Devices: 2, Concurrency: 2, Duration: 300 * time.Millisecond, Warmup: -1,
+		Settle: time.Millisecond, Tool: "self.get_device_status", Client: ClientStd, Rate: 200, SkipFloor: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPhase(t, "peak", rep.Peak)
+	checkPhase(t, "fixed", rep.Fixed)
+	if rep.Floor != nil || rep.Ratio != 0 {
+		t.Errorf("floor ran although skipped: %+v", rep.Floor)
+	}
+	if rep.Fixed.TargetRate != 200 {
+		t.Errorf("target rate = %v, want 200", rep.Fixed.TargetRate)
+	}
+}
+
+func TestRunCountsErrors(t *testing.T) {
+	t.Parallel()
+	rep, err := Run(context.Background(), Config{
+		InProcess: true, Devices: 2, Concurrency: 2, Duration: 200 * time.Millisecond, Warmup: -1,
+		Settle: time.Millisecond, Tool: DefaultTool, Args: json.RawMessage(`{"volume":300}`), Rate: 100, SkipFloor: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Peak.Errors["invalid_arguments"] != rep.Peak.Calls || rep.Peak.Calls == 0 {
+		t.Errorf("errors %v of %d calls, want all invalid_arguments", rep.Peak.Errors, rep.Peak.Calls)
+	}
+	if !strings.Contains(rep.Peak.ErrorSamples["invalid_arguments"], "volume") {
+		t.Errorf("error sample: %q", rep.Peak.ErrorSamples["invalid_arguments"])
+	}
+	if g := rep.Goals[1]; g.Status != "missed" {
+		t.Errorf("p99 goal with every call failing: %+v", g)
+	}
+}
+
+// TestRunChild starts a real mcpgate binary as the gateway, as the CLI
+// does, and reads its memory.
+func TestRunChild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the mcpgate binary")
+	}
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	t.Parallel()
+	exe := filepath.Join(t.TempDir(), "mcpgate")
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", exe, "github.com/mcpgate/mcpgate/cmd/mcpgate")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	rep, err := Run(context.Background(), Config{Executable: exe, Devices: 20, IdleOnly: true, Settle: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := rep.Memory
+	if rep.Gateway.Mode != ModeChild || rep.Gateway.PID == 0 {
+		t.Errorf("gateway %+v", rep.Gateway)
+	}
+	if m == nil || m.NA != "" || m.BeforeBytes == 0 || m.AfterBytes == 0 || m.Samples != memSamples {
+		t.Fatalf("memory %+v", m)
+	}
+	if m.Runtime == nil || m.Runtime.GoroutinesAfter <= m.Runtime.GoroutinesBefore {
+		t.Errorf("runtime figures %+v", m.Runtime)
+	}
+	if rep.Peak != nil || rep.Floor != nil {
+		t.Error("idle-only run made calls")
+	}
+	if _, err := readRSS(rep.Gateway.PID); err == nil {
+		t.Errorf("gateway pid %d still running after Run", rep.Gateway.PID)
+	}
+}
+
+func TestRunExternalNeedsAGateway(t *testing.T) {
+	t.Parallel()
+	_, err := Run(context.Background(), Config{Server: "http://127.0.0.1:1", Devices: 1})
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("err = %v, want one naming the server", err)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"negative devices", Config{Devices: -1}, "devices"},
+		{"negative rate", Config{Rate: -5}, "rate"},
+		{"bad profile", Config{Profile: "nokia"}, "profile"},
+		{"args not an object", Config{Args: json.RawMessage(`[1]`)}, "JSON object"},
+		{"in-process and server", Config{InProcess: true, Server: "http://x"}, "exclude"},
+		{"pid without server", Config{GatewayPID: 42}, "pid"},
+		{"bad client", Config{Client: "curl"}, "client"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := tc.cfg.normalize()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+	c, err := Config{}.normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Devices != 100 || c.Concurrency != 16 || c.Duration != 10*time.Second || c.Warmup != 2*time.Second ||
+		c.Tool != DefaultTool || c.Args != nil || c.Client != ClientRaw {
+		t.Errorf("defaults: %+v", c)
+	}
+	c, _ = Config{Tool: "self.reboot", Warmup: -1}.normalize()
+	if string(c.Args) != "{}" || c.Warmup != 0 {
+		t.Errorf("another tool gets %s, warmup %s; want {} and 0", c.Args, c.Warmup)
+	}
+}
+
+func TestFileLimitCheck(t *testing.T) {
+	t.Parallel()
+	limit, err := raiseFileLimit()
+	if err != nil || limit == 0 {
+		t.Skipf("no file limit here: %v", err)
+	}
+	_, err = checkFiles(Config{Devices: int(limit), Concurrency: 1, InProcess: true})
+	if err == nil || !strings.Contains(err.Error(), "open files") {
+		t.Errorf("err = %v, want an open-file limit error", err)
+	}
+}
+
+func TestWriteText(t *testing.T) {
+	t.Parallel()
+	rep := &Report{
+		Started: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		Machine: Machine{OS: "linux", Arch: "amd64", CPUs: 2, GOMAXPROCS: 2, GoVersion: "go1.26"},
+		Config:  RunConfig{Devices: 10000, Profile: "esp32", Concurrency: 16, Tool: DefaultTool, Args: "{}", Client: ClientRaw},
+		Gateway: GatewayInfo{Mode: ModeChild, URL: "http://127.0.0.1:1234", PID: 77},
+		Fleet:   FleetInfo{Devices: 10000, ReadyS: 12.5},
+		Memory: &MemoryReport{Devices: 10000, Source: "VmRSS of /proc/77/status", SettleS: 2, Samples: 5,
+			BeforeBytes: 10 << 20, AfterBytes: 10<<20 + 10000*20<<10, AfterMaxBytes: 300 << 20, PerDeviceKiB: 20,
+			Runtime: &RuntimeMemory{GoroutinesBefore: 9, GoroutinesAfter: 30009, GoroutinesPerDevice: 3}},
+		Peak: &PhaseReport{Workers: 16, DurationS: 10, WarmupS: 2, Calls: 123456, CallsPerSec: 12345.6,
+			Latency: Latency{P50MS: 0.5, P90MS: 1, P99MS: 2, P999MS: 12.5, MaxMS: 150},
+			Errors:  map[string]uint64{"device_timeout": 2}, ErrorSamples: map[string]string{"device_timeout": "HTTP 504 device_timeout: slow"}},
+		Fixed: &PhaseReport{Workers: 16, DurationS: 10, TargetRate: 6172.8, Calls: 61728, CallsPerSec: 6172.8,
+			Latency: Latency{P99MS: 3}, Service: &Latency{P99MS: 2}},
+		Floor: &FloorReport{Workers: 16, MessageBytes: 203, DurationS: 10, RoundTrips: 200000, RoundTripsSec: 20000},
+		Ratio: 0.617,
+	}
+	var b bytes.Buffer
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"devices     10,000 × esp32, all connected and discovered in 12.5s",
+		"gateway     child process, pid 77",
+		"per device   20.0 KiB",
+		"goroutines 9 → 30009 (3.00 per device)",
+		"calls        123,456   12,346/s   errors 2",
+		"p50 500µs   p90 1.00ms   p99 2.00ms   p99.9 12.5ms   max 150ms",
+		"error device_timeout",
+		"open loop at 6173 calls/s (50 % of peak)",
+		"round trips  200,000   20,000/s",
+		"= 0.62",
+		"MET    REST throughput vs raw WebSocket floor",
+		"MET    p99 latency at half the peak rate",
+		"MET    gateway RSS per idle device",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestCount(t *testing.T) {
+	t.Parallel()
+	for n, want := range map[uint64]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567"} {
+		if got := count(n); got != want {
+			t.Errorf("count(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

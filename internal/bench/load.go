@@ -1,0 +1,260 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// load is what both load phases need: where to send, what, and how.
+type load struct {
+	base   string   // gateway URL
+	paths  []string // tools/call path of each device
+	conns  int      // workers, each with its own connection
+	client string   // ClientRaw or ClientStd
+	std    *http.Client
+	args   json.RawMessage // nil: {"volume":N}, N varying per call
+	prefix []byte          // {"name":"<tool>","arguments":
+}
+
+func newLoad(base string, paths []string, conns int, client, tool string, args json.RawMessage) *load {
+	name, _ := json.Marshal(tool) // a string always marshals
+	l := &load{base: base, paths: paths, conns: conns, client: client, args: args,
+		prefix: append(append([]byte(`{"name":`), name...), `,"arguments":`...)}
+	if client == ClientStd {
+		l.std = newStdClient(conns)
+	}
+	return l
+}
+
+// body appends the request body of the seq-th call of a worker to b.
+func (l *load) body(b []byte, seq int) []byte {
+	b = append(b[:0], l.prefix...)
+	if l.args != nil {
+		b = append(b, l.args...)
+	} else {
+		// A different volume on every call, so the device's state changes
+		// and no layer can answer from a cache.
+		b = append(b, `{"volume":`...)
+		b = strconv.AppendInt(b, int64(seq%101), 10)
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
+// workerResult is what one worker measured. Each worker owns its own, so
+// nothing on the hot path is shared; they are merged when all are done.
+type workerResult struct {
+	latency Histogram // closed loop: per call; open loop: from the scheduled time
+	service Histogram // open loop only: from the actual send
+	errors  map[string]uint64
+	samples map[string]string // first error message per outcome
+	calls   uint64            // calls that ended inside the measured window
+}
+
+func (w *workerResult) fail(outcome string, err error) {
+	if w.errors == nil {
+		w.errors, w.samples = map[string]uint64{}, map[string]string{}
+	}
+	if w.errors[outcome] == 0 && err != nil {
+		w.samples[outcome] = err.Error()
+	}
+	w.errors[outcome]++
+}
+
+// PhaseReport is the outcome of one load phase.
+type PhaseReport struct {
+	// Workers is the number of concurrent connections.
+	Workers     int     `json:"workers"`
+	WarmupS     float64 `json:"warmup_s"`
+	DurationS   float64 `json:"duration_s"`
+	Calls       uint64  `json:"calls"`
+	CallsPerSec float64 `json:"calls_per_s"`
+	// TargetRate is the open-loop phase's schedule, calls/s; 0 in the
+	// closed loop.
+	TargetRate float64 `json:"target_rate,omitempty"`
+	// Latency is per call in the closed loop; in the open loop it runs
+	// from each call's scheduled time, so a stalled gateway shows up as
+	// latency rather than as fewer, faster calls (coordinated omission).
+	Latency Latency `json:"latency"`
+	// Service runs from the moment each open-loop call was actually sent.
+	Service *Latency `json:"service,omitempty"`
+	// Errors counts failed calls by outcome: the API's error code,
+	// tool_error (the device reported a failure), transport_error.
+	Errors map[string]uint64 `json:"errors,omitempty"`
+	// ErrorSamples holds the first message of each outcome in Errors.
+	ErrorSamples map[string]string `json:"error_samples,omitempty"`
+	// CPU is the processor time the gateway and the bench used meanwhile.
+	CPU *CPUUse `json:"cpu,omitempty"`
+}
+
+// ErrorCount returns the total of Errors.
+func (p *PhaseReport) ErrorCount() uint64 {
+	var n uint64
+	for _, c := range p.Errors {
+		n += c
+	}
+	return n
+}
+
+func merge(results []*workerResult, open bool) (lat, svc Histogram, calls uint64, errs map[string]uint64, samples map[string]string) {
+	for _, r := range results {
+		lat.Merge(&r.latency)
+		if open {
+			svc.Merge(&r.service)
+		}
+		calls += r.calls
+		for k, v := range r.errors {
+			if errs == nil {
+				errs, samples = map[string]uint64{}, map[string]string{}
+			}
+			if _, ok := samples[k]; !ok {
+				samples[k] = r.samples[k]
+			}
+			errs[k] += v
+		}
+	}
+	return lat, svc, calls, errs, samples
+}
+
+// runClosed drives l.conns workers that each call back to back for warmup
+// plus d, and measures the calls started in the last d. Worker w walks the
+// devices in order from its own offset, so the workers spread over the
+// fleet and no two of them queue on one device.
+func runClosed(ctx context.Context, l *load, cpu cpuMeter, warmup, d time.Duration) *PhaseReport {
+	start := time.Now()
+	measureFrom, end := start.Add(warmup), start.Add(warmup+d)
+	ctx, cancel := context.WithDeadline(ctx, end.Add(30*time.Second)) // bounds a straggling last call
+	defer cancel()
+	cpuc := cpu.window(ctx, measureFrom, end)
+	results := make([]*workerResult, l.conns)
+	var wg sync.WaitGroup
+	for w := range results {
+		res := &workerResult{}
+		results[w] = res
+		wg.Go(func() {
+			c := newCaller(l.client, l.base, l.std)
+			defer c.close()
+			var body []byte
+			dev := w * len(l.paths) / l.conns
+			for seq := 0; ; seq++ {
+				t0 := time.Now()
+				if !t0.Before(end) || ctx.Err() != nil {
+					return
+				}
+				body = l.body(body, seq)
+				outcome, err := c.call(ctx, l.paths[dev], body)
+				t1 := time.Now()
+				if !t0.Before(measureFrom) {
+					res.calls++
+					res.latency.Record(t1.Sub(t0))
+					if outcome != outcomeOK {
+						res.fail(outcome, err)
+					}
+				}
+				if outcome == outcomeTransport {
+					pause(ctx, 10*time.Millisecond) // do not spin on a refused connection
+				}
+				dev++
+				if dev == len(l.paths) {
+					dev = 0
+				}
+			}
+		})
+	}
+	wg.Wait()
+	lat, _, calls, errs, samples := merge(results, false)
+	return &PhaseReport{
+		Workers: l.conns, WarmupS: warmup.Seconds(), DurationS: d.Seconds(),
+		Calls: calls, CallsPerSec: float64(calls) / d.Seconds(),
+		Latency: lat.Summary(), Errors: errs, ErrorSamples: samples, CPU: (<-cpuc).use(calls),
+	}
+}
+
+// runOpen sends calls on a fixed schedule of rate calls/s for warmup plus
+// d, whatever the answers' latency: call k is due at start + k/rate. A
+// pacer hands each due time to whichever worker is free, so one slow
+// answer does not hold back calls another connection could send; a call
+// sent late because every worker was busy (or the pacer's timer woke late)
+// counts its latency from when it was due.
+func runOpen(ctx context.Context, l *load, cpu cpuMeter, rate float64, warmup, d time.Duration) *PhaseReport {
+	start := time.Now()
+	measureFrom, end := start.Add(warmup), start.Add(warmup+d)
+	ctx, cancel := context.WithDeadline(ctx, end.Add(30*time.Second))
+	defer cancel()
+	cpuc := cpu.window(ctx, measureFrom, end)
+	interval := time.Duration(float64(time.Second) / rate)
+	due := make(chan time.Time, l.conns)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(due)
+		for k := 0; ; k++ {
+			t := start.Add(time.Duration(k) * interval)
+			if !t.Before(end) {
+				return
+			}
+			if wait := time.Until(t); wait > 0 {
+				pause(ctx, wait)
+			}
+			select {
+			case due <- t:
+			case <-ctx.Done():
+				return
+			}
+		}
+	})
+	results := make([]*workerResult, l.conns)
+	for w := range results {
+		res := &workerResult{}
+		results[w] = res
+		wg.Go(func() {
+			c := newCaller(l.client, l.base, l.std)
+			defer c.close()
+			var body []byte
+			dev := w * len(l.paths) / l.conns
+			for seq := 0; ; seq++ {
+				t, ok := <-due
+				if !ok || ctx.Err() != nil {
+					return
+				}
+				body = l.body(body, seq)
+				t0 := time.Now()
+				outcome, err := c.call(ctx, l.paths[dev], body)
+				t1 := time.Now()
+				if !t.Before(measureFrom) {
+					res.calls++
+					res.latency.Record(t1.Sub(t))
+					res.service.Record(t1.Sub(t0))
+					if outcome != outcomeOK {
+						res.fail(outcome, err)
+					}
+				}
+				dev++
+				if dev == len(l.paths) {
+					dev = 0
+				}
+			}
+		})
+	}
+	wg.Wait()
+	lat, svc, calls, errs, samples := merge(results, true)
+	service := svc.Summary()
+	return &PhaseReport{
+		Workers: l.conns, WarmupS: warmup.Seconds(), DurationS: d.Seconds(), TargetRate: rate,
+		Calls: calls, CallsPerSec: float64(calls) / d.Seconds(),
+		Latency: lat.Summary(), Service: &service, Errors: errs, ErrorSamples: samples, CPU: (<-cpuc).use(calls),
+	}
+}
+
+// pause sleeps for d or until ctx ends.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

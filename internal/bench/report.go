@@ -1,0 +1,311 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// The goals mcpgate is measured against (docs/performance.md).
+const (
+	GoalRatio           = 0.5                  // REST calls/s at least half the raw WebSocket round trips/s
+	GoalP99             = 5 * time.Millisecond // p99 at half the peak rate
+	GoalKiBPerDevice    = 24.0                 // gateway RSS per idle device...
+	GoalMemoryAtDevices = 10000                // ...with this many devices
+)
+
+// Report is the outcome of a bench run.
+type Report struct {
+	Started time.Time     `json:"started"`
+	Machine Machine       `json:"machine"`
+	Config  RunConfig     `json:"config"`
+	Gateway GatewayInfo   `json:"gateway"`
+	Fleet   FleetInfo     `json:"fleet"`
+	Memory  *MemoryReport `json:"memory,omitempty"`
+	// Peak is the closed-loop phase: the most calls/s the gateway served.
+	Peak *PhaseReport `json:"peak,omitempty"`
+	// Fixed is the open-loop phase at a fixed rate, by default half the peak.
+	Fixed *PhaseReport `json:"fixed_rate,omitempty"`
+	Floor *FloorReport `json:"ws_floor,omitempty"`
+	// Ratio is Peak.CallsPerSec / Floor.RoundTripsSec.
+	Ratio float64 `json:"ratio,omitempty"`
+	Goals []Goal  `json:"goals"`
+}
+
+// RunConfig is the part of the Config that shapes the figures.
+type RunConfig struct {
+	Devices     int     `json:"devices"`
+	Profile     string  `json:"profile"`
+	Concurrency int     `json:"concurrency"`
+	DurationS   float64 `json:"duration_s"`
+	WarmupS     float64 `json:"warmup_s"`
+	Tool        string  `json:"tool"`
+	Args        string  `json:"args"`
+	Rate        float64 `json:"rate,omitempty"`
+	Client      string  `json:"client"`
+	IdleOnly    bool    `json:"idle_only,omitempty"`
+}
+
+// GatewayInfo says which gateway was measured.
+type GatewayInfo struct {
+	Mode string `json:"mode"` // ModeChild, ModeInProcess or ModeExternal
+	URL  string `json:"url"`
+	PID  int    `json:"pid,omitempty"`
+}
+
+// FleetInfo describes the simulated devices.
+type FleetInfo struct {
+	Devices int `json:"devices"`
+	// ReadyS is the time from the first connect to every device discovered.
+	ReadyS float64 `json:"ready_s"`
+}
+
+// Goal is one of the goals and whether this run met it.
+type Goal struct {
+	Name     string `json:"name"`
+	Target   string `json:"target"`
+	Measured string `json:"measured"`
+	// Status is "met", "missed" or "n/a" (the run did not measure it).
+	Status string `json:"status"`
+	Note   string `json:"note,omitempty"`
+}
+
+func newReport(cfg Config, files uint64) *Report {
+	args := string(cfg.Args)
+	if cfg.Args == nil {
+		args = `{"volume":N}, N = 0..100 in turn`
+	}
+	return &Report{
+		Started: time.Now().UTC().Truncate(time.Second),
+		Machine: machine(files),
+		Config: RunConfig{
+			Devices: cfg.Devices, Profile: string(cfg.Profile), Concurrency: cfg.Concurrency,
+			DurationS: cfg.Duration.Seconds(), WarmupS: cfg.Warmup.Seconds(),
+			Tool: cfg.Tool, Args: args, Rate: cfg.Rate, Client: cfg.Client, IdleOnly: cfg.IdleOnly,
+		},
+		Fleet: FleetInfo{Devices: cfg.Devices},
+	}
+}
+
+// Evaluate fills r.Goals from the figures. Run's caller may call it again
+// after changing the report; WriteText calls it when Goals is empty.
+func (r *Report) Evaluate() {
+	r.Goals = r.Goals[:0]
+	ratio := Goal{Name: "REST throughput vs raw WebSocket floor", Target: fmt.Sprintf("≥ %.0f %%", GoalRatio*100), Status: "n/a"}
+	if r.Ratio > 0 {
+		ratio.Measured = fmt.Sprintf("%.0f %% (%.0f calls/s ÷ %.0f round trips/s)", r.Ratio*100, r.Peak.CallsPerSec, r.Floor.RoundTripsSec)
+		ratio.Status = status(r.Ratio >= GoalRatio)
+	}
+	r.Goals = append(r.Goals, ratio)
+
+	p99 := Goal{Name: "p99 latency at half the peak rate", Target: fmt.Sprintf("< %s", GoalP99), Status: "n/a"}
+	if f := r.Fixed; f != nil && r.Peak != nil && r.Peak.CallsPerSec > 0 {
+		p99.Measured = fmt.Sprintf("%s at %.0f calls/s", fmtMS(f.Latency.P99MS), f.CallsPerSec)
+		p99.Status = status(f.Latency.P99MS < ms(GoalP99))
+		if share := f.TargetRate / r.Peak.CallsPerSec; share < 0.49 || share > 0.51 {
+			p99.Note = fmt.Sprintf("the rate was %.0f %% of the peak, not 50 %%", share*100)
+		}
+		if n := f.ErrorCount(); n > 0 {
+			p99.Status, p99.Note = "missed", fmt.Sprintf("%d calls failed", n)
+		}
+	}
+	r.Goals = append(r.Goals, p99)
+
+	mem := Goal{Name: "gateway RSS per idle device", Target: fmt.Sprintf("≤ %.0f KiB at %d devices", GoalKiBPerDevice, GoalMemoryAtDevices), Status: "n/a"}
+	if m := r.Memory; m != nil && m.Source != "" {
+		mem.Measured = fmt.Sprintf("%.1f KiB at %d devices", m.PerDeviceKiB, m.Devices)
+		mem.Status = status(m.PerDeviceKiB <= GoalKiBPerDevice)
+		if m.Devices != GoalMemoryAtDevices {
+			mem.Note = fmt.Sprintf("measured at %d devices; the goal is stated at %d", m.Devices, GoalMemoryAtDevices)
+		}
+	} else if m != nil {
+		mem.Measured = m.NA
+	}
+	r.Goals = append(r.Goals, mem)
+}
+
+func status(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "missed"
+}
+
+// WriteText writes the report for people.
+func (r *Report) WriteText(w io.Writer) error {
+	if len(r.Goals) == 0 {
+		r.Evaluate()
+	}
+	p := &printer{w: w}
+	m := r.Machine
+	p.f("mcpgate bench, %s\n", r.Started.Format(time.RFC3339))
+	cpu := ""
+	if m.CPUModel != "" {
+		cpu = ", " + m.CPUModel
+	}
+	p.f("machine     %s/%s, %d CPUs (GOMAXPROCS %d)%s, %s\n", m.OS, m.Arch, m.CPUs, m.GOMAXPROCS, cpu, m.GoVersion)
+	g := r.Gateway
+	switch g.Mode {
+	case ModeChild:
+		p.f("gateway     child process, pid %d, %s\n", g.PID, g.URL)
+	case ModeExternal:
+		pid := ""
+		if g.PID > 0 {
+			pid = fmt.Sprintf(", pid %d", g.PID)
+		}
+		p.f("gateway     existing, %s%s\n", g.URL, pid)
+	default:
+		p.f("gateway     %s, %s\n", g.Mode, g.URL)
+	}
+	c := r.Config
+	p.f("devices     %s × %s, all connected and discovered in %s\n", count(uint64(c.Devices)), c.Profile, fmtS(r.Fleet.ReadyS))
+	if !c.IdleOnly {
+		p.f("calls       %s %s, client %s\n", c.Tool, c.Args, c.Client)
+	}
+
+	if mem := r.Memory; mem != nil {
+		p.f("\nmemory (gateway RSS)\n")
+		if mem.Source == "" {
+			p.f("  %s\n", mem.NA)
+		} else {
+			p.f("  method       minimum of %d readings %s apart, after %s idle; %s\n", mem.Samples, memInterval, fmtS(mem.SettleS), mem.Source)
+			p.f("  before       %s\n", mib(mem.BeforeBytes))
+			p.f("  with fleet   %s (highest reading %s)\n", mib(mem.AfterBytes), mib(mem.AfterMaxBytes))
+			p.f("  per device   %.1f KiB\n", mem.PerDeviceKiB)
+		}
+		if rt := mem.Runtime; rt != nil {
+			p.f("  runtime      goroutines %d → %d (%.2f per device); heap in use %.1f KiB and stacks %.1f KiB per device; %d GCs\n",
+				rt.GoroutinesBefore, rt.GoroutinesAfter, rt.GoroutinesPerDevice, rt.HeapInusePerDeviceKiB, rt.StackInusePerDeviceKiB, rt.GCs)
+		}
+		if mem.BenchPerDeviceKiB > 0 {
+			p.f("  devices' side  %.1f KiB per device in the bench process (not the gateway's)\n", mem.BenchPerDeviceKiB)
+		}
+	}
+
+	if ph := r.Peak; ph != nil {
+		p.f("\npeak: closed loop, %d connections with one call each in flight, %s after %s warmup\n", ph.Workers, fmtS(ph.DurationS), fmtS(ph.WarmupS))
+		p.phase(ph, "latency")
+	}
+	if ph := r.Fixed; ph != nil {
+		share := ""
+		if r.Peak != nil && r.Peak.CallsPerSec > 0 {
+			share = fmt.Sprintf(" (%.0f %% of peak)", ph.TargetRate/r.Peak.CallsPerSec*100)
+		}
+		p.f("\nfixed rate: open loop at %.0f calls/s%s on %d connections, %s after %s warmup\n", ph.TargetRate, share, ph.Workers, fmtS(ph.DurationS), fmtS(ph.WarmupS))
+		p.phase(ph, "from due")
+		if ph.Service != nil {
+			p.latency("service", *ph.Service)
+		}
+	}
+	if fl := r.Floor; fl != nil {
+		p.f("\nraw WebSocket floor: coder/websocket echo on loopback, %d connections, %d-byte messages, %s after %s warmup\n",
+			fl.Workers, fl.MessageBytes, fmtS(fl.DurationS), fmtS(fl.WarmupS))
+		p.f("  round trips  %s   %s/s\n", count(fl.RoundTrips), count(uint64(fl.RoundTripsSec+0.5)))
+		p.latency("latency", fl.Latency)
+		if c := fl.CPU; c != nil {
+			p.f("  cpu          %.2f cores, %.1f µs per round trip (both ends)\n", c.Bench, c.BenchPerCallUS)
+			p.other(c)
+		}
+	}
+	if r.Ratio > 0 {
+		p.f("\nratio       REST calls/s ÷ WebSocket round trips/s = %.2f\n", r.Ratio)
+	}
+
+	p.f("\ngoals\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, g := range r.Goals {
+		note := ""
+		if g.Note != "" {
+			note = " (" + g.Note + ")"
+		}
+		measured := g.Measured
+		if measured == "" {
+			measured = "not measured"
+		}
+		fmt.Fprintf(tw, "  %-7s%s\t%s\t%s%s\n", strings.ToUpper(g.Status), g.Name, g.Target, measured, note)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return p.err
+}
+
+// printer writes formatted lines and keeps the first error.
+type printer struct {
+	w   io.Writer
+	err error
+}
+
+func (p *printer) f(format string, args ...any) {
+	if p.err == nil {
+		_, p.err = fmt.Fprintf(p.w, format, args...)
+	}
+}
+
+func (p *printer) phase(ph *PhaseReport, label string) {
+	p.f("  calls        %s   %s/s   errors %s\n", count(ph.Calls), count(uint64(ph.CallsPerSec+0.5)), count(ph.ErrorCount()))
+	p.latency(label, ph.Latency)
+	if c := ph.CPU; c != nil {
+		if c.Gateway > 0 {
+			p.f("  cpu          gateway %.2f cores, %.1f µs per call; bench (devices, load) %.2f cores, %.1f µs per call\n",
+				c.Gateway, c.GatewayPerCallUS, c.Bench, c.BenchPerCallUS)
+		} else {
+			p.f("  cpu          bench process %.2f cores, %.1f µs per call\n", c.Bench, c.BenchPerCallUS)
+		}
+		p.other(c)
+	}
+	for _, code := range slices.Sorted(maps.Keys(ph.Errors)) {
+		p.f("  error %-20s %s   first: %s\n", code, count(ph.Errors[code]), ph.ErrorSamples[code])
+	}
+}
+
+// otherLoad is how many cores other processes may use before a phase's
+// figures are flagged as disturbed.
+const otherLoad = 0.1
+
+func (p *printer) other(c *CPUUse) {
+	if c.Other > otherLoad {
+		p.f("  WARNING      other processes used %.2f cores meanwhile: these figures are disturbed\n", c.Other)
+	}
+}
+
+func (p *printer) latency(label string, l Latency) {
+	p.f("  %-12s p50 %s   p90 %s   p99 %s   p99.9 %s   max %s\n", label,
+		fmtMS(l.P50MS), fmtMS(l.P90MS), fmtMS(l.P99MS), fmtMS(l.P999MS), fmtMS(l.MaxMS))
+}
+
+// fmtMS prints milliseconds with three significant digits, in µs below 1 ms.
+func fmtMS(v float64) string {
+	switch {
+	case v < 1:
+		return fmt.Sprintf("%.0fµs", v*1000)
+	case v < 10:
+		return fmt.Sprintf("%.2fms", v)
+	case v < 100:
+		return fmt.Sprintf("%.1fms", v)
+	}
+	return fmt.Sprintf("%.0fms", v)
+}
+
+func fmtS(s float64) string {
+	return (time.Duration(s * float64(time.Second))).Round(time.Millisecond).String()
+}
+
+func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// count prints n with thousands separators.
+func count(n uint64) string {
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
