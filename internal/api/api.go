@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -101,10 +102,15 @@ type ErrorInfo struct {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(ErrorBody{Error: ErrorInfo{Code: "internal", Message: "could not encode the response: " + err.Error()}})
+	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	_ = enc.Encode(v) // the client may be gone; nothing to do about it
+	_, _ = w.Write(append(b, '\n')) // the client may be gone; nothing to do about it
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string, details any) {

@@ -64,6 +64,8 @@ type Hub struct {
 	cfg      Config
 	catalogs *catalogs
 	bus      *bus
+	// timeoutPatterns are the keys of cfg.ToolTimeouts, most specific first.
+	timeoutPatterns []string
 
 	mu      sync.RWMutex
 	devices map[string]*device // guarded by mu; by normalised id
@@ -85,12 +87,13 @@ func New(cfg Config) *Hub {
 		cfg.ToolTimeouts = map[string]time.Duration{"self.camera.*": 90 * time.Second}
 	}
 	h := &Hub{
-		log:      cfg.Logger,
-		metrics:  cfg.Metrics,
-		cfg:      cfg,
-		catalogs: newCatalogs(cfg.Logger),
-		devices:  make(map[string]*device),
-		aliases:  make(map[string]string),
+		log:             cfg.Logger,
+		metrics:         cfg.Metrics,
+		cfg:             cfg,
+		catalogs:        newCatalogs(cfg.Logger),
+		timeoutPatterns: sortedPatterns(cfg.ToolTimeouts),
+		devices:         make(map[string]*device),
+		aliases:         make(map[string]string),
 	}
 	h.bus = newBus(cfg.Metrics.EventsDropped.Inc)
 	return h
@@ -536,23 +539,28 @@ func (a *Attachment) detach() {
 
 // toolTimeout returns the configured timeout for a tool, or 0 for the default.
 func (h *Hub) toolTimeout(tool string) time.Duration {
-	keys := make([]string, 0, len(h.cfg.ToolTimeouts))
-	for k := range h.cfg.ToolTimeouts {
+	for _, pattern := range h.timeoutPatterns {
+		if ok, _ := path.Match(pattern, tool); ok {
+			return h.cfg.ToolTimeouts[pattern]
+		}
+	}
+	return 0
+}
+
+// sortedPatterns orders tool-timeout patterns so the most specific (longest)
+// wins; ties break alphabetically.
+func sortedPatterns(m map[string]time.Duration) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
 		keys = append(keys, k)
 	}
-	// The most specific (longest) pattern wins; ties break alphabetically.
 	slices.SortFunc(keys, func(a, b string) int {
 		if len(a) != len(b) {
 			return len(b) - len(a)
 		}
 		return strings.Compare(a, b)
 	})
-	for _, pattern := range keys {
-		if ok, _ := path.Match(pattern, tool); ok {
-			return h.cfg.ToolTimeouts[pattern]
-		}
-	}
-	return 0
+	return keys
 }
 
 // Shutdown closes every live device connection with ErrShutdown.

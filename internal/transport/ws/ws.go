@@ -84,6 +84,10 @@ type Transport struct {
 	mu     sync.Mutex     // guards closed and wg.Add, so no handler starts after Close
 	closed bool           // set by Close
 	wg     sync.WaitGroup // one per live connection handler
+
+	// frames recycles text frame buffers across connections: a buffer per
+	// connection would cost memory for every idle device.
+	frames sync.Pool
 }
 
 // New validates cfg and returns a Transport.
@@ -123,6 +127,7 @@ func New(cfg Config) (*Transport, error) {
 		cfg.ServerAudio = &a
 	}
 	t := &Transport{cfg: cfg, log: cfg.Logger, m: cfg.Metrics}
+	t.frames.New = func() any { return new(bytes.Buffer) }
 	t.ctx, t.cancel = context.WithCancelCause(context.Background())
 	return t, nil
 }
@@ -405,11 +410,18 @@ func (c *connection) readLoop(ctx context.Context, sess *mcpclient.Session, att 
 			}
 			continue
 		}
-		data, err := io.ReadAll(r)
+		buf := c.t.frames.Get().(*bytes.Buffer)
+		buf.Reset()
+		_, err = buf.ReadFrom(r)
+		if err == nil {
+			c.handleText(ctx, buf.Bytes(), sess) // copies what it keeps
+		}
+		if buf.Cap() <= maxPooledFrame {
+			c.t.frames.Put(buf)
+		}
 		if err != nil {
 			return c.readError(err)
 		}
-		c.handleText(ctx, data, sess)
 	}
 }
 
@@ -558,6 +570,9 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// maxPooledFrame keeps rare huge frames from pinning memory in the pool.
+const maxPooledFrame = 64 << 10
 
 // connBufferSize is the size of each connection's read and write buffers.
 // A device's frames are mostly a few hundred bytes; larger reads and writes
