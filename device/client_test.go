@@ -398,3 +398,38 @@ func TestBackoff(t *testing.T) {
 		t.Errorf("after reset: %v", d)
 	}
 }
+
+// Pings count as received frames: a gateway that only pings keeps an idle
+// device connected past its idle timeout.
+func TestPingsKeepIdleSessionAlive(t *testing.T) {
+	ctx := testContext(t)
+	g := newTestGateway(t, nil)
+	c, err := NewClient(ClientOptions{URL: g.url(), DeviceID: "02:00:00:00:00:01", Server: newTestServer(t, ProfileESP32), IdleTimeout: 150 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := c.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := g.next(ctx)
+	served := make(chan error, 1)
+	go func() { served <- sess.Serve(ctx) }()
+	for range 6 {
+		time.Sleep(50 * time.Millisecond)
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := conn.c.Ping(pctx) // the gateway side reads, so the pong is seen
+		cancel()
+		if err != nil {
+			t.Fatalf("ping: %v", err)
+		}
+	}
+	select {
+	case err := <-served:
+		t.Fatalf("session ended while pinged: %v", err)
+	default:
+	}
+	if err := <-served; !errors.Is(err, errIdle) {
+		t.Fatalf("after pings stop: %v, want the idle error", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpgate/mcpgate/xiaozhi"
@@ -17,10 +18,12 @@ import (
 // Read is called by one goroutine at a time and returns the next text message
 // (transports discard audio); it fails once the link is closed or ctx ends.
 // Write may be called concurrently. Close is idempotent and unblocks Read.
+// LastReceived is when anything last arrived (any frame, a ping included).
 type link interface {
 	Read(ctx context.Context) ([]byte, error)
 	Write(ctx context.Context, msg []byte) error
 	Close() error
+	LastReceived() time.Time
 }
 
 // Limits of a session.
@@ -50,6 +53,7 @@ type Session struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	idleOut   atomic.Bool // set when the idle watch closed the link
 }
 
 func newSession(l link, server *Server, sessionID string, idle time.Duration, log *slog.Logger) *Session {
@@ -95,7 +99,9 @@ func (s *Session) Serve(ctx context.Context) error {
 		})
 	}
 	sem := make(chan struct{}, maxConcurrentCalls)
+	stopIdle := s.watchIdle()
 	defer func() {
+		stopIdle()
 		cancel()
 		_ = s.Close()
 		if serial != nil {
@@ -136,19 +142,50 @@ func (s *Session) Serve(ctx context.Context) error {
 	}
 }
 
-// read returns the next message, treating a silent link as dead after the
-// idle timeout, as firmware does after 120 s.
+// read returns the next message; after the idle watch closed a silent link
+// it reports errIdle.
 func (s *Session) read(ctx context.Context) ([]byte, error) {
-	if s.idle <= 0 {
-		return s.link.Read(ctx)
-	}
-	rctx, cancel := context.WithTimeoutCause(ctx, s.idle, errIdle)
-	defer cancel()
-	msg, err := s.link.Read(rctx)
-	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(rctx), errIdle) {
+	msg, err := s.link.Read(ctx)
+	if err != nil && s.idleOut.Load() {
 		return nil, errIdle
 	}
 	return msg, err
+}
+
+// watchIdle closes the link once nothing at all (pings included) has
+// arrived for the idle timeout, as firmware treats a channel silent for
+// 120 s as dead. It runs from a timer, not a goroutine; stop ends it.
+func (s *Session) watchIdle() (stop func()) {
+	if s.idle <= 0 {
+		return func() {}
+	}
+	var (
+		mu      sync.Mutex
+		timer   *time.Timer
+		stopped bool
+	)
+	check := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		if silent := time.Since(s.link.LastReceived()); silent < s.idle {
+			timer.Reset(s.idle - silent)
+			return
+		}
+		s.idleOut.Store(true)
+		_ = s.Close()
+	}
+	mu.Lock()
+	timer = time.AfterFunc(s.idle, check)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		timer.Stop()
+		mu.Unlock()
+	}
 }
 
 var errIdle = errors.New("no message received within the idle timeout")

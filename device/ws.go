@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -25,12 +27,19 @@ const readLimit = 1 << 20
 func (c *Client) Connect(ctx context.Context) (*Session, error) {
 	dctx, cancel := context.WithTimeout(ctx, c.opts.HelloTimeout)
 	defer cancel()
-	conn, _, err := websocket.Dial(dctx, c.opts.URL, &websocket.DialOptions{HTTPHeader: c.header()})
+	l := &wsLink{}
+	conn, _, err := websocket.Dial(dctx, c.opts.URL, &websocket.DialOptions{
+		HTTPHeader: c.header(),
+		// A ping is a received frame: it keeps the idle watch from closing a
+		// connection the gateway keeps alive.
+		OnPingReceived: func(context.Context, []byte) bool { l.touch(); return true },
+	})
 	if err != nil {
 		return nil, fmt.Errorf("device: dial %s: %w", c.opts.URL, err)
 	}
 	conn.SetReadLimit(readLimit)
-	l := &wsLink{conn: conn}
+	l.conn = conn
+	l.touch()
 	sid, err := c.hello(ctx, l)
 	if err != nil {
 		_ = conn.CloseNow()
@@ -96,8 +105,13 @@ func (c *Client) hello(ctx context.Context, l *wsLink) (string, error) {
 
 // wsLink is a link over a WebSocket connection.
 type wsLink struct {
-	conn *websocket.Conn
+	conn     *websocket.Conn
+	received atomic.Int64 // unix nanos of the last frame of any kind
 }
+
+func (l *wsLink) touch() { l.received.Store(time.Now().UnixNano()) }
+
+func (l *wsLink) LastReceived() time.Time { return time.Unix(0, l.received.Load()) }
 
 // Read returns the next text message; binary messages are audio, which this
 // device neither plays nor needs, and are discarded.
@@ -107,6 +121,7 @@ func (l *wsLink) Read(ctx context.Context) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
+		l.touch()
 		if typ == websocket.MessageText {
 			return msg, nil
 		}
