@@ -261,7 +261,18 @@ func (c *connection) serve() {
 	// package doc), and a context without Done spares coder/websocket an
 	// AfterFunc registration per read.
 	connCtx := context.WithoutCancel(c.t.ctx)
+	sess, att := c.handshake(connCtx)
+	if sess != nil {
+		c.run(connCtx, sess, att)
+	}
+}
 
+// handshake exchanges hellos and attaches the session, or closes the socket
+// and returns nil. It is kept out of line so its frame is off the stack of
+// the idle reader, which lives as long as the device.
+//
+//go:noinline
+func (c *connection) handshake(connCtx context.Context) (*mcpclient.Session, *hub.Attachment) {
 	hello, err := c.awaitHello(connCtx)
 	if err != nil {
 		code, result := websocket.StatusPolicyViolation, "no_hello"
@@ -271,7 +282,7 @@ func (c *connection) serve() {
 		c.t.m.Handshakes.WithLabelValues("websocket", result).Inc()
 		c.log.Info("device handshake failed", "device_id", c.id.deviceID, "remote", c.remote, "error", err)
 		c.conn.Close(code, closeReason(err)) // a no-op if the hello watcher closed it
-		return
+		return nil, nil
 	}
 	c.sessionID = newSessionID()
 	c.log = c.log.With("device_id", c.id.deviceID, "session_id", c.sessionID, "remote", c.remote)
@@ -279,7 +290,7 @@ func (c *connection) serve() {
 		c.t.m.Handshakes.WithLabelValues("websocket", "hello_write_failed").Inc()
 		c.log.Info("could not send server hello", "error", err)
 		c.conn.CloseNow()
-		return
+		return nil, nil
 	}
 	c.t.m.Handshakes.WithLabelValues("websocket", "ok").Inc()
 
@@ -295,7 +306,11 @@ func (c *connection) serve() {
 	}, sess)
 	c.att.Store(att)
 	c.log.Info("device connected", "mcp", hello.SupportsMCP(), "client_id", c.id.clientID)
+	return sess, att
+}
 
+// run serves an attached session until the socket ends.
+func (c *connection) run(connCtx context.Context, sess *mcpclient.Session, att *hub.Attachment) {
 	// One goroutine per idle connection, this one, reading: the socket is
 	// closed from a context.AfterFunc when the session ends for another
 	// reason, pings run from a timer, and discovery on a goroutine of its own
@@ -578,7 +593,7 @@ const maxPooledFrame = 64 << 10
 // A device's frames are mostly a few hundred bytes; larger reads and writes
 // bypass the buffers. net/http's 4 KiB pair would double the memory of an
 // idle connection.
-const connBufferSize = 1024
+const connBufferSize = 512
 
 // smallBuffers makes websocket.Accept use small bufio buffers: its Hijack
 // swaps net/http's for buffers of connBufferSize, keeping bytes the server
