@@ -18,7 +18,9 @@ import (
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
+	"github.com/mcpgate/mcpgate/internal/mcpserver"
 	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/transport/endpoint"
 	"github.com/mcpgate/mcpgate/internal/transport/ws"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
@@ -58,6 +60,22 @@ type Config struct {
 	DebugAddr string
 	// ShutdownTimeout bounds the graceful drain on stop. Default 10s.
 	ShutdownTimeout time.Duration
+	// EndpointTokens are the tokens MCP servers present at /mcp/endpoint.
+	// Empty accepts any local connection when Addr is loopback, and none otherwise.
+	EndpointTokens []string
+
+	// ExposeUserOnly lists tools devices mark as meant for the user only
+	// (annotations.audience ["user"]) on the MCP doors, and allows calling
+	// them there. Default hidden.
+	ExposeUserOnly bool
+	// MCPAllowedHosts adds Host header values the MCP doors accept on
+	// loopback connections, besides loopback names and Addr's host
+	// (DNS rebinding protection). "*" allows any.
+	MCPAllowedHosts []string
+	// MCPAllowedOrigins adds browser origins the MCP doors accept, besides
+	// loopback and same-origin ones: full origins or host patterns
+	// ("*.example.com"). "*" allows any.
+	MCPAllowedOrigins []string
 }
 
 // Gateway is a running or runnable gateway.
@@ -67,7 +85,9 @@ type Gateway struct {
 	metrics *metrics.Metrics
 	hub     *hub.Hub
 	ws      *ws.Transport
+	ep      *endpoint.Transport
 	api     *api.API
+	mcp     *mcpserver.Server
 	handler http.Handler
 
 	mu       sync.Mutex
@@ -126,10 +146,31 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	ep, err := endpoint.New(endpoint.Config{
+		Hub: h, Logger: cfg.Logger, Metrics: m, Tokens: cfg.EndpointTokens, AllowNoToken: isLoopbackAddr(cfg.Addr),
+		Session: mcpclient.Config{
+			CallTimeout: cfg.CallTimeout, RequestTimeout: cfg.RequestTimeout,
+			MaxPages: cfg.MaxPages, MaxTools: cfg.MaxTools,
+			ClientName: "mcpgate", ClientVersion: cfg.Version,
+		},
+		PingInterval: cfg.PingInterval, OriginPatterns: cfg.AllowedOrigins,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	door, err := mcpserver.New(mcpserver.Config{
+		Hub: h, Logger: cfg.Logger, Version: cfg.Version, ExposeUserOnly: cfg.ExposeUserOnly,
+		ListenAddr: cfg.Addr, AllowedHosts: cfg.MCPAllowedHosts, AllowedOrigins: cfg.MCPAllowedOrigins,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	mux := http.NewServeMux()
 	mux.Handle(xiaozhi.Path, wst)
+	mux.Handle(endpoint.Path, ep)
+	door.Register(mux)
 	mux.Handle("/", rest)
-	return &Gateway{cfg: cfg, log: cfg.Logger, metrics: m, hub: h, ws: wst, api: rest, handler: mux, ready: make(chan struct{})}, nil
+	return &Gateway{cfg: cfg, log: cfg.Logger, metrics: m, hub: h, ws: wst, ep: ep, api: rest, mcp: door, handler: mux, ready: make(chan struct{})}, nil
 }
 
 // Hub returns the gateway's hub (for tests and embedding).
@@ -173,7 +214,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
 	}
 	g.log.Info("gateway listening", "addr", ln.Addr().String(), "devices_ws", "ws://"+ln.Addr().String()+xiaozhi.Path,
-		"api", "http://"+ln.Addr().String()+"/api/v1")
+		"api", "http://"+ln.Addr().String()+"/api/v1", "mcp", "http://"+ln.Addr().String()+"/mcp")
 
 	if g.cfg.DebugAddr != "" {
 		dbg, err := g.serveDebug()
@@ -196,8 +237,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.ShutdownTimeout)
 	defer cancel()
 	g.api.Close()
+	g.mcp.Close()                     // ends MCP sessions' open SSE streams, which Shutdown would wait for
 	shutdownErr := srv.Shutdown(sctx) // stops accepting; waits for in-flight REST calls
 	g.ws.Close()                      // device sockets are hijacked: Shutdown does not wait for them
+	g.ep.Close()
 	<-errc
 	if shutdownErr != nil && !errors.Is(shutdownErr, context.DeadlineExceeded) {
 		return fmt.Errorf("shutdown: %w", shutdownErr)
@@ -222,4 +265,18 @@ func (g *Gateway) serveDebug() (*http.Server, error) {
 	g.log.Info("pprof listening", "addr", "http://"+ln.Addr().String()+"/debug/pprof/")
 	go func() { _ = srv.Serve(ln) }() // ends when the caller closes srv
 	return srv, nil
+}
+
+// isLoopbackAddr reports whether a listen address accepts loopback
+// connections only, where the MCP endpoint may go without tokens.
+func isLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -7,8 +7,8 @@ import (
 	"fmt"
 )
 
-// ProtocolVersion is what initialize asks for. Devices answer 2024-11-05
-// whatever is asked and do not negotiate.
+// ProtocolVersion is what initialize asks for by default. Devices answer
+// 2024-11-05 whatever is asked and do not negotiate.
 const ProtocolVersion = "2024-11-05"
 
 // ServerInfo is the device's serverInfo from initialize.
@@ -79,7 +79,7 @@ func (s *Session) Initialize(ctx context.Context) (*InitializeResult, error) {
 		ProtocolVersion string       `json:"protocolVersion"`
 		Capabilities    capabilities `json:"capabilities"`
 		ClientInfo      ServerInfo   `json:"clientInfo"`
-	}{ProtocolVersion, capabilities{Vision: s.cfg.Vision}, ServerInfo{s.cfg.ClientName, s.cfg.ClientVersion}}
+	}{s.cfg.ProtocolVersion, capabilities{Vision: s.cfg.Vision}, ServerInfo{s.cfg.ClientName, s.cfg.ClientVersion}}
 
 	reply, err := s.Request(ctx, "initialize", params, 0)
 	if err != nil {
@@ -95,6 +95,9 @@ func (s *Session) Initialize(ctx context.Context) (*InitializeResult, error) {
 	if err := s.Notify(ctx, "notifications/initialized", nil); err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
+	s.init = &res
+	s.mu.Unlock()
 	return &res, nil
 }
 
@@ -170,11 +173,19 @@ func (s *Session) ListTools(ctx context.Context) (tools []Tool, pages int, trunc
 
 // Discover runs the session start sequence: initialize, then
 // notifications/initialized, then every tools/list page. The caller must have
-// sent the transport's own handshake (the server hello) first.
+// sent the transport's own handshake (the server hello) first. A transport
+// that needs the server's identity before attaching the session (the MCP
+// endpoint names sources by serverInfo) calls Initialize first: Discover then
+// reuses its result, since an MCP session is initialized only once.
 func (s *Session) Discover(ctx context.Context) (*Discovery, error) {
-	init, err := s.Initialize(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrDiscovery, err)
+	s.mu.Lock()
+	init := s.init
+	s.mu.Unlock()
+	if init == nil {
+		var err error
+		if init, err = s.Initialize(ctx); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrDiscovery, err)
+		}
 	}
 	tools, pages, truncated, err := s.ListTools(ctx)
 	if err != nil {

@@ -81,6 +81,12 @@ type Config struct {
 	// progress (which goes to its call), e.g. notifications/tools/list_changed.
 	// It is called from the transport's reader and must not block.
 	OnNotification func(method string, params json.RawMessage)
+	// OnRequest receives requests the peer sends (devices send none; a
+	// standard MCP server may send ping, roots/list...). It is called from the
+	// transport's reader; an answer must echo msg.ID. Nil ignores them.
+	OnRequest func(msg *jsonrpc.Message)
+	// ProtocolVersion is asked for in initialize. Default [ProtocolVersion].
+	ProtocolVersion string
 }
 
 func (c *Config) fill() {
@@ -102,6 +108,9 @@ func (c *Config) fill() {
 	if c.ClientName == "" {
 		c.ClientName = "mcpgate"
 	}
+	if c.ProtocolVersion == "" {
+		c.ProtocolVersion = ProtocolVersion
+	}
 }
 
 // Session is one MCP session with a device over one connection. All methods
@@ -119,6 +128,7 @@ type Session struct {
 	pending   map[int32]*pendingCall // guarded by mu
 	closeErr  error                  // guarded by mu; set once by Close
 	unmatched uint64                 // guarded by mu
+	init      *InitializeResult      // guarded by mu; set by a successful Initialize
 }
 
 // New returns a Session over link. It sends nothing until asked. The session
@@ -202,6 +212,10 @@ func (s *Session) Handle(payload []byte) {
 		s.handleNotification(msg)
 		return
 	case jsonrpc.KindRequest:
+		if s.cfg.OnRequest != nil {
+			s.cfg.OnRequest(msg)
+			return
+		}
 		// Devices never send requests; a peer that does gets no answer.
 		s.log.Debug("ignored request from device", "method", msg.Method)
 		return

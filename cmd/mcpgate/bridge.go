@@ -1,0 +1,107 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcpgate/mcpgate/internal/bridge"
+)
+
+func init() { extraCommands = append(extraCommands, newBridgeCmd) }
+
+func newBridgeCmd(g *globals) *cobra.Command {
+	var (
+		cfg        bridge.Config
+		configFile string
+		token      string
+		name       string
+		env        map[string]string
+		logLevel   string
+		logFormat  string
+	)
+	cmd := &cobra.Command{
+		Use:   "bridge --url WS_URL (--config FILE | -- COMMAND [ARGS...])",
+		Short: "Connect local MCP servers to a gateway's MCP endpoint",
+		Long: `Run local MCP servers and connect each to a gateway's MCP endpoint
+(/mcp/endpoint), so their tools show up in the gateway like a device's.
+
+A server is a stdio command given after "--" (one JSON message per line both
+ways; its stderr goes to the log; a stdout line that is not JSON is logged and
+dropped), or each entry of a --config file in the mcpServers format of Claude
+Desktop and Cursor: "command"/"args"/"env" for stdio servers, "url" with
+"type": "http" for Streamable HTTP servers. Each server gets its own WebSocket
+connection, named by its config key (?name=KEY) or else by the server's own
+serverInfo.name; same names get a suffix (calc, calc-2).
+
+When a server exits or the connection drops, the bridge reconnects and starts
+the server again, waiting a jittered backoff (--min-backoff doubling up to
+--max-backoff) that starts over once a connection has stayed up for a while.
+Messages are copied verbatim; the gateway initializes every new connection.
+
+Example config:
+  {"mcpServers": {
+    "everything": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"]},
+    "notes": {"type": "http", "url": "http://127.0.0.1:3000/mcp",
+              "headers": {"Authorization": "Bearer xyz"}}}}`,
+		Example: `  mcpgate bridge --url ws://127.0.0.1:8000/mcp/endpoint -- npx -y @modelcontextprotocol/server-everything
+  mcpgate bridge --url 'ws://gw.lan:8000/mcp/endpoint?token=T' --name calc -- python calc_server.py
+  mcpgate bridge --url ws://gw.lan:8000/mcp/endpoint --token T --config mcp_config.json`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			logger, err := newLogger(g.stderr, logLevel, logFormat)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = logger
+			if cfg.URL == "" {
+				return errors.New("--url is required, e.g. ws://127.0.0.1:8000/mcp/endpoint?token=T")
+			}
+			if token != "" {
+				u, err := url.Parse(cfg.URL)
+				if err != nil {
+					return fmt.Errorf("--url: %w", err)
+				}
+				q := u.Query()
+				q.Set("token", token)
+				u.RawQuery = q.Encode()
+				cfg.URL = u.String()
+			}
+			switch {
+			case configFile != "" && len(args) > 0:
+				return errors.New("give either --config or a command after --, not both")
+			case configFile != "":
+				if name != "" || len(env) > 0 {
+					return errors.New("--name and --env apply to a command after --; set name and env in the config file")
+				}
+				data, err := os.ReadFile(configFile)
+				if err != nil {
+					return err
+				}
+				if cfg.Servers, err = bridge.ParseConfig(data); err != nil {
+					return fmt.Errorf("%s: %w", configFile, err)
+				}
+			case len(args) > 0:
+				cfg.Servers = []bridge.Server{{Name: name, Command: args[0], Args: args[1:], Env: env}}
+			default:
+				return errors.New("nothing to bridge: give a command after -- or --config FILE")
+			}
+			return bridge.Run(cmd.Context(), cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.URL, "url", envOr("MCPGATE_ENDPOINT_URL", ""), "gateway MCP endpoint, ws(s)://HOST:PORT/mcp/endpoint[?token=T] (env MCPGATE_ENDPOINT_URL)")
+	f.StringVar(&token, "token", envOr("MCPGATE_ENDPOINT_TOKEN", ""), "endpoint token, added to the URL as ?token= (env MCPGATE_ENDPOINT_TOKEN)")
+	f.StringVarP(&configFile, "config", "c", "", "mcpServers JSON file; bridges every server in it")
+	f.StringVar(&name, "name", "", "source name for a command after -- (default: the server's serverInfo.name)")
+	f.StringToStringVar(&env, "env", nil, "extra environment for a command after --, as KEY=VALUE")
+	f.DurationVar(&cfg.MinBackoff, "min-backoff", time.Second, "first reconnect delay")
+	f.DurationVar(&cfg.MaxBackoff, "max-backoff", time.Minute, "longest reconnect delay")
+	f.DurationVar(&cfg.HealthyAfter, "healthy-after", 30*time.Second, "a connection this long resets the backoff")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	return cmd
+}

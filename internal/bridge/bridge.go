@@ -1,0 +1,225 @@
+// Package bridge connects local MCP servers to a gateway's MCP endpoint
+// (/mcp/endpoint): for each server it dials one WebSocket and copies
+// JSON-RPC messages both ways, verbatim (ids of any type, including 0 and
+// strings, are never touched), one message per text frame.
+//
+// A server is a stdio child (one JSON object per line both ways; stderr goes
+// to the log; a stdout line that is not JSON is logged and dropped) or a
+// Streamable HTTP server (each message is POSTed; JSON or SSE answers are
+// relayed; the Mcp-Session-Id header is kept; server notifications arrive
+// over the GET stream when the server offers one).
+//
+// A connection lives as long as both sides do. When either ends, the other
+// is closed too: a child that exits closes the WebSocket, so the gateway
+// forgets the source, and the next connection starts a fresh child that the
+// gateway initializes again. Reconnects wait a capped exponential [Backoff]
+// with jitter that starts over after a connection stayed up
+// Config.HealthyAfter.
+//
+// Usage:
+//
+//	err := bridge.Run(ctx, bridge.Config{
+//		URL:     "ws://127.0.0.1:8000/mcp/endpoint?token=T",
+//		Servers: []bridge.Server{{Name: "calc", Command: "python", Args: []string{"calc.py"}}},
+//	})
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// Config tunes Run. URL and Servers are required; other zero values get defaults.
+type Config struct {
+	// URL is the gateway's endpoint, ws(s)://host:port/mcp/endpoint, with
+	// its token as ?token=.
+	URL     string
+	Servers []Server
+	Logger  *slog.Logger
+	// MinBackoff and MaxBackoff bound the wait between reconnects. Defaults 1s and 60s.
+	MinBackoff, MaxBackoff time.Duration
+	// HealthyAfter is how long a connection must last for the backoff to
+	// start over. Default 30s.
+	HealthyAfter time.Duration
+	// PingInterval is how often the gateway is pinged so a dead gateway is
+	// noticed. Default 30s; negative disables.
+	PingInterval time.Duration
+	// ReadLimit caps one message either way. Default 8 MiB.
+	ReadLimit int64
+	// MaxInFlight caps concurrent requests to one HTTP server. Default 32.
+	MaxInFlight int
+}
+
+func (c *Config) fill() error {
+	u, err := url.Parse(c.URL)
+	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+		return fmt.Errorf("bridge: gateway URL %q: want ws(s)://host:port/mcp/endpoint?token=...", c.URL)
+	}
+	if len(c.Servers) == 0 {
+		return errors.New("bridge: no servers to run")
+	}
+	names := map[string]bool{}
+	for i, s := range c.Servers {
+		if err := s.validate(); err != nil {
+			return fmt.Errorf("bridge: server %d (%s): %w", i+1, s.Name, err)
+		}
+		if s.Name != "" && names[s.Name] {
+			return fmt.Errorf("bridge: two servers are named %q", s.Name)
+		}
+		names[s.Name] = true
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MinBackoff <= 0 {
+		c.MinBackoff = time.Second
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = time.Minute
+	}
+	if c.MaxBackoff < c.MinBackoff {
+		return fmt.Errorf("bridge: max backoff %s is below min backoff %s", c.MaxBackoff, c.MinBackoff)
+	}
+	if c.HealthyAfter <= 0 {
+		c.HealthyAfter = 30 * time.Second
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = 30 * time.Second
+	}
+	if c.ReadLimit <= 0 {
+		c.ReadLimit = 8 << 20
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = 32
+	}
+	return nil
+}
+
+// Run bridges every server until ctx ends, reconnecting each on its own.
+// It returns an error only for an invalid Config; failures of a connection
+// are logged and retried.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.fill(); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for _, s := range cfg.Servers {
+		log := cfg.Logger.With("server", s.Name)
+		if s.Name == "" {
+			log = cfg.Logger.With("server", s.Command+s.URL)
+		}
+		wg.Go(func() { loop(ctx, &cfg, s, log) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// loop connects s again and again until ctx ends.
+func loop(ctx context.Context, cfg *Config, s Server, log *slog.Logger) {
+	bo := Backoff{Min: cfg.MinBackoff, Max: cfg.MaxBackoff}
+	for {
+		start := time.Now()
+		err := connect(ctx, cfg, s, log)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(start) >= cfg.HealthyAfter {
+			bo.Reset()
+		}
+		wait := bo.Next()
+		log.Warn("bridge connection ended; reconnecting", "error", err, "after", wait.Round(time.Millisecond))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// connect runs one connection: it dials the gateway, then serves the local
+// server until either side ends, and returns why.
+func connect(ctx context.Context, cfg *Config, s Server, log *slog.Logger) error {
+	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	conn, _, err := websocket.Dial(dctx, endpointURL(cfg.URL, s.Name), nil)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("dial gateway: %w", err)
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(cfg.ReadLimit)
+	log.Info("connected to gateway")
+
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	var wg sync.WaitGroup
+	wg.Go(func() { keepalive(ctx, stop, conn, cfg.PingInterval) })
+	if s.Command != "" {
+		err = serveStdio(ctx, cfg, conn, s, log)
+	} else {
+		err = serveHTTP(ctx, cfg, conn, s, log)
+	}
+	stop(err)
+	wg.Wait()
+	return err
+}
+
+// keepalive pings the gateway; a ping unanswered within the interval ends the connection.
+func keepalive(ctx context.Context, stop context.CancelCauseFunc, conn *websocket.Conn, every time.Duration) {
+	if every <= 0 {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, every)
+		err := conn.Ping(pctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			stop(fmt.Errorf("gateway did not answer ping: %w", err))
+			return
+		}
+	}
+}
+
+// endpointURL adds ?name= to the gateway URL unless it has one.
+func endpointURL(raw, name string) string {
+	if name == "" {
+		return raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil { // validated by fill
+		return raw
+	}
+	q := u.Query()
+	if q.Get("name") == "" {
+		q.Set("name", name)
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
+// closeGateway closes the WebSocket with a reason the gateway logs.
+func closeGateway(conn *websocket.Conn, reason error) {
+	msg := "bridge closing"
+	if reason != nil {
+		msg = reason.Error()
+	}
+	if len(msg) > 120 {
+		msg = msg[:120]
+	}
+	conn.Close(websocket.StatusGoingAway, msg)
+}

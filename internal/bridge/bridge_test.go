@@ -1,0 +1,355 @@
+package bridge_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/bridge"
+	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/leakcheck"
+	"github.com/mcpgate/mcpgate/internal/mcptest"
+	"github.com/mcpgate/mcpgate/internal/transport/endpoint"
+)
+
+// childEnv makes the test binary a stdio MCP server (see runChild).
+const childEnv = "MCPGATE_BRIDGE_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		runChild()
+		return
+	}
+	leakcheck.Main(m)
+}
+
+// runChild is a stdio MCP server with a "crash" tool that exits the
+// process, and a banner line on stdout that is not JSON.
+func runChild() {
+	srv := mcptest.New("fake-stdio")
+	srv.SetTools("echo", "add", "fail", "crash")
+	out := bufio.NewWriter(os.Stdout)
+	fmt.Fprintln(out, "fake server starting (not JSON)")
+	out.Flush()
+	fmt.Fprintln(os.Stderr, "hello from stderr")
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(nil, 1<<20)
+	for in.Scan() {
+		if strings.Contains(in.Text(), `"name":"crash"`) {
+			os.Exit(3)
+		}
+		if reply := srv.Handle(in.Bytes()); reply != nil {
+			out.Write(reply)
+			out.WriteByte('\n')
+			out.Flush()
+		}
+	}
+}
+
+// logBuffer is a concurrency-safe log sink.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func startGateway(t *testing.T) *gateway.Gateway {
+	t.Helper()
+	gw, err := gateway.New(gateway.Config{Addr: "127.0.0.1:0", DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := gw.Run(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	<-gw.Ready()
+	return gw
+}
+
+func runBridge(t *testing.T, cfg bridge.Config) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := bridge.Run(ctx, cfg); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitReady(t *testing.T, h *hub.Hub, ref string, tools int) hub.Device {
+	t.Helper()
+	var d hub.Device
+	waitFor(t, ref+" ready", func() bool {
+		var err error
+		d, err = h.Device(ref)
+		return err == nil && d.Online && d.State == hub.StateReady && d.Tools == tools
+	})
+	return d
+}
+
+func call(t *testing.T, h *hub.Hub, dev, tool, args string) (string, error) {
+	t.Helper()
+	res, err := h.Call(t.Context(), hub.CallRequest{Device: dev, Tool: tool, Arguments: json.RawMessage(args),
+		Timeout: 5 * time.Second})
+	if err != nil {
+		return "", err
+	}
+	b, _ := json.Marshal(res)
+	return string(b), nil
+}
+
+func TestStdioEndToEnd(t *testing.T) {
+	gw := startGateway(t)
+	logs := &logBuffer{}
+	runBridge(t, bridge.Config{
+		URL:        "ws://" + gw.Addr() + endpoint.Path,
+		Servers:    []bridge.Server{{Name: "fake", Command: os.Args[0], Env: map[string]string{childEnv: "1"}}},
+		Logger:     slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+	})
+	d := waitReady(t, gw.Hub(), "fake", 4)
+	if d.ID != "endpoint-fake" || d.Kind != "endpoint" || d.ServerInfo.Name != "fake-stdio" {
+		t.Fatalf("device = %+v", d)
+	}
+	if got, err := call(t, gw.Hub(), "fake", "add", `{"a":40,"b":2}`); err != nil || !strings.Contains(got, `"text":"42"`) {
+		t.Fatalf("add = %s, %v", got, err)
+	}
+	if !strings.Contains(logs.String(), "not JSON") || !strings.Contains(logs.String(), "hello from stderr") {
+		t.Fatalf("logs lack the stray stdout line or the stderr line:\n%s", logs)
+	}
+
+	// The child crashes mid-call: the call fails, the source goes offline,
+	// a new child is started and the gateway initializes it again.
+	first := d.SessionID
+	if _, err := call(t, gw.Hub(), "fake", "crash", `{}`); err == nil {
+		t.Fatal("crash call succeeded")
+	}
+	waitFor(t, "a new session", func() bool {
+		d, err := gw.Hub().Device("fake")
+		return err == nil && d.Online && d.State == hub.StateReady && d.SessionID != first
+	})
+	if got, err := call(t, gw.Hub(), "fake", "echo", `{"text":"back"}`); err != nil || !strings.Contains(got, `"text":"back"`) {
+		t.Fatalf("echo after restart = %s, %v", got, err)
+	}
+}
+
+func TestGatewayRestart(t *testing.T) {
+	// A bridge outlives its gateway: it reconnects to a new one on the same
+	// address, whose hub initializes a fresh child.
+	gw1, err := gateway.New(gateway.Config{Addr: "127.0.0.1:0", DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx1, stop1 := context.WithCancel(t.Context())
+	done1 := make(chan struct{})
+	go func() { defer close(done1); _ = gw1.Run(ctx1) }()
+	defer func() { stop1(); <-done1 }()
+	<-gw1.Ready()
+	addr := gw1.Addr()
+	runBridge(t, bridge.Config{
+		URL:        "ws://" + addr + endpoint.Path,
+		Servers:    []bridge.Server{{Name: "fake", Command: os.Args[0], Env: map[string]string{childEnv: "1"}}},
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+	})
+	waitReady(t, gw1.Hub(), "fake", 4)
+	stop1()
+	<-done1
+
+	gw2, err := gateway.New(gateway.Config{Addr: addr, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx2, stop2 := context.WithCancel(t.Context())
+	done2 := make(chan struct{})
+	go func() { defer close(done2); _ = gw2.Run(ctx2) }()
+	defer func() { stop2(); <-done2 }()
+	<-gw2.Ready()
+	waitReady(t, gw2.Hub(), "fake", 4)
+	if got, err := call(t, gw2.Hub(), "fake", "add", `{"a":1,"b":1}`); err != nil || !strings.Contains(got, `"text":"2"`) {
+		t.Fatalf("add = %s, %v", got, err)
+	}
+}
+
+// httpServer is a Streamable HTTP MCP server over an mcptest.Server: JSON
+// answers, SSE for tools/call, a session id, and no GET stream.
+func httpServer(t *testing.T, srv *mcptest.Server) (*httptest.Server, *sync.Map) {
+	seen := &sync.Map{} // header observations
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet:
+			http.Error(w, "no stream", http.StatusMethodNotAllowed)
+			return
+		case http.MethodDelete:
+			seen.Store("delete", r.Header.Get("Mcp-Session-Id"))
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		isInit := strings.Contains(string(body), `"method":"initialize"`)
+		if !isInit {
+			if r.Header.Get("Mcp-Session-Id") != "sess-1" {
+				http.Error(w, "unknown session", http.StatusNotFound)
+				return
+			}
+			seen.Store("version", r.Header.Get("MCP-Protocol-Version"))
+		}
+		reply := srv.Handle(body)
+		if reply == nil {
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		if isInit {
+			w.Header().Set("Mcp-Session-Id", "sess-1")
+		}
+		if strings.Contains(string(body), `"tools/call"`) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprintf(w, "event: message\ndata: %s\n\n", reply)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(reply)
+	}))
+	t.Cleanup(hs.Close)
+	return hs, seen
+}
+
+func TestHTTPServer(t *testing.T) {
+	gw := startGateway(t)
+	srv := mcptest.New("remote")
+	hs, seen := httpServer(t, srv)
+	runBridge(t, bridge.Config{
+		URL:        "ws://" + gw.Addr() + endpoint.Path,
+		Servers:    []bridge.Server{{Name: "remote-http", URL: hs.URL}},
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+	})
+	waitReady(t, gw.Hub(), "remote-http", 3)
+	if got, err := call(t, gw.Hub(), "remote-http", "add", `{"a":1,"b":2}`); err != nil || !strings.Contains(got, `"text":"3"`) {
+		t.Fatalf("add = %s, %v", got, err)
+	}
+	if v, _ := seen.Load("version"); v != endpoint.ProtocolVersion {
+		t.Fatalf("MCP-Protocol-Version header = %v", v)
+	}
+	if srv.Count("notifications/initialized") != 1 {
+		t.Fatal("notifications/initialized not relayed")
+	}
+}
+
+func TestTwoServersOneToken(t *testing.T) {
+	gw := startGateway(t)
+	srvA, srvB := mcptest.New("same"), mcptest.New("same")
+	hsA, _ := httpServer(t, srvA)
+	hsB, _ := httpServer(t, srvB)
+	runBridge(t, bridge.Config{
+		URL:     "ws://" + gw.Addr() + endpoint.Path,
+		Servers: []bridge.Server{{URL: hsA.URL}, {URL: hsB.URL}},
+	})
+	// No names given: both are "same" by serverInfo, so one becomes same-2.
+	waitReady(t, gw.Hub(), "same", 3)
+	waitReady(t, gw.Hub(), "same-2", 3)
+}
+
+func TestBackoff(t *testing.T) {
+	t.Run("bounds", func(t *testing.T) {
+		b := bridge.Backoff{Min: 100 * time.Millisecond, Max: time.Second}
+		want := []time.Duration{100, 200, 400, 800, 1000, 1000}
+		for i, w := range want {
+			w *= time.Millisecond
+			d := b.Next()
+			if d < w/2 || d > w {
+				t.Fatalf("attempt %d: %s outside [%s, %s]", i, d, w/2, w)
+			}
+		}
+	})
+	t.Run("jitter spreads", func(t *testing.T) {
+		seen := map[time.Duration]bool{}
+		for range 50 {
+			b := bridge.Backoff{Min: time.Second, Max: time.Minute}
+			seen[b.Next()] = true
+		}
+		if len(seen) < 10 {
+			t.Fatalf("only %d distinct delays in 50 draws", len(seen))
+		}
+	})
+	t.Run("extremes", func(t *testing.T) {
+		for _, r := range []float64{0, 0.999999} {
+			b := bridge.Backoff{Min: time.Second, Max: 8 * time.Second, Rand: func() float64 { return r }}
+			for range 10 {
+				b.Next()
+			}
+			if d := b.Next(); d < 4*time.Second || d > 8*time.Second {
+				t.Fatalf("r=%v: capped delay %s outside [4s, 8s]", r, d)
+			}
+		}
+	})
+	t.Run("reset", func(t *testing.T) {
+		b := bridge.Backoff{Min: time.Second, Max: time.Minute, Rand: func() float64 { return 0.999999 }}
+		for range 20 {
+			b.Next()
+		}
+		b.Reset()
+		if d := b.Next(); d > time.Second {
+			t.Fatalf("after reset: %s, want at most 1s", d)
+		}
+	})
+}
+
+func TestParseConfig(t *testing.T) {
+	servers, err := bridge.ParseConfig([]byte(`{"mcpServers": {
+		"calc": {"command": "python", "args": ["calc.py"], "env": {"K": "V"}},
+		"notes": {"type": "http", "url": "http://127.0.0.1:3000/mcp"},
+		"off": {"command": "x", "disabled": true}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(servers) != 2 || servers[0].Name != "calc" || servers[0].Env["K"] != "V" || servers[1].URL == "" {
+		t.Fatalf("servers = %+v", servers)
+	}
+	for _, bad := range []string{`{}`, `{"mcpServers": {"a": {}}}`, `{"mcpServers": {"a": {"type": "sse", "url": "http://x"}}}`,
+		`{"mcpServers": {"a": {"url": "ftp://x"}}}`} {
+		if _, err := bridge.ParseConfig([]byte(bad)); err == nil {
+			t.Errorf("ParseConfig(%s) succeeded", bad)
+		}
+	}
+}

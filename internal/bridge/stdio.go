@@ -1,0 +1,141 @@
+package bridge
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// errChildExited ends a connection whose child closed its stdout.
+var errChildExited = errors.New("MCP server exited")
+
+// serveStdio starts s as a child and copies messages between it and conn
+// until either ends or ctx ends. The child is stopped (interrupt, then kill
+// after 5s) and awaited before it returns.
+func serveStdio(ctx context.Context, cfg *Config, conn *websocket.Conn, s Server, log *slog.Logger) error {
+	cmd := exec.CommandContext(ctx, s.Command, s.Args...)
+	if len(s.Env) > 0 {
+		env := cmd.Environ()
+		for k, v := range s.Env {
+			env = append(env, k+"="+v)
+		}
+		cmd.Env = env
+	}
+	cmd.Cancel = func() error {
+		// Let the server clean up; WaitDelay kills it if it does not exit.
+		if err := cmd.Process.Signal(os.Interrupt); err != nil {
+			return cmd.Process.Kill()
+		}
+		return nil
+	}
+	cmd.WaitDelay = 5 * time.Second
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return fmt.Errorf("stdin pipe: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return fmt.Errorf("stdout pipe: %w", err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return fmt.Errorf("stderr pipe: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", s.Command, err)
+	}
+	log = log.With("pid", cmd.Process.Pid)
+	log.Info("started MCP server")
+
+	ctx, stop := context.WithCancelCause(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { logLines(stderr, log) })
+	wg.Go(func() { stop(childToGateway(ctx, cfg, stdout, conn, log)) })
+	wg.Go(func() { stop(gatewayToChild(ctx, conn, stdin)) })
+	<-ctx.Done()
+	reason := context.Cause(ctx)
+
+	closeGateway(conn, reason) // ends gatewayToChild's read
+	stdin.Close()              // a well-behaved server exits on EOF
+	waitErr := cmd.Wait()      // ctx is done: interrupt, then kill after WaitDelay
+	wg.Wait()
+	if errors.Is(reason, errChildExited) && waitErr != nil {
+		return fmt.Errorf("%w: %w", errChildExited, waitErr)
+	}
+	return reason
+}
+
+// childToGateway forwards each JSON line of the child's stdout as one text
+// frame. Other lines (a banner, a stray print) are logged and dropped: they
+// would make the gateway drop the frame anyway, and a log line says why.
+func childToGateway(ctx context.Context, cfg *Config, stdout io.Reader, conn *websocket.Conn, log *slog.Logger) error {
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 0, 64<<10), int(cfg.ReadLimit))
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		if (line[0] != '{' && line[0] != '[') || !json.Valid(line) {
+			log.Warn("ignored a stdout line of the MCP server that is not JSON", "line", truncate(line, 200))
+			continue
+		}
+		if err := conn.Write(ctx, websocket.MessageText, line); err != nil {
+			return fmt.Errorf("write to gateway: %w", err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read MCP server stdout: %w", err)
+	}
+	return errChildExited
+}
+
+// gatewayToChild writes each frame from the gateway as one line.
+func gatewayToChild(ctx context.Context, conn *websocket.Conn, stdin io.Writer) error {
+	for {
+		_, data, err := conn.Read(ctx)
+		if err != nil {
+			return fmt.Errorf("read from gateway: %w", err)
+		}
+		if bytes.ContainsAny(data, "\r\n") {
+			// A pretty-printed message would span lines; compacting drops
+			// only insignificant whitespace, so ids and values stay verbatim.
+			var buf bytes.Buffer
+			if json.Compact(&buf, data) != nil {
+				continue // not JSON: nothing a stdio server could read
+			}
+			data = buf.Bytes()
+		}
+		if _, err := stdin.Write(append(data, '\n')); err != nil {
+			return fmt.Errorf("write to MCP server: %w", err)
+		}
+	}
+}
+
+// logLines logs each line of the child's stderr.
+func logLines(r io.Reader, log *slog.Logger) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), 64<<10)
+	for sc.Scan() {
+		log.Info("MCP server stderr", "line", sc.Text())
+	}
+	_, _ = io.Copy(io.Discard, r) // after an over-long line, keep the pipe drained
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) <= n {
+		return string(b)
+	}
+	return string(b[:n]) + "…"
+}

@@ -1,0 +1,183 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
+)
+
+// call routes a tools/call to the hub and turns the outcome into a result.
+// It returns an error only when the client cancelled: go-sdk then answers
+// nothing more for the request.
+func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	name := req.Params.Name
+	device, tool := d.device, name
+	if d.device == "" {
+		alias, rest, ok := strings.Cut(name, ".") // aliases have no dots; tool names can
+		if !ok || alias == "" || rest == "" {
+			return gatewayError("tool_not_found", fmt.Sprintf("unknown tool %q: aggregate tools are named <alias>.<tool>; see list_devices", name)), nil
+		}
+		device, tool = alias, rest
+	}
+	if !d.s.cfg.ExposeUserOnly {
+		if _, cat, err := d.s.hub.Tools(device); err == nil {
+			if t, ok := cat.Tool(tool); ok && t.UserOnly() {
+				return gatewayError("tool_hidden", fmt.Sprintf("tool %q is meant for the device's user only and is hidden from MCP clients (the gateway's expose-user-only setting allows it)", name)), nil
+			}
+		}
+	}
+
+	cr := hub.CallRequest{Device: device, Tool: tool, Arguments: req.Params.Arguments, Caller: callerName(req.Session), Door: "mcp"}
+	var fwd *progressForwarder
+	if token := req.Params.GetProgressToken(); token != nil && req.Session != nil {
+		fwd = newProgressForwarder(ctx, req.Session, token)
+		cr.OnProgress = fwd.push
+	}
+	res, err := d.s.hub.Call(ctx, cr)
+	if fwd != nil {
+		fwd.close() // progress is delivered before the result
+	}
+	if ctx.Err() != nil {
+		// The client cancelled (or went away): the hub has told the device
+		// and freed the slot; there is nobody to answer.
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		return gatewayError(hub.Code(err), errorText(err)), nil
+	}
+	return toolResult(res), nil
+}
+
+// errorText is a gateway error as a model should read it: one line, or the
+// schema problems one per line.
+func errorText(err error) string {
+	var ve *hub.ValidationError
+	if errors.As(err, &ve) {
+		var b strings.Builder
+		fmt.Fprintf(&b, "invalid arguments for %s; nothing was sent to the device:", ve.Tool)
+		for _, p := range ve.Problems {
+			b.WriteString("\n- ")
+			if p.Path != "" {
+				b.WriteString(p.Path)
+				b.WriteString(": ")
+			}
+			b.WriteString(p.Message)
+		}
+		return b.String()
+	}
+	return err.Error()
+}
+
+// gatewayError is a gateway-side failure as an isError result: text a model
+// reads, and a code in _meta a program branches on.
+func gatewayError(code, text string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{
+		Content: []mcp.Content{&mcp.TextContent{Text: "mcpgate " + code + ": " + text}},
+		IsError: true,
+		Meta:    mcp.Meta{"mcpgate/error": code},
+	}
+}
+
+// toolResult is the device's answer as the client receives it: content items
+// written from the device's raw JSON, structuredContent verbatim, and _meta
+// key by key (values verbatim).
+func toolResult(r *mcpclient.Result) *mcp.CallToolResult {
+	out := &mcp.CallToolResult{Content: make([]mcp.Content, 0, len(r.Content)), IsError: r.IsError}
+	for _, item := range r.Content {
+		out.Content = append(out.Content, rawContent{raw: item})
+	}
+	if len(r.StructuredContent) > 0 {
+		out.StructuredContent = r.StructuredContent
+	}
+	if len(r.Meta) > 0 {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(r.Meta, &m) == nil && len(m) > 0 {
+			out.Meta = make(mcp.Meta, len(m))
+			for k, v := range m {
+				out.Meta[k] = v
+			}
+		}
+	}
+	return out
+}
+
+// rawContent is one content item exactly as the device sent it. go-sdk's
+// Content interface has an unexported method; the embedded TextContent
+// supplies it and is otherwise unused.
+type rawContent struct {
+	*mcp.TextContent
+	raw json.RawMessage
+}
+
+func (c rawContent) MarshalJSON() ([]byte, error) { return c.raw, nil }
+
+// progressForwarder re-emits a device's progress to the MCP client under the
+// client's token. push runs on the device connection's reader and must not
+// block, so notifications queue (bounded; a full queue drops the update,
+// which is harmless for progress) for a goroutine that close waits for.
+type progressForwarder struct {
+	ctx   context.Context
+	ss    *mcp.ServerSession
+	token any
+	queue chan json.RawMessage
+	done  chan struct{}
+
+	mu     sync.Mutex
+	closed bool // guarded by mu; the engine may call push after the call ended
+}
+
+func newProgressForwarder(ctx context.Context, ss *mcp.ServerSession, token any) *progressForwarder {
+	f := &progressForwarder{ctx: ctx, ss: ss, token: token, queue: make(chan json.RawMessage, 32), done: make(chan struct{})}
+	go f.run()
+	return f
+}
+
+func (f *progressForwarder) push(params json.RawMessage) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return
+	}
+	select {
+	case f.queue <- params:
+	default:
+	}
+}
+
+func (f *progressForwarder) close() {
+	f.mu.Lock()
+	if !f.closed {
+		f.closed = true
+		close(f.queue)
+	}
+	f.mu.Unlock()
+	<-f.done
+}
+
+func (f *progressForwarder) run() {
+	defer close(f.done)
+	for params := range f.queue {
+		if f.ctx.Err() != nil {
+			continue // cancelled: drain, send nothing more
+		}
+		var p struct {
+			Progress float64 `json:"progress"`
+			Total    float64 `json:"total"`
+			Message  string  `json:"message"`
+		}
+		if json.Unmarshal(params, &p) != nil {
+			continue
+		}
+		_ = f.ss.NotifyProgress(f.ctx, &mcp.ProgressNotificationParams{
+			ProgressToken: f.token, Progress: p.Progress, Total: p.Total, Message: p.Message,
+		}) // a failed notification must not fail the call
+	}
+}

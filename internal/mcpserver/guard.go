@@ -1,0 +1,148 @@
+package mcpserver
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+)
+
+// guard protects the MCP doors against DNS rebinding and cross-site
+// requests, as the MCP transport spec asks of local servers:
+//   - on a loopback connection, the Host header must name loopback
+//     ("localhost", 127.0.0.0/8, ::1), the gateway's configured listen host,
+//     or an allowed host. A rebinding attack reaches 127.0.0.1 under the
+//     attacker's own domain, which fails this check.
+//   - a browser's Origin header, on any connection, must be loopback, the
+//     request's own Host (same origin), or allowed. Clients that are not
+//     browsers send no Origin and are unaffected.
+//
+// Allowed browser origins also get CORS headers, so browser-based clients
+// such as the MCP Inspector's direct mode can read responses and the
+// Mcp-Session-Id header.
+type guard struct {
+	listenHost string
+	hosts      []string // lower-case, host or host:port; "*" allows any
+	origins    []string // lower-case, full origin or host pattern; "*" allows any
+}
+
+func newGuard(listenAddr string, hosts, origins []string) (*guard, error) {
+	g := &guard{}
+	if listenAddr != "" {
+		h, _, err := net.SplitHostPort(listenAddr)
+		if err != nil {
+			return nil, fmt.Errorf("mcpserver: listen address %q: %w", listenAddr, err)
+		}
+		if ip := net.ParseIP(h); h != "" && (ip == nil || !ip.IsUnspecified()) {
+			g.listenHost = strings.ToLower(h)
+		}
+	}
+	for _, h := range hosts {
+		g.hosts = append(g.hosts, strings.ToLower(strings.TrimSpace(h)))
+	}
+	for _, o := range origins {
+		o = strings.ToLower(strings.TrimSpace(o))
+		if _, err := path.Match(o, ""); err != nil {
+			return nil, fmt.Errorf("mcpserver: allowed origin %q: %w", o, err)
+		}
+		g.origins = append(g.origins, o)
+	}
+	return g, nil
+}
+
+// allow checks r, answering 403 (or a CORS preflight) itself; it reports
+// whether the caller should go on serving r.
+func (g *guard) allow(w http.ResponseWriter, r *http.Request) bool {
+	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && isLoopbackAddr(local.String()) {
+		if !g.hostAllowed(r.Host) {
+			http.Error(w, fmt.Sprintf("mcpgate: forbidden: Host %q is not a loopback name or an allowed host "+
+				"(DNS rebinding protection; see docs/mcp.md to allow it)", r.Host), http.StatusForbidden)
+			return false
+		}
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	if !g.originAllowed(origin, r.Host) {
+		http.Error(w, fmt.Sprintf("mcpgate: forbidden: Origin %q is not loopback, same-origin or an allowed origin "+
+			"(see docs/mcp.md to allow it)", origin), http.StatusForbidden)
+		return false
+	}
+	h := w.Header()
+	h.Set("Access-Control-Allow-Origin", origin)
+	h.Add("Vary", "Origin")
+	h.Set("Access-Control-Expose-Headers", "Mcp-Session-Id, Mcp-Protocol-Version")
+	if r.Method == http.MethodOptions {
+		h.Set("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS")
+		h.Set("Access-Control-Allow-Headers", "Content-Type, Accept, Authorization, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID")
+		h.Set("Access-Control-Max-Age", "600")
+		w.WriteHeader(http.StatusNoContent)
+		return false
+	}
+	return true
+}
+
+func (g *guard) hostAllowed(host string) bool {
+	host = strings.ToLower(host)
+	name := host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		name = h
+	}
+	name = strings.Trim(name, "[]")
+	if isLoopbackName(name) || (g.listenHost != "" && name == g.listenHost) {
+		return true
+	}
+	for _, a := range g.hosts {
+		if a == "*" || a == host || a == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *guard) originAllowed(origin, reqHost string) bool {
+	origin = strings.ToLower(origin)
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		// "null" (sandboxed frames, file://) and garbage: only if allowed outright.
+		return g.originListed(origin, "")
+	}
+	if isLoopbackName(u.Hostname()) || u.Host == strings.ToLower(reqHost) {
+		return true
+	}
+	return g.originListed(origin, u.Hostname())
+}
+
+func (g *guard) originListed(origin, host string) bool {
+	for _, p := range g.origins {
+		if p == "*" || p == origin {
+			return true
+		}
+		if host != "" && !strings.Contains(p, "://") {
+			if ok, _ := path.Match(p, host); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func isLoopbackName(name string) bool {
+	if name == "localhost" || strings.HasSuffix(name, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(name)
+	return ip != nil && ip.IsLoopback()
+}
+
+func isLoopbackAddr(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		h = addr
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}

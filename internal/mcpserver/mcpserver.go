@@ -1,0 +1,326 @@
+// Package mcpserver is the gateway's standard MCP door: Streamable HTTP
+// servers, built on the official go-sdk, that expose device tools to any MCP
+// client (Claude Desktop, Cursor, the MCP Inspector, agent frameworks).
+//
+// Two kinds of server share one [Server] handler:
+//   - /mcp/devices/{id-or-alias}: one device, its tools under their own names;
+//   - /mcp: every online device, tools named "<alias>.<tool>", plus a built-in
+//     list_devices tool.
+//
+// # Faithful pass-through
+//
+// A call goes to [hub.Hub.Call], which validates the arguments against the
+// device's cached schema before anything is sent. The device's answer reaches
+// the client as the device produced it: content items are written from the
+// device's raw JSON (go-sdk's typed content model would drop unknown fields,
+// a zero priority and non-canonical base64), structuredContent verbatim, and
+// _meta key by key. Tool definitions in tools/list are likewise the device's
+// own JSON. Gateway failures (unknown device or tool, offline, timeout,
+// invalid arguments) become isError results whose text starts with
+// "mcpgate <code>:" and whose _meta carries {"mcpgate/error": "<code>"}, so a
+// model can read them and a program can branch on them.
+//
+// # Keeping in sync
+//
+// Each mcp.Server is created on its first request and kept: its tool set
+// follows the hub's events (one subscription for the whole door), so tools/list
+// is a map read and list_changed is sent by go-sdk whenever tools are added or
+// removed. An offline device's tools are removed from its server; a call to
+// one of them still reaches the hub and answers "device_offline".
+package mcpserver
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+)
+
+// Config configures the MCP door. Hub is required; zero values get the
+// documented defaults.
+type Config struct {
+	Hub *hub.Hub
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Version is reported as serverInfo.version.
+	Version string
+	// ExposeUserOnly lists and allows calls of tools a device marks as meant
+	// for the user only (annotations.audience ["user"]). By default they are
+	// hidden from MCP clients, which are model-driven, and calling one by name
+	// answers an isError result.
+	ExposeUserOnly bool
+	// Debounce coalesces the aggregate server's tool updates, so a fleet
+	// reconnecting sends one list_changed rather than one per device.
+	// Default 250ms.
+	Debounce time.Duration
+	// SessionTimeout closes MCP client sessions idle this long, so clients
+	// that vanish without DELETE do not accumulate. Default 30 minutes.
+	SessionTimeout time.Duration
+	// PageSize is the number of tools per tools/list page. Default go-sdk's (1000).
+	PageSize int
+	// ListenAddr is the gateway's configured listen address: its host is
+	// accepted as a Host header besides loopback names.
+	ListenAddr string
+	// AllowedHosts adds Host header values (host or host:port; "*" allows
+	// any) accepted on loopback connections. See [Server.ServeHTTP].
+	AllowedHosts []string
+	// AllowedOrigins adds browser origins accepted besides loopback and
+	// same-origin ones: full origins ("https://app.example.com") or host
+	// patterns in path.Match syntax ("*.example.com"); "*" allows any.
+	AllowedOrigins []string
+}
+
+// Server serves both MCP doors. It is safe for concurrent use.
+type Server struct {
+	cfg   Config
+	hub   *hub.Hub
+	log   *slog.Logger
+	guard *guard
+
+	startOnce sync.Once
+	loopDone  chan struct{} // closed when the event loop returns; nil until started
+	sub       *hub.Subscription
+
+	mu      sync.Mutex
+	closed  bool                   // guarded by mu
+	agg     *door                  // guarded by mu; nil until the first /mcp request
+	devices map[string]*door       // guarded by mu; by device id
+	handler map[*door]http.Handler // guarded by mu
+}
+
+// New validates cfg and returns the door. It starts nothing until its first
+// request; Close stops what it started.
+func New(cfg Config) (*Server, error) {
+	if cfg.Hub == nil {
+		return nil, errors.New("mcpserver: Config.Hub is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	if cfg.Debounce <= 0 {
+		cfg.Debounce = 250 * time.Millisecond
+	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = 30 * time.Minute
+	}
+	if cfg.PageSize < 0 {
+		return nil, errors.New("mcpserver: page size must not be negative")
+	}
+	g, err := newGuard(cfg.ListenAddr, cfg.AllowedHosts, cfg.AllowedOrigins)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, hub: cfg.Hub, log: cfg.Logger, guard: g,
+		devices: make(map[string]*door), handler: make(map[*door]http.Handler)}, nil
+}
+
+// Register adds the door's routes to mux: /mcp and /mcp/devices/{ref}.
+func (s *Server) Register(mux *http.ServeMux) {
+	mux.Handle("/mcp", s)
+	mux.Handle("/mcp/devices/{ref}", s)
+}
+
+// ServeHTTP checks Host and Origin against DNS rebinding (403 with a plain
+// text reason), then hands the request to the aggregate server (/mcp) or the
+// device's server (/mcp/devices/{ref}; 404 for an unknown device).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.guard.allow(w, r) {
+		return
+	}
+	var h http.Handler
+	var err error
+	if ref := r.PathValue("ref"); ref != "" {
+		h, err = s.deviceHandler(ref)
+	} else {
+		h, err = s.aggregateHandler()
+	}
+	switch {
+	case errors.Is(err, hub.ErrDeviceNotFound):
+		http.Error(w, "mcpgate: "+err.Error(), http.StatusNotFound)
+		return
+	case errors.Is(err, errClosed):
+		http.Error(w, "mcpgate: shutting down", http.StatusServiceUnavailable)
+		return
+	case err != nil:
+		http.Error(w, "mcpgate: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	h.ServeHTTP(w, r)
+}
+
+var errClosed = errors.New("mcp door closed")
+
+// start subscribes to the hub and starts the event loop, once. The
+// subscription exists before any server reads the hub, so no change made
+// after a server's first sync is missed.
+func (s *Server) start() {
+	s.startOnce.Do(func() {
+		s.sub = s.hub.Subscribe()
+		s.loopDone = make(chan struct{})
+		go s.loop()
+	})
+}
+
+func (s *Server) aggregateHandler() (http.Handler, error) {
+	s.start()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errClosed
+	}
+	if s.agg == nil {
+		s.agg = s.newDoor("")
+		s.handler[s.agg] = s.httpHandler(s.agg)
+		s.agg.syncAggregate(s.hub, s.cfg.ExposeUserOnly)
+	}
+	return s.handler[s.agg], nil
+}
+
+func (s *Server) deviceHandler(ref string) (http.Handler, error) {
+	d, err := s.hub.Device(ref)
+	if err != nil {
+		return nil, err
+	}
+	s.start()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errClosed
+	}
+	dr, ok := s.devices[d.ID]
+	if !ok {
+		dr = s.newDoor(d.ID)
+		s.devices[d.ID] = dr
+		s.handler[dr] = s.httpHandler(dr)
+		dr.syncDevice(s.hub, s.cfg.ExposeUserOnly)
+	}
+	return s.handler[dr], nil
+}
+
+// httpHandler is one Streamable HTTP handler per server: sessions are bound
+// to the path that created them, so a session id from one device's door is
+// unknown on another's.
+func (s *Server) httpHandler(d *door) http.Handler {
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return d.srv }, &mcp.StreamableHTTPOptions{
+		Logger:         s.log,
+		SessionTimeout: s.cfg.SessionTimeout,
+		// Our guard does the same check, configurably; see guard.go.
+		DisableLocalhostProtection: true,
+	})
+}
+
+// loop keeps the servers in sync with the hub's events until Close.
+func (s *Server) loop() {
+	defer close(s.loopDone)
+	timer := time.NewTimer(0)
+	if !timer.Stop() {
+		<-timer.C
+	}
+	aggPending := false
+	var dropped uint64
+	for {
+		select {
+		case ev, ok := <-s.sub.C:
+			if !ok {
+				timer.Stop()
+				return
+			}
+			all := false
+			if n := s.sub.Dropped(); n != dropped {
+				// Missed events: resync everything from the hub's state.
+				dropped, all = n, true
+			}
+			if !all && !relevant(ev.Type) {
+				continue
+			}
+			s.syncDevices(ev.Device, all)
+			if !aggPending {
+				aggPending = true
+				timer.Reset(s.cfg.Debounce)
+			}
+		case <-timer.C:
+			aggPending = false
+			s.mu.Lock()
+			agg := s.agg
+			s.mu.Unlock()
+			if agg != nil {
+				agg.syncAggregate(s.hub, s.cfg.ExposeUserOnly)
+			}
+		}
+	}
+}
+
+func relevant(t hub.EventType) bool {
+	switch t {
+	case hub.EventOnline, hub.EventOffline, hub.EventState, hub.EventToolsChanged, hub.EventAlias:
+		return true
+	}
+	return false
+}
+
+// syncDevices resyncs the server of device id, or of every device.
+func (s *Server) syncDevices(id string, all bool) {
+	s.mu.Lock()
+	var doors []*door
+	for did, d := range s.devices {
+		if all || did == id {
+			doors = append(doors, d)
+		}
+	}
+	s.mu.Unlock()
+	for _, d := range doors {
+		d.syncDevice(s.hub, s.cfg.ExposeUserOnly)
+	}
+}
+
+// Close stops the event loop and closes every MCP client session, which ends
+// their open SSE streams (an http.Server's Shutdown would otherwise wait for
+// them). Later requests get 503. Idempotent.
+func (s *Server) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	doors := make([]*door, 0, len(s.devices)+1)
+	if s.agg != nil {
+		doors = append(doors, s.agg)
+	}
+	for _, d := range s.devices {
+		doors = append(doors, d)
+	}
+	s.mu.Unlock()
+
+	// start after closed is set: a request racing Close either saw closed or
+	// already started the loop, which this stops.
+	s.startOnce.Do(func() {})
+	if s.sub != nil {
+		s.sub.Close()
+		<-s.loopDone
+	}
+	for _, d := range doors {
+		for ss := range d.srv.Sessions() {
+			_ = ss.Close() // the session is going away either way
+		}
+	}
+}
+
+// callerName is the MCP client's name from initialize, for events and logs.
+func callerName(ss *mcp.ServerSession) string {
+	if ss == nil {
+		return ""
+	}
+	if p := ss.InitializeParams(); p != nil && p.ClientInfo != nil {
+		return p.ClientInfo.Name
+	}
+	return ""
+}

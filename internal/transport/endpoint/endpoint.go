@@ -1,0 +1,551 @@
+// Package endpoint is the MCP endpoint at /mcp/endpoint: a WebSocket that
+// any standard MCP server can dial (the mcp_pipe convention: one bare
+// JSON-RPC message per text frame, no envelope), usually through
+// "mcpgate bridge". The gateway is the MCP client: it initializes the
+// server, lists its tools, pings it, re-lists on
+// notifications/tools/list_changed, and attaches it to the hub as a device
+// of kind "endpoint" so it shows up in every door like a XiaoZhi device.
+//
+// # Naming
+//
+// Each connection is its own source, named by the ?name= query parameter
+// or else by the server's serverInfo.name, sanitised to lower-case letters,
+// digits, '-' and '_' (at most 48 characters). A name already used by a
+// live source, or an alias of another device, gets a suffix: calc, calc-2,
+// calc-3... The hub device id is "endpoint-<name>" and, for a source seen
+// for the first time, the alias is the name. A source that reconnects under
+// the same name is the same hub device, so its alias and history survive.
+//
+// # Authentication
+//
+// A token comes in the token query parameter or an Authorization: Bearer
+// header. [Config.Authorize], when set, decides; otherwise the token must
+// equal one of [Config.Tokens]. With neither, connections are accepted only
+// when [Config.AllowNoToken] is set (the gateway sets it when it listens on
+// loopback) and come from a loopback address.
+//
+// # Goroutines
+//
+// Per connection: the reader (the handler's goroutine), and one goroutine
+// that initializes, attaches, discovers, then pings and refreshes the tool
+// list until the session ends. The socket is closed from a
+// context.AfterFunc. Both are awaited before the connection is forgotten,
+// and [Transport.Close] waits for every connection.
+package endpoint
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
+	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/jsonrpc"
+	"github.com/mcpgate/mcpgate/xiaozhi"
+)
+
+// Path is where the gateway serves the endpoint.
+const Path = "/mcp/endpoint"
+
+// ProtocolVersion is the MCP version the gateway asks servers for.
+const ProtocolVersion = "2025-06-18"
+
+// DeviceIDPrefix starts the hub device id of every source.
+const DeviceIDPrefix = "endpoint-"
+
+// maxNameLen keeps "endpoint-<name>-<n>" a valid alias and device id.
+const maxNameLen = 48
+
+// ErrUnauthorized is returned by an Authorize function to refuse a token.
+var ErrUnauthorized = errors.New("invalid or missing token")
+
+// errNoPong is why a source that does not answer ping is closed.
+var errNoPong = errors.New("keepalive: the MCP server did not answer ping")
+
+// Config tunes the endpoint. Hub is required; other zero values get defaults.
+type Config struct {
+	Hub     *hub.Hub
+	Logger  *slog.Logger
+	Metrics *metrics.Metrics
+	// Session is the template of each connection's MCP engine settings.
+	// ProtocolVersion defaults to [ProtocolVersion].
+	Session mcpclient.Config
+	// Tokens are accepted bearer tokens, compared in constant time.
+	Tokens []string
+	// Authorize, when set, replaces the Tokens check: it returns nil to
+	// accept a token (possibly empty) and an error, typically wrapping
+	// ErrUnauthorized, to refuse it with 401. API keys plug in here.
+	Authorize func(ctx context.Context, token string) error
+	// AllowNoToken accepts connections from loopback addresses without a
+	// token when neither Tokens nor Authorize is set. The gateway sets it
+	// when it listens on loopback only.
+	AllowNoToken bool
+	// ReadLimit caps one inbound message. Default 8 MiB: tool results carry
+	// images and audio.
+	ReadLimit int64
+	// PingInterval is how often each server is sent an MCP ping. Default
+	// 30s; negative disables.
+	PingInterval time.Duration
+	// PingTimeout is how long a server has to answer a ping before its
+	// source is closed. Default 10s.
+	PingTimeout time.Duration
+	// RefreshDelay debounces notifications/tools/list_changed: the tools are
+	// listed again once no notification came for this long. Default 200ms.
+	RefreshDelay time.Duration
+	// WriteTimeout bounds writes the transport makes on its own (answers
+	// to the server's requests). Default 10s.
+	WriteTimeout time.Duration
+	// OriginPatterns lists browser origins allowed to connect; MCP servers
+	// send no Origin header. Empty allows same-origin only.
+	OriginPatterns []string
+}
+
+// Transport serves MCP endpoint connections. Close waits for all of them.
+type Transport struct {
+	cfg Config
+	log *slog.Logger
+	m   *metrics.Metrics
+
+	ctx    context.Context // cancelled by Close: the lifetime of all connections
+	cancel context.CancelCauseFunc
+
+	mu     sync.Mutex      // guards closed, names and wg.Add; taken before Hub's locks
+	closed bool            // set by Close
+	names  map[string]bool // names of live sources
+	wg     sync.WaitGroup  // one per live connection handler
+}
+
+// New validates cfg and returns a Transport.
+func New(cfg Config) (*Transport, error) {
+	if cfg.Hub == nil {
+		return nil, errors.New("endpoint: Config.Hub is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New()
+	}
+	if cfg.Session.ProtocolVersion == "" {
+		cfg.Session.ProtocolVersion = ProtocolVersion
+	}
+	if cfg.ReadLimit <= 0 {
+		cfg.ReadLimit = 8 << 20
+	}
+	if cfg.PingInterval == 0 {
+		cfg.PingInterval = 30 * time.Second
+	}
+	if cfg.PingTimeout <= 0 {
+		cfg.PingTimeout = 10 * time.Second
+	}
+	if cfg.RefreshDelay <= 0 {
+		cfg.RefreshDelay = 200 * time.Millisecond
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	for i, tok := range cfg.Tokens {
+		if strings.TrimSpace(tok) == "" {
+			return nil, fmt.Errorf("endpoint: token %d is empty", i+1)
+		}
+	}
+	cfg.Tokens = append([]string(nil), cfg.Tokens...)
+	t := &Transport{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, names: map[string]bool{}}
+	t.ctx, t.cancel = context.WithCancelCause(context.Background())
+	return t, nil
+}
+
+// Close closes every source with a going-away status and waits for their
+// handlers to return. Connections arriving afterwards are refused.
+func (t *Transport) Close() {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+	t.cancel(hub.ErrShutdown)
+	t.wg.Wait()
+}
+
+func (t *Transport) track() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.wg.Add(1)
+	return true
+}
+
+// authorize checks the request's token; the error is shown to the peer.
+func (t *Transport) authorize(r *http.Request) error {
+	token := strings.TrimSpace(r.URL.Query().Get("token"))
+	if auth := strings.TrimSpace(r.Header.Get("Authorization")); auth != "" {
+		scheme, tok, ok := strings.Cut(auth, " ")
+		if !ok || !strings.EqualFold(scheme, "bearer") {
+			return fmt.Errorf("%w: the Authorization header must be \"Bearer <token>\"", ErrUnauthorized)
+		}
+		token = strings.TrimSpace(tok)
+	}
+	switch {
+	case t.cfg.Authorize != nil:
+		return t.cfg.Authorize(r.Context(), token)
+	case len(t.cfg.Tokens) > 0:
+		// Compare with every token so the time taken says nothing about which matched.
+		match := 0
+		for _, want := range t.cfg.Tokens {
+			match |= subtle.ConstantTimeCompare([]byte(token), []byte(want))
+		}
+		if match == 1 {
+			return nil
+		}
+		if token == "" {
+			return fmt.Errorf("%w: send ?token=<token> or an Authorization: Bearer header", ErrUnauthorized)
+		}
+		return ErrUnauthorized
+	case t.cfg.AllowNoToken && isLoopback(r.RemoteAddr):
+		return nil
+	}
+	return fmt.Errorf("%w: this gateway has no endpoint tokens and does not listen on loopback only; "+
+		"start it with --endpoint-token <token> and connect with ?token=<token>", ErrUnauthorized)
+}
+
+func isLoopback(remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// ServeHTTP accepts one MCP server connection and serves it until it ends.
+func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := t.authorize(r); err != nil {
+		t.m.Handshakes.WithLabelValues("endpoint", "unauthorized").Inc()
+		t.log.Info("refused MCP endpoint connection", "remote", r.RemoteAddr, "error", err)
+		http.Error(w, err.Error(), http.StatusUnauthorized)
+		return
+	}
+	name := ""
+	if n := r.URL.Query().Get("name"); n != "" {
+		if name = SanitizeName(n); name == "" {
+			http.Error(w, fmt.Sprintf("name %q has no letters or digits", n), http.StatusBadRequest)
+			return
+		}
+	}
+	if !t.track() {
+		http.Error(w, "gateway is shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: t.cfg.OriginPatterns})
+	if err != nil {
+		t.m.Handshakes.WithLabelValues("endpoint", "upgrade_failed").Inc()
+		t.log.Debug("websocket upgrade failed", "remote", r.RemoteAddr, "error", err)
+		t.wg.Done()
+		return
+	}
+	conn.SetReadLimit(t.cfg.ReadLimit)
+	c := &connection{t: t, conn: conn, remote: r.RemoteAddr, name: name, sessionID: newSessionID(),
+		kick: make(chan struct{}, 1)}
+	c.log = t.log.With("session_id", c.sessionID, "remote", c.remote)
+	// Serve on a goroutine of our own so net/http frees the request's state.
+	go func() {
+		defer t.wg.Done()
+		c.serve()
+	}()
+}
+
+// connection is one MCP server's WebSocket. Fields are set before serve and
+// not written after, except where noted.
+type connection struct {
+	t         *Transport
+	conn      *websocket.Conn
+	remote    string
+	name      string // the ?name= asked for; empty uses serverInfo.name
+	sessionID string
+	log       *slog.Logger
+	kick      chan struct{}                  // buffered(1): a tools/list_changed arrived; never closed
+	att       atomic.Pointer[hub.Attachment] // set once attached; read by the reader
+}
+
+func (c *connection) serve() {
+	// Reads end when the socket is closed, never by a context (as in the
+	// device transport: a context ending mid-read drops the socket without
+	// a close frame).
+	connCtx := context.WithoutCancel(c.t.ctx)
+	scfg := c.t.cfg.Session
+	scfg.Logger = c.log
+	scfg.OnNotification = c.onNotification
+	scfg.OnRequest = func(msg *jsonrpc.Message) { c.answer(connCtx, msg) }
+	sess := mcpclient.New(c.t.ctx, link{c.conn}, scfg)
+
+	closed := make(chan struct{})
+	stopCloser := context.AfterFunc(sess.Context(), func() {
+		defer close(closed)
+		c.close(context.Cause(sess.Context()))
+	})
+	var run sync.WaitGroup
+	// MCP servers wait for initialize: start at once.
+	run.Go(func() { c.run(sess) })
+
+	sess.Close(c.readLoop(connCtx, sess))
+	if !stopCloser() {
+		<-closed
+	}
+	run.Wait()
+}
+
+// run initializes the server, attaches it under its name, discovers its
+// tools, then pings it and refreshes its tools until the session ends.
+func (c *connection) run(sess *mcpclient.Session) {
+	ctx := sess.Context()
+	init, err := sess.Initialize(ctx)
+	if err != nil {
+		c.t.m.Handshakes.WithLabelValues("endpoint", "initialize_failed").Inc()
+		c.log.Info("MCP server did not initialize", "error", err)
+		sess.Close(err)
+		return
+	}
+	c.t.m.Handshakes.WithLabelValues("endpoint", "ok").Inc()
+	want := c.name
+	if want == "" {
+		if want = SanitizeName(init.ServerInfo.Name); want == "" {
+			want = "mcp"
+		}
+	}
+	name := c.t.reserve(want)
+	defer c.t.release(name)
+	id := DeviceIDPrefix + name
+	log := c.log.With("device_id", id, "source", name)
+	_, unknown := c.t.cfg.Hub.Device(id)
+	att := c.t.cfg.Hub.Attach(hub.ConnInfo{
+		DeviceID: id, Kind: "endpoint", Transport: "endpoint", SessionID: c.sessionID,
+		Remote: c.remote, ProtocolVersion: init.ProtocolVersion, Logger: log,
+	}, sess)
+	defer att.Detach()
+	c.att.Store(att)
+	if unknown != nil { // first time this source is seen: its alias is its name
+		if _, err := c.t.cfg.Hub.SetAlias(id, name); err != nil {
+			log.Warn("could not use the source name as alias", "error", err)
+		}
+	}
+	log.Info("MCP server connected", "server_name", init.ServerInfo.Name,
+		"server_version", init.ServerInfo.Version, "protocol_version", init.ProtocolVersion)
+	att.Discover(ctx)
+	c.maintain(ctx, sess, att, log)
+}
+
+// maintain pings the server every PingInterval and lists its tools again
+// RefreshDelay after the last tools/list_changed, until ctx ends.
+func (c *connection) maintain(ctx context.Context, sess *mcpclient.Session, att *hub.Attachment, log *slog.Logger) {
+	var pingC <-chan time.Time
+	if c.t.cfg.PingInterval > 0 {
+		ticker := time.NewTicker(c.t.cfg.PingInterval)
+		defer ticker.Stop()
+		pingC = ticker.C
+	}
+	debounce := time.NewTimer(0)
+	<-debounce.C
+	defer debounce.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-pingC:
+			reply, err := sess.Request(ctx, "ping", nil, c.t.cfg.PingTimeout)
+			if err != nil {
+				if ctx.Err() == nil {
+					sess.Close(fmt.Errorf("%w: %w", errNoPong, err))
+				}
+				return
+			}
+			if reply.Error != nil {
+				// It answered: alive, if a little old-fashioned.
+				log.Debug("MCP server answered ping with an error", "error", reply.Error)
+			}
+			att.Touch()
+		case <-c.kick:
+			debounce.Reset(c.t.cfg.RefreshDelay)
+		case <-debounce.C:
+			if err := att.Refresh(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("could not list tools again after tools/list_changed", "error", err)
+			}
+		}
+	}
+}
+
+// onNotification runs on the reader and must not block.
+func (c *connection) onNotification(method string, _ json.RawMessage) {
+	if method != "notifications/tools/list_changed" {
+		c.log.Debug("ignored notification from MCP server", "method", method)
+		return
+	}
+	select {
+	case c.kick <- struct{}{}:
+	default: // a refresh is already due
+	}
+}
+
+// answer replies to a request the server sent, echoing its id exactly
+// (a number, 0, or a string). The gateway offers no client capabilities, so
+// every method but ping is unknown to it.
+func (c *connection) answer(ctx context.Context, msg *jsonrpc.Message) {
+	var reply *jsonrpc.Message
+	if msg.Method == "ping" {
+		reply, _ = jsonrpc.NewResult(msg.ID, struct{}{}) // an empty struct always marshals
+	} else {
+		reply = jsonrpc.NewErrorResponse(msg.ID, jsonrpc.NewError(-32601,
+			"method not found: mcpgate offers no client capabilities ("+msg.Method+")"))
+	}
+	b, err := reply.Encode()
+	if err != nil {
+		c.log.Debug("could not encode answer", "error", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.t.cfg.WriteTimeout)
+	defer cancel()
+	if err := c.conn.Write(ctx, websocket.MessageText, b); err != nil {
+		c.log.Debug("could not answer request from MCP server", "method", msg.Method, "error", err)
+	}
+}
+
+func (c *connection) readLoop(ctx context.Context, sess *mcpclient.Session) error {
+	for {
+		typ, data, err := c.conn.Read(ctx)
+		if err != nil {
+			return c.readError(err)
+		}
+		if a := c.att.Load(); a != nil {
+			a.Touch()
+		}
+		if typ != websocket.MessageText {
+			c.t.m.DroppedFrames.WithLabelValues("binary").Inc()
+			c.log.Debug("dropped binary frame from MCP server")
+			continue
+		}
+		sess.Handle(data)
+	}
+}
+
+func (c *connection) readError(err error) error {
+	if errors.Is(err, websocket.ErrMessageTooBig) {
+		c.t.m.DroppedFrames.WithLabelValues("too_big").Inc()
+		return fmt.Errorf("MCP server sent a message over the %d-byte read limit", c.t.cfg.ReadLimit)
+	}
+	if st := websocket.CloseStatus(err); st != -1 {
+		return fmt.Errorf("MCP server closed the connection (%d)", st)
+	}
+	if errors.Is(err, io.EOF) {
+		return errors.New("connection lost")
+	}
+	return err
+}
+
+// close closes the socket with a status that says why the session ended.
+func (c *connection) close(reason error) {
+	switch {
+	case errors.Is(reason, hub.ErrShutdown):
+		c.conn.Close(websocket.StatusGoingAway, closeReason(reason))
+	case errors.Is(reason, errNoPong):
+		c.conn.CloseNow() // the peer is not answering: a close handshake would only wait
+	default:
+		c.conn.Close(websocket.StatusNormalClosure, closeReason(reason))
+	}
+}
+
+// reserve returns want, or want-2, want-3... whichever is neither a live
+// source's name nor another device's alias or id, and marks it live.
+func (t *Transport) reserve(want string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for n := 1; ; n++ {
+		name := want
+		if n > 1 {
+			name = want + "-" + strconv.Itoa(n)
+		}
+		if t.names[name] {
+			continue
+		}
+		if d, err := t.cfg.Hub.Device(name); err == nil && d.ID != DeviceIDPrefix+name {
+			continue // a XiaoZhi device (or another source) goes by this alias
+		}
+		t.names[name] = true
+		return name
+	}
+}
+
+func (t *Transport) release(name string) {
+	t.mu.Lock()
+	delete(t.names, name)
+	t.mu.Unlock()
+}
+
+// SanitizeName turns a server name into a source name: lower case, runs of
+// anything but letters, digits, '-' and '_' become one '-', trimmed to
+// maxNameLen. It returns "" when nothing is left.
+func SanitizeName(s string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(s) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '_':
+			b.WriteRune(r)
+			dash = false
+		default:
+			if !dash && b.Len() > 0 {
+				b.WriteByte('-')
+				dash = true
+			}
+		}
+		if b.Len() >= maxNameLen {
+			break
+		}
+	}
+	name := strings.Trim(b.String(), "-_")
+	if len(name) > maxNameLen {
+		name = strings.Trim(name[:maxNameLen], "-_")
+	}
+	if id, err := xiaozhi.NormalizeDeviceID(name); err == nil && id != name {
+		// Twelve hex digits read as a MAC: "aabbccddeeff" would shadow a device.
+		name = "mcp-" + name
+	}
+	return name
+}
+
+// link sends bare JSON-RPC messages, one per text frame.
+type link struct{ conn *websocket.Conn }
+
+func (l link) Send(ctx context.Context, payload []byte) error {
+	return l.conn.Write(ctx, websocket.MessageText, payload)
+}
+
+func newSessionID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
+
+// closeReason fits an error into a close frame's reason (at most 123 bytes
+// of valid UTF-8).
+func closeReason(err error) string {
+	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
+	for len(s) > 123 {
+		s = strings.ToValidUTF8(s[:120], "")
+	}
+	return s
+}
