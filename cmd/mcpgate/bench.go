@@ -28,6 +28,9 @@ devices to it, and measure:
 
   memory      the gateway's resident memory per connected idle device
   peak        calls/s with --concurrency REST calls always in flight
+  mcp         the same through the MCP door: --concurrency MCP sessions on
+              /mcp calling "<alias>.<tool>", calls/s per gateway core next
+              to REST's (--skip-mcp to skip)
   fixed rate  p50/p99/p99.9 latency at --rate calls/s (default: half the
               peak), counted from when each call was due
   floor       raw WebSocket round trips/s on this machine, same connections
@@ -103,6 +106,7 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 	f.StringVar(&argsJSON, "args", "", `the tool's arguments as a JSON object (default: {"volume":N} for set_volume, N changing, else {})`)
 	f.StringVar(&cfg.Client, "client", bench.ClientRaw, `load generator HTTP client: "raw" (minimal HTTP/1.1, cheapest) or "net/http"`)
 	f.BoolVar(&cfg.SkipFloor, "skip-floor", false, "skip the raw WebSocket floor (and the ratio)")
+	f.BoolVar(&cfg.SkipMCP, "skip-mcp", false, "skip the MCP phase (tools/call through /mcp)")
 	f.BoolVar(&cfg.IdleOnly, "idle-only", false, "only connect the devices and report memory: no calls")
 	f.BoolVar(&cfg.InProcess, "in-process", false, "run the gateway inside the bench process (no memory figure)")
 	f.IntVar(&cfg.GatewayPID, "gateway-pid", 0, "process id of the --server gateway, to read its memory")

@@ -15,9 +15,12 @@
 //  3. Memory: the gateway's RSS before the fleet and with the fleet idle,
 //     each the minimum of several samples after a settle time.
 //  4. Peak: Concurrency workers call tools back to back (closed loop).
-//  5. Fixed rate: calls on a schedule at Rate calls/s (default half the
+//  5. MCP: as many workers, each with an MCP session on the aggregate
+//     server (/mcp, Streamable HTTP), call the same tool as "<alias>.<tool>"
+//     back to back (closed loop): the MCP door's calls/s next to REST's.
+//  6. Fixed rate: calls on a schedule at Rate calls/s (default half the
 //     peak), latency counted from each call's due time (open loop).
-//  6. Floor: a WebSocket echo over loopback with as many connections,
+//  7. Floor: a WebSocket echo over loopback with as many connections,
 //     messages the size of a tools/call envelope.
 //
 // Everything runs on one machine, so the load generator, the devices and
@@ -86,6 +89,8 @@ type Config struct {
 	Client string
 	// SkipFloor skips the WebSocket floor (and so the ratio).
 	SkipFloor bool
+	// SkipMCP skips the MCP phase.
+	SkipMCP bool
 	// IdleOnly connects the fleet, measures memory, and stops: no load.
 	IdleOnly bool
 	// Logger receives progress; nil discards it.
@@ -258,6 +263,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Peak = runClosed(ctx, l, cpu, cfg.Warmup, cfg.Duration)
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+
+	if !cfg.SkipMCP {
+		aliases, err := deviceAliases(ctx, hc, tgt.url, fl.ids)
+		if err != nil {
+			return nil, fmt.Errorf("bench: MCP phase: %w", err)
+		}
+		ml := newMCPLoad(tgt.url, aliases, cfg.Concurrency, cfg.Tool, cfg.Args)
+		log.Info("MCP phase: closed loop on /mcp", "sessions", cfg.Concurrency, "warmup", cfg.Warmup, "duration", cfg.Duration)
+		rep.MCP = runClosed(ctx, ml, cpu, cfg.Warmup, cfg.Duration)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if rep.Peak.CallsPerSec > 0 {
+			rep.MCPRatio = rep.MCP.CallsPerSec / rep.Peak.CallsPerSec
+		}
 	}
 
 	rate := cfg.Rate

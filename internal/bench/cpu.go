@@ -22,6 +22,9 @@ type CPUUse struct {
 	// round trips) of the window: the CPU cost of one, in microseconds.
 	GatewayPerCallUS float64 `json:"gateway_us_per_call,omitempty"`
 	BenchPerCallUS   float64 `json:"bench_us_per_call,omitempty"`
+	// CallsPerGatewayCore is calls/s ÷ Gateway: the calls one core of the
+	// gateway serves per second at this load.
+	CallsPerGatewayCore float64 `json:"calls_per_s_per_gateway_core,omitempty"`
 }
 
 // cpuMeter reads the processor time of the gateway and of this process.
@@ -87,6 +90,9 @@ func (w cpuWindow) use(n uint64) *CPUUse {
 	if n > 0 {
 		u.GatewayPerCallUS = float64(w.gateway.Microseconds()) / float64(n)
 		u.BenchPerCallUS = float64(w.self.Microseconds()) / float64(n)
+		if w.gateway > 0 {
+			u.CallsPerGatewayCore = float64(n) / w.gateway.Seconds()
+		}
 	}
 	return u
 }

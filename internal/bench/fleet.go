@@ -26,6 +26,7 @@ const connectSlots = 64
 // fleet is the simulated devices of one bench run. Each device runs in its
 // own goroutine until stop.
 type fleet struct {
+	ids    []string // per device: its id (the MAC)
 	paths  []string // per device: the REST path of its tools/call
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -43,6 +44,7 @@ func connectFleet(ctx context.Context, wsURL string, n int, profile device.Profi
 	scfg := sim.Config{URL: wsURL, Count: n, Profile: profile, MACPrefix: macPrefix, Logger: log}
 	clients := make([]*device.Client, n)
 	paths := make([]string, n)
+	ids := make([]string, n)
 	slots := make(chan struct{}, connectSlots)
 	for i := range clients {
 		d, err := sim.NewDevice(scfg, i)
@@ -70,11 +72,12 @@ func connectFleet(ctx context.Context, wsURL string, n int, profile device.Profi
 			return nil, fmt.Errorf("bench device %d: %w", i, err)
 		}
 		clients[i] = c
+		ids[i] = d.MAC
 		paths[i] = "/api/v1/devices/" + url.PathEscape(d.MAC) + "/tools/call"
 	}
 
 	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	f := &fleet{paths: paths, cancel: cancel}
+	f := &fleet{ids: ids, paths: paths, cancel: cancel}
 	for _, c := range clients {
 		select {
 		case slots <- struct{}{}:

@@ -129,6 +129,9 @@ type rawCaller struct {
 	r    *bufio.Reader
 	req  []byte // request, reused
 	body []byte // response body, reused
+	// session is the last Mcp-Session-Id response header seen; the MCP
+	// phase reads it after initialize.
+	session string
 }
 
 // longAgo is a deadline in the past: setting it aborts blocked I/O at once.
@@ -157,16 +160,30 @@ func (c *rawCaller) close() {
 }
 
 func (c *rawCaller) call(ctx context.Context, path string, body []byte) (string, error) {
+	status, err := c.post(ctx, path, nil, body)
+	if err != nil {
+		return outcomeTransport, err
+	}
+	return classify(status, c.body)
+}
+
+// post sends one POST of body to path, with hdr (complete "Name: value\r\n"
+// lines, or nil) added to the request's headers, and reads the answer into
+// c.body and, when present, its Mcp-Session-Id header into c.session. Any
+// error is a transport error; the connection is closed after it.
+func (c *rawCaller) post(ctx context.Context, path string, hdr, body []byte) (int, error) {
 	if c.conn == nil {
 		if err := c.dial(ctx); err != nil {
-			return outcomeTransport, fmt.Errorf("connect to %s: %w", c.addr, err)
+			return 0, fmt.Errorf("connect to %s: %w", c.addr, err)
 		}
 	}
 	req := append(c.req[:0], "POST "...)
 	req = append(req, path...)
 	req = append(req, " HTTP/1.1\r\nHost: "...)
 	req = append(req, c.addr...)
-	req = append(req, "\r\nContent-Type: application/json\r\nContent-Length: "...)
+	req = append(req, "\r\nContent-Type: application/json\r\n"...)
+	req = append(req, hdr...)
+	req = append(req, "Content-Length: "...)
 	req = strconv.AppendInt(req, int64(len(body)), 10)
 	req = append(req, "\r\n\r\n"...)
 	req = append(req, body...)
@@ -177,18 +194,17 @@ func (c *rawCaller) call(ctx context.Context, path string, body []byte) (string,
 	defer context.AfterFunc(ctx, func() { _ = conn.SetDeadline(longAgo) })()
 	if _, err := c.conn.Write(req); err != nil {
 		c.close()
-		return outcomeTransport, fmt.Errorf("send request: %w", err)
+		return 0, fmt.Errorf("send request: %w", err)
 	}
 	status, keep, err := c.readResponse()
 	if err != nil {
 		c.close()
-		return outcomeTransport, fmt.Errorf("read response: %w", err)
+		return 0, fmt.Errorf("read response: %w", err)
 	}
-	outcome, cerr := classify(status, c.body)
 	if !keep {
 		c.close()
 	}
-	return outcome, cerr
+	return status, nil
 }
 
 var errMalformed = errors.New("malformed HTTP response")
@@ -234,6 +250,8 @@ func (c *rawCaller) readResponse() (status int, keepAlive bool, err error) {
 			chunked = asciiEqualFold(value, "chunked")
 		case asciiEqualFold(name, "connection"):
 			keepAlive = !asciiEqualFold(value, "close")
+		case asciiEqualFold(name, "mcp-session-id"):
+			c.session = string(value)
 		}
 	}
 	switch {

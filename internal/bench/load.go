@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -33,17 +32,46 @@ func newLoad(base string, paths []string, conns int, client, tool string, args j
 // body appends the request body of the seq-th call of a worker to b.
 func (l *load) body(b []byte, seq int) []byte {
 	b = append(b[:0], l.prefix...)
-	if l.args != nil {
-		b = append(b, l.args...)
-	} else {
-		// A different volume on every call, so the device's state changes
-		// and no layer can answer from a cache.
-		b = append(b, `{"volume":`...)
-		b = strconv.AppendInt(b, int64(seq%101), 10)
-		b = append(b, '}')
-	}
+	b = appendArgs(b, l.args, seq)
 	return append(b, '}')
 }
+
+// closedLoad is what the closed loop drives: REST (load) or MCP (mcpLoad).
+type closedLoad interface {
+	workers() int
+	devices() int
+	// worker returns a new worker's caller, with a connection of its own.
+	worker() devCaller
+}
+
+// devCaller makes one worker's calls.
+type devCaller interface {
+	// call calls the tool on device dev, the worker's seq-th call, and
+	// returns the outcome: "" for a successful tool result, else an error
+	// code; err describes a non-"" outcome.
+	call(ctx context.Context, dev, seq int) (outcome string, err error)
+	close()
+}
+
+func (l *load) workers() int { return l.conns }
+func (l *load) devices() int { return len(l.paths) }
+func (l *load) worker() devCaller {
+	return &restCaller{l: l, c: newCaller(l.client, l.base, l.std)}
+}
+
+// restCaller is a worker of the REST closed loop.
+type restCaller struct {
+	l    *load
+	c    caller
+	body []byte
+}
+
+func (r *restCaller) call(ctx context.Context, dev, seq int) (string, error) {
+	r.body = r.l.body(r.body, seq)
+	return r.c.call(ctx, r.l.paths[dev], r.body)
+}
+
+func (r *restCaller) close() { r.c.close() }
 
 // workerResult is what one worker measured. Each worker owns its own, so
 // nothing on the hot path is shared; they are merged when all are done.
@@ -124,29 +152,28 @@ func merge(results []*workerResult, open bool) (lat, svc Histogram, calls uint64
 // plus d, and measures the calls started in the last d. Worker w walks the
 // devices in order from its own offset, so the workers spread over the
 // fleet and no two of them queue on one device.
-func runClosed(ctx context.Context, l *load, cpu cpuMeter, warmup, d time.Duration) *PhaseReport {
+func runClosed(ctx context.Context, l closedLoad, cpu cpuMeter, warmup, d time.Duration) *PhaseReport {
 	start := time.Now()
 	measureFrom, end := start.Add(warmup), start.Add(warmup+d)
 	ctx, cancel := context.WithDeadline(ctx, end.Add(30*time.Second)) // bounds a straggling last call
 	defer cancel()
 	cpuc := cpu.window(ctx, measureFrom, end)
-	results := make([]*workerResult, l.conns)
+	conns, ndev := l.workers(), l.devices()
+	results := make([]*workerResult, conns)
 	var wg sync.WaitGroup
 	for w := range results {
 		res := &workerResult{}
 		results[w] = res
 		wg.Go(func() {
-			c := newCaller(l.client, l.base, l.std)
+			c := l.worker()
 			defer c.close()
-			var body []byte
-			dev := w * len(l.paths) / l.conns
+			dev := w * ndev / conns
 			for seq := 0; ; seq++ {
 				t0 := time.Now()
 				if !t0.Before(end) || ctx.Err() != nil {
 					return
 				}
-				body = l.body(body, seq)
-				outcome, err := c.call(ctx, l.paths[dev], body)
+				outcome, err := c.call(ctx, dev, seq)
 				t1 := time.Now()
 				if !t0.Before(measureFrom) {
 					res.calls++
@@ -155,11 +182,11 @@ func runClosed(ctx context.Context, l *load, cpu cpuMeter, warmup, d time.Durati
 						res.fail(outcome, err)
 					}
 				}
-				if outcome == outcomeTransport {
+				if outcome == outcomeTransport || outcome == outcomeSession {
 					pause(ctx, 10*time.Millisecond) // do not spin on a refused connection
 				}
 				dev++
-				if dev == len(l.paths) {
+				if dev == ndev {
 					dev = 0
 				}
 			}
@@ -168,7 +195,7 @@ func runClosed(ctx context.Context, l *load, cpu cpuMeter, warmup, d time.Durati
 	wg.Wait()
 	lat, _, calls, errs, samples := merge(results, false)
 	return &PhaseReport{
-		Workers: l.conns, WarmupS: warmup.Seconds(), DurationS: d.Seconds(),
+		Workers: conns, WarmupS: warmup.Seconds(), DurationS: d.Seconds(),
 		Calls: calls, CallsPerSec: float64(calls) / d.Seconds(),
 		Latency: lat.Summary(), Errors: errs, ErrorSamples: samples, CPU: (<-cpuc).use(calls),
 	}

@@ -28,6 +28,11 @@ type Report struct {
 	Memory  *MemoryReport `json:"memory,omitempty"`
 	// Peak is the closed-loop phase: the most calls/s the gateway served.
 	Peak *PhaseReport `json:"peak,omitempty"`
+	// MCP is the closed loop through the aggregate MCP server on /mcp,
+	// with as many sessions as Peak has connections.
+	MCP *PhaseReport `json:"mcp,omitempty"`
+	// MCPRatio is MCP.CallsPerSec / Peak.CallsPerSec.
+	MCPRatio float64 `json:"mcp_vs_rest,omitempty"`
 	// Fixed is the open-loop phase at a fixed rate, by default half the peak.
 	Fixed *PhaseReport `json:"fixed_rate,omitempty"`
 	Floor *FloorReport `json:"ws_floor,omitempty"`
@@ -190,6 +195,13 @@ func (r *Report) WriteText(w io.Writer) error {
 		p.f("\npeak: closed loop, %d connections with one call each in flight, %s after %s warmup\n", ph.Workers, fmtS(ph.DurationS), fmtS(ph.WarmupS))
 		p.phase(ph, "latency")
 	}
+	if ph := r.MCP; ph != nil {
+		p.f("\nmcp: closed loop, %d MCP sessions on /mcp (Streamable HTTP), each one tools/call in flight, %s after %s warmup\n", ph.Workers, fmtS(ph.DurationS), fmtS(ph.WarmupS))
+		p.phase(ph, "latency")
+		if r.Peak != nil {
+			p.restMCP(r.Peak, ph, r.MCPRatio)
+		}
+	}
 	if ph := r.Fixed; ph != nil {
 		share := ""
 		if r.Peak != nil && r.Peak.CallsPerSec > 0 {
@@ -260,6 +272,49 @@ func (p *printer) phase(ph *PhaseReport, label string) {
 	}
 	for _, code := range slices.Sorted(maps.Keys(ph.Errors)) {
 		p.f("  error %-20s %s   first: %s\n", code, count(ph.Errors[code]), ph.ErrorSamples[code])
+	}
+}
+
+// restMCP prints the REST and MCP closed loops side by side.
+func (p *printer) restMCP(rest, mcp *PhaseReport, ratio float64) {
+	p.f("\nREST vs MCP (closed loops of this run, %d connections each)\n", rest.Workers)
+	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	perCore := func(ph *PhaseReport) string {
+		if ph.CPU == nil || ph.CPU.CallsPerGatewayCore == 0 {
+			return "n/a"
+		}
+		return count(uint64(ph.CPU.CallsPerGatewayCore + 0.5))
+	}
+	gwCores := func(ph *PhaseReport) string {
+		if ph.CPU == nil || ph.CPU.Gateway == 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.2f", ph.CPU.Gateway)
+	}
+	usPerCall := func(ph *PhaseReport) string {
+		if ph.CPU == nil || ph.CPU.GatewayPerCallUS == 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.1f", ph.CPU.GatewayPerCallUS)
+	}
+	row := func(name string, ph *PhaseReport) {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name, count(uint64(ph.CallsPerSec+0.5)), gwCores(ph), perCore(ph), usPerCall(ph),
+			fmtMS(ph.Latency.P50MS), fmtMS(ph.Latency.P99MS), fmtMS(ph.Latency.P999MS))
+	}
+	fmt.Fprintf(tw, "  door\tcalls/s\tgateway cores\tcalls/s per gateway core\tgateway µs/call\tp50\tp99\tp99.9\t\n")
+	row("REST", rest)
+	row("MCP", mcp)
+	mcpRatio := "n/a"
+	if ratio > 0 {
+		mcpRatio = fmt.Sprintf("%.2f", ratio)
+	}
+	coreRatio := "n/a"
+	if rest.CPU != nil && mcp.CPU != nil && rest.CPU.CallsPerGatewayCore > 0 {
+		coreRatio = fmt.Sprintf("%.2f", mcp.CPU.CallsPerGatewayCore/rest.CPU.CallsPerGatewayCore)
+	}
+	fmt.Fprintf(tw, "  MCP/REST\t%s\t\t%s\t\t\t\t\t\n", mcpRatio, coreRatio)
+	if err := tw.Flush(); err != nil && p.err == nil {
+		p.err = err
 	}
 }
 

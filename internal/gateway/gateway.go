@@ -11,11 +11,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/httpguard"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/mcpserver"
@@ -51,9 +53,10 @@ type Config struct {
 	PingInterval time.Duration
 	// PongTimeout is how long a device has to answer a keepalive ping. Default PingInterval.
 	PongTimeout time.Duration
-	// AllowedOrigins lists browser origins (host patterns such as
-	// "*.example.com") allowed to open device WebSockets; devices send no
-	// Origin header and are unaffected. Empty allows same-origin only.
+	// AllowedOrigins lists browser origins allowed on every door besides
+	// loopback and same-origin ones: full origins ("https://app.example.com")
+	// or host patterns ("*.example.com"). Devices and non-browser clients
+	// send no Origin header and are unaffected.
 	AllowedOrigins []string
 	// DebugAddr, when set, serves Go's net/http/pprof profiles on a listener
 	// of its own (keep it on loopback).
@@ -68,14 +71,10 @@ type Config struct {
 	// (annotations.audience ["user"]) on the MCP doors, and allows calling
 	// them there. Default hidden.
 	ExposeUserOnly bool
-	// MCPAllowedHosts adds Host header values the MCP doors accept on
-	// loopback connections, besides loopback names and Addr's host
-	// (DNS rebinding protection). "*" allows any.
-	MCPAllowedHosts []string
-	// MCPAllowedOrigins adds browser origins the MCP doors accept, besides
-	// loopback and same-origin ones: full origins or host patterns
-	// ("*.example.com"). "*" allows any.
-	MCPAllowedOrigins []string
+	// AllowedHosts adds Host header values (host or host:port) the HTTP doors
+	// (REST, MCP) accept on loopback connections, besides loopback names and
+	// the listen host: the guard against DNS rebinding.
+	AllowedHosts []string
 }
 
 // Gateway is a running or runnable gateway.
@@ -129,15 +128,16 @@ func New(cfg Config) (*Gateway, error) {
 
 	m := metrics.New()
 	h := hub.New(hub.Config{Logger: cfg.Logger, Metrics: m, ToolTimeouts: cfg.ToolTimeouts})
+	session := mcpclient.Config{
+		CallTimeout: cfg.CallTimeout, RequestTimeout: cfg.RequestTimeout,
+		MaxPages: cfg.MaxPages, MaxTools: cfg.MaxTools,
+		ClientName: "mcpgate", ClientVersion: cfg.Version,
+	}
 	wst, err := ws.New(ws.Config{
 		Hub: h, Logger: cfg.Logger, Metrics: m,
-		Session: mcpclient.Config{
-			CallTimeout: cfg.CallTimeout, RequestTimeout: cfg.RequestTimeout,
-			MaxPages: cfg.MaxPages, MaxTools: cfg.MaxTools,
-			ClientName: "mcpgate", ClientVersion: cfg.Version,
-		},
+		Session:      session,
 		HelloTimeout: cfg.HelloTimeout, ReadLimit: cfg.ReadLimit, PingInterval: cfg.PingInterval,
-		PongTimeout: cfg.PongTimeout, OriginPatterns: cfg.AllowedOrigins,
+		PongTimeout: cfg.PongTimeout, OriginPatterns: originHosts(cfg.AllowedOrigins),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -147,21 +147,21 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	ep, err := endpoint.New(endpoint.Config{
-		Hub: h, Logger: cfg.Logger, Metrics: m, Tokens: cfg.EndpointTokens, AllowNoToken: isLoopbackAddr(cfg.Addr),
-		Session: mcpclient.Config{
-			CallTimeout: cfg.CallTimeout, RequestTimeout: cfg.RequestTimeout,
-			MaxPages: cfg.MaxPages, MaxTools: cfg.MaxTools,
-			ClientName: "mcpgate", ClientVersion: cfg.Version,
-		},
-		PingInterval: cfg.PingInterval, OriginPatterns: cfg.AllowedOrigins,
+		Hub: h, Logger: cfg.Logger, Metrics: m, Tokens: cfg.EndpointTokens, AllowNoToken: httpguard.IsLoopbackAddr(cfg.Addr),
+		Session:      session,
+		PingInterval: cfg.PingInterval, OriginPatterns: originHosts(cfg.AllowedOrigins),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	door, err := mcpserver.New(mcpserver.Config{
 		Hub: h, Logger: cfg.Logger, Version: cfg.Version, ExposeUserOnly: cfg.ExposeUserOnly,
-		ListenAddr: cfg.Addr, AllowedHosts: cfg.MCPAllowedHosts, AllowedOrigins: cfg.MCPAllowedOrigins,
+		ListenAddr: cfg.Addr, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins,
 	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	guard, err := httpguard.New(cfg.Addr, cfg.AllowedHosts, cfg.AllowedOrigins)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -169,7 +169,7 @@ func New(cfg Config) (*Gateway, error) {
 	mux.Handle(xiaozhi.Path, wst)
 	mux.Handle(endpoint.Path, ep)
 	door.Register(mux)
-	mux.Handle("/", rest)
+	mux.Handle("/", guard.Wrap(rest)) // a web page must not drive REST calls on a local gateway
 	return &Gateway{cfg: cfg, log: cfg.Logger, metrics: m, hub: h, ws: wst, ep: ep, api: rest, mcp: door, handler: mux, ready: make(chan struct{})}, nil
 }
 
@@ -267,16 +267,15 @@ func (g *Gateway) serveDebug() (*http.Server, error) {
 	return srv, nil
 }
 
-// isLoopbackAddr reports whether a listen address accepts loopback
-// connections only, where the MCP endpoint may go without tokens.
-func isLoopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
+// originHosts turns allowed origins into the host patterns coder/websocket
+// matches against a browser's Origin.
+func originHosts(origins []string) []string {
+	var hosts []string
+	for _, o := range origins {
+		if u, err := url.Parse(o); err == nil && u.Host != "" {
+			o = u.Host
+		}
+		hosts = append(hosts, o)
 	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return hosts
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -342,5 +343,43 @@ func TestThousandDevices(t *testing.T) {
 	t.Logf("1,000 devices ready after %s", time.Since(start))
 	if text, _, err := call(t, gw, "02:00:00:01:03:e7", "self.audio_speaker.set_volume", `{"volume":7}`, 0); err != nil || text != "true" {
 		t.Fatalf("call on device 999 = %q %v", text, err)
+	}
+}
+
+// A web page must not be able to drive REST calls on a gateway bound to
+// loopback: neither through DNS rebinding (a foreign Host) nor as a
+// cross-site request (a foreign Origin).
+func TestRESTRefusesRebindingAndCrossSite(t *testing.T) {
+	gw := startGateway(t, Config{})
+	url := "http://" + gw.Addr() + "/api/v1/devices"
+	for _, tc := range []struct {
+		name, host, origin string
+		want               int
+	}{
+		{"plain client", "", "", http.StatusOK},
+		{"local web page", "", "http://localhost:3000", http.StatusOK},
+		{"rebinding", "attacker.example:8000", "", http.StatusForbidden},
+		{"cross-site", "", "https://attacker.example", http.StatusForbidden},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodGet, url, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.host != "" {
+				req.Host = tc.host
+			}
+			if tc.origin != "" {
+				req.Header.Set("Origin", tc.origin)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tc.want)
+			}
+		})
 	}
 }

@@ -38,6 +38,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpgate/mcpgate/internal/httpguard"
 	"github.com/mcpgate/mcpgate/internal/hub"
 )
 
@@ -80,7 +81,7 @@ type Server struct {
 	cfg   Config
 	hub   *hub.Hub
 	log   *slog.Logger
-	guard *guard
+	guard *httpguard.Guard
 
 	startOnce sync.Once
 	loopDone  chan struct{} // closed when the event loop returns; nil until started
@@ -114,7 +115,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.PageSize < 0 {
 		return nil, errors.New("mcpserver: page size must not be negative")
 	}
-	g, err := newGuard(cfg.ListenAddr, cfg.AllowedHosts, cfg.AllowedOrigins)
+	g, err := httpguard.New(cfg.ListenAddr, cfg.AllowedHosts, cfg.AllowedOrigins)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +133,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 // text reason), then hands the request to the aggregate server (/mcp) or the
 // device's server (/mcp/devices/{ref}; 404 for an unknown device).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !s.guard.allow(w, r) {
+	if !s.guard.Allow(w, r) {
 		return
 	}
 	var h http.Handler

@@ -401,7 +401,7 @@ func TestAggregate(t *testing.T) {
 
 // Host and Origin are checked against DNS rebinding on both doors.
 func TestOriginAndHost(t *testing.T) {
-	gw := startGateway(t, gateway.Config{MCPAllowedOrigins: []string{"https://app.example.com"}, MCPAllowedHosts: []string{"mcp.internal:8000"}})
+	gw := startGateway(t, gateway.Config{AllowedOrigins: []string{"https://app.example.com"}, AllowedHosts: []string{"mcp.internal:8000"}})
 	fake(t, gw, devicetest.Config{ID: "02:00:00:00:08:01"})
 	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
 	for _, path := range []string{"/mcp", "/mcp/devices/02:00:00:00:08:01"} {

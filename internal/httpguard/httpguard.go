@@ -1,4 +1,6 @@
-package mcpserver
+// Package httpguard protects the gateway's HTTP doors (REST, MCP) against DNS
+// rebinding and cross-site requests from browsers.
+package httpguard
 
 import (
 	"fmt"
@@ -9,8 +11,10 @@ import (
 	"strings"
 )
 
-// guard protects the MCP doors against DNS rebinding and cross-site
-// requests, as the MCP transport spec asks of local servers:
+// Guard protects a door against DNS rebinding and cross-site requests, as
+// the MCP transport spec asks of local servers. Without it, any web page a
+// user opens could make the browser POST to a gateway on 127.0.0.1 and call
+// device tools:
 //   - on a loopback connection, the Host header must name loopback
 //     ("localhost", 127.0.0.0/8, ::1), the gateway's configured listen host,
 //     or an allowed host. A rebinding attack reaches 127.0.0.1 under the
@@ -22,18 +26,21 @@ import (
 // Allowed browser origins also get CORS headers, so browser-based clients
 // such as the MCP Inspector's direct mode can read responses and the
 // Mcp-Session-Id header.
-type guard struct {
+type Guard struct {
 	listenHost string
 	hosts      []string // lower-case, host or host:port; "*" allows any
 	origins    []string // lower-case, full origin or host pattern; "*" allows any
 }
 
-func newGuard(listenAddr string, hosts, origins []string) (*guard, error) {
-	g := &guard{}
+// New returns a Guard for a gateway listening on listenAddr, accepting in
+// addition the given Host values and browser origins (full origins such as
+// "https://app.example.com", or host patterns such as "*.example.com").
+func New(listenAddr string, hosts, origins []string) (*Guard, error) {
+	g := &Guard{}
 	if listenAddr != "" {
 		h, _, err := net.SplitHostPort(listenAddr)
 		if err != nil {
-			return nil, fmt.Errorf("mcpserver: listen address %q: %w", listenAddr, err)
+			return nil, fmt.Errorf("httpguard: listen address %q: %w", listenAddr, err)
 		}
 		if ip := net.ParseIP(h); h != "" && (ip == nil || !ip.IsUnspecified()) {
 			g.listenHost = strings.ToLower(h)
@@ -45,20 +52,29 @@ func newGuard(listenAddr string, hosts, origins []string) (*guard, error) {
 	for _, o := range origins {
 		o = strings.ToLower(strings.TrimSpace(o))
 		if _, err := path.Match(o, ""); err != nil {
-			return nil, fmt.Errorf("mcpserver: allowed origin %q: %w", o, err)
+			return nil, fmt.Errorf("httpguard: allowed origin %q: %w", o, err)
 		}
 		g.origins = append(g.origins, o)
 	}
 	return g, nil
 }
 
-// allow checks r, answering 403 (or a CORS preflight) itself; it reports
+// Wrap returns next behind the guard.
+func (g *Guard) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if g.Allow(w, r) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// Allow checks r, answering 403 (or a CORS preflight) itself; it reports
 // whether the caller should go on serving r.
-func (g *guard) allow(w http.ResponseWriter, r *http.Request) bool {
-	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && isLoopbackAddr(local.String()) {
+func (g *Guard) Allow(w http.ResponseWriter, r *http.Request) bool {
+	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && IsLoopbackAddr(local.String()) {
 		if !g.hostAllowed(r.Host) {
 			http.Error(w, fmt.Sprintf("mcpgate: forbidden: Host %q is not a loopback name or an allowed host "+
-				"(DNS rebinding protection; see docs/mcp.md to allow it)", r.Host), http.StatusForbidden)
+				"(DNS rebinding protection; allow it with --allowed-hosts)", r.Host), http.StatusForbidden)
 			return false
 		}
 	}
@@ -68,7 +84,7 @@ func (g *guard) allow(w http.ResponseWriter, r *http.Request) bool {
 	}
 	if !g.originAllowed(origin, r.Host) {
 		http.Error(w, fmt.Sprintf("mcpgate: forbidden: Origin %q is not loopback, same-origin or an allowed origin "+
-			"(see docs/mcp.md to allow it)", origin), http.StatusForbidden)
+			"(allow it with --allowed-origins)", origin), http.StatusForbidden)
 		return false
 	}
 	h := w.Header()
@@ -76,7 +92,7 @@ func (g *guard) allow(w http.ResponseWriter, r *http.Request) bool {
 	h.Add("Vary", "Origin")
 	h.Set("Access-Control-Expose-Headers", "Mcp-Session-Id, Mcp-Protocol-Version")
 	if r.Method == http.MethodOptions {
-		h.Set("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS")
+		h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE, OPTIONS")
 		h.Set("Access-Control-Allow-Headers", "Content-Type, Accept, Authorization, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID")
 		h.Set("Access-Control-Max-Age", "600")
 		w.WriteHeader(http.StatusNoContent)
@@ -85,7 +101,7 @@ func (g *guard) allow(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-func (g *guard) hostAllowed(host string) bool {
+func (g *Guard) hostAllowed(host string) bool {
 	host = strings.ToLower(host)
 	name := host
 	if h, _, err := net.SplitHostPort(host); err == nil {
@@ -103,7 +119,7 @@ func (g *guard) hostAllowed(host string) bool {
 	return false
 }
 
-func (g *guard) originAllowed(origin, reqHost string) bool {
+func (g *Guard) originAllowed(origin, reqHost string) bool {
 	origin = strings.ToLower(origin)
 	u, err := url.Parse(origin)
 	if err != nil || u.Host == "" {
@@ -116,7 +132,7 @@ func (g *guard) originAllowed(origin, reqHost string) bool {
 	return g.originListed(origin, u.Hostname())
 }
 
-func (g *guard) originListed(origin, host string) bool {
+func (g *Guard) originListed(origin, host string) bool {
 	for _, p := range g.origins {
 		if p == "*" || p == origin {
 			return true
@@ -138,7 +154,8 @@ func isLoopbackName(name string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func isLoopbackAddr(addr string) bool {
+// IsLoopbackAddr reports whether addr (host:port or host) is a loopback IP.
+func IsLoopbackAddr(addr string) bool {
 	h, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		h = addr

@@ -1,0 +1,126 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/sim"
+)
+
+// clientOutput is what testdata/npm/mcp-client.mjs prints.
+type clientOutput struct {
+	ProtocolVersion string `json:"protocolVersion"`
+	ServerInfo      struct {
+		Name string `json:"name"`
+	} `json:"serverInfo"`
+	Tools []string `json:"tools"`
+	Calls []struct {
+		Name   string `json:"name"`
+		Result struct {
+			Content []struct {
+				Type string `json:"type"`
+				Text string `json:"text"`
+			} `json:"content"`
+			IsError bool `json:"isError"`
+		} `json:"result"`
+	} `json:"calls"`
+}
+
+// runNodeClient runs the TypeScript SDK client against url with the given
+// (tool, JSON arguments) pairs.
+func runNodeClient(t *testing.T, url string, calls ...string) clientOutput {
+	t.Helper()
+	dir := npmDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, nodePath(t), append([]string{filepath.Join(dir, "mcp-client.mjs"), url}, calls...)...)
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node mcp-client.mjs %s: %v\nstdout: %s\nstderr: %s", url, err, stdout.Bytes(), stderr.Bytes())
+	}
+	var out clientOutput
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("mcp-client.mjs printed %q: %v\nstderr: %s", stdout.Bytes(), err, stderr.Bytes())
+	}
+	return out
+}
+
+// The official TypeScript SDK client (Streamable HTTP) lists a simulated
+// ESP32's tools on the aggregate door and calls one; the device's state
+// changes.
+func TestTypeScriptSDKClient(t *testing.T) {
+	npmDir(t) // fail before starting anything when npm packages are missing
+	gw, _ := startGateway(t, "127.0.0.1:0")
+
+	d, err := sim.NewDevice(sim.Config{Profile: device.ProfileESP32, URL: "ws://" + gw.Addr() + "/xiaozhi/v1/"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := d.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	var dev hub.Device
+	waitFor(t, "the simulated device to be ready", func() bool {
+		var err error
+		dev, err = gw.Hub().Device(d.MAC)
+		return err == nil && dev.State == hub.StateReady
+	})
+	alias := dev.Alias
+
+	out := runNodeClient(t, "http://"+gw.Addr()+"/mcp",
+		alias+".self.audio_speaker.set_volume", `{"volume":37}`,
+		alias+".self.get_device_status", `{}`)
+
+	// Every firmware tool under <alias>., plus list_devices; user-only tools stay hidden.
+	want := []string{"list_devices"}
+	for _, name := range []string{"self.get_device_status", "self.audio_speaker.set_volume", "self.screen.set_brightness",
+		"self.screen.set_theme", "self.camera.take_photo", "self.lamp.get_state", "self.lamp.turn_on",
+		"self.lamp.turn_off", "self.led_strip.set_all_color"} {
+		want = append(want, alias+"."+name)
+	}
+	got := slices.Clone(out.Tools)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("tools listed by the TypeScript SDK:\n got %v\nwant %v", got, want)
+	}
+	if out.ProtocolVersion == "" || out.ServerInfo.Name == "" {
+		t.Errorf("protocolVersion %q, serverInfo %+v", out.ProtocolVersion, out.ServerInfo)
+	}
+	t.Logf("TypeScript SDK negotiated %s with server %q", out.ProtocolVersion, out.ServerInfo.Name)
+
+	if len(out.Calls) != 2 {
+		t.Fatalf("calls = %+v", out.Calls)
+	}
+	set := out.Calls[0].Result
+	if set.IsError || len(set.Content) != 1 || set.Content[0].Type != "text" || set.Content[0].Text != "true" {
+		t.Fatalf("set_volume result = %+v", set)
+	}
+	status := out.Calls[1].Result
+	if status.IsError || len(status.Content) != 1 || !strings.Contains(status.Content[0].Text, `"audio_speaker":{"volume":37}`) {
+		t.Fatalf("get_device_status after set_volume = %+v", status)
+	}
+
+	// The gateway's own view agrees: the device holds the new volume.
+	res, err := gw.Hub().Call(context.Background(), hub.CallRequest{Device: d.MAC, Tool: "self.get_device_status",
+		Timeout: 10 * time.Second})
+	if err != nil || len(res.Content) != 1 || !strings.Contains(string(res.Content[0]), `\"volume\":37`) {
+		t.Fatalf("get_device_status through the hub = %+v, %v", res, err)
+	}
+}

@@ -1,0 +1,68 @@
+package httpguard
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+func TestGuard(t *testing.T) {
+	t.Parallel()
+	g, err := New("127.0.0.1:8000", []string{"gateway.lan:8000"}, []string{"https://app.example.com", "*.trusted.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	h := g.Wrap(ok)
+	loopback := &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 8000}
+	public := &net.TCPAddr{IP: net.ParseIP("192.0.2.10"), Port: 8000}
+	for _, tc := range []struct {
+		name, method, host, origin string
+		local                      net.Addr
+		want                       int
+		wantCORS                   bool
+	}{
+		{"loopback host, no origin", "POST", "127.0.0.1:8000", "", loopback, http.StatusTeapot, false},
+		{"localhost", "POST", "localhost:8000", "", loopback, http.StatusTeapot, false},
+		{"ipv6 loopback", "POST", "[::1]:8000", "", loopback, http.StatusTeapot, false},
+		{"rebinding: attacker's name on loopback", "POST", "evil.example:8000", "", loopback, http.StatusForbidden, false},
+		{"allowed host", "POST", "gateway.lan:8000", "", loopback, http.StatusTeapot, false},
+		{"any host on a public listener", "POST", "evil.example:8000", "", public, http.StatusTeapot, false},
+		{"cross-site origin", "POST", "127.0.0.1:8000", "https://evil.example", loopback, http.StatusForbidden, false},
+		{"cross-site origin on a public listener", "POST", "gw.example", "https://evil.example", public, http.StatusForbidden, false},
+		{"loopback origin", "POST", "127.0.0.1:8000", "http://localhost:6274", loopback, http.StatusTeapot, true},
+		{"same origin", "POST", "gw.example", "https://gw.example", public, http.StatusTeapot, true},
+		{"allowed origin", "POST", "127.0.0.1:8000", "https://app.example.com", loopback, http.StatusTeapot, true},
+		{"allowed origin pattern", "POST", "127.0.0.1:8000", "https://ui.trusted.example", loopback, http.StatusTeapot, true},
+		{"null origin", "POST", "127.0.0.1:8000", "null", loopback, http.StatusForbidden, false},
+		{"preflight", "OPTIONS", "127.0.0.1:8000", "https://app.example.com", loopback, http.StatusNoContent, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(tc.method, "http://"+tc.host+"/api/v1/devices", nil)
+			r.Host = tc.host
+			if tc.origin != "" {
+				r.Header.Set("Origin", tc.origin)
+			}
+			r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, tc.local))
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != tc.want {
+				t.Fatalf("status %d, want %d (%s)", w.Code, tc.want, w.Body)
+			}
+			if got := w.Header().Get("Access-Control-Allow-Origin") != ""; got != tc.wantCORS {
+				t.Fatalf("CORS header present = %v, want %v", got, tc.wantCORS)
+			}
+		})
+	}
+}
+
+func TestNewRejectsBadPatterns(t *testing.T) {
+	if _, err := New("127.0.0.1:8000", nil, []string{"[bad"}); err == nil {
+		t.Fatal("bad origin pattern accepted")
+	}
+	if _, err := New("no-port", nil, nil); err == nil {
+		t.Fatal("bad listen address accepted")
+	}
+}
