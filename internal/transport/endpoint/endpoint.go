@@ -56,6 +56,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/transport/conns"
 	"github.com/mcpgate/mcpgate/jsonrpc"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
@@ -122,13 +123,10 @@ type Transport struct {
 	log *slog.Logger
 	m   *metrics.Metrics
 
-	ctx    context.Context // cancelled by Close: the lifetime of all connections
-	cancel context.CancelCauseFunc
+	conns *conns.Tracker // the lifetime of all connections
 
-	mu     sync.Mutex      // guards closed, names and wg.Add; taken before Hub's locks
-	closed bool            // set by Close
-	names  map[string]bool // names of live sources
-	wg     sync.WaitGroup  // one per live connection handler
+	mu    sync.Mutex      // guards names; taken before Hub's locks
+	names map[string]bool // names of live sources
 }
 
 // New validates cfg and returns a Transport.
@@ -167,29 +165,13 @@ func New(cfg Config) (*Transport, error) {
 	}
 	cfg.Tokens = append([]string(nil), cfg.Tokens...)
 	t := &Transport{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, names: map[string]bool{}}
-	t.ctx, t.cancel = context.WithCancelCause(context.Background())
+	t.conns = conns.NewTracker()
 	return t, nil
 }
 
 // Close closes every source with a going-away status and waits for their
 // handlers to return. Connections arriving afterwards are refused.
-func (t *Transport) Close() {
-	t.mu.Lock()
-	t.closed = true
-	t.mu.Unlock()
-	t.cancel(hub.ErrShutdown)
-	t.wg.Wait()
-}
-
-func (t *Transport) track() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return false
-	}
-	t.wg.Add(1)
-	return true
-}
+func (t *Transport) Close() { t.conns.Close(hub.ErrShutdown) }
 
 // authorize checks the request's token; the error is shown to the peer.
 func (t *Transport) authorize(r *http.Request) error {
@@ -248,7 +230,7 @@ func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if !t.track() {
+	if !t.conns.Add() {
 		http.Error(w, "gateway is shutting down", http.StatusServiceUnavailable)
 		return
 	}
@@ -256,7 +238,7 @@ func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		t.m.Handshakes.WithLabelValues("endpoint", "upgrade_failed").Inc()
 		t.log.Debug("websocket upgrade failed", "remote", r.RemoteAddr, "error", err)
-		t.wg.Done()
+		t.conns.Done()
 		return
 	}
 	conn.SetReadLimit(t.cfg.ReadLimit)
@@ -265,7 +247,7 @@ func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.log = t.log.With("session_id", c.sessionID, "remote", c.remote)
 	// Serve on a goroutine of our own so net/http frees the request's state.
 	go func() {
-		defer t.wg.Done()
+		defer t.conns.Done()
 		c.serve()
 	}()
 }
@@ -287,12 +269,12 @@ func (c *connection) serve() {
 	// Reads end when the socket is closed, never by a context (as in the
 	// device transport: a context ending mid-read drops the socket without
 	// a close frame).
-	connCtx := context.WithoutCancel(c.t.ctx)
+	connCtx := context.WithoutCancel(c.t.conns.Context())
 	scfg := c.t.cfg.Session
 	scfg.Logger = c.log
 	scfg.OnNotification = c.onNotification
 	scfg.OnRequest = func(msg *jsonrpc.Message) { c.answer(connCtx, msg) }
-	sess := mcpclient.New(c.t.ctx, link{c.conn}, scfg)
+	sess := mcpclient.New(c.t.conns.Context(), link{c.conn}, scfg)
 
 	closed := make(chan struct{})
 	stopCloser := context.AfterFunc(sess.Context(), func() {
@@ -460,11 +442,11 @@ func (c *connection) readError(err error) error {
 func (c *connection) close(reason error) {
 	switch {
 	case errors.Is(reason, hub.ErrShutdown):
-		c.conn.Close(websocket.StatusGoingAway, closeReason(reason))
+		c.conn.Close(websocket.StatusGoingAway, conns.CloseReason(reason))
 	case errors.Is(reason, errNoPong):
 		c.conn.CloseNow() // the peer is not answering: a close handshake would only wait
 	default:
-		c.conn.Close(websocket.StatusNormalClosure, closeReason(reason))
+		c.conn.Close(websocket.StatusNormalClosure, conns.CloseReason(reason))
 	}
 }
 
@@ -538,14 +520,4 @@ func newSessionID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	return hex.EncodeToString(b[:])
-}
-
-// closeReason fits an error into a close frame's reason (at most 123 bytes
-// of valid UTF-8).
-func closeReason(err error) string {
-	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
-	for len(s) > 123 {
-		s = strings.ToValidUTF8(s[:120], "")
-	}
-	return s
 }

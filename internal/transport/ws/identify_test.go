@@ -1,11 +1,9 @@
 package ws
 
 import (
-	"errors"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"unicode/utf8"
 )
 
 // The identity parts the hub never shows, the token above all, are checked
@@ -83,41 +81,6 @@ func TestIdentify(t *testing.T) {
 			}
 			if err != nil || got != tt.want {
 				t.Errorf("identify = %+v, %v; want %+v", got, err, tt.want)
-			}
-		})
-	}
-}
-
-func TestCloseReason(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name, in string
-	}{
-		{"short", "gateway shutting down"},
-		{"exactly 123 bytes", strings.Repeat("a", 123)},
-		{"124 bytes", strings.Repeat("a", 124)},
-		{"long ASCII", strings.Repeat("a", 500)},
-		{"CJK cut at 0 mod 3", strings.Repeat("好", 60)},
-		{"CJK cut at 1 mod 3", "a" + strings.Repeat("好", 60)},
-		{"CJK cut at 2 mod 3", "ab" + strings.Repeat("好", 60)},
-		{"4-byte runes", "abc" + strings.Repeat("😀", 40)},
-		{"invalid UTF-8", "bad \xff\xfe byte"},
-		{"long invalid UTF-8", strings.Repeat("\xff", 200)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := closeReason(errors.New(tt.in))
-			if len(got) > maxCloseReason || !utf8.ValidString(got) {
-				t.Fatalf("closeReason = %q (%d bytes), want valid UTF-8 of at most %d bytes", got, len(got), maxCloseReason)
-			}
-			if utf8.ValidString(tt.in) && len(tt.in) <= maxCloseReason && got != tt.in {
-				t.Errorf("closeReason = %q, want %q unchanged", got, tt.in)
-			}
-			if utf8.ValidString(tt.in) && len(tt.in) > maxCloseReason && !strings.HasSuffix(got, "…") {
-				t.Errorf("closeReason = %q, want a cut marked with …", got)
-			}
-			if stem := strings.TrimSuffix(got, "…"); utf8.ValidString(tt.in) && !strings.HasPrefix(tt.in, stem) {
-				t.Errorf("closeReason = %q is not a prefix of the error", got)
 			}
 		})
 	}

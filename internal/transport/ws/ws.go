@@ -34,13 +34,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/transport/conns"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
@@ -78,12 +78,7 @@ type Transport struct {
 	log *slog.Logger
 	m   *metrics.Metrics
 
-	ctx    context.Context // cancelled by Close: the lifetime of all connections
-	cancel context.CancelCauseFunc
-
-	mu     sync.Mutex     // guards closed and wg.Add, so no handler starts after Close
-	closed bool           // set by Close
-	wg     sync.WaitGroup // one per live connection handler
+	conns *conns.Tracker // the lifetime of all connections
 
 	// frames recycles text frame buffers across connections: a buffer per
 	// connection would cost memory for every idle device.
@@ -128,30 +123,13 @@ func New(cfg Config) (*Transport, error) {
 	}
 	t := &Transport{cfg: cfg, log: cfg.Logger, m: cfg.Metrics}
 	t.frames.New = func() any { return new(bytes.Buffer) }
-	t.ctx, t.cancel = context.WithCancelCause(context.Background())
+	t.conns = conns.NewTracker()
 	return t, nil
 }
 
 // Close closes every device connection with a going-away status and waits
 // for their handlers to return. Connections arriving afterwards are refused.
-func (t *Transport) Close() {
-	t.mu.Lock()
-	t.closed = true
-	t.mu.Unlock()
-	t.cancel(hub.ErrShutdown)
-	t.wg.Wait()
-}
-
-// track counts a new connection handler, unless Close has begun.
-func (t *Transport) track() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return false
-	}
-	t.wg.Add(1)
-	return true
-}
+func (t *Transport) Close() { t.conns.Close(hub.ErrShutdown) }
 
 // identity is what a device says about itself when it connects.
 type identity struct {
@@ -203,7 +181,7 @@ func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if !t.track() {
+	if !t.conns.Add() {
 		http.Error(w, "gateway is shutting down", http.StatusServiceUnavailable)
 		return
 	}
@@ -220,7 +198,7 @@ func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Accept has written the HTTP error.
 		t.m.Handshakes.WithLabelValues("websocket", "upgrade_failed").Inc()
 		t.log.Debug("websocket upgrade failed", "remote", r.RemoteAddr, "error", err)
-		t.wg.Done()
+		t.conns.Done()
 		return
 	}
 	conn.SetReadLimit(t.cfg.ReadLimit)
@@ -229,7 +207,7 @@ func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// per-connection state (request, response, server conn), which would
 	// otherwise stay alive for as long as the device is connected.
 	go func() {
-		defer t.wg.Done()
+		defer t.conns.Done()
 		c.serve()
 	}()
 }
@@ -260,7 +238,7 @@ func (c *connection) serve() {
 	// connCtx never ends: reads end when the socket is closed (see the
 	// package doc), and a context without Done spares coder/websocket an
 	// AfterFunc registration per read.
-	connCtx := context.WithoutCancel(c.t.ctx)
+	connCtx := context.WithoutCancel(c.t.conns.Context())
 	sess, att := c.handshake(connCtx)
 	if sess != nil {
 		c.run(connCtx, sess, att)
@@ -281,7 +259,7 @@ func (c *connection) handshake(connCtx context.Context) (*mcpclient.Session, *hu
 		}
 		c.t.m.Handshakes.WithLabelValues("websocket", result).Inc()
 		c.log.Info("device handshake failed", "device_id", c.id.deviceID, "remote", c.remote, "error", err)
-		c.conn.Close(code, closeReason(err)) // a no-op if the hello watcher closed it
+		c.conn.Close(code, conns.CloseReason(err)) // a no-op if the hello watcher closed it
 		return nil, nil
 	}
 	c.sessionID = newSessionID()
@@ -298,7 +276,7 @@ func (c *connection) handshake(connCtx context.Context) (*mcpclient.Session, *hu
 	scfg.Logger = c.log
 	// The session ends when the transport closes (cause ErrShutdown), when the
 	// hub replaces it, on a keepalive failure, or when the reader ends.
-	sess := mcpclient.New(c.t.ctx, &link{conn: c.conn, sessionID: c.sessionID}, scfg)
+	sess := mcpclient.New(c.t.conns.Context(), &link{conn: c.conn, sessionID: c.sessionID}, scfg)
 	att := c.t.cfg.Hub.Attach(hub.ConnInfo{
 		DeviceID: c.id.deviceID, ClientID: c.id.clientID, Transport: "websocket",
 		SessionID: c.sessionID, Remote: c.remote, ProtocolVersion: c.id.protoVer,
@@ -337,9 +315,9 @@ func (c *connection) run(connCtx context.Context, sess *mcpclient.Session, att *
 func (c *connection) close(reason error) {
 	switch {
 	case errors.Is(reason, hub.ErrShutdown):
-		c.conn.Close(websocket.StatusGoingAway, closeReason(reason))
+		c.conn.Close(websocket.StatusGoingAway, conns.CloseReason(reason))
 	case errors.Is(reason, hub.ErrReplaced):
-		c.conn.Close(websocket.StatusPolicyViolation, closeReason(reason))
+		c.conn.Close(websocket.StatusPolicyViolation, conns.CloseReason(reason))
 	case errors.Is(reason, errNoPong):
 		// The device is not reading: a close handshake would only wait for it.
 		c.conn.CloseNow()
@@ -366,10 +344,10 @@ func (c *connection) awaitHello(ctx context.Context) (*xiaozhi.Hello, error) {
 			return
 		case <-timer.C:
 			failure = fmt.Errorf("no hello within %s", c.t.cfg.HelloTimeout)
-		case <-c.t.ctx.Done():
+		case <-c.t.conns.Context().Done():
 			failure, code = hub.ErrShutdown, websocket.StatusGoingAway
 		}
-		c.conn.Close(code, closeReason(failure))
+		c.conn.Close(code, conns.CloseReason(failure))
 	})
 	hello, err := c.readHello(ctx)
 	close(stop)
@@ -446,7 +424,7 @@ func (c *connection) handleText(ctx context.Context, data []byte, sess *mcpclien
 		// Firmware does not escape quotes in error messages; the call that
 		// reply belonged to ends by its own timeout.
 		c.t.m.DroppedFrames.WithLabelValues("unparseable").Inc()
-		c.log.Warn("dropped unparseable frame from device", "error", err, "frame", truncate(string(data), 300))
+		c.log.Warn("dropped unparseable frame from device", "error", err, "frame", conns.Truncate(string(data), 300))
 		return
 	}
 	switch env.Type {
@@ -560,30 +538,6 @@ func newSessionID() string {
 	b[8] = (b[8] & 0x3f) | 0x80
 	h := hex.EncodeToString(b[:])
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
-
-// maxCloseReason is the longest reason a close frame holds (RFC 6455 5.5).
-const maxCloseReason = 123
-
-// closeReason fits an error into a close frame's reason, which must be valid
-// UTF-8 (browsers fail the connection otherwise).
-func closeReason(err error) string {
-	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
-	if len(s) <= maxCloseReason {
-		return s
-	}
-	return truncate(s, maxCloseReason-len("…"))
-}
-
-// truncate cuts s to at most n bytes, on a rune boundary, marking the cut with "…".
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }
 
 // maxPooledFrame keeps rare huge frames from pinning memory in the pool.
