@@ -10,6 +10,14 @@ FUZZTIME="${FUZZTIME:-10s}"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 
+echo "== npm ci (testdata/npm: the MCP TypeScript SDK client and server-everything used by internal/e2e)"
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "error: node and npm (Node.js 20 or later) are required: internal/e2e runs the official MCP" >&2
+  echo "TypeScript SDK and @modelcontextprotocol/server-everything, installed from testdata/npm/package-lock.json" >&2
+  exit 1
+fi
+npm ci --prefix testdata/npm --no-audit --no-fund --loglevel=error
+
 echo "== go vet"
 go vet ./...
 
