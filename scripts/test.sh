@@ -11,6 +11,10 @@ log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 
 echo "== npm ci (testdata/npm: the MCP TypeScript SDK client and server-everything used by internal/e2e)"
+if { ! command -v node || ! command -v npm; } >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "-- installing Node.js and npm from Debian's packages"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   echo "error: node and npm (Node.js 20 or later) are required: internal/e2e runs the official MCP" >&2
   echo "TypeScript SDK and @modelcontextprotocol/server-everything, installed from testdata/npm/package-lock.json" >&2
