@@ -52,6 +52,10 @@ func TestRunInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkPhase(t, "peak", rep.Peak)
+	checkPhase(t, "mcp", rep.MCP)
+	if rep.MCP.Workers != 3 || rep.MCPRatio <= 0 {
+		t.Errorf("mcp: %d workers, MCP/REST %v", rep.MCP.Workers, rep.MCPRatio)
+	}
 	checkPhase(t, "fixed", rep.Fixed)
 	if rep.Fixed.TargetRate != rep.Peak.CallsPerSec/2 {
 		t.Errorf("fixed rate %v, want half of the peak %v", rep.Fixed.TargetRate, rep.Peak.CallsPerSec)
@@ -82,7 +86,7 @@ func TestRunInProcess(t *testing.T) {
 	if err := rep.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"peak: closed loop", "fixed rate: open loop", "raw WebSocket floor", "ratio", "n/a (in-process", "goals"} {
+	for _, want := range []string{"peak: closed loop", "mcp: closed loop", "REST vs MCP", "MCP/REST", "fixed rate: open loop", "raw WebSocket floor", "ratio", "n/a (in-process", "goals"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, text.String())
 		}
@@ -96,10 +100,13 @@ func TestRunOtherTool(t *testing.T) {
 	t.Parallel()
 	rep, err := Run(context.Background(), Config{
 		InProcess: true, Devices: 2, Concurrency: 2, Duration: 300 * time.Millisecond, Warmup: -1,
-		Settle: time.Millisecond, Tool: "self.get_device_status", Client: ClientStd, Rate: 200, SkipFloor: true,
+		Settle: time.Millisecond, Tool: "self.get_device_status", Client: ClientStd, Rate: 200, SkipFloor: true, SkipMCP: true,
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if rep.MCP != nil {
+		t.Errorf("MCP phase ran although skipped: %+v", rep.MCP)
 	}
 	checkPhase(t, "peak", rep.Peak)
 	checkPhase(t, "fixed", rep.Fixed)
@@ -122,6 +129,9 @@ func TestRunCountsErrors(t *testing.T) {
 	}
 	if rep.Peak.Errors["invalid_arguments"] != rep.Peak.Calls || rep.Peak.Calls == 0 {
 		t.Errorf("errors %v of %d calls, want all invalid_arguments", rep.Peak.Errors, rep.Peak.Calls)
+	}
+	if rep.MCP == nil || rep.MCP.Calls == 0 || rep.MCP.Errors["invalid_arguments"] != rep.MCP.Calls {
+		t.Errorf("mcp: %+v, want every call an invalid_arguments error", rep.MCP)
 	}
 	if !strings.Contains(rep.Peak.ErrorSamples["invalid_arguments"], "volume") {
 		t.Errorf("error sample: %q", rep.Peak.ErrorSamples["invalid_arguments"])
@@ -242,8 +252,13 @@ func TestWriteText(t *testing.T) {
 		Fixed: &PhaseReport{Workers: 16, DurationS: 10, TargetRate: 6172.8, Calls: 61728, CallsPerSec: 6172.8,
 			Latency: Latency{P99MS: 3}, Service: &Latency{P99MS: 2}},
 		Floor: &FloorReport{Workers: 16, MessageBytes: 203, DurationS: 10, RoundTrips: 200000, RoundTripsSec: 20000},
-		Ratio: 0.617,
+		MCP: &PhaseReport{Workers: 16, DurationS: 10, WarmupS: 2, Calls: 61728, CallsPerSec: 6172.8,
+			Latency: Latency{P50MS: 1, P99MS: 4},
+			CPU:     &CPUUse{Gateway: 1.2, GatewayPerCallUS: 194.4, CallsPerGatewayCore: 5144}},
+		MCPRatio: 0.5,
+		Ratio:    0.617,
 	}
+	rep.Peak.CPU = &CPUUse{Gateway: 1.0, GatewayPerCallUS: 81, CallsPerGatewayCore: 12346}
 	var b bytes.Buffer
 	if err := rep.WriteText(&b); err != nil {
 		t.Fatal(err)
@@ -260,6 +275,10 @@ func TestWriteText(t *testing.T) {
 		"open loop at 6173 calls/s (50 % of peak)",
 		"round trips  200,000   20,000/s",
 		"= 0.62",
+		"mcp: closed loop, 16 MCP sessions",
+		"calls/s per gateway core",
+		"12,346",
+		"5,144",
 		"MET    REST throughput vs raw WebSocket floor",
 		"MET    p99 latency at half the peak rate",
 		"MET    gateway RSS per idle device",

@@ -149,3 +149,36 @@ process_resident_memory_bytes 1.2345e+07
 		t.Error("a line without value parsed")
 	}
 }
+
+func TestRPCResponse(t *testing.T) {
+	t.Parallel()
+	type res struct {
+		IsError bool `json:"isError"`
+	}
+	for _, tc := range []struct {
+		name, body string
+		isError    bool
+		err        string
+	}{
+		{"json", `{"jsonrpc":"2.0","id":7,"result":{"content":[]}}`, false, ""},
+		{"json error flag", `{"jsonrpc":"2.0","id":7,"result":{"isError":true}}`, true, ""},
+		{"sse", "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\n\n", false, ""},
+		{"sse crlf after notification", "event: message\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\r\n\r\n" +
+			"event: message\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"isError\":true}}\r\n\r\n", true, ""},
+		{"sse without blank line at the end", "data: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}", false, ""},
+		{"rpc error", `{"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"bad"}}`, false, "-32602"},
+		{"other id", `{"jsonrpc":"2.0","id":8,"result":{}}`, false, "not the response"},
+		{"empty sse", "event: message\n\n", false, "no JSON-RPC response"},
+	} {
+		var r res
+		err := rpcResponse([]byte(tc.body), 7, &r)
+		switch {
+		case tc.err == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: err = %v, want one with %q", tc.name, err, tc.err)
+		case tc.err == "" && r.IsError != tc.isError:
+			t.Errorf("%s: isError = %v", tc.name, r.IsError)
+		}
+	}
+}

@@ -263,8 +263,8 @@ func (p *printer) phase(ph *PhaseReport, label string) {
 	p.latency(label, ph.Latency)
 	if c := ph.CPU; c != nil {
 		if c.Gateway > 0 {
-			p.f("  cpu          gateway %.2f cores, %.1f µs per call; bench (devices, load) %.2f cores, %.1f µs per call\n",
-				c.Gateway, c.GatewayPerCallUS, c.Bench, c.BenchPerCallUS)
+			p.f("  cpu          gateway %.2f cores, %.1f µs per call (%s calls/s per gateway core); bench (devices, load) %.2f cores, %.1f µs per call\n",
+				c.Gateway, c.GatewayPerCallUS, count(uint64(c.CallsPerGatewayCore+0.5)), c.Bench, c.BenchPerCallUS)
 		} else {
 			p.f("  cpu          bench process %.2f cores, %.1f µs per call\n", c.Bench, c.BenchPerCallUS)
 		}
@@ -278,7 +278,7 @@ func (p *printer) phase(ph *PhaseReport, label string) {
 // restMCP prints the REST and MCP closed loops side by side.
 func (p *printer) restMCP(rest, mcp *PhaseReport, ratio float64) {
 	p.f("\nREST vs MCP (closed loops of this run, %d connections each)\n", rest.Workers)
-	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
 	perCore := func(ph *PhaseReport) string {
 		if ph.CPU == nil || ph.CPU.CallsPerGatewayCore == 0 {
 			return "n/a"
