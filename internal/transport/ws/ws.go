@@ -185,7 +185,7 @@ func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "gateway is shutting down", http.StatusServiceUnavailable)
 		return
 	}
-	c := &connection{t: t, id: id, remote: r.RemoteAddr,
+	c := &connection{t: t, id: id, remote: r.RemoteAddr, ctx: context.WithoutCancel(t.conns.Context()),
 		// The per-connection logger, with the session id, is made once the
 		// handshake succeeds: each With costs memory for the connection's life.
 		log: t.log}
@@ -221,7 +221,12 @@ type connection struct {
 	remote    string
 	log       *slog.Logger
 	sessionID string
-	att       atomic.Pointer[hub.Attachment] // set once attached; read by the pong callback
+	// ctx never ends: reads end when the socket is closed (see the package
+	// doc), and a context without Done spares coder/websocket an AfterFunc
+	// registration per read.
+	ctx  context.Context
+	sess *mcpclient.Session             // set by handshake, before the reader starts
+	att  atomic.Pointer[hub.Attachment] // set once attached; read by the pong callback
 }
 
 // touch records a sign of life once the connection is attached.
@@ -235,23 +240,23 @@ func (c *connection) touch() {
 var errNoPong = errors.New("keepalive: no pong from the device")
 
 func (c *connection) serve() {
-	// connCtx never ends: reads end when the socket is closed (see the
-	// package doc), and a context without Done spares coder/websocket an
-	// AfterFunc registration per read.
-	connCtx := context.WithoutCancel(c.t.conns.Context())
-	sess, att := c.handshake(connCtx)
-	if sess != nil {
-		c.run(connCtx, sess, att)
+	// This goroutine lives as long as the device: its state is in c and its
+	// work in out-of-line helpers, so what stays on its stack while it waits
+	// for the next frame is small.
+	if !c.handshake() {
+		return
 	}
+	finish := c.start()
+	c.sess.Close(c.readLoop())
+	finish()
 }
 
 // handshake exchanges hellos and attaches the session, or closes the socket
-// and returns nil. It is kept out of line so its frame is off the stack of
-// the idle reader, which lives as long as the device.
+// and reports false.
 //
 //go:noinline
-func (c *connection) handshake(connCtx context.Context) (*mcpclient.Session, *hub.Attachment) {
-	hello, err := c.awaitHello(connCtx)
+func (c *connection) handshake() bool {
+	hello, err := c.awaitHello(c.ctx)
 	if err != nil {
 		code, result := websocket.StatusPolicyViolation, "no_hello"
 		if errors.Is(err, hub.ErrShutdown) {
@@ -260,15 +265,15 @@ func (c *connection) handshake(connCtx context.Context) (*mcpclient.Session, *hu
 		c.t.m.Handshakes.WithLabelValues("websocket", result).Inc()
 		c.log.Info("device handshake failed", "device_id", c.id.deviceID, "remote", c.remote, "error", err)
 		c.conn.Close(code, conns.CloseReason(err)) // a no-op if the hello watcher closed it
-		return nil, nil
+		return false
 	}
 	c.sessionID = newSessionID()
 	c.log = c.log.With("device_id", c.id.deviceID, "session_id", c.sessionID, "remote", c.remote)
-	if err := c.sendHello(connCtx); err != nil {
+	if err := c.sendHello(c.ctx); err != nil {
 		c.t.m.Handshakes.WithLabelValues("websocket", "hello_write_failed").Inc()
 		c.log.Info("could not send server hello", "error", err)
 		c.conn.CloseNow()
-		return nil, nil
+		return false
 	}
 	c.t.m.Handshakes.WithLabelValues("websocket", "ok").Inc()
 
@@ -276,23 +281,26 @@ func (c *connection) handshake(connCtx context.Context) (*mcpclient.Session, *hu
 	scfg.Logger = c.log
 	// The session ends when the transport closes (cause ErrShutdown), when the
 	// hub replaces it, on a keepalive failure, or when the reader ends.
-	sess := mcpclient.New(c.t.conns.Context(), &link{conn: c.conn, sessionID: c.sessionID}, scfg)
+	c.sess = mcpclient.New(c.t.conns.Context(), &link{conn: c.conn, sessionID: c.sessionID}, scfg)
 	att := c.t.cfg.Hub.Attach(hub.ConnInfo{
 		DeviceID: c.id.deviceID, ClientID: c.id.clientID, Transport: "websocket",
 		SessionID: c.sessionID, Remote: c.remote, ProtocolVersion: c.id.protoVer,
 		NoMCP: !hello.SupportsMCP(), Logger: c.log,
-	}, sess)
+	}, c.sess)
 	c.att.Store(att)
 	c.log.Info("device connected", "mcp", hello.SupportsMCP(), "client_id", c.id.clientID)
-	return sess, att
+	return true
 }
 
-// run serves an attached session until the socket ends.
-func (c *connection) run(connCtx context.Context, sess *mcpclient.Session, att *hub.Attachment) {
-	// One goroutine per idle connection, this one, reading: the socket is
-	// closed from a context.AfterFunc when the session ends for another
-	// reason, pings run from a timer, and discovery on a goroutine of its own
-	// that ends with it.
+// start sets up everything but the reader, and returns what tears it down
+// once the reader has ended: one goroutine per idle connection, the reader;
+// the socket is closed from a context.AfterFunc when the session ends for
+// another reason, pings run from a timer, and discovery on a goroutine of
+// its own that ends with it.
+//
+//go:noinline
+func (c *connection) start() (finish func()) {
+	sess, att := c.sess, c.att.Load()
 	closed := make(chan struct{})
 	stopCloser := context.AfterFunc(sess.Context(), func() {
 		defer close(closed)
@@ -300,15 +308,15 @@ func (c *connection) run(connCtx context.Context, sess *mcpclient.Session, att *
 	})
 	var discovery sync.WaitGroup
 	discovery.Go(func() { att.Discover(sess.Context()) })
-	stopKeepalive := c.startKeepalive(connCtx, sess)
-
-	sess.Close(c.readLoop(connCtx, sess, att))
-	if !stopCloser() {
-		<-closed
+	stopKeepalive := c.startKeepalive(c.ctx, sess)
+	return func() {
+		if !stopCloser() {
+			<-closed
+		}
+		stopKeepalive()
+		discovery.Wait()
+		att.Detach()
 	}
-	stopKeepalive()
-	discovery.Wait()
-	att.Detach()
 }
 
 // close closes the socket with a status and reason that say why the session ended.
@@ -389,33 +397,38 @@ func (c *connection) sendHello(ctx context.Context) error {
 }
 
 // readLoop reads every frame until the connection ends and returns why.
-func (c *connection) readLoop(ctx context.Context, sess *mcpclient.Session, att *hub.Attachment) error {
+func (c *connection) readLoop() error {
 	for {
-		typ, r, err := c.conn.Reader(ctx)
-		if err != nil {
-			return c.readError(err)
-		}
-		att.Touch()
-		if typ == websocket.MessageBinary {
-			// Audio: this gateway carries none.
-			if _, err := io.Copy(io.Discard, r); err != nil {
-				return c.readError(err)
-			}
-			continue
-		}
-		buf := c.t.frames.Get().(*bytes.Buffer)
-		buf.Reset()
-		_, err = buf.ReadFrom(r)
+		typ, r, err := c.conn.Reader(c.ctx)
 		if err == nil {
-			c.handleText(ctx, buf.Bytes(), sess) // copies what it keeps
-		}
-		if buf.Cap() <= maxPooledFrame {
-			c.t.frames.Put(buf)
+			err = c.frame(typ, r)
 		}
 		if err != nil {
 			return c.readError(err)
 		}
 	}
+}
+
+// frame consumes one frame: audio is discarded (this gateway carries none),
+// text is handled.
+//
+//go:noinline
+func (c *connection) frame(typ websocket.MessageType, r io.Reader) error {
+	c.att.Load().Touch()
+	if typ == websocket.MessageBinary {
+		_, err := io.Copy(io.Discard, r)
+		return err
+	}
+	buf := c.t.frames.Get().(*bytes.Buffer)
+	buf.Reset()
+	_, err := buf.ReadFrom(r)
+	if err == nil {
+		c.handleText(c.ctx, buf.Bytes(), c.sess) // copies what it keeps
+	}
+	if buf.Cap() <= maxPooledFrame {
+		c.t.frames.Put(buf)
+	}
+	return err
 }
 
 func (c *connection) handleText(ctx context.Context, data []byte, sess *mcpclient.Session) {
