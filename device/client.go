@@ -184,16 +184,27 @@ func (c *Client) ClientID() string { return c.opts.ClientID }
 // backoff and connects again. The backoff starts over after a session that
 // lasted a while. Run returns ctx's error.
 func (c *Client) Run(ctx context.Context) error {
-	b := backoff{min: c.opts.MinBackoff, max: c.opts.MaxBackoff}
+	return keepConnected(ctx, c.opts.MinBackoff, c.opts.MaxBackoff, c.log, c.opts.OnState, c.Connect)
+}
+
+// keepConnected is the reconnect loop of every transport's client.
+func keepConnected(ctx context.Context, minB, maxB time.Duration, log *slog.Logger, onState func(State),
+	connect func(context.Context) (*Session, error)) error {
+	report := func(s State) {
+		if onState != nil {
+			onState(s)
+		}
+	}
+	b := backoff{min: minB, max: maxB}
 	attempt := 0
 	for {
 		attempt++
-		c.report(State{Status: StatusConnecting, Attempt: attempt})
+		report(State{Status: StatusConnecting, Attempt: attempt})
 		start := time.Now()
-		sess, err := c.Connect(ctx)
+		sess, err := connect(ctx)
 		if err == nil {
-			c.report(State{Status: StatusConnected, SessionID: sess.ID(), Attempt: attempt})
-			c.log.Info("connected", "session_id", sess.ID())
+			report(State{Status: StatusConnected, SessionID: sess.ID(), Attempt: attempt})
+			log.Info("connected", "session_id", sess.ID())
 			err = sess.Serve(ctx)
 			if time.Since(start) >= stableAfter {
 				b.reset()
@@ -201,12 +212,12 @@ func (c *Client) Run(ctx context.Context) error {
 			}
 		}
 		if ctx.Err() != nil {
-			c.report(State{Status: StatusDisconnected, Err: ctx.Err(), Attempt: attempt})
+			report(State{Status: StatusDisconnected, Err: ctx.Err(), Attempt: attempt})
 			return ctx.Err()
 		}
 		wait := b.next()
-		c.log.Info("disconnected", "error", err, "retry_in", wait)
-		c.report(State{Status: StatusDisconnected, Err: err, Attempt: attempt})
+		log.Info("disconnected", "error", err, "retry_in", wait)
+		report(State{Status: StatusDisconnected, Err: err, Attempt: attempt})
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -214,12 +225,6 @@ func (c *Client) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-t.C:
 		}
-	}
-}
-
-func (c *Client) report(s State) {
-	if c.opts.OnState != nil {
-		c.opts.OnState(s)
 	}
 }
 

@@ -52,7 +52,7 @@ aa:bb:cc:dd:ee:ff, AA-BB-CC-DD-EE-FF, aabbccddeeff) or an alias.`,
 			return printTable(g.stdout, []string{"ALIAS", "ID", "STATE", "TRANSPORT", "TOOLS", "LAST SEEN"}, rows)
 		},
 	}
-	cmd.AddCommand(newDevicesShowCmd(g), newDevicesAliasCmd(g))
+	cmd.AddCommand(newDevicesShowCmd(g), newDevicesAliasCmd(g), newDevicesTokenCmd(g))
 	return cmd
 }
 

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -18,7 +20,10 @@ func newServeCmd(g *globals) *cobra.Command {
 		logLevel     string
 		logFormat    string
 		toolTimeouts map[string]string
+		mqttCert     string
+		mqttKey      string
 	)
+	var applyProvisioning func() error // fills cfg.Provisioning once flags are parsed
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the gateway",
@@ -41,6 +46,9 @@ environment, which wins over the file.`,
 			}
 			cfg.Logger = logger
 			cfg.Version = buildVersion()
+			if err := applyProvisioning(); err != nil {
+				return err
+			}
 			if len(toolTimeouts) > 0 {
 				cfg.ToolTimeouts = map[string]time.Duration{"self.camera.*": 90 * time.Second}
 				for pattern, v := range toolTimeouts {
@@ -50,6 +58,16 @@ environment, which wins over the file.`,
 					}
 					cfg.ToolTimeouts[pattern] = d
 				}
+			}
+			if (mqttCert == "") != (mqttKey == "") {
+				return errors.New("--mqtt-tls-cert and --mqtt-tls-key go together")
+			}
+			if mqttCert != "" {
+				pair, err := tls.LoadX509KeyPair(mqttCert, mqttKey)
+				if err != nil {
+					return fmt.Errorf("MQTT TLS certificate: %w", err)
+				}
+				cfg.MQTTTLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
 			}
 			gw, err := gateway.New(cfg)
 			if err != nil {
@@ -77,6 +95,11 @@ environment, which wins over the file.`,
 	f.StringArrayVar(&cfg.EndpointTokens, "endpoint-token", nil, "token MCP servers present at /mcp/endpoint (repeatable; none: only when listening on loopback)")
 	f.StringVar(&cfg.DebugAddr, "pprof-addr", "", "serve Go pprof profiles on this address, e.g. 127.0.0.1:6060 (off when empty)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long pending calls may finish on stop")
+	f.StringVar(&cfg.MQTTAddr, "mqtt-addr", "127.0.0.1:1883", "embedded MQTT broker address for devices (empty disables it)")
+	f.StringVar(&mqttCert, "mqtt-tls-cert", "", "PEM certificate file: the MQTT listener then speaks TLS (with --mqtt-tls-key)")
+	f.StringVar(&mqttKey, "mqtt-tls-key", "", "PEM private key file of --mqtt-tls-cert")
+	f.StringVar(&cfg.MQTTUplinkTopic, "mqtt-uplink-topic", "device-server", "topic MQTT devices publish to")
+	applyProvisioning = provisioningFlags(f, &cfg.Provisioning, &cfg.DataDir)
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	return cmd

@@ -60,7 +60,7 @@ The devices reconnect with jittered backoff until interrupted.`,
 			if cfg.FailureRate < 0 || cfg.FailureRate > 1 {
 				return fmt.Errorf("--failure-rate must be between 0 and 1")
 			}
-			if wsURL == "" {
+			if wsURL == "" && cfg.OTAURL == "" {
 				wsURL, err = deviceURL(g.server)
 				if err != nil {
 					return err
@@ -72,8 +72,12 @@ The devices reconnect with jittered backoff until interrupted.`,
 				return err
 			}
 			cfg.Logger = logger
+			target := cfg.URL
+			if cfg.OTAURL != "" {
+				target = "OTA " + cfg.OTAURL
+			}
 			fmt.Fprintf(g.stderr, "simulating %d %s device(s) against %s: %s .. %s (Ctrl-C to stop)\n",
-				cfg.Count, cfg.Profile, cfg.URL, sim.MAC(prefix, cfg.Start), sim.MAC(prefix, cfg.Start+cfg.Count-1))
+				cfg.Count, cfg.Profile, target, sim.MAC(prefix, cfg.Start), sim.MAC(prefix, cfg.Start+cfg.Count-1))
 			err = sim.Run(cmd.Context(), cfg)
 			if errors.Is(err, context.Canceled) {
 				return nil
@@ -87,6 +91,7 @@ The devices reconnect with jittered backoff until interrupted.`,
 	f.StringVar(&profile, "profile", "esp32", "wire behaviour: esp32, pyxiaozhi or spec")
 	f.StringVar(&wsURL, "url", "", "device WebSocket URL (default: derived from --server, e.g. ws://127.0.0.1:8000/xiaozhi/v1/)")
 	f.StringVar(&cfg.Token, "token", "", "access token the devices send as a bearer token")
+	f.StringVar(&cfg.OTAURL, "ota", "", "provision each device through this OTA URL first (e.g. http://127.0.0.1:8000/xiaozhi/ota/) and connect as it says")
 	f.IntVar(&cfg.ExtraTools, "extra-tools", 0, "filler tools per device, to make catalogs span several pages")
 	f.DurationVar(&cfg.Latency, "latency", 0, "delay added to every tool call")
 	f.Float64Var(&cfg.FailureRate, "failure-rate", 0, "probability (0..1) that a tool call fails on the device")

@@ -5,6 +5,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/mcpserver"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/transport/endpoint"
+	"github.com/mcpgate/mcpgate/internal/transport/mqtt"
 	"github.com/mcpgate/mcpgate/internal/transport/ws"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
@@ -75,6 +77,18 @@ type Config struct {
 	// (REST, MCP) accept on loopback connections, besides loopback names and
 	// the listen host: the guard against DNS rebinding.
 	AllowedHosts []string
+	// Provisioning configures OTA, device credentials and the camera endpoint.
+	Provisioning Provisioning
+
+	// MQTTAddr is where the embedded MQTT broker for devices listens; port 0
+	// picks one (see MQTTAddr). Empty disables it.
+	MQTTAddr string
+	// MQTTTLS, when set, makes the broker's listener speak TLS.
+	MQTTTLS *tls.Config
+	// MQTTUplinkTopic is where MQTT devices publish. Default "device-server".
+	MQTTUplinkTopic string
+	// MQTTAuthenticate checks MQTT devices' credentials; nil accepts any.
+	MQTTAuthenticate func(clientID, username, password string) error
 }
 
 // Gateway is a running or runnable gateway.
@@ -85,9 +99,11 @@ type Gateway struct {
 	hub     *hub.Hub
 	ws      *ws.Transport
 	ep      *endpoint.Transport
+	mqtt    *mqtt.Transport // nil when MQTTAddr is empty
 	api     *api.API
 	mcp     *mcpserver.Server
 	handler http.Handler
+	devices *deviceServices // OTA, device credentials, vision
 
 	mu       sync.Mutex
 	listener net.Listener  // set by Listen
@@ -133,8 +149,16 @@ func New(cfg Config) (*Gateway, error) {
 		MaxPages: cfg.MaxPages, MaxTools: cfg.MaxTools,
 		ClientName: "mcpgate", ClientVersion: cfg.Version,
 	}
+	devices, err := newDeviceServices(cfg, m, h)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	if cfg.MQTTAuthenticate == nil {
+		cfg.MQTTAuthenticate = devices.auth.MQTT
+	}
 	wst, err := ws.New(ws.Config{
 		Hub: h, Logger: cfg.Logger, Metrics: m,
+		Authenticate: devices.auth.WebSocket, VisionFor: devices.visionFor,
 		Session:      session,
 		HelloTimeout: cfg.HelloTimeout, ReadLimit: cfg.ReadLimit, PingInterval: cfg.PingInterval,
 		PongTimeout: cfg.PongTimeout, OriginPatterns: originHosts(cfg.AllowedOrigins),
@@ -154,6 +178,16 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	var mq *mqtt.Transport
+	if cfg.MQTTAddr != "" {
+		mq, err = mqtt.New(mqtt.Config{
+			Hub: h, Logger: cfg.Logger, Metrics: m, Session: session,
+			Addr: cfg.MQTTAddr, TLS: cfg.MQTTTLS, UplinkTopic: cfg.MQTTUplinkTopic, Authenticate: cfg.MQTTAuthenticate,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+	}
 	door, err := mcpserver.New(mcpserver.Config{
 		Hub: h, Logger: cfg.Logger, Version: cfg.Version, ExposeUserOnly: cfg.ExposeUserOnly,
 		ListenAddr: cfg.Addr, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins,
@@ -169,8 +203,9 @@ func New(cfg Config) (*Gateway, error) {
 	mux.Handle(xiaozhi.Path, wst)
 	mux.Handle(endpoint.Path, ep)
 	door.Register(mux)
+	devices.register(mux, guard.Wrap)
 	mux.Handle("/", guard.Wrap(rest)) // a web page must not drive REST calls on a local gateway
-	return &Gateway{cfg: cfg, log: cfg.Logger, metrics: m, hub: h, ws: wst, ep: ep, api: rest, mcp: door, handler: mux, ready: make(chan struct{})}, nil
+	return &Gateway{cfg: cfg, log: cfg.Logger, metrics: m, hub: h, ws: wst, ep: ep, mqtt: mq, api: rest, mcp: door, devices: devices, handler: mux, ready: make(chan struct{})}, nil
 }
 
 // Hub returns the gateway's hub (for tests and embedding).
@@ -189,6 +224,15 @@ func (g *Gateway) Addr() string {
 	return g.cfg.Addr
 }
 
+// MQTTAddr returns the MQTT broker's bound address once Run is listening,
+// else the configured one; "" when the broker is disabled.
+func (g *Gateway) MQTTAddr() string {
+	if g.mqtt == nil {
+		return ""
+	}
+	return g.mqtt.Addr()
+}
+
 // Ready is closed once the gateway listens.
 func (g *Gateway) Ready() <-chan struct{} { return g.ready }
 
@@ -202,6 +246,14 @@ func (g *Gateway) Run(ctx context.Context) error {
 	ln, err := net.Listen("tcp", g.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", g.cfg.Addr, err)
+	}
+	if g.mqtt != nil {
+		if err := g.mqtt.Start(); err != nil {
+			ln.Close()
+			g.mqtt.Close()
+			return err
+		}
+		defer g.mqtt.Close() // idempotent; normally closed with the other device transports below
 	}
 	g.mu.Lock()
 	g.listener = ln
@@ -241,6 +293,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	shutdownErr := srv.Shutdown(sctx) // stops accepting; waits for in-flight REST calls
 	g.ws.Close()                      // device sockets are hijacked: Shutdown does not wait for them
 	g.ep.Close()
+	if g.mqtt != nil {
+		g.mqtt.Close() // ends MQTT sessions, then stops the broker and waits for its clients
+	}
 	<-errc
 	if shutdownErr != nil && !errors.Is(shutdownErr, context.DeadlineExceeded) {
 		return fmt.Errorf("shutdown: %w", shutdownErr)

@@ -25,6 +25,9 @@ type Device struct {
 	http  *http.Client
 	board *board
 
+	// url and token come from Provision; they win over cfg.URL and cfg.Token.
+	url, token string
+
 	rngMu sync.Mutex // guards rng: concurrent profiles call tools in parallel
 	rng   *rand.Rand
 }
@@ -73,16 +76,21 @@ func NewDevice(cfg Config, index int) (*Device, error) {
 	return d, nil
 }
 
-// Client returns a client that connects the device to cfg.URL.
+// Client returns a client that connects the device to the URL from
+// Provision, else cfg.URL.
 func (d *Device) Client() (*device.Client, error) {
-	if d.cfg.URL == "" {
+	url, token := d.cfg.URL, d.cfg.Token
+	if d.url != "" {
+		url, token = d.url, d.token
+	}
+	if url == "" {
 		return nil, ErrNoURL
 	}
 	c, err := device.NewClient(device.ClientOptions{
-		URL:        d.cfg.URL,
+		URL:        url,
 		DeviceID:   d.MAC,
 		ClientID:   d.ClientID,
-		Token:      d.cfg.Token,
+		Token:      token,
 		Server:     d.Server,
 		MinBackoff: minBackoff,
 		MaxBackoff: maxBackoff,

@@ -51,6 +51,11 @@ type Config struct {
 	Seed uint64
 	// Token is the devices' access token.
 	Token string
+	// OTAURL, when set, makes every device provision itself first, as
+	// firmware does at boot: it posts its system information there and
+	// connects with the WebSocket URL and token of the reply (URL and Token
+	// are then not used).
+	OTAURL string
 	// Stagger is the pause between two device connects, so a large fleet
 	// connects fast but not in one instant; 0 means 1 ms (1,000 devices in
 	// about a second).
@@ -69,7 +74,7 @@ const (
 	maxBackoff = 15 * time.Second
 )
 
-// ErrNoURL is returned by Run when Config.URL is empty.
+// ErrNoURL is returned by Run when Config.URL and Config.OTAURL are empty.
 var ErrNoURL = errors.New("sim: Config.URL is required")
 
 // normalize validates the configuration and fills in defaults.
@@ -115,7 +120,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if cfg.URL == "" {
+	if cfg.URL == "" && cfg.OTAURL == "" {
 		return ErrNoURL
 	}
 	// Build every device first, so a bad configuration fails before any
@@ -125,6 +130,11 @@ func Run(ctx context.Context, cfg Config) error {
 		d, err := NewDevice(cfg, i)
 		if err != nil {
 			return err
+		}
+		if cfg.OTAURL != "" {
+			if _, err := d.Provision(ctx, cfg.OTAURL); err != nil {
+				return err
+			}
 		}
 		if clients[i], err = d.Client(); err != nil {
 			return err

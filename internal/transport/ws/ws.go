@@ -70,6 +70,14 @@ type Config struct {
 	// OriginPatterns lists browser origins allowed to connect (devices send
 	// no Origin header). Empty allows same-origin only.
 	OriginPatterns []string
+	// Authenticate, when set, checks a device's credentials before the
+	// upgrade; an error refuses the connection with HTTP 401 and the error's
+	// text, which must not contain the token. Nil accepts every device.
+	Authenticate func(deviceID, clientID, token string) error
+	// VisionFor, when set, gives each session its own capabilities.vision
+	// (a per-device, short-lived upload token) instead of Session.Vision.
+	// base is the gateway's URL as the device dialed it (http://host:port).
+	VisionFor func(deviceID, base string) *mcpclient.Vision
 }
 
 // Transport serves device WebSocket connections. Close waits for all of them.
@@ -181,11 +189,27 @@ func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	if t.cfg.Authenticate != nil {
+		if err := t.cfg.Authenticate(id.deviceID, id.clientID, id.token); err != nil {
+			// The authenticator logs and counts why; the device gets a reason
+			// it can show, before any upgrade.
+			t.m.Handshakes.WithLabelValues("websocket", "unauthorized").Inc()
+			http.Error(w, "device authentication failed: "+err.Error(), http.StatusUnauthorized)
+			return
+		}
+	}
 	if !t.conns.Add() {
 		http.Error(w, "gateway is shutting down", http.StatusServiceUnavailable)
 		return
 	}
-	c := &connection{t: t, id: id, remote: r.RemoteAddr, ctx: context.WithoutCancel(t.conns.Context()),
+	var base string // kept only when needed: every idle connection pays for its fields
+	if t.cfg.VisionFor != nil {
+		base = "http://" + r.Host
+		if r.TLS != nil {
+			base = "https://" + r.Host
+		}
+	}
+	c := &connection{t: t, id: id, remote: r.RemoteAddr, base: base, ctx: context.WithoutCancel(t.conns.Context()),
 		// The per-connection logger, with the session id, is made once the
 		// handshake succeeds: each With costs memory for the connection's life.
 		log: t.log}
@@ -219,6 +243,7 @@ type connection struct {
 	conn      *websocket.Conn
 	id        identity
 	remote    string
+	base      string // the gateway's URL as the device dialed it, for VisionFor
 	log       *slog.Logger
 	sessionID string
 	// ctx never ends: reads end when the socket is closed (see the package
@@ -279,6 +304,9 @@ func (c *connection) handshake() bool {
 
 	scfg := c.t.cfg.Session
 	scfg.Logger = c.log
+	if c.t.cfg.VisionFor != nil {
+		scfg.Vision = c.t.cfg.VisionFor(c.id.deviceID, c.base)
+	}
 	// The session ends when the transport closes (cause ErrShutdown), when the
 	// hub replaces it, on a keepalive failure, or when the reader ends.
 	c.sess = mcpclient.New(c.t.conns.Context(), &link{conn: c.conn, sessionID: c.sessionID}, scfg)

@@ -1,0 +1,364 @@
+// Package devauth issues and verifies device credentials: HMAC-SHA256 signed
+// tokens bound to a device id (and, for device tokens, a client id), with an
+// expiry, revocable while the gateway runs.
+//
+// Two kinds of token share one secret but never one purpose: a device token
+// opens a device session (WebSocket bearer token, MQTT password), a vision
+// token lets a device upload photos. A token of one kind is refused as the
+// other.
+//
+// # Format
+//
+//	mgd1.<base64url(JSON claims)>.<base64url(HMAC-SHA256(secret, "mgd1."+claims))>
+//
+// The claims are {"p": purpose, "d": device id, "c": client id, "i": issued
+// at, "e": expires at (unix seconds), "n": random token id}. Tokens are not
+// secret from their device, only unforgeable.
+//
+// # Revocation
+//
+// Revocation lists live in memory: they are lost when the gateway restarts
+// (persistence comes with the store). Revoke one token by its id, or every
+// token of a device issued until now with RevokeDevice.
+//
+// An Authority is safe for concurrent use.
+package devauth
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mcpgate/mcpgate/xiaozhi"
+)
+
+// Mode says whether devices must present a token.
+type Mode string
+
+// Modes of device authentication.
+const (
+	ModeOpen  Mode = "open"  // any device may connect; tokens are issued but not required
+	ModeToken Mode = "token" // devices must present a valid device token
+)
+
+// ParseMode parses --device-auth.
+func ParseMode(s string) (Mode, error) {
+	switch Mode(strings.ToLower(strings.TrimSpace(s))) {
+	case "", ModeOpen:
+		return ModeOpen, nil
+	case ModeToken:
+		return ModeToken, nil
+	}
+	return "", fmt.Errorf("device auth %q: want open or token", s)
+}
+
+// Purposes of tokens.
+const (
+	PurposeDevice = "device"
+	PurposeVision = "vision"
+)
+
+// Errors of Verify, one per reason; Reason turns them into metric labels.
+var (
+	ErrMissing     = errors.New("no token presented")
+	ErrMalformed   = errors.New("malformed token")
+	ErrBadSig      = errors.New("token signature does not match")
+	ErrExpired     = errors.New("token expired")
+	ErrRevoked     = errors.New("token revoked")
+	ErrWrongDevice = errors.New("token belongs to another device")
+	ErrWrongClient = errors.New("token belongs to another client id")
+	ErrWrongKind   = errors.New("token is not valid for this use")
+)
+
+// Reason returns the metric label of a Verify error.
+func Reason(err error) string {
+	for _, r := range []struct {
+		err   error
+		label string
+	}{
+		{ErrMissing, "missing"}, {ErrMalformed, "malformed"}, {ErrBadSig, "bad_signature"},
+		{ErrExpired, "expired"}, {ErrRevoked, "revoked"}, {ErrWrongDevice, "wrong_device"},
+		{ErrWrongClient, "wrong_client"}, {ErrWrongKind, "wrong_kind"},
+	} {
+		if errors.Is(err, r.err) {
+			return r.label
+		}
+	}
+	return "other"
+}
+
+const prefix = "mgd1."
+
+// MinSecretLen is the shortest accepted secret.
+const MinSecretLen = 32
+
+// Claims are what a token says.
+type Claims struct {
+	Purpose  string `json:"p"`
+	DeviceID string `json:"d"`
+	ClientID string `json:"c,omitempty"` // empty: any client id of the device
+	IssuedAt int64  `json:"i"`
+	Expires  int64  `json:"e"`
+	ID       string `json:"n"`
+}
+
+// Config configures an Authority.
+type Config struct {
+	// Secret signs tokens; at least MinSecretLen bytes. Required.
+	Secret []byte
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Authority issues and verifies tokens.
+type Authority struct {
+	secret []byte
+	now    func() time.Time
+
+	mu         sync.Mutex
+	revoked    map[string]int64 // token id → its expiry (forgotten after it)
+	revokedDev map[string]int64 // device id → tokens issued at or before this unix second are revoked
+}
+
+// New returns an Authority signing with cfg.Secret.
+func New(cfg Config) (*Authority, error) {
+	if len(cfg.Secret) < MinSecretLen {
+		return nil, fmt.Errorf("devauth: secret is %d bytes, want at least %d", len(cfg.Secret), MinSecretLen)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Authority{secret: bytes.Clone(cfg.Secret), now: cfg.Now,
+		revoked: make(map[string]int64), revokedDev: make(map[string]int64)}, nil
+}
+
+// IssueDevice returns a device token for deviceID, bound to clientID (empty
+// binds it to none), valid for ttl.
+func (a *Authority) IssueDevice(deviceID, clientID string, ttl time.Duration) (string, error) {
+	return a.issue(PurposeDevice, deviceID, clientID, ttl)
+}
+
+// IssueVision returns a vision (photo upload) token for deviceID, valid for ttl.
+func (a *Authority) IssueVision(deviceID string, ttl time.Duration) (string, error) {
+	return a.issue(PurposeVision, deviceID, "", ttl)
+}
+
+func (a *Authority) issue(purpose, deviceID, clientID string, ttl time.Duration) (string, error) {
+	id, err := xiaozhi.NormalizeDeviceID(deviceID)
+	if err != nil {
+		return "", fmt.Errorf("devauth: %w", err)
+	}
+	if ttl <= 0 {
+		return "", fmt.Errorf("devauth: token lifetime must be positive, got %s", ttl)
+	}
+	var n [12]byte
+	_, _ = rand.Read(n[:]) // crypto/rand.Read never fails
+	now := a.now()
+	c := Claims{Purpose: purpose, DeviceID: id, ClientID: clientID, IssuedAt: now.Unix(),
+		Expires: now.Add(ttl).Unix(), ID: hex.EncodeToString(n[:])}
+	body, err := json.Marshal(c)
+	if err != nil {
+		return "", fmt.Errorf("devauth: %w", err)
+	}
+	payload := prefix + base64.RawURLEncoding.EncodeToString(body)
+	return payload + "." + base64.RawURLEncoding.EncodeToString(a.sign(payload)), nil
+}
+
+func (a *Authority) sign(payload string) []byte {
+	m := hmac.New(sha256.New, a.secret)
+	m.Write([]byte(payload))
+	return m.Sum(nil)
+}
+
+// Parse checks a token's signature and returns its claims, without checking
+// expiry, revocation or binding.
+func (a *Authority) Parse(token string) (Claims, error) {
+	var c Claims
+	if token == "" {
+		return c, ErrMissing
+	}
+	if !strings.HasPrefix(token, prefix) || len(token) > 1024 {
+		return c, ErrMalformed
+	}
+	payload, sig64, ok := strings.Cut(token[len(prefix):], ".")
+	if !ok {
+		return c, ErrMalformed
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(sig64)
+	if err != nil {
+		return c, ErrMalformed
+	}
+	// Constant time: the comparison must not tell a forger how many bytes
+	// of a guessed signature are right.
+	if !hmac.Equal(sig, a.sign(prefix+payload)) {
+		return c, ErrBadSig
+	}
+	body, err := base64.RawURLEncoding.DecodeString(payload)
+	if err != nil || json.Unmarshal(body, &c) != nil || c.DeviceID == "" || c.ID == "" {
+		return Claims{}, ErrMalformed
+	}
+	return c, nil
+}
+
+// Verify checks a device token presented by deviceID with clientID. It is
+// the credential check of every transport: a WebSocket bearer token, an MQTT
+// password.
+func (a *Authority) Verify(deviceID, clientID, token string) error {
+	c, err := a.check(PurposeDevice, deviceID, token)
+	if err != nil {
+		return err
+	}
+	// Client ids are not secret: a plain comparison leaks nothing.
+	if c.ClientID != "" && c.ClientID != clientID {
+		return ErrWrongClient
+	}
+	return nil
+}
+
+// VerifyVision checks a vision token presented by deviceID.
+func (a *Authority) VerifyVision(deviceID, token string) error {
+	_, err := a.check(PurposeVision, deviceID, token)
+	return err
+}
+
+// VerifyMQTT checks MQTT CONNECT credentials as the OTA endpoint hands them
+// out: client id GID_<group>@@@<mac_underscores>@@@<uuid>, username the
+// device id, password a device token.
+func (a *Authority) VerifyMQTT(clientID, username, password string) error {
+	deviceID, uuid, err := ParseMQTTClientID(clientID)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	if u, err := xiaozhi.NormalizeDeviceID(username); err != nil || u != deviceID {
+		return ErrWrongDevice
+	}
+	return a.Verify(deviceID, uuid, password)
+}
+
+// ParseMQTTClientID splits GID_<group>@@@<mac_underscores>@@@<uuid> into the
+// normalised device id and the uuid.
+func ParseMQTTClientID(clientID string) (deviceID, uuid string, err error) {
+	parts := strings.Split(clientID, "@@@")
+	if len(parts) != 3 || !strings.HasPrefix(parts[0], "GID_") {
+		return "", "", fmt.Errorf("MQTT client id %q: want GID_<group>@@@<mac>@@@<uuid>", clientID)
+	}
+	deviceID, err = xiaozhi.NormalizeDeviceID(parts[1])
+	if err != nil {
+		return "", "", err
+	}
+	return deviceID, parts[2], nil
+}
+
+func (a *Authority) check(purpose, deviceID, token string) (Claims, error) {
+	c, err := a.Parse(token)
+	if err != nil {
+		return c, err
+	}
+	if c.Purpose != purpose {
+		return c, ErrWrongKind
+	}
+	id, err := xiaozhi.NormalizeDeviceID(deviceID)
+	if err != nil || id != c.DeviceID {
+		return c, ErrWrongDevice
+	}
+	now := a.now().Unix()
+	if now >= c.Expires {
+		return c, ErrExpired
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.revoked[c.ID]; ok {
+		return c, ErrRevoked
+	}
+	if cut, ok := a.revokedDev[c.DeviceID]; ok && c.IssuedAt <= cut {
+		return c, ErrRevoked
+	}
+	return c, nil
+}
+
+// Revoke revokes one token (any validly signed token, expired or not).
+func (a *Authority) Revoke(token string) error {
+	c, err := a.Parse(token)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.pruneLocked()
+	a.revoked[c.ID] = c.Expires
+	return nil
+}
+
+// RevokeDevice revokes every token of deviceID issued until now; tokens
+// issued from the next second on are valid.
+func (a *Authority) RevokeDevice(deviceID string) error {
+	id, err := xiaozhi.NormalizeDeviceID(deviceID)
+	if err != nil {
+		return fmt.Errorf("devauth: %w", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.revokedDev[id] = a.now().Unix()
+	return nil
+}
+
+// pruneLocked forgets revoked tokens that have expired anyway, so the list
+// stays as small as the set of live revoked tokens.
+func (a *Authority) pruneLocked() {
+	now := a.now().Unix()
+	for id, exp := range a.revoked {
+		if now >= exp {
+			delete(a.revoked, id)
+		}
+	}
+}
+
+// LoadOrCreateSecret reads the secret file at path, or creates it (mode 0600,
+// its directory 0700) with 32 random bytes, hex encoded, if it does not exist.
+func LoadOrCreateSecret(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		s := bytes.TrimSpace(b)
+		if len(s) < MinSecretLen {
+			return nil, fmt.Errorf("device secret file %s holds %d bytes, want at least %d", path, len(s), MinSecretLen)
+		}
+		return s, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("device secret: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("device secret: %w", err)
+	}
+	var raw [32]byte
+	_, _ = rand.Read(raw[:])
+	s := []byte(hex.EncodeToString(raw[:]))
+	// O_EXCL: when two processes race to create it, one wins and the other
+	// reads the winner's secret.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return LoadOrCreateSecret(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("device secret: %w", err)
+	}
+	if _, err := f.Write(append(s, '\n')); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("device secret: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("device secret: %w", err)
+	}
+	return s, nil
+}

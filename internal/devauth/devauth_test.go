@@ -1,0 +1,162 @@
+package devauth
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+var secret = []byte("0123456789abcdef0123456789abcdef")
+
+func newAuth(t *testing.T, now *time.Time) *Authority {
+	t.Helper()
+	a, err := New(Config{Secret: secret, Now: func() time.Time { return *now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestVerify(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	a := newAuth(t, &now)
+	const dev, cli = "02:00:00:00:00:01", "c-1"
+	tok, err := a.IssueDevice("02-00-00-00-00-01", cli, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anyClient, _ := a.IssueDevice(dev, "", time.Hour)
+	vis, _ := a.IssueVision(dev, time.Hour)
+	other, _ := New(Config{Secret: []byte(strings.Repeat("x", 32))})
+	forged, _ := other.IssueDevice(dev, cli, time.Hour)
+	flipped := tok[:len(tok)-2] + map[bool]string{true: "AA", false: "AB"}[!strings.HasSuffix(tok, "AA")]
+
+	tests := []struct {
+		name, dev, cli, tok string
+		want                error
+	}{
+		{"valid", dev, cli, tok, nil},
+		{"valid, other MAC form", "02:00:00:00:00:01", cli, tok, nil},
+		{"unbound client id", dev, "anything", anyClient, nil},
+		{"wrong device", "02:00:00:00:00:02", cli, tok, ErrWrongDevice},
+		{"wrong client", dev, "c-2", tok, ErrWrongClient},
+		{"missing", dev, cli, "", ErrMissing},
+		{"malformed", dev, cli, "hello", ErrMalformed},
+		{"malformed base64", dev, cli, "mgd1.!!!.###", ErrMalformed},
+		{"no signature part", dev, cli, "mgd1.abc", ErrMalformed},
+		{"bad signature", dev, cli, flipped, ErrBadSig},
+		{"other secret", dev, cli, forged, ErrBadSig},
+		{"vision token as device token", dev, cli, vis, ErrWrongKind},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := a.Verify(tt.dev, tt.cli, tt.tok); !errors.Is(err, tt.want) {
+				t.Fatalf("Verify = %v, want %v", err, tt.want)
+			}
+		})
+	}
+	if err := a.VerifyVision(dev, tok); !errors.Is(err, ErrWrongKind) {
+		t.Errorf("device token as vision token: %v", err)
+	}
+	if err := a.VerifyVision(dev, vis); err != nil {
+		t.Errorf("vision token: %v", err)
+	}
+}
+
+func TestExpiryAndRevocation(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	a := newAuth(t, &now)
+	const dev = "02:00:00:00:00:01"
+	tok, _ := a.IssueDevice(dev, "c", time.Hour)
+	now = now.Add(time.Hour)
+	if err := a.Verify(dev, "c", tok); !errors.Is(err, ErrExpired) {
+		t.Fatalf("expired: %v", err)
+	}
+	now = now.Add(-30 * time.Minute)
+	if err := a.Verify(dev, "c", tok); err != nil {
+		t.Fatalf("before expiry: %v", err)
+	}
+	if err := a.Revoke(tok); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Verify(dev, "c", tok); !errors.Is(err, ErrRevoked) {
+		t.Fatalf("revoked: %v", err)
+	}
+	t2, _ := a.IssueDevice(dev, "c", time.Hour)
+	if err := a.RevokeDevice(dev); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Verify(dev, "c", t2); !errors.Is(err, ErrRevoked) {
+		t.Fatalf("device revoked: %v", err)
+	}
+	now = now.Add(time.Second)
+	t3, _ := a.IssueDevice(dev, "c", time.Hour)
+	if err := a.Verify(dev, "c", t3); err != nil {
+		t.Fatalf("token issued after RevokeDevice: %v", err)
+	}
+}
+
+func TestVerifyMQTT(t *testing.T) {
+	now := time.Now()
+	a := newAuth(t, &now)
+	tok, _ := a.IssueDevice("02:00:00:00:00:01", "uuid-1", time.Hour)
+	const cid = "GID_mcpgate@@@02_00_00_00_00_01@@@uuid-1"
+	tests := []struct {
+		name, cid, user, pass string
+		want                  error
+	}{
+		{"valid", cid, "02:00:00:00:00:01", tok, nil},
+		{"wrong username", cid, "02:00:00:00:00:02", tok, ErrWrongDevice},
+		{"other device's client id", "GID_x@@@02_00_00_00_00_02@@@uuid-1", "02:00:00:00:00:02", tok, ErrWrongDevice},
+		{"wrong uuid", "GID_x@@@02_00_00_00_00_01@@@uuid-2", "02:00:00:00:00:01", tok, ErrWrongClient},
+		{"malformed client id", "device-1", "02:00:00:00:00:01", tok, ErrMalformed},
+		{"malformed password", cid, "02:00:00:00:00:01", "secret", ErrMalformed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := a.VerifyMQTT(tt.cid, tt.user, tt.pass); !errors.Is(err, tt.want) {
+				t.Fatalf("VerifyMQTT = %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadOrCreateSecret(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "device-secret")
+	s1, err := LoadOrCreateSecret(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("secret file mode %v, want 0600", fi.Mode().Perm())
+	}
+	s2, err := LoadOrCreateSecret(path)
+	if err != nil || string(s1) != string(s2) {
+		t.Fatalf("second load: %q, %v; want the same secret", s2, err)
+	}
+	short := filepath.Join(t.TempDir(), "short")
+	os.WriteFile(short, []byte("abc"), 0o600)
+	if _, err := LoadOrCreateSecret(short); err == nil {
+		t.Error("a 3-byte secret was accepted")
+	}
+}
+
+func TestReasonLabels(t *testing.T) {
+	if got := Reason(ErrExpired); got != "expired" {
+		t.Errorf("Reason(ErrExpired) = %q", got)
+	}
+	if got := Reason(errors.New("x")); got != "other" {
+		t.Errorf("Reason(other) = %q", got)
+	}
+}

@@ -1,0 +1,123 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/devauth"
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
+	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/ota"
+	"github.com/mcpgate/mcpgate/internal/vision"
+)
+
+// Provisioning configures what devices get besides a session: the OTA
+// endpoint, device credentials and the camera endpoint. Zero values get the
+// documented defaults.
+type Provisioning struct {
+	// DeviceAuth is open (default: any device may connect) or token.
+	DeviceAuth devauth.Mode
+	// DeviceSecret signs device and vision tokens. Main reads it from
+	// --device-secret-file; nil uses a random secret for this process only,
+	// so tokens issued by `mcpgate devices token` would not verify.
+	DeviceSecret []byte
+	// DeviceTokenTTL is the lifetime of device tokens the OTA endpoint
+	// issues. Default 720h (30 days); a device fetches a new one at every boot.
+	DeviceTokenTTL time.Duration
+	// OTA configures POST /xiaozhi/ota/; its PublicURL also builds the
+	// vision URL. Logger and IssueToken are set by the gateway.
+	OTA ota.Config
+	// VisionMaxBytes is the largest photo. Default 5 MB.
+	VisionMaxBytes int64
+	// VisionTokenTTL is the lifetime of the vision token a session gets in
+	// initialize. Default 1h.
+	VisionTokenTTL time.Duration
+	// VisionModel, when set, explains photos.
+	VisionModel *vision.Model
+}
+
+// deviceServices are the device-facing services besides the transports.
+type deviceServices struct {
+	cfg    Provisioning
+	auth   *devauth.Checker
+	ota    *ota.Handler
+	vision *vision.Service
+}
+
+func newDeviceServices(cfg Config, m *metrics.Metrics, h *hub.Hub) (*deviceServices, error) {
+	p := cfg.Provisioning
+	mode, err := devauth.ParseMode(string(p.DeviceAuth))
+	if err != nil {
+		return nil, err
+	}
+	if p.DeviceTokenTTL == 0 {
+		p.DeviceTokenTTL = 720 * time.Hour
+	}
+	if p.VisionTokenTTL == 0 {
+		p.VisionTokenTTL = time.Hour
+	}
+	if p.DeviceTokenTTL < 0 || p.VisionTokenTTL < 0 {
+		return nil, fmt.Errorf("token lifetimes must be positive")
+	}
+	secret := p.DeviceSecret
+	if len(secret) == 0 {
+		secret = make([]byte, 32)
+		_, _ = rand.Read(secret)
+	}
+	authority, err := devauth.New(devauth.Config{Secret: secret})
+	if err != nil {
+		return nil, err
+	}
+	d := &deviceServices{cfg: p, auth: devauth.NewChecker(authority, mode, cfg.Logger, m.Registry)}
+
+	oc := p.OTA
+	oc.Logger = cfg.Logger
+	oc.IssueToken = func(deviceID, clientID string) (string, error) {
+		return authority.IssueDevice(deviceID, clientID, p.DeviceTokenTTL)
+	}
+	if d.ota, err = ota.New(oc); err != nil {
+		return nil, err
+	}
+	d.vision, err = vision.New(vision.Config{
+		Dir: filepath.Join(cfg.DataDir, "photos"), MaxBytes: p.VisionMaxBytes, Model: p.VisionModel,
+		Verify: d.auth.Vision, Logger: cfg.Logger,
+		Resolve: func(ref string) (string, error) {
+			dev, err := h.Device(ref)
+			if err != nil {
+				return "", err
+			}
+			return dev.ID, nil
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// register mounts the device-facing endpoints (outside the REST guard:
+// devices are not browsers) and the photo REST routes (inside it).
+func (d *deviceServices) register(mux *http.ServeMux, guard func(http.Handler) http.Handler) {
+	mux.Handle(ota.Path, d.ota)
+	mux.Handle(ota.PathNoSlash, d.ota)
+	mux.Handle(vision.Path, d.vision)
+	d.vision.Register(mux, guard)
+}
+
+// visionFor gives a session its capabilities.vision: the upload URL on the
+// public address (or the address the device dialed) and a fresh token.
+func (d *deviceServices) visionFor(deviceID, base string) *mcpclient.Vision {
+	if d.cfg.OTA.PublicURL != "" {
+		base = d.cfg.OTA.PublicURL
+	}
+	tok, err := d.auth.Authority().IssueVision(deviceID, d.cfg.VisionTokenTTL)
+	if err != nil {
+		return nil // an id the transport accepted always normalises; no vision rather than no session
+	}
+	return &mcpclient.Vision{URL: strings.TrimSuffix(base, "/") + vision.Path, Token: tok}
+}

@@ -1,0 +1,95 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/internal/devauth"
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/ota"
+)
+
+// TestDeviceTokensOverMQTT: with --device-auth=token, the MQTT settings
+// the OTA endpoint hands out open a session on the embedded broker, and
+// expired, revoked, wrong-device, wrong-client and malformed passwords are
+// refused and counted.
+func TestDeviceTokensOverMQTT(t *testing.T) {
+	gw := startGateway(t, Config{MQTTAddr: "127.0.0.1:0", Provisioning: Provisioning{
+		DeviceAuth: devauth.ModeToken, DeviceSecret: testSecret,
+		OTA: ota.Config{Transport: ota.TransportMQTT},
+	}})
+	const mac, uuid = "02:00:00:20:00:01", "00000000-0000-4000-8000-000000200001"
+
+	// What a device stores from OTA.
+	req, _ := http.NewRequest(http.MethodPost, "http://"+gw.Addr()+ota.Path,
+		strings.NewReader(`{"mac_address":"`+mac+`","uuid":"`+uuid+`","application":{"version":"2.4.2"}}`))
+	req.Header.Set("Device-Id", mac)
+	req.Header.Set("Client-Id", uuid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reply ota.Response
+	err = json.NewDecoder(resp.Body).Decode(&reply)
+	resp.Body.Close()
+	if err != nil || reply.MQTT == nil {
+		t.Fatalf("OTA reply %+v: %v", reply, err)
+	}
+	m := reply.MQTT
+
+	auth := gw.devices.auth.Authority()
+	past, _ := devauth.New(devauth.Config{Secret: testSecret, Now: func() time.Time { return time.Now().Add(-2 * time.Hour) }})
+	expired, _ := past.IssueDevice(mac, uuid, time.Hour)
+	revoked, _ := auth.IssueDevice(mac, uuid, time.Hour)
+	auth.Revoke(revoked)
+	otherDev, _ := auth.IssueDevice("02:00:00:20:00:02", uuid, time.Hour)
+	otherClient, _ := auth.IssueDevice(mac, "another-uuid", time.Hour)
+	for _, tt := range []struct{ name, password, reason string }{
+		{"expired", expired, "expired"},
+		{"revoked", revoked, "revoked"},
+		{"wrong device", otherDev, "wrong_device"},
+		{"wrong client", otherClient, "wrong_client"},
+		{"malformed", "password", "malformed"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := device.NewMQTTClient(device.MQTTClientOptions{Broker: gw.MQTTAddr(), DeviceID: mac, ClientID: m.ClientID,
+				Username: m.Username, Password: tt.password, Server: newServer(t, device.ProfileESP32), ConnectTimeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if s, err := c.Connect(ctx); err == nil {
+				s.Close()
+				t.Fatal("connected")
+			}
+			want := fmt.Sprintf(`mcpgate_device_auth_failures_total{reason=%q,transport="mqtt"} 1`, tt.reason)
+			if text := metricsText(t, gw); !strings.Contains(text, want) {
+				t.Errorf("metrics lack %s", want)
+			}
+		})
+	}
+	t.Run("valid", func(t *testing.T) {
+		// The broker's port is random here; a real deployment hands out
+		// --ota-mqtt-endpoint.
+		c, err := device.NewMQTTClient(device.MQTTClientOptions{Broker: gw.MQTTAddr(), DeviceID: mac, ClientID: m.ClientID,
+			Username: m.Username, Password: m.Password, PublishTopic: m.PublishTopic, Server: newServer(t, device.ProfileESP32),
+			MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = c.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		if d := waitState(t, gw, mac, hub.StateReady); d.Transport != "mqtt" {
+			t.Fatalf("transport %q", d.Transport)
+		}
+	})
+}

@@ -1,0 +1,495 @@
+// Package ota is the device provisioning endpoint, POST /xiaozhi/ota/: a
+// device posts its system information at boot and stores every member of
+// the reply (PROTOCOL.md section 6): where to connect (websocket or mqtt),
+// its credentials, the server time and, when a newer build exists for its
+// board, a firmware to install.
+//
+// Devices call it, not browsers: it is mounted outside the REST guard.
+// A Handler is safe for concurrent use.
+package ota
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mcpgate/mcpgate/xiaozhi"
+)
+
+// Paths the endpoint answers on; firmware configurations use both.
+const (
+	Path        = "/xiaozhi/ota/"
+	PathNoSlash = "/xiaozhi/ota"
+)
+
+// Policy says which devices get a configuration.
+type Policy string
+
+// Registration policies.
+const (
+	PolicyOpen      Policy = "open"      // every device; unknown ones are registered
+	PolicyAllowlist Policy = "allowlist" // only devices in Config.Allow
+)
+
+// Transport names what a device is told to connect with.
+type Transport string
+
+// Transports.
+const (
+	TransportWebSocket Transport = "websocket"
+	TransportMQTT      Transport = "mqtt"
+)
+
+// Firmware is an installable build for one board type.
+type Firmware struct {
+	Version string `json:"version" yaml:"version"`
+	URL     string `json:"url" yaml:"url"`
+}
+
+// Config configures the endpoint. Zero values get the documented defaults.
+type Config struct {
+	// Policy defaults to PolicyOpen.
+	Policy Policy
+	// Allow lists the device ids PolicyAllowlist accepts (any MAC form).
+	Allow []string
+	// Transport is what devices are told to use. Default websocket.
+	Transport Transport
+	// TransportFor overrides Transport per device id (normalised ids).
+	TransportFor map[string]Transport
+	// PublicURL is the gateway's address as devices reach it, e.g.
+	// http://192.168.1.10:8000. Empty: derived from each request's Host.
+	PublicURL string
+	// WebSocketPath is the device WebSocket path. Default xiaozhi.Path.
+	WebSocketPath string
+	// WebSocketVersion is the protocol version devices are told to use. Default 1.
+	WebSocketVersion int
+	// MQTTEndpoint is host:port of the broker as devices reach it. Default
+	// the public URL's host and port 1883.
+	MQTTEndpoint string
+	// MQTTGroup is the <group> of client ids GID_<group>@@@... Default "mcpgate".
+	MQTTGroup string
+	// MQTTPublishTopic is where devices publish. Default "device-server".
+	MQTTPublishTopic string
+	// MQTTKeepalive in seconds. Default 240.
+	MQTTKeepalive int
+	// Firmware maps a board type to its newest build.
+	Firmware map[string]Firmware
+	// IssueToken returns a device token for the websocket token and the
+	// MQTT password. Nil hands out none.
+	IssueToken func(deviceID, clientID string) (string, error)
+	// TimezoneOffset is reported in server_time, in minutes east of UTC.
+	// Nil: the gateway's local zone.
+	TimezoneOffset *int
+	Logger         *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Handler serves the endpoint.
+type Handler struct {
+	cfg   Config
+	log   *slog.Logger
+	allow map[string]bool
+	pub   *url.URL // nil: derived per request
+
+	mu    sync.Mutex
+	known map[string]Record // guarded by mu
+}
+
+// Record is what the endpoint remembers of a device (in memory until the
+// store lands).
+type Record struct {
+	DeviceID  string    `json:"device_id"`
+	ClientID  string    `json:"client_id"`
+	Board     string    `json:"board,omitempty"`
+	Version   string    `json:"version"`
+	FirstSeen time.Time `json:"first_seen"`
+	LastSeen  time.Time `json:"last_seen"`
+}
+
+// New validates cfg and returns a Handler.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Policy == "" {
+		cfg.Policy = PolicyOpen
+	}
+	if cfg.Policy != PolicyOpen && cfg.Policy != PolicyAllowlist {
+		return nil, fmt.Errorf("ota: policy %q: want open or allowlist", cfg.Policy)
+	}
+	if cfg.Transport == "" {
+		cfg.Transport = TransportWebSocket
+	}
+	if err := checkTransport(cfg.Transport); err != nil {
+		return nil, err
+	}
+	for id, tr := range cfg.TransportFor {
+		if err := checkTransport(tr); err != nil {
+			return nil, fmt.Errorf("%w (device %s)", err, id)
+		}
+	}
+	if cfg.WebSocketPath == "" {
+		cfg.WebSocketPath = xiaozhi.Path
+	}
+	if cfg.WebSocketVersion == 0 {
+		cfg.WebSocketVersion = 1
+	}
+	if cfg.MQTTGroup == "" {
+		cfg.MQTTGroup = "mcpgate"
+	}
+	if cfg.MQTTPublishTopic == "" {
+		cfg.MQTTPublishTopic = "device-server"
+	}
+	if cfg.MQTTKeepalive == 0 {
+		cfg.MQTTKeepalive = 240
+	}
+	h := &Handler{cfg: cfg, log: cfg.Logger, allow: make(map[string]bool), known: make(map[string]Record)}
+	for _, id := range cfg.Allow {
+		n, err := xiaozhi.NormalizeDeviceID(id)
+		if err != nil {
+			return nil, fmt.Errorf("ota: allowlist: %w", err)
+		}
+		h.allow[n] = true
+	}
+	if cfg.Policy == PolicyAllowlist && len(h.allow) == 0 {
+		return nil, errors.New("ota: the allowlist policy needs at least one allowed device id")
+	}
+	if cfg.PublicURL != "" {
+		u, err := url.Parse(cfg.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("ota: public URL %q: want http://host:port or https://host", cfg.PublicURL)
+		}
+		h.pub = u
+	}
+	for board, fw := range cfg.Firmware {
+		if fw.Version == "" || fw.URL == "" {
+			return nil, fmt.Errorf("ota: firmware for board %q needs a version and a url", board)
+		}
+		if _, ok := parseVersion(fw.Version); !ok {
+			return nil, fmt.Errorf("ota: firmware for board %q: version %q is not dotted numbers such as 2.4.2", board, fw.Version)
+		}
+	}
+	return h, nil
+}
+
+func checkTransport(t Transport) error {
+	if t != TransportWebSocket && t != TransportMQTT {
+		return fmt.Errorf("ota: transport %q: want websocket or mqtt", t)
+	}
+	return nil
+}
+
+// Request is the part of a device's system information the endpoint reads.
+type Request struct {
+	MACAddress  string `json:"mac_address"`
+	UUID        string `json:"uuid"`
+	Application struct {
+		Name    string `json:"name"`
+		Version string `json:"version"`
+	} `json:"application"`
+	Board json.RawMessage `json:"board"`
+}
+
+// Response is the endpoint's reply; every member is optional to a device.
+type Response struct {
+	ServerTime ServerTime `json:"server_time"`
+	WebSocket  *WebSocket `json:"websocket,omitempty"`
+	MQTT       *MQTT      `json:"mqtt,omitempty"`
+	Firmware   *Firmware  `json:"firmware,omitempty"`
+}
+
+// ServerTime lets a device without RTC set its clock.
+type ServerTime struct {
+	Timestamp      int64 `json:"timestamp"`       // unix milliseconds
+	TimezoneOffset int   `json:"timezone_offset"` // minutes east of UTC
+}
+
+// WebSocket is where and how a device connects with WebSocket.
+type WebSocket struct {
+	URL     string `json:"url"`
+	Token   string `json:"token"`
+	Version int    `json:"version"`
+}
+
+// MQTT is where and how a device connects with MQTT.
+type MQTT struct {
+	Endpoint     string `json:"endpoint"`
+	ClientID     string `json:"client_id"`
+	Username     string `json:"username"`
+	Password     string `json:"password"`
+	PublishTopic string `json:"publish_topic"`
+	Keepalive    int    `json:"keepalive"`
+}
+
+// maxBody bounds a system-information body; firmware's is about 1-2 KiB.
+const maxBody = 64 << 10
+
+// ServeHTTP answers one provisioning request. Failures are plain text, with
+// 400 for a malformed request, 403 for a device the policy refuses.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "use POST with the device's system information", http.StatusMethodNotAllowed)
+		return
+	}
+	deviceID, clientID, req, err := h.parse(w, r)
+	if err != nil {
+		h.log.Info("ota request refused", "remote", r.RemoteAddr, "error", err)
+		status := http.StatusBadRequest
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		http.Error(w, err.Error(), status)
+		return
+	}
+	log := h.log.With("device_id", deviceID, "client_id", clientID, "remote", r.RemoteAddr)
+	if h.cfg.Policy == PolicyAllowlist && !h.allow[deviceID] {
+		log.Warn("ota: device not in the allowlist")
+		http.Error(w, "device "+deviceID+" is not allowed on this gateway", http.StatusForbidden)
+		return
+	}
+	board := boardType(req, r.UserAgent())
+	h.remember(log, Record{DeviceID: deviceID, ClientID: clientID, Board: board, Version: req.Application.Version})
+
+	resp, err := h.respond(r, log, deviceID, clientID, board, req.Application.Version)
+	if err != nil {
+		log.Error("ota: could not build the reply", "error", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	b, _ := json.Marshal(resp) // plain structs: cannot fail
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+// parse reads and validates identity headers and body.
+func (h *Handler) parse(w http.ResponseWriter, r *http.Request) (deviceID, clientID string, req Request, err error) {
+	rawID := strings.TrimSpace(r.Header.Get(xiaozhi.HeaderDeviceID))
+	if rawID == "" {
+		return "", "", req, errors.New("missing Device-Id header (the device's MAC, e.g. aa:bb:cc:dd:ee:ff)")
+	}
+	if deviceID, err = xiaozhi.NormalizeDeviceID(rawID); err != nil {
+		return "", "", req, fmt.Errorf("Device-Id header: %w", err)
+	}
+	clientID = strings.TrimSpace(r.Header.Get(xiaozhi.HeaderClientID))
+	if clientID == "" {
+		return "", "", req, errors.New("missing Client-Id header (the device's UUID)")
+	}
+	if len(clientID) > 128 || strings.Contains(clientID, "@@@") {
+		return "", "", req, fmt.Errorf("Client-Id header %q: want a UUID", clientID)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		return "", "", req, fmt.Errorf("read body: %w", err)
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return "", "", req, errors.New("empty body: send the device's system information as JSON (mac_address, uuid, application.version, board)")
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return "", "", req, fmt.Errorf("body is not a system-information JSON object: %w", err)
+	}
+	if req.Application.Version == "" {
+		return "", "", req, errors.New("body: application.version is missing")
+	}
+	if req.MACAddress != "" {
+		mac, err := xiaozhi.NormalizeDeviceID(req.MACAddress)
+		if err != nil {
+			return "", "", req, fmt.Errorf("body: mac_address: %w", err)
+		}
+		if mac != deviceID {
+			return "", "", req, fmt.Errorf("body: mac_address %s does not match the Device-Id header %s", mac, deviceID)
+		}
+	}
+	if req.UUID != "" && req.UUID != clientID {
+		return "", "", req, fmt.Errorf("body: uuid %q does not match the Client-Id header %q", req.UUID, clientID)
+	}
+	return deviceID, clientID, req, nil
+}
+
+// boardType is the board's type from the body (board.type, or board as a
+// string), else the User-Agent's <board>/<version>.
+func boardType(req Request, userAgent string) string {
+	var b struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(req.Board, &b) == nil && b.Type != "" {
+		return b.Type
+	}
+	var s string
+	if json.Unmarshal(req.Board, &s) == nil && s != "" {
+		return s
+	}
+	if name, _, ok := strings.Cut(userAgent, "/"); ok {
+		return strings.TrimSpace(name)
+	}
+	return ""
+}
+
+func (h *Handler) remember(log *slog.Logger, rec Record) {
+	now := h.cfg.Now().UTC()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	old, ok := h.known[rec.DeviceID]
+	rec.FirstSeen, rec.LastSeen = now, now
+	if ok {
+		rec.FirstSeen = old.FirstSeen
+	} else {
+		log.Info("ota: new device registered", "board", rec.Board, "version", rec.Version)
+	}
+	h.known[rec.DeviceID] = rec
+}
+
+// Known returns what the endpoint knows of a device.
+func (h *Handler) Known(deviceID string) (Record, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r, ok := h.known[deviceID]
+	return r, ok
+}
+
+func (h *Handler) respond(r *http.Request, log *slog.Logger, deviceID, clientID, board, version string) (*Response, error) {
+	now := h.cfg.Now()
+	offset := 0
+	if h.cfg.TimezoneOffset != nil {
+		offset = *h.cfg.TimezoneOffset
+	} else {
+		_, secs := now.Zone()
+		offset = secs / 60
+	}
+	resp := &Response{ServerTime: ServerTime{Timestamp: now.UnixMilli(), TimezoneOffset: offset}}
+	base := h.publicBase(r, log)
+	token := ""
+	if h.cfg.IssueToken != nil {
+		var err error
+		if token, err = h.cfg.IssueToken(deviceID, clientID); err != nil {
+			return nil, err
+		}
+	}
+	tr := h.cfg.Transport
+	if t, ok := h.cfg.TransportFor[deviceID]; ok {
+		tr = t
+	}
+	switch tr {
+	case TransportMQTT:
+		endpoint := h.cfg.MQTTEndpoint
+		if endpoint == "" {
+			endpoint = net.JoinHostPort(base.Hostname(), "1883")
+		}
+		resp.MQTT = &MQTT{
+			Endpoint:     endpoint,
+			ClientID:     "GID_" + h.cfg.MQTTGroup + "@@@" + xiaozhi.MACTopicForm(deviceID) + "@@@" + clientID,
+			Username:     deviceID,
+			Password:     token,
+			PublishTopic: h.cfg.MQTTPublishTopic,
+			Keepalive:    h.cfg.MQTTKeepalive,
+		}
+	default:
+		u := *base
+		u.Scheme = map[string]string{"https": "wss"}[u.Scheme]
+		if u.Scheme == "" {
+			u.Scheme = "ws"
+		}
+		u.Path = strings.TrimSuffix(u.Path, "/") + h.cfg.WebSocketPath
+		resp.WebSocket = &WebSocket{URL: u.String(), Token: token, Version: h.cfg.WebSocketVersion}
+	}
+	if fw, ok := h.cfg.Firmware[board]; ok && newer(fw.Version, version) {
+		resp.Firmware = &Firmware{Version: fw.Version, URL: fw.URL}
+		log.Info("ota: offering firmware", "board", board, "from", version, "to", fw.Version)
+	}
+	return resp, nil
+}
+
+// publicBase is the configured public URL, or one derived from the request.
+// A device on the network told to dial a loopback address could never
+// connect: that is logged as a warning.
+func (h *Handler) publicBase(r *http.Request, log *slog.Logger) *url.URL {
+	var u url.URL
+	if h.pub != nil {
+		u = *h.pub
+	} else {
+		u = url.URL{Scheme: "http", Host: r.Host}
+		if r.TLS != nil {
+			u.Scheme = "https"
+		}
+	}
+	if isLoopbackHost(u.Hostname()) && !isLoopbackRemote(r.RemoteAddr) {
+		log.Warn("ota: handing a loopback address to a device on the network; set --public-url to the address devices reach",
+			"address", u.Host)
+	}
+	return &u
+}
+
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && (ip.IsLoopback() || ip.IsUnspecified())
+}
+
+func isLoopbackRemote(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// newer reports whether version a is newer than b. An unparsable b (a
+// development build) is never upgraded: a device should not be flashed
+// over a version nobody can compare.
+func newer(a, b string) bool {
+	va, ok1 := parseVersion(a)
+	vb, ok2 := parseVersion(b)
+	if !ok1 || !ok2 {
+		return false
+	}
+	for i := range max(len(va), len(vb)) {
+		x, y := at(va, i), at(vb, i)
+		if x != y {
+			return x > y
+		}
+	}
+	return false
+}
+
+func at(v []int, i int) int {
+	if i < len(v) {
+		return v[i]
+	}
+	return 0
+}
+
+// parseVersion reads dotted numbers, with an optional leading v and
+// ignoring a -suffix.
+func parseVersion(s string) ([]int, bool) {
+	s = strings.TrimPrefix(strings.TrimSpace(s), "v")
+	s, _, _ = strings.Cut(s, "-")
+	if s == "" {
+		return nil, false
+	}
+	var out []int
+	for p := range strings.SplitSeq(s, ".") {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return nil, false
+		}
+		out = append(out, n)
+	}
+	return out, true
+}

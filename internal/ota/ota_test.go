@@ -1,0 +1,222 @@
+package ota
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+const (
+	mac  = "02:00:00:00:00:01"
+	uuid = "00000000-0000-4000-8000-020000000001"
+)
+
+func body(mac, uuid, version, board string) string {
+	b, _ := json.Marshal(map[string]any{
+		"mac_address": mac, "uuid": uuid,
+		"application": map[string]any{"name": "xiaozhi", "version": version},
+		"board":       map[string]any{"type": board, "name": board},
+	})
+	return string(b)
+}
+
+func TestOTA(t *testing.T) {
+	t.Parallel()
+	now := time.UnixMilli(1_800_000_000_123)
+	utc8 := 480
+	base := Config{
+		PublicURL: "http://192.168.1.10:8000", TimezoneOffset: &utc8, Now: func() time.Time { return now },
+		IssueToken: func(d, c string) (string, error) { return "tok-" + d + "-" + c, nil },
+		Firmware:   map[string]Firmware{"bread-compact-wifi": {Version: "2.5.0", URL: "http://fw/bread-2.5.0.bin"}},
+	}
+	good := body(mac, uuid, "2.4.2", "bread-compact-wifi")
+	type want struct {
+		status    int
+		errText   string // in a non-200 body
+		ws, mqtt  bool
+		firmware  string // offered version, "" none
+		wsURL     string
+		mqttCID   string
+		mqttEndpt string
+	}
+	tests := []struct {
+		name    string
+		cfg     func(*Config)
+		method  string
+		headers map[string]string
+		body    string
+		host    string
+		want    want
+	}{
+		{name: "websocket default", body: good,
+			want: want{status: 200, ws: true, firmware: "2.5.0", wsURL: "ws://192.168.1.10:8000/xiaozhi/v1/"}},
+		{name: "https public url gives wss", cfg: func(c *Config) { c.PublicURL = "https://gw.example.com" }, body: good,
+			want: want{status: 200, ws: true, firmware: "2.5.0", wsURL: "wss://gw.example.com/xiaozhi/v1/"}},
+		{name: "url from Host when no public url", cfg: func(c *Config) { c.PublicURL = "" }, host: "10.0.0.5:8000", body: good,
+			want: want{status: 200, ws: true, firmware: "2.5.0", wsURL: "ws://10.0.0.5:8000/xiaozhi/v1/"}},
+		{name: "mqtt", cfg: func(c *Config) { c.Transport = TransportMQTT }, body: good,
+			want: want{status: 200, mqtt: true, firmware: "2.5.0", mqttCID: "GID_mcpgate@@@02_00_00_00_00_01@@@" + uuid, mqttEndpt: "192.168.1.10:1883"}},
+		{name: "mqtt with endpoint and group", cfg: func(c *Config) {
+			c.Transport, c.MQTTEndpoint, c.MQTTGroup = TransportMQTT, "mqtt.lan:8883", "home"
+		}, body: good, want: want{status: 200, mqtt: true, firmware: "2.5.0", mqttCID: "GID_home@@@02_00_00_00_00_01@@@" + uuid, mqttEndpt: "mqtt.lan:8883"}},
+		{name: "per-device override to mqtt", cfg: func(c *Config) { c.TransportFor = map[string]Transport{mac: TransportMQTT} }, body: good,
+			want: want{status: 200, mqtt: true, firmware: "2.5.0", mqttCID: "GID_mcpgate@@@02_00_00_00_00_01@@@" + uuid, mqttEndpt: "192.168.1.10:1883"}},
+		{name: "per-device override back to websocket", cfg: func(c *Config) {
+			c.Transport, c.TransportFor = TransportMQTT, map[string]Transport{mac: TransportWebSocket}
+		}, body: good, want: want{status: 200, ws: true, firmware: "2.5.0", wsURL: "ws://192.168.1.10:8000/xiaozhi/v1/"}},
+		{name: "no firmware when up to date", body: body(mac, uuid, "2.5.0", "bread-compact-wifi"), want: want{status: 200, ws: true, wsURL: "ws://192.168.1.10:8000/xiaozhi/v1/"}},
+		{name: "no firmware when newer", body: body(mac, uuid, "2.10.0", "bread-compact-wifi"), want: want{status: 200, ws: true, wsURL: "ws://192.168.1.10:8000/xiaozhi/v1/"}},
+		{name: "no firmware for other board", body: body(mac, uuid, "1.0.0", "other"), want: want{status: 200, ws: true, wsURL: "ws://192.168.1.10:8000/xiaozhi/v1/"}},
+		{name: "board from user agent", headers: map[string]string{"User-Agent": "bread-compact-wifi/1.0.0"},
+			body: `{"application":{"version":"1.0.0"}}`, want: want{status: 200, ws: true, firmware: "2.5.0", wsURL: "ws://192.168.1.10:8000/xiaozhi/v1/"}},
+		{name: "allowlist admits", cfg: func(c *Config) { c.Policy, c.Allow = PolicyAllowlist, []string{"02-00-00-00-00-01"} }, body: good,
+			want: want{status: 200, ws: true, firmware: "2.5.0", wsURL: "ws://192.168.1.10:8000/xiaozhi/v1/"}},
+		{name: "allowlist refuses", cfg: func(c *Config) { c.Policy, c.Allow = PolicyAllowlist, []string{"02:00:00:00:00:09"} }, body: good,
+			want: want{status: 403, errText: "not allowed"}},
+		{name: "GET", method: http.MethodGet, want: want{status: 405}},
+		{name: "no Device-Id", headers: map[string]string{"Device-Id": ""}, body: good, want: want{status: 400, errText: "missing Device-Id"}},
+		{name: "bad Device-Id", headers: map[string]string{"Device-Id": "zz:zz"}, body: good, want: want{status: 400, errText: "Device-Id"}},
+		{name: "no Client-Id", headers: map[string]string{"Client-Id": ""}, body: good, want: want{status: 400, errText: "missing Client-Id"}},
+		{name: "empty body", body: "", want: want{status: 400, errText: "empty body"}},
+		{name: "not JSON", body: "mac=1", want: want{status: 400, errText: "not a system-information JSON"}},
+		{name: "JSON array", body: "[]", want: want{status: 400, errText: "not a system-information JSON"}},
+		{name: "no version", body: `{"mac_address":"` + mac + `"}`, want: want{status: 400, errText: "application.version is missing"}},
+		{name: "mac mismatch", body: body("02:00:00:00:00:02", uuid, "1", "b"), want: want{status: 400, errText: "does not match the Device-Id"}},
+		{name: "bad mac", body: body("nope", uuid, "1", "b"), want: want{status: 400, errText: "mac_address"}},
+		{name: "uuid mismatch", body: body(mac, "other", "1", "b"), want: want{status: 400, errText: "does not match the Client-Id"}},
+		{name: "too large", body: `{"x":"` + strings.Repeat("a", maxBody) + `"}`, want: want{status: 413}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := base
+			if tt.cfg != nil {
+				tt.cfg(&cfg)
+			}
+			h, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			method := tt.method
+			if method == "" {
+				method = http.MethodPost
+			}
+			r := httptest.NewRequest(method, Path, strings.NewReader(tt.body))
+			r.Header.Set("Device-Id", mac)
+			r.Header.Set("Client-Id", uuid)
+			for k, v := range tt.headers {
+				r.Header.Set(k, v)
+			}
+			if tt.host != "" {
+				r.Host = tt.host
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != tt.want.status {
+				t.Fatalf("status %d, want %d: %s", w.Code, tt.want.status, w.Body)
+			}
+			if w.Code != 200 {
+				if !strings.Contains(w.Body.String(), tt.want.errText) {
+					t.Fatalf("body %q does not say %q", w.Body, tt.want.errText)
+				}
+				return
+			}
+			var resp Response
+			if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil {
+				t.Fatal(err)
+			}
+			if resp.ServerTime != (ServerTime{Timestamp: 1_800_000_000_123, TimezoneOffset: 480}) {
+				t.Errorf("server_time %+v", resp.ServerTime)
+			}
+			if (resp.WebSocket != nil) != tt.want.ws || (resp.MQTT != nil) != tt.want.mqtt {
+				t.Fatalf("websocket %v mqtt %v, want %v %v", resp.WebSocket, resp.MQTT, tt.want.ws, tt.want.mqtt)
+			}
+			wantTok := "tok-" + mac + "-" + uuid
+			if ws := resp.WebSocket; ws != nil && (ws.URL != tt.want.wsURL || ws.Token != wantTok || ws.Version != 1) {
+				t.Errorf("websocket %+v, want url %s", ws, tt.want.wsURL)
+			}
+			if m := resp.MQTT; m != nil {
+				want := MQTT{Endpoint: tt.want.mqttEndpt, ClientID: tt.want.mqttCID, Username: mac, Password: wantTok, PublishTopic: "device-server", Keepalive: 240}
+				if *m != want {
+					t.Errorf("mqtt %+v, want %+v", *m, want)
+				}
+			}
+			got := ""
+			if resp.Firmware != nil {
+				got = resp.Firmware.Version
+			}
+			if got != tt.want.firmware {
+				t.Errorf("firmware %q, want %q", got, tt.want.firmware)
+			}
+			if _, ok := h.Known(mac); !ok {
+				t.Error("device not registered")
+			}
+		})
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	for name, cfg := range map[string]Config{
+		"bad policy":           {Policy: "closed"},
+		"empty allowlist":      {Policy: PolicyAllowlist},
+		"bad transport":        {Transport: "udp"},
+		"bad per-device":       {TransportFor: map[string]Transport{mac: "udp"}},
+		"bad public url":       {PublicURL: "192.168.1.10:8000"},
+		"firmware without url": {Firmware: map[string]Firmware{"b": {Version: "1.0"}}},
+		"firmware bad version": {Firmware: map[string]Firmware{"b": {Version: "latest", URL: "http://x"}}},
+	} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestNewer(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{{"2.5.0", "2.4.2", true}, {"2.4.10", "2.4.9", true}, {"2.4", "2.4.0", false}, {"v3", "2.9.9", true},
+		{"2.4.2", "2.4.2", false}, {"1.0.0", "dev", false}, {"2.0.0-rc1", "1.9", true}} {
+		if got := newer(c.a, c.b); got != c.want {
+			t.Errorf("newer(%s, %s) = %v", c.a, c.b, got)
+		}
+	}
+}
+
+// TestLoopbackWarning: without a public URL, a loopback Host handed to a
+// device on the network is logged as a warning; a local request is not.
+func TestLoopbackWarning(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		remote string
+		warn   bool
+	}{{"192.168.1.20:5000", true}, {"127.0.0.1:5000", false}} {
+		var logs strings.Builder
+		h, err := New(Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := httptest.NewRequest(http.MethodPost, Path, strings.NewReader(body(mac, uuid, "1.0.0", "b")))
+		r.Host, r.RemoteAddr = "127.0.0.1:8000", tc.remote
+		r.Header.Set("Device-Id", mac)
+		r.Header.Set("Client-Id", uuid)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != 200 {
+			t.Fatal(w.Body)
+		}
+		if got := strings.Contains(logs.String(), "loopback address"); got != tc.warn {
+			t.Errorf("remote %s: warned %v, want %v\n%s", tc.remote, got, tc.warn, logs.String())
+		}
+	}
+}

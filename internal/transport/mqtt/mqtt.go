@@ -1,0 +1,469 @@
+// Package mqtt is the device MQTT transport: an embedded broker
+// (mochi-mqtt) that only XiaoZhi devices connect to. Each device connection
+// becomes an MCP session attached to the hub, exactly like a WebSocket one,
+// so a device keeps one state whichever transport it uses.
+//
+// # Wire
+//
+// Devices connect with client id GID_<group>@@@<mac_with_underscores>@@@<uuid>,
+// publish every message to the uplink topic (default "device-server") and
+// never subscribe. MCP starts right after CONNACK, without a hello.
+//
+// # Downlink without a subscription
+//
+// The gateway writes each downlink PUBLISH (topic devices/p2p/<mac>) straight
+// to the connection it belongs to, with the broker client's WritePacket,
+// instead of auto-subscribing the device and publishing through the topic
+// tree. The session is thereby bound to one TCP connection: a reply meant for
+// a connection that a newer one of the same client id has taken over can
+// never reach the newer one, nothing depends on subscription state the broker
+// might drop or inherit on takeover, and a device cannot receive another's
+// messages by any subscription. A write that does not finish before its
+// context ends closes the connection (a device that stopped reading is gone),
+// as coder/websocket does for the WebSocket transport.
+//
+// # Concurrency
+//
+// Per connection, the broker owns the reader goroutine (and a write loop
+// that stays idle); the hooks run on it. The transport adds a discovery
+// goroutine that ends with the session, and a context.AfterFunc that closes
+// the connection when the session ends for another reason (replacement,
+// shutdown). OnDisconnect closes the session, waits for both and detaches
+// from the hub. Close waits for all of it.
+package mqtt
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
+	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/transport/conns"
+	"github.com/mcpgate/mcpgate/xiaozhi"
+)
+
+// Config tunes the transport. Hub and Addr are required; other zero values
+// get defaults.
+type Config struct {
+	Hub     *hub.Hub
+	Logger  *slog.Logger
+	Metrics *metrics.Metrics
+	// Session is the template of each connection's MCP engine settings.
+	Session mcpclient.Config
+	// Addr is the listen address, host:port; port 0 picks one (see Addr).
+	Addr string
+	// TLS, when set, makes the listener speak MQTT over TLS.
+	TLS *tls.Config
+	// UplinkTopic is where devices publish. Default "device-server".
+	UplinkTopic string
+	// Authenticate checks a device's CONNECT credentials; a non-nil error
+	// refuses it with "bad user name or password". Nil accepts any.
+	Authenticate func(clientID, username, password string) error
+	// MaxPacketSize caps one inbound packet. Default 1 MiB.
+	MaxPacketSize uint32
+	// WriteTimeout bounds writes the transport makes on its own (alerts). Default 10s.
+	WriteTimeout time.Duration
+}
+
+// Transport is the embedded broker. Start listens; Close stops it and waits
+// for every connection.
+type Transport struct {
+	cfg Config
+	log *slog.Logger
+	m   *metrics.Metrics
+	srv *mochi.Server
+
+	conns     *conns.Tracker // the lifetime of all sessions
+	closeOnce sync.Once
+
+	mu   sync.RWMutex
+	live map[*mochi.Client]*connection // guarded by mu; one per attached connection
+	ln   *listeners.TCP                // set by Start
+}
+
+// New validates cfg and builds the broker without binding anything.
+func New(cfg Config) (*Transport, error) {
+	if cfg.Hub == nil {
+		return nil, errors.New("mqtt: Config.Hub is required")
+	}
+	if cfg.Addr == "" {
+		return nil, errors.New("mqtt: Config.Addr is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New()
+	}
+	if cfg.UplinkTopic == "" {
+		cfg.UplinkTopic = xiaozhi.DefaultUplinkTopic
+	}
+	if !mochi.IsValidFilter(cfg.UplinkTopic, true) {
+		return nil, fmt.Errorf("mqtt: uplink topic %q is not a valid topic name", cfg.UplinkTopic)
+	}
+	if cfg.MaxPacketSize == 0 {
+		cfg.MaxPacketSize = 1 << 20
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+
+	caps := mochi.NewDefaultServerCapabilities()
+	// The outbound queue is allocated per client at its full size (8192
+	// pointers, 64 KiB, by default); the gateway bypasses it (see the package
+	// doc), so a small one keeps an idle device cheap.
+	caps.MaximumClientWritesPending = 16
+	caps.MaximumPacketSize = cfg.MaxPacketSize
+	// Devices keep no broker session: nothing is queued for them while away,
+	// so a disconnected client is forgotten at once.
+	caps.MaximumSessionExpiryInterval = 0
+	caps.MaximumInflight = 64
+	caps.ReceiveMaximum = 64
+	caps.TopicAliasMaximum = 0
+	caps.RetainAvailable = 0
+	caps.SharedSubAvailable = 0
+	caps.WildcardSubAvailable = 0
+	srv := mochi.New(&mochi.Options{
+		Capabilities: caps,
+		// Small buffers: a device's packets are a few hundred bytes, and a
+		// fleet pays these per idle connection.
+		ClientNetReadBufferSize:  1024,
+		ClientNetWriteBufferSize: 1024,
+		Logger:                   cfg.Logger.With("component", "mqtt_broker"),
+		SysTopicResendInterval:   3600, // nobody reads $SYS here
+	})
+	t := &Transport{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, srv: srv,
+		conns: conns.NewTracker(), live: make(map[*mochi.Client]*connection)}
+	if err := srv.AddHook(&hook{t: t}, nil); err != nil {
+		return nil, fmt.Errorf("mqtt: add hook: %w", err)
+	}
+	return t, nil
+}
+
+// Start binds the listener and starts accepting devices.
+func (t *Transport) Start() error {
+	ln := listeners.NewTCP(listeners.Config{ID: "devices", Address: t.cfg.Addr, TLSConfig: t.cfg.TLS})
+	if err := t.srv.AddListener(ln); err != nil {
+		return fmt.Errorf("mqtt: listen on %s: %w", t.cfg.Addr, err)
+	}
+	t.mu.Lock()
+	t.ln = ln
+	t.mu.Unlock()
+	if err := t.srv.Serve(); err != nil {
+		return fmt.Errorf("mqtt: serve: %w", err)
+	}
+	t.log.Info("mqtt broker listening", "addr", ln.Address(), "tls", t.cfg.TLS != nil, "uplink_topic", t.cfg.UplinkTopic)
+	return nil
+}
+
+// Addr returns the bound address once started, else the configured one.
+func (t *Transport) Addr() string {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.ln != nil {
+		return t.ln.Address()
+	}
+	return t.cfg.Addr
+}
+
+// Close ends every session with hub.ErrShutdown, which disconnects its
+// device, then stops the broker, which waits for its client goroutines.
+// It is idempotent.
+func (t *Transport) Close() {
+	t.closeOnce.Do(func() {
+		t.conns.Close(hub.ErrShutdown)
+		_ = t.srv.Close() // never fails
+	})
+}
+
+// connection is one attached device connection. Fields are set before it
+// is published in Transport.live and not written after.
+type connection struct {
+	t         *Transport
+	cl        *mochi.Client
+	deviceID  string
+	topic     string // downlink topic
+	sessionID string
+	log       *slog.Logger
+	sess      *mcpclient.Session
+	att       *hub.Attachment
+	finish    func() // waits for what attach started, then detaches
+}
+
+// attach turns an established broker client into a hub session. It runs on
+// the client's reader goroutine, after CONNACK, so MCP starts right away.
+func (t *Transport) attach(cl *mochi.Client) {
+	id, err := xiaozhi.ParseMQTTClientID(cl.ID)
+	if err != nil { // OnConnect refused it already; be safe
+		cl.Stop(err)
+		return
+	}
+	if !t.conns.Add() {
+		t.m.Handshakes.WithLabelValues("mqtt", "shutdown").Inc()
+		cl.Stop(hub.ErrShutdown)
+		return
+	}
+	c := &connection{t: t, cl: cl, deviceID: id.DeviceID, topic: xiaozhi.P2PTopic(id.DeviceID), sessionID: newSessionID()}
+	c.log = t.log.With("device_id", id.DeviceID, "session_id", c.sessionID, "remote", cl.Net.Remote)
+	scfg := t.cfg.Session
+	scfg.Logger = c.log
+	c.sess = mcpclient.New(t.conns.Context(), c, scfg)
+	c.att = t.cfg.Hub.Attach(hub.ConnInfo{
+		DeviceID: id.DeviceID, ClientID: id.UUID, Transport: "mqtt",
+		SessionID: c.sessionID, Remote: cl.Net.Remote, ProtocolVersion: fmt.Sprint(cl.Properties.ProtocolVersion),
+		Logger: c.log,
+	}, c.sess)
+
+	closed := make(chan struct{})
+	stopCloser := context.AfterFunc(c.sess.Context(), func() {
+		defer close(closed)
+		c.close(context.Cause(c.sess.Context()))
+	})
+	var discovery sync.WaitGroup
+	discovery.Go(func() { c.att.Discover(c.sess.Context()) })
+	c.finish = func() {
+		if !stopCloser() {
+			<-closed
+		}
+		discovery.Wait()
+		c.att.Detach()
+	}
+	t.mu.Lock()
+	t.live[cl] = c
+	t.mu.Unlock()
+	t.m.Handshakes.WithLabelValues("mqtt", "ok").Inc()
+	c.log.Info("device connected", "client_id", cl.ID, "mqtt_version", cl.Properties.ProtocolVersion)
+}
+
+// detach ends the session of a broker client whose connection ended.
+func (t *Transport) detach(cl *mochi.Client, err error) {
+	t.mu.Lock()
+	c := t.live[cl]
+	delete(t.live, cl)
+	t.mu.Unlock()
+	if c == nil {
+		return
+	}
+	var reason error
+	switch {
+	case cl.IsTakenOver():
+		reason = errTakenOver
+	case err == nil || errors.Is(err, packets.CodeDisconnect):
+		reason = errors.New("device disconnected")
+	default:
+		reason = fmt.Errorf("connection lost: %w", err)
+	}
+	c.sess.Close(reason)
+	c.finish()
+	t.conns.Done()
+}
+
+var errTakenOver = errors.New("a newer connection took over the MQTT client id")
+
+// connection returns the attached connection of a broker client, or nil.
+func (t *Transport) connection(cl *mochi.Client) *connection {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.live[cl]
+}
+
+// close disconnects the device because its session ended: MQTT 5 clients
+// get a DISCONNECT with a reason (3.1.1 has no server DISCONNECT), then the
+// socket is closed.
+func (c *connection) close(reason error) {
+	if c.cl.Closed() {
+		return
+	}
+	code := packets.ErrUnspecifiedError
+	switch {
+	case errors.Is(reason, hub.ErrShutdown):
+		code = packets.ErrServerShuttingDown
+	case errors.Is(reason, hub.ErrReplaced):
+		code = packets.ErrSessionTakenOver
+	}
+	if c.cl.Properties.ProtocolVersion == 5 {
+		// The device may have stopped reading: the DISCONNECT must not wait for it.
+		_ = c.cl.Net.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+		_ = c.t.srv.DisconnectClient(c.cl, code) // also stops the client
+	}
+	c.cl.Stop(reason)
+}
+
+// Send writes an MCP payload in the device's envelope to its connection.
+func (c *connection) Send(ctx context.Context, payload []byte) error {
+	b, err := xiaozhi.MCPEnvelope(c.sessionID, payload)
+	if err != nil {
+		return err
+	}
+	return c.write(ctx, b)
+}
+
+// write publishes msg on the device's downlink topic, straight to its
+// connection (see the package doc). If ctx ends before the write finishes,
+// the connection is closed: a half-written packet cannot be taken back.
+func (c *connection) write(ctx context.Context, msg []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() {
+		c.cl.Stop(fmt.Errorf("downlink write: %w", context.Cause(ctx)))
+	})
+	err := c.cl.WritePacket(packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish},
+		TopicName:   c.topic,
+		Payload:     msg,
+	})
+	if !stop() {
+		return fmt.Errorf("mqtt: write to device: %w", context.Cause(ctx))
+	}
+	if err != nil {
+		return fmt.Errorf("mqtt: write to device: %w", err)
+	}
+	return nil
+}
+
+// uplink handles one message a device published. It runs on the client's
+// reader goroutine and never blocks on the hub or the engine.
+func (c *connection) uplink(payload []byte) {
+	c.att.Touch()
+	env, err := xiaozhi.DecodeEnvelope(payload)
+	if err != nil {
+		c.t.m.DroppedFrames.WithLabelValues("unparseable").Inc()
+		c.log.Warn("dropped unparseable message from device", "error", err, "frame", conns.Truncate(string(payload), 300))
+		return
+	}
+	switch env.Type {
+	case xiaozhi.TypeMCP:
+		if len(env.Payload) == 0 || string(env.Payload) == "null" {
+			c.t.m.DroppedFrames.WithLabelValues("empty_mcp").Inc()
+			return
+		}
+		c.sess.Handle(env.Payload)
+	case xiaozhi.TypeHello:
+		c.refuseAudio(env)
+	case xiaozhi.TypeGoodbye:
+		// Ends the device's audio session only; MCP goes on.
+		c.log.Debug("device ended its audio session")
+	default:
+		// listen, abort and types this gateway does not use.
+	}
+}
+
+// refuseAudio answers an audio hello: this gateway carries no audio, so the
+// device is told why (alert) and its audio channel is closed (goodbye),
+// while the MCP session goes on. Firmware honours a goodbye without a
+// session_id or with its own, so the hello's session_id is echoed when it
+// has one.
+func (c *connection) refuseAudio(env *xiaozhi.Envelope) {
+	sid := env.SessionID
+	alert, _ := json.Marshal(xiaozhi.Alert{Type: xiaozhi.TypeAlert, SessionID: sid, Status: "error",
+		Message: "This gateway carries no audio: voice is unavailable, device tools still work.", Emotion: "sad"})
+	bye, _ := json.Marshal(goodbye{Type: xiaozhi.TypeGoodbye, SessionID: sid})
+	ctx, cancel := context.WithTimeout(c.sess.Context(), c.t.cfg.WriteTimeout)
+	defer cancel()
+	for _, msg := range [][]byte{alert, bye} {
+		if err := c.write(ctx, msg); err != nil {
+			c.log.Debug("could not refuse audio hello", "error", err)
+			return
+		}
+	}
+	c.log.Info("refused audio session: the gateway carries no audio")
+}
+
+type goodbye struct {
+	Type      string `json:"type"`
+	SessionID string `json:"session_id,omitempty"`
+}
+
+// hook plugs the transport into the broker.
+type hook struct {
+	mochi.HookBase
+	t *Transport
+}
+
+func (h *hook) ID() string { return "mcpgate-devices" }
+
+func (h *hook) Provides(b byte) bool {
+	return bytes.IndexByte([]byte{
+		mochi.OnConnect, mochi.OnConnectAuthenticate, mochi.OnACLCheck,
+		mochi.OnSessionEstablished, mochi.OnDisconnect, mochi.OnPublish, mochi.OnPacketRead,
+	}, b) >= 0
+}
+
+// OnConnect refuses client ids that are not device ids, with CONNACK
+// "client identifier not valid".
+func (h *hook) OnConnect(cl *mochi.Client, pk packets.Packet) error {
+	if _, err := xiaozhi.ParseMQTTClientID(cl.ID); err != nil {
+		h.t.m.Handshakes.WithLabelValues("mqtt", "bad_client_id").Inc()
+		h.t.log.Info("refused MQTT client with a malformed client id", "remote", cl.Net.Remote, "error", err)
+		_ = h.t.srv.SendConnack(cl, packets.ErrClientIdentifierNotValid, false, nil)
+		return packets.ErrClientIdentifierNotValid
+	}
+	return nil
+}
+
+func (h *hook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
+	if h.t.cfg.Authenticate == nil {
+		return true
+	}
+	if err := h.t.cfg.Authenticate(cl.ID, string(pk.Connect.Username), string(pk.Connect.Password)); err != nil {
+		h.t.m.Handshakes.WithLabelValues("mqtt", "auth_failed").Inc()
+		h.t.log.Info("refused MQTT device credentials", "client_id", cl.ID, "remote", cl.Net.Remote, "error", err)
+		return false
+	}
+	return true
+}
+
+// OnACLCheck lets a device publish only to the uplink topic and subscribe
+// only to its own downlink topic, so no device reads another's messages.
+func (h *hook) OnACLCheck(cl *mochi.Client, topic string, write bool) bool {
+	if write {
+		return topic == h.t.cfg.UplinkTopic
+	}
+	id, err := xiaozhi.ParseMQTTClientID(cl.ID)
+	return err == nil && topic == xiaozhi.P2PTopic(id.DeviceID)
+}
+
+func (h *hook) OnSessionEstablished(cl *mochi.Client, pk packets.Packet) { h.t.attach(cl) }
+
+func (h *hook) OnDisconnect(cl *mochi.Client, err error, expire bool) { h.t.detach(cl, err) }
+
+// OnPublish consumes uplink messages: they are for the gateway alone, so
+// the broker acknowledges them and routes them nowhere.
+func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if c := h.t.connection(cl); c != nil && pk.TopicName == h.t.cfg.UplinkTopic {
+		c.uplink(pk.Payload)
+	}
+	return pk, packets.CodeSuccessIgnore
+}
+
+// OnPacketRead records any packet, PINGREQ included, as a sign of life.
+func (h *hook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if c := h.t.connection(cl); c != nil {
+		c.att.Touch()
+	}
+	return pk, nil
+}
+
+func newSessionID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	b[6] = (b[6] & 0x0f) | 0x40
+	b[8] = (b[8] & 0x3f) | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}

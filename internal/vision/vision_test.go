@@ -1,0 +1,237 @@
+package vision
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/jpeg"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/devauth"
+	"github.com/mcpgate/mcpgate/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+const dev = "02:00:00:00:00:01"
+
+func photo(t testing.TB) []byte {
+	var b bytes.Buffer
+	if err := jpeg.Encode(&b, image.NewGray(image.Rect(0, 0, 8, 8)), nil); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func form(t testing.TB, question string, file []byte) (*bytes.Buffer, string) {
+	var b bytes.Buffer
+	w := multipart.NewWriter(&b)
+	w.WriteField("question", question)
+	p, _ := w.CreateFormFile("file", "camera.jpg")
+	p.Write(file)
+	w.Close()
+	return &b, w.FormDataContentType()
+}
+
+type fixture struct {
+	srv  *httptest.Server
+	svc  *Service
+	auth *devauth.Authority
+	dir  string
+}
+
+func newFixture(t *testing.T, model *Model, maxBytes int64) *fixture {
+	t.Helper()
+	auth, err := devauth.New(devauth.Config{Secret: bytes.Repeat([]byte("k"), 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	svc, err := New(Config{Dir: dir, MaxBytes: maxBytes, Model: model,
+		Verify: func(d, _, tok string) error { return auth.VerifyVision(d, tok) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(Path, svc)
+	svc.Register(mux, func(h http.Handler) http.Handler { return h })
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return &fixture{srv: srv, svc: svc, auth: auth, dir: dir}
+}
+
+func (f *fixture) post(t *testing.T, device, token string, body io.Reader, ctype string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, f.srv.URL+Path, body)
+	req.Header.Set("Content-Type", ctype)
+	req.Header.Set("Device-Id", device)
+	req.Header.Set("Client-Id", "c-1")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := f.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestUploadRefusals(t *testing.T) {
+	f := newFixture(t, nil, 1024)
+	tok, _ := f.auth.IssueVision(dev, time.Hour)
+	devTok, _ := f.auth.IssueDevice(dev, "", time.Hour)
+	jpg := photo(t)
+	tests := []struct {
+		name, device, token string
+		file                []byte
+		status              int
+	}{
+		{"ok", dev, tok, jpg, 200},
+		{"no token", dev, "", jpg, 401},
+		{"malformed token", dev, "abc", jpg, 401},
+		{"device token instead of vision token", dev, devTok, jpg, 401},
+		{"wrong device", "02:00:00:00:00:02", tok, jpg, 403},
+		{"oversize", dev, tok, append(bytes.Clone(jpg), make([]byte, 2048)...), 413},
+		{"not an image", dev, tok, []byte("GIF89a not really"), 415},
+		{"png accepted", dev, tok, []byte("\x89PNG\r\n\x1a\nrest"), 200},
+		{"webp accepted", dev, tok, []byte("RIFF\x00\x00\x00\x00WEBPVP8 "), 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, ct := form(t, "what?", tt.file)
+			status, body := f.post(t, tt.device, tt.token, b, ct)
+			if status != tt.status {
+				t.Fatalf("status %d, want %d: %s", status, tt.status, body)
+			}
+		})
+	}
+	t.Run("not multipart", func(t *testing.T) {
+		status, _ := f.post(t, dev, tok, strings.NewReader("{}"), "application/json")
+		if status != 400 {
+			t.Fatalf("status %d", status)
+		}
+	})
+	t.Run("no Device-Id", func(t *testing.T) {
+		b, ct := form(t, "q", jpg)
+		status, _ := f.post(t, "", tok, b, ct)
+		if status != 400 {
+			t.Fatalf("status %d", status)
+		}
+	})
+}
+
+// TestChunkedUploadAndREST uploads with chunked transfer encoding (no
+// Content-Length), then lists and fetches the photo over REST.
+func TestChunkedUploadAndREST(t *testing.T) {
+	f := newFixture(t, nil, 0)
+	tok, _ := f.auth.IssueVision(dev, time.Hour)
+	jpg := photo(t)
+	b, ct := form(t, "what is this?", jpg)
+	pr, pw := io.Pipe()
+	go func() { // owned: ends when the buffer is copied, before post returns
+		_, err := io.Copy(pw, b)
+		pw.CloseWithError(err)
+	}()
+	status, body := f.post(t, dev, tok, pr, ct)
+	if status != 200 {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	var answer struct {
+		Photo, URL string
+	}
+	if err := json.Unmarshal([]byte(body), &answer); err != nil || answer.Photo == "" {
+		t.Fatalf("answer %q: %v", body, err)
+	}
+	fi, err := os.Stat(filepath.Join(f.dir, "02_00_00_00_00_01", answer.Photo+".jpg"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("stored photo: %v, %v", fi, err)
+	}
+	if di, _ := os.Stat(filepath.Join(f.dir, "02_00_00_00_00_01")); di.Mode().Perm() != 0o700 {
+		t.Errorf("photo dir mode %v", di.Mode().Perm())
+	}
+
+	resp, err := http.Get(f.srv.URL + "/api/v1/devices/" + dev + "/photos")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list PhotoList
+	json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if len(list.Photos) != 1 || list.Photos[0].ID != answer.Photo || list.Photos[0].Question != "what is this?" {
+		t.Fatalf("list %+v", list)
+	}
+	resp, err = http.Get(f.srv.URL + answer.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "image/jpeg" || !bytes.Equal(got, jpg) {
+		t.Fatalf("GET photo: %d %s, %d bytes", resp.StatusCode, resp.Header.Get("Content-Type"), len(got))
+	}
+	for _, p := range []string{"/photos/..%2f..%2fsecret", "/photos/20260101T000000Z-00000000"} {
+		resp, err = http.Get(f.srv.URL + "/api/v1/devices/" + dev + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 404 {
+			t.Errorf("GET %s: %d, want 404", p, resp.StatusCode)
+		}
+	}
+}
+
+// TestModel checks the chat/completions request and that the model's text
+// is the answer; a failing model still answers 200 with a relayable text.
+func TestModel(t *testing.T) {
+	var fail bool
+	stub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/chat/completions" || r.Header.Get("Authorization") != "Bearer key" {
+			http.Error(w, "bad request", 400)
+			return
+		}
+		var req struct {
+			Model    string
+			Messages []struct {
+				Content []struct {
+					Type     string
+					Text     string
+					ImageURL struct{ URL string } `json:"image_url"`
+				}
+			}
+		}
+		json.NewDecoder(r.Body).Decode(&req)
+		if fail {
+			http.Error(w, "overloaded", 503)
+			return
+		}
+		c := req.Messages[0].Content
+		fmt.Fprintf(w, `{"choices":[{"message":{"role":"assistant","content":%q}}]}`,
+			fmt.Sprintf("model %s saw %q with %s", req.Model, c[0].Text, c[1].ImageURL.URL[:23]))
+	}))
+	defer stub.Close()
+	f := newFixture(t, &Model{BaseURL: stub.URL + "/v1", Name: "vis-1", APIKey: "key"}, 0)
+	tok, _ := f.auth.IssueVision(dev, time.Hour)
+	b, ct := form(t, "what colour?", photo(t))
+	status, body := f.post(t, dev, tok, b, ct)
+	if want := `model vis-1 saw "what colour?" with data:image/jpeg;base64,`; status != 200 || body != want {
+		t.Fatalf("%d %q, want %q", status, body, want)
+	}
+	fail = true
+	b, ct = form(t, "again?", photo(t))
+	status, body = f.post(t, dev, tok, b, ct)
+	if status != 200 || !strings.Contains(body, "could not explain it: model answered HTTP 503") {
+		t.Fatalf("%d %q", status, body)
+	}
+}

@@ -1,0 +1,66 @@
+package xiaozhi
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+)
+
+// MQTT names of the ecosystem: devices publish every message to the uplink
+// topic the OTA reply names (usually DefaultUplinkTopic) and receive on their
+// own peer-to-peer topic, which they never subscribe to.
+const (
+	DefaultUplinkTopic = "device-server"
+	P2PTopicPrefix     = "devices/p2p/"
+	// DefaultMQTTGroup is the group of client ids the gateway hands out.
+	DefaultMQTTGroup = "mcpgate"
+)
+
+// P2PTopic returns the downlink topic of a device, devices/p2p/<mac_with_underscores>.
+func P2PTopic(deviceID string) string { return P2PTopicPrefix + MACTopicForm(deviceID) }
+
+// MQTTClientID is what an MQTT device connects with.
+type MQTTClientID struct {
+	Group    string // without the GID_ prefix
+	DeviceID string // normalised
+	UUID     string
+}
+
+// String returns the wire form GID_<group>@@@<mac_with_underscores>@@@<uuid>.
+func (c MQTTClientID) String() string {
+	return "GID_" + c.Group + "@@@" + MACTopicForm(c.DeviceID) + "@@@" + c.UUID
+}
+
+// ParseMQTTClientID parses GID_<group>@@@<mac_with_underscores>@@@<uuid>. The
+// device part may be any form NormalizeDeviceID accepts; the group and uuid
+// must be non-empty and free of spaces, control characters and MQTT wildcards.
+func ParseMQTTClientID(s string) (MQTTClientID, error) {
+	parts := strings.Split(s, "@@@")
+	if len(parts) != 3 {
+		return MQTTClientID{}, fmt.Errorf("%w: client id %q: want GID_<group>@@@<mac_with_underscores>@@@<uuid>", ErrBadDeviceID, s)
+	}
+	group, ok := strings.CutPrefix(parts[0], "GID_")
+	if !ok || !plainToken(group) {
+		return MQTTClientID{}, fmt.Errorf("%w: client id %q: the group must be GID_ followed by a name", ErrBadDeviceID, s)
+	}
+	if !plainToken(parts[2]) {
+		return MQTTClientID{}, fmt.Errorf("%w: client id %q: missing or invalid uuid", ErrBadDeviceID, s)
+	}
+	id, err := NormalizeDeviceID(parts[1])
+	if err != nil {
+		return MQTTClientID{}, fmt.Errorf("client id %q: %w", s, err)
+	}
+	return MQTTClientID{Group: group, DeviceID: id, UUID: parts[2]}, nil
+}
+
+func plainToken(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || unicode.IsSpace(r) || r == '/' || r == '+' || r == '#' {
+			return false
+		}
+	}
+	return true
+}
