@@ -35,8 +35,16 @@ type MQTTClientOptions struct {
 	ClientID string
 	// Username and Password are sent in CONNECT when not empty.
 	Username, Password string
-	// PublishTopic is where every message goes; "" means "device-server".
+	// PublishTopic is where every message goes; "" means "device-server",
+	// or "device-server/<mac_with_underscores>" with Subscribe.
 	PublishTopic string
+	// Subscribe is for a stock external broker (the gateway's
+	// --mqtt-broker mode), which delivers downlink only to subscribers: the
+	// client then subscribes to its own devices/p2p/<mac> topic, announces
+	// itself with {"type":"online"} after each CONNECT, and leaves an MQTT
+	// Will {"type":"offline"} on PublishTopic, also sent when Close ends the
+	// connection. Firmware does none of this.
+	Subscribe bool
 	// Keepalive is the MQTT keepalive; 0 means DefaultKeepalive.
 	Keepalive time.Duration
 	// Server answers the gateway's MCP requests. It keeps its state across
@@ -84,6 +92,9 @@ func NewMQTTClient(opts MQTTClientOptions) (*MQTTClient, error) {
 	}
 	if opts.PublishTopic == "" {
 		opts.PublishTopic = xiaozhi.DefaultUplinkTopic
+		if opts.Subscribe {
+			opts.PublishTopic = xiaozhi.DeviceUplinkTopic(xiaozhi.DefaultUplinkTopic, id)
+		}
 	}
 	if opts.Keepalive <= 0 {
 		opts.Keepalive = DefaultKeepalive
@@ -136,7 +147,7 @@ func (c *MQTTClient) Connect(ctx context.Context) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("device: dial %s: %w", c.opts.Broker, err)
 	}
-	l := &mqttLink{topic: c.opts.PublishTopic, in: make(chan []byte, 16), closed: make(chan struct{})}
+	l := &mqttLink{topic: c.opts.PublishTopic, in: make(chan []byte, 16), closed: make(chan struct{}), will: c.opts.Subscribe}
 	l.cli = paho.NewClient(paho.ClientConfig{
 		Conn: packets.NewThreadSafeConn(conn),
 		// Any PUBLISH is downlink: the client never subscribes.
@@ -147,13 +158,41 @@ func (c *MQTTClient) Connect(ctx context.Context) (*Session, error) {
 		Username: c.opts.Username, UsernameFlag: c.opts.Username != "",
 		Password: []byte(c.opts.Password), PasswordFlag: c.opts.Password != "",
 	}
+	if c.opts.Subscribe {
+		cp.WillMessage = &paho.WillMessage{Topic: c.opts.PublishTopic, Payload: []byte(presenceOffline)}
+	}
 	if _, err := l.cli.Connect(cctx, cp); err != nil {
 		_ = conn.Close()
 		return nil, fmt.Errorf("device: MQTT connect to %s: %w", c.opts.Broker, err)
 	}
+	if c.opts.Subscribe {
+		if err := c.announce(cctx, l); err != nil {
+			_ = l.Close()
+			return nil, err
+		}
+	}
 	l.touch()
 	// No idle timeout: MQTT keepalive (PINGREQ) detects a dead broker.
 	return newSession(l, c.opts.Server, "", 0, c.log), nil
+}
+
+const (
+	presenceOnline  = `{"type":"` + xiaozhi.TypeOnline + `"}`
+	presenceOffline = `{"type":"` + xiaozhi.TypeOffline + `"}`
+)
+
+// announce subscribes to the device's downlink topic, then tells the
+// gateway the device is (back) online, in that order so that the gateway's
+// first request cannot be published before the subscription exists.
+func (c *MQTTClient) announce(ctx context.Context, l *mqttLink) error {
+	topic := xiaozhi.P2PTopic(c.deviceID)
+	if _, err := l.cli.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: topic, QoS: 0}}}); err != nil {
+		return fmt.Errorf("device: subscribe to %s: %w", topic, err)
+	}
+	if err := l.Write(ctx, []byte(presenceOnline)); err != nil {
+		return fmt.Errorf("device: announce on %s: %w", l.topic, err)
+	}
+	return nil
 }
 
 // mqttLink is a link over one MQTT connection.
@@ -164,6 +203,7 @@ type mqttLink struct {
 	closed   chan struct{}
 	once     sync.Once
 	received atomic.Int64 // unix nanos of the last message
+	will     bool         // a Will is set: Close asks the broker to send it
 }
 
 var errMQTTLost = errors.New("MQTT connection lost")
@@ -207,7 +247,13 @@ func (l *mqttLink) Close() error {
 	var err error
 	l.once.Do(func() {
 		close(l.closed)
-		err = l.cli.Disconnect(&paho.Disconnect{ReasonCode: 0})
+		// 0x04 "disconnect with Will message": the gateway learns at once
+		// that the device left, as after an abrupt disconnect.
+		var code byte
+		if l.will {
+			code = 0x04
+		}
+		err = l.cli.Disconnect(&paho.Disconnect{ReasonCode: code})
 	})
 	return err
 }

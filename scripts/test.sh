@@ -22,6 +22,13 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 fi
 npm ci --prefix testdata/npm --no-audit --no-fund --loglevel=error
 
+echo "== mosquitto (internal/gateway's external-broker tests run a real one)"
+if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "-- installing mosquitto from Debian's packages"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >/dev/null
+fi
+# No skip when it is missing: the tests fail and say how to install it.
+
 echo "== go vet"
 go vet ./...
 

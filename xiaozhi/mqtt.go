@@ -32,8 +32,9 @@ func (c MQTTClientID) String() string {
 }
 
 // ParseMQTTClientID parses GID_<group>@@@<mac_with_underscores>@@@<uuid>. The
-// device part may be any form NormalizeDeviceID accepts; the group and uuid
-// must be non-empty and free of spaces, control characters and MQTT wildcards.
+// device part may be any form NormalizeDeviceID accepts, but a ':' only in a
+// MAC; the group and uuid must be non-empty and free of spaces, control
+// characters and MQTT wildcards. A parsed id's String parses back to it.
 func ParseMQTTClientID(s string) (MQTTClientID, error) {
 	parts := strings.Split(s, "@@@")
 	if len(parts) != 3 {
@@ -43,12 +44,24 @@ func ParseMQTTClientID(s string) (MQTTClientID, error) {
 	if !ok || !plainToken(group) {
 		return MQTTClientID{}, fmt.Errorf("%w: client id %q: the group must be GID_ followed by a name", ErrBadDeviceID, s)
 	}
+	// NormalizeDeviceID trims spaces; a device part with any would not be
+	// the one String writes back (" @" would become "@" and merge with
+	// the separator before it).
+	if !plainToken(parts[1]) {
+		return MQTTClientID{}, fmt.Errorf("%w: client id %q: missing or invalid device id", ErrBadDeviceID, s)
+	}
 	if !plainToken(parts[2]) {
 		return MQTTClientID{}, fmt.Errorf("%w: client id %q: missing or invalid uuid", ErrBadDeviceID, s)
 	}
 	id, err := NormalizeDeviceID(parts[1])
 	if err != nil {
 		return MQTTClientID{}, fmt.Errorf("client id %q: %w", s, err)
+	}
+	// The wire and topic forms write ':' as '_': a device id that is not a
+	// MAC but has a ':' would come back as another id (a:b as a_b) and share
+	// its downlink topic.
+	if _, isMAC := parseMAC(id); !isMAC && strings.Contains(id, ":") {
+		return MQTTClientID{}, fmt.Errorf("%w: client id %q: a device id other than a MAC must not contain ':'", ErrBadDeviceID, s)
 	}
 	return MQTTClientID{Group: group, DeviceID: id, UUID: parts[2]}, nil
 }

@@ -49,6 +49,7 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 		Example: `  mcpgate bench                                        # 100 devices, 16 connections, 10 s phases
   mcpgate bench --devices 100 --concurrency 16 --duration 10s
   mcpgate bench --idle-only --devices 10000            # memory per idle device only
+  mcpgate bench --idle-only --mqtt --devices 10000     # the same with MQTT devices
   mcpgate bench --rate 2000 --duration 30s             # latency at a chosen rate
   mcpgate bench --tool self.get_device_status --json
   mcpgate bench --server http://127.0.0.1:8000 --gateway-pid $(pgrep -f 'mcpgate serve')`,
@@ -108,6 +109,7 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 	f.BoolVar(&cfg.SkipFloor, "skip-floor", false, "skip the raw WebSocket floor (and the ratio)")
 	f.BoolVar(&cfg.SkipMCP, "skip-mcp", false, "skip the MCP phase (tools/call through /mcp)")
 	f.BoolVar(&cfg.IdleOnly, "idle-only", false, "only connect the devices and report memory: no calls")
+	f.BoolVar(&cfg.MQTT, "mqtt", false, "devices connect to the started gateway's embedded MQTT broker (on a free port) instead of WebSocket")
 	f.BoolVar(&cfg.InProcess, "in-process", false, "run the gateway inside the bench process (no memory figure)")
 	f.IntVar(&cfg.GatewayPID, "gateway-pid", 0, "process id of the --server gateway, to read its memory")
 	return cmd

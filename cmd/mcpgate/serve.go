@@ -69,6 +69,12 @@ environment, which wins over the file.`,
 				}
 				cfg.MQTTTLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
 			}
+			if cfg.MQTTBroker != "" {
+				if cmd.Flags().Changed("mqtt-addr") && cfg.MQTTAddr != "" {
+					return errors.New("--mqtt-broker and --mqtt-addr are mutually exclusive: the embedded broker is not started with an external one")
+				}
+				cfg.MQTTAddr = ""
+			}
 			gw, err := gateway.New(cfg)
 			if err != nil {
 				return err
@@ -98,7 +104,12 @@ environment, which wins over the file.`,
 	f.StringVar(&cfg.MQTTAddr, "mqtt-addr", "127.0.0.1:1883", "embedded MQTT broker address for devices (empty disables it)")
 	f.StringVar(&mqttCert, "mqtt-tls-cert", "", "PEM certificate file: the MQTT listener then speaks TLS (with --mqtt-tls-key)")
 	f.StringVar(&mqttKey, "mqtt-tls-key", "", "PEM private key file of --mqtt-tls-cert")
-	f.StringVar(&cfg.MQTTUplinkTopic, "mqtt-uplink-topic", "device-server", "topic MQTT devices publish to")
+	f.StringVar(&cfg.MQTTUplinkTopic, "mqtt-uplink-topic", "device-server", "topic MQTT devices publish to (with --mqtt-broker: the prefix of <topic>/<mac_with_underscores>)")
+	f.StringVar(&cfg.MQTTBroker, "mqtt-broker", "", "external MQTT broker URL (tcp://host:port, ssl:// or mqtts:// for TLS); replaces the embedded broker")
+	f.StringVar(&cfg.MQTTBrokerUsername, "mqtt-broker-username", "", "the gateway's username on --mqtt-broker")
+	f.StringVar(&cfg.MQTTBrokerPassword, "mqtt-broker-password", "", "the gateway's password on --mqtt-broker")
+	f.StringVar(&cfg.MQTTShareGroup, "mqtt-share-group", "mcpgate", "shared-subscription group the gateway nodes of --mqtt-broker join")
+	f.DurationVar(&cfg.MQTTSilenceTimeout, "mqtt-silence-timeout", 5*time.Minute, "with --mqtt-broker: a device silent this long is pinged, and offline if it does not answer")
 	applyProvisioning = provisioningFlags(f, &cfg.Provisioning, &cfg.DataDir)
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")

@@ -41,11 +41,16 @@ have: esp32 (firmware), pyxiaozhi (py-xiaozhi), spec (standard MCP, with a
 tool returning every content type). Device i has MAC 02:PP:00:00:00:i+1
 (PP = --mac-prefix), so runs are repeatable and fleets can be kept apart.
 
-The devices reconnect with jittered backoff until interrupted.`,
+Devices connect over WebSocket (--url, default derived from --server), over
+MQTT (--mqtt, client id GID_mcpgate@@@<mac_with_underscores>@@@<uuid>), or as
+the OTA endpoint tells them (--ota). They reconnect with jittered backoff
+until interrupted.`,
 		Example: `  mcpgate sim --count 3 --profile esp32
   mcpgate sim --count 1000 --mac-prefix 1
   mcpgate sim --count 2 --extra-tools 60 --latency 200ms --failure-rate 0.1
-  mcpgate sim --url ws://gateway.lan:8000/xiaozhi/v1/ --token secret`,
+  mcpgate sim --url ws://gateway.lan:8000/xiaozhi/v1/ --token secret
+  mcpgate sim --count 100 --mqtt 127.0.0.1:1883
+  mcpgate sim --ota http://127.0.0.1:8000/xiaozhi/ota/   # WebSocket or MQTT, as the reply says`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := device.ParseProfile(profile)
@@ -60,7 +65,10 @@ The devices reconnect with jittered backoff until interrupted.`,
 			if cfg.FailureRate < 0 || cfg.FailureRate > 1 {
 				return fmt.Errorf("--failure-rate must be between 0 and 1")
 			}
-			if wsURL == "" && cfg.OTAURL == "" {
+			if wsURL != "" && cfg.MQTTBroker != "" {
+				return errors.New("--url and --mqtt are exclusive: a device uses one transport")
+			}
+			if wsURL == "" && cfg.OTAURL == "" && cfg.MQTTBroker == "" {
 				wsURL, err = deviceURL(g.server)
 				if err != nil {
 					return err
@@ -73,6 +81,9 @@ The devices reconnect with jittered backoff until interrupted.`,
 			}
 			cfg.Logger = logger
 			target := cfg.URL
+			if cfg.MQTTBroker != "" {
+				target = "MQTT broker " + cfg.MQTTBroker
+			}
 			if cfg.OTAURL != "" {
 				target = "OTA " + cfg.OTAURL
 			}
@@ -90,7 +101,8 @@ The devices reconnect with jittered backoff until interrupted.`,
 	f.IntVar(&cfg.Start, "start", 0, "index of the first device (offsets MACs)")
 	f.StringVar(&profile, "profile", "esp32", "wire behaviour: esp32, pyxiaozhi or spec")
 	f.StringVar(&wsURL, "url", "", "device WebSocket URL (default: derived from --server, e.g. ws://127.0.0.1:8000/xiaozhi/v1/)")
-	f.StringVar(&cfg.Token, "token", "", "access token the devices send as a bearer token")
+	f.StringVar(&cfg.MQTTBroker, "mqtt", "", "connect over MQTT to this broker (HOST:PORT, e.g. 127.0.0.1:1883) instead of WebSocket")
+	f.StringVar(&cfg.Token, "token", "", "access token the devices send as a bearer token (with --mqtt: as MQTT password, username = device id)")
 	f.StringVar(&cfg.OTAURL, "ota", "", "provision each device through this OTA URL first (e.g. http://127.0.0.1:8000/xiaozhi/ota/) and connect as it says")
 	f.IntVar(&cfg.ExtraTools, "extra-tools", 0, "filler tools per device, to make catalogs span several pages")
 	f.DurationVar(&cfg.Latency, "latency", 0, "delay added to every tool call")

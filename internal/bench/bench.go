@@ -93,6 +93,10 @@ type Config struct {
 	SkipMCP bool
 	// IdleOnly connects the fleet, measures memory, and stops: no load.
 	IdleOnly bool
+	// MQTT connects the devices to the gateway's embedded MQTT broker
+	// instead of its WebSocket endpoint. The bench must start the gateway
+	// (child or in-process): it then enables the broker on a free port.
+	MQTT bool
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
 }
@@ -125,6 +129,9 @@ func (c Config) normalize() (Config, error) {
 	}
 	if c.Client == "" {
 		c.Client = ClientRaw
+	}
+	if c.MQTT && c.Server != "" {
+		return c, errors.New("bench: MQTT devices need a gateway the bench starts (its broker address is not known for --server)")
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -230,9 +237,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 
-	log.Info("connecting devices", "devices", cfg.Devices, "profile", cfg.Profile, "gateway", tgt.url)
+	log.Info("connecting devices", "devices", cfg.Devices, "profile", cfg.Profile, "gateway", tgt.url, "mqtt_broker", tgt.mqttAddr)
 	connStart := time.Now()
-	fl, err := connectFleet(ctx, tgt.wsURL(), cfg.Devices, cfg.Profile, log)
+	fl, err := connectFleet(ctx, tgt.wsURL(), tgt.mqttAddr, cfg.Devices, cfg.Profile, log)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
@@ -315,7 +322,7 @@ func startTarget(ctx context.Context, cfg Config, dataDir string) (*target, erro
 	case cfg.Server != "":
 		return external(ctx, cfg.Server, cfg.GatewayPID)
 	case cfg.InProcess:
-		return startInProcess(ctx, dataDir, cfg.Logger)
+		return startInProcess(ctx, dataDir, cfg.MQTT, cfg.Logger)
 	}
 	exe := cfg.Executable
 	if exe == "" {
@@ -324,7 +331,7 @@ func startTarget(ctx context.Context, cfg Config, dataDir string) (*target, erro
 			return nil, err
 		}
 	}
-	return startChild(ctx, exe, dataDir, cfg.GatewayLog, cfg.Logger)
+	return startChild(ctx, exe, dataDir, cfg.MQTT, cfg.GatewayLog, cfg.Logger)
 }
 
 // Machine describes where the run happened.

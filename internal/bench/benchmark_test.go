@@ -33,7 +33,7 @@ func BenchmarkRESTCall(b *testing.B) {
 	for _, profile := range []string{"esp32", "pyxiaozhi"} {
 		b.Run("profile="+profile, func(b *testing.B) {
 			ctx := context.Background()
-			tgt, err := startInProcess(ctx, b.TempDir(), nil)
+			tgt, err := startInProcess(ctx, b.TempDir(), false, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -44,7 +44,7 @@ func BenchmarkRESTCall(b *testing.B) {
 				b.Fatal(err)
 			}
 			const devices = 16
-			fl, err := connectFleet(ctx, tgt.wsURL(), devices, deviceProfile(b, profile), discard())
+			fl, err := connectFleet(ctx, tgt.wsURL(), "", devices, deviceProfile(b, profile), discard())
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/sim"
+	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
 // macPrefix is the second MAC octet of bench devices (02:be:…), so a bench
@@ -33,16 +34,17 @@ type fleet struct {
 }
 
 // connectFleet builds n simulated devices and starts connecting them to
-// wsURL, at most connectSlots handshakes at a time. It returns once every
+// wsURL, or over MQTT to mqttBroker when it is not empty, at most
+// connectSlots handshakes at a time. It returns once every
 // device has started (the last few may still be in their handshake);
 // waitReady tells when the gateway has them all. The caller must stop the
 // fleet.
-func connectFleet(ctx context.Context, wsURL string, n int, profile device.Profile, log *slog.Logger) (*fleet, error) {
+func connectFleet(ctx context.Context, wsURL, mqttBroker string, n int, profile device.Profile, log *slog.Logger) (*fleet, error) {
 	// Thousands of devices each logging "connected" would bury the
 	// progress lines; their warnings still get through.
 	log = slog.New(minLevel{Handler: log.Handler(), min: slog.LevelWarn})
 	scfg := sim.Config{URL: wsURL, Count: n, Profile: profile, MACPrefix: macPrefix, Logger: log}
-	clients := make([]*device.Client, n)
+	clients := make([]sim.Runner, n)
 	paths := make([]string, n)
 	ids := make([]string, n)
 	slots := make(chan struct{}, connectSlots)
@@ -55,19 +57,31 @@ func connectFleet(ctx context.Context, wsURL string, n int, profile device.Profi
 		// back on its first connected or failed state.
 		var once sync.Once
 		release := func() { once.Do(func() { <-slots }) }
-		c, err := device.NewClient(device.ClientOptions{
-			URL: wsURL, DeviceID: d.MAC, ClientID: d.ClientID, Server: d.Server, Logger: log,
-			// A bench fleet must stay connected while idle: the firmware-like
-			// 120 s idle timeout counts only data messages, not the gateway's
-			// pings, and would make every idle device reconnect mid-run.
-			IdleTimeout: -1,
-			MinBackoff:  250 * time.Millisecond, MaxBackoff: 5 * time.Second,
-			OnState: func(s device.State) {
-				if s.Status != device.StatusConnecting {
-					release() // connected, or this attempt failed: free the slot
-				}
-			},
-		})
+		onState := func(s device.State) {
+			if s.Status != device.StatusConnecting {
+				release() // connected, or this attempt failed: free the slot
+			}
+		}
+		var c sim.Runner
+		if mqttBroker != "" {
+			// The firmware's keepalive (240 s): an idle MQTT device sends a
+			// PINGREQ every 4 minutes at most, as in the field.
+			c, err = device.NewMQTTClient(device.MQTTClientOptions{
+				Broker: mqttBroker, DeviceID: d.MAC, Server: d.Server, Logger: log,
+				ClientID:   xiaozhi.MQTTClientID{Group: xiaozhi.DefaultMQTTGroup, DeviceID: d.MAC, UUID: d.ClientID}.String(),
+				MinBackoff: 250 * time.Millisecond, MaxBackoff: 5 * time.Second, OnState: onState,
+			})
+		} else {
+			c, err = device.NewClient(device.ClientOptions{
+				URL: wsURL, DeviceID: d.MAC, ClientID: d.ClientID, Server: d.Server, Logger: log,
+				// A bench fleet must stay connected while idle: the firmware-like
+				// 120 s idle timeout counts only data messages, not the gateway's
+				// pings, and would make every idle device reconnect mid-run.
+				IdleTimeout: -1,
+				MinBackoff:  250 * time.Millisecond, MaxBackoff: 5 * time.Second,
+				OnState: onState,
+			})
+		}
 		if err != nil {
 			return nil, fmt.Errorf("bench device %d: %w", i, err)
 		}

@@ -53,6 +53,7 @@ type RunConfig struct {
 	Rate        float64 `json:"rate,omitempty"`
 	Client      string  `json:"client"`
 	IdleOnly    bool    `json:"idle_only,omitempty"`
+	Transport   string  `json:"transport"` // websocket or mqtt
 }
 
 // GatewayInfo says which gateway was measured.
@@ -91,9 +92,18 @@ func newReport(cfg Config, files uint64) *Report {
 			Devices: cfg.Devices, Profile: string(cfg.Profile), Concurrency: cfg.Concurrency,
 			DurationS: cfg.Duration.Seconds(), WarmupS: cfg.Warmup.Seconds(),
 			Tool: cfg.Tool, Args: args, Rate: cfg.Rate, Client: cfg.Client, IdleOnly: cfg.IdleOnly,
+			Transport: transportName(cfg.MQTT),
 		},
 		Fleet: FleetInfo{Devices: cfg.Devices},
 	}
+}
+
+// transportName is the devices' transport as reports name it.
+func transportName(mqtt bool) string {
+	if mqtt {
+		return "mqtt"
+	}
+	return "websocket"
 }
 
 // Evaluate fills r.Goals from the figures. Run's caller may call it again
@@ -167,7 +177,11 @@ func (r *Report) WriteText(w io.Writer) error {
 		p.f("gateway     %s, %s\n", g.Mode, g.URL)
 	}
 	c := r.Config
-	p.f("devices     %s × %s, all connected and discovered in %s\n", count(uint64(c.Devices)), c.Profile, fmtS(r.Fleet.ReadyS))
+	over := "" // reports from before the transport was recorded name none
+	if c.Transport != "" {
+		over = " over " + c.Transport
+	}
+	p.f("devices     %s × %s%s, all connected and discovered in %s\n", count(uint64(c.Devices)), c.Profile, over, fmtS(r.Fleet.ReadyS))
 	if !c.IdleOnly {
 		p.f("calls       %s %s, client %s\n", c.Tool, c.Args, c.Client)
 	}

@@ -37,6 +37,9 @@ const (
 type target struct {
 	mode string
 	url  string // http://host:port, no trailing slash
+	// mqttAddr is the embedded broker's host:port when devices connect
+	// over MQTT, else "".
+	mqttAddr string
 	// pid is the process whose RSS is the gateway's memory; 0 when unknown.
 	pid int
 	// stop ends a gateway the bench started; nil for an external one.
@@ -63,12 +66,21 @@ func freeAddr() (string, error) {
 }
 
 // startChild runs `exe serve` on a free loopback port as a child process
-// and waits until it answers /healthz. The child logs at warn level to
-// logw; the end of its output is kept to explain a failed start.
-func startChild(ctx context.Context, exe, dataDir string, logw io.Writer, log *slog.Logger) (*target, error) {
+// and waits until it answers /healthz; with mqtt, its broker listens on
+// another free loopback port. The child logs at warn level to logw; the end
+// of its output is kept to explain a failed start.
+func startChild(ctx context.Context, exe, dataDir string, mqtt bool, logw io.Writer, log *slog.Logger) (*target, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
+	}
+	args := []string{"serve", "--addr", addr, "--log-level", "warn", "--data", dataDir}
+	var mqttAddr string
+	if mqtt {
+		if mqttAddr, err = freeAddr(); err != nil {
+			return nil, err
+		}
+		args = append(args, "--mqtt-addr", mqttAddr)
 	}
 	tail := &tailBuffer{max: 4 << 10}
 	var stderr io.Writer = tail
@@ -78,7 +90,7 @@ func startChild(ctx context.Context, exe, dataDir string, logw io.Writer, log *s
 	// The child outlives ctx's phases but not the bench: cctx is cancelled
 	// by stop, which sends SIGTERM (cmd.Cancel) and after stopTimeout SIGKILL.
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	cmd := exec.CommandContext(cctx, exe, "serve", "--addr", addr, "--log-level", "warn", "--data", dataDir)
+	cmd := exec.CommandContext(cctx, exe, args...)
 	cmd.Stdout = stderr
 	cmd.Stderr = stderr
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
@@ -102,7 +114,7 @@ func startChild(ctx context.Context, exe, dataDir string, logw io.Writer, log *s
 		}
 		return nil
 	}
-	t := &target{mode: ModeChild, url: "http://" + addr, pid: cmd.Process.Pid, stop: stop}
+	t := &target{mode: ModeChild, url: "http://" + addr, mqttAddr: mqttAddr, pid: cmd.Process.Pid, stop: stop}
 	log.Info("started gateway", "pid", t.pid, "url", t.url)
 
 	hctx, hcancel := context.WithTimeout(ctx, startTimeout)
@@ -114,9 +126,14 @@ func startChild(ctx context.Context, exe, dataDir string, logw io.Writer, log *s
 	return t, nil
 }
 
-// startInProcess runs a gateway in this process on a random loopback port.
-func startInProcess(ctx context.Context, dataDir string, log *slog.Logger) (*target, error) {
-	gw, err := gateway.New(gateway.Config{Addr: "127.0.0.1:0", DataDir: dataDir, Version: "bench", Logger: log})
+// startInProcess runs a gateway in this process on a random loopback port;
+// with mqtt, its broker listens on another.
+func startInProcess(ctx context.Context, dataDir string, mqtt bool, log *slog.Logger) (*target, error) {
+	gcfg := gateway.Config{Addr: "127.0.0.1:0", DataDir: dataDir, Version: "bench", Logger: log}
+	if mqtt {
+		gcfg.MQTTAddr = "127.0.0.1:0"
+	}
+	gw, err := gateway.New(gcfg)
 	if err != nil {
 		return nil, fmt.Errorf("in-process gateway: %w", err)
 	}
@@ -136,7 +153,7 @@ func startInProcess(ctx context.Context, dataDir string, log *slog.Logger) (*tar
 		}
 		return nil
 	}
-	return &target{mode: ModeInProcess, url: "http://" + gw.Addr(), stop: stop}, nil
+	return &target{mode: ModeInProcess, url: "http://" + gw.Addr(), mqttAddr: gw.MQTTAddr(), stop: stop}, nil
 }
 
 // external checks that the gateway at url answers /healthz.

@@ -25,6 +25,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/transport/endpoint"
 	"github.com/mcpgate/mcpgate/internal/transport/mqtt"
+	"github.com/mcpgate/mcpgate/internal/transport/mqttext"
 	"github.com/mcpgate/mcpgate/internal/transport/ws"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
@@ -89,6 +90,21 @@ type Config struct {
 	MQTTUplinkTopic string
 	// MQTTAuthenticate checks MQTT devices' credentials; nil accepts any.
 	MQTTAuthenticate func(clientID, username, password string) error
+	// MQTTBroker, when set, is an external broker's URL (tcp://, ssl://,
+	// mqtts://...) the gateway joins as a client instead of running the
+	// embedded broker, which must then be disabled (MQTTAddr empty). Devices
+	// publish to <MQTTUplinkTopic>/<mac_with_underscores>. See docs/mqtt.md.
+	MQTTBroker string
+	// MQTTBrokerUsername and MQTTBrokerPassword are the gateway's own login.
+	MQTTBrokerUsername, MQTTBrokerPassword string
+	// MQTTBrokerTLS overrides the TLS settings of a TLS broker URL.
+	MQTTBrokerTLS *tls.Config
+	// MQTTShareGroup is the shared-subscription group of the gateway nodes.
+	// Default "mcpgate".
+	MQTTShareGroup string
+	// MQTTSilenceTimeout: a device silent this long is pinged, and offline
+	// if it does not answer. Default 5m.
+	MQTTSilenceTimeout time.Duration
 }
 
 // Gateway is a running or runnable gateway.
@@ -99,7 +115,8 @@ type Gateway struct {
 	hub     *hub.Hub
 	ws      *ws.Transport
 	ep      *endpoint.Transport
-	mqtt    *mqtt.Transport // nil when MQTTAddr is empty
+	mqtt    *mqtt.Transport    // nil when MQTTAddr is empty
+	mqttExt *mqttext.Transport // nil when MQTTBroker is empty
 	api     *api.API
 	mcp     *mcpserver.Server
 	handler http.Handler
@@ -178,11 +195,29 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	// g is set at the end of New; MQTT sessions, and so visionFor, only
+	// start once Run listens.
+	var g *Gateway
 	var mq *mqtt.Transport
 	if cfg.MQTTAddr != "" {
 		mq, err = mqtt.New(mqtt.Config{
 			Hub: h, Logger: cfg.Logger, Metrics: m, Session: session,
 			Addr: cfg.MQTTAddr, TLS: cfg.MQTTTLS, UplinkTopic: cfg.MQTTUplinkTopic, Authenticate: cfg.MQTTAuthenticate,
+			VisionFor: func(deviceID string) *mcpclient.Vision { return devices.visionFor(deviceID, g.mqttVisionBase()) },
+		})
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+	}
+	var mqx *mqttext.Transport
+	if cfg.MQTTBroker != "" {
+		if cfg.MQTTAddr != "" {
+			return nil, errors.New("gateway: an external MQTT broker and the embedded one are mutually exclusive: leave the MQTT listen address empty")
+		}
+		mqx, err = mqttext.New(mqttext.Config{
+			Hub: h, Logger: cfg.Logger, Metrics: m, Session: session,
+			Broker: cfg.MQTTBroker, TLS: cfg.MQTTBrokerTLS, Username: cfg.MQTTBrokerUsername, Password: cfg.MQTTBrokerPassword,
+			UplinkTopic: cfg.MQTTUplinkTopic, ShareGroup: cfg.MQTTShareGroup, SilenceTimeout: cfg.MQTTSilenceTimeout,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
@@ -205,7 +240,31 @@ func New(cfg Config) (*Gateway, error) {
 	door.Register(mux)
 	devices.register(mux, guard.Wrap)
 	mux.Handle("/", guard.Wrap(rest)) // a web page must not drive REST calls on a local gateway
-	return &Gateway{cfg: cfg, log: cfg.Logger, metrics: m, hub: h, ws: wst, ep: ep, mqtt: mq, api: rest, mcp: door, devices: devices, handler: mux, ready: make(chan struct{})}, nil
+	g = &Gateway{cfg: cfg, log: cfg.Logger, metrics: m, hub: h, ws: wst, ep: ep, mqtt: mq, mqttExt: mqx, api: rest, mcp: door, devices: devices, handler: mux, ready: make(chan struct{})}
+	return g, nil
+}
+
+// mqttVisionBase is the HTTP base URL MQTT devices upload photos to when
+// no public URL is configured: the listener's address. (A WebSocket device
+// gets the address it dialed; an MQTT device dialed none over HTTP.)
+func (g *Gateway) mqttVisionBase() string { return "http://" + g.Addr() }
+
+// warnLoopbackVision warns, as the OTA endpoint does, when MQTT devices on
+// the network would be told a vision URL they cannot reach: no public URL,
+// an HTTP listener on loopback or on an unspecified address, and a broker
+// that is not on loopback.
+func (g *Gateway) warnLoopbackVision() {
+	if g.mqtt == nil || g.devices.cfg.OTA.PublicURL != "" || httpguard.IsLoopbackAddr(g.mqtt.Addr()) {
+		return
+	}
+	host, _, err := net.SplitHostPort(g.Addr())
+	if err != nil {
+		return
+	}
+	if ip := net.ParseIP(host); host == "" || httpguard.IsLoopbackAddr(g.Addr()) || (ip != nil && ip.IsUnspecified()) {
+		g.log.Warn("MQTT devices on the network get a camera upload URL they cannot reach; set --public-url to the address devices reach",
+			"vision_url", g.mqttVisionBase(), "mqtt_addr", g.mqtt.Addr())
+	}
 }
 
 // Hub returns the gateway's hub (for tests and embedding).
@@ -255,9 +314,22 @@ func (g *Gateway) Run(ctx context.Context) error {
 		}
 		defer g.mqtt.Close() // idempotent; normally closed with the other device transports below
 	}
+	if g.mqttExt != nil {
+		// A broker that is down at start is a configuration error worth
+		// failing on; later outages are ridden out by reconnecting.
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := g.mqttExt.Start(sctx)
+		cancel()
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer g.mqttExt.Close()
+	}
 	g.mu.Lock()
 	g.listener = ln
 	g.mu.Unlock()
+	g.warnLoopbackVision()
 	close(g.ready)
 
 	srv := &http.Server{
@@ -295,6 +367,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.ep.Close()
 	if g.mqtt != nil {
 		g.mqtt.Close() // ends MQTT sessions, then stops the broker and waits for its clients
+	}
+	if g.mqttExt != nil {
+		g.mqttExt.Close() // ends its sessions, then disconnects from the broker
 	}
 	<-errc
 	if shutdownErr != nil && !errors.Is(shutdownErr, context.DeadlineExceeded) {

@@ -126,16 +126,6 @@ func TestSimProvisionsThroughOTA(t *testing.T) {
 	}
 }
 
-// TestSimOTAMQTTRefused: the simulator says clearly that it cannot follow
-// an MQTT configuration.
-func TestSimOTAMQTTRefused(t *testing.T) {
-	gw := startGateway(t, Config{Provisioning: Provisioning{OTA: ota.Config{Transport: ota.TransportMQTT}}})
-	err := sim.Run(context.Background(), sim.Config{OTAURL: "http://" + gw.Addr() + ota.PathNoSlash})
-	if !errors.Is(err, sim.ErrOTAMQTT) {
-		t.Fatalf("sim.Run: %v", err)
-	}
-}
-
 // TestCameraThroughGateway: a REST call of self.camera.take_photo makes the
 // simulated camera upload a real JPEG to the vision URL of its initialize;
 // the endpoint's answer is the tool result, with and without a model.

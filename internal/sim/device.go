@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
 // Device is one simulated device.
@@ -27,6 +28,9 @@ type Device struct {
 
 	// url and token come from Provision; they win over cfg.URL and cfg.Token.
 	url, token string
+	// mqtt comes from Provision when the OTA reply said mqtt; it wins over
+	// everything in cfg.
+	mqtt *OTAMQTT
 
 	rngMu sync.Mutex // guards rng: concurrent profiles call tools in parallel
 	rng   *rand.Rand
@@ -74,6 +78,50 @@ func NewDevice(cfg Config, index int) (*Device, error) {
 		}
 	}
 	return d, nil
+}
+
+// Runner is a device connection kept up until its context ends:
+// *device.Client or *device.MQTTClient.
+type Runner interface {
+	Run(ctx context.Context) error
+}
+
+// Connector returns what connects the device the way it was told to: the
+// MQTT settings of Provision, else the WebSocket URL of Provision, else
+// cfg.MQTTBroker, else cfg.URL.
+func (d *Device) Connector() (Runner, error) {
+	if d.mqtt == nil && (d.url != "" || d.cfg.MQTTBroker == "") {
+		return d.Client()
+	}
+	return d.MQTTClient()
+}
+
+// MQTTClient returns a client that connects the device over MQTT with the
+// settings from Provision, else to cfg.MQTTBroker with username = device
+// id and password = cfg.Token (the gateway's token mode), as the OTA
+// endpoint hands them out.
+func (d *Device) MQTTClient() (*device.MQTTClient, error) {
+	opts := device.MQTTClientOptions{
+		Broker: d.cfg.MQTTBroker, DeviceID: d.MAC, Server: d.Server,
+		ClientID:   xiaozhi.MQTTClientID{Group: xiaozhi.DefaultMQTTGroup, DeviceID: d.MAC, UUID: d.ClientID}.String(),
+		MinBackoff: minBackoff, MaxBackoff: maxBackoff, Logger: d.log,
+	}
+	if d.cfg.Token != "" {
+		opts.Username, opts.Password = d.MAC, d.cfg.Token
+	}
+	if m := d.mqtt; m != nil {
+		opts.Broker, opts.ClientID, opts.Username, opts.Password = m.Endpoint, m.ClientID, m.Username, m.Password
+		opts.PublishTopic = m.PublishTopic
+		opts.Keepalive = time.Duration(m.Keepalive) * time.Second
+	}
+	if opts.Broker == "" {
+		return nil, ErrNoURL
+	}
+	c, err := device.NewMQTTClient(opts)
+	if err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	return c, nil
 }
 
 // Client returns a client that connects the device to the URL from

@@ -13,10 +13,6 @@ import (
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
-// ErrOTAMQTT is returned by Provision when the OTA endpoint hands out an
-// MQTT configuration: the simulator connects with WebSocket only.
-var ErrOTAMQTT = errors.New("sim: the OTA endpoint configured MQTT; simulated devices connect with WebSocket only")
-
 // OTAReply is the part of an OTA reply a simulated device uses, stored as
 // firmware stores it.
 type OTAReply struct {
@@ -25,16 +21,27 @@ type OTAReply struct {
 		Token   string `json:"token"`
 		Version int    `json:"version"`
 	} `json:"websocket"`
-	MQTT     json.RawMessage `json:"mqtt"`
+	MQTT     *OTAMQTT `json:"mqtt"`
 	Firmware *struct {
 		Version string `json:"version"`
 		URL     string `json:"url"`
 	} `json:"firmware"`
 }
 
+// OTAMQTT is the mqtt section of an OTA reply.
+type OTAMQTT struct {
+	Endpoint     string `json:"endpoint"`
+	ClientID     string `json:"client_id"`
+	Username     string `json:"username"`
+	Password     string `json:"password"`
+	PublishTopic string `json:"publish_topic"`
+	Keepalive    int    `json:"keepalive"` // seconds
+}
+
 // Provision posts the device's system information to otaURL, as firmware
-// does at boot, and keeps the WebSocket URL and token of the reply for
-// Client.
+// does at boot, and keeps what the reply says to connect with: its mqtt
+// section when there is one (firmware prefers it), else its WebSocket URL
+// and token.
 func (d *Device) Provision(ctx context.Context, otaURL string) (*OTAReply, error) {
 	info, err := d.systemInfo()
 	if err != nil {
@@ -67,8 +74,16 @@ func (d *Device) Provision(ctx context.Context, otaURL string) (*OTAReply, error
 		return nil, fmt.Errorf("sim: OTA reply: %w", err)
 	}
 	// Firmware prefers an mqtt section over a websocket one.
-	if len(r.MQTT) > 0 && string(r.MQTT) != "null" {
-		return &r, ErrOTAMQTT
+	if r.MQTT != nil {
+		if r.MQTT.Endpoint == "" || r.MQTT.ClientID == "" {
+			return &r, errors.New("sim: OTA reply has an mqtt section without endpoint or client_id")
+		}
+		if r.MQTT.Keepalive < 0 {
+			return &r, fmt.Errorf("sim: OTA reply has a negative mqtt keepalive %d", r.MQTT.Keepalive)
+		}
+		m := *r.MQTT
+		d.mqtt = &m
+		return &r, nil
 	}
 	if r.WebSocket == nil || r.WebSocket.URL == "" {
 		return &r, errors.New("sim: OTA reply has no websocket url")

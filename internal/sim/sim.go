@@ -51,10 +51,16 @@ type Config struct {
 	Seed uint64
 	// Token is the devices' access token.
 	Token string
+	// MQTTBroker, when set (host:port), connects the devices over MQTT to
+	// this broker instead of URL, with client id
+	// GID_mcpgate@@@<mac_with_underscores>@@@<ClientID>; a Token becomes
+	// the MQTT password, with the device id as username.
+	MQTTBroker string
 	// OTAURL, when set, makes every device provision itself first, as
 	// firmware does at boot: it posts its system information there and
-	// connects with the WebSocket URL and token of the reply (URL and Token
-	// are then not used).
+	// connects as the reply says, over MQTT (endpoint, client id,
+	// credentials, publish topic) or WebSocket (URL and token); URL,
+	// MQTTBroker and Token are then not used.
 	OTAURL string
 	// Stagger is the pause between two device connects, so a large fleet
 	// connects fast but not in one instant; 0 means 1 ms (1,000 devices in
@@ -74,8 +80,9 @@ const (
 	maxBackoff = 15 * time.Second
 )
 
-// ErrNoURL is returned by Run when Config.URL and Config.OTAURL are empty.
-var ErrNoURL = errors.New("sim: Config.URL is required")
+// ErrNoURL is returned by Run when Config.URL, Config.MQTTBroker and
+// Config.OTAURL are all empty.
+var ErrNoURL = errors.New("sim: Config.URL, MQTTBroker or OTAURL is required")
 
 // normalize validates the configuration and fills in defaults.
 func (c Config) normalize() (Config, error) {
@@ -120,12 +127,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if cfg.URL == "" && cfg.OTAURL == "" {
+	if cfg.URL == "" && cfg.MQTTBroker == "" && cfg.OTAURL == "" {
 		return ErrNoURL
 	}
 	// Build every device first, so a bad configuration fails before any
 	// connection is made.
-	clients := make([]*device.Client, cfg.Count)
+	clients := make([]Runner, cfg.Count)
 	for i := range clients {
 		d, err := NewDevice(cfg, i)
 		if err != nil {
@@ -136,11 +143,11 @@ func Run(ctx context.Context, cfg Config) error {
 				return err
 			}
 		}
-		if clients[i], err = d.Client(); err != nil {
+		if clients[i], err = d.Connector(); err != nil {
 			return err
 		}
 	}
-	cfg.Logger.Info("starting simulated fleet", "devices", cfg.Count, "profile", cfg.Profile, "url", cfg.URL)
+	cfg.Logger.Info("starting simulated fleet", "devices", cfg.Count, "profile", cfg.Profile, "url", cfg.URL, "mqtt_broker", cfg.MQTTBroker)
 
 	var wg sync.WaitGroup
 	defer wg.Wait()

@@ -73,6 +73,11 @@ type Config struct {
 	// Authenticate checks a device's CONNECT credentials; a non-nil error
 	// refuses it with "bad user name or password". Nil accepts any.
 	Authenticate func(clientID, username, password string) error
+	// VisionFor, when set, gives each session its own capabilities.vision
+	// (a per-device, short-lived upload token) instead of Session.Vision.
+	// Unlike WebSocket, an MQTT device dialed no HTTP address, so the
+	// caller decides the URL.
+	VisionFor func(deviceID string) *mcpclient.Vision
 	// MaxPacketSize caps one inbound packet. Default 1 MiB.
 	MaxPacketSize uint32
 	// WriteTimeout bounds writes the transport makes on its own (alerts). Default 10s.
@@ -221,6 +226,9 @@ func (t *Transport) attach(cl *mochi.Client) {
 	c.log = t.log.With("device_id", id.DeviceID, "session_id", c.sessionID, "remote", cl.Net.Remote)
 	scfg := t.cfg.Session
 	scfg.Logger = c.log
+	if t.cfg.VisionFor != nil {
+		scfg.Vision = t.cfg.VisionFor(id.DeviceID)
+	}
 	c.sess = mcpclient.New(t.conns.Context(), c, scfg)
 	c.att = t.cfg.Hub.Attach(hub.ConnInfo{
 		DeviceID: id.DeviceID, ClientID: id.UUID, Transport: "mqtt",

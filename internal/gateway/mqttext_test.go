@@ -1,0 +1,182 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/xiaozhi"
+)
+
+// startMosquitto runs a real Mosquitto on a free loopback port until the
+// test ends and returns its host:port. A missing binary fails the test:
+// scripts/test.sh installs it.
+func startMosquitto(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("mosquitto")
+	if err != nil {
+		bin, err = exec.LookPath("/usr/sbin/mosquitto")
+	}
+	if err != nil {
+		t.Fatalf("mosquitto is required by the external-broker tests and was not found (%v): "+
+			"install it (Debian: apt-get install -y mosquitto; scripts/test.sh does so as root)", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	conf := filepath.Join(t.TempDir(), "mosquitto.conf")
+	body := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n", port)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-c", conf)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start mosquitto: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	waitFor(t, "mosquitto to accept connections", 10*time.Second, func() bool {
+		select {
+		case <-exited:
+			t.Fatalf("mosquitto exited: %s", out.String())
+		default:
+		}
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
+	})
+	return addr
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b = append(s.b, p...)
+	return len(p), nil
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return string(s.b)
+}
+
+func startExternalGateway(t testing.TB, broker string, silence time.Duration) *Gateway {
+	t.Helper()
+	return startGateway(t, Config{MQTTBroker: "tcp://" + broker, MQTTSilenceTimeout: silence, RequestTimeout: time.Second})
+}
+
+// runStockBrokerDevice connects an SDK device the way a stock broker needs:
+// subscribed to its p2p topic, announcing itself, with a Will.
+func runStockBrokerDevice(t testing.TB, broker, mac string, srv *device.Server) (stop func()) {
+	t.Helper()
+	c, err := device.NewMQTTClient(device.MQTTClientOptions{Broker: broker, DeviceID: mac, Server: srv, Subscribe: true,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+// Discovery and calls through Mosquitto; the device's Will takes it offline
+// when it leaves, and it comes back on its next announcement.
+func TestExternalBrokerDiscoveryCallsAndWill(t *testing.T) {
+	broker := startMosquitto(t)
+	gw := startExternalGateway(t, broker, time.Minute)
+	if gw.MQTTAddr() != "" {
+		t.Fatalf("embedded broker running in external mode: %q", gw.MQTTAddr())
+	}
+	var mu sync.Mutex
+	level := 0
+	mac := "02:00:00:20:00:01"
+	srv := newServer(t, device.ProfileESP32, append(fillerTools(5), volumeTool(&level, &mu))...)
+	stop := runStockBrokerDevice(t, broker, mac, srv)
+	d := waitState(t, gw, mac, hub.StateReady)
+	if d.Transport != "mqtt" || d.Tools != 6 {
+		t.Fatalf("device: %+v", d)
+	}
+	if text, isErr, err := call(t, gw, mac, "self.audio_speaker.set_volume", `{"volume":17}`, 0); err != nil || isErr || text != "true" {
+		t.Fatalf("call = %q %v %v", text, isErr, err)
+	}
+	mu.Lock()
+	got := level
+	mu.Unlock()
+	if got != 17 {
+		t.Fatalf("level = %d", got)
+	}
+	stop() // DISCONNECT 0x04: Mosquitto publishes the Will
+	waitState(t, gw, mac, hub.StateOffline)
+
+	runStockBrokerDevice(t, broker, mac, srv)
+	waitState(t, gw, mac, hub.StateReady)
+	if text, _, err := call(t, gw, mac, "self.audio_speaker.set_volume", `{"volume":3}`, 0); err != nil || text != "true" {
+		t.Fatalf("call after reconnect = %q %v", text, err)
+	}
+}
+
+// A device that spoke once and vanished without a Will (the gateway cannot
+// see a stock broker's disconnects) goes offline after the silence timeout
+// and an unanswered ping.
+func TestExternalBrokerSilentDeviceGoesOffline(t *testing.T) {
+	broker := startMosquitto(t)
+	gw := startExternalGateway(t, broker, 300*time.Millisecond)
+	mac := "02:00:00:20:00:02"
+
+	u, _ := url.Parse("tcp://" + broker)
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := paho.NewClient(paho.ClientConfig{Conn: conn})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Connect(ctx, &paho.Connect{ClientID: "mute-device", CleanStart: true, KeepAlive: 30}); err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Disconnect(&paho.Disconnect{})
+	// Firmware's first message after boot is often an audio hello.
+	if _, err := cli.Publish(ctx, &paho.Publish{Topic: xiaozhi.DeviceUplinkTopic(xiaozhi.DefaultUplinkTopic, mac),
+		Payload: []byte(`{"type":"hello","version":3,"transport":"udp"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the device to be known", 10*time.Second, func() bool {
+		_, err := gw.Hub().Device(mac)
+		return err == nil
+	})
+	waitState(t, gw, mac, hub.StateOffline)
+}

@@ -1,0 +1,511 @@
+// Package mqttext is the external-broker device transport: the gateway is an
+// MQTT v5 client (paho.golang autopaho, reconnecting) of an existing broker
+// such as Mosquitto or EMQX, instead of running the embedded one.
+//
+// # Identity
+//
+// A subscriber of a stock broker never sees the publisher's client id, and
+// firmware envelopes carry only session_id, type and payload. Each device
+// therefore publishes to its own uplink topic, <uplink>/<mac_with_underscores>
+// (the OTA reply's publish_topic), and the device id is taken from the topic.
+// The broker's ACL must bind that topic to the device's credentials, or any
+// client could speak for any device.
+//
+// # Load sharing
+//
+// The gateway subscribes to $share/<group>/<uplink>/+, so gateway nodes of
+// one group split the devices. A device's MCP exchange must keep reaching the
+// node that serves it, which needs a broker that routes a shared
+// subscription by topic (EMQX: hash_topic or sticky); see docs/mqtt.md.
+//
+// # Downlink
+//
+// The gateway publishes on devices/p2p/<mac_with_underscores>; the broker
+// delivers it only to a subscriber, so the device subscribes itself (the SDK
+// with MQTTClientOptions.Subscribe) or the broker auto-subscribes it (EMQX).
+//
+// # Presence
+//
+// A session starts when the gateway first hears from a device, or again when
+// the device announces itself (type "online", after a reconnect: it may have
+// forgotten the MCP session). It ends on the device's Will (type "offline"),
+// or when the device stays silent for SilenceTimeout and then does not answer
+// an MCP ping either.
+//
+// # Concurrency
+//
+// paho's router goroutine runs the uplink handler, which never blocks on the
+// hub or the engine. Each session owns a discovery goroutine and a watchdog
+// goroutine, and a context.AfterFunc that waits for both, detaches from the
+// hub and releases the session's slot in the tracker; Close waits for all.
+package mqttext
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
+	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/transport/conns"
+	"github.com/mcpgate/mcpgate/xiaozhi"
+)
+
+// DefaultShareGroup is the shared-subscription group gateway nodes join.
+const DefaultShareGroup = "mcpgate"
+
+// Config tunes the transport. Hub and Broker are required; other zero values
+// get defaults.
+type Config struct {
+	Hub     *hub.Hub
+	Logger  *slog.Logger
+	Metrics *metrics.Metrics
+	// Session is the template of each device's MCP engine settings.
+	Session mcpclient.Config
+	// Broker is the broker URL: tcp:// or mqtt:// (plain), ssl://, tls:// or
+	// mqtts:// (TLS). A missing port means 1883, or 8883 with TLS.
+	Broker string
+	// TLS overrides the TLS settings of a TLS broker URL (default: system roots).
+	TLS *tls.Config
+	// Username and Password are the gateway's own broker login.
+	Username, Password string
+	// ClientID is the gateway's client id; default "mcpgate-<random>", so
+	// every node has its own.
+	ClientID string
+	// UplinkTopic is the prefix of the devices' uplink topics: a device
+	// publishes to <UplinkTopic>/<mac_with_underscores>. Default "device-server".
+	UplinkTopic string
+	// ShareGroup is the shared-subscription group. Default DefaultShareGroup.
+	ShareGroup string
+	// SilenceTimeout is how long a device may stay silent before the gateway
+	// pings it, and ends its session if the ping fails. Default 5m.
+	SilenceTimeout time.Duration
+	// ProbeTimeout bounds that ping and the transport's own publishes.
+	// Default Session.RequestTimeout, else 10s.
+	ProbeTimeout time.Duration
+	// ConnectTimeout bounds one connection attempt to the broker. Default 10s.
+	ConnectTimeout time.Duration
+}
+
+// Transport is the gateway's connection to an external broker.
+type Transport struct {
+	cfg    Config
+	log    *slog.Logger
+	m      *metrics.Metrics
+	server *url.URL
+	filter string // the uplink subscription
+
+	conns     *conns.Tracker
+	closeOnce sync.Once
+
+	mu     sync.Mutex
+	live   map[string]*session // by device id; guarded by mu
+	cm     *autopaho.ConnectionManager
+	cancel context.CancelFunc // stops cm
+}
+
+// New validates cfg without connecting.
+func New(cfg Config) (*Transport, error) {
+	if cfg.Hub == nil {
+		return nil, errors.New("mqttext: Config.Hub is required")
+	}
+	u, err := parseBrokerURL(cfg.Broker)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New()
+	}
+	if cfg.ClientID == "" {
+		cfg.ClientID = "mcpgate-" + randomHex(6)
+	}
+	if cfg.UplinkTopic == "" {
+		cfg.UplinkTopic = xiaozhi.DefaultUplinkTopic
+	}
+	if strings.ContainsAny(cfg.UplinkTopic, "+#") || strings.HasPrefix(cfg.UplinkTopic, "$") || strings.HasSuffix(cfg.UplinkTopic, "/") {
+		return nil, fmt.Errorf("mqttext: uplink topic %q is not a plain topic prefix", cfg.UplinkTopic)
+	}
+	if cfg.ShareGroup == "" {
+		cfg.ShareGroup = DefaultShareGroup
+	}
+	if strings.ContainsAny(cfg.ShareGroup, "/+#") {
+		return nil, fmt.Errorf("mqttext: share group %q must not contain '/', '+' or '#'", cfg.ShareGroup)
+	}
+	if cfg.SilenceTimeout <= 0 {
+		cfg.SilenceTimeout = 5 * time.Minute
+	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = cfg.Session.RequestTimeout // the ping is a request like any other
+	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = 10 * time.Second
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	return &Transport{cfg: cfg, log: cfg.Logger.With("component", "mqtt_external"), m: cfg.Metrics, server: u,
+		filter: "$share/" + cfg.ShareGroup + "/" + cfg.UplinkTopic + "/+",
+		conns:  conns.NewTracker(), live: make(map[string]*session)}, nil
+}
+
+// parseBrokerURL accepts the schemes autopaho dials and fills in the default port.
+func parseBrokerURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("mqttext: broker URL %q: %w", s, err)
+	}
+	port := "1883"
+	switch u.Scheme {
+	case "tcp", "mqtt":
+	case "ssl", "tls", "mqtts":
+		port = "8883"
+	default:
+		return nil, fmt.Errorf("mqttext: broker URL %q: want tcp://, mqtt://, ssl://, tls:// or mqtts://host[:port]", s)
+	}
+	if u.Hostname() == "" {
+		return nil, fmt.Errorf("mqttext: broker URL %q has no host", s)
+	}
+	if u.Port() == "" {
+		u.Host += ":" + port
+	}
+	return u, nil
+}
+
+// Start connects to the broker and subscribes, waiting for the first
+// connection until ctx ends; autopaho then reconnects (and resubscribes)
+// on its own until Close.
+func (t *Transport) Start(ctx context.Context) error {
+	tlsCfg := t.cfg.TLS
+	if tlsCfg == nil {
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	cfg := autopaho.ClientConfig{
+		ServerUrls: []*url.URL{t.server},
+		TlsCfg:     tlsCfg,
+		KeepAlive:  30,
+		// No broker session: a restarted node must not get a backlog of
+		// device messages its sessions no longer match.
+		CleanStartOnInitialConnection: true,
+		ConnectTimeout:                t.cfg.ConnectTimeout,
+		ReconnectBackoff:              autopaho.NewExponentialBackoff(100*time.Millisecond, 10*time.Second, 2*time.Second, 2),
+		ConnectUsername:               t.cfg.Username,
+		ConnectPassword:               []byte(t.cfg.Password),
+		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
+			// Resubscribe on every connection (no broker session is kept).
+			// This callback must not block paho, hence the goroutine; the
+			// tracker owns it, so Close waits for it.
+			if t.conns.Add() {
+				go func() {
+					defer t.conns.Done()
+					t.subscribe(cm)
+				}()
+			}
+		},
+		OnConnectError: func(err error) {
+			t.log.Warn("cannot connect to MQTT broker", "broker", t.server.Redacted(), "error", err)
+		},
+		ClientConfig: paho.ClientConfig{
+			ClientID:          t.cfg.ClientID,
+			OnPublishReceived: []func(paho.PublishReceived) (bool, error){t.onPublish},
+			OnClientError:     func(err error) { t.log.Warn("MQTT broker connection error", "error", err) },
+		},
+	}
+	if t.cfg.Username == "" {
+		cfg.ConnectPassword = nil
+	}
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cm, err := autopaho.NewConnection(cctx, cfg)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("mqttext: %w", err)
+	}
+	t.mu.Lock()
+	t.cm, t.cancel = cm, cancel
+	t.mu.Unlock()
+	if err := cm.AwaitConnection(ctx); err != nil {
+		t.Close()
+		return fmt.Errorf("mqttext: connect to %s: %w", t.server.Redacted(), err)
+	}
+	t.log.Info("connected to external MQTT broker", "broker", t.server.Redacted(), "client_id", t.cfg.ClientID, "subscription", t.filter)
+	return nil
+}
+
+// subscribe subscribes to the uplink, retrying until it succeeds or the
+// transport closes: without the subscription the node serves nobody.
+func (t *Transport) subscribe(cm *autopaho.ConnectionManager) {
+	ctx := t.conns.Context()
+	for {
+		sctx, cancel := context.WithTimeout(ctx, t.cfg.ProbeTimeout)
+		_, err := cm.Subscribe(sctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: t.filter, QoS: 0}}})
+		cancel()
+		if err == nil {
+			t.log.Info("subscribed to the device uplink", "subscription", t.filter)
+			return
+		}
+		t.log.Error("cannot subscribe to the device uplink; retrying", "subscription", t.filter, "error", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// Close ends every session with hub.ErrShutdown, then disconnects from the
+// broker and waits for the client's goroutines. It is idempotent.
+func (t *Transport) Close() {
+	t.closeOnce.Do(func() {
+		t.conns.Close(hub.ErrShutdown)
+		t.mu.Lock()
+		cm, cancel := t.cm, t.cancel
+		t.mu.Unlock()
+		if cm == nil {
+			return
+		}
+		ctx, stop := context.WithTimeout(context.Background(), t.cfg.ProbeTimeout)
+		defer stop()
+		_ = cm.Disconnect(ctx) // best effort: the broker drops us anyway
+		cancel()
+		<-cm.Done()
+	})
+}
+
+// session is one device served through the broker.
+type session struct {
+	t         *Transport
+	deviceID  string
+	topic     string // downlink
+	sessionID string
+	log       *slog.Logger
+	sess      *mcpclient.Session
+	att       *hub.Attachment
+	lastSeen  atomic.Int64 // unix nanos of the last uplink message
+}
+
+var (
+	errOffline      = errors.New("device went offline (MQTT Will)")
+	errSilent       = errors.New("device silent and not answering a ping")
+	errReannounced  = errors.New("device reconnected to the broker")
+	errNoConnection = errors.New("not connected to the MQTT broker")
+)
+
+// onPublish handles one uplink message; it runs on paho's router goroutine.
+func (t *Transport) onPublish(pr paho.PublishReceived) (bool, error) {
+	p := pr.Packet
+	deviceID, ok := t.deviceOf(p.Topic)
+	if !ok {
+		t.m.DroppedFrames.WithLabelValues("bad_topic").Inc()
+		t.log.Warn("dropped message on a topic without a device id", "topic", p.Topic)
+		return true, nil
+	}
+	env, err := xiaozhi.DecodeEnvelope(p.Payload)
+	if err != nil {
+		t.m.DroppedFrames.WithLabelValues("unparseable").Inc()
+		t.log.Warn("dropped unparseable message from device", "device_id", deviceID, "error", err, "frame", conns.Truncate(string(p.Payload), 300))
+		return true, nil
+	}
+	t.mu.Lock()
+	s := t.live[deviceID]
+	t.mu.Unlock()
+	switch env.Type {
+	case xiaozhi.TypeOffline:
+		if s != nil {
+			s.sess.Close(errOffline)
+		}
+		return true, nil
+	case xiaozhi.TypeOnline:
+		if s != nil {
+			s.sess.Close(errReannounced)
+			s = nil
+		}
+	}
+	if s == nil {
+		if s = t.start(deviceID); s == nil {
+			return true, nil
+		}
+	}
+	s.touch()
+	switch env.Type {
+	case xiaozhi.TypeMCP:
+		if len(env.Payload) == 0 || string(env.Payload) == "null" {
+			t.m.DroppedFrames.WithLabelValues("empty_mcp").Inc()
+			return true, nil
+		}
+		s.sess.Handle(env.Payload)
+	case xiaozhi.TypeHello:
+		s.refuseAudio(env.SessionID)
+	default:
+		// goodbye ends the device's audio session only; listen, abort and
+		// other types are not used by this gateway.
+	}
+	return true, nil
+}
+
+// deviceOf extracts the device id from <uplink>/<mac_with_underscores>.
+func (t *Transport) deviceOf(topic string) (string, bool) {
+	seg, ok := strings.CutPrefix(topic, t.cfg.UplinkTopic+"/")
+	if !ok || seg == "" || strings.Contains(seg, "/") {
+		return "", false
+	}
+	// MACs travel with underscores (topic-safe); other ids as they are.
+	if len(seg) == 17 && strings.Count(seg, "_") == 5 {
+		seg = strings.ReplaceAll(seg, "_", ":")
+	}
+	id, err := xiaozhi.NormalizeDeviceID(seg)
+	return id, err == nil
+}
+
+// start attaches a new session for a device the gateway just heard from. It
+// returns nil during shutdown.
+func (t *Transport) start(deviceID string) *session {
+	if !t.conns.Add() {
+		return nil
+	}
+	s := &session{t: t, deviceID: deviceID, topic: xiaozhi.P2PTopic(deviceID), sessionID: newSessionID()}
+	s.log = t.log.With("device_id", deviceID, "session_id", s.sessionID)
+	scfg := t.cfg.Session
+	scfg.Logger = s.log
+	s.sess = mcpclient.New(t.conns.Context(), s, scfg)
+	s.lastSeen.Store(time.Now().UnixNano())
+	s.att = t.cfg.Hub.Attach(hub.ConnInfo{
+		DeviceID: deviceID, Transport: "mqtt", SessionID: s.sessionID,
+		Remote: "via " + t.server.Host, ProtocolVersion: "5", Logger: s.log,
+	}, s.sess)
+	t.mu.Lock()
+	t.live[deviceID] = s
+	t.mu.Unlock()
+
+	var wg sync.WaitGroup
+	wg.Go(func() { s.att.Discover(s.sess.Context()) })
+	wg.Go(s.watch)
+	// The session ends on Will, silence, replacement, reannouncement or
+	// shutdown; this cleans up after it on a goroutine the tracker awaits.
+	context.AfterFunc(s.sess.Context(), func() {
+		defer t.conns.Done()
+		t.mu.Lock()
+		if t.live[deviceID] == s {
+			delete(t.live, deviceID)
+		}
+		t.mu.Unlock()
+		wg.Wait()
+		s.att.Detach()
+	})
+	t.m.Handshakes.WithLabelValues("mqtt", "ok").Inc()
+	s.log.Info("device heard through the external broker")
+	return s
+}
+
+func (s *session) touch() {
+	s.lastSeen.Store(time.Now().UnixNano())
+	s.att.Touch()
+}
+
+// watch ends the session of a device that stays silent and does not answer
+// a ping: with a stock broker the gateway cannot see the device disconnect.
+func (s *session) watch() {
+	ctx := s.sess.Context()
+	timer := time.NewTimer(s.t.cfg.SilenceTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		if idle := time.Since(time.Unix(0, s.lastSeen.Load())); idle < s.t.cfg.SilenceTimeout {
+			timer.Reset(s.t.cfg.SilenceTimeout - idle)
+			continue
+		}
+		_, err := s.sess.Request(ctx, "ping", nil, s.t.cfg.ProbeTimeout)
+		var rpcErr *mcpclient.RPCError
+		if err != nil && !errors.As(err, &rpcErr) { // any answer, even an error, proves it is there
+			s.sess.Close(fmt.Errorf("%w: %w", errSilent, err))
+			return
+		}
+		timer.Reset(s.t.cfg.SilenceTimeout)
+	}
+}
+
+// Send publishes an MCP payload in the device's envelope on its downlink topic.
+func (s *session) Send(ctx context.Context, payload []byte) error {
+	b, err := xiaozhi.MCPEnvelope(s.sessionID, payload)
+	if err != nil {
+		return err
+	}
+	return s.publish(ctx, b)
+}
+
+func (s *session) publish(ctx context.Context, msg []byte) error {
+	s.t.mu.Lock()
+	cm := s.t.cm
+	s.t.mu.Unlock()
+	if cm == nil {
+		return fmt.Errorf("mqttext: publish to device: %w", errNoConnection)
+	}
+	// QoS 0, like firmware: a QoS 1 publish would wait for a PUBACK that
+	// paho delivers on the goroutine that may be running onPublish.
+	if _, err := cm.Publish(ctx, &paho.Publish{Topic: s.topic, QoS: 0, Payload: msg}); err != nil {
+		return fmt.Errorf("mqttext: publish to device: %w", err)
+	}
+	return nil
+}
+
+// refuseAudio answers an audio hello with an alert and a goodbye, as the
+// embedded transport does; the MCP session goes on. The publishes run on a
+// goroutine the tracker owns, bounded by ProbeTimeout and the session, so
+// that paho's router goroutine never waits on the network.
+func (s *session) refuseAudio(sid string) {
+	alert, _ := json.Marshal(xiaozhi.Alert{Type: xiaozhi.TypeAlert, SessionID: sid, Status: "error",
+		Message: "This gateway carries no audio: voice is unavailable, device tools still work.", Emotion: "sad"})
+	bye, _ := json.Marshal(struct {
+		Type      string `json:"type"`
+		SessionID string `json:"session_id,omitempty"`
+	}{xiaozhi.TypeGoodbye, sid})
+	if !s.t.conns.Add() {
+		return
+	}
+	go func() {
+		defer s.t.conns.Done()
+		ctx, cancel := context.WithTimeout(s.sess.Context(), s.t.cfg.ProbeTimeout)
+		defer cancel()
+		for _, msg := range [][]byte{alert, bye} {
+			if err := s.publish(ctx, msg); err != nil {
+				s.log.Debug("could not refuse audio hello", "error", err)
+				return
+			}
+		}
+		s.log.Info("refused audio session: the gateway carries no audio")
+	}()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return hex.EncodeToString(b)
+}
+
+func newSessionID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = (b[6] & 0x0f) | 0x40
+	b[8] = (b[8] & 0x3f) | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
