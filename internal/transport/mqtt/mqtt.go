@@ -163,7 +163,7 @@ func New(cfg Config) (*Transport, error) {
 func (t *Transport) Start() error {
 	ln := listeners.NewTCP(listeners.Config{ID: "devices", Address: t.cfg.Addr, TLSConfig: t.cfg.TLS})
 	if err := t.srv.AddListener(ln); err != nil {
-		return fmt.Errorf("mqtt: listen on %s: %w", t.cfg.Addr, err)
+		return fmt.Errorf("mqtt: listen on %s: %w (another broker there? choose another --mqtt-addr, or --mqtt-addr \"\" to run without MQTT)", t.cfg.Addr, err)
 	}
 	t.mu.Lock()
 	t.ln = ln
