@@ -52,7 +52,7 @@ aa:bb:cc:dd:ee:ff, AA-BB-CC-DD-EE-FF, aabbccddeeff) or an alias.`,
 			return printTable(g.stdout, []string{"ALIAS", "ID", "STATE", "TRANSPORT", "TOOLS", "LAST SEEN"}, rows)
 		},
 	}
-	cmd.AddCommand(newDevicesShowCmd(g), newDevicesAliasCmd(g), newDevicesTokenCmd(g))
+	cmd.AddCommand(newDevicesShowCmd(g), newDevicesAliasCmd(g), newDevicesTokenCmd(g), newDevicesRevokeCmd(g))
 	return cmd
 }
 
@@ -140,6 +140,39 @@ or digit, unique among devices. The alias replaces the old one everywhere.`,
 				return printJSON(g.stdout, d)
 			}
 			fmt.Fprintf(g.stdout, "%s is now %s\n", d.ID, d.Alias)
+			return nil
+		},
+	}
+}
+
+func newDevicesRevokeCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "revoke DEVICE",
+		Short: "Revoke every credential of a device and disconnect it",
+		Long: `Revoke every token issued to a device until now (device and vision tokens), and
+close its live connection. The device must be provisioned again (OTA, or
+'mcpgate devices token') before it can reconnect with --device-auth=token.
+Revocations are kept in the running gateway's memory: a restart forgets them
+until persistence lands.`,
+		Example: "  mcpgate devices revoke kitchen",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient(g)
+			if err != nil {
+				return err
+			}
+			res, err := c.RevokeTokens(cmd.Context(), args[0])
+			if err != nil {
+				return reportError(g, err)
+			}
+			if g.json {
+				return printJSON(g.stdout, res)
+			}
+			state := "it was not connected"
+			if res.Disconnected {
+				state = "its connection was closed"
+			}
+			fmt.Fprintf(g.stdout, "revoked every credential of %s issued until %s; %s\n", res.Device, res.RevokedUntil.Format(time.RFC3339), state)
 			return nil
 		},
 	}

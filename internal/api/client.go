@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
@@ -130,6 +131,27 @@ func (c *Client) SetAlias(ctx context.Context, ref, alias string) (*hub.Device, 
 		return nil, err
 	}
 	return &d, nil
+}
+
+// RevokeResult is the answer of a revocation.
+type RevokeResult struct {
+	Device       string    `json:"device"`
+	RevokedUntil time.Time `json:"revoked_until"`
+	Disconnected bool      `json:"disconnected"`
+}
+
+// RevokeTokens revokes every credential issued to a device so far and
+// closes its live connection.
+func (c *Client) RevokeTokens(ctx context.Context, ref string) (*RevokeResult, error) {
+	p, err := devicePath(ref, "/revoke")
+	if err != nil {
+		return nil, err
+	}
+	var out RevokeResult
+	if err := c.do(ctx, http.MethodPost, p, struct{}{}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // Tools returns a device's last known tool catalog.

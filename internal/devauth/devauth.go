@@ -108,7 +108,7 @@ type Claims struct {
 	Purpose  string `json:"p"`
 	DeviceID string `json:"d"`
 	ClientID string `json:"c,omitempty"` // empty: any client id of the device
-	IssuedAt int64  `json:"i"`
+	IssuedAt int64  `json:"i"`           // unix milliseconds, so a re-issue right after a revocation is valid
 	Expires  int64  `json:"e"`
 	ID       string `json:"n"`
 }
@@ -128,7 +128,7 @@ type Authority struct {
 
 	mu         sync.Mutex
 	revoked    map[string]int64 // token id → its expiry (forgotten after it)
-	revokedDev map[string]int64 // device id → tokens issued at or before this unix second are revoked
+	revokedDev map[string]int64 // device id → tokens issued at or before this unix millisecond are revoked
 }
 
 // New returns an Authority signing with cfg.Secret.
@@ -165,7 +165,7 @@ func (a *Authority) issue(purpose, deviceID, clientID string, ttl time.Duration)
 	var n [12]byte
 	_, _ = rand.Read(n[:]) // crypto/rand.Read never fails
 	now := a.now()
-	c := Claims{Purpose: purpose, DeviceID: id, ClientID: clientID, IssuedAt: now.Unix(),
+	c := Claims{Purpose: purpose, DeviceID: id, ClientID: clientID, IssuedAt: now.UnixMilli(),
 		Expires: now.Add(ttl).Unix(), ID: hex.EncodeToString(n[:])}
 	body, err := json.Marshal(c)
 	if err != nil {
@@ -309,7 +309,7 @@ func (a *Authority) RevokeDevice(deviceID string) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.revokedDev[id] = a.now().Unix()
+	a.revokedDev[id] = a.now().UnixMilli()
 	return nil
 }
 

@@ -2,7 +2,10 @@ package gateway
 
 import (
 	"crypto/rand"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -43,6 +46,8 @@ type Provisioning struct {
 
 // deviceServices are the device-facing services besides the transports.
 type deviceServices struct {
+	hub    *hub.Hub
+	log    *slog.Logger
 	cfg    Provisioning
 	auth   *devauth.Checker
 	ota    *ota.Handler
@@ -73,7 +78,7 @@ func newDeviceServices(cfg Config, m *metrics.Metrics, h *hub.Hub) (*deviceServi
 	if err != nil {
 		return nil, err
 	}
-	d := &deviceServices{cfg: p, auth: devauth.NewChecker(authority, mode, cfg.Logger, m.Registry)}
+	d := &deviceServices{hub: h, log: cfg.Logger, cfg: p, auth: devauth.NewChecker(authority, mode, cfg.Logger, m.Registry)}
 
 	oc := p.OTA
 	oc.Logger = cfg.Logger
@@ -107,6 +112,49 @@ func (d *deviceServices) register(mux *http.ServeMux, guard func(http.Handler) h
 	mux.Handle(ota.PathNoSlash, d.ota)
 	mux.Handle(vision.Path, d.vision)
 	d.vision.Register(mux, guard)
+	mux.Handle("POST /api/v1/devices/{id}/revoke", guard(http.HandlerFunc(d.revoke)))
+}
+
+// errRevoked is why a device's connection closes when its tokens are revoked.
+var errRevoked = errors.New("device credentials revoked")
+
+// RevokeResult is the answer of POST /api/v1/devices/{id}/revoke.
+type RevokeResult struct {
+	Device       string    `json:"device"`
+	RevokedUntil time.Time `json:"revoked_until"`
+	Disconnected bool      `json:"disconnected"`
+}
+
+// revoke invalidates every token issued to a device until now (device and
+// vision tokens alike) and closes its live connection, so a device whose
+// credentials leaked is cut off at once; it must be provisioned again (OTA
+// or `mcpgate devices token`). Revocations live in memory until the store
+// lands: a restart forgets them.
+func (d *deviceServices) revoke(w http.ResponseWriter, r *http.Request) {
+	dev, err := d.hub.Device(r.PathValue("id"))
+	if err != nil {
+		writeAPIError(w, http.StatusNotFound, "device_not_found", err.Error())
+		return
+	}
+	now := time.Now().UTC()
+	if err := d.auth.Authority().RevokeDevice(dev.ID); err != nil {
+		writeAPIError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	_, disconnected, err := d.hub.Disconnect(dev.ID, errRevoked)
+	if err != nil {
+		writeAPIError(w, http.StatusNotFound, "device_not_found", err.Error())
+		return
+	}
+	d.log.Info("device credentials revoked", "device_id", dev.ID, "disconnected", disconnected)
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(RevokeResult{Device: dev.ID, RevokedUntil: now, Disconnected: disconnected})
+}
+
+func writeAPIError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}})
 }
 
 // visionFor gives a session its capabilities.vision: the upload URL on the

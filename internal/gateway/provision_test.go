@@ -256,3 +256,47 @@ func runSim(t *testing.T, cfg sim.Config) {
 	go func() { defer close(done); _ = sim.Run(ctx, cfg) }()
 	t.Cleanup(func() { cancel(); <-done })
 }
+
+// TestRevokeCutsDeviceOff: revoking a device's credentials through REST
+// closes its live session (pending calls fail at once), refuses every token
+// issued before, and a token issued afterwards works again.
+func TestRevokeCutsDeviceOff(t *testing.T) {
+	gw := startGateway(t, Config{Provisioning: Provisioning{DeviceAuth: devauth.ModeToken, DeviceSecret: testSecret}})
+	auth := gw.devices.auth.Authority()
+	const mac, cid = "02:00:00:00:00:21", "client-21"
+	old, _ := auth.IssueDevice(mac, cid, time.Hour)
+	client, err := device.NewClient(device.ClientOptions{URL: wsURL(gw), DeviceID: mac, ClientID: cid, Token: old,
+		Server: newServer(t, device.ProfileESP32), MinBackoff: 20 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = client.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitState(t, gw, mac, hub.StateReady)
+
+	c, err := api.NewClient("http://"+gw.Addr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.RevokeTokens(context.Background(), mac)
+	if err != nil || !res.Disconnected || res.Device != mac {
+		t.Fatalf("revoke = %+v, %v", res, err)
+	}
+	// The device keeps retrying with its old token: every attempt is refused.
+	waitState(t, gw, mac, hub.StateOffline)
+	waitFor(t, "a refused reconnect", 5*time.Second, func() bool {
+		return strings.Contains(metricsText(t, gw), `mcpgate_device_auth_failures_total{reason="revoked",transport="websocket"}`)
+	})
+	if d, _ := gw.Hub().Device(mac); d.Online {
+		t.Fatal("device back online with a revoked token")
+	}
+	fresh, _ := auth.IssueDevice(mac, cid, time.Hour)
+	runClient(t, wsURL(gw), mac, cid, fresh, newServer(t, device.ProfileESP32))
+	waitState(t, gw, mac, hub.StateReady)
+
+	if _, err := c.RevokeTokens(context.Background(), "no-such-device"); err == nil {
+		t.Fatal("revoking an unknown device succeeded")
+	}
+}

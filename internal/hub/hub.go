@@ -563,6 +563,27 @@ func sortedPatterns(m map[string]time.Duration) []string {
 	return keys
 }
 
+// Disconnect closes a device's live connection, if it has one, with reason
+// (its pending calls fail at once). It reports whether there was one.
+func (h *Hub) Disconnect(ref string, reason error) (Device, bool, error) {
+	h.mu.RLock()
+	d, err := h.lookupLocked(ref)
+	var att *Attachment
+	var snap Device
+	if err == nil {
+		att = d.att
+		snap = d.snapshot()
+	}
+	h.mu.RUnlock()
+	if err != nil {
+		return Device{}, false, err
+	}
+	if att != nil {
+		att.close(reason)
+	}
+	return snap, att != nil, nil
+}
+
 // Shutdown closes every live device connection with ErrShutdown.
 func (h *Hub) Shutdown() {
 	h.mu.RLock()
