@@ -97,16 +97,7 @@ func TestMQTTTwoThousandDevices(t *testing.T) {
 		srv := newServer(t, device.ProfileESP32, volumeTool(&level, &mu))
 		runMQTTDevice(t, gw, fmt.Sprintf("02:00:00:11:%02x:%02x", i/256, i%256), srv)
 	}
-	start := time.Now()
-	states := map[hub.State]int{}
-	waitFor(t, "2,000 ready MQTT devices", 120*time.Second, func() bool {
-		clear(states)
-		for _, d := range gw.Hub().Devices() {
-			states[d.State]++
-		}
-		return states[hub.StateReady] == n
-	})
-	t.Logf("2,000 MQTT devices ready after %s", time.Since(start))
+	waitReady(t, gw, n, 120*time.Second)
 	if text, _, err := call(t, gw, "02:00:00:11:07:cf", "self.audio_speaker.set_volume", `{"volume":7}`, 0); err != nil || text != "true" {
 		t.Fatalf("call on device 1999 = %q %v", text, err)
 	}
