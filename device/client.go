@@ -5,7 +5,6 @@ import (
 	crand "crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
@@ -157,20 +156,29 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	if opts.IdleTimeout == 0 {
 		opts.IdleTimeout = DefaultIdleTimeout
 	}
-	if opts.MinBackoff <= 0 {
-		opts.MinBackoff = DefaultMinBackoff
+	log, err := reconnectDefaults(&opts.MinBackoff, &opts.MaxBackoff, opts.Logger, id)
+	if err != nil {
+		return nil, err
 	}
-	if opts.MaxBackoff <= 0 {
-		opts.MaxBackoff = DefaultMaxBackoff
+	return &Client{opts: opts, deviceID: id, log: log}, nil
+}
+
+// reconnectDefaults fills in what every transport's client shares: the
+// reconnect backoff bounds and the device's logger (nil discards).
+func reconnectDefaults(minBackoff, maxBackoff *time.Duration, logger *slog.Logger, deviceID string) (*slog.Logger, error) {
+	if *minBackoff <= 0 {
+		*minBackoff = DefaultMinBackoff
 	}
-	if opts.MaxBackoff < opts.MinBackoff {
-		return nil, fmt.Errorf("device: MaxBackoff %v below MinBackoff %v", opts.MaxBackoff, opts.MinBackoff)
+	if *maxBackoff <= 0 {
+		*maxBackoff = DefaultMaxBackoff
 	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if *maxBackoff < *minBackoff {
+		return nil, fmt.Errorf("device: MaxBackoff %v below MinBackoff %v", *maxBackoff, *minBackoff)
 	}
-	return &Client{opts: opts, deviceID: id, log: log.With("device_id", id)}, nil
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return logger.With("device_id", deviceID), nil
 }
 
 // DeviceID returns the normalised device id the client announces.

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -105,20 +104,11 @@ func NewMQTTClient(opts MQTTClientOptions) (*MQTTClient, error) {
 	if opts.ConnectTimeout <= 0 {
 		opts.ConnectTimeout = DefaultHelloTimeout
 	}
-	if opts.MinBackoff <= 0 {
-		opts.MinBackoff = DefaultMinBackoff
+	log, err := reconnectDefaults(&opts.MinBackoff, &opts.MaxBackoff, opts.Logger, id)
+	if err != nil {
+		return nil, err
 	}
-	if opts.MaxBackoff <= 0 {
-		opts.MaxBackoff = DefaultMaxBackoff
-	}
-	if opts.MaxBackoff < opts.MinBackoff {
-		return nil, fmt.Errorf("device: MaxBackoff %v below MinBackoff %v", opts.MaxBackoff, opts.MinBackoff)
-	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	return &MQTTClient{opts: opts, deviceID: id, log: log.With("device_id", id)}, nil
+	return &MQTTClient{opts: opts, deviceID: id, log: log}, nil
 }
 
 // DeviceID returns the normalised device id.
