@@ -24,6 +24,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		mqttKey      string
 	)
 	var applyProvisioning func() error // fills cfg.Provisioning once flags are parsed
+	var mqttNode string                // INDEX/COUNT
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the gateway",
@@ -75,6 +76,14 @@ environment, which wins over the file.`,
 				}
 				cfg.MQTTAddr = ""
 			}
+			if mqttNode != "" {
+				if cfg.MQTTBroker == "" {
+					return errors.New("--mqtt-node needs --mqtt-broker: it splits devices among gateway nodes sharing an external broker")
+				}
+				if _, err := fmt.Sscanf(mqttNode, "%d/%d", &cfg.MQTTNode, &cfg.MQTTNodes); err != nil || cfg.MQTTNodes < 1 || cfg.MQTTNode < 0 || cfg.MQTTNode >= cfg.MQTTNodes {
+					return fmt.Errorf("--mqtt-node %q: want INDEX/COUNT with 0 <= INDEX < COUNT, e.g. 0/2 and 1/2 for two nodes", mqttNode)
+				}
+			}
 			gw, err := gateway.New(cfg)
 			if err != nil {
 				return err
@@ -108,6 +117,7 @@ environment, which wins over the file.`,
 	f.StringVar(&cfg.MQTTBroker, "mqtt-broker", "", "external MQTT broker URL (tcp://host:port, ssl:// or mqtts:// for TLS); replaces the embedded broker")
 	f.StringVar(&cfg.MQTTBrokerUsername, "mqtt-broker-username", "", "the gateway's username on --mqtt-broker")
 	f.StringVar(&cfg.MQTTBrokerPassword, "mqtt-broker-password", "", "the gateway's password on --mqtt-broker")
+	f.StringVar(&mqttNode, "mqtt-node", "", "with --mqtt-broker: this node's share INDEX/COUNT of the fleet, split by device id on any broker (e.g. 0/2, 1/2) instead of a shared subscription")
 	f.StringVar(&cfg.MQTTShareGroup, "mqtt-share-group", "mcpgate", "shared-subscription group the gateway nodes of --mqtt-broker join")
 	f.DurationVar(&cfg.MQTTSilenceTimeout, "mqtt-silence-timeout", 5*time.Minute, "with --mqtt-broker: a device silent this long is pinged, and offline if it does not answer")
 	applyProvisioning = provisioningFlags(f, &cfg.Provisioning, &cfg.DataDir)

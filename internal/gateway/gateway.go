@@ -102,6 +102,10 @@ type Config struct {
 	// MQTTShareGroup is the shared-subscription group of the gateway nodes.
 	// Default "mcpgate".
 	MQTTShareGroup string
+	// MQTTNodes and MQTTNode split the fleet over MQTTNodes gateway nodes by
+	// device id, on any broker, instead of by shared subscription; see
+	// docs/mqtt.md. MQTTNodes 0 or 1 means one node or a shared subscription.
+	MQTTNodes, MQTTNode int
 	// MQTTSilenceTimeout: a device silent this long is pinged, and offline
 	// if it does not answer. Default 5m.
 	MQTTSilenceTimeout time.Duration
@@ -218,6 +222,7 @@ func New(cfg Config) (*Gateway, error) {
 			Hub: h, Logger: cfg.Logger, Metrics: m, Session: session,
 			Broker: cfg.MQTTBroker, TLS: cfg.MQTTBrokerTLS, Username: cfg.MQTTBrokerUsername, Password: cfg.MQTTBrokerPassword,
 			UplinkTopic: cfg.MQTTUplinkTopic, ShareGroup: cfg.MQTTShareGroup, SilenceTimeout: cfg.MQTTSilenceTimeout,
+			Nodes: cfg.MQTTNodes, Node: cfg.MQTTNode,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)

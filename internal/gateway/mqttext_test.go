@@ -180,3 +180,49 @@ func TestExternalBrokerSilentDeviceGoesOffline(t *testing.T) {
 	})
 	waitState(t, gw, mac, hub.StateOffline)
 }
+
+// Two gateway nodes on one stock Mosquitto split the fleet by device id:
+// each device is served by exactly one node, whole (its replies reach the
+// node that asked), and calls through that node work.
+func TestExternalBrokerTwoNodesSplitByDevice(t *testing.T) {
+	broker := startMosquitto(t)
+	nodes := []*Gateway{
+		startGateway(t, Config{MQTTBroker: "tcp://" + broker, MQTTNodes: 2, MQTTNode: 0, RequestTimeout: 2 * time.Second}),
+		startGateway(t, Config{MQTTBroker: "tcp://" + broker, MQTTNodes: 2, MQTTNode: 1, RequestTimeout: 2 * time.Second}),
+	}
+	var mu sync.Mutex
+	level := 0
+	const n = 8
+	macs := make([]string, n)
+	for i := range n {
+		macs[i] = fmt.Sprintf("02:00:00:12:00:%02x", i)
+		runStockBrokerDevice(t, broker, macs[i], newServer(t, device.ProfileESP32, volumeTool(&level, &mu)))
+	}
+	served := [2]int{}
+	for _, mac := range macs {
+		var owner *Gateway
+		waitFor(t, mac+" ready on one node", 30*time.Second, func() bool {
+			for i, gw := range nodes {
+				if d, err := gw.Hub().Device(mac); err == nil && d.State == hub.StateReady {
+					owner = gw
+					served[i]++
+					return true
+				}
+			}
+			return false
+		})
+		for _, gw := range nodes {
+			if gw != owner {
+				if _, err := gw.Hub().Device(mac); err == nil {
+					t.Fatalf("%s known to both nodes", mac)
+				}
+			}
+		}
+		if text, isErr, err := call(t, owner, mac, "self.audio_speaker.set_volume", `{"volume":9}`, 5*time.Second); err != nil || isErr || text != "true" {
+			t.Fatalf("call %s on its node = %q %v %v", mac, text, isErr, err)
+		}
+	}
+	if served[0] == 0 || served[1] == 0 {
+		t.Fatalf("one node served every device: %v", served)
+	}
+}

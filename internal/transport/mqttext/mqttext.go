@@ -48,6 +48,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -91,6 +92,14 @@ type Config struct {
 	UplinkTopic string
 	// ShareGroup is the shared-subscription group. Default DefaultShareGroup.
 	ShareGroup string
+	// Nodes, when above 1, splits the fleet over that many gateway nodes by
+	// device id instead of by shared subscription, which works on any broker:
+	// every node subscribes to all uplinks (not shared) and serves only the
+	// devices whose id hashes to its Node (0 <= Node < Nodes). Brokers that
+	// deal shared-subscription messages round-robin, Mosquitto among them,
+	// would otherwise hand a device's replies to nodes that do not hold its
+	// session.
+	Nodes, Node int
 	// SilenceTimeout is how long a device may stay silent before the gateway
 	// pings it, and ends its session if the ping fails. Default 5m.
 	SilenceTimeout time.Duration
@@ -148,6 +157,13 @@ func New(cfg Config) (*Transport, error) {
 	if strings.ContainsAny(cfg.ShareGroup, "/+#") {
 		return nil, fmt.Errorf("mqttext: share group %q must not contain '/', '+' or '#'", cfg.ShareGroup)
 	}
+	if cfg.Nodes < 0 || (cfg.Nodes > 1 && (cfg.Node < 0 || cfg.Node >= cfg.Nodes)) {
+		return nil, fmt.Errorf("mqttext: node %d of %d: want 0 <= node < nodes", cfg.Node, cfg.Nodes)
+	}
+	filter := "$share/" + cfg.ShareGroup + "/" + cfg.UplinkTopic + "/+"
+	if cfg.Nodes > 1 {
+		filter = cfg.UplinkTopic + "/+"
+	}
 	if cfg.SilenceTimeout <= 0 {
 		cfg.SilenceTimeout = 5 * time.Minute
 	}
@@ -161,7 +177,7 @@ func New(cfg Config) (*Transport, error) {
 		cfg.ConnectTimeout = 10 * time.Second
 	}
 	return &Transport{cfg: cfg, log: cfg.Logger.With("component", "mqtt_external"), m: cfg.Metrics, server: u,
-		filter: "$share/" + cfg.ShareGroup + "/" + cfg.UplinkTopic + "/+",
+		filter: filter,
 		conns:  conns.NewTracker(), live: make(map[string]*session)}, nil
 }
 
@@ -315,6 +331,9 @@ func (t *Transport) onPublish(pr paho.PublishReceived) (bool, error) {
 		t.log.Warn("dropped message on a topic without a device id", "topic", p.Topic)
 		return true, nil
 	}
+	if !t.owns(deviceID) {
+		return true, nil // another node's device
+	}
 	env, err := xiaozhi.DecodeEnvelope(p.Payload)
 	if err != nil {
 		t.m.DroppedFrames.WithLabelValues("unparseable").Inc()
@@ -356,6 +375,17 @@ func (t *Transport) onPublish(pr paho.PublishReceived) (bool, error) {
 		// other types are not used by this gateway.
 	}
 	return true, nil
+}
+
+// owns reports whether this node serves deviceID: always, unless the fleet
+// is split by device id (Config.Nodes).
+func (t *Transport) owns(deviceID string) bool {
+	if t.cfg.Nodes <= 1 {
+		return true
+	}
+	h := fnv.New32a()
+	h.Write([]byte(deviceID))
+	return int(h.Sum32()%uint32(t.cfg.Nodes)) == t.cfg.Node
 }
 
 // deviceOf extracts the device id from <uplink>/<mac_with_underscores>.
