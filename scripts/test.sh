@@ -26,6 +26,9 @@ echo "== mosquitto (internal/gateway's external-broker tests run a real one)"
 if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "-- installing mosquitto from Debian's packages"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >/dev/null
+  # The tests start their own on free ports; a system broker left on 1883
+  # would keep `mcpgate serve`'s embedded one from starting.
+  { systemctl disable --now mosquitto || service mosquitto stop; } >/dev/null 2>&1 || true
 fi
 # No skip when it is missing: the tests fail and say how to install it.
 
