@@ -6,53 +6,17 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/coder/websocket"
 
+	"github.com/mcpgate/mcpgate/internal/leakcheck"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
-// TestMain fails the package when tests leave goroutines behind, since every
-// goroutine the SDK starts must be owned and awaited.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		deadline := time.Now().Add(3 * time.Second)
-		for {
-			buf := make([]byte, 1<<20)
-			stacks := string(buf[:runtime.Stack(buf, true)])
-			leaked := leakedGoroutines(stacks)
-			if leaked == "" {
-				break
-			}
-			if time.Now().After(deadline) {
-				fmt.Fprintf(os.Stderr, "leaked goroutines:\n%s\n", leaked)
-				code = 1
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	os.Exit(code)
-}
-
-// leakedGoroutines returns the stacks of goroutines running code of this
-// module, other than the one checking.
-func leakedGoroutines(stacks string) string {
-	var out []string
-	for _, g := range strings.Split(stacks, "\n\n") {
-		if strings.Contains(g, "mcpgate/mcpgate/") && !strings.Contains(g, "TestMain") && !strings.Contains(g, "leakedGoroutines") {
-			out = append(out, g)
-		}
-	}
-	return strings.Join(out, "\n\n")
-}
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // testGateway is a minimal gateway: it accepts devices, reads their hello,
 // answers with a server hello and hands each connection to the test.

@@ -53,13 +53,7 @@ func runDevice(t testing.TB, gw *Gateway, mac string, srv *device.Server) (stop 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
-	return stop
+	return runInBackground(t, c.Run)
 }
 
 func newServer(t testing.TB, profile device.Profile, tools ...device.Tool) *device.Server {

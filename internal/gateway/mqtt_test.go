@@ -32,13 +32,7 @@ func runMQTTDevice(t testing.TB, gw *Gateway, mac string, srv *device.Server) (s
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
-	return stop
+	return runInBackground(t, c.Run)
 }
 
 // Discovery and calls over MQTT; a device moving MQTT → WebSocket → MQTT keeps

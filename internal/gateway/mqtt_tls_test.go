@@ -59,10 +59,7 @@ func TestMQTTOverTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer runInBackground(t, c.Run)()
 	waitState(t, gw, mac, hub.StateReady)
 	if text, isErr, err := call(t, gw, mac, "self.audio_speaker.set_volume", `{"volume":12}`, 5*time.Second); err != nil || isErr || text != "true" {
 		t.Fatalf("call over TLS = %q %v %v", text, isErr, err)

@@ -104,13 +104,7 @@ func runStockBrokerDevice(t testing.TB, broker, mac string, srv *device.Server) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
-	return stop
+	return runInBackground(t, c.Run)
 }
 
 // Discovery and calls through Mosquitto; the device's Will takes it offline

@@ -242,19 +242,13 @@ func runClient(t *testing.T, url, mac, clientID, token string, srv *device.Serve
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runInBackground(t, c.Run)
 }
 
 // runSim runs a simulated fleet until the test ends.
 func runSim(t *testing.T, cfg sim.Config) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sim.Run(ctx, cfg) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runInBackground(t, func(ctx context.Context) error { return sim.Run(ctx, cfg) })
 }
 
 // TestRevokeCutsDeviceOff: revoking a device's credentials through REST

@@ -35,10 +35,7 @@ package mqtt
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -222,7 +219,7 @@ func (t *Transport) attach(cl *mochi.Client) {
 		cl.Stop(hub.ErrShutdown)
 		return
 	}
-	c := &connection{t: t, cl: cl, deviceID: id.DeviceID, topic: xiaozhi.P2PTopic(id.DeviceID), sessionID: newSessionID()}
+	c := &connection{t: t, cl: cl, deviceID: id.DeviceID, topic: xiaozhi.P2PTopic(id.DeviceID), sessionID: xiaozhi.NewSessionID()}
 	c.log = t.log.With("device_id", id.DeviceID, "session_id", c.sessionID, "remote", cl.Net.Remote)
 	scfg := t.cfg.Session
 	scfg.Logger = c.log
@@ -377,10 +374,7 @@ func (c *connection) uplink(payload []byte) {
 // session_id or with its own, so the hello's session_id is echoed when it
 // has one.
 func (c *connection) refuseAudio(env *xiaozhi.Envelope) {
-	sid := env.SessionID
-	alert, _ := json.Marshal(xiaozhi.Alert{Type: xiaozhi.TypeAlert, SessionID: sid, Status: "error",
-		Message: "This gateway carries no audio: voice is unavailable, device tools still work.", Emotion: "sad"})
-	bye, _ := json.Marshal(goodbye{Type: xiaozhi.TypeGoodbye, SessionID: sid})
+	alert, bye := xiaozhi.AudioRefusal(env.SessionID)
 	ctx, cancel := context.WithTimeout(c.sess.Context(), c.t.cfg.WriteTimeout)
 	defer cancel()
 	for _, msg := range [][]byte{alert, bye} {
@@ -390,11 +384,6 @@ func (c *connection) refuseAudio(env *xiaozhi.Envelope) {
 		}
 	}
 	c.log.Info("refused audio session: the gateway carries no audio")
-}
-
-type goodbye struct {
-	Type      string `json:"type"`
-	SessionID string `json:"session_id,omitempty"`
 }
 
 // hook plugs the transport into the broker.
@@ -465,13 +454,4 @@ func (h *hook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet
 		c.att.Touch()
 	}
 	return pk, nil
-}
-
-func newSessionID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	b[6] = (b[6] & 0x0f) | 0x40
-	b[8] = (b[8] & 0x3f) | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }

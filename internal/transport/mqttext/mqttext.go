@@ -45,7 +45,6 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -408,7 +407,7 @@ func (t *Transport) start(deviceID string) *session {
 	if !t.conns.Add() {
 		return nil
 	}
-	s := &session{t: t, deviceID: deviceID, topic: xiaozhi.P2PTopic(deviceID), sessionID: newSessionID()}
+	s := &session{t: t, deviceID: deviceID, topic: xiaozhi.P2PTopic(deviceID), sessionID: xiaozhi.NewSessionID()}
 	s.log = t.log.With("device_id", deviceID, "session_id", s.sessionID)
 	scfg := t.cfg.Session
 	scfg.Logger = s.log
@@ -502,12 +501,7 @@ func (s *session) publish(ctx context.Context, msg []byte) error {
 // goroutine the tracker owns, bounded by ProbeTimeout and the session, so
 // that paho's router goroutine never waits on the network.
 func (s *session) refuseAudio(sid string) {
-	alert, _ := json.Marshal(xiaozhi.Alert{Type: xiaozhi.TypeAlert, SessionID: sid, Status: "error",
-		Message: "This gateway carries no audio: voice is unavailable, device tools still work.", Emotion: "sad"})
-	bye, _ := json.Marshal(struct {
-		Type      string `json:"type"`
-		SessionID string `json:"session_id,omitempty"`
-	}{xiaozhi.TypeGoodbye, sid})
+	alert, bye := xiaozhi.AudioRefusal(sid)
 	if !s.t.conns.Add() {
 		return
 	}
@@ -529,13 +523,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails
 	return hex.EncodeToString(b)
-}
-
-func newSessionID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = (b[6] & 0x0f) | 0x40
-	b[8] = (b[8] & 0x3f) | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }

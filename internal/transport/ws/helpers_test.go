@@ -12,8 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,58 +24,13 @@ import (
 	"github.com/mcpgate/mcpgate/internal/devicetest"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/leakcheck"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/transport/ws"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
-// TestMain fails the package when a test leaves a goroutine of the gateway,
-// the fake device or the WebSocket library behind.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if leaked := awaitNoLeaks(5 * time.Second); leaked != "" {
-			fmt.Fprintf(os.Stderr, "goroutine leak:\n%s\n", leaked)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// awaitNoLeaks polls until no goroutine runs code of this module or of
-// coder/websocket, and returns the stacks of those left at the deadline.
-func awaitNoLeaks(timeout time.Duration) string {
-	deadline := time.Now().Add(timeout)
-	for {
-		var leaked []string
-		for _, g := range strings.Split(string(goroutineStacks()), "\n\n") {
-			if strings.Contains(g, "TestMain") || strings.Contains(g, "awaitNoLeaks") {
-				continue
-			}
-			if strings.Contains(g, "github.com/mcpgate/mcpgate/") || strings.Contains(g, "github.com/coder/websocket") {
-				leaked = append(leaked, g)
-			}
-		}
-		if len(leaked) == 0 {
-			return ""
-		}
-		if time.Now().After(deadline) {
-			return strings.Join(leaked, "\n\n")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func goroutineStacks() []byte {
-	buf := make([]byte, 64<<10)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			return buf[:n]
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-}
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 const (
 	volumeTool = "self.audio_speaker.set_volume"

@@ -20,8 +20,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -292,7 +290,7 @@ func (c *connection) handshake() bool {
 		c.conn.Close(code, conns.CloseReason(err)) // a no-op if the hello watcher closed it
 		return false
 	}
-	c.sessionID = newSessionID()
+	c.sessionID = xiaozhi.NewSessionID()
 	c.log = c.log.With("device_id", c.id.deviceID, "session_id", c.sessionID, "remote", c.remote)
 	if err := c.sendHello(c.ctx); err != nil {
 		c.t.m.Handshakes.WithLabelValues("websocket", "hello_write_failed").Inc()
@@ -570,15 +568,6 @@ func (c *connection) readError(err error) error {
 		return errors.New("connection lost")
 	}
 	return err
-}
-
-func newSessionID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	b[6] = (b[6] & 0x0f) | 0x40
-	b[8] = (b[8] & 0x3f) | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 // maxPooledFrame keeps rare huge frames from pinning memory in the pool.
