@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/devicetest"
 	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/internal/hub"
 )
 
@@ -46,24 +46,7 @@ func cliAnswer(c devicetest.Call) devicetest.Answer {
 // startGateway runs a real gateway until the test ends and returns its address.
 func startGateway(t *testing.T) string {
 	t.Helper()
-	gw, err := gateway.New(gateway.Config{Addr: "127.0.0.1:0", Version: "test", DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
-	errc := make(chan error, 1)
-	go func() { errc <- gw.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-errc; err != nil {
-			t.Errorf("gateway.Run: %v", err)
-		}
-	})
-	select {
-	case <-gw.Ready():
-	case err := <-errc:
-		t.Fatalf("gateway.Run: %v", err)
-	}
+	gw, _ := gatewaytest.Start(t, gateway.Config{Version: "test"})
 	return gw.Addr()
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/devicetest"
 	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/internal/hub"
 )
 
@@ -28,30 +29,10 @@ type testGateway struct {
 // startGateway runs a gateway until the test ends.
 func startGateway(t *testing.T, cfg gateway.Config) *testGateway {
 	t.Helper()
-	cfg.Addr = "127.0.0.1:0"
 	cfg.Version = "test"
-	cfg.DataDir = t.TempDir()
-	gw, err := gateway.New(cfg)
-	if err != nil {
-		t.Fatalf("gateway.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
-	errc := make(chan error, 1)
-	go func() { errc <- gw.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-errc; err != nil {
-			t.Errorf("gateway.Run: %v", err)
-		}
-	})
-	select {
-	case <-gw.Ready():
-	case err := <-errc:
-		t.Fatalf("gateway.Run: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("gateway did not start listening")
-	}
+	gw, _ := gatewaytest.Start(t, cfg)
 	tg := &testGateway{gw: gw, addr: gw.Addr(), base: "http://" + gw.Addr()}
+	var err error
 	tg.client, err = api.NewClient(tg.base, nil)
 	if err != nil {
 		t.Fatalf("NewClient: %v", err)

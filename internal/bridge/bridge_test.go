@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/bridge"
 	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/leakcheck"
 	"github.com/mcpgate/mcpgate/internal/mcptest"
@@ -78,20 +79,7 @@ func (b *logBuffer) String() string {
 
 func startGateway(t *testing.T) *gateway.Gateway {
 	t.Helper()
-	gw, err := gateway.New(gateway.Config{Addr: "127.0.0.1:0", DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := gw.Run(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	<-gw.Ready()
+	gw, _ := gatewaytest.Start(t, gateway.Config{})
 	return gw
 }
 

@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 )
 
 // npmDir returns testdata/npm at the repository's root after checking that
@@ -57,29 +57,7 @@ func nodePath(t *testing.T) string {
 // or the test's end.
 func startGateway(t *testing.T, addr string) (gw *gateway.Gateway, stop func()) {
 	t.Helper()
-	gw, err := gateway.New(gateway.Config{Addr: addr, DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Run(ctx) }()
-	select {
-	case <-gw.Ready():
-	case err := <-done:
-		cancel()
-		t.Fatalf("gateway did not start on %s: %v", addr, err)
-	}
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("gateway run: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
+	gw, stop = gatewaytest.Start(t, gateway.Config{Addr: addr})
 	return gw, stop
 }
 

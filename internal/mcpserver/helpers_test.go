@@ -18,6 +18,7 @@ import (
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/devicetest"
 	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/sim"
 )
@@ -27,26 +28,7 @@ var versions = []string{"2025-06-18", "2025-11-25"}
 
 func startGateway(t testing.TB, cfg gateway.Config) *gateway.Gateway {
 	t.Helper()
-	cfg.Addr = "127.0.0.1:0"
-	cfg.DataDir = t.TempDir()
-	gw, err := gateway.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Run(ctx) }()
-	select {
-	case <-gw.Ready():
-	case err := <-done:
-		t.Fatalf("gateway did not start: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("gateway run: %v", err)
-		}
-	})
+	gw, _ := gatewaytest.Start(t, cfg)
 	return gw
 }
 

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/leakcheck"
 	"github.com/mcpgate/mcpgate/internal/mcptest"
@@ -142,20 +142,7 @@ func callText(t *testing.T, h *hub.Hub, dev, tool, args string) string {
 }
 
 func TestGatewayEndToEnd(t *testing.T) {
-	gw, err := gateway.New(gateway.Config{Addr: "127.0.0.1:0", DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := gw.Run(ctx); err != nil {
-			t.Error(err)
-		}
-	})
-	defer wg.Wait()
-	defer cancel()
-	<-gw.Ready()
+	gw, _ := gatewaytest.Start(t, gateway.Config{})
 
 	srv := mcptest.New("Calc Server")
 	srv.PageSize = 2 // three tools: two pages

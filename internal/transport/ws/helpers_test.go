@@ -23,6 +23,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/devicetest"
 	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/leakcheck"
 	"github.com/mcpgate/mcpgate/internal/metrics"
@@ -55,32 +56,8 @@ type server struct {
 func startGateway(t testing.TB, cfg gateway.Config) *server {
 	t.Helper()
 	logs := &logBuffer{}
-	cfg.Addr = "127.0.0.1:0"
-	cfg.DataDir = t.TempDir()
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	gw, err := gateway.New(cfg)
-	if err != nil {
-		t.Fatalf("gateway.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- gw.Run(ctx) }()
-	select {
-	case <-gw.Ready():
-	case err := <-errc:
-		cancel()
-		t.Fatalf("gateway.Run: %v", err)
-	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-errc; err != nil {
-				t.Errorf("gateway.Run: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
+	gw, stop := gatewaytest.Start(t, cfg)
 	addr := gw.Addr()
 	return &server{addr: addr, hub: gw.Hub(), logs: logs, stop: stop,
 		scrape: func(t testing.TB) string { return httpGet(t, "http://"+addr+"/metrics") }}
