@@ -208,26 +208,8 @@ func resultJSON(v any) ([]byte, error) {
 		text = strconv.FormatBool(x)
 	case string:
 		text = x
-	case int:
-		text = strconv.FormatInt(int64(x), 10)
-	case int8:
-		text = strconv.FormatInt(int64(x), 10)
-	case int16:
-		text = strconv.FormatInt(int64(x), 10)
-	case int32:
-		text = strconv.FormatInt(int64(x), 10)
-	case int64:
-		text = strconv.FormatInt(x, 10)
-	case uint:
-		text = strconv.FormatUint(uint64(x), 10)
-	case uint8:
-		text = strconv.FormatUint(uint64(x), 10)
-	case uint16:
-		text = strconv.FormatUint(uint64(x), 10)
-	case uint32:
-		text = strconv.FormatUint(uint64(x), 10)
-	case uint64:
-		text = strconv.FormatUint(x, 10)
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
+		text = fmt.Sprint(x) // decimal, as firmware prints numbers
 	default:
 		b, err := marshal(v)
 		if err != nil {
