@@ -67,6 +67,10 @@ type ClientOptions struct {
 	// OnState, if set, is called on every connection state change, from the
 	// goroutine running Run. It must not block.
 	OnState func(State)
+	// OnAIMessage, if set, receives the mcp/ai/message notifications the
+	// gateway streams to a [ProfileRegister] device (the model's text), from
+	// the session's reader. It must not block.
+	OnAIMessage func(AIMessage)
 }
 
 // Status is a connection status reported through [ClientOptions.OnState].

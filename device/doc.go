@@ -7,7 +7,9 @@
 //   - a [Server], which owns the tools and answers JSON-RPC messages
 //     (initialize, tools/list with paging, tools/call with argument
 //     validation) exactly the way a chosen [Profile] does: ESP32 firmware,
-//     py-xiaozhi, or a spec-following MCP server;
+//     py-xiaozhi, or a spec-following MCP server; or, with
+//     [ProfileRegister], the registration dialect of seed 001
+//     (mcp/registerTools, mcp/tool/execute, mcp/ai/message; register.go);
 //   - a [Client], which dials the gateway over WebSocket, sends the headers
 //     and hello firmware sends, serves MCP envelopes through the Server, and
 //     reconnects with jittered backoff until its context ends.

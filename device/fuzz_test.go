@@ -17,13 +17,14 @@ func FuzzServerHandle(f *testing.F) {
 		`{"jsonrpc":"2.0","id":-1.5,"method":"tools/call","params":{"name":"self.fail","arguments":{"msg":"\"\\"}}}`,
 		`{"jsonrpc":"2.0","id":null,"method":"ping"}`,
 		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":"mcpgate-call-1","method":"mcp/tool/execute","params":{"tool_name":"self.kinds","tool_input":{"on":true,"label":"x"}}}`,
 		`[1,2]`, `{`, `null`, `"str"`, `{"id":{}}`, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"self.reboot","arguments":null}}`,
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s))
 	}
 	servers := map[Profile]*Server{}
-	for _, p := range []Profile{ProfileESP32, ProfilePyXiaozhi, ProfileSpec} {
+	for _, p := range []Profile{ProfileESP32, ProfilePyXiaozhi, ProfileSpec, ProfileRegister} {
 		servers[p] = newTestServer(f, p)
 	}
 	f.Fuzz(func(t *testing.T, payload []byte) {

@@ -44,6 +44,9 @@ type call struct {
 // reply (nil for none) or a call to run.
 func (s *Server) dispatch(payload []byte) ([]byte, *call) {
 	payload = bytes.TrimSpace(payload)
+	if s.profile == ProfileRegister {
+		return s.dispatchRegister(payload) // register.go
+	}
 	var req request
 	if len(payload) == 0 || payload[0] != '{' || json.Unmarshal(payload, &req) != nil {
 		if s.profile == ProfileSpec {
@@ -371,6 +374,9 @@ func bindArgs(props []Property, args params) (map[string]any, string) {
 
 // run executes the call and returns its reply.
 func (c *call) run(ctx context.Context) (reply []byte) {
+	if c.s.profile == ProfileRegister {
+		return c.runRegister(ctx) // register.go
+	}
 	defer func() {
 		// A panicking handler must not take the device down with it.
 		if r := recover(); r != nil {

@@ -26,6 +26,13 @@ const (
 	// ProfileSpec behaves like a server that follows the MCP specification:
 	// standard error codes, ping, tool failures as isError results.
 	ProfileSpec Profile = "spec"
+	// ProfileRegister speaks the registration dialect of seed 001 instead
+	// of MCP: plain JSON-RPC frames, the tools pushed with
+	// mcp/registerTools (mac_addr, main_type, sub_type, parameters), calls
+	// as mcp/tool/execute answered with any JSON result or a JSON-RPC
+	// error, and the model's text received as mcp/ai/message. See
+	// register.go.
+	ProfileRegister Profile = "register"
 )
 
 // ParseProfile returns the profile named by s (case-insensitive). "py" and
@@ -38,10 +45,12 @@ func ParseProfile(s string) (Profile, error) {
 		return ProfilePyXiaozhi, nil
 	case "spec", "mcp":
 		return ProfileSpec, nil
+	case "register", "registration":
+		return ProfileRegister, nil
 	}
-	return "", fmt.Errorf("device: unknown profile %q (want esp32, pyxiaozhi or spec)", s)
+	return "", fmt.Errorf("device: unknown profile %q (want esp32, pyxiaozhi, spec or register)", s)
 }
 
 func (p Profile) valid() bool {
-	return p == ProfileESP32 || p == ProfilePyXiaozhi || p == ProfileSpec
+	return p == ProfileESP32 || p == ProfilePyXiaozhi || p == ProfileSpec || p == ProfileRegister
 }

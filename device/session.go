@@ -54,6 +54,8 @@ type Session struct {
 	closeOnce sync.Once
 	closeErr  error
 	idleOut   atomic.Bool // set when the idle watch closed the link
+
+	reg *registerSession // set for ProfileRegister: plain frames, see register.go
 }
 
 func newSession(l link, server *Server, sessionID string, idle time.Duration, log *slog.Logger) *Session {
@@ -193,6 +195,9 @@ var errIdle = errors.New("no message received within the idle timeout")
 // handleMessage processes one envelope. It answers everything it can at once
 // and returns a tool call that still has to run.
 func (s *Session) handleMessage(ctx context.Context, msg []byte) *call {
+	if s.reg != nil {
+		return s.handleRegister(ctx, msg)
+	}
 	env, err := xiaozhi.DecodeEnvelope(msg)
 	if err != nil {
 		s.log.Debug("ignored message that is not an envelope", "error", err)
@@ -221,6 +226,10 @@ func (s *Session) handleMessage(ctx context.Context, msg []byte) *call {
 // unparseable firmware error payload reaches the gateway unchanged.
 func (s *Session) send(ctx context.Context, payload []byte) {
 	if payload == nil {
+		return
+	}
+	if s.reg != nil {
+		s.write(ctx, payload) // the registration dialect has no envelope
 		return
 	}
 	frame := make([]byte, 0, len(payload)+len(s.id)+48)

@@ -28,6 +28,12 @@ type Tool struct {
 	// withUserTools; it stays callable by name.
 	UserOnly bool
 	Handler  Handler
+	// MainType and SubType classify the tool for [ProfileRegister], which
+	// sends them in mcp/registerTools: MainType "remote" (the device runs
+	// it; the default) or "local" (the gateway runs it), SubType "control"
+	// (the gateway need not wait for the answer) or "query" (the default).
+	// Other profiles ignore them.
+	MainType, SubType string
 }
 
 // Args are a call's validated arguments: every declared property is present,

@@ -25,6 +25,9 @@ const readLimit = 1 << 20
 // As firmware does, Connect drops any text message that arrives before the
 // server hello, and fails unless that hello names the websocket transport.
 func (c *Client) Connect(ctx context.Context) (*Session, error) {
+	if c.opts.Server.Profile() == ProfileRegister {
+		return c.connectRegister(ctx) // register.go
+	}
 	dctx, cancel := context.WithTimeout(ctx, c.opts.HelloTimeout)
 	defer cancel()
 	l := &wsLink{}

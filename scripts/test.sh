@@ -8,7 +8,13 @@ cd "$(dirname "$0")/.."
 
 FUZZTIME="${FUZZTIME:-10s}"
 log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
+pgdir=""
+cleanup() {
+  rm -f "$log"
+  if [ -n "$pgdir" ]; then stop_postgres; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM # so that cleanup runs on Ctrl-C and kill too
 
 echo "== npm ci (testdata/npm: the MCP TypeScript SDK client and server-everything used by internal/e2e)"
 if { ! command -v node || ! command -v npm; } >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -31,6 +37,73 @@ if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ] && [ "
   { systemctl disable --now mosquitto || service mosquitto stop; } >/dev/null 2>&1 || true
 fi
 # No skip when it is missing: the tests fail and say how to install it.
+
+echo "== postgresql (internal/store runs its conformance suite against a throwaway server)"
+# Debian's server binaries live in /usr/lib/postgresql/<version>/bin, off
+# PATH; take the newest installed.
+find_pgbin() {
+  pgbin=""
+  local d
+  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V); do
+    [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ] && [ -x "$d/postgres" ] && pgbin="$d"
+  done
+  if [ -z "$pgbin" ] && command -v pg_ctl >/dev/null 2>&1 && command -v initdb >/dev/null 2>&1; then
+    pgbin="$(dirname "$(command -v pg_ctl)")"
+  fi
+}
+# PostgreSQL refuses to run as root: as root, run it as the postgres user.
+as_pg() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+stop_postgres() {
+  if [ -n "$pgdir" ] && [ -d "$pgdir" ]; then
+    as_pg "$pgbin/pg_ctl" -D "$pgdir/data" -m immediate -w stop >/dev/null 2>&1 || true
+    rm -rf "$pgdir"
+  fi
+  pgdir=""
+}
+find_pgbin
+if [ -z "$pgbin" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "-- installing PostgreSQL from Debian's packages"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  # The package creates and starts a system cluster on 5432; the tests use
+  # their own below.
+  { systemctl disable --now postgresql || service postgresql stop; } >/dev/null 2>&1 || true
+  find_pgbin
+fi
+if [ -z "$pgbin" ]; then
+  # No skip in CI: the PostgreSQL tests fail there and say why.
+  echo "warning: PostgreSQL server binaries not found (apt-get install postgresql); its store tests will skip" >&2
+else
+  if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
+    useradd --system --user-group --no-create-home --shell /usr/sbin/nologin postgres
+  fi
+  # As root, under /tmp: the postgres user must reach it, and may not
+  # reach root's own TMPDIR.
+  if [ "$(id -u)" = 0 ]; then pgdir="$(mktemp -d /tmp/mcpgate-pg.XXXXXX)"; else pgdir="$(mktemp -d "${TMPDIR:-/tmp}/mcpgate-pg.XXXXXX")"; fi
+  [ "$(id -u)" = 0 ] && chown postgres: "$pgdir"
+  as_pg "$pgbin/initdb" -D "$pgdir/data" -U postgres --auth=trust --encoding=UTF8 --no-locale --no-sync >"$pgdir/initdb.log" 2>&1 ||
+    { cat "$pgdir/initdb.log" >&2; echo "error: initdb failed" >&2; exit 1; }
+  # A free port: try random ones until the server starts on one.
+  pgport=""
+  for attempt in $(seq 1 20); do
+    port=$((20000 + RANDOM % 40000))
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi # taken
+    if as_pg "$pgbin/pg_ctl" -D "$pgdir/data" -l "$pgdir/server.log" -w -t 60 \
+      -o "-c listen_addresses=127.0.0.1 -p $port -k $pgdir -c max_connections=300" start >/dev/null 2>&1; then
+      pgport="$port"
+      break
+    fi
+  done
+  if [ -z "$pgport" ]; then
+    cat "$pgdir/server.log" >&2 || true
+    echo "error: could not start PostgreSQL" >&2
+    exit 1
+  fi
+  as_pg "$pgbin/psql" -q -h 127.0.0.1 -p "$pgport" -U postgres -d postgres -c "CREATE DATABASE mcpgate_test" >/dev/null
+  export MCPGATE_TEST_POSTGRES="postgres://postgres@127.0.0.1:$pgport/mcpgate_test?sslmode=disable"
+  echo "-- PostgreSQL $("$pgbin/postgres" --version | awk '{print $3}') on 127.0.0.1:$pgport (data in $pgdir, removed at exit)"
+fi
 
 echo "== go vet"
 go vet ./...

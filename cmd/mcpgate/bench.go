@@ -36,6 +36,13 @@ devices to it, and measure:
   floor       raw WebSocket round trips/s on this machine, same connections
               and message size, and the ratio of REST calls/s to it
 
+--soak DURATION replaces the phases with a soak: --devices devices join and
+leave (each stays 5-60 s, goes away up to 3 s, comes back) while calls run at
+--soak-rate; the gateway's RSS and heap are sampled every --soak-sample and
+judged flat when the last third's median is within 10% of the first third's;
+at the end the calls made are compared with the audit rows the gateway
+recorded for them (GET /api/v1/audit): no row lost, none duplicated.
+
 The gateway runs as a child process ("mcpgate serve" on a free loopback
 port, warnings to stderr) so that its memory is its own; it reads MCPGATE_*
 settings from the environment like any serve. Devices, load generator and
@@ -52,8 +59,21 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
   mcpgate bench --idle-only --mqtt --devices 10000     # the same with MQTT devices
   mcpgate bench --rate 2000 --duration 30s             # latency at a chosen rate
   mcpgate bench --tool self.get_device_status --json
-  mcpgate bench --server http://127.0.0.1:8000 --gateway-pid $(pgrep -f 'mcpgate serve')`,
-		Args: cobra.NoArgs,
+  mcpgate bench --server http://127.0.0.1:8000 --gateway-pid $(pgrep -f 'mcpgate serve')
+  mcpgate bench --soak 10m                             # devices join and leave while calls run; flat memory? audit complete?
+  mcpgate bench --soak 1m --devices 50 --soak-rate 50 --soak-sample 5s`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			// --soak takes an optional duration: "--soak 1m" leaves "1m" as an argument.
+			if len(args) == 1 && cmd.Flags().Changed("soak") {
+				d, err := time.ParseDuration(args[0])
+				if err != nil {
+					return fmt.Errorf("--soak: %w", err)
+				}
+				cfg.Soak = d
+				return nil
+			}
+			return cobra.NoArgs(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := device.ParseProfile(profile)
 			if err != nil {
@@ -112,5 +132,9 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 	f.BoolVar(&cfg.MQTT, "mqtt", false, "devices connect to the started gateway's embedded MQTT broker (on a free port) instead of WebSocket")
 	f.BoolVar(&cfg.InProcess, "in-process", false, "run the gateway inside the bench process (no memory figure)")
 	f.IntVar(&cfg.GatewayPID, "gateway-pid", 0, "process id of the --server gateway, to read its memory")
+	f.DurationVar(&cfg.Soak, "soak", 0, "run a soak of this duration instead of the phases (--soak alone: 10m): devices join and leave while calls run at --soak-rate; reports memory flatness and lost or duplicated audit rows")
+	f.Lookup("soak").NoOptDefVal = "10m"
+	f.Float64Var(&cfg.SoakRate, "soak-rate", bench.DefaultSoakRate, "calls/s during the soak")
+	f.DurationVar(&cfg.SoakSample, "soak-sample", bench.DefaultSoakSample, "time between the soak's memory samples")
 	return cmd
 }

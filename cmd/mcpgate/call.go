@@ -28,6 +28,7 @@ func newCallCmd(g *globals) *cobra.Command {
 	var (
 		argsJSON string
 		timeout  time.Duration
+		wait     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "call DEVICE TOOL [key=value | key:=json]...",
@@ -45,7 +46,10 @@ the CLI (the gateway still validates it).
 Text content is printed one item per line; other content is summarised, as in
 "[image image/png 1234 bytes]"; --json prints the whole MCP CallToolResult.
 When the device reports a failure (isError), its text goes to stderr and the
-exit status is 1. Gateway errors print "error: <code>: <message>" and exit 1.`,
+exit status is 1. Gateway errors print "error: <code>: <message>" and exit 1.
+
+A control tool of a registration-dialect device answers at once ("ok: ...
+not awaited"); --wait waits for the device's own answer.`,
 		Example: `  mcpgate call kitchen self.audio_speaker.set_volume volume=30
   mcpgate call kitchen self.screen.set_theme theme=dark
   mcpgate call kitchen self.get_device_status --json
@@ -101,7 +105,7 @@ exit status is 1. Gateway errors print "error: <code>: <message>" and exit 1.`,
 				ctx, cancel = context.WithTimeout(ctx, timeout+callGrace)
 				defer cancel()
 			}
-			res, err := c.Call(ctx, ref, api.CallBody{Name: tool, Arguments: arguments, TimeoutMS: timeout.Milliseconds()})
+			res, err := c.Call(ctx, ref, api.CallBody{Name: tool, Arguments: arguments, TimeoutMS: timeout.Milliseconds(), Wait: wait})
 			if err != nil {
 				return reportError(g, err)
 			}
@@ -124,6 +128,7 @@ exit status is 1. Gateway errors print "error: <code>: <message>" and exit 1.`,
 	f := cmd.Flags()
 	f.StringVar(&argsJSON, "args", "", `the arguments as one JSON object, e.g. '{"volume":30}'`)
 	f.DurationVar(&timeout, "timeout", 0, "how long the device may take (default: the gateway's, 30s unless configured)")
+	f.BoolVar(&wait, "wait", false, "wait for the device's answer even for a control tool (registration dialect)")
 	return cmd
 }
 

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,7 +23,11 @@ func newClient(g *globals) (*api.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--server: %w", err)
 	}
-	return c, nil
+	key := g.key
+	if key == "" {
+		key = os.Getenv("MCPGATE_API_KEY") // read here, not as the flag's default, so --help never shows it
+	}
+	return c.WithKey(strings.TrimSpace(key)), nil
 }
 
 // reportError prints a gateway's answer as "error: <code>: <message>" with
@@ -34,6 +40,14 @@ func reportError(g *globals, err error) error {
 		return err
 	}
 	fmt.Fprintf(g.stderr, "error: %s\n", ae)
+	switch ae.Status {
+	case http.StatusUnauthorized:
+		fmt.Fprintln(g.stderr, "  the gateway needs a valid API key: pass --key or set MCPGATE_API_KEY (an operator creates one with 'mcpgate keys create')")
+	case http.StatusForbidden:
+		if ae.Code == "forbidden" {
+			fmt.Fprintln(g.stderr, "  this API key's scope is too low for that; ask for a key with a higher --scope")
+		}
+	}
 	for _, p := range ae.Problems() {
 		at := p.Path
 		if at == "" {

@@ -152,8 +152,7 @@ func newDevicesRevokeCmd(g *globals) *cobra.Command {
 		Long: `Revoke every token issued to a device until now (device and vision tokens), and
 close its live connection. The device must be provisioned again (OTA, or
 'mcpgate devices token') before it can reconnect with --device-auth=token.
-Revocations are kept in the running gateway's memory: a restart forgets them
-until persistence lands.`,
+The revocation is kept in the gateway's store and survives a restart.`,
 		Example: "  mcpgate devices revoke kitchen",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

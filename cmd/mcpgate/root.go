@@ -28,6 +28,7 @@ func buildVersion() string {
 // globals are the flags every command shares.
 type globals struct {
 	server string
+	key    string // API key for client commands; never printed
 	json   bool
 	stdout io.Writer
 	stderr io.Writer
@@ -48,7 +49,8 @@ Quick start:
   mcpgate devices                                 # list them
   mcpgate call <device> self.audio_speaker.set_volume volume=30
 
-Client commands talk to the gateway named by --server (or MCPGATE_SERVER).`,
+Client commands talk to the gateway named by --server (or MCPGATE_SERVER),
+with the API key of --key (or MCPGATE_API_KEY) when it needs one.`,
 		SilenceUsage: true,
 		// main prints the error once; cobra would print it too, and print
 		// "Error: exit status 1" for an exitError already reported.
@@ -58,6 +60,7 @@ Client commands talk to the gateway named by --server (or MCPGATE_SERVER).`,
 	root.SetErr(stderr)
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.server, "server", envOr("MCPGATE_SERVER", "http://127.0.0.1:8000"), "gateway URL for client commands (env MCPGATE_SERVER)")
+	pf.StringVar(&g.key, "key", "", "API key (mgk_...) client commands send as a bearer token (env MCPGATE_API_KEY; prefer the variable: flags show in ps)")
 	pf.BoolVar(&g.json, "json", false, "print JSON instead of tables")
 
 	root.AddCommand(

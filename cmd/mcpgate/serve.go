@@ -24,7 +24,9 @@ func newServeCmd(g *globals) *cobra.Command {
 		mqttKey      string
 	)
 	var applyProvisioning func() error // fills cfg.Provisioning once flags are parsed
+	var applyLLM func() error          // fills cfg.LLM (the device agent) once flags are parsed
 	var mqttNode string                // INDEX/COUNT
+	var auditRetention string          // an age: 30d, 720h, 0
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the gateway",
@@ -48,6 +50,9 @@ environment, which wins over the file.`,
 			cfg.Logger = logger
 			cfg.Version = buildVersion()
 			if err := applyProvisioning(); err != nil {
+				return err
+			}
+			if err := applyLLM(); err != nil {
 				return err
 			}
 			if len(toolTimeouts) > 0 {
@@ -84,6 +89,9 @@ environment, which wins over the file.`,
 					return fmt.Errorf("--mqtt-node %q: want INDEX/COUNT with 0 <= INDEX < COUNT, e.g. 0/2 and 1/2 for two nodes", mqttNode)
 				}
 			}
+			if err := applyAuditFlags(&cfg, auditRetention); err != nil {
+				return err
+			}
 			gw, err := gateway.New(cfg)
 			if err != nil {
 				return err
@@ -95,21 +103,28 @@ environment, which wins over the file.`,
 	f.StringVar(&configFile, "config", "", "YAML config file whose keys are these flag names")
 	f.StringVar(&cfg.Addr, "addr", "127.0.0.1:8000", "HTTP listen address for devices and clients (port 0 picks a free one)")
 	f.StringVar(&cfg.DataDir, "data", "./data", "directory for the gateway's files")
+	f.StringVar(&cfg.StoreDSN, "store", "", "the store: empty for SQLite at DATA/mcpgate.db, sqlite:PATH, or postgres://USER:PASSWORD@HOST:PORT/DB")
 	f.DurationVar(&cfg.CallTimeout, "call-timeout", 30*time.Second, "default timeout of a tool call")
 	f.StringToStringVar(&toolTimeouts, "tool-timeout", nil, "per-tool call timeouts as PATTERN=DURATION (path.Match patterns; default self.camera.*=90s)")
 	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 10*time.Second, "timeout of initialize and of each tools/list page")
 	f.IntVar(&cfg.MaxPages, "max-pages", 50, "most tools/list pages read per discovery")
 	f.IntVar(&cfg.MaxTools, "max-tools", 1000, "most tools kept per device")
 	f.DurationVar(&cfg.HelloTimeout, "hello-timeout", 10*time.Second, "how long a device has to send its hello")
-	f.Int64Var(&cfg.ReadLimit, "read-limit", 1<<20, "largest device frame accepted, in bytes")
+	f.Int64Var(&cfg.ReadLimit, "read-limit", 1<<20, "largest device frame (WebSocket) or packet (MQTT) accepted, in bytes")
+	limitFlags(f, &cfg.Limits)
 	f.DurationVar(&cfg.PingInterval, "ping-interval", 30*time.Second, "WebSocket keepalive ping interval (negative disables)")
 	f.BoolVar(&cfg.ExposeUserOnly, "expose-user-only", false, "list user-only device tools (annotations.audience [\"user\"]) on the MCP doors")
 	f.StringSliceVar(&cfg.AllowedHosts, "allowed-hosts", nil, "extra Host header values REST and MCP accept on loopback (DNS-rebinding guard), e.g. gateway.lan:8000")
 	f.DurationVar(&cfg.PongTimeout, "pong-timeout", 0, "how long a device has to answer a keepalive ping (0 = the ping interval)")
 	f.StringSliceVar(&cfg.AllowedOrigins, "allowed-origins", nil, "browser origins allowed on every door besides loopback and same-origin, e.g. https://app.example.com or '*.example.com'")
+	f.BoolVar(&cfg.RequireKeys, "require-keys", false, "require an API key on REST and MCP on a loopback address too (always required on other addresses unless --insecure)")
+	f.BoolVar(&cfg.Insecure, "insecure", false, "leave REST and MCP open without API keys on a non-loopback address (anyone who reaches it can list and call every device)")
 	f.StringArrayVar(&cfg.EndpointTokens, "endpoint-token", nil, "token MCP servers present at /mcp/endpoint (repeatable; none: only when listening on loopback)")
 	f.StringVar(&cfg.DebugAddr, "pprof-addr", "", "serve Go pprof profiles on this address, e.g. 127.0.0.1:6060 (off when empty)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long pending calls may finish on stop")
+	f.StringVar(&auditRetention, "audit-retention", "30d", "delete audit records older than this, e.g. 90d or 720h (0 keeps them forever)")
+	f.IntVar(&cfg.AuditMaxRows, "audit-max-rows", 1_000_000, "keep at most this many audit records, deleting the oldest (0: no limit)")
+	f.IntVar(&cfg.AuditMaxValueBytes, "audit-max-value", 1024, "argument values larger than this many bytes are kept in the audit log as a SHA-256 digest")
 	f.StringVar(&cfg.MQTTAddr, "mqtt-addr", "127.0.0.1:1883", "embedded MQTT broker address for devices (empty disables it)")
 	f.StringVar(&mqttCert, "mqtt-tls-cert", "", "PEM certificate file: the MQTT listener then speaks TLS (with --mqtt-tls-key)")
 	f.StringVar(&mqttKey, "mqtt-tls-key", "", "PEM private key file of --mqtt-tls-cert")
@@ -121,6 +136,7 @@ environment, which wins over the file.`,
 	f.StringVar(&cfg.MQTTShareGroup, "mqtt-share-group", "mcpgate", "shared-subscription group the gateway nodes of --mqtt-broker join")
 	f.DurationVar(&cfg.MQTTSilenceTimeout, "mqtt-silence-timeout", 5*time.Minute, "with --mqtt-broker: a device silent this long is pinged, and offline if it does not answer")
 	applyProvisioning = provisioningFlags(f, &cfg.Provisioning, &cfg.DataDir)
+	applyLLM = llmFlags(f, &cfg.LLM)
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	return cmd

@@ -42,7 +42,7 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 	f.StringVar(&firmwareFile, "firmware-table", "", "JSON or YAML file mapping board type to {version, url}, offered by OTA when newer")
 	f.Int64Var(&p.VisionMaxBytes, "vision-max-bytes", vision.DefaultMaxBytes, "largest photo a device may upload")
 	f.DurationVar(&p.VisionTokenTTL, "vision-token-ttl", 0, "lifetime of the vision token sent in initialize (default 1h)")
-	f.StringVar(&llmBaseURL, "llm-base-url", "", "OpenAI-compatible API base URL explaining photos, e.g. https://api.openai.com/v1 (key in "+llmKeyEnv+")")
+	f.StringVar(&llmBaseURL, "llm-base-url", "", "OpenAI-compatible API base URL of the chat model (--llm-model) and the vision model (--vision-model), e.g. https://api.openai.com/v1 (key in "+llmKeyEnv+")")
 	f.StringVar(&visionModel, "vision-model", "", "vision model name, e.g. gpt-4o-mini")
 
 	return func() error {
@@ -74,10 +74,11 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 				return err
 			}
 		}
-		if (llmBaseURL == "") != (visionModel == "") {
-			return fmt.Errorf("--llm-base-url and --vision-model go together")
+		// --llm-base-url alone may serve the chat model (--llm-model).
+		if visionModel != "" && llmBaseURL == "" {
+			return fmt.Errorf("--vision-model needs --llm-base-url")
 		}
-		if llmBaseURL != "" {
+		if llmBaseURL != "" && visionModel != "" {
 			p.VisionModel = &vision.Model{BaseURL: llmBaseURL, Name: visionModel, APIKey: os.Getenv(llmKeyEnv)}
 		}
 		return nil

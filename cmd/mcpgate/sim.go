@@ -38,7 +38,9 @@ user-only self.reboot, self.get_system_info, ...) plus a lamp and an LED strip.
 Volume, brightness, theme and lamp are stateful and reported by
 self.get_device_status. Profiles reproduce whose wire behaviour the devices
 have: esp32 (firmware), pyxiaozhi (py-xiaozhi), spec (standard MCP, with a
-tool returning every content type). Device i has MAC 02:PP:00:00:00:i+1
+tool returning every content type), register (the registration dialect:
+mcp/registerTools with flat names such as set_volume (control) and
+get_volume (query), and get_time run by the gateway). Device i has MAC 02:PP:00:00:00:i+1
 (PP = --mac-prefix), so runs are repeatable and fleets can be kept apart.
 
 Devices connect over WebSocket (--url, default derived from --server), over
@@ -46,6 +48,7 @@ MQTT (--mqtt, client id GID_mcpgate@@@<mac_with_underscores>@@@<uuid>), or as
 the OTA endpoint tells them (--ota). They reconnect with jittered backoff
 until interrupted.`,
 		Example: `  mcpgate sim --count 3 --profile esp32
+  mcpgate sim --count 2 --profile register
   mcpgate sim --count 1000 --mac-prefix 1
   mcpgate sim --count 2 --extra-tools 60 --latency 200ms --failure-rate 0.1
   mcpgate sim --url ws://gateway.lan:8000/xiaozhi/v1/ --token secret
@@ -99,7 +102,7 @@ until interrupted.`,
 	f := cmd.Flags()
 	f.IntVar(&cfg.Count, "count", 1, "number of devices")
 	f.IntVar(&cfg.Start, "start", 0, "index of the first device (offsets MACs)")
-	f.StringVar(&profile, "profile", "esp32", "wire behaviour: esp32, pyxiaozhi or spec")
+	f.StringVar(&profile, "profile", "esp32", "wire behaviour: esp32, pyxiaozhi, spec or register")
 	f.StringVar(&wsURL, "url", "", "device WebSocket URL (default: derived from --server, e.g. ws://127.0.0.1:8000/xiaozhi/v1/)")
 	f.StringVar(&cfg.MQTTBroker, "mqtt", "", "connect over MQTT to this broker (HOST:PORT, e.g. 127.0.0.1:1883) instead of WebSocket")
 	f.StringVar(&cfg.Token, "token", "", "access token the devices send as a bearer token (with --mqtt: as MQTT password, username = device id)")

@@ -20,7 +20,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/mcpgate/mcpgate/internal/agent"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 )
 
@@ -37,6 +39,14 @@ type Config struct {
 	MaxCallTimeout time.Duration
 	// SSEHeartbeat is how often an idle event stream gets a comment line. Default 15s.
 	SSEHeartbeat time.Duration
+	// Limits counts and logs limit hits; nil makes one from Logger and Metrics.
+	Limits *limits.Reporter
+	// Agent answers POST /api/v1/devices/{id}/chat (chat.go); nil, or one
+	// without a model, answers 503 llm_not_configured.
+	Agent *agent.Agent
+	// Audit answers GET /api/v1/audit (audit.go); nil answers 503
+	// audit_unavailable.
+	Audit AuditSource
 }
 
 // API is the REST handler.
@@ -71,6 +81,9 @@ func New(cfg Config) (*API, error) {
 	if cfg.SSEHeartbeat <= 0 {
 		cfg.SSEHeartbeat = 15 * time.Second
 	}
+	if cfg.Limits == nil {
+		cfg.Limits = limits.NewReporter(cfg.Metrics, cfg.Logger)
+	}
 	a := &API{cfg: cfg, hub: cfg.Hub, log: cfg.Logger, mux: http.NewServeMux(), closing: make(chan struct{})}
 	a.mux.HandleFunc("GET /api/v1/devices", a.listDevices)
 	a.mux.HandleFunc("GET /api/v1/devices/{id}", a.getDevice)
@@ -78,6 +91,8 @@ func New(cfg Config) (*API, error) {
 	a.mux.HandleFunc("GET /api/v1/devices/{id}/tools", a.listTools)
 	a.mux.HandleFunc("POST /api/v1/devices/{id}/tools/call", a.callTool)
 	a.mux.HandleFunc("GET /api/v1/events", a.events)
+	a.mux.HandleFunc("GET /api/v1/audit", a.audit)
+	a.mux.HandleFunc("POST /api/v1/devices/{id}/chat", a.chat)
 	a.mux.HandleFunc("GET /healthz", a.healthz)
 	a.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{}))
 	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
@@ -143,8 +158,26 @@ func writeHubError(w http.ResponseWriter, err error) {
 		status = http.StatusBadGateway
 	case "client_closed":
 		status = 499 // the caller is gone; nginx's convention
+	case "device_busy":
+		status = http.StatusServiceUnavailable
+	case "rate_limited":
+		status = http.StatusTooManyRequests
+	}
+	if wait, ok := hub.RetryAfter(err); ok {
+		// Whole seconds, rounded up: "0" would invite an immediate retry.
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
+		var le *hub.LimitError
+		errors.As(err, &le) // RetryAfter found one
+		details = LimitDetails{Limit: le.Limit, RetryAfterMS: max(wait.Milliseconds(), 1)}
 	}
 	writeError(w, status, code, err.Error(), details)
+}
+
+// LimitDetails are the details of a device_busy or rate_limited error: which
+// limit refused the call (see docs/limits.md) and when to try again.
+type LimitDetails struct {
+	Limit        string `json:"limit"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
 }
 
 // ValidationDetails are the details of an invalid_arguments error.
@@ -159,7 +192,16 @@ type DeviceList struct {
 }
 
 func (a *API) listDevices(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, DeviceList{Devices: a.hub.Devices()})
+	p := principal(r)
+	devs := a.hub.Devices()
+	visible := devs[:0]
+	for _, d := range devs {
+		if p.CanSeeDevice(d.ID, d.Alias) {
+			d.Tools = visibleTools(p, a.hub, d)
+			visible = append(visible, d)
+		}
+	}
+	writeJSON(w, http.StatusOK, DeviceList{Devices: visible})
 }
 
 func (a *API) getDevice(w http.ResponseWriter, r *http.Request) {
@@ -168,6 +210,7 @@ func (a *API) getDevice(w http.ResponseWriter, r *http.Request) {
 		writeHubError(w, err)
 		return
 	}
+	d.Tools = visibleTools(principal(r), a.hub, d) // the device itself was checked by Authenticate
 	writeJSON(w, http.StatusOK, d)
 }
 
@@ -206,9 +249,13 @@ func (a *API) listTools(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tools := make([]ToolJSON, 0, cat.Len())
+	p := principal(r)
 	if cat != nil {
 		for i := range cat.Tools {
 			t := &cat.Tools[i]
+			if !p.CanSeeTool(t.Name) {
+				continue
+			}
 			schema := t.InputSchema
 			if len(schema) == 0 {
 				schema = json.RawMessage(`{"type":"object"}`)
@@ -234,6 +281,9 @@ type CallBody struct {
 	Name      string          `json:"name"`
 	Arguments json.RawMessage `json:"arguments,omitempty"`
 	TimeoutMS int64           `json:"timeout_ms,omitempty"`
+	// Wait makes a call to a control tool of a registration-dialect device
+	// wait for the device's answer instead of returning success at once.
+	Wait bool `json:"wait,omitempty"`
 }
 
 func (a *API) callTool(w http.ResponseWriter, r *http.Request) {
@@ -255,9 +305,16 @@ func (a *API) callTool(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf(`"timeout_ms" %d exceeds the maximum of %d`, body.TimeoutMS, a.cfg.MaxCallTimeout.Milliseconds()), nil)
 		return
 	}
+	p := principal(r)
+	if !p.CanSeeTool(body.Name) {
+		// As for a tool the device does not have: a key learns nothing of
+		// tools beyond its patterns.
+		writeHubError(w, fmt.Errorf("%w: %q on device %s", hub.ErrToolNotFound, body.Name, r.PathValue("id")))
+		return
+	}
 	res, err := a.hub.Call(r.Context(), hub.CallRequest{
 		Device: r.PathValue("id"), Tool: body.Name, Arguments: body.Arguments, Timeout: timeout,
-		Caller: "local", Door: "rest",
+		Caller: p.Caller(), Door: "rest", Wait: body.Wait,
 	})
 	if err != nil {
 		writeHubError(w, err)
@@ -273,19 +330,41 @@ func (a *API) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
+			a.cfg.Limits.Hit(limits.RESTBody, "refused REST request: body over the limit",
+				"remote", r.RemoteAddr, "path", r.URL.Path, "max_body_bytes", mbe.Limit)
 			writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", mbe.Limit), nil)
 		case errors.Is(err, io.EOF):
+			a.badRequest(r, "empty_body", err)
 			writeError(w, http.StatusBadRequest, "bad_request", "empty request body: send a JSON object", nil)
 		default:
+			reason := "malformed_json"
+			var ute *json.UnmarshalTypeError
+			if errors.As(err, &ute) {
+				reason = "wrong_type"
+			}
+			a.badRequest(r, reason, err)
 			writeError(w, http.StatusBadRequest, "bad_request", "request body is not valid JSON: "+err.Error(), nil)
 		}
 		return false
 	}
-	if dec.More() {
+	// Token, not More: More reports false for a stray ']' or '}'.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		a.badRequest(r, "trailing_data", nil)
 		writeError(w, http.StatusBadRequest, "bad_request", "request body has data after the JSON object", nil)
 		return false
 	}
 	return true
+}
+
+// badRequest counts a body the door could not decode and logs it, rate
+// limited (limits.Reporter.BadRequest): one client's typo is not worth a
+// line, a flood of them is worth one every few seconds.
+func (a *API) badRequest(r *http.Request, reason string, err error) {
+	attrs := []any{"remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path}
+	if err != nil {
+		attrs = append(attrs, "error", err)
+	}
+	a.cfg.Limits.BadRequest(limits.DoorREST, reason, "refused malformed REST request", attrs...)
 }
 
 func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
@@ -317,8 +396,12 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	filter := ""
+	p := principal(r)
 	if ref := r.URL.Query().Get("device"); ref != "" {
 		d, err := a.hub.Device(ref)
+		if err == nil && !p.CanSeeDevice(d.ID, d.Alias) {
+			err = fmt.Errorf("%w: %q", hub.ErrDeviceNotFound, ref)
+		}
 		if err != nil {
 			writeHubError(w, err)
 			return
@@ -351,6 +434,9 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			if filter != "" && ev.Device != filter {
+				continue
+			}
+			if ev, ok = visibleEvent(p, a.hub, ev); !ok {
 				continue
 			}
 			b, err := json.Marshal(ev)

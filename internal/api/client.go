@@ -95,6 +95,42 @@ func NewClient(baseURL string, httpClient *http.Client) (*Client, error) {
 	return &Client{base: u.String(), hc: httpClient}, nil
 }
 
+// WithKey returns a client that sends secret, an API key, as
+// "Authorization: Bearer <secret>" on every request (its event streams
+// included). An empty secret returns c unchanged.
+func (c *Client) WithKey(secret string) *Client {
+	if secret == "" {
+		return c
+	}
+	hc := *c.hc
+	next := hc.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	host := ""
+	if u, err := url.Parse(c.base); err == nil {
+		host = u.Host
+	}
+	hc.Transport = bearer{secret: secret, host: host, next: next}
+	return &Client{base: c.base, hc: &hc}
+}
+
+// bearer adds the API key to requests to the gateway's host that do not
+// carry an Authorization header already; a redirect elsewhere never gets it.
+type bearer struct {
+	secret string
+	host   string
+	next   http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Header.Get("Authorization") == "" && r.URL.Host == b.host {
+		r = r.Clone(r.Context()) // a RoundTripper must not modify the caller's request
+		r.Header.Set("Authorization", "Bearer "+b.secret)
+	}
+	return b.next.RoundTrip(r)
+}
+
 // URL returns the gateway's base URL as the client uses it.
 func (c *Client) URL() string { return c.base }
 

@@ -99,6 +99,17 @@ type Config struct {
 	MQTT bool
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
+
+	// Soak, when positive, runs a soak instead of the phases: for this
+	// long, devices join and leave (each stays a random while, goes away,
+	// comes back) while calls run at SoakRate, the gateway's memory is
+	// sampled every SoakSample, and at the end the calls made are compared
+	// with the audit rows the gateway recorded (GET /api/v1/audit).
+	Soak time.Duration
+	// SoakRate is the soak's calls/s; default DefaultSoakRate.
+	SoakRate float64
+	// SoakSample is the time between memory samples; default DefaultSoakSample.
+	SoakSample time.Duration
 }
 
 // normalize validates cfg and fills in defaults.
@@ -129,6 +140,15 @@ func (c Config) normalize() (Config, error) {
 	}
 	if c.Client == "" {
 		c.Client = ClientRaw
+	}
+	if c.SoakRate == 0 {
+		c.SoakRate = DefaultSoakRate
+	}
+	if c.SoakSample == 0 {
+		c.SoakSample = DefaultSoakSample
+	}
+	if c.Soak < 0 || c.SoakRate < 0 || c.SoakRate != c.SoakRate || c.SoakSample < 0 {
+		return c, errors.New("bench: soak duration, rate and sample interval must be positive")
 	}
 	if c.MQTT && c.Server != "" {
 		return c, errors.New("bench: MQTT devices need a gateway the bench starts (its broker address is not known for --server)")
@@ -235,6 +255,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if mem.before, err = mem.sample(ctx, 500*time.Millisecond, 3); err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
+	}
+
+	if cfg.Soak > 0 {
+		if rep.Soak, err = soak(ctx, cfg, tgt, mem, hc, log); err != nil {
+			return nil, fmt.Errorf("bench: soak: %w", err)
+		}
+		return rep, nil
 	}
 
 	log.Info("connecting devices", "devices", cfg.Devices, "profile", cfg.Profile, "gateway", tgt.url, "mqtt_broker", tgt.mqttAddr)

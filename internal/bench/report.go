@@ -39,6 +39,8 @@ type Report struct {
 	// Ratio is Peak.CallsPerSec / Floor.RoundTripsSec.
 	Ratio float64 `json:"ratio,omitempty"`
 	Goals []Goal  `json:"goals"`
+	// Soak is the soak run (Config.Soak), which replaces the phases.
+	Soak *SoakReport `json:"soak,omitempty"`
 }
 
 // RunConfig is the part of the Config that shapes the figures.
@@ -152,6 +154,9 @@ func status(ok bool) string {
 
 // WriteText writes the report for people.
 func (r *Report) WriteText(w io.Writer) error {
+	if r.Soak != nil {
+		return r.writeSoak(w)
+	}
 	if len(r.Goals) == 0 {
 		r.Evaluate()
 	}
@@ -377,4 +382,43 @@ func count(n uint64) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// writeSoak writes a soak run's report: the samples as a table, then the
+// verdicts on memory and on the audit log.
+func (r *Report) writeSoak(w io.Writer) error {
+	s := r.Soak
+	p := &printer{w: w}
+	m := r.Machine
+	p.f("mcpgate bench --soak, %s\n", r.Started.Format(time.RFC3339))
+	p.f("machine     %s/%s, %d CPUs, %s\n", m.OS, m.Arch, m.CPUs, m.GoVersion)
+	p.f("gateway     %s, %s\n", r.Gateway.Mode, r.Gateway.URL)
+	p.f("soak        %s, %d devices joining and leaving (%s sessions), %.0f calls/s of %s\n",
+		fmtS(s.DurationS), s.Devices, count(s.Connects), s.Rate, r.Config.Tool)
+	outcomes := slices.Sorted(maps.Keys(s.Outcomes))
+	var parts []string
+	for _, o := range outcomes {
+		parts = append(parts, fmt.Sprintf("%s %s", o, count(s.Outcomes[o])))
+	}
+	p.f("calls       %s answered (%s), %d unanswered, %d not sent (all slots busy)\n",
+		count(s.Calls), strings.Join(parts, ", "), s.Unanswered, s.Skipped)
+	p.f("\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "elapsed\tRSS\theap in use\tdevices online\tcalls\t\n")
+	for _, x := range s.Samples {
+		rss := "n/a"
+		if x.RSS > 0 {
+			rss = mib(x.RSS)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t\n", fmtS(x.ElapsedS), rss, mib(x.Heap), x.Online, count(x.Calls))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	p.f("\nmemory      %s\n", s.Memory.Verdict)
+	if s.Memory.RSSFirst > 0 {
+		p.f("            RSS median %s (first third) → %s (last third)\n", mib(s.Memory.RSSFirst), mib(s.Memory.RSSLast))
+	}
+	p.f("audit       %s\n", s.Audit.Verdict)
+	return p.err
 }

@@ -74,7 +74,9 @@ func startChild(ctx context.Context, exe, dataDir string, mqtt bool, logw io.Wri
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"serve", "--addr", addr, "--log-level", "warn", "--data", dataDir}
+	args := []string{"serve", "--addr", addr, "--log-level", "warn", "--data", dataDir,
+		// The bench measures the gateway, not its call-rate limits (docs/limits.md).
+		"--key-call-rate=-1", "--device-call-rate=-1"}
 	var mqttAddr string
 	if mqtt {
 		if mqttAddr, err = freeAddr(); err != nil {
@@ -129,7 +131,8 @@ func startChild(ctx context.Context, exe, dataDir string, mqtt bool, logw io.Wri
 // startInProcess runs a gateway in this process on a random loopback port;
 // with mqtt, its broker listens on another.
 func startInProcess(ctx context.Context, dataDir string, mqtt bool, log *slog.Logger) (*target, error) {
-	gcfg := gateway.Config{Addr: "127.0.0.1:0", DataDir: dataDir, Version: "bench", Logger: log}
+	gcfg := gateway.Config{Addr: "127.0.0.1:0", DataDir: dataDir, Version: "bench", Logger: log,
+		Limits: gateway.Limits{KeyCallRate: -1, DeviceCallRate: -1}} // as startChild
 	if mqtt {
 		gcfg.MQTTAddr = "127.0.0.1:0"
 	}

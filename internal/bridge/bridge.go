@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -149,10 +150,11 @@ func loop(ctx context.Context, cfg *Config, s Server, log *slog.Logger) {
 // server until either side ends, and returns why.
 func connect(ctx context.Context, cfg *Config, s Server, log *slog.Logger) error {
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	conn, _, err := websocket.Dial(dctx, endpointURL(cfg.URL, s.Name), nil)
+	target := endpointURL(cfg.URL, s.Name)
+	conn, _, err := websocket.Dial(dctx, target, nil)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("dial gateway: %w", err)
+		return fmt.Errorf("dial gateway: %w", redactURL(err, target))
 	}
 	defer conn.CloseNow()
 	conn.SetReadLimit(cfg.ReadLimit)
@@ -196,6 +198,27 @@ func keepalive(ctx context.Context, stop context.CancelCauseFunc, conn *websocke
 }
 
 // endpointURL adds ?name= to the gateway URL unless it has one.
+// redactURL hides the query of target (its ?token=, an endpoint token or
+// API key) wherever err's text repeats it, as net/http's errors do: the
+// error is logged. It still unwraps to err.
+func redactURL(err error, target string) error {
+	// The query is matched rather than the whole URL: the WebSocket
+	// library dials ws:// as http://.
+	u, perr := url.Parse(target)
+	if perr != nil || u.RawQuery == "" || !strings.Contains(err.Error(), u.RawQuery) {
+		return err
+	}
+	return &redactedError{msg: strings.ReplaceAll(err.Error(), u.RawQuery, "REDACTED"), err: err}
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
 func endpointURL(raw, name string) string {
 	if name == "" {
 		return raw

@@ -17,9 +17,10 @@
 //
 // # Revocation
 //
-// Revocation lists live in memory: they are lost when the gateway restarts
-// (persistence comes with the store). Revoke one token by its id, or every
-// token of a device issued until now with RevokeDevice.
+// Revoke one token, or every token of a device issued until now with
+// RevokeDevice. Revocations live in memory; both return the [Revocation]
+// for the caller to persist, and [Authority.Restore] loads persisted ones
+// at start (the gateway keeps them in its store).
 //
 // An Authority is safe for concurrent use.
 package devauth
@@ -287,30 +288,75 @@ func (a *Authority) check(purpose, deviceID, token string) (Claims, error) {
 	return c, nil
 }
 
+// Revocation is one revocation in a form a store keeps: every token of
+// DeviceID issued at or before IssuedBeforeMS (unix milliseconds) when
+// TokenID is empty, otherwise the one token TokenID, which expires anyway at
+// ExpiresMS.
+type Revocation struct {
+	DeviceID       string
+	TokenID        string
+	IssuedBeforeMS int64
+	ExpiresMS      int64
+}
+
 // Revoke revokes one token (any validly signed token, expired or not).
 func (a *Authority) Revoke(token string) error {
+	_, err := a.RevokeToken(token)
+	return err
+}
+
+// RevokeToken revokes one token, like Revoke, and returns the revocation
+// to persist.
+func (a *Authority) RevokeToken(token string) (Revocation, error) {
 	c, err := a.Parse(token)
 	if err != nil {
-		return err
+		return Revocation{}, err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.pruneLocked()
 	a.revoked[c.ID] = c.Expires
-	return nil
+	return Revocation{DeviceID: c.DeviceID, TokenID: c.ID, ExpiresMS: c.Expires * 1000}, nil
 }
 
 // RevokeDevice revokes every token of deviceID issued until now; tokens
-// issued from the next second on are valid.
-func (a *Authority) RevokeDevice(deviceID string) error {
+// issued from the next millisecond on are valid. It returns the
+// revocation to persist.
+func (a *Authority) RevokeDevice(deviceID string) (Revocation, error) {
 	id, err := xiaozhi.NormalizeDeviceID(deviceID)
 	if err != nil {
-		return fmt.Errorf("devauth: %w", err)
+		return Revocation{}, fmt.Errorf("devauth: %w", err)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.revokedDev[id] = a.now().UnixMilli()
-	return nil
+	cut := a.now().UnixMilli()
+	a.revokedDev[id] = cut
+	return Revocation{DeviceID: id, IssuedBeforeMS: cut}, nil
+}
+
+// Restore puts persisted revocations back in force, as they were when
+// revoked. A device revocation only ever moves its cut later; token
+// revocations already past their expiry are skipped.
+func (a *Authority) Restore(revs []Revocation) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	nowMS := a.now().UnixMilli()
+	for _, r := range revs {
+		switch {
+		case r.TokenID != "":
+			if r.ExpiresMS > nowMS {
+				a.revoked[r.TokenID] = r.ExpiresMS / 1000
+			}
+		case r.DeviceID != "":
+			id, err := xiaozhi.NormalizeDeviceID(r.DeviceID)
+			if err != nil {
+				continue
+			}
+			if r.IssuedBeforeMS > a.revokedDev[id] {
+				a.revokedDev[id] = r.IssuedBeforeMS
+			}
+		}
+	}
 }
 
 // pruneLocked forgets revoked tokens that have expired anyway, so the list

@@ -90,7 +90,7 @@ func TestExpiryAndRevocation(t *testing.T) {
 		t.Fatalf("revoked: %v", err)
 	}
 	t2, _ := a.IssueDevice(dev, "c", time.Hour)
-	if err := a.RevokeDevice(dev); err != nil {
+	if _, err := a.RevokeDevice(dev); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Verify(dev, "c", t2); !errors.Is(err, ErrRevoked) {
@@ -100,6 +100,55 @@ func TestExpiryAndRevocation(t *testing.T) {
 	t3, _ := a.IssueDevice(dev, "c", time.Hour)
 	if err := a.Verify(dev, "c", t3); err != nil {
 		t.Fatalf("token issued after RevokeDevice: %v", err)
+	}
+}
+
+// Revocations returned by RevokeToken and RevokeDevice, restored into a
+// fresh Authority (a restarted gateway), revoke the same tokens and only them.
+func TestRestoreRevocations(t *testing.T) {
+	now := time.Now()
+	a := newAuth(t, &now)
+	const dev, other = "02:00:00:00:00:01", "02:00:00:00:00:02"
+	one, _ := a.IssueDevice(dev, "c", time.Hour)
+	old, _ := a.IssueDevice(other, "c", time.Hour)
+	tokRev, err := a.RevokeToken(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tokRev.DeviceID != dev || tokRev.TokenID == "" || tokRev.ExpiresMS <= now.UnixMilli() {
+		t.Fatalf("token revocation %+v", tokRev)
+	}
+	devRev, err := a.RevokeDevice(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if devRev.DeviceID != other || devRev.TokenID != "" || devRev.IssuedBeforeMS != now.UnixMilli() {
+		t.Fatalf("device revocation %+v", devRev)
+	}
+	now = now.Add(time.Millisecond)
+	fresh, _ := a.IssueDevice(other, "c", time.Hour)
+	kept, _ := a.IssueDevice(dev, "c", time.Hour)
+
+	b := newAuth(t, &now)
+	b.Restore([]Revocation{tokRev, devRev, {DeviceID: "not an id"}, {TokenID: "gone", ExpiresMS: now.Add(-time.Hour).UnixMilli()}})
+	for _, tc := range []struct {
+		name, dev, tok string
+		want           error
+	}{
+		{"revoked token", dev, one, ErrRevoked},
+		{"token of a revoked device", other, old, ErrRevoked},
+		{"token issued after the device revocation", other, fresh, nil},
+		{"another token of the device", dev, kept, nil},
+	} {
+		if err := b.Verify(tc.dev, "c", tc.tok); !errors.Is(err, tc.want) && !(tc.want == nil && err == nil) {
+			t.Errorf("%s: Verify = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	b.mu.Lock()
+	_, stale := b.revoked["gone"]
+	b.mu.Unlock()
+	if stale {
+		t.Error("an expired token revocation was restored")
 	}
 }
 

@@ -17,12 +17,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/agent"
 	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/audit"
 	"github.com/mcpgate/mcpgate/internal/httpguard"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/mcpserver"
 	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/transport/endpoint"
 	"github.com/mcpgate/mcpgate/internal/transport/mqtt"
 	"github.com/mcpgate/mcpgate/internal/transport/mqttext"
@@ -70,10 +74,45 @@ type Config struct {
 	// Empty accepts any local connection when Addr is loopback, and none otherwise.
 	EndpointTokens []string
 
+	// AuditMaxValueBytes: call argument values larger than this are kept in
+	// the audit log as a digest. Default 1024 (docs/audit.md).
+	AuditMaxValueBytes int
+	// AuditRetention deletes audit records older than this. Default 30
+	// days; negative keeps them forever.
+	AuditRetention time.Duration
+	// AuditMaxRows keeps at most this many audit records, deleting the
+	// oldest. Default 1,000,000; negative: no limit.
+	AuditMaxRows int
+
+	// Store keeps what survives a restart, API keys among them. A store
+	// given here is the caller's to close. nil: Run opens the one named by
+	// StoreDSN and closes it when it returns.
+	Store store.Store
+	// StoreDSN names the store Run opens when Store is nil (see store.Open):
+	// "" for SQLite at <DataDir>/mcpgate.db, "sqlite:PATH", or
+	// "postgres://USER:PASSWORD@HOST/DB". Checked by New, opened by Run, so
+	// that New stays cheap and a failed New leaves nothing open.
+	StoreDSN string
+	// RequireKeys makes REST and the MCP doors require an API key on a
+	// loopback address too. On any other address they always do, unless
+	// Insecure; and Run refuses to start when the store holds no usable key.
+	// See docs/security.md.
+	RequireKeys bool
+	// Insecure leaves REST and the MCP doors open (no key needed) on a
+	// non-loopback address, with a warning at start.
+	Insecure bool
+
 	// ExposeUserOnly lists tools devices mark as meant for the user only
 	// (annotations.audience ["user"]) on the MCP doors, and allows calling
 	// them there. Default hidden.
 	ExposeUserOnly bool
+	// LLM configures the device agent behind POST /api/v1/devices/{id}/chat
+	// (docs/agent.md). Hub and Logger are filled in; Notifier and LLMSender
+	// default to the hub (mcp/ai/message to registration-dialect devices,
+	// an "llm" message to XiaoZhi devices). Empty
+	// BaseURL and Model leave it unconfigured: the route answers 503
+	// llm_not_configured.
+	LLM agent.Config
 	// AllowedHosts adds Host header values (host or host:port) the HTTP doors
 	// (REST, MCP) accept on loopback connections, besides loopback names and
 	// the listen host: the guard against DNS rebinding.
@@ -109,6 +148,11 @@ type Config struct {
 	// MQTTSilenceTimeout: a device silent this long is pinged, and offline
 	// if it does not answer. Default 5m.
 	MQTTSilenceTimeout time.Duration
+
+	// Limits are the other protective limits (body sizes, call slots and
+	// rates, connections per address, handshake deadlines); see
+	// docs/limits.md. Zero values get the defaults.
+	Limits Limits
 }
 
 // Gateway is a running or runnable gateway.
@@ -119,12 +163,18 @@ type Gateway struct {
 	hub     *hub.Hub
 	ws      *ws.Transport
 	ep      *endpoint.Transport
+	limits  *limits.Reporter
 	mqtt    *mqtt.Transport    // nil when MQTTAddr is empty
 	mqttExt *mqttext.Transport // nil when MQTTBroker is empty
 	api     *api.API
+	auth    *doorAuth
 	mcp     *mcpserver.Server
 	handler http.Handler
 	devices *deviceServices // OTA, device credentials, vision
+	// pendingStore is the store Run opens and closes; nil when
+	// Config.Store was given.
+	pendingStore *store.Deferred
+	audit        *audit.Writer // the hub's audit hook; Run runs it
 
 	mu       sync.Mutex
 	listener net.Listener  // set by Listen
@@ -159,16 +209,47 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.MaxPages < 0 || cfg.MaxTools < 0 {
 		return nil, errors.New("gateway: max pages and max tools must not be negative")
 	}
+	if err := cfg.Limits.fill(); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	if _, _, err := net.SplitHostPort(cfg.Addr); err != nil {
 		return nil, fmt.Errorf("gateway: listen address %q: %w (want host:port, e.g. 127.0.0.1:8000)", cfg.Addr, err)
 	}
 
+	// Until Run opens the store, what New builds holds a Deferred bound
+	// to it then (see store.go).
+	var pendingStore *store.Deferred
+	if cfg.Store == nil {
+		if err := store.CheckDSN(cfg.StoreDSN); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		pendingStore = &store.Deferred{}
+		cfg.Store = pendingStore
+	}
+
 	m := metrics.New()
-	h := hub.New(hub.Config{Logger: cfg.Logger, Metrics: m, ToolTimeouts: cfg.ToolTimeouts})
+	auditLog, err := audit.New(audit.Config{Store: cfg.Store, Logger: cfg.Logger, Registerer: m.Registry,
+		MaxValueBytes: cfg.AuditMaxValueBytes, Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	lim := limits.NewReporter(m, cfg.Logger)
+	// One count of connections per source address across every transport.
+	connLimit := limits.NewConnLimiter(cfg.Limits.MaxConnsPerIP, cfg.Limits.MaxConnsLoopback)
+	h := hub.New(hub.Config{Logger: cfg.Logger, Metrics: m, ToolTimeouts: cfg.ToolTimeouts,
+		Audit: auditLog.Record, Store: cfg.Store,
+		MaxInFlight: cfg.Limits.DeviceMaxInFlight, MaxQueue: cfg.Limits.DeviceMaxQueue, Limits: lim,
+		KeyRate:    limits.Rate{PerSecond: cfg.Limits.KeyCallRate, Burst: cfg.Limits.KeyCallBurst},
+		DeviceRate: limits.Rate{PerSecond: cfg.Limits.DeviceCallRate, Burst: cfg.Limits.DeviceCallBurst}})
 	session := mcpclient.Config{
 		CallTimeout: cfg.CallTimeout, RequestTimeout: cfg.RequestTimeout,
 		MaxPages: cfg.MaxPages, MaxTools: cfg.MaxTools,
 		ClientName: "mcpgate", ClientVersion: cfg.Version,
+		// Every transport's sessions count what they drop (unknown ids,
+		// unparseable payloads...): a hostile device shows in metrics.
+		OnDrop: func(reason string) { m.DroppedFrames.WithLabelValues(reason).Inc() },
+		// The hub logs the truncated discovery with the device's state.
+		OnLimit: func(limit string) { m.LimitHits.WithLabelValues(limit).Inc() },
 	}
 	devices, err := newDeviceServices(cfg, m, h)
 	if err != nil {
@@ -183,18 +264,37 @@ func New(cfg Config) (*Gateway, error) {
 		Session:      session,
 		HelloTimeout: cfg.HelloTimeout, ReadLimit: cfg.ReadLimit, PingInterval: cfg.PingInterval,
 		PongTimeout: cfg.PongTimeout, OriginPatterns: originHosts(cfg.AllowedOrigins),
+		Conns: connLimit, Limits: lim,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version})
+	da, err := newDoorAuth(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	llm := cfg.LLM
+	llm.Hub, llm.Logger = h, cfg.Logger.With("component", "agent")
+	if llm.Notifier == nil {
+		llm.Notifier = h
+	}
+	if llm.LLMSender == nil {
+		llm.LLMSender = h // the reply as an "llm" message to XiaoZhi devices
+	}
+	chat, err := agent.New(llm)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version, Agent: chat, Audit: cfg.Store,
+		MaxBodyBytes: cfg.Limits.MaxBodyBytes, Limits: lim})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	ep, err := endpoint.New(endpoint.Config{
-		Hub: h, Logger: cfg.Logger, Metrics: m, Tokens: cfg.EndpointTokens, AllowNoToken: httpguard.IsLoopbackAddr(cfg.Addr),
+		Hub: h, Logger: cfg.Logger, Metrics: m, Tokens: cfg.EndpointTokens, Authorize: endpointAuthorize(cfg, da),
 		Session:      session,
-		PingInterval: cfg.PingInterval, OriginPatterns: originHosts(cfg.AllowedOrigins),
+		PingInterval: cfg.PingInterval, PingTimeout: cfg.PongTimeout, OriginPatterns: originHosts(cfg.AllowedOrigins),
+		ReadLimit: cfg.Limits.EndpointReadLimit, Conns: connLimit, Limits: lim,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -207,7 +307,9 @@ func New(cfg Config) (*Gateway, error) {
 		mq, err = mqtt.New(mqtt.Config{
 			Hub: h, Logger: cfg.Logger, Metrics: m, Session: session,
 			Addr: cfg.MQTTAddr, TLS: cfg.MQTTTLS, UplinkTopic: cfg.MQTTUplinkTopic, Authenticate: cfg.MQTTAuthenticate,
-			VisionFor: func(deviceID string) *mcpclient.Vision { return devices.visionFor(deviceID, g.mqttVisionBase()) },
+			VisionFor:     func(deviceID string) *mcpclient.Vision { return devices.visionFor(deviceID, g.mqttVisionBase()) },
+			MaxPacketSize: mqttPacketLimit(cfg.ReadLimit), ConnectTimeout: cfg.Limits.MQTTConnectTimeout,
+			Conns: connLimit, Limits: lim,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
@@ -231,6 +333,7 @@ func New(cfg Config) (*Gateway, error) {
 	door, err := mcpserver.New(mcpserver.Config{
 		Hub: h, Logger: cfg.Logger, Version: cfg.Version, ExposeUserOnly: cfg.ExposeUserOnly,
 		ListenAddr: cfg.Addr, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins,
+		MaxBodyBytes: cfg.Limits.MaxBodyBytes, Limits: lim,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -242,10 +345,17 @@ func New(cfg Config) (*Gateway, error) {
 	mux := http.NewServeMux()
 	mux.Handle(xiaozhi.Path, wst)
 	mux.Handle(endpoint.Path, ep)
-	door.Register(mux)
-	devices.register(mux, guard.Wrap)
-	mux.Handle("/", guard.Wrap(rest)) // a web page must not drive REST calls on a local gateway
-	g = &Gateway{cfg: cfg, log: cfg.Logger, metrics: m, hub: h, ws: wst, ep: ep, mqtt: mq, mqttExt: mqx, api: rest, mcp: door, devices: devices, handler: mux, ready: make(chan struct{})}
+	// Every REST route, whoever registers it, passes the Host/Origin guard
+	// and then authentication (keys, scopes, device visibility).
+	restAuth := api.Authenticate(da.doors, h)
+	restWrap := func(next http.Handler) http.Handler { return guard.Wrap(restAuth(next)) }
+	door.Register(mux, da.doors.Wrap)
+	devices.register(mux, restWrap)
+	mux.Handle("/", restWrap(rest)) // a web page must not drive REST calls on a local gateway
+	g = &Gateway{cfg: cfg, log: cfg.Logger, metrics: m, hub: h, ws: wst, ep: ep, mqtt: mq, mqttExt: mqx, api: rest, auth: da, mcp: door, devices: devices, handler: mux, ready: make(chan struct{})}
+	g.limits = lim
+	g.pendingStore = pendingStore
+	g.audit = auditLog
 	return g, nil
 }
 
@@ -304,6 +414,20 @@ func (g *Gateway) Ready() <-chan struct{} { return g.ready }
 // connections with a going-away frame, and waits for in-flight requests up to
 // the shutdown timeout.
 func (g *Gateway) Run(ctx context.Context) error {
+	if err := g.openStore(ctx); err != nil {
+		return err
+	}
+	defer g.closeStore() // last: whatever flushes to the store on stop runs before
+	if err := g.checkKeys(ctx); err != nil {
+		return err
+	}
+	if err := g.restoreState(ctx); err != nil {
+		return err
+	}
+	// Stopped after the transports close (devices offline) and before the
+	// store closes: defers run last in, first out.
+	stopBackground := g.startBackground(ctx)
+	defer stopBackground()
 	if err := os.MkdirAll(g.cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
@@ -337,9 +461,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.warnLoopbackVision()
 	close(g.ready)
 
+	headers := newHeaderTimeouts(g.cfg.Limits.ReadHeaderTimeout, g.limits) // counts header timeouts
 	srv := &http.Server{
-		Handler:           g.handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:           headers.Wrap(g.handler),
+		ReadHeaderTimeout: g.cfg.Limits.ReadHeaderTimeout,
+		ConnContext:       headers.ConnContext,
+		ConnState:         headers.ConnState,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
 	}
 	g.log.Info("gateway listening", "addr", ln.Addr().String(), "devices_ws", "ws://"+ln.Addr().String()+xiaozhi.Path,
@@ -366,9 +493,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.ShutdownTimeout)
 	defer cancel()
 	g.api.Close()
-	g.mcp.Close()                     // ends MCP sessions' open SSE streams, which Shutdown would wait for
-	shutdownErr := srv.Shutdown(sctx) // stops accepting; waits for in-flight REST calls
-	g.ws.Close()                      // device sockets are hijacked: Shutdown does not wait for them
+	shutdownDone := make(chan error, 1)
+	go func() { shutdownDone <- srv.Shutdown(sctx) }() // stops accepting; waits for in-flight REST and MCP requests
+	g.drainCalls(sctx)                                 // calls in flight through any door finish (and are audited)
+	g.mcp.Close()                                      // then end MCP sessions' open SSE streams, which Shutdown would wait for
+	shutdownErr := <-shutdownDone
+	g.ws.Close() // device sockets are hijacked: Shutdown does not wait for them
 	g.ep.Close()
 	if g.mqtt != nil {
 		g.mqtt.Close() // ends MQTT sessions, then stops the broker and waits for its clients
@@ -376,6 +506,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if g.mqttExt != nil {
 		g.mqttExt.Close() // ends its sessions, then disconnects from the broker
 	}
+	g.hub.WaitBackground() // control calls still awaited end with their devices' sessions
 	<-errc
 	if shutdownErr != nil && !errors.Is(shutdownErr, context.DeadlineExceeded) {
 		return fmt.Errorf("shutdown: %w", shutdownErr)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/ota"
+	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/vision"
 )
 
@@ -47,6 +49,7 @@ type Provisioning struct {
 // deviceServices are the device-facing services besides the transports.
 type deviceServices struct {
 	hub    *hub.Hub
+	store  store.Store // where revocations are kept
 	log    *slog.Logger
 	cfg    Provisioning
 	auth   *devauth.Checker
@@ -78,7 +81,7 @@ func newDeviceServices(cfg Config, m *metrics.Metrics, h *hub.Hub) (*deviceServi
 	if err != nil {
 		return nil, err
 	}
-	d := &deviceServices{hub: h, log: cfg.Logger, cfg: p, auth: devauth.NewChecker(authority, mode, cfg.Logger, m.Registry)}
+	d := &deviceServices{hub: h, store: cfg.Store, log: cfg.Logger, cfg: p, auth: devauth.NewChecker(authority, mode, cfg.Logger, m.Registry)}
 
 	oc := p.OTA
 	oc.Logger = cfg.Logger
@@ -128,8 +131,8 @@ type RevokeResult struct {
 // revoke invalidates every token issued to a device until now (device and
 // vision tokens alike) and closes its live connection, so a device whose
 // credentials leaked is cut off at once; it must be provisioned again (OTA
-// or `mcpgate devices token`). Revocations live in memory until the store
-// lands: a restart forgets them.
+// or `mcpgate devices token`). The revocation is written to the store
+// before the answer, and restored at start (restoreRevocations).
 func (d *deviceServices) revoke(w http.ResponseWriter, r *http.Request) {
 	dev, err := d.hub.Device(r.PathValue("id"))
 	if err != nil {
@@ -137,8 +140,17 @@ func (d *deviceServices) revoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now().UTC()
-	if err := d.auth.Authority().RevokeDevice(dev.ID); err != nil {
+	rev, err := d.auth.Authority().RevokeDevice(dev.ID)
+	if err != nil {
 		writeAPIError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	// In force in memory already; a revocation the store did not take
+	// would be forgotten by a restart, which the operator must know.
+	if err := d.store.AddRevocation(r.Context(), store.Revocation(rev)); err != nil {
+		d.log.Error("device revocation not saved: it holds until the gateway restarts", "device_id", dev.ID, "error", err)
+		writeAPIError(w, http.StatusInternalServerError, "revocation_not_saved",
+			"the device's credentials are revoked until the gateway restarts, but the store did not keep the revocation: "+err.Error())
 		return
 	}
 	_, disconnected, err := d.hub.Disconnect(dev.ID, errRevoked)
@@ -168,4 +180,19 @@ func (d *deviceServices) visionFor(deviceID, base string) *mcpclient.Vision {
 		return nil // an id the transport accepted always normalises; no vision rather than no session
 	}
 	return &mcpclient.Vision{URL: strings.TrimSuffix(base, "/") + vision.Path, Token: tok}
+}
+
+// restoreRevocations puts the device-credential revocations of the store
+// back in force; Run calls it before devices can connect.
+func (d *deviceServices) restoreRevocations(ctx context.Context) (int, error) {
+	revs, err := d.store.Revocations(ctx, time.Now())
+	if err != nil {
+		return 0, fmt.Errorf("load device revocations: %w", err)
+	}
+	out := make([]devauth.Revocation, len(revs))
+	for i, r := range revs {
+		out[i] = devauth.Revocation(r)
+	}
+	d.auth.Authority().Restore(out)
+	return len(out), nil
 }

@@ -154,11 +154,15 @@ func isLoopbackName(name string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// IsLoopbackAddr reports whether addr (host:port or host) is a loopback IP.
+// IsLoopbackAddr reports whether addr (host:port or host) is a loopback IP
+// or "localhost".
 func IsLoopbackAddr(addr string) bool {
 	h, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		h = addr
+	}
+	if strings.EqualFold(h, "localhost") {
+		return true // Go binds "localhost" to a loopback address
 	}
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()

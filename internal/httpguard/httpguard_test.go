@@ -66,3 +66,14 @@ func TestNewRejectsBadPatterns(t *testing.T) {
 		t.Fatal("bad listen address accepted")
 	}
 }
+
+func TestIsLoopbackAddr(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:8000": true, "[::1]:8000": true, "localhost:8000": true, "LOCALHOST": true,
+		"0.0.0.0:8000": false, ":8000": false, "192.168.1.2:8000": false, "example.com:8000": false,
+	} {
+		if got := IsLoopbackAddr(addr); got != want {
+			t.Errorf("IsLoopbackAddr(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}

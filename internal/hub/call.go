@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 )
 
@@ -27,6 +28,10 @@ type CallRequest struct {
 	// OnProgress, when set, receives the params of each progress
 	// notification the device sends for this call. It must not block.
 	OnProgress func(params json.RawMessage)
+	// Wait makes a call to a control tool of a registration-dialect device
+	// wait for the device's answer; without it the call returns success at
+	// once and the answer is awaited in the background (see kinds.go).
+	Wait bool
 }
 
 // Call validates a call against the device's catalog and sends it. It
@@ -37,8 +42,23 @@ type CallRequest struct {
 // A call made while the device is still discovering waits for discovery
 // (within ctx) so it is checked against the fresh catalog, never a stale one.
 func (h *Hub) Call(ctx context.Context, req CallRequest) (*mcpclient.Result, error) {
+	// Counted until the audit record is handed over: WaitCalls then means
+	// every finished call is in the audit writer's hands.
+	h.inflight.Add(1)
+	defer h.inflight.Add(-1)
 	start := time.Now()
+	if res, dev, ok, err := h.acceptControl(ctx, req); ok {
+		if err != nil {
+			return h.finish(ctx, req, start, nil, dev, err)
+		}
+		return res, nil // recorded when the background call ends
+	}
 	res, dev, err := h.call(ctx, req)
+	return h.finish(ctx, req, start, res, dev, err)
+}
+
+// finish counts, audits and publishes a call's outcome.
+func (h *Hub) finish(ctx context.Context, req CallRequest, start time.Time, res *mcpclient.Result, dev *device, err error) (*mcpclient.Result, error) {
 	outcome := "ok"
 	switch {
 	case err != nil:
@@ -47,12 +67,17 @@ func (h *Hub) Call(ctx context.Context, req CallRequest) (*mcpclient.Result, err
 		outcome = "tool_error"
 	}
 	h.metrics.Calls.WithLabelValues(outcome).Inc()
+	if h.cfg.Audit != nil {
+		h.cfg.Audit(h.callRecord(req, start, dev, outcome, res, err))
+	}
 	if dev != nil {
 		if err == nil || errors.Is(err, ErrDeviceTimeout) || errors.Is(err, ErrDeviceDisconnected) {
 			h.metrics.CallLatency.Observe(time.Since(start).Seconds())
 		}
 		data := CallData{Tool: req.Tool, Caller: req.Caller, Door: req.Door, Outcome: outcome,
 			DurationMS: float64(time.Since(start).Microseconds()) / 1000}
+		data.CallID = backgroundID(ctx)
+		data.Background = data.CallID != ""
 		if err != nil {
 			data.Error = err.Error()
 		} else {
@@ -72,6 +97,13 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 		args = json.RawMessage("{}")
 	}
 
+	// A background control call was charged when it was accepted.
+	charged := backgroundID(ctx) != ""
+	if !charged {
+		if err := h.checkKeyRate(req.Caller); err != nil {
+			return nil, nil, err
+		}
+	}
 	h.mu.RLock()
 	d, err := h.lookupLocked(req.Device)
 	var att *Attachment
@@ -107,11 +139,82 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 	if err := cat.validate(i, args); err != nil {
 		return nil, d, err
 	}
+	if res, local, err := h.runLocal(ctx, d, &cat.Tools[i], args, req.Timeout); local {
+		return res, d, err
+	}
 
 	timeout := req.Timeout
 	if timeout <= 0 {
 		timeout = h.toolTimeout(req.Tool)
 	}
+	if !charged {
+		if err := h.checkDeviceRate(d.id, req.Caller); err != nil {
+			return nil, d, err
+		}
+	}
+	if h.cfg.MaxInFlight > 0 {
+		if timeout, err = h.acquireSlot(ctx, d.id, att, timeout); err != nil {
+			return nil, d, err
+		}
+		defer att.slots.Release()
+	}
 	res, err := att.sess.CallTool(ctx, req.Tool, args, mcpclient.CallOptions{Timeout: timeout, Meta: req.Meta, OnProgress: req.OnProgress})
 	return res, d, err
+}
+
+// checkKeyRate takes a token from the caller's bucket.
+func (h *Hub) checkKeyRate(caller string) error {
+	ok, wait := h.keyRate.Allow(caller)
+	if ok {
+		return nil
+	}
+	h.limits.Hit(limits.KeyRate, "call refused: caller over its call rate", "caller", caller, "rate", h.cfg.KeyRate.PerSecond)
+	return &LimitError{Err: ErrRateLimited, Limit: limits.KeyRate, RetryAfter: wait,
+		Msg: fmt.Sprintf("caller %q is over its %g calls/s; retry in %s", caller, h.cfg.KeyRate.PerSecond, wait.Round(time.Millisecond))}
+}
+
+// checkDeviceRate takes a token from the device's bucket.
+func (h *Hub) checkDeviceRate(id, caller string) error {
+	ok, wait := h.devRate.Allow(id)
+	if ok {
+		return nil
+	}
+	h.limits.Hit(limits.DeviceRate, "call refused: device over its call rate", "device_id", id, "caller", caller, "rate", h.cfg.DeviceRate.PerSecond)
+	return &LimitError{Err: ErrRateLimited, Limit: limits.DeviceRate, RetryAfter: wait,
+		Msg: fmt.Sprintf("device %s is over its %g calls/s; retry in %s", id, h.cfg.DeviceRate.PerSecond, wait.Round(time.Millisecond))}
+}
+
+// busyRetryAfter is what a device_busy refusal suggests: a queue of calls
+// to a device that answers within a second or so drains in about that.
+const busyRetryAfter = time.Second
+
+// acquireSlot takes one of the connection's call slots, waiting in line
+// within the call's timeout (0: the session's default), and returns the
+// timeout left for the call itself. The caller releases the slot.
+func (h *Hub) acquireSlot(ctx context.Context, id string, att *Attachment, timeout time.Duration) (time.Duration, error) {
+	limit := timeout
+	if limit <= 0 {
+		limit = att.sess.CallTimeout()
+	}
+	waited, err := att.slots.Acquire(ctx, att.sess.Done(), limit)
+	switch {
+	case err == nil:
+		if waited > 0 {
+			// Waiting counted against the call's timeout: the device gets the rest.
+			timeout = max(limit-waited, time.Millisecond)
+		}
+		return timeout, nil
+	case errors.Is(err, limits.ErrQueueFull):
+		busy, queued := att.slots.Stats()
+		slots, queue := att.slots.Max()
+		h.limits.Hit(limits.DeviceBusy, "call refused: device call queue full", "device_id", id, "in_flight", busy, "queued", queued)
+		return 0, &LimitError{Err: ErrDeviceBusy, Limit: limits.DeviceBusy, RetryAfter: busyRetryAfter,
+			Msg: fmt.Sprintf("%s has %d calls in flight and %d waiting (limits %d and %d); retry later", id, busy, queued, slots, queue)}
+	case errors.Is(err, limits.ErrWaitTimeout):
+		slots, _ := att.slots.Max()
+		return 0, fmt.Errorf("%w: waited %s in line for one of the %d call slots of %s; nothing was sent", ErrDeviceTimeout, limit, slots, id)
+	case errors.Is(err, limits.ErrAbandoned):
+		return 0, fmt.Errorf("%w: %w", ErrDeviceDisconnected, att.sess.Err())
+	}
+	return 0, fmt.Errorf("waiting for a call slot on %s: %w", id, err)
 }

@@ -135,6 +135,9 @@ func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	if len(bytes.TrimSpace(raw)) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
+	if d := schemaDepth(raw); d > maxSchemaDepth {
+		return nil, fmt.Errorf("schema nested %d levels deep, more than %d", d, maxSchemaDepth)
+	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return nil, fmt.Errorf("parse schema: %w", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 )
@@ -25,7 +26,37 @@ var (
 	ErrReplaced = errors.New("replaced by a newer connection of the same device")
 	// ErrShutdown is why connections close when the gateway stops.
 	ErrShutdown = errors.New("gateway shutting down")
+	// ErrDeviceBusy: the device's call queue is full. The call was not sent.
+	ErrDeviceBusy = errors.New("device is busy")
+	// ErrRateLimited: the caller or the device is over its call rate. The
+	// call was not sent.
+	ErrRateLimited = errors.New("rate limited")
 )
+
+// LimitError is a call refused by a limit: it matches ErrDeviceBusy or
+// ErrRateLimited with errors.Is, and says which limit (a name of
+// internal/limits) and when trying again may succeed.
+type LimitError struct {
+	Err        error // ErrDeviceBusy or ErrRateLimited
+	Limit      string
+	RetryAfter time.Duration
+	Msg        string // what happened, for people
+}
+
+func (e *LimitError) Error() string { return e.Err.Error() + ": " + e.Msg }
+
+// Unwrap returns the sentinel.
+func (e *LimitError) Unwrap() error { return e.Err }
+
+// RetryAfter returns when a call refused by a limit may be tried again, and
+// whether err is such a refusal.
+func RetryAfter(err error) (time.Duration, bool) {
+	var le *LimitError
+	if errors.As(err, &le) {
+		return le.RetryAfter, true
+	}
+	return 0, false
+}
 
 // Problem is one schema violation in a call's arguments.
 type Problem struct {
@@ -78,6 +109,10 @@ func Code(err error) string {
 		return "device_timeout"
 	case errors.Is(err, ErrDeviceDisconnected):
 		return "device_disconnected"
+	case errors.Is(err, ErrDeviceBusy):
+		return "device_busy"
+	case errors.Is(err, ErrRateLimited):
+		return "rate_limited"
 	case errors.Is(err, ErrAliasTaken):
 		return "alias_taken"
 	case errors.Is(err, ErrBadAlias):

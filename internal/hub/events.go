@@ -66,6 +66,11 @@ type CallData struct {
 	IsError    bool    `json:"is_error"`
 	DurationMS float64 `json:"duration_ms"`
 	Error      string  `json:"error,omitempty"`
+	// Background is set when the call was a control call answered at once
+	// and awaited afterwards: this event carries its real outcome, and
+	// CallID the id the immediate result gave in _meta "mcpgate/call_id".
+	Background bool   `json:"background,omitempty"`
+	CallID     string `json:"call_id,omitempty"`
 }
 
 // Subscription receives events on C until Close. A subscriber that falls

@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/xiaozhi"
@@ -55,6 +56,29 @@ type Config struct {
 	ToolTimeouts map[string]time.Duration
 	// EventBuffer is each subscriber's queue length. Default 256.
 	EventBuffer int
+	// MaxInFlight is the most calls sent to one device connection at once;
+	// further calls wait in arrival order. Default 4 (firmware handles one
+	// call at a time); negative: no limit and no queue.
+	MaxInFlight int
+	// MaxQueue is the most calls waiting per device connection; a call
+	// finding it full fails at once with ErrDeviceBusy. Default 64;
+	// negative: nobody waits.
+	MaxQueue int
+	// KeyRate limits calls per caller (CallRequest.Caller), DeviceRate per
+	// device. A zero PerSecond gets the default (100/s per caller, 20/s per
+	// device), a zero Burst twice the rate; negative PerSecond: no limit.
+	KeyRate, DeviceRate limits.Rate
+	// Limits counts and logs limit hits; nil makes one from Logger and Metrics.
+	Limits *limits.Reporter
+	// Audit, when set, receives the record of every finished call, from
+	// every door, before Call returns. It runs on the caller's goroutine so
+	// that no record is lost: it may block (an audit writer applying
+	// backpressure) but must not call back into the hub.
+	Audit func(CallRecord)
+	// Store, when set, keeps devices (identity, alias, last catalog) across
+	// restarts: see [Hub.Load] and [Hub.RunPersistence]. Writes happen off
+	// the hot path; no call ever waits on the store.
+	Store DeviceStore
 }
 
 // Hub is the registry of devices. It is safe for concurrent use.
@@ -66,6 +90,13 @@ type Hub struct {
 	bus      *bus
 	// timeoutPatterns are the keys of cfg.ToolTimeouts, most specific first.
 	timeoutPatterns []string
+	// keyRate and devRate are the call-rate buckets; nil when unlimited.
+	keyRate, devRate *limits.Buckets
+	limits           *limits.Reporter
+
+	persist  *persister   // nil without Config.Store
+	inflight atomic.Int64 // calls inside Call, from every door (drain.go)
+	bg       background   // control calls awaited in the background (kinds.go)
 
 	mu      sync.RWMutex
 	devices map[string]*device // guarded by mu; by normalised id
@@ -86,16 +117,37 @@ func New(cfg Config) *Hub {
 	if cfg.ToolTimeouts == nil {
 		cfg.ToolTimeouts = map[string]time.Duration{"self.camera.*": 90 * time.Second}
 	}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = limits.DefaultMaxInFlight
+	}
+	if cfg.MaxQueue == 0 {
+		cfg.MaxQueue = limits.DefaultMaxQueue
+	}
+	if cfg.KeyRate.PerSecond == 0 {
+		cfg.KeyRate.PerSecond = limits.DefaultKeyRate
+	}
+	if cfg.DeviceRate.PerSecond == 0 {
+		cfg.DeviceRate.PerSecond = limits.DefaultDeviceRate
+	}
+	if cfg.Limits == nil {
+		cfg.Limits = limits.NewReporter(cfg.Metrics, cfg.Logger)
+	}
 	h := &Hub{
 		log:             cfg.Logger,
 		metrics:         cfg.Metrics,
 		cfg:             cfg,
 		catalogs:        newCatalogs(cfg.Logger),
 		timeoutPatterns: sortedPatterns(cfg.ToolTimeouts),
+		keyRate:         limits.NewBuckets(cfg.KeyRate),
+		devRate:         limits.NewBuckets(cfg.DeviceRate),
+		limits:          cfg.Limits,
 		devices:         make(map[string]*device),
 		aliases:         make(map[string]string),
 	}
 	h.bus = newBus(cfg.Metrics.EventsDropped.Inc)
+	if cfg.Store != nil {
+		h.persist = newPersister(cfg.Store)
+	}
 	return h
 }
 
@@ -145,6 +197,9 @@ type Device struct {
 	ConnectedAt     *time.Time            `json:"connected_at,omitempty"`
 	LastSeen        *time.Time            `json:"last_seen,omitempty"`
 	PendingCalls    int                   `json:"pending_calls"`
+	// QueuedCalls are calls waiting for one of the device's call slots
+	// (docs/limits.md); they are not in PendingCalls yet.
+	QueuedCalls int `json:"queued_calls"`
 }
 
 func (d *device) snapshot() Device {
@@ -170,6 +225,7 @@ func (d *device) snapshot() Device {
 	}
 	if d.att != nil {
 		s.PendingCalls = d.att.sess.Pending()
+		_, s.QueuedCalls = d.att.slots.Stats()
 	}
 	return s
 }
@@ -256,6 +312,7 @@ func (h *Hub) SetAlias(ref, alias string) (Device, error) {
 	snap := d.snapshot()
 	h.mu.Unlock()
 	if old != alias {
+		h.persist.markDirty(d.id)
 		h.bus.publish(Event{Type: EventAlias, Device: d.id, Alias: alias, Data: map[string]string{"old": old}})
 	}
 	return snap, nil
@@ -321,8 +378,12 @@ type Attachment struct {
 	info ConnInfo
 	log  *slog.Logger
 
-	discovered chan struct{} // closed when discovery ends, successful or not
-	detachOnce sync.Once
+	discovered   chan struct{} // closed once by endDiscovery, when discovery (or the first registration) ends
+	discoverOnce sync.Once
+	detachOnce   sync.Once
+	// slots bounds the calls in flight on this connection (Config.MaxInFlight);
+	// unused when that is negative.
+	slots limits.Slots
 }
 
 // Attach registers a device connection and makes it the device's current one,
@@ -338,6 +399,7 @@ func (h *Hub) Attach(info ConnInfo, sess *mcpclient.Session) *Attachment {
 	if a.log == nil {
 		a.log = h.log.With("device_id", info.DeviceID, "session_id", info.SessionID)
 	}
+	a.slots.Init(h.cfg.MaxInFlight, h.cfg.MaxQueue)
 
 	h.mu.Lock()
 	d, ok := h.devices[info.DeviceID]
@@ -359,6 +421,7 @@ func (h *Hub) Attach(info ConnInfo, sess *mcpclient.Session) *Attachment {
 	a.dev = d
 	alias := d.alias
 	h.mu.Unlock()
+	h.persist.markDirty(info.DeviceID)
 
 	if old != nil {
 		old.log.Info("closing older connection of the device", "reason", ErrReplaced)
@@ -399,7 +462,7 @@ var errNoMCP = errors.New("device did not announce MCP (hello features.mcp is no
 // there is none. Calls made meanwhile wait for it. Call it once, after the
 // transport's own handshake.
 func (a *Attachment) Discover(ctx context.Context) {
-	defer close(a.discovered)
+	defer a.endDiscovery()
 	if a.info.NoMCP {
 		a.hub.finishDiscovery(a, nil, errNoMCP)
 		return
@@ -475,6 +538,7 @@ func (h *Hub) finishDiscovery(a *Attachment, disc *mcpclient.Discovery, err erro
 	}
 	id, alias, state, lastErr := d.id, d.alias, d.state, d.lastError
 	h.mu.Unlock()
+	h.persist.markDirty(id)
 
 	if err != nil || (disc != nil && disc.Truncated != "") {
 		h.metrics.DiscoveryFailures.Inc()
@@ -532,6 +596,7 @@ func (a *Attachment) detach() {
 	d.offlineAt = time.Now().UTC()
 	id, alias := d.id, d.alias
 	h.mu.Unlock()
+	h.persist.markDirty(id)
 	h.metrics.DevicesOnline.Dec()
 	a.log.Info("device offline", "reason", reason)
 	h.bus.publish(Event{Type: EventOffline, Device: id, Alias: alias, Data: OfflineData{Reason: reason}})
@@ -597,4 +662,5 @@ func (h *Hub) Shutdown() {
 	for _, a := range atts {
 		a.close(ErrShutdown)
 	}
+	h.bg.stop() // background control calls end at once with their devices
 }

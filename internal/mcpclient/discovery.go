@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/mcpgate/mcpgate/internal/limits"
 )
 
 // ProtocolVersion is what initialize asks for by default. Devices answer
@@ -113,6 +115,7 @@ func (s *Session) ListTools(ctx context.Context) (tools []Tool, pages int, trunc
 	cursor := ""
 	for {
 		if pages >= s.cfg.MaxPages {
+			s.cfg.OnLimit(limits.MaxPages)
 			return tools, pages, fmt.Sprintf("stopped after %d pages (limit)", pages), nil
 		}
 		params := map[string]any{"withUserTools": true}
@@ -150,6 +153,7 @@ func (s *Session) ListTools(ctx context.Context) (tools []Tool, pages int, trunc
 				continue
 			}
 			if len(tools) >= s.cfg.MaxTools {
+				s.cfg.OnLimit(limits.MaxTools)
 				return tools, pages, fmt.Sprintf("more than %d tools (limit)", s.cfg.MaxTools), nil
 			}
 			t.Raw = raw

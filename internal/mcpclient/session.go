@@ -33,6 +33,17 @@ type Link interface {
 	Send(ctx context.Context, payload []byte) error
 }
 
+// MessageLink is a Link that can also carry the transport's own messages
+// outside MCP (a XiaoZhi "llm" message, say), written exactly as given.
+type MessageLink interface {
+	Link
+	SendMessage(ctx context.Context, msg []byte) error
+}
+
+// ErrNoMessages is returned by SendMessage when the device's link carries
+// MCP only.
+var ErrNoMessages = errors.New("the device's connection carries no messages besides MCP")
+
 // Errors a caller branches on.
 var (
 	// ErrTimeout: the device did not answer within the request's deadline.
@@ -87,7 +98,25 @@ type Config struct {
 	OnRequest func(msg *jsonrpc.Message)
 	// ProtocolVersion is asked for in initialize. Default [ProtocolVersion].
 	ProtocolVersion string
+	// OnDrop, when set, is told of each inbound payload the session drops,
+	// with a short reason (DropUnparseable, DropUnknownID, DropRequest,
+	// DropNotification), so a hostile or broken peer shows in metrics and
+	// not only in debug logs. It is called from the transport's reader and
+	// must not block.
+	OnDrop func(reason string)
+	// OnLimit, when set, is told when a discovery guard stops tools/list
+	// (limits.MaxTools or limits.MaxPages), for the limit-hit metric; the
+	// hub logs the truncation with the device's state.
+	OnLimit func(limit string)
 }
+
+// Reasons given to Config.OnDrop.
+const (
+	DropUnparseable  = "unparseable_mcp"
+	DropUnknownID    = "unknown_id"
+	DropRequest      = "device_request"
+	DropNotification = "ignored_notification"
+)
 
 func (c *Config) fill() {
 	if c.Logger == nil {
@@ -107,6 +136,12 @@ func (c *Config) fill() {
 	}
 	if c.ClientName == "" {
 		c.ClientName = "mcpgate"
+	}
+	if c.OnDrop == nil {
+		c.OnDrop = func(string) {}
+	}
+	if c.OnLimit == nil {
+		c.OnLimit = func(string) {}
 	}
 	if c.ProtocolVersion == "" {
 		c.ProtocolVersion = ProtocolVersion
@@ -190,6 +225,9 @@ func (s *Session) Close(reason error) {
 	}
 }
 
+// CallTimeout returns the timeout of a tools/call without one of its own.
+func (s *Session) CallTimeout() time.Duration { return s.cfg.CallTimeout }
+
 // Pending returns the number of requests awaiting a reply.
 func (s *Session) Pending() int {
 	s.mu.Lock()
@@ -204,6 +242,7 @@ func (s *Session) Pending() int {
 func (s *Session) Handle(payload []byte) {
 	msg, err := jsonrpc.Decode(payload)
 	if err != nil {
+		s.cfg.OnDrop(DropUnparseable)
 		s.log.Debug("dropped unparseable MCP payload", "error", err, "payload", truncate(payload, 256))
 		return
 	}
@@ -217,6 +256,7 @@ func (s *Session) Handle(payload []byte) {
 			return
 		}
 		// Devices never send requests; a peer that does gets no answer.
+		s.cfg.OnDrop(DropRequest)
 		s.log.Debug("ignored request from device", "method", msg.Method)
 		return
 	}
@@ -256,6 +296,7 @@ func (s *Session) handleNotification(msg *jsonrpc.Message) {
 				}
 			}
 		}
+		s.cfg.OnDrop(DropNotification)
 		s.log.Debug("dropped progress for no call", "params", truncate(msg.Params, 200))
 		return
 	}
@@ -263,6 +304,7 @@ func (s *Session) handleNotification(msg *jsonrpc.Message) {
 		s.cfg.OnNotification(msg.Method, msg.Params)
 		return
 	}
+	s.cfg.OnDrop(DropNotification)
 	s.log.Debug("ignored notification from device", "method", msg.Method)
 }
 
@@ -270,6 +312,7 @@ func (s *Session) dropUnmatched(msg *jsonrpc.Message) {
 	s.mu.Lock()
 	s.unmatched++
 	s.mu.Unlock()
+	s.cfg.OnDrop(DropUnknownID)
 	s.log.Debug("dropped reply with unknown id", "id", msg.ID.String())
 }
 
@@ -387,6 +430,18 @@ func (s *Session) cancelRemote(ctx context.Context, id int32, cause error) {
 	if err := s.notify(ctx, "notifications/cancelled", params); err != nil {
 		s.log.Debug("could not send notifications/cancelled", "id", id, "error", err)
 	}
+}
+
+// SendMessage writes a transport message outside MCP on the device's link,
+// bounded by the request timeout; ErrNoMessages when the link has none.
+func (s *Session) SendMessage(ctx context.Context, msg []byte) error {
+	ml, ok := s.link.(MessageLink)
+	if !ok {
+		return ErrNoMessages
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	return ml.SendMessage(ctx, msg)
 }
 
 // Notify sends a notification, within the request timeout.

@@ -30,19 +30,23 @@ type deviceInfo struct {
 	LastError string `json:"last_error,omitempty"`
 }
 
-// listDevices answers list_devices from the hub's current state. Tools counts
-// the tools this door lists for the device (user-only ones excluded unless
-// exposed).
+// listDevices answers list_devices from the hub's current state: the devices
+// the caller may see. Tools counts the tools this door lists for the device
+// (user-only ones excluded unless exposed, and only those within the
+// caller's tool patterns).
 func (d *door) listDevices() *mcp.CallToolResult {
 	devs := d.s.hub.Devices()
 	out := struct {
 		Devices []deviceInfo `json:"devices"`
 	}{Devices: make([]deviceInfo, 0, len(devs))}
 	for _, dev := range devs {
+		if !d.p.CanSeeDevice(dev.ID, dev.Alias) {
+			continue
+		}
 		n := 0
 		if _, cat, err := d.s.hub.Tools(dev.ID); err == nil && cat != nil {
 			for i := range cat.Tools {
-				if d.s.cfg.ExposeUserOnly || !cat.Tools[i].UserOnly() {
+				if (d.s.cfg.ExposeUserOnly || !cat.Tools[i].UserOnly()) && d.p.CanSeeTool(cat.Tools[i].Name) {
 					n++
 				}
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 )
@@ -27,6 +28,17 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 		}
 		device, tool = alias, rest
 	}
+	// What the caller may not see does not exist for it; what it sees but
+	// may not call is forbidden.
+	if dev, err := d.s.hub.Device(device); err == nil && !d.p.CanSeeDevice(dev.ID, dev.Alias) {
+		return gatewayError("device_not_found", fmt.Errorf("%w: %q", hub.ErrDeviceNotFound, device).Error()), nil
+	}
+	if !d.p.CanSeeTool(tool) {
+		return gatewayError("tool_not_found", fmt.Sprintf("%s: %q on device %s", hub.ErrToolNotFound, tool, device)), nil
+	}
+	if !d.p.Can(auth.ScopeCall) {
+		return gatewayError("forbidden", auth.ForbiddenMessage(d.p, auth.ScopeCall)), nil
+	}
 	if !d.s.cfg.ExposeUserOnly {
 		if _, cat, err := d.s.hub.Tools(device); err == nil {
 			if t, ok := cat.Tool(tool); ok && t.UserOnly() {
@@ -35,7 +47,12 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 		}
 	}
 
-	cr := hub.CallRequest{Device: device, Tool: tool, Arguments: req.Params.Arguments, Caller: callerName(req.Session), Door: "mcp"}
+	door := "mcp"
+	if d.device != "" {
+		door = "mcp-device"
+	}
+	cr := hub.CallRequest{Device: device, Tool: tool, Arguments: req.Params.Arguments, Caller: d.p.Caller(), Door: door}
+	cr.Wait, _ = req.Params.Meta[MetaWait].(bool) // control tools answer at once unless asked to wait
 	var fwd *progressForwarder
 	if token := req.Params.GetProgressToken(); token != nil && req.Session != nil {
 		fwd = newProgressForwarder(ctx, req.Session, token)
@@ -51,7 +68,12 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 		return nil, ctx.Err()
 	}
 	if err != nil {
-		return gatewayError(hub.Code(err), errorText(err)), nil
+		r := gatewayError(hub.Code(err), errorText(err))
+		if wait, ok := hub.RetryAfter(err); ok {
+			// device_busy, rate_limited: a client (or a model's harness) can back off.
+			r.Meta["mcpgate/retry_after_ms"] = max(wait.Milliseconds(), 1)
+		}
+		return r, nil
 	}
 	return toolResult(res), nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 )
@@ -18,7 +19,8 @@ import (
 // and the tools registered on it.
 type door struct {
 	s      *Server
-	device string // device id; "" for the aggregate
+	device string          // device id; "" for the aggregate
+	p      *auth.Principal // the caller this server serves; its patterns filter the tools
 	srv    *mcp.Server
 
 	// mu serialises syncs: each reads the hub's state and applies the
@@ -32,12 +34,12 @@ type listed struct {
 	raw json.RawMessage // the tool definition sent in tools/list
 }
 
-func (s *Server) newDoor(device string) *door {
+func (s *Server) newDoor(device string, p *auth.Principal) *door {
 	name := "mcpgate"
 	if device != "" {
 		name = "mcpgate/" + device
 	}
-	d := &door{s: s, device: device, tools: make(map[string]listed)}
+	d := &door{s: s, device: device, p: p, tools: make(map[string]listed)}
 	d.srv = mcp.NewServer(&mcp.Implementation{Name: name, Version: s.cfg.Version}, &mcp.ServerOptions{
 		Logger:   s.log,
 		HasTools: true, // advertise tools (and listChanged) even while the device has none
@@ -164,10 +166,10 @@ func (d *door) syncDevice(h *hub.Hub, exposeUserOnly bool) {
 	defer d.mu.Unlock()
 	w := want{}
 	dev, cat, err := h.Tools(d.device)
-	if err == nil && dev.Online && cat != nil {
+	if err == nil && dev.Online && cat != nil && d.p.CanSeeDevice(dev.ID, dev.Alias) {
 		for i := range cat.Tools {
 			t := &cat.Tools[i]
-			if t.UserOnly() && !exposeUserOnly {
+			if (t.UserOnly() && !exposeUserOnly) || !d.p.CanSeeTool(t.Name) {
 				continue
 			}
 			if raw, ok := listedTool(t, t.Name, ""); ok {
@@ -187,7 +189,7 @@ func (d *door) syncAggregate(h *hub.Hub, exposeUserOnly bool) {
 	defer d.mu.Unlock()
 	w := want{}
 	for _, dev := range h.Devices() {
-		if !dev.Online {
+		if !dev.Online || !d.p.CanSeeDevice(dev.ID, dev.Alias) {
 			continue
 		}
 		_, cat, err := h.Tools(dev.ID)
@@ -200,7 +202,7 @@ func (d *door) syncAggregate(h *hub.Hub, exposeUserOnly bool) {
 		}
 		for i := range cat.Tools {
 			t := &cat.Tools[i]
-			if t.UserOnly() && !exposeUserOnly {
+			if (t.UserOnly() && !exposeUserOnly) || !d.p.CanSeeTool(t.Name) {
 				continue
 			}
 			name := dev.Alias + "." + t.Name

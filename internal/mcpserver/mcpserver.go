@@ -27,10 +27,23 @@
 // is a map read and list_changed is sent by go-sdk whenever tools are added or
 // removed. An offline device's tools are removed from its server; a call to
 // one of them still reaches the hub and answers "device_offline".
+//
+// # Callers and keys
+//
+// Every request carries its caller (an [auth.Principal], put in the request's
+// context by the gateway's authentication). Servers are per caller: each API
+// key gets its own aggregate server and device servers, whose tool sets hold
+// only what the key's device and tool patterns allow, so tools/list and
+// list_changed are exact for it and its sessions are unknown to any other key.
+// A device outside the key's patterns is 404 at /mcp/devices/{ref}, as an
+// unknown one is; calling needs scope call (a read key gets an isError
+// "forbidden" result). Local callers (open doors) share one set of servers.
 package mcpserver
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -38,8 +51,10 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/httpguard"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/limits"
 )
 
 // Config configures the MCP door. Hub is required; zero values get the
@@ -74,6 +89,11 @@ type Config struct {
 	// same-origin ones: full origins ("https://app.example.com") or host
 	// patterns in path.Match syntax ("*.example.com"); "*" allows any.
 	AllowedOrigins []string
+	// MaxBodyBytes caps a request body; a larger one is refused with 413
+	// before anything parses it. Default 1 MiB.
+	MaxBodyBytes int64
+	// Limits counts and logs limit hits; nil counts in a private metrics set.
+	Limits *limits.Reporter
 }
 
 // Server serves both MCP doors. It is safe for concurrent use.
@@ -89,10 +109,14 @@ type Server struct {
 
 	mu      sync.Mutex
 	closed  bool                   // guarded by mu
-	agg     *door                  // guarded by mu; nil until the first /mcp request
-	devices map[string]*door       // guarded by mu; by device id
+	agg     map[string]*door       // guarded by mu; by caller (key id, "" for local), created on its first /mcp request
+	devices map[doorKey]*door      // guarded by mu
 	handler map[*door]http.Handler // guarded by mu
 }
+
+// doorKey names a device server: the caller's key id ("" for the local
+// caller) and the device id.
+type doorKey struct{ caller, device string }
 
 // New validates cfg and returns the door. It starts nothing until its first
 // request; Close stops what it started.
@@ -112,6 +136,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.SessionTimeout <= 0 {
 		cfg.SessionTimeout = 30 * time.Minute
 	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	if cfg.Limits == nil {
+		cfg.Limits = limits.NewReporter(nil, cfg.Logger)
+	}
 	if cfg.PageSize < 0 {
 		return nil, errors.New("mcpserver: page size must not be negative")
 	}
@@ -119,14 +149,16 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, hub: cfg.Hub, log: cfg.Logger, guard: g,
-		devices: make(map[string]*door), handler: make(map[*door]http.Handler)}, nil
+	return &Server{cfg: cfg, hub: cfg.Hub, log: cfg.Logger, guard: g, agg: make(map[string]*door),
+		devices: make(map[doorKey]*door), handler: make(map[*door]http.Handler)}, nil
 }
 
-// Register adds the door's routes to mux: /mcp and /mcp/devices/{ref}.
-func (s *Server) Register(mux *http.ServeMux) {
-	mux.Handle("/mcp", s)
-	mux.Handle("/mcp/devices/{ref}", s)
+// Register adds the door's routes to mux: /mcp and /mcp/devices/{ref},
+// each wrapped by wrap (the gateway's authentication, which puts the
+// caller's principal in the request's context).
+func (s *Server) Register(mux *http.ServeMux, wrap func(http.Handler) http.Handler) {
+	mux.Handle("/mcp", wrap(s))
+	mux.Handle("/mcp/devices/{ref}", wrap(s))
 }
 
 // ServeHTTP checks Host and Origin against DNS rebinding (403 with a plain
@@ -136,12 +168,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.guard.Allow(w, r) {
 		return
 	}
+	if !s.limitBody(w, r) {
+		return
+	}
+	p := auth.FromContext(r.Context())
+	if p == nil {
+		// Mounted without authentication: allow nothing rather than everything.
+		auth.WriteError(w, http.StatusUnauthorized, "unauthorized", "no caller: the MCP door is mounted without authentication")
+		return
+	}
 	var h http.Handler
 	var err error
 	if ref := r.PathValue("ref"); ref != "" {
-		h, err = s.deviceHandler(ref)
+		h, err = s.deviceHandler(ref, p)
 	} else {
-		h, err = s.aggregateHandler()
+		h, err = s.aggregateHandler(p)
 	}
 	switch {
 	case errors.Is(err, hub.ErrDeviceNotFound):
@@ -159,6 +200,42 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 var errClosed = errors.New("mcp door closed")
 
+// limitBody refuses a body announced over MaxBodyBytes with 413 at once,
+// and bounds the read of any other (chunked ones included): go-sdk answers
+// 413 when the read hits the bound. Either way the hit is counted.
+func (s *Server) limitBody(w http.ResponseWriter, r *http.Request) bool {
+	if r.Body == nil || r.Body == http.NoBody {
+		return true
+	}
+	hit := func() {
+		s.cfg.Limits.Hit(limits.MCPBody, "refused MCP request: body over the limit",
+			"remote", r.RemoteAddr, "path", r.URL.Path, "max_body_bytes", s.cfg.MaxBodyBytes)
+	}
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		hit()
+		http.Error(w, fmt.Sprintf("mcpgate: request body exceeds %d bytes", s.cfg.MaxBodyBytes), http.StatusRequestEntityTooLarge)
+		return false
+	}
+	r.Body = &limitedBody{ReadCloser: http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), hit: hit}
+	return true
+}
+
+// limitedBody reports the first read that hits its MaxBytesReader's bound.
+type limitedBody struct {
+	io.ReadCloser
+	hit  func()
+	once sync.Once
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var mbe *http.MaxBytesError
+	if err != nil && errors.As(err, &mbe) {
+		b.once.Do(b.hit)
+	}
+	return n, err
+}
+
 // start subscribes to the hub and starts the event loop, once. The
 // subscription exists before any server reads the hub, so no change made
 // after a server's first sync is missed.
@@ -170,36 +247,43 @@ func (s *Server) start() {
 	})
 }
 
-func (s *Server) aggregateHandler() (http.Handler, error) {
+func (s *Server) aggregateHandler(p *auth.Principal) (http.Handler, error) {
 	s.start()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, errClosed
 	}
-	if s.agg == nil {
-		s.agg = s.newDoor("")
-		s.handler[s.agg] = s.httpHandler(s.agg)
-		s.agg.syncAggregate(s.hub, s.cfg.ExposeUserOnly)
+	agg, ok := s.agg[p.KeyID]
+	if !ok {
+		agg = s.newDoor("", p)
+		s.agg[p.KeyID] = agg
+		s.handler[agg] = s.httpHandler(agg)
+		agg.syncAggregate(s.hub, s.cfg.ExposeUserOnly)
 	}
-	return s.handler[s.agg], nil
+	return s.handler[agg], nil
 }
 
-func (s *Server) deviceHandler(ref string) (http.Handler, error) {
+func (s *Server) deviceHandler(ref string, p *auth.Principal) (http.Handler, error) {
 	d, err := s.hub.Device(ref)
 	if err != nil {
 		return nil, err
 	}
+	if !p.CanSeeDevice(d.ID, d.Alias) {
+		// Exactly what an unknown device gets: existence does not leak.
+		return nil, fmt.Errorf("%w: %q", hub.ErrDeviceNotFound, ref)
+	}
 	s.start()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, errClosed
 	}
-	dr, ok := s.devices[d.ID]
+	k := doorKey{caller: p.KeyID, device: d.ID}
+	dr, ok := s.devices[k]
 	if !ok {
-		dr = s.newDoor(d.ID)
-		s.devices[d.ID] = dr
+		dr = s.newDoor(d.ID, p)
+		s.devices[k] = dr
 		s.handler[dr] = s.httpHandler(dr)
 		dr.syncDevice(s.hub, s.cfg.ExposeUserOnly)
 	}
@@ -215,6 +299,8 @@ func (s *Server) httpHandler(d *door) http.Handler {
 		SessionTimeout: s.cfg.SessionTimeout,
 		// Our guard does the same check, configurably; see guard.go.
 		DisableLocalhostProtection: true,
+		// limitBody enforces and counts the same bound first.
+		MaxRequestBodyBytes: s.cfg.MaxBodyBytes,
 	})
 }
 
@@ -250,9 +336,12 @@ func (s *Server) loop() {
 		case <-timer.C:
 			aggPending = false
 			s.mu.Lock()
-			agg := s.agg
+			aggs := make([]*door, 0, len(s.agg))
+			for _, d := range s.agg {
+				aggs = append(aggs, d)
+			}
 			s.mu.Unlock()
-			if agg != nil {
+			for _, agg := range aggs {
 				agg.syncAggregate(s.hub, s.cfg.ExposeUserOnly)
 			}
 		}
@@ -271,8 +360,8 @@ func relevant(t hub.EventType) bool {
 func (s *Server) syncDevices(id string, all bool) {
 	s.mu.Lock()
 	var doors []*door
-	for did, d := range s.devices {
-		if all || did == id {
+	for k, d := range s.devices {
+		if all || k.device == id {
 			doors = append(doors, d)
 		}
 	}
@@ -292,9 +381,9 @@ func (s *Server) Close() {
 		return
 	}
 	s.closed = true
-	doors := make([]*door, 0, len(s.devices)+1)
-	if s.agg != nil {
-		doors = append(doors, s.agg)
+	doors := make([]*door, 0, len(s.devices)+len(s.agg))
+	for _, d := range s.agg {
+		doors = append(doors, d)
 	}
 	for _, d := range s.devices {
 		doors = append(doors, d)
@@ -313,15 +402,4 @@ func (s *Server) Close() {
 			_ = ss.Close() // the session is going away either way
 		}
 	}
-}
-
-// callerName is the MCP client's name from initialize, for events and logs.
-func callerName(ss *mcp.ServerSession) string {
-	if ss == nil {
-		return ""
-	}
-	if p := ss.InitializeParams(); p != nil && p.ClientInfo != nil {
-		return p.ClientInfo.Name
-	}
-	return ""
 }

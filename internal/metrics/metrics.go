@@ -22,6 +22,8 @@ type Metrics struct {
 	Handshakes        *prometheus.CounterVec // by transport, result
 	DroppedFrames     *prometheus.CounterVec // by reason
 	EventsDropped     prometheus.Counter
+	LimitHits         *prometheus.CounterVec // by limit; see internal/limits and docs/limits.md
+	BadRequests       *prometheus.CounterVec // by door, reason; see docs/hostile-input.md
 }
 
 // New builds the collectors and registers them, with the Go and process
@@ -67,12 +69,18 @@ func New() *Metrics {
 		EventsDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mcpgate_events_dropped_total", Help: "Events not delivered to a slow subscriber.",
 		}),
+		LimitHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpgate_limit_hits_total", Help: "Requests, calls, frames and connections refused or cut by a limit, by limit (see docs/limits.md).",
+		}, []string{"limit"}),
+		BadRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpgate_bad_requests_total", Help: "HTTP requests refused as malformed (bad JSON, wrong content type, unknown session...), by door and reason.",
+		}, []string{"door", "reason"}),
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.DevicesOnline, m.DevicesKnown, m.Sessions, m.SessionsOpen, m.Calls, m.CallLatency,
-		m.DiscoveryFailures, m.DiscoveryLatency, m.Handshakes, m.DroppedFrames, m.EventsDropped,
+		m.DiscoveryFailures, m.DiscoveryLatency, m.Handshakes, m.DroppedFrames, m.EventsDropped, m.LimitHits, m.BadRequests,
 	)
 	return m
 }

@@ -71,7 +71,11 @@ func NewDevice(cfg Config, index int) (*Device, error) {
 		board:    newBoard(n),
 		rng:      rand.New(rand.NewPCG(cfg.Seed, uint64(n))),
 	}
-	for _, t := range d.tools() {
+	tools := d.tools()
+	if cfg.Profile == device.ProfileRegister {
+		tools = append(d.registerTools(), fillerTools(cfg.ExtraTools)...) // register.go
+	}
+	for _, t := range tools {
 		t.Handler = d.inject(t.Handler)
 		if err := srv.AddTool(t); err != nil {
 			return nil, fmt.Errorf("sim: %w", err)
@@ -90,6 +94,9 @@ type Runner interface {
 // MQTT settings of Provision, else the WebSocket URL of Provision, else
 // cfg.MQTTBroker, else cfg.URL.
 func (d *Device) Connector() (Runner, error) {
+	if d.cfg.Profile == device.ProfileRegister && (d.mqtt != nil || (d.url == "" && d.cfg.MQTTBroker != "")) {
+		return nil, errRegisterMQTT
+	}
 	if d.mqtt == nil && (d.url != "" || d.cfg.MQTTBroker == "") {
 		return d.Client()
 	}

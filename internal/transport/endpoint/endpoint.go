@@ -19,10 +19,14 @@
 // # Authentication
 //
 // A token comes in the token query parameter or an Authorization: Bearer
-// header. [Config.Authorize], when set, decides; otherwise the token must
-// equal one of [Config.Tokens]. With neither, connections are accepted only
-// when [Config.AllowNoToken] is set (the gateway sets it when it listens on
-// loopback) and come from a loopback address.
+// header. [Config.Authorize], when set, decides (the gateway accepts its
+// endpoint tokens and API keys there); otherwise the token must equal one of
+// [Config.Tokens]. With neither, connections are accepted only when
+// [Config.AllowNoToken] is set (the gateway sets it when it listens on
+// loopback) and come from a loopback address. Authorize may also return a
+// [SourceCheck]: once the source is named, its device id must pass it (an
+// API key limited to some devices serves only as those), or the connection
+// is closed.
 //
 // # Goroutines
 //
@@ -54,6 +58,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/transport/conns"
@@ -89,10 +94,11 @@ type Config struct {
 	Session mcpclient.Config
 	// Tokens are accepted bearer tokens, compared in constant time.
 	Tokens []string
-	// Authorize, when set, replaces the Tokens check: it returns nil to
-	// accept a token (possibly empty) and an error, typically wrapping
-	// ErrUnauthorized, to refuse it with 401. API keys plug in here.
-	Authorize func(ctx context.Context, token string) error
+	// Authorize, when set, replaces the Tokens and AllowNoToken checks: it
+	// returns an error, typically wrapping ErrUnauthorized, to refuse the
+	// token (possibly empty) with 401, and otherwise an optional check of
+	// the source's name (nil: any name). API keys plug in here.
+	Authorize func(r *http.Request, token string) (SourceCheck, error)
 	// AllowNoToken accepts connections from loopback addresses without a
 	// token when neither Tokens nor Authorize is set. The gateway sets it
 	// when it listens on loopback only.
@@ -115,7 +121,17 @@ type Config struct {
 	// OriginPatterns lists browser origins allowed to connect; MCP servers
 	// send no Origin header. Empty allows same-origin only.
 	OriginPatterns []string
+	// Conns, when set, limits live connections per source address; it is
+	// shared with the device transports. A connection over the limit is
+	// refused with HTTP 429 before the upgrade.
+	Conns *limits.ConnLimiter
+	// Limits counts and logs limit hits; nil makes one from Logger and Metrics.
+	Limits *limits.Reporter
 }
+
+// SourceCheck decides whether an authorized connection may join the hub as
+// the source deviceID (alias is its name); an error closes it.
+type SourceCheck func(deviceID, alias string) error
 
 // Transport serves MCP endpoint connections. Close waits for all of them.
 type Transport struct {
@@ -158,6 +174,9 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
 	}
+	if cfg.Limits == nil {
+		cfg.Limits = limits.NewReporter(cfg.Metrics, cfg.Logger)
+	}
 	for i, tok := range cfg.Tokens {
 		if strings.TrimSpace(tok) == "" {
 			return nil, fmt.Errorf("endpoint: token %d is empty", i+1)
@@ -174,18 +193,18 @@ func New(cfg Config) (*Transport, error) {
 func (t *Transport) Close() { t.conns.Close(hub.ErrShutdown) }
 
 // authorize checks the request's token; the error is shown to the peer.
-func (t *Transport) authorize(r *http.Request) error {
+func (t *Transport) authorize(r *http.Request) (SourceCheck, error) {
 	token := strings.TrimSpace(r.URL.Query().Get("token"))
 	if auth := strings.TrimSpace(r.Header.Get("Authorization")); auth != "" {
 		scheme, tok, ok := strings.Cut(auth, " ")
 		if !ok || !strings.EqualFold(scheme, "bearer") {
-			return fmt.Errorf("%w: the Authorization header must be \"Bearer <token>\"", ErrUnauthorized)
+			return nil, fmt.Errorf("%w: the Authorization header must be \"Bearer <token>\"", ErrUnauthorized)
 		}
 		token = strings.TrimSpace(tok)
 	}
 	switch {
 	case t.cfg.Authorize != nil:
-		return t.cfg.Authorize(r.Context(), token)
+		return t.cfg.Authorize(r, token)
 	case len(t.cfg.Tokens) > 0:
 		// Compare with every token so the time taken says nothing about which matched.
 		match := 0
@@ -193,20 +212,22 @@ func (t *Transport) authorize(r *http.Request) error {
 			match |= subtle.ConstantTimeCompare([]byte(token), []byte(want))
 		}
 		if match == 1 {
-			return nil
+			return nil, nil
 		}
 		if token == "" {
-			return fmt.Errorf("%w: send ?token=<token> or an Authorization: Bearer header", ErrUnauthorized)
+			return nil, fmt.Errorf("%w: send ?token=<token> or an Authorization: Bearer header", ErrUnauthorized)
 		}
-		return ErrUnauthorized
-	case t.cfg.AllowNoToken && isLoopback(r.RemoteAddr):
-		return nil
+		return nil, ErrUnauthorized
+	case t.cfg.AllowNoToken && IsLoopback(r.RemoteAddr):
+		return nil, nil
 	}
-	return fmt.Errorf("%w: this gateway has no endpoint tokens and does not listen on loopback only; "+
+	return nil, fmt.Errorf("%w: this gateway has no endpoint tokens and does not listen on loopback only; "+
 		"start it with --endpoint-token <token> and connect with ?token=<token>", ErrUnauthorized)
 }
 
-func isLoopback(remote string) bool {
+// IsLoopback reports whether a remote address (host:port or host) is a
+// loopback IP.
+func IsLoopback(remote string) bool {
 	host, _, err := net.SplitHostPort(remote)
 	if err != nil {
 		host = remote
@@ -217,7 +238,19 @@ func isLoopback(remote string) bool {
 
 // ServeHTTP accepts one MCP server connection and serves it until it ends.
 func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if err := t.authorize(r); err != nil {
+	if !t.cfg.Conns.Acquire(r.RemoteAddr) {
+		t.m.Handshakes.WithLabelValues("endpoint", "too_many_connections").Inc()
+		t.cfg.Conns.Refuse(w, r, t.cfg.Limits, "endpoint")
+		return
+	}
+	served := false // the connection's goroutine releases the slot once it runs
+	defer func() {
+		if !served {
+			t.cfg.Conns.Release(r.RemoteAddr)
+		}
+	}()
+	check, err := t.authorize(r)
+	if err != nil {
 		t.m.Handshakes.WithLabelValues("endpoint", "unauthorized").Inc()
 		t.log.Info("refused MCP endpoint connection", "remote", r.RemoteAddr, "error", err)
 		http.Error(w, err.Error(), http.StatusUnauthorized)
@@ -243,11 +276,13 @@ func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	conn.SetReadLimit(t.cfg.ReadLimit)
 	c := &connection{t: t, conn: conn, remote: r.RemoteAddr, name: name, sessionID: newSessionID(),
-		kick: make(chan struct{}, 1)}
+		check: check, kick: make(chan struct{}, 1)}
 	c.log = t.log.With("session_id", c.sessionID, "remote", c.remote)
 	// Serve on a goroutine of our own so net/http frees the request's state.
+	served = true
 	go func() {
 		defer t.conns.Done()
+		defer t.cfg.Conns.Release(c.remote)
 		c.serve()
 	}()
 }
@@ -258,7 +293,8 @@ type connection struct {
 	t         *Transport
 	conn      *websocket.Conn
 	remote    string
-	name      string // the ?name= asked for; empty uses serverInfo.name
+	name      string      // the ?name= asked for; empty uses serverInfo.name
+	check     SourceCheck // nil: any name
 	sessionID string
 	log       *slog.Logger
 	kick      chan struct{}                  // buffered(1): a tools/list_changed arrived; never closed
@@ -274,7 +310,7 @@ func (c *connection) serve() {
 	scfg.Logger = c.log
 	scfg.OnNotification = c.onNotification
 	scfg.OnRequest = func(msg *jsonrpc.Message) { c.answer(connCtx, msg) }
-	sess := mcpclient.New(c.t.conns.Context(), link{c.conn}, scfg)
+	sess := mcpclient.New(c.t.conns.Context(), link{c.conn, c.t.cfg.WriteTimeout}, scfg)
 
 	closed := make(chan struct{})
 	stopCloser := context.AfterFunc(sess.Context(), func() {
@@ -299,7 +335,12 @@ func (c *connection) run(sess *mcpclient.Session) {
 	init, err := sess.Initialize(ctx)
 	if err != nil {
 		c.t.m.Handshakes.WithLabelValues("endpoint", "initialize_failed").Inc()
-		c.log.Info("MCP server did not initialize", "error", err)
+		if errors.Is(err, mcpclient.ErrTimeout) {
+			c.t.cfg.Limits.Hit(limits.EndpointInitTimeout, "closed MCP endpoint connection: no answer to initialize in time",
+				"remote", c.remote, "session_id", c.sessionID, "error", err)
+		} else {
+			c.log.Info("MCP server did not initialize", "error", err)
+		}
 		sess.Close(err)
 		return
 	}
@@ -314,6 +355,14 @@ func (c *connection) run(sess *mcpclient.Session) {
 	defer c.t.release(name)
 	id := DeviceIDPrefix + name
 	log := c.log.With("device_id", id, "source", name)
+	if c.check != nil {
+		if err := c.check(id, name); err != nil {
+			c.t.m.Handshakes.WithLabelValues("endpoint", "unauthorized").Inc()
+			log.Info("refused MCP endpoint source", "error", err)
+			sess.Close(fmt.Errorf("%w: %w", ErrUnauthorized, err))
+			return
+		}
+	}
 	_, unknown := c.t.cfg.Hub.Device(id)
 	att := c.t.cfg.Hub.Attach(hub.ConnInfo{
 		DeviceID: id, Kind: "endpoint", Transport: "endpoint", SessionID: c.sessionID,
@@ -352,7 +401,9 @@ func (c *connection) maintain(ctx context.Context, sess *mcpclient.Session, att 
 			reply, err := sess.Request(ctx, "ping", nil, c.t.cfg.PingTimeout)
 			if err != nil {
 				if ctx.Err() == nil {
-					sess.Close(fmt.Errorf("%w: %w", errNoPong, err))
+					// %v, not %w: the ping's own timeout must not make the
+					// pending calls that fail with this read as timed out.
+					sess.Close(fmt.Errorf("%w: %v", errNoPong, err))
 				}
 				return
 			}
@@ -374,6 +425,7 @@ func (c *connection) maintain(ctx context.Context, sess *mcpclient.Session, att 
 // onNotification runs on the reader and must not block.
 func (c *connection) onNotification(method string, _ json.RawMessage) {
 	if method != "notifications/tools/list_changed" {
+		c.t.m.DroppedFrames.WithLabelValues(mcpclient.DropNotification).Inc()
 		c.log.Debug("ignored notification from MCP server", "method", method)
 		return
 	}
@@ -427,6 +479,8 @@ func (c *connection) readLoop(ctx context.Context, sess *mcpclient.Session) erro
 func (c *connection) readError(err error) error {
 	if errors.Is(err, websocket.ErrMessageTooBig) {
 		c.t.m.DroppedFrames.WithLabelValues("too_big").Inc()
+		c.t.cfg.Limits.Hit(limits.EndpointFrame, "closed MCP endpoint connection: message over the read limit",
+			"remote", c.remote, "session_id", c.sessionID, "read_limit", c.t.cfg.ReadLimit)
 		return fmt.Errorf("MCP server sent a message over the %d-byte read limit", c.t.cfg.ReadLimit)
 	}
 	if st := websocket.CloseStatus(err); st != -1 {
@@ -510,10 +564,22 @@ func SanitizeName(s string) string {
 }
 
 // link sends bare JSON-RPC messages, one per text frame.
-type link struct{ conn *websocket.Conn }
+type link struct {
+	conn         *websocket.Conn
+	writeTimeout time.Duration
+}
 
+// Send writes one message. coder/websocket closes the connection when a
+// write's context ends mid-frame, and a caller that gives up must not cost
+// the source its connection, so the write runs under the write timeout
+// rather than the caller's context.
 func (l link) Send(ctx context.Context, payload []byte) error {
-	return l.conn.Write(ctx, websocket.MessageText, payload)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.writeTimeout)
+	defer cancel()
+	return l.conn.Write(wctx, websocket.MessageText, payload)
 }
 
 func newSessionID() string {

@@ -307,11 +307,11 @@ func TestTokens(t *testing.T) {
 		{"bad scheme", endpoint.Config{Tokens: []string{"secret"}}, "", "Basic secret", false, "Bearer"},
 		{"no tokens, loopback", endpoint.Config{AllowNoToken: true}, "", "", true, ""},
 		{"no tokens, not loopback", endpoint.Config{}, "", "", false, "--endpoint-token"},
-		{"authorize hook", endpoint.Config{Authorize: func(_ context.Context, tok string) error {
+		{"authorize hook", endpoint.Config{Authorize: func(_ *http.Request, tok string) (endpoint.SourceCheck, error) {
 			if tok == "key" {
-				return nil
+				return nil, nil
 			}
-			return endpoint.ErrUnauthorized
+			return nil, endpoint.ErrUnauthorized
 		}}, "?token=key", "", true, ""},
 	}
 	for _, tc := range cases {

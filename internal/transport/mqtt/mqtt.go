@@ -39,14 +39,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/transport/conns"
@@ -77,6 +78,20 @@ type Config struct {
 	VisionFor func(deviceID string) *mcpclient.Vision
 	// MaxPacketSize caps one inbound packet. Default 1 MiB.
 	MaxPacketSize uint32
+	// MaxKeepalive caps the keepalive a device asks for in CONNECT, and
+	// replaces keepalive 0 ("never"), so a connection that stops answering
+	// (half-open: power or network lost) is noticed within 1.5 times it.
+	// MQTT 5 devices are told in CONNACK (server keepalive). Default 300s.
+	MaxKeepalive time.Duration
+	// ConnectTimeout is how long a new connection has to send CONNECT (TLS
+	// handshake included) before it is closed. Default 10s.
+	ConnectTimeout time.Duration
+	// Conns, when set, limits live connections per source address; it is
+	// shared with the WebSocket transports. A connection over the limit is
+	// closed at accept, before anything is read.
+	Conns *limits.ConnLimiter
+	// Limits counts and logs limit hits; nil makes one from Logger and Metrics.
+	Limits *limits.Reporter
 	// WriteTimeout bounds writes the transport makes on its own (alerts). Default 10s.
 	WriteTimeout time.Duration
 }
@@ -94,7 +109,7 @@ type Transport struct {
 
 	mu   sync.RWMutex
 	live map[*mochi.Client]*connection // guarded by mu; one per attached connection
-	ln   *listeners.TCP                // set by Start
+	ln   *listener                     // set by Start
 }
 
 // New validates cfg and builds the broker without binding anything.
@@ -122,6 +137,18 @@ func New(cfg Config) (*Transport, error) {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.MaxKeepalive <= 0 {
+		cfg.MaxKeepalive = 300 * time.Second
+	}
+	if cfg.MaxKeepalive > math.MaxUint16*time.Second {
+		return nil, fmt.Errorf("mqtt: MaxKeepalive %s is over MQTT's 65535 s", cfg.MaxKeepalive)
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	if cfg.Limits == nil {
+		cfg.Limits = limits.NewReporter(cfg.Metrics, cfg.Logger)
 	}
 
 	caps := mochi.NewDefaultServerCapabilities()
@@ -158,9 +185,13 @@ func New(cfg Config) (*Transport, error) {
 
 // Start binds the listener and starts accepting devices.
 func (t *Transport) Start() error {
-	ln := listeners.NewTCP(listeners.Config{ID: "devices", Address: t.cfg.Addr, TLSConfig: t.cfg.TLS})
-	if err := t.srv.AddListener(ln); err != nil {
+	ln, err := newListener(t, "devices")
+	if err != nil {
 		return fmt.Errorf("mqtt: listen on %s: %w (another broker there? choose another --mqtt-addr, or --mqtt-addr \"\" to run without MQTT)", t.cfg.Addr, err)
+	}
+	if err := t.srv.AddListener(ln); err != nil {
+		_ = ln.ln.Close()
+		return fmt.Errorf("mqtt: add listener: %w", err)
 	}
 	t.mu.Lock()
 	t.ln = ln
@@ -309,12 +340,32 @@ func (c *connection) close(reason error) {
 }
 
 // Send writes an MCP payload in the device's envelope to its connection.
+//
+// The write does not run under the caller's context: write closes the
+// connection when its context ends mid-packet, and a caller that gives up
+// (a REST client gone, a cancelled MCP request) must not cost the device its
+// connection. It runs under the write timeout instead.
 func (c *connection) Send(ctx context.Context, payload []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	b, err := xiaozhi.MCPEnvelope(c.sessionID, payload)
 	if err != nil {
 		return err
 	}
-	return c.write(ctx, b)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.t.cfg.WriteTimeout)
+	defer cancel()
+	return c.write(wctx, b)
+}
+
+// SendMessage publishes a server message such as "llm" as it is.
+func (c *connection) SendMessage(ctx context.Context, msg []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.t.cfg.WriteTimeout)
+	defer cancel()
+	return c.write(wctx, msg)
 }
 
 // write publishes msg on the device's downlink topic, straight to its
@@ -404,6 +455,13 @@ func (h *hook) Provides(b byte) bool {
 // OnConnect refuses client ids that are not device ids, with CONNACK
 // "client identifier not valid".
 func (h *hook) OnConnect(cl *mochi.Client, pk packets.Packet) error {
+	if tc, ok := cl.Net.Conn.(*trackedConn); ok {
+		tc.connected.Store(true) // the CONNECT deadline is met; keepalive takes over
+	}
+	if limit := uint16(max(h.t.cfg.MaxKeepalive/time.Second, 1)); cl.State.Keepalive == 0 || cl.State.Keepalive > limit {
+		// Keepalive 0 would leave a half-open connection up forever.
+		cl.State.Keepalive, cl.State.ServerKeepalive = limit, true
+	}
 	if _, err := xiaozhi.ParseMQTTClientID(cl.ID); err != nil {
 		h.t.m.Handshakes.WithLabelValues("mqtt", "bad_client_id").Inc()
 		h.t.log.Info("refused MQTT client with a malformed client id", "remote", cl.Net.Remote, "error", err)

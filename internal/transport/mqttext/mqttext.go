@@ -481,6 +481,9 @@ func (s *session) Send(ctx context.Context, payload []byte) error {
 	return s.publish(ctx, b)
 }
 
+// SendMessage publishes a server message such as "llm" as it is.
+func (s *session) SendMessage(ctx context.Context, msg []byte) error { return s.publish(ctx, msg) }
+
 func (s *session) publish(ctx context.Context, msg []byte) error {
 	s.t.mu.Lock()
 	cm := s.t.cm

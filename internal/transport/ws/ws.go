@@ -35,7 +35,9 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/mcpgate/mcpgate/internal/dialect/register"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/transport/conns"
@@ -76,6 +78,12 @@ type Config struct {
 	// (a per-device, short-lived upload token) instead of Session.Vision.
 	// base is the gateway's URL as the device dialed it (http://host:port).
 	VisionFor func(deviceID, base string) *mcpclient.Vision
+	// Conns, when set, limits live connections per source address; it is
+	// shared with the other device transports. A connection over the limit
+	// is refused with HTTP 429 before the upgrade.
+	Conns *limits.ConnLimiter
+	// Limits counts and logs limit hits; nil makes one from Logger and Metrics.
+	Limits *limits.Reporter
 }
 
 // Transport serves device WebSocket connections. Close waits for all of them.
@@ -123,6 +131,9 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
 	}
+	if cfg.Limits == nil {
+		cfg.Limits = limits.NewReporter(cfg.Metrics, cfg.Logger)
+	}
 	if cfg.ServerAudio == nil {
 		a := xiaozhi.DefaultServerAudio
 		cfg.ServerAudio = &a
@@ -161,15 +172,16 @@ func identify(r *http.Request) (identity, error) {
 		auth = strings.TrimSpace(tok)
 	}
 	id.token = auth
-	raw := get(xiaozhi.HeaderDeviceID, xiaozhi.QueryDeviceID)
-	if raw == "" {
-		return id, errors.New("missing device identity: send a Device-Id header (or a device-id query parameter)")
+	// A missing Device-Id is allowed here: a registration-dialect device
+	// names itself in its first message (mac_addr). A hello without one is
+	// refused after the upgrade (errNoIdentity).
+	if raw := get(xiaozhi.HeaderDeviceID, xiaozhi.QueryDeviceID); raw != "" {
+		devID, err := xiaozhi.NormalizeDeviceID(raw)
+		if err != nil {
+			return id, err
+		}
+		id.deviceID = devID
 	}
-	devID, err := xiaozhi.NormalizeDeviceID(raw)
-	if err != nil {
-		return id, err
-	}
-	id.deviceID = devID
 	if id.protoVer != "" {
 		// ParseUint takes no sign: "+2" and "-1" are refused with "0".
 		if v, err := strconv.ParseUint(id.protoVer, 10, 16); err != nil || v == 0 {
@@ -181,13 +193,26 @@ func identify(r *http.Request) (identity, error) {
 
 // ServeHTTP accepts one device connection and serves it until it ends.
 func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The cheapest refusal first: a source over its connection limit costs
+	// no parsing and no credential check.
+	if !t.cfg.Conns.Acquire(r.RemoteAddr) {
+		t.m.Handshakes.WithLabelValues("websocket", "too_many_connections").Inc()
+		t.cfg.Conns.Refuse(w, r, t.cfg.Limits, "websocket")
+		return
+	}
+	served := false // the connection's goroutine releases the slot once it runs
+	defer func() {
+		if !served {
+			t.cfg.Conns.Release(r.RemoteAddr)
+		}
+	}()
 	id, err := identify(r)
 	if err != nil {
 		t.m.Handshakes.WithLabelValues("websocket", "bad_identity").Inc()
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if t.cfg.Authenticate != nil {
+	if t.cfg.Authenticate != nil && id.deviceID != "" { // else checked on registration (register.go)
 		if err := t.cfg.Authenticate(id.deviceID, id.clientID, id.token); err != nil {
 			// The authenticator logs and counts why; the device gets a reason
 			// it can show, before any upgrade.
@@ -228,8 +253,10 @@ func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Serve on a goroutine of our own and return: net/http then frees its
 	// per-connection state (request, response, server conn), which would
 	// otherwise stay alive for as long as the device is connected.
+	served = true
 	go func() {
 		defer t.conns.Done()
+		defer t.cfg.Conns.Release(c.remote)
 		c.serve()
 	}()
 }
@@ -250,6 +277,8 @@ type connection struct {
 	ctx  context.Context
 	sess *mcpclient.Session             // set by handshake, before the reader starts
 	att  atomic.Pointer[hub.Attachment] // set once attached; read by the pong callback
+	// audioLogged is owned by the reader: the first audio frame was logged.
+	audioLogged bool
 }
 
 // touch records a sign of life once the connection is attached.
@@ -258,6 +287,9 @@ func (c *connection) touch() {
 		a.Touch()
 	}
 }
+
+// errNoHello is why a connection ends when the device sends no hello in time.
+var errNoHello = errors.New("no hello")
 
 // errNoPong is why a connection ends when the device does not answer a ping.
 var errNoPong = errors.New("keepalive: no pong from the device")
@@ -279,14 +311,31 @@ func (c *connection) serve() {
 //
 //go:noinline
 func (c *connection) handshake() bool {
-	hello, err := c.awaitHello(c.ctx)
+	hello, registration, err := c.awaitHello(c.ctx)
+	if err == nil && registration != nil {
+		// The registration dialect: it serves the whole connection here.
+		c.serveRegister(registration)
+		return false
+	}
+	if err == nil && c.id.deviceID == "" {
+		c.t.m.Handshakes.WithLabelValues("websocket", "bad_identity").Inc()
+		c.log.Info("device handshake failed", "remote", c.remote, "error", errNoIdentity)
+		c.conn.Close(websocket.StatusPolicyViolation, conns.CloseReason(errNoIdentity))
+		return false
+	}
 	if err != nil {
 		code, result := websocket.StatusPolicyViolation, "no_hello"
 		if errors.Is(err, hub.ErrShutdown) {
 			code, result = websocket.StatusGoingAway, "shutdown"
 		}
 		c.t.m.Handshakes.WithLabelValues("websocket", result).Inc()
-		c.log.Info("device handshake failed", "device_id", c.id.deviceID, "remote", c.remote, "error", err)
+		if errors.Is(err, errNoHello) {
+			// Counted and logged without flooding: idle sockets are cheap to open.
+			c.t.cfg.Limits.Hit(limits.HelloTimeout, "closed device connection: no hello in time",
+				"device_id", c.id.deviceID, "remote", c.remote, "hello_timeout", c.t.cfg.HelloTimeout)
+		} else {
+			c.log.Info("device handshake failed", "device_id", c.id.deviceID, "remote", c.remote, "error", err)
+		}
 		c.conn.Close(code, conns.CloseReason(err)) // a no-op if the hello watcher closed it
 		return false
 	}
@@ -307,7 +356,7 @@ func (c *connection) handshake() bool {
 	}
 	// The session ends when the transport closes (cause ErrShutdown), when the
 	// hub replaces it, on a keepalive failure, or when the reader ends.
-	c.sess = mcpclient.New(c.t.conns.Context(), &link{conn: c.conn, sessionID: c.sessionID}, scfg)
+	c.sess = mcpclient.New(c.t.conns.Context(), &link{conn: c.conn, sessionID: c.sessionID, writeTimeout: c.t.cfg.WriteTimeout}, scfg)
 	att := c.t.cfg.Hub.Attach(hub.ConnInfo{
 		DeviceID: c.id.deviceID, ClientID: c.id.clientID, Transport: "websocket",
 		SessionID: c.sessionID, Remote: c.remote, ProtocolVersion: c.id.protoVer,
@@ -365,7 +414,7 @@ func (c *connection) close(reason error) {
 // error. A watcher closes the socket with a policy-violation frame when the
 // timeout passes, or a going-away frame when the transport closes, which
 // ends the read (see the package doc).
-func (c *connection) awaitHello(ctx context.Context) (*xiaozhi.Hello, error) {
+func (c *connection) awaitHello(ctx context.Context) (*xiaozhi.Hello, []byte, error) {
 	stop := make(chan struct{})
 	var failure error // written by the watcher before it closes the socket, read after wg.Wait
 	var wg sync.WaitGroup
@@ -377,38 +426,44 @@ func (c *connection) awaitHello(ctx context.Context) (*xiaozhi.Hello, error) {
 		case <-stop:
 			return
 		case <-timer.C:
-			failure = fmt.Errorf("no hello within %s", c.t.cfg.HelloTimeout)
+			failure = fmt.Errorf("%w within %s", errNoHello, c.t.cfg.HelloTimeout)
 		case <-c.t.conns.Context().Done():
 			failure, code = hub.ErrShutdown, websocket.StatusGoingAway
 		}
 		c.conn.Close(code, conns.CloseReason(failure))
 	})
-	hello, err := c.readHello(ctx)
+	hello, registration, err := c.readHello(ctx)
 	close(stop)
 	wg.Wait()
 	if failure != nil {
-		return nil, failure
+		return nil, nil, failure
 	}
-	return hello, err
+	return hello, registration, err
 }
 
-func (c *connection) readHello(ctx context.Context) (*xiaozhi.Hello, error) {
+// readHello returns the device hello, or the first frame when it is an
+// mcp/registerTools request instead (the registration dialect).
+func (c *connection) readHello(ctx context.Context) (*xiaozhi.Hello, []byte, error) {
 	for {
 		typ, data, err := c.conn.Read(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("read hello: %w", err)
+			return nil, nil, fmt.Errorf("read hello: %w", err)
 		}
 		if typ == websocket.MessageBinary {
 			continue
 		}
 		env, err := xiaozhi.DecodeEnvelope(data)
+		if err == nil && env.Type == xiaozhi.TypeHello {
+			hello, err := env.Hello()
+			return hello, nil, err
+		}
+		if register.IsRegistration(data) {
+			return nil, data, nil
+		}
 		if err != nil {
-			return nil, fmt.Errorf("first message is not a hello: %w", err)
+			return nil, nil, fmt.Errorf("first message is not a hello (nor an mcp/registerTools request): %w", err)
 		}
-		if env.Type != xiaozhi.TypeHello {
-			return nil, fmt.Errorf("first message has type %q, want hello", env.Type)
-		}
-		return env.Hello()
+		return nil, nil, fmt.Errorf("first message has type %q, want hello (or an mcp/registerTools request)", env.Type)
 	}
 }
 
@@ -442,6 +497,7 @@ func (c *connection) readLoop() error {
 func (c *connection) frame(typ websocket.MessageType, r io.Reader) error {
 	c.att.Load().Touch()
 	if typ == websocket.MessageBinary {
+		c.discardAudio()
 		_, err := io.Copy(io.Discard, r)
 		return err
 	}
@@ -455,6 +511,17 @@ func (c *connection) frame(typ websocket.MessageType, r io.Reader) error {
 		c.t.frames.Put(buf)
 	}
 	return err
+}
+
+// discardAudio counts an audio frame the gateway drops, and says so once
+// per connection: a device streaming audio (or a flood of binary frames)
+// shows in metrics without a log line per frame.
+func (c *connection) discardAudio() {
+	c.t.m.DroppedFrames.WithLabelValues("audio").Inc()
+	if !c.audioLogged {
+		c.audioLogged = true
+		c.log.Info("discarding audio frames from the device: the gateway carries no audio")
+	}
 }
 
 func (c *connection) handleText(ctx context.Context, data []byte, sess *mcpclient.Session) {
@@ -543,22 +610,47 @@ func (c *connection) startKeepalive(ctx context.Context, sess *mcpclient.Session
 
 // link sends MCP payloads in the device's envelope.
 type link struct {
-	conn      *websocket.Conn
-	sessionID string
+	conn         *websocket.Conn
+	sessionID    string
+	writeTimeout time.Duration
 }
 
+// Send writes one payload. coder/websocket closes the connection when a
+// write's context ends mid-frame, so the write does not run under the
+// caller's context: a caller that gives up (a REST client gone, a cancelled
+// MCP request) must not cost the device its connection. It runs under the
+// write timeout instead, and only a device that cannot take one frame in
+// that time is disconnected.
 func (l *link) Send(ctx context.Context, payload []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	b, err := xiaozhi.MCPEnvelope(l.sessionID, payload)
 	if err != nil {
 		return err
 	}
-	return l.conn.Write(ctx, websocket.MessageText, b)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.writeTimeout)
+	defer cancel()
+	return l.conn.Write(wctx, websocket.MessageText, b)
+}
+
+// SendMessage writes a server message such as "llm" as it is, under the
+// write timeout for the same reason as Send.
+func (l *link) SendMessage(ctx context.Context, msg []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.writeTimeout)
+	defer cancel()
+	return l.conn.Write(wctx, websocket.MessageText, msg)
 }
 
 func (c *connection) readError(err error) error {
 	if errors.Is(err, websocket.ErrMessageTooBig) {
 		// The library has sent a message-too-big close frame.
 		c.t.m.DroppedFrames.WithLabelValues("too_big").Inc()
+		c.t.cfg.Limits.Hit(limits.WSFrame, "closed device connection: frame over the read limit",
+			"remote", c.remote, "device_id", c.id.deviceID, "read_limit", c.t.cfg.ReadLimit)
 		return fmt.Errorf("device sent a frame over the %d-byte read limit", c.t.cfg.ReadLimit)
 	}
 	if st := websocket.CloseStatus(err); st != -1 {

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/audit"
+	"github.com/mcpgate/mcpgate/internal/gateway"
+)
+
+func init() { extraCommands = append(extraCommands, newAuditCmd) }
+
+func newAuditCmd(g *globals) *cobra.Command {
+	var q api.AuditQuery
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Show the audit log: every tool call, newest first",
+		Long: `Show the audit log of the gateway named by --server: one record per tool call
+through any door (REST, MCP, the agent, the CLI), newest first, with who
+called, the device and tool, the arguments (values above the gateway's
+--audit-max-value replaced by a digest), the outcome and the latency.
+A key sees the records of the devices and tools it may see.
+
+--since takes an RFC 3339 time or an age (90m, 1h, 7d). When more records
+match than --limit, the last line says how to get the next page (--before).`,
+		Example: `  mcpgate audit
+  mcpgate audit --device kitchen --since 1h
+  mcpgate audit --tool self.camera.take_photo --limit 20 --json
+  mcpgate audit --before 1234`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient(g)
+			if err != nil {
+				return err
+			}
+			page, err := c.Audit(cmd.Context(), q)
+			if err != nil {
+				return reportError(g, err)
+			}
+			if g.json {
+				return printJSON(g.stdout, page)
+			}
+			if len(page.Records) == 0 {
+				fmt.Fprintln(g.stderr, "No audit record matches.")
+				return nil
+			}
+			rows := make([][]string, 0, len(page.Records))
+			for _, r := range page.Records {
+				device := r.Device
+				if r.Alias != "" {
+					device = r.Alias
+				}
+				outcome := r.Outcome
+				if r.Error != "" {
+					outcome += ": " + oneLine(r.Error, 60)
+				}
+				rows = append(rows, []string{r.Time.Local().Format("2006-01-02 15:04:05"), r.Caller, r.Door, device, r.Tool,
+					strconv.FormatFloat(r.LatencyMS, 'f', 1, 64) + "ms", oneLine(string(r.Arguments), 60), outcome})
+			}
+			if err := printTable(g.stdout, []string{"TIME", "CALLER", "DOOR", "DEVICE", "TOOL", "LATENCY", "ARGUMENTS", "OUTCOME"}, rows); err != nil {
+				return err
+			}
+			if page.Next != "" {
+				fmt.Fprintf(g.stderr, "more: mcpgate audit --before %s (with the same filters)\n", page.Next)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&q.Device, "device", "", "only calls to this device (id or alias)")
+	f.StringVar(&q.Tool, "tool", "", "only calls of this tool")
+	f.StringVar(&q.Caller, "caller", "", `only calls by this caller (an API key id, or "local")`)
+	f.StringVar(&q.Since, "since", "", "only calls since this time (RFC 3339) or for this long (90m, 1h, 7d)")
+	f.StringVar(&q.Before, "before", "", "only records before this cursor (the next page of a previous listing)")
+	f.IntVar(&q.Limit, "limit", 100, "most records shown (1-1000)")
+	return cmd
+}
+
+// applyAuditFlags turns serve's audit flags into the gateway's settings,
+// where 0 means "the default" and negative "no limit".
+func applyAuditFlags(cfg *gateway.Config, retention string) error {
+	d, err := audit.ParseAge(retention)
+	if err != nil {
+		return fmt.Errorf("--audit-retention: %w", err)
+	}
+	cfg.AuditRetention = d
+	if d == 0 {
+		cfg.AuditRetention = -1
+	}
+	switch {
+	case cfg.AuditMaxRows < 0:
+		return fmt.Errorf("--audit-max-rows %d: want 0 (no limit) or more", cfg.AuditMaxRows)
+	case cfg.AuditMaxRows == 0:
+		cfg.AuditMaxRows = -1
+	}
+	if cfg.AuditMaxValueBytes < 16 {
+		return fmt.Errorf("--audit-max-value %d: want at least 16 bytes", cfg.AuditMaxValueBytes)
+	}
+	return nil
+}

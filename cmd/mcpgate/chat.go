@@ -1,0 +1,145 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcpgate/mcpgate/internal/agent"
+	"github.com/mcpgate/mcpgate/internal/api"
+)
+
+func init() { extraCommands = append(extraCommands, newChatCmd) }
+
+func newChatCmd(g *globals) *cobra.Command {
+	var (
+		conversation string
+		thoughts     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "chat DEVICE TEXT...",
+		Short: "Talk to a device's agent: a model that calls the device's tools",
+		Long: `Send what a user said to the device's agent and print the answer as it
+arrives. The gateway's model (serve --llm-base-url, --llm-model) decides which
+of the device's tools to call; each call is shown briefly on stderr
+("→ tool {arguments}", then "← result" or "✗ error"). The words after DEVICE
+are joined into the text, so quotes are optional.
+
+--conversation keeps a separate thread of the device's history (default: the
+device's default conversation). --json waits for the whole answer and prints
+it as JSON: text, tool calls with their full results, steps. A chat the
+gateway refuses (no model configured, unknown device) prints
+"error: <code>: <message>" and exits 1.`,
+		Example: `  mcpgate chat kitchen "turn the volume down a bit"
+  mcpgate chat kitchen what is the battery level
+  mcpgate chat kitchen "and now louder" --conversation alice
+  mcpgate chat kitchen "set the screen to dark" --json`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient(g)
+			if err != nil {
+				return err
+			}
+			body := api.ChatBody{Text: strings.Join(args[1:], " "), Conversation: conversation}
+			if g.json {
+				r, err := c.Chat(cmd.Context(), args[0], body, nil)
+				if err != nil {
+					return reportError(g, err)
+				}
+				return printJSON(g.stdout, r)
+			}
+			p := &chatPrinter{out: g.stdout, errw: g.stderr, thoughts: thoughts}
+			if _, err := c.Chat(cmd.Context(), args[0], body, p.event); err != nil {
+				p.endLine()
+				return reportError(g, err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&conversation, "conversation", "", "conversation id: a separate thread of the device's history")
+	cmd.Flags().BoolVar(&thoughts, "thoughts", false, "show the model's reasoning on stderr when the provider sends it")
+	return cmd
+}
+
+// chatPrinter shows a chat stream: the answer on stdout, calls (and
+// thoughts) on stderr.
+type chatPrinter struct {
+	out, errw io.Writer
+	thoughts  bool
+	midLine   bool // stdout has answer text without a newline yet
+	thinking  bool // stderr is in the middle of a thought
+}
+
+func (p *chatPrinter) endLine() {
+	if p.midLine {
+		fmt.Fprintln(p.out)
+		p.midLine = false
+	}
+	if p.thinking {
+		fmt.Fprintln(p.errw)
+		p.thinking = false
+	}
+}
+
+func (p *chatPrinter) event(ev api.ChatEvent) {
+	switch ev.Type {
+	case "thought":
+		if !p.thoughts {
+			return
+		}
+		var d struct{ Text string }
+		if json.Unmarshal(ev.Data, &d) == nil {
+			if !p.thinking {
+				fmt.Fprint(p.errw, "(thinking) ")
+				p.thinking = true
+			}
+			fmt.Fprint(p.errw, d.Text)
+		}
+	case "chunk":
+		var d struct{ Text string }
+		if json.Unmarshal(ev.Data, &d) == nil {
+			if p.thinking {
+				fmt.Fprintln(p.errw)
+				p.thinking = false
+			}
+			fmt.Fprint(p.out, d.Text)
+			p.midLine = !strings.HasSuffix(d.Text, "\n")
+		}
+	case "tool_call":
+		var c agent.CallInfo
+		if json.Unmarshal(ev.Data, &c) == nil {
+			p.endLine()
+			name := c.Tool
+			if name == "" {
+				name = c.Function
+			}
+			args := string(c.Arguments)
+			if args == "" {
+				args = c.RawArguments
+			}
+			fmt.Fprintf(p.errw, "→ %s %s\n", name, oneLine(args, 120))
+		}
+	case "tool_result":
+		var c agent.CallInfo
+		if json.Unmarshal(ev.Data, &c) == nil {
+			p.endLine()
+			name := c.Tool
+			if name == "" {
+				name = c.Function
+			}
+			switch {
+			case c.Error != nil:
+				fmt.Fprintf(p.errw, "✗ %s: %s: %s\n", name, c.Error.Code, oneLine(c.Error.Message, 200))
+			case c.Result != nil && c.IsError:
+				fmt.Fprintf(p.errw, "✗ %s: %s\n", name, oneLine(c.Result.Text(), 200))
+			case c.Result != nil:
+				fmt.Fprintf(p.errw, "← %s: %s\n", name, oneLine(c.Result.Text(), 200))
+			}
+		}
+	case "final":
+		p.endLine()
+	}
+}

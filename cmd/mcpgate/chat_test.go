@@ -1,0 +1,102 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/mcpgate/mcpgate/internal/agent"
+	"github.com/mcpgate/mcpgate/internal/agent/llmtest"
+	"github.com/mcpgate/mcpgate/internal/devicetest"
+	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/gatewaytest"
+)
+
+func TestChatCmd(t *testing.T) {
+	t.Parallel()
+	setVolume := llmtest.Reply{ToolCalls: []llmtest.Call{{ID: "v", Name: "self_audio_speaker_set_volume", Arguments: `{"volume":30}`}}}
+	stub := llmtest.New(t, llmtest.Script(
+		setVolume, llmtest.Reply{Content: "Volume set to 30."},
+		setVolume, llmtest.Reply{Content: "Done again."},
+	))
+	gw, _ := gatewaytest.Start(t, gateway.Config{Version: "test", LLM: agent.Config{BaseURL: stub.URL, Model: "m"}})
+	d := connect(t, gw.Addr(), devicetest.Config{})
+
+	r := run(t, gw.Addr(), "chat", devID, "turn", "it", "down")
+	r.want(t, 0)
+	if r.stdout != "Volume set to 30.\n" {
+		t.Errorf("stdout %q", r.stdout)
+	}
+	if !strings.Contains(r.stderr, `→ self.audio_speaker.set_volume {"volume":30}`) || !strings.Contains(r.stderr, "← self.audio_speaker.set_volume: true") {
+		t.Errorf("stderr %q", r.stderr)
+	}
+	if calls := d.Calls(); len(calls) != 1 || string(calls[0].Arguments) != `{"volume":30}` {
+		t.Errorf("device calls: %+v", calls)
+	}
+	if got := llmtest.Text(stub.Requests()[0]); got != "turn it down" {
+		t.Errorf("the model was told %q", got)
+	}
+
+	r = run(t, gw.Addr(), "chat", devID, "again", "--json", "--conversation", "cli")
+	r.want(t, 0)
+	var rep agent.Reply
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("--json: %v\n%s", err, r.stdout)
+	}
+	if rep.Text != "Done again." || rep.Conversation != "cli" || len(rep.Calls) != 1 || rep.Calls[0].Result.Text() != "true" {
+		t.Errorf("--json reply: %+v", rep)
+	}
+}
+
+func TestChatCmdNoModel(t *testing.T) {
+	t.Parallel()
+	addr := startGateway(t)
+	connect(t, addr, devicetest.Config{})
+	r := run(t, addr, "chat", devID, "hello")
+	r.want(t, 1)
+	if !strings.Contains(r.stderr, "error: llm_not_configured:") || !strings.Contains(r.stderr, "--llm-model") {
+		t.Errorf("stderr %q", r.stderr)
+	}
+}
+
+func TestLLMFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		key     string
+		wantErr string
+		check   func(agent.Config) bool
+	}{
+		{nil, "", "", func(c agent.Config) bool { return c.BaseURL == "" && c.Model == "" }},
+		{[]string{"--llm-base-url", "https://api.openai.com/v1"}, "", "", func(c agent.Config) bool { return c.BaseURL == "" }}, // vision only
+		{[]string{"--llm-base-url", "https://api.deepseek.com/v1", "--llm-model", "deepseek-chat", "--llm-stream=false", "--llm-max-steps", "3"}, "sk-x", "",
+			func(c agent.Config) bool {
+				return c.BaseURL == "https://api.deepseek.com/v1" && c.Model == "deepseek-chat" && c.APIKey == "sk-x" && c.NoStream && c.MaxSteps == 3
+			}},
+		{[]string{"--llm-model", "gpt-4o-mini"}, "", "needs --llm-base-url", nil},
+		{[]string{"--llm-base-url", "http://x/v1", "--llm-model", "m", "--llm-max-steps", "0"}, "", "--llm-max-steps", nil},
+		{[]string{"--llm-base-url", "http://x/v1", "--llm-model", "m", "--llm-history-bytes", "0"}, "", "--llm-history-bytes", nil},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Setenv(llmKeyEnv, tc.key)
+			fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+			fs.String("llm-base-url", "", "")
+			var c agent.Config
+			apply := llmFlags(fs, &c)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			err := apply()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !tc.check(c) {
+				t.Fatalf("config %+v, err %v", c, err)
+			}
+		})
+	}
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/mcpgate/mcpgate/internal/agent"
+)
+
+// llmFlags declares the device agent's flags (POST /api/v1/devices/{id}/chat,
+// docs/agent.md) and returns what fills c once flags are parsed. The base
+// URL is --llm-base-url, shared with the vision model; the key comes from
+// MCPGATE_LLM_API_KEY only (a secret stays out of flags and files).
+func llmFlags(f *pflag.FlagSet, c *agent.Config) (apply func() error) {
+	var stream, endpointTools bool
+	f.StringVar(&c.Model, "llm-model", "", "chat model of the device agent, e.g. gpt-4o-mini, deepseek-chat, qwen-plus, qwen2.5:7b (with --llm-base-url; key in "+llmKeyEnv+")")
+	f.BoolVar(&stream, "llm-stream", true, "ask the model for streamed answers (false: whole answers, for providers that stream tool calls badly)")
+	f.IntVar(&c.MaxSteps, "llm-max-steps", agent.DefaultMaxSteps, "most model turns calling tools in one chat; then the chat stops with a message saying so")
+	f.DurationVar(&c.RequestTimeout, "llm-timeout", agent.DefaultRequestTimeout, "timeout of one request to the model")
+	f.StringVar(&c.SystemPrompt, "llm-system-prompt", "", "system prompt of the device agent (default: a short voice-assistant prompt; the device's alias and id are appended)")
+	f.IntVar(&c.HistoryMessages, "llm-history-messages", agent.DefaultHistoryMessages, "most messages kept per conversation (oldest whole turns go first)")
+	f.IntVar(&c.HistoryBytes, "llm-history-bytes", agent.DefaultHistoryBytes, "most bytes of text kept per conversation")
+	f.IntVar(&c.HistoryToolResultBytes, "llm-history-tool-result-bytes", agent.DefaultHistoryToolResult, "tool results longer than this are cut in history (never in the reply)")
+	f.IntVar(&c.Conversations, "llm-conversations", agent.DefaultConversations, "conversations kept in memory, all devices together (least recently used forgotten)")
+	f.BoolVar(&endpointTools, "llm-endpoint-tools", true, "also offer the tools of endpoint sources (MCP servers at /mcp/endpoint) to every device's agent")
+	return func() error {
+		c.NoStream = !stream
+		c.NoEndpointTools = !endpointTools
+		c.APIKey = os.Getenv(llmKeyEnv)
+		if fl := f.Lookup("llm-base-url"); fl != nil {
+			c.BaseURL = fl.Value.String()
+		}
+		if c.Model == "" {
+			// Without a chat model the base URL may serve the vision model
+			// alone; the chat route then says what to set.
+			c.BaseURL = ""
+			return nil
+		}
+		if c.BaseURL == "" {
+			return fmt.Errorf("--llm-model needs --llm-base-url, e.g. https://api.openai.com/v1 or http://localhost:11434/v1 for Ollama")
+		}
+		if c.MaxSteps < 1 {
+			return fmt.Errorf("--llm-max-steps %d: want at least 1", c.MaxSteps)
+		}
+		if c.RequestTimeout < time.Second {
+			return fmt.Errorf("--llm-timeout %s: want at least 1s", c.RequestTimeout)
+		}
+		for _, v := range []struct {
+			flag string
+			n    int
+		}{{"llm-history-messages", c.HistoryMessages}, {"llm-history-bytes", c.HistoryBytes},
+			{"llm-history-tool-result-bytes", c.HistoryToolResultBytes}, {"llm-conversations", c.Conversations}} {
+			if v.n < 1 {
+				return fmt.Errorf("--%s %d: want at least 1", v.flag, v.n)
+			}
+		}
+		return nil
+	}
+}

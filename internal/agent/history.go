@@ -1,0 +1,105 @@
+package agent
+
+import (
+	"container/list"
+	"context"
+	"sync"
+)
+
+// historyLimits bound what is kept of conversations.
+type historyLimits struct {
+	conversations int // conversations kept; the least recently used go first
+	messages      int // messages per conversation
+	bytes         int // bytes of text per conversation
+	toolResult    int // bytes of one tool result kept in history
+}
+
+// history keeps conversations in memory, by device and conversation id. It
+// is safe for concurrent use.
+type history struct {
+	lim historyLimits
+
+	mu    sync.Mutex
+	convs map[string]*list.Element // guarded by mu; values are *conversation
+	lru   list.List                // guarded by mu; front = most recently used
+}
+
+// conversation is one thread of messages. Its turns run one at a time: a
+// turn holds turn (a one-slot semaphore) from start to end, so two requests
+// to one conversation never interleave their messages.
+type conversation struct {
+	key  string
+	turn chan struct{}
+
+	msgs  []Message // guarded by history.mu
+	bytes int       // guarded by history.mu
+}
+
+func newHistory(lim historyLimits) *history {
+	return &history{lim: lim, convs: make(map[string]*list.Element)}
+}
+
+// begin waits for the conversation's previous turn to end (within ctx) and
+// returns it with what it holds so far. end must be called once the turn is
+// over.
+func (h *history) begin(ctx context.Context, key string) (c *conversation, past []Message, end func(), err error) {
+	h.mu.Lock()
+	if e, ok := h.convs[key]; ok {
+		c = e.Value.(*conversation)
+		h.lru.MoveToFront(e)
+	} else {
+		c = &conversation{key: key, turn: make(chan struct{}, 1)}
+		h.convs[key] = h.lru.PushFront(c)
+		for h.lru.Len() > h.lim.conversations {
+			old := h.lru.Back()
+			h.lru.Remove(old)
+			delete(h.convs, old.Value.(*conversation).key)
+		}
+	}
+	h.mu.Unlock()
+
+	select {
+	case c.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, nil, context.Cause(ctx)
+	}
+	h.mu.Lock()
+	past = append([]Message(nil), c.msgs...)
+	h.mu.Unlock()
+	return c, past, func() { <-c.turn }, nil
+}
+
+// add appends a turn's messages, truncating large tool results, then drops
+// the oldest whole turns until the conversation is within its bounds.
+func (h *history) add(c *conversation, msgs ...Message) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, m := range msgs {
+		if m.Role == "tool" && len(m.Content) > h.lim.toolResult {
+			m.Content = truncateText(m.Content, h.lim.toolResult) + " (truncated in history)"
+		}
+		c.msgs = append(c.msgs, m)
+		c.bytes += messageSize(m)
+	}
+	for len(c.msgs) > 0 && (len(c.msgs) > h.lim.messages || c.bytes > h.lim.bytes) {
+		// Drop the oldest message, then everything up to the next user
+		// message: a history must not start with tool results whose call
+		// is gone (providers refuse that).
+		c.bytes -= messageSize(c.msgs[0])
+		c.msgs = c.msgs[1:]
+		for len(c.msgs) > 0 && c.msgs[0].Role != "user" {
+			c.bytes -= messageSize(c.msgs[0])
+			c.msgs = c.msgs[1:]
+		}
+	}
+	c.msgs = append([]Message(nil), c.msgs...) // let dropped messages go
+}
+
+// messageSize approximates a message's weight in a request.
+func messageSize(m Message) int {
+	n := len(m.Content) + len(m.ToolCallID) + 16
+	for _, tc := range m.ToolCalls {
+		n += len(tc.ID) + len(tc.Function.Name) + len(tc.Function.Arguments) + 16
+	}
+	return n
+}

@@ -1,0 +1,80 @@
+package agent
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHistoryBounds(t *testing.T) {
+	h := newHistory(historyLimits{conversations: 2, messages: 5, bytes: 1 << 20, toolResult: 10})
+	ctx := context.Background()
+	turn := func(key, text string) []Message {
+		c, past, end, err := h.begin(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer end()
+		h.add(c,
+			Message{Role: "user", Content: text},
+			Message{Role: "assistant", ToolCalls: []ToolCall{{ID: "1", Function: FunctionCall{Name: "f"}}}},
+			Message{Role: "tool", ToolCallID: "1", Content: strings.Repeat("r", 100)},
+			Message{Role: "assistant", Content: "ok " + text})
+		return past
+	}
+	turn("a", "one")
+	past := turn("a", "two")
+	if len(past) != 4 || past[2].Content != "rrrrrrrrrr… [90 more bytes] (truncated in history)" {
+		t.Fatalf("after one turn: %+v", past)
+	}
+	// Two turns are 8 messages: the first turn goes whole, never half.
+	past = turn("a", "three")
+	if len(past) != 4 || past[0].Role != "user" || past[0].Content != "two" {
+		t.Fatalf("after two turns: %+v", past)
+	}
+	// A third conversation evicts the least recently used.
+	turn("b", "x")
+	turn("c", "y")
+	if past := turn("a", "four"); len(past) != 0 {
+		t.Fatalf("conversation a should have been forgotten, has %d messages", len(past))
+	}
+}
+
+func TestHistoryByteBound(t *testing.T) {
+	h := newHistory(historyLimits{conversations: 10, messages: 100, bytes: 300, toolResult: 1000})
+	ctx := context.Background()
+	for i := range 10 {
+		c, _, end, err := h.begin(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.add(c, Message{Role: "user", Content: strings.Repeat("u", 50)}, Message{Role: "assistant", Content: strings.Repeat("a", 50)})
+		end()
+		h.mu.Lock()
+		n, b := len(c.msgs), c.bytes
+		h.mu.Unlock()
+		if b > 300 || (i > 0 && n == 0) {
+			t.Fatalf("turn %d: %d messages, %d bytes", i, n, b)
+		}
+	}
+}
+
+func TestHistoryTurnsDoNotInterleave(t *testing.T) {
+	h := newHistory(historyLimits{conversations: 10, messages: 100, bytes: 1 << 20, toolResult: 1000})
+	_, _, end, err := h.begin(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, _, _, err := h.begin(ctx, "k"); err == nil {
+		t.Fatal("a second turn began while the first was running")
+	}
+	end()
+	_, _, end2, err := h.begin(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end2()
+}

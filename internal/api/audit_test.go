@@ -1,0 +1,203 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/devicetest"
+	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/store"
+)
+
+const statusTool = `{"name":"self.get_device_status","description":"Status","inputSchema":{"type":"object","properties":{}}}`
+
+// auditRecords polls the audit log until it holds n records (they are
+// written in the background).
+func auditRecords(t *testing.T, c *api.Client, q api.AuditQuery, n int) *api.AuditPage {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		page, err := c.Audit(t.Context(), q)
+		if err != nil {
+			t.Fatalf("Audit(%+v): %v", q, err)
+		}
+		if len(page.Records) >= n || time.Now().After(deadline) {
+			return page
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func tools(page *api.AuditPage) []string {
+	var out []string
+	for _, r := range page.Records {
+		out = append(out, r.Alias+"/"+r.Tool)
+	}
+	return out
+}
+
+// GET /api/v1/audit: filters, paging, and what each key may see.
+func TestAuditEndpoint(t *testing.T) {
+	tg := startGateway(t, gateway.Config{})
+	catalog := []json.RawMessage{json.RawMessage(devicetest.SetVolumeTool), json.RawMessage(statusTool)}
+	tg.connect(t, devicetest.Config{ID: "02:00:00:00:00:01", Tools: catalog})
+	tg.connect(t, devicetest.Config{ID: "02:00:00:00:00:02", Tools: catalog})
+	ctx := t.Context()
+	for id, alias := range map[string]string{"02:00:00:00:00:01": "kitchen", "02:00:00:00:00:02": "hall"} {
+		if _, err := tg.client.SetAlias(ctx, id, alias); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ dev, tool, args string }{
+		{"kitchen", "self.audio_speaker.set_volume", `{"volume":1}`},
+		{"hall", "self.audio_speaker.set_volume", `{"volume":2}`},
+		{"kitchen", "self.get_device_status", `{}`},
+		{"hall", "self.get_device_status", `{}`},
+	} {
+		if _, err := tg.client.Call(ctx, c.dev, api.CallBody{Name: c.tool, Arguments: json.RawMessage(c.args)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := auditRecords(t, tg.client, api.AuditQuery{}, 4)
+	want := []string{"hall/self.get_device_status", "kitchen/self.get_device_status", "hall/self.audio_speaker.set_volume", "kitchen/self.audio_speaker.set_volume"}
+	if got := tools(all); len(got) != 4 || got[0] != want[0] || got[3] != want[3] {
+		t.Fatalf("local caller sees %v, want %v", got, want)
+	}
+	if all.Next != "" {
+		t.Errorf("next %q on the last page", all.Next)
+	}
+
+	for _, tc := range []struct {
+		name string
+		q    api.AuditQuery
+		want []string
+	}{
+		{"device by alias", api.AuditQuery{Device: "kitchen"}, []string{want[1], want[3]}},
+		{"device by id form", api.AuditQuery{Device: "02-00-00-00-00-02"}, []string{want[0], want[2]}},
+		{"tool", api.AuditQuery{Tool: "self.audio_speaker.set_volume"}, []string{want[2], want[3]}},
+		{"since", api.AuditQuery{Since: "1h"}, want},
+		{"since the future", api.AuditQuery{Since: time.Now().Add(time.Hour).Format(time.RFC3339)}, nil},
+		{"caller", api.AuditQuery{Caller: "someone-else"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			page, err := tg.client.Audit(ctx, tc.q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := tools(page)
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Fatalf("got %v, want %v", got, tc.want)
+				}
+			}
+		})
+	}
+
+	// Paging: limit 3, then the rest with next.
+	p1, err := tg.client.Audit(ctx, api.AuditQuery{Limit: 3})
+	if err != nil || len(p1.Records) != 3 || p1.Next == "" {
+		t.Fatalf("page 1: %+v, %v", p1, err)
+	}
+	p2, err := tg.client.Audit(ctx, api.AuditQuery{Limit: 3, Before: p1.Next})
+	if err != nil || len(p2.Records) != 1 || p2.Next != "" || p2.Records[0].Seq >= p1.Records[2].Seq {
+		t.Fatalf("page 2: %+v, %v", p2, err)
+	}
+
+	for _, bad := range []api.AuditQuery{{Since: "yesterday"}, {Limit: 1001}, {Before: "x"}} {
+		var ae *api.APIError
+		if _, err := tg.client.Audit(ctx, bad); !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {
+			t.Errorf("Audit(%+v) = %v, want 400", bad, err)
+		}
+	}
+
+	// Keys see the records of their devices and tools only, paging included.
+	key := func(devices, tools []string) *api.Client {
+		k, secret, err := auth.NewKey("audit-test", auth.ScopeRead, devices, tools, 0, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tg.gw.Store().CreateKey(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		return tg.client.WithKey(secret)
+	}
+	kitchen := key([]string{"kitch*"}, nil)
+	if got := tools(auditRecords(t, kitchen, api.AuditQuery{}, 2)); len(got) != 2 || got[0] != want[1] || got[1] != want[3] {
+		t.Errorf("kitchen key sees %v", got)
+	}
+	page, err := kitchen.Audit(ctx, api.AuditQuery{Limit: 1})
+	if err != nil || len(page.Records) != 1 || page.Records[0].Alias != "kitchen" || page.Next == "" {
+		t.Fatalf("kitchen key page 1: %+v, %v", page, err)
+	}
+	page, err = kitchen.Audit(ctx, api.AuditQuery{Limit: 1, Before: page.Next})
+	if err != nil || len(tools(page)) != 1 || tools(page)[0] != want[3] {
+		t.Fatalf("kitchen key page 2: %+v, %v", page, err)
+	}
+	if page, err := kitchen.Audit(ctx, api.AuditQuery{Device: "hall"}); err != nil || len(page.Records) != 0 {
+		t.Errorf("kitchen key asking for hall: %+v, %v", page, err)
+	}
+	volume := key(nil, []string{"self.audio_speaker.*"})
+	if got := tools(auditRecords(t, volume, api.AuditQuery{}, 2)); len(got) != 2 || got[0] != want[2] || got[1] != want[3] {
+		t.Errorf("volume key sees %v", got)
+	}
+}
+
+type fakeAudit struct{ recs []store.AuditRecord }
+
+func (f *fakeAudit) Audit(ctx context.Context, q store.AuditQuery) ([]store.AuditRecord, error) {
+	return f.recs, nil
+}
+
+// A handler reached without authentication (no principal) sees nothing;
+// a gateway without a store answers 503.
+func TestAuditEndpointWithoutPrincipalOrStore(t *testing.T) {
+	src := &fakeAudit{recs: []store.AuditRecord{{Seq: 1, Device: "02:00:00:00:00:01", Tool: "t", Arguments: json.RawMessage(`{}`)}}}
+	for _, tc := range []struct {
+		name   string
+		source api.AuditSource
+		status int
+		n      int
+	}{{"no principal", src, http.StatusOK, 0}, {"no store", nil, http.StatusServiceUnavailable, 0}} {
+		cfg := api.Config{Hub: hub.New(hub.Config{}), Metrics: metrics.New()}
+		if tc.source != nil {
+			cfg.Audit = tc.source
+		}
+		a, err := api.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		a.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/v1/audit", nil))
+		if rec.Code != tc.status {
+			t.Fatalf("%s: status %d: %s", tc.name, rec.Code, rec.Body)
+		}
+		if tc.status == http.StatusOK {
+			var page api.AuditPage
+			if err := json.Unmarshal(rec.Body.Bytes(), &page); err != nil || len(page.Records) != tc.n {
+				t.Errorf("%s: %s", tc.name, rec.Body)
+			}
+		}
+		// With the local principal, the same handler lists everything.
+		if tc.source != nil {
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodGet, "/api/v1/audit", nil)
+			a.ServeHTTP(rec, req.WithContext(auth.WithPrincipal(req.Context(), auth.Local())))
+			var page api.AuditPage
+			if err := json.Unmarshal(rec.Body.Bytes(), &page); err != nil || len(page.Records) != 1 {
+				t.Errorf("local principal: %s", rec.Body)
+			}
+		}
+	}
+}

@@ -1,0 +1,153 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/hub"
+)
+
+// Authenticate is the REST door's authentication, wrapped around every
+// /api/v1 route (whoever registers it), /metrics and the gateway's other
+// REST routes. In order:
+//
+//  1. /healthz stays open.
+//  2. The caller is authenticated by doors: a key, or the local caller
+//     when keys are not required (401 unauthorized otherwise).
+//  3. A route under /api/v1/devices/{ref} naming a device outside the key's
+//     device patterns answers 404 device_not_found, exactly as an unknown
+//     device does, so a key cannot learn what exists beyond its reach.
+//  4. The route's scope ([RequiredScope]) is checked: 403 forbidden.
+//
+// Handlers then find the principal with auth.FromContext and filter what
+// they list by it.
+func Authenticate(doors *auth.Doors, h *hub.Hub) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/healthz" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			p, err := doors.Authenticate(r)
+			if err != nil {
+				doors.Refuse(w, r, err)
+				return
+			}
+			if ref, ok := deviceRef(r.URL); ok {
+				if d, err := h.Device(ref); err == nil && !p.CanSeeDevice(d.ID, d.Alias) {
+					writeError(w, http.StatusNotFound, "device_not_found", fmt.Errorf("%w: %q", hub.ErrDeviceNotFound, ref).Error(), nil)
+					return
+				}
+			}
+			if need := RequiredScope(r.Method, r.URL.Path); !p.Can(need) {
+				auth.Forbid(w, p, need)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(auth.WithPrincipal(r.Context(), p)))
+		})
+	}
+}
+
+// RequiredScope is the scope a REST request needs: read to look (GET, HEAD,
+// the event stream, /metrics), call to call a tool or talk to a device's
+// agent, admin for everything else (alias changes, revocations, and any
+// route added later until it says otherwise: safe by default).
+func RequiredScope(method, path string) auth.Scope {
+	switch method {
+	case http.MethodGet, http.MethodHead:
+		return auth.ScopeRead
+	case http.MethodPost:
+		if strings.HasPrefix(path, "/api/v1/devices/") && (strings.HasSuffix(path, "/tools/call") || strings.HasSuffix(path, "/chat")) {
+			return auth.ScopeCall
+		}
+	}
+	return auth.ScopeAdmin
+}
+
+// deviceRef returns the {ref} of a /api/v1/devices/{ref}[/...] URL,
+// unescaped as the mux will see it.
+func deviceRef(u *url.URL) (string, bool) {
+	rest, ok := strings.CutPrefix(u.EscapedPath(), "/api/v1/devices/")
+	if !ok {
+		return "", false
+	}
+	seg, _, _ := strings.Cut(rest, "/")
+	ref, err := url.PathUnescape(seg)
+	if err != nil || ref == "" {
+		return "", false
+	}
+	return ref, true
+}
+
+// principal is the request's caller. Requests reach handlers only through
+// Authenticate; without it (a handler mounted bare) nothing is visible.
+func principal(r *http.Request) *auth.Principal { return auth.FromContext(r.Context()) }
+
+// visibleTools counts the tools of a device the principal may see.
+func visibleTools(p *auth.Principal, h *hub.Hub, d hub.Device) int {
+	if len(p.Tools) == 0 {
+		return d.Tools
+	}
+	_, cat, err := h.Tools(d.ID)
+	if err != nil || cat == nil {
+		return 0
+	}
+	n := 0
+	for i := range cat.Tools {
+		if p.CanSeeTool(cat.Tools[i].Name) {
+			n++
+		}
+	}
+	return n
+}
+
+// visibleEvent returns the event as the principal may see it, or false: events
+// of invisible devices are dropped, call events of invisible tools too, and a
+// tools_changed diff keeps only visible names.
+func visibleEvent(p *auth.Principal, h *hub.Hub, ev hub.Event) (hub.Event, bool) {
+	if len(p.Devices) > 0 {
+		alias := ev.Alias
+		if d, err := h.Device(ev.Device); err == nil {
+			alias = d.Alias
+		}
+		if !p.CanSeeDevice(ev.Device, alias) && (ev.Alias == "" || !p.CanSeeDevice(ev.Device, ev.Alias)) {
+			return ev, false
+		}
+	}
+	if len(p.Tools) == 0 {
+		return ev, true
+	}
+	switch data := ev.Data.(type) {
+	case hub.CallData:
+		return ev, p.CanSeeTool(data.Tool)
+	case *hub.CallData:
+		return ev, data != nil && p.CanSeeTool(data.Tool)
+	case hub.ToolsChangedData:
+		ev.Data = filterToolsChanged(p, h, ev.Device, data)
+	case *hub.ToolsChangedData:
+		if data != nil {
+			ev.Data = filterToolsChanged(p, h, ev.Device, *data)
+		}
+	}
+	return ev, true
+}
+
+func filterToolsChanged(p *auth.Principal, h *hub.Hub, device string, d hub.ToolsChangedData) hub.ToolsChangedData {
+	keep := func(names []string) []string {
+		var out []string
+		for _, n := range names {
+			if p.CanSeeTool(n) {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	d.Added, d.Removed, d.Changed = keep(d.Added), keep(d.Removed), keep(d.Changed)
+	if dev, err := h.Device(device); err == nil {
+		d.Count = visibleTools(p, h, dev)
+	}
+	return d
+}

@@ -1,0 +1,21 @@
+// Package audit writes and reads the audit log: one record per tool call
+// through any door (REST, MCP, the agent...), with who called, which device
+// and tool, the arguments (large values replaced by a digest), the outcome
+// and the latency.
+//
+// The hub calls [Writer.Record] synchronously at the end of every call
+// ([hub.Config.Audit]); the writer queues the record and [Writer.Run] writes
+// batches to the store in the background, applying retention by age and by
+// count. Nothing is dropped: a full queue slows calls down, a failed write
+// is retried, and stopping writes everything queued.
+//
+//	w, err := audit.New(audit.Config{Store: st, Retention: 30 * 24 * time.Hour})
+//	h := hub.New(hub.Config{Audit: w.Record})
+//	go w.Run(ctx) // until ctx ends, then drains
+//
+// # Arguments
+//
+// [Digest] replaces every argument value larger than Config.MaxValueBytes
+// (default 1 KiB) by {"$digest":"sha256:<hex>","$bytes":N}, keeping the rest
+// of the JSON as sent.
+package audit

@@ -1,0 +1,376 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/store"
+)
+
+// Store is what the writer needs of the store; a [store.Store] is one.
+type Store interface {
+	AppendAudit(ctx context.Context, recs []store.AuditRecord) error
+	PruneAudit(ctx context.Context, olderThan time.Time, keep int) (int64, error)
+}
+
+// Defaults of Config.
+const (
+	DefaultQueueSize     = 10000
+	DefaultBatchSize     = 500
+	DefaultFlushInterval = 100 * time.Millisecond
+	DefaultRetention     = 30 * 24 * time.Hour
+	DefaultMaxRows       = 1_000_000
+	DefaultPruneInterval = time.Hour
+	DefaultDrainTimeout  = 10 * time.Second
+)
+
+// Config configures a Writer. Zero values get the defaults above.
+type Config struct {
+	// Store receives the records. Required.
+	Store Store
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Registerer, when set, gets the writer's metrics (queue depth,
+	// records written and lost, write errors, backpressure, pruned rows).
+	Registerer prometheus.Registerer
+	// MaxValueBytes: argument values larger than this are replaced by
+	// their digest (see [Digest]). Default 1 KiB.
+	MaxValueBytes int
+	// QueueSize bounds the records waiting to be written. When it is full,
+	// Append waits: calls slow down rather than records being lost.
+	// Default 10,000.
+	QueueSize int
+	// BatchSize and FlushInterval: records are written in one transaction
+	// per batch, as soon as BatchSize are waiting or FlushInterval after the
+	// first of them. Defaults 500 and 100ms.
+	BatchSize     int
+	FlushInterval time.Duration
+	// Retention deletes records older than this; negative keeps them
+	// forever. Default 30 days.
+	Retention time.Duration
+	// MaxRows keeps at most this many records, deleting the oldest;
+	// negative means no limit. Default 1,000,000.
+	MaxRows int
+	// PruneInterval is how often retention is applied, besides once when
+	// Run starts. Default 1h.
+	PruneInterval time.Duration
+	// DrainTimeout bounds how long Run, once its context ends, keeps
+	// retrying to write what is queued before it gives up on it (and says
+	// how many records were lost). Default 10s.
+	DrainTimeout time.Duration
+}
+
+// Writer writes the audit log: [Writer.Record] is the hub's audit hook, and
+// [Writer.Run] batches the records into the store in the background. No
+// record is dropped: the queue is bounded and Append waits when it is full,
+// a failed write is logged and retried, and when Run ends it writes
+// everything still queued. Records appended after Run has ended are written
+// at once, synchronously.
+//
+// A Writer is safe for concurrent use.
+type Writer struct {
+	cfg Config
+	log *slog.Logger
+	q   chan store.AuditRecord
+
+	closeMu sync.RWMutex // held for reading by Append while it enqueues (maybe waiting for room)
+	closed  bool         // guarded by closeMu; set when Run stops taking records
+
+	// detached is Run's ctx without its cancellation, for writes after
+	// its ctx ended. Not under closeMu: Append may hold that while it waits
+	// for Run to make room.
+	detachedMu sync.Mutex
+	detached   context.Context // guarded by detachedMu
+
+	runOnce sync.Once
+	lostN   atomic.Int64 // records given up on, as w.lost counts them
+
+	written, lost, writeErrors, waited, pruned prometheus.Counter
+	depth                                      prometheus.GaugeFunc
+}
+
+// New validates cfg and returns a writer. It starts nothing: call Run.
+func New(cfg Config) (*Writer, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("audit: Config.Store is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxValueBytes <= 0 {
+		cfg.MaxValueBytes = DefaultMaxValueBytes
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = DefaultQueueSize
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = DefaultBatchSize
+	}
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = DefaultFlushInterval
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.MaxRows == 0 {
+		cfg.MaxRows = DefaultMaxRows
+	}
+	if cfg.PruneInterval <= 0 {
+		cfg.PruneInterval = DefaultPruneInterval
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = DefaultDrainTimeout
+	}
+	w := &Writer{cfg: cfg, log: cfg.Logger, q: make(chan store.AuditRecord, cfg.QueueSize)}
+	w.written = prometheus.NewCounter(prometheus.CounterOpts{Name: "mcpgate_audit_records_written_total", Help: "Audit records written to the store."})
+	w.lost = prometheus.NewCounter(prometheus.CounterOpts{Name: "mcpgate_audit_records_lost_total", Help: "Audit records given up on: the store failed until the shutdown deadline."})
+	w.writeErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "mcpgate_audit_write_errors_total", Help: "Failed audit writes (each is retried)."})
+	w.waited = prometheus.NewCounter(prometheus.CounterOpts{Name: "mcpgate_audit_backpressure_total", Help: "Calls that waited for room in the full audit queue."})
+	w.pruned = prometheus.NewCounter(prometheus.CounterOpts{Name: "mcpgate_audit_pruned_total", Help: "Audit records deleted by retention."})
+	w.depth = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mcpgate_audit_queue_depth", Help: "Audit records waiting to be written."},
+		func() float64 { return float64(len(w.q)) })
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{w.written, w.lost, w.writeErrors, w.waited, w.pruned, w.depth} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("audit: metrics: %w", err)
+			}
+		}
+	}
+	return w, nil
+}
+
+// Record is the hub's audit hook ([hub.Config.Audit]): it turns a finished
+// call into an audit record, digesting large argument values, and appends it.
+func (w *Writer) Record(c hub.CallRecord) {
+	w.Append(store.AuditRecord{
+		Time: c.Start, Caller: c.Caller, Door: c.Door, Device: c.Device, Tool: c.Tool,
+		Arguments: Digest(c.Arguments, w.cfg.MaxValueBytes), Outcome: c.Outcome,
+		LatencyMS: float64(c.Latency.Microseconds()) / 1000, ErrorCode: c.ErrorCode, Error: c.Error,
+	})
+}
+
+// Append queues one record, waiting for room when the queue is full. After
+// Run has ended it writes the record itself before returning.
+func (w *Writer) Append(r store.AuditRecord) {
+	w.closeMu.RLock()
+	if w.closed {
+		w.closeMu.RUnlock()
+		w.writeLate(w.detachedCtx(), r)
+		return
+	}
+	select {
+	case w.q <- r:
+	default:
+		w.waited.Inc()
+		w.q <- r // Run drains the queue until it has taken closeMu for writing
+	}
+	w.closeMu.RUnlock()
+}
+
+// writeLate writes a record that came after Run ended (a call that outlived
+// the shutdown drain), with one retry.
+func (w *Writer) writeLate(ctx context.Context, r store.AuditRecord) {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.DrainTimeout)
+	defer cancel()
+	w.write(ctx, []store.AuditRecord{r})
+}
+
+// Run writes queued records in batches and applies retention (once at
+// start, then every PruneInterval) until ctx ends. It then stops queueing
+// (later records are written synchronously by Append), writes everything
+// still queued, retrying for up to DrainTimeout, and returns. The error
+// reports records it had to give up on. Run may be called once.
+func (w *Writer) Run(ctx context.Context) error {
+	ran := false
+	w.runOnce.Do(func() { ran = true })
+	if !ran {
+		return errors.New("audit: Run called twice")
+	}
+	detached := context.WithoutCancel(ctx)
+	w.detachedMu.Lock()
+	w.detached = detached
+	w.detachedMu.Unlock()
+
+	var wg sync.WaitGroup
+	wg.Go(func() { w.pruneLoop(ctx) })
+
+	lostBefore := w.lostN.Load()
+	w.loop(ctx)
+
+	// Stop queueing. Appends blocked on a full queue hold closeMu for
+	// reading, so drain while taking it: they get their room, and the
+	// records they queue are drained below.
+	dctx, cancel := context.WithTimeout(detached, w.cfg.DrainTimeout)
+	defer cancel()
+	locked := make(chan struct{})
+	go func() {
+		w.closeMu.Lock()
+		w.closed = true
+		w.closeMu.Unlock()
+		close(locked)
+	}()
+	batch := make([]store.AuditRecord, 0, w.cfg.BatchSize)
+	for draining := true; draining; {
+		select {
+		case r := <-w.q:
+			batch = append(batch, r)
+			if len(batch) == w.cfg.BatchSize {
+				w.write(dctx, batch)
+				batch = batch[:0]
+			}
+		case <-locked:
+			draining = false
+		}
+	}
+	for len(w.q) > 0 { // nothing can be added any more
+		batch = append(batch, <-w.q)
+		if len(batch) == w.cfg.BatchSize {
+			w.write(dctx, batch)
+			batch = batch[:0]
+		}
+	}
+	if len(batch) > 0 {
+		w.write(dctx, batch)
+	}
+	wg.Wait()
+	if n := w.lostN.Load() - lostBefore; n > 0 {
+		return fmt.Errorf("audit: %d records could not be written before the shutdown deadline", n)
+	}
+	return nil
+}
+
+// loop writes batches until ctx ends.
+func (w *Writer) loop(ctx context.Context) {
+	batch := make([]store.AuditRecord, 0, w.cfg.BatchSize)
+	timer := time.NewTimer(w.cfg.FlushInterval)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case r := <-w.q:
+			batch = append(batch[:0], r)
+		case <-ctx.Done():
+			return
+		}
+		timer.Reset(w.cfg.FlushInterval)
+	collect:
+		for len(batch) < w.cfg.BatchSize {
+			select {
+			case r := <-w.q:
+				batch = append(batch, r)
+			case <-timer.C:
+				break collect
+			case <-ctx.Done():
+				break collect
+			}
+		}
+		timer.Stop()
+		// The run's ctx only bounds taking new records: a batch in hand is
+		// written (and retried) until the drain deadline.
+		w.writeBatch(ctx, batch)
+	}
+}
+
+// writeBatch writes a batch taken while running, retrying while ctx lives
+// and then, once it has ended, until the drain deadline.
+func (w *Writer) writeBatch(ctx context.Context, batch []store.AuditRecord) {
+	if w.tryWrite(ctx, batch) {
+		return
+	}
+	dctx, cancel := context.WithTimeout(w.detachedCtx(), w.cfg.DrainTimeout)
+	defer cancel()
+	w.write(dctx, batch)
+}
+
+// tryWrite writes batch, retrying with backoff until it succeeds (true) or
+// ctx ends (false, nothing counted lost).
+func (w *Writer) tryWrite(ctx context.Context, batch []store.AuditRecord) bool {
+	backoff := 100 * time.Millisecond
+	for {
+		err := w.cfg.Store.AppendAudit(ctx, batch)
+		if err == nil {
+			w.written.Add(float64(len(batch)))
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		w.writeErrors.Inc()
+		w.log.Warn("could not write audit records; retrying", "records", len(batch), "error", err, "retry_in", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return false
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// write writes batch, retrying until ctx ends; then the records are lost,
+// counted and logged.
+func (w *Writer) write(ctx context.Context, batch []store.AuditRecord) {
+	if w.tryWrite(ctx, batch) {
+		return
+	}
+	w.lost.Add(float64(len(batch)))
+	w.lostN.Add(int64(len(batch)))
+	w.log.Error("audit records lost: the store did not accept them before the deadline", "records", len(batch),
+		"first_time", batch[0].Time, "last_time", batch[len(batch)-1].Time)
+}
+
+func (w *Writer) pruneLoop(ctx context.Context) {
+	if _, err := w.Prune(ctx); err != nil && ctx.Err() == nil {
+		w.log.Warn("could not apply audit retention", "error", err)
+	}
+	t := time.NewTicker(w.cfg.PruneInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := w.Prune(ctx); err != nil && ctx.Err() == nil {
+				w.log.Warn("could not apply audit retention", "error", err)
+			}
+		}
+	}
+}
+
+// Prune applies retention now: it deletes records older than Retention and
+// all but the newest MaxRows, and returns how many it deleted.
+func (w *Writer) Prune(ctx context.Context) (int64, error) {
+	var olderThan time.Time
+	if w.cfg.Retention > 0 {
+		olderThan = time.Now().Add(-w.cfg.Retention)
+	}
+	keep := max(w.cfg.MaxRows, 0)
+	if olderThan.IsZero() && keep == 0 {
+		return 0, nil
+	}
+	n, err := w.cfg.Store.PruneAudit(ctx, olderThan, keep)
+	if err != nil {
+		return 0, fmt.Errorf("audit: prune: %w", err)
+	}
+	if n > 0 {
+		w.pruned.Add(float64(n))
+		w.log.Info("audit retention applied", "deleted", n)
+	}
+	return n, nil
+}
+
+func (w *Writer) detachedCtx() context.Context {
+	w.detachedMu.Lock()
+	defer w.detachedMu.Unlock()
+	return w.detached
+}
+
+// Pending returns how many records wait in the queue.
+func (w *Writer) Pending() int { return len(w.q) }

@@ -1,0 +1,401 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/store"
+)
+
+// memStore is an audit Store in memory whose writes can fail or block.
+type memStore struct {
+	mu      sync.Mutex
+	recs    []store.AuditRecord
+	appends int // AppendAudit calls that succeeded
+	fails   int // the next fails AppendAudit calls fail
+	block   chan struct{}
+	prunes  []pruneCall
+}
+
+type pruneCall struct {
+	olderThan time.Time
+	keep      int
+}
+
+func (m *memStore) AppendAudit(ctx context.Context, recs []store.AuditRecord) error {
+	m.mu.Lock()
+	block := m.block
+	m.mu.Unlock()
+	if block != nil {
+		select {
+		case <-block:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fails > 0 {
+		m.fails--
+		return errors.New("disk full")
+	}
+	m.recs = append(m.recs, recs...)
+	m.appends++
+	return nil
+}
+
+func (m *memStore) PruneAudit(ctx context.Context, olderThan time.Time, keep int) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.prunes = append(m.prunes, pruneCall{olderThan, keep})
+	return 0, nil
+}
+
+func (m *memStore) snapshot() ([]store.AuditRecord, int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]store.AuditRecord(nil), m.recs...), m.appends
+}
+
+// start runs w until the returned stop is called; stop returns Run's error.
+func start(t *testing.T, w *Writer) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() { cancel(); err = <-errc })
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func rec(i int) store.AuditRecord {
+	return store.AuditRecord{Time: time.Unix(int64(i), 0), Caller: "local", Door: "rest", Device: "02:00:00:00:00:01",
+		Tool: fmt.Sprintf("t%d", i), Arguments: []byte(`{}`), Outcome: "ok"}
+}
+
+// value reads a counter.
+func value(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestWriterBatchesInOrder(t *testing.T) {
+	st := &memStore{}
+	reg := prometheus.NewRegistry()
+	w, err := New(Config{Store: st, BatchSize: 100, FlushInterval: 50 * time.Millisecond, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, w)
+	const n = 1000
+	for i := range n {
+		w.Append(rec(i))
+	}
+	waitFor(t, "all records written", func() bool { recs, _ := st.snapshot(); return len(recs) == n })
+	recs, appends := st.snapshot()
+	for i, r := range recs {
+		if r.Tool != fmt.Sprintf("t%d", i) {
+			t.Fatalf("record %d is %s: out of order", i, r.Tool)
+		}
+	}
+	// Batched: far fewer transactions than records.
+	if appends > n/50 {
+		t.Errorf("%d appends for %d records: not batched", appends, n)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := value(w.written); got != n {
+		t.Errorf("written metric %v, want %d", got, n)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, n := range []string{"mcpgate_audit_queue_depth", "mcpgate_audit_records_written_total", "mcpgate_audit_write_errors_total",
+		"mcpgate_audit_records_lost_total", "mcpgate_audit_backpressure_total", "mcpgate_audit_pruned_total"} {
+		if !names[n] {
+			t.Errorf("metric %s not registered", n)
+		}
+	}
+}
+
+func TestWriterRetriesFailedWrites(t *testing.T) {
+	st := &memStore{fails: 3}
+	w, err := New(Config{Store: st, FlushInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, w)
+	for i := range 10 {
+		w.Append(rec(i))
+	}
+	waitFor(t, "records written after the store recovers", func() bool { recs, _ := st.snapshot(); return len(recs) == 10 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := value(w.writeErrors); got != 3 {
+		t.Errorf("write errors metric %v, want 3", got)
+	}
+	if got := value(w.lost); got != 0 {
+		t.Errorf("lost %v records", got)
+	}
+}
+
+// A full queue makes Append wait (backpressure) instead of dropping, and
+// every record is written once the store catches up.
+func TestWriterBackpressure(t *testing.T) {
+	st := &memStore{block: make(chan struct{})}
+	w, err := New(Config{Store: st, QueueSize: 4, BatchSize: 2, FlushInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, w)
+	const n = 20
+	appended := make(chan struct{})
+	go func() {
+		defer close(appended)
+		for i := range n {
+			w.Append(rec(i))
+		}
+	}()
+	waitFor(t, "a full queue", func() bool { return w.Pending() == 4 })
+	select {
+	case <-appended:
+		t.Fatal("Append returned with the store blocked and the queue full")
+	case <-time.After(50 * time.Millisecond):
+	}
+	if value(w.waited) == 0 {
+		t.Error("backpressure metric not counted")
+	}
+	st.mu.Lock()
+	close(st.block)
+	st.block = nil
+	st.mu.Unlock()
+	<-appended
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := st.snapshot()
+	if len(recs) != n {
+		t.Fatalf("%d records written, want %d", len(recs), n)
+	}
+}
+
+// Stopping writes everything queued, and a record appended after Run
+// ended (a call that outlived the drain) is written synchronously.
+func TestWriterStopFlushesAndLateRecords(t *testing.T) {
+	st := &memStore{}
+	w, err := New(Config{Store: st, FlushInterval: time.Hour, BatchSize: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, w)
+	for i := range 5 {
+		w.Append(rec(i))
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if recs, _ := st.snapshot(); len(recs) != 5 {
+		t.Fatalf("%d records written at stop, want 5", len(recs))
+	}
+	w.Append(rec(5))
+	if recs, _ := st.snapshot(); len(recs) != 6 || recs[5].Tool != "t5" {
+		t.Fatalf("late record not written: %d records", len(recs))
+	}
+}
+
+// A store that stays down past the drain deadline: the records are given
+// up on, counted, and Run says how many.
+func TestWriterGivesUpAtTheDrainDeadline(t *testing.T) {
+	st := &memStore{fails: 1 << 30}
+	w, err := New(Config{Store: st, FlushInterval: time.Millisecond, DrainTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, w)
+	for i := range 3 {
+		w.Append(rec(i))
+	}
+	waitFor(t, "a failed write", func() bool { return value(w.writeErrors) > 0 })
+	err = stop()
+	if err == nil || !strings.Contains(err.Error(), "3 records") {
+		t.Fatalf("Run = %v, want 3 records lost", err)
+	}
+	if got := value(w.lost); got != 3 {
+		t.Errorf("lost metric %v, want 3", got)
+	}
+}
+
+func TestWriterPrunesAtStart(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		retention time.Duration
+		maxRows   int
+		wantAge   time.Duration // 0: no age bound
+		wantKeep  int
+		wantCall  bool
+	}{
+		{"defaults", 0, 0, DefaultRetention, DefaultMaxRows, true},
+		{"custom", time.Hour, 10, time.Hour, 10, true},
+		{"age only", time.Hour, -1, time.Hour, 0, true},
+		{"count only", -1, 5, 0, 5, true},
+		{"keep everything", -1, -1, 0, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			st := &memStore{}
+			w, err := New(Config{Store: st, Retention: tt.retention, MaxRows: tt.maxRows})
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := time.Now()
+			stop := start(t, w)
+			if tt.wantCall {
+				waitFor(t, "a prune", func() bool { st.mu.Lock(); defer st.mu.Unlock(); return len(st.prunes) > 0 })
+			}
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			if !tt.wantCall {
+				if len(st.prunes) != 0 {
+					t.Fatalf("pruned %v with retention off", st.prunes)
+				}
+				return
+			}
+			p := st.prunes[0]
+			if p.keep != tt.wantKeep {
+				t.Errorf("keep %d, want %d", p.keep, tt.wantKeep)
+			}
+			if tt.wantAge == 0 {
+				if !p.olderThan.IsZero() {
+					t.Errorf("olderThan %v, want none", p.olderThan)
+				}
+			} else if got := before.Sub(p.olderThan); got < tt.wantAge-time.Second || got > tt.wantAge+time.Second {
+				t.Errorf("olderThan %v before start, want %v", got, tt.wantAge)
+			}
+		})
+	}
+}
+
+func TestRecordFromCall(t *testing.T) {
+	st := &memStore{}
+	w, err := New(Config{Store: st, MaxValueBytes: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, w)
+	start := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	w.Record(hub.CallRecord{Start: start, Caller: "k1", Door: "mcp", Device: "02:00:00:00:00:01", Tool: "self.x",
+		Arguments: []byte(`{"text":"` + strings.Repeat("a", 32) + `"}`), Outcome: "tool_error", Latency: 1500 * time.Microsecond,
+		ErrorCode: "tool_error", Error: "sensor broken"})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := st.snapshot()
+	if len(recs) != 1 {
+		t.Fatalf("%d records", len(recs))
+	}
+	r := recs[0]
+	if !r.Time.Equal(start) || r.Caller != "k1" || r.Door != "mcp" || r.Tool != "self.x" || r.Outcome != "tool_error" ||
+		r.LatencyMS != 1.5 || r.ErrorCode != "tool_error" || r.Error != "sensor broken" {
+		t.Errorf("record %+v", r)
+	}
+	if !strings.Contains(string(r.Arguments), `"$bytes":32`) {
+		t.Errorf("arguments %s not digested", r.Arguments)
+	}
+}
+
+func TestNewNeedsStore(t *testing.T) {
+	if _, err := New(Config{}); err == nil {
+		t.Fatal("New without a store succeeded")
+	}
+}
+
+func TestParseAge(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in      string
+		want    time.Duration
+		wantErr bool
+	}{
+		{"30d", 30 * 24 * time.Hour, false},
+		{"2w", 14 * 24 * time.Hour, false},
+		{"90m", 90 * time.Minute, false},
+		{"1h30m", 90 * time.Minute, false},
+		{"0", 0, false},
+		{"-1h", 0, true},
+		{"d", 0, true},
+		{"1.5d", 0, true},
+		{"soon", 0, true},
+		{"99999999d", 0, true},
+	}
+	for _, tt := range tests {
+		got, err := ParseAge(tt.in)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("ParseAge(%q) = %v, %v; want %v, err %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+	}
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	if got, err := ParseSince("1h", now); err != nil || !got.Equal(now.Add(-time.Hour)) {
+		t.Errorf("ParseSince(1h) = %v, %v", got, err)
+	}
+	if got, err := ParseSince("2026-04-30T10:00:00+02:00", now); err != nil || !got.Equal(time.Date(2026, 4, 30, 8, 0, 0, 0, time.UTC)) {
+		t.Errorf("ParseSince(RFC 3339) = %v, %v", got, err)
+	}
+	if _, err := ParseSince("yesterday", now); err == nil {
+		t.Error("ParseSince(yesterday) succeeded")
+	}
+}
+
+// FuzzParseSince: the since filter comes from the network (the audit
+// endpoint's query); no input panics, and an accepted age is never negative.
+func FuzzParseSince(f *testing.F) {
+	for _, s := range []string{"1h", "30d", "2w", "2026-05-01T12:00:00Z", "-1h", "9999999999d", "1.5h", "", "d", "0"} {
+		f.Add(s)
+	}
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, s string) {
+		if d, err := ParseAge(s); err == nil && d < 0 {
+			t.Fatalf("ParseAge(%q) = %v", s, d)
+		}
+		_, _ = ParseSince(s, now)
+	})
+}

@@ -1,0 +1,693 @@
+package auth_test
+
+// Keys against a real gateway (internal/gatewaytest) with a real SQLite
+// store, fake devices speaking the device wire, the go-sdk MCP client and a
+// fake MCP server at the endpoint door.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/devicetest"
+	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/gatewaytest"
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/mcptest"
+	"github.com/mcpgate/mcpgate/internal/store"
+)
+
+const photoTool = `{"name":"self.camera.take_photo","description":"Take a photo.","inputSchema":{"type":"object","properties":{}}}`
+
+const (
+	kitchenID = "02:00:00:00:00:01"
+	bedroomID = "02:00:00:00:00:02"
+)
+
+// fixture is a gateway with two devices (kitchen-1 and bedroom, each with
+// set_volume and take_photo) and keys of every kind.
+type fixture struct {
+	gw    *gateway.Gateway
+	st    store.Store
+	base  string
+	admin string // scope admin, no restriction
+	call  string // scope call, devices kitchen*, tools self.audio_speaker.*
+	read  string // scope read, no restriction
+	// callID is the call key's id.
+	callID string
+}
+
+func openStore(t *testing.T) store.Store {
+	t.Helper()
+	st, err := store.Open(t.Context(), "", t.TempDir())
+	if err != nil {
+		t.Fatalf("store.Open: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func createKey(t *testing.T, st store.Store, scope auth.Scope, devices, tools []string, life time.Duration) (store.APIKey, string) {
+	t.Helper()
+	k, secret, err := auth.NewKey("test-"+scope.String(), scope, devices, tools, life, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateKey(t.Context(), k); err != nil {
+		t.Fatal(err)
+	}
+	return k, secret
+}
+
+func newFixture(t *testing.T, cfg gateway.Config) *fixture {
+	t.Helper()
+	f := &fixture{st: openStore(t)}
+	_, f.admin = createKey(t, f.st, auth.ScopeAdmin, nil, nil, 0)
+	var ck store.APIKey
+	ck, f.call = createKey(t, f.st, auth.ScopeCall, []string{"kitchen*"}, []string{"self.audio_speaker.*"}, 0)
+	f.callID = ck.ID
+	_, f.read = createKey(t, f.st, auth.ScopeRead, nil, nil, 0)
+	cfg.Store = f.st
+	f.gw, _ = gatewaytest.Start(t, cfg)
+	f.base = "http://" + f.gw.Addr()
+	tools := []json.RawMessage{json.RawMessage(devicetest.SetVolumeTool), json.RawMessage(photoTool)}
+	for _, d := range []struct{ id, alias string }{{kitchenID, "kitchen-1"}, {bedroomID, "bedroom"}} {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		dev, err := devicetest.Connect(ctx, devicetest.Config{Addr: f.gw.Addr(), ID: d.id, Tools: tools})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(dev.Close)
+		waitFor(t, d.id+" ready", func() bool {
+			dd, err := f.gw.Hub().Device(d.id)
+			return err == nil && dd.State == hub.StateReady
+		})
+		if _, err := f.gw.Hub().SetAlias(d.id, d.alias); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// do sends a REST request with key (none when empty) and returns the status
+// and body.
+func (f *fixture) do(t *testing.T, key, method, path, body string) (int, http.Header, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, f.base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b
+}
+
+func errorCode(b []byte) string {
+	var e struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	_ = json.Unmarshal(b, &e)
+	return e.Error.Code
+}
+
+func TestRESTScopesAndRestrictions(t *testing.T) {
+	f := newFixture(t, gateway.Config{RequireKeys: true})
+	_, secretOfNoKey := auth.NewSecret()
+	setVol := `{"name":"self.audio_speaker.set_volume","arguments":{"volume":10}}`
+	photo := `{"name":"self.camera.take_photo"}`
+	cases := []struct {
+		name, key, method, path, body string
+		status                        int
+		code                          string
+	}{
+		{"healthz open", "", "GET", "/healthz", "", 200, ""},
+		{"no key", "", "GET", "/api/v1/devices", "", 401, "unauthorized"},
+		{"unknown key", secretOfNoKey, "GET", "/api/v1/devices", "", 401, "unauthorized"},
+		{"garbage key", "hello", "GET", "/api/v1/devices", "", 401, "unauthorized"},
+		{"metrics needs a key", "", "GET", "/metrics", "", 401, "unauthorized"},
+		{"metrics with read", f.read, "GET", "/metrics", "", 200, ""},
+		{"read lists", f.read, "GET", "/api/v1/devices", "", 200, ""},
+		{"read cannot call", f.read, "POST", "/api/v1/devices/kitchen-1/tools/call", setVol, 403, "forbidden"},
+		{"call calls", f.call, "POST", "/api/v1/devices/kitchen-1/tools/call", setVol, 200, ""},
+		{"call: tool outside patterns", f.call, "POST", "/api/v1/devices/kitchen-1/tools/call", photo, 404, "tool_not_found"},
+		{"call: device outside patterns", f.call, "POST", "/api/v1/devices/bedroom/tools/call", setVol, 404, "device_not_found"},
+		{"call: device outside, by id", f.call, "GET", "/api/v1/devices/" + bedroomID, "", 404, "device_not_found"},
+		{"call: tools of device outside", f.call, "GET", "/api/v1/devices/bedroom/tools", "", 404, "device_not_found"},
+		{"call: events of device outside", f.call, "GET", "/api/v1/events?device=bedroom", "", 404, "device_not_found"},
+		{"call: unknown device is the same 404", f.call, "GET", "/api/v1/devices/nowhere", "", 404, "device_not_found"},
+		{"call cannot rename", f.call, "PATCH", "/api/v1/devices/kitchen-1", `{"alias":"k"}`, 403, "forbidden"},
+		{"call cannot revoke", f.call, "POST", "/api/v1/devices/kitchen-1/revoke", `{}`, 403, "forbidden"},
+		{"admin calls anything", f.admin, "POST", "/api/v1/devices/bedroom/tools/call", photo, 200, ""},
+		{"admin renames", f.admin, "PATCH", "/api/v1/devices/bedroom", `{"alias":"bedroom"}`, 200, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			status, hdr, body := f.do(t, tc.key, tc.method, tc.path, tc.body)
+			if status != tc.status || errorCode(body) != tc.code {
+				t.Fatalf("%s %s: %d %s, want %d %q", tc.method, tc.path, status, body, tc.status, tc.code)
+			}
+			if status == 401 && !strings.HasPrefix(hdr.Get("WWW-Authenticate"), "Bearer") {
+				t.Fatalf("401 without a Bearer challenge: %q", hdr.Get("WWW-Authenticate"))
+			}
+			if tc.key != "" && bytes.Contains(body, []byte(tc.key)) {
+				t.Fatal("the answer repeats the secret")
+			}
+		})
+	}
+
+	// What a restricted key lists: one device, one tool.
+	_, _, body := f.do(t, f.call, "GET", "/api/v1/devices", "")
+	var list struct{ Devices []hub.Device }
+	if err := json.Unmarshal(body, &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Devices) != 1 || list.Devices[0].Alias != "kitchen-1" || list.Devices[0].Tools != 1 {
+		t.Fatalf("call key lists %+v, want only kitchen-1 with 1 tool", list.Devices)
+	}
+	_, _, body = f.do(t, f.call, "GET", "/api/v1/devices/kitchen-1/tools", "")
+	if !bytes.Contains(body, []byte("set_volume")) || bytes.Contains(body, []byte("take_photo")) {
+		t.Fatalf("call key's tools: %s", body)
+	}
+	_, _, body = f.do(t, f.admin, "GET", "/api/v1/devices", "")
+	if err := json.Unmarshal(body, &list); err != nil || len(list.Devices) != 2 || list.Devices[0].Tools != 2 {
+		t.Fatalf("admin lists %s", body)
+	}
+}
+
+func TestRESTCallsCarryTheCaller(t *testing.T) {
+	f := newFixture(t, gateway.Config{RequireKeys: true})
+	sub := f.gw.Hub().Subscribe()
+	defer sub.Close()
+	if status, _, body := f.do(t, f.call, "POST", "/api/v1/devices/kitchen-1/tools/call",
+		`{"name":"self.audio_speaker.set_volume","arguments":{"volume":10}}`); status != 200 {
+		t.Fatalf("call: %d %s", status, body)
+	}
+	data := waitCall(t, sub)
+	if data.Caller != f.callID || data.Door != "rest" {
+		t.Fatalf("call event caller %q door %q, want %q rest", data.Caller, data.Door, f.callID)
+	}
+}
+
+func waitCall(t *testing.T, sub *hub.Subscription) hub.CallData {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case ev := <-sub.C:
+			if ev.Type != hub.EventCall {
+				continue
+			}
+			switch d := ev.Data.(type) {
+			case hub.CallData:
+				return d
+			case *hub.CallData:
+				return *d
+			}
+			t.Fatalf("call event data %T", ev.Data)
+		case <-timeout:
+			t.Fatal("no call event")
+		}
+	}
+}
+
+func TestEventsAreFiltered(t *testing.T) {
+	f := newFixture(t, gateway.Config{RequireKeys: true})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", f.base+"/api/v1/events", nil)
+	req.Header.Set("Authorization", "Bearer "+f.call)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("events: %d", resp.StatusCode)
+	}
+	lines := make(chan string, 64)
+	go func() {
+		defer close(lines)
+		buf := make([]byte, 4096)
+		var acc []byte
+		for {
+			n, err := resp.Body.Read(buf)
+			acc = append(acc, buf[:n]...)
+			for {
+				i := bytes.IndexByte(acc, '\n')
+				if i < 0 {
+					break
+				}
+				lines <- string(acc[:i])
+				acc = acc[i+1:]
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	// Calls by admin: bedroom (invisible), kitchen's photo (invisible
+	// tool), then kitchen's volume (visible). Only the last may arrive.
+	for _, c := range []struct{ dev, body string }{
+		{"bedroom", `{"name":"self.audio_speaker.set_volume","arguments":{"volume":1}}`},
+		{"kitchen-1", `{"name":"self.camera.take_photo"}`},
+		{"kitchen-1", `{"name":"self.audio_speaker.set_volume","arguments":{"volume":2}}`},
+	} {
+		if status, _, body := f.do(t, f.admin, "POST", "/api/v1/devices/"+c.dev+"/tools/call", c.body); status != 200 {
+			t.Fatalf("call: %d %s", status, body)
+		}
+	}
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("stream ended")
+			}
+			if strings.Contains(l, bedroomID) || strings.Contains(l, "take_photo") {
+				t.Fatalf("restricted key saw %s", l)
+			}
+			if strings.HasPrefix(l, "data:") && strings.Contains(l, "set_volume") {
+				return
+			}
+		case <-timeout:
+			t.Fatal("the visible call's event did not arrive")
+		}
+	}
+}
+
+// mcpConnect connects the go-sdk client to url with key.
+func mcpConnect(t *testing.T, url, key string) (*mcp.ClientSession, error) {
+	t.Helper()
+	hc := &http.Client{Transport: headerRT{key: key}}
+	cl := mcp.NewClient(&mcp.Implementation{Name: "auth-test", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	cs, err := cl.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, nil)
+	if err == nil {
+		t.Cleanup(func() { cs.Close() })
+	}
+	return cs, err
+}
+
+type headerRT struct{ key string }
+
+func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	if h.key != "" {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+h.key)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func toolNames(t *testing.T, cs *mcp.ClientSession) []string {
+	t.Helper()
+	res, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range res.Tools {
+		names = append(names, tl.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// callCode calls a tool and returns "" on success or the gateway error code.
+func callCode(t *testing.T, cs *mcp.ClientSession, name string, args any) string {
+	t.Helper()
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("call %s: %v", name, err)
+	}
+	if !res.IsError {
+		return ""
+	}
+	code, _ := res.Meta["mcpgate/error"].(string)
+	if code == "" {
+		return "device_error"
+	}
+	return code
+}
+
+func TestMCPDoors(t *testing.T) {
+	f := newFixture(t, gateway.Config{RequireKeys: true})
+	agg := f.base + "/mcp"
+	vol := map[string]any{"volume": 5}
+
+	if _, err := mcpConnect(t, agg, ""); err == nil {
+		t.Fatal("/mcp without a key connected")
+	}
+	_, other := auth.NewSecret()
+	if _, err := mcpConnect(t, agg, other); err == nil {
+		t.Fatal("/mcp with an unknown key connected")
+	}
+
+	admin, err := mcpConnect(t, agg, f.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller, err := mcpConnect(t, agg, f.call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := mcpConnect(t, agg, f.read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each key's list, after the debounced sync.
+	want := []string{"kitchen-1.self.audio_speaker.set_volume", "list_devices"}
+	waitFor(t, "the call key's aggregate list", func() bool { return slices.Equal(toolNames(t, caller), want) })
+	waitFor(t, "the admin key's aggregate list", func() bool { return len(toolNames(t, admin)) == 5 })
+	if got := toolNames(t, caller); !slices.Equal(got, want) {
+		t.Fatalf("call key lists %q, want %q", got, want)
+	}
+
+	res, err := caller.CallTool(t.Context(), &mcp.CallToolParams{Name: "list_devices"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	if !bytes.Contains(b, []byte("kitchen-1")) || bytes.Contains(b, []byte("bedroom")) || !bytes.Contains(b, []byte(`"tools":1`)) {
+		t.Fatalf("list_devices for the call key: %s", b)
+	}
+
+	sub := f.gw.Hub().Subscribe()
+	defer sub.Close()
+	for _, tc := range []struct {
+		name string
+		cs   *mcp.ClientSession
+		tool string
+		want string
+	}{
+		{"call key calls", caller, "kitchen-1.self.audio_speaker.set_volume", ""},
+		{"tool outside patterns", caller, "kitchen-1.self.camera.take_photo", "tool_not_found"},
+		{"device outside patterns", caller, "bedroom.self.audio_speaker.set_volume", "device_not_found"},
+		{"read key", reader, "kitchen-1.self.audio_speaker.set_volume", "forbidden"},
+		{"admin", admin, "bedroom.self.audio_speaker.set_volume", ""},
+	} {
+		if got := callCode(t, tc.cs, tc.tool, vol); got != tc.want {
+			t.Errorf("%s: %s answered %q, want %q", tc.name, tc.tool, got, tc.want)
+		}
+	}
+	if d := waitCall(t, sub); d.Caller != f.callID || d.Door != "mcp" {
+		t.Fatalf("first call event: caller %q door %q, want %s mcp", d.Caller, d.Door, f.callID)
+	}
+
+	// The device door: invisible devices do not exist, visible ones list
+	// only the key's tools.
+	if _, err := mcpConnect(t, f.base+"/mcp/devices/bedroom", f.call); err == nil {
+		t.Fatal("/mcp/devices/bedroom connected with a key limited to kitchen*")
+	}
+	status, _, _ := f.do(t, f.call, "POST", "/mcp/devices/bedroom", `{}`)
+	if status != 404 {
+		t.Fatalf("/mcp/devices/bedroom with the call key: %d, want 404", status)
+	}
+	dev, err := mcpConnect(t, f.base+"/mcp/devices/kitchen-1", f.call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := toolNames(t, dev); !slices.Equal(got, []string{"self.audio_speaker.set_volume"}) {
+		t.Fatalf("device door lists %q", got)
+	}
+drain: // older call events
+	for {
+		select {
+		case <-sub.C:
+		default:
+			break drain
+		}
+	}
+	if got := callCode(t, dev, "self.camera.take_photo", nil); got != "tool_not_found" {
+		t.Fatalf("device door, invisible tool: %q", got)
+	}
+	if got := callCode(t, dev, "self.audio_speaker.set_volume", vol); got != "" {
+		t.Fatalf("device door call: %q", got)
+	}
+	if d := waitCall(t, sub); d.Caller != f.callID || d.Door != "mcp-device" {
+		t.Fatalf("device door call event: caller %q door %q", d.Caller, d.Door)
+	}
+
+	// A session of one key is unknown to another key.
+	if id := caller.ID(); id != "" {
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", agg, strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"tools/list"}`))
+		req.Header.Set("Authorization", "Bearer "+f.admin)
+		req.Header.Set("Mcp-Session-Id", id)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("another key's session id: %d, want 404", resp.StatusCode)
+		}
+	}
+}
+
+// dialEndpoint connects a fake MCP server to /mcp/endpoint with token and
+// name; it returns the HTTP status of a refused dial, or 101 and a channel
+// closed when the gateway ends the connection.
+func dialEndpoint(t *testing.T, f *fixture, token, name string) (int, <-chan struct{}) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	hdr := http.Header{}
+	if token != "" {
+		hdr.Set("Authorization", "Bearer "+token)
+	}
+	conn, resp, err := websocket.Dial(ctx, "ws://"+f.gw.Addr()+"/mcp/endpoint?name="+name, &websocket.DialOptions{HTTPHeader: hdr})
+	if err != nil {
+		if resp == nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, nil
+	}
+	srv := mcptest.New(name)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			_, data, err := conn.Read(context.Background())
+			if err != nil {
+				return
+			}
+			if out := srv.Handle(data); out != nil {
+				if conn.Write(context.Background(), websocket.MessageText, out) != nil {
+					return
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { conn.CloseNow(); <-done })
+	return http.StatusSwitchingProtocols, done
+}
+
+func TestEndpointDoor(t *testing.T) {
+	f := newFixture(t, gateway.Config{RequireKeys: true, EndpointTokens: []string{"endpoint-secret-token"}})
+	_, calc := createKey(t, f.st, auth.ScopeCall, []string{"endpoint-calc*"}, nil, 0)
+
+	_, unknown := auth.NewSecret()
+	for _, c := range []struct{ what, token string }{{"no token", ""}, {"read key", f.read}, {"unknown key", unknown}, {"garbage", "nope"}} {
+		if got, _ := dialEndpoint(t, f, c.token, "anon"); got != 401 {
+			t.Fatalf("%s: %d, want 401", c.what, got)
+		}
+	}
+	// The endpoint token and an unrestricted key serve as any source.
+	for _, c := range []struct{ token, name string }{{"endpoint-secret-token", "tok"}, {f.admin, "adm"}, {calc, "calc"}} {
+		if got, _ := dialEndpoint(t, f, c.token, c.name); got != 101 {
+			t.Fatalf("%s: %d", c.name, got)
+		}
+		waitFor(t, c.name+" ready", func() bool {
+			d, err := f.gw.Hub().Device("endpoint-" + c.name)
+			return err == nil && d.State == hub.StateReady
+		})
+	}
+	// A key limited to endpoint-calc* cannot serve as another source: the
+	// connection is accepted (the name comes after initialize) but closed
+	// before it joins the hub.
+	got, closed := dialEndpoint(t, f, calc, "other")
+	if got != 101 {
+		t.Fatalf("other: %d", got)
+	}
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a source outside the key's patterns stayed connected")
+	}
+	if d, err := f.gw.Hub().Device("endpoint-other"); err == nil {
+		t.Fatalf("a source outside the key's patterns joined the hub: %+v", d)
+	}
+}
+
+func TestRevocationAndExpiryWithoutRestart(t *testing.T) {
+	f := newFixture(t, gateway.Config{RequireKeys: true})
+	k, secret := createKey(t, f.st, auth.ScopeRead, nil, nil, 0)
+	if status, _, _ := f.do(t, secret, "GET", "/api/v1/devices", ""); status != 200 {
+		t.Fatalf("fresh key: %d", status)
+	}
+	// Revoked through the store, as `mcpgate keys revoke` in another process does.
+	if err := f.st.RevokeKey(t.Context(), k.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	waitFor(t, "the revoked key to be refused", func() bool {
+		status, _, _ := f.do(t, secret, "GET", "/api/v1/devices", "")
+		return status == 401
+	})
+	if took := time.Since(start); took > 1500*time.Millisecond {
+		t.Fatalf("revocation took %s to take effect, want about 1s", took)
+	}
+	_, _, body := f.do(t, secret, "GET", "/api/v1/devices", "")
+	if !strings.Contains(string(body), "revoked") {
+		t.Fatalf("revoked key's answer: %s", body)
+	}
+	if _, err := mcpConnect(t, f.base+"/mcp", secret); err == nil {
+		t.Fatal("revoked key connected to /mcp")
+	}
+
+	_, short := createKey(t, f.st, auth.ScopeRead, nil, nil, 1500*time.Millisecond)
+	if status, _, _ := f.do(t, short, "GET", "/api/v1/devices", ""); status != 200 {
+		t.Fatalf("fresh short key: %d", status)
+	}
+	waitFor(t, "the key to expire", func() bool {
+		status, _, body := f.do(t, short, "GET", "/api/v1/devices", "")
+		return status == 401 && strings.Contains(string(body), "expired")
+	})
+}
+
+func TestOpenLoopback(t *testing.T) {
+	f := newFixture(t, gateway.Config{}) // loopback, keys not required
+	if status, _, body := f.do(t, "", "GET", "/api/v1/devices", ""); status != 200 || !bytes.Contains(body, []byte("bedroom")) {
+		t.Fatalf("no key on open loopback: %d %s", status, body)
+	}
+	// A presented key is still checked, and its limits applied.
+	_, _, body := f.do(t, f.call, "GET", "/api/v1/devices", "")
+	if bytes.Contains(body, []byte("bedroom")) {
+		t.Fatalf("the call key saw bedroom on an open gateway: %s", body)
+	}
+	if status, _, _ := f.do(t, "mgk_nonsense", "GET", "/api/v1/devices", ""); status != 401 {
+		t.Fatalf("a bad key on an open gateway: %d, want 401", status)
+	}
+	// The local caller's MCP door sees everything.
+	cs, err := mcpConnect(t, f.base+"/mcp", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the local aggregate list", func() bool { return len(toolNames(t, cs)) == 5 })
+	sub := f.gw.Hub().Subscribe()
+	defer sub.Close()
+	if got := callCode(t, cs, "bedroom.self.audio_speaker.set_volume", map[string]any{"volume": 3}); got != "" {
+		t.Fatalf("local call: %q", got)
+	}
+	if d := waitCall(t, sub); d.Caller != "local" {
+		t.Fatalf("local call's caller %q", d.Caller)
+	}
+}
+
+func TestPublicAddressNeedsAKey(t *testing.T) {
+	// No key: refuse, saying what to do.
+	gw, err := gateway.New(gateway.Config{Addr: "0.0.0.0:0", DataDir: t.TempDir(), Store: openStore(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = gw.Run(t.Context())
+	if !errors.Is(err, gateway.ErrNoKeys) {
+		t.Fatalf("Run on 0.0.0.0 without keys: %v, want ErrNoKeys", err)
+	}
+	for _, want := range []string{"mcpgate keys create", "--scope admin", "--insecure"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not mention %q", err, want)
+		}
+	}
+	// No store at all: the same.
+	gw, err = gateway.New(gateway.Config{Addr: "0.0.0.0:0", DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.Run(t.Context()); !errors.Is(err, gateway.ErrNoKeys) {
+		t.Fatalf("Run on 0.0.0.0 without a store: %v", err)
+	}
+	// Only revoked or expired keys: still refused.
+	st := openStore(t)
+	k, _ := createKey(t, st, auth.ScopeAdmin, nil, nil, 0)
+	if err := st.RevokeKey(t.Context(), k.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	gw, err = gateway.New(gateway.Config{Addr: "0.0.0.0:0", DataDir: t.TempDir(), Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.Run(t.Context()); !errors.Is(err, gateway.ErrNoKeys) {
+		t.Fatalf("Run with only a revoked key: %v", err)
+	}
+	if _, err := gateway.New(gateway.Config{RequireKeys: true, Insecure: true}); err == nil {
+		t.Fatal("require-keys with insecure accepted")
+	}
+
+	// --insecure: starts, doors open.
+	gwi, _ := gatewaytest.Start(t, gateway.Config{Addr: "0.0.0.0:0", Insecure: true, Store: st})
+	resp, err := http.Get("http://" + loopbackOf(gwi.Addr()) + "/api/v1/devices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("insecure gateway: %d", resp.StatusCode)
+	}
+
+	// With a key: starts and requires it.
+	_, secret := createKey(t, st, auth.ScopeRead, nil, nil, 0)
+	gwk, _ := gatewaytest.Start(t, gateway.Config{Addr: "0.0.0.0:0", Store: st})
+	f := &fixture{gw: gwk, base: "http://" + loopbackOf(gwk.Addr())}
+	if status, _, _ := f.do(t, "", "GET", "/api/v1/devices", ""); status != 401 {
+		t.Fatalf("public gateway without a key: %d, want 401", status)
+	}
+	if status, _, _ := f.do(t, secret, "GET", "/api/v1/devices", ""); status != 200 {
+		t.Fatalf("public gateway with a key: %d, want 200", status)
+	}
+}
+
+// loopbackOf turns "0.0.0.0:port" or "[::]:port" into 127.0.0.1:port.
+func loopbackOf(addr string) string {
+	i := strings.LastIndexByte(addr, ':')
+	return "127.0.0.1" + addr[i:]
+}

@@ -1,0 +1,184 @@
+package auth
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// ErrBadAuthorization is a malformed Authorization header.
+var ErrBadAuthorization = errors.New(`malformed Authorization header: want "Bearer <key>"`)
+
+// maxBearer bounds what is looked at in a header: secrets are SecretLen
+// bytes, endpoint tokens are short.
+const maxBearer = 4096
+
+// ParseBearer returns the token of an "Authorization: Bearer <token>"
+// header value (scheme case-insensitive, surrounding spaces ignored). An
+// empty header is ("", nil): no credentials.
+func ParseBearer(header string) (string, error) {
+	header = strings.TrimSpace(header)
+	if header == "" {
+		return "", nil
+	}
+	if len(header) > maxBearer {
+		return "", ErrBadAuthorization
+	}
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") {
+		return "", ErrBadAuthorization
+	}
+	token = strings.TrimSpace(token)
+	if token == "" || strings.ContainsAny(token, " \t") {
+		return "", ErrBadAuthorization
+	}
+	return token, nil
+}
+
+// DoorsConfig configures [Doors].
+type DoorsConfig struct {
+	// Keys checks presented keys; nil refuses every key (a gateway without
+	// a store).
+	Keys *Keys
+	// Require makes every request present a valid key. Otherwise a request
+	// without one is the local caller ([Local]), and a request with one is
+	// still checked and gets that key's limits.
+	Require bool
+	Logger  *slog.Logger
+}
+
+// Doors authenticates the HTTP doors' requests (REST, MCP). It is safe for
+// concurrent use.
+type Doors struct {
+	cfg DoorsConfig
+	log *slog.Logger
+}
+
+// NewDoors returns the doors' authenticator.
+func NewDoors(cfg DoorsConfig) *Doors {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Doors{cfg: cfg, log: cfg.Logger}
+}
+
+// Required reports whether every request must present a key.
+func (d *Doors) Required() bool { return d.cfg.Require }
+
+// Authenticate returns the request's principal, or an error: ErrNoKey,
+// ErrBadAuthorization, or one of [Keys.Authenticate]'s.
+func (d *Doors) Authenticate(r *http.Request) (*Principal, error) {
+	token, err := ParseBearer(r.Header.Get("Authorization"))
+	if err != nil {
+		return nil, err
+	}
+	if token == "" {
+		if d.cfg.Require {
+			return nil, ErrNoKey
+		}
+		return Local(), nil
+	}
+	return d.Key(r, token)
+}
+
+// Key checks a token presented some other way than the Authorization header
+// (the endpoint door also takes ?token=).
+func (d *Doors) Key(r *http.Request, token string) (*Principal, error) {
+	if d.cfg.Keys == nil {
+		return nil, fmt.Errorf("%w: this gateway has no key store", ErrInvalidKey)
+	}
+	return d.cfg.Keys.Authenticate(r.Context(), token)
+}
+
+// Wrap authenticates every request before h: h sees the principal in the
+// request's context ([FromContext]); a refused request gets 401 in the REST
+// API's error shape.
+func (d *Doors) Wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := d.Authenticate(r)
+		if err != nil {
+			d.Refuse(w, r, err)
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
+	})
+}
+
+// Refuse answers a failed authentication: 401 unauthorized with a
+// WWW-Authenticate challenge, or 500 when the store failed. It logs the
+// refusal with the key id when there is one, never the secret.
+func (d *Doors) Refuse(w http.ResponseWriter, r *http.Request, err error) {
+	keyID := ""
+	if tok, perr := ParseBearer(r.Header.Get("Authorization")); perr == nil {
+		if id, ierr := ParseSecret(tok); ierr == nil {
+			keyID = id
+		}
+	}
+	switch {
+	case errors.Is(err, ErrNoKey), errors.Is(err, ErrBadAuthorization), errors.Is(err, ErrInvalidKey),
+		errors.Is(err, ErrExpiredKey), errors.Is(err, ErrRevokedKey):
+		d.log.Info("request refused: unauthorized", "key_id", keyID, "remote", r.RemoteAddr,
+			"method", r.Method, "path", r.URL.Path, "reason", reason(err))
+		challenge := `Bearer realm="mcpgate"`
+		if !errors.Is(err, ErrNoKey) {
+			challenge += `, error="invalid_token"`
+		}
+		w.Header().Set("WWW-Authenticate", challenge)
+		WriteError(w, http.StatusUnauthorized, "unauthorized", message(err))
+	default:
+		d.log.Error("could not check an API key", "key_id", keyID, "error", err)
+		WriteError(w, http.StatusInternalServerError, "internal", "could not check the API key; see the gateway's log")
+	}
+}
+
+// reason is a short word for the log.
+func reason(err error) string {
+	switch {
+	case errors.Is(err, ErrNoKey):
+		return "no_key"
+	case errors.Is(err, ErrBadAuthorization):
+		return "bad_header"
+	case errors.Is(err, ErrExpiredKey):
+		return "expired"
+	case errors.Is(err, ErrRevokedKey):
+		return "revoked"
+	}
+	return "invalid"
+}
+
+// message is what the caller is told: enough to fix it, nothing about keys
+// it does not hold.
+func message(err error) string {
+	switch {
+	case errors.Is(err, ErrExpiredKey), errors.Is(err, ErrRevokedKey), errors.Is(err, ErrNoKey), errors.Is(err, ErrBadAuthorization):
+		return err.Error()
+	}
+	return ErrInvalidKey.Error()
+}
+
+// Forbid answers 403 forbidden: the key is valid but its scope is too low.
+func Forbid(w http.ResponseWriter, p *Principal, need Scope) {
+	WriteError(w, http.StatusForbidden, "forbidden", ForbiddenMessage(p, need))
+}
+
+// ForbiddenMessage says which scope an action needs and which the caller has.
+func ForbiddenMessage(p *Principal, need Scope) string {
+	have := Scope(0)
+	if p != nil {
+		have = p.Scope
+	}
+	return fmt.Sprintf("this needs an API key with scope %s; key %s has scope %s", need, p.Caller(), have)
+}
+
+// WriteError writes the REST API's error shape {"error":{"code","message"}}.
+func WriteError(w http.ResponseWriter, status int, code, msg string) {
+	b, _ := json.Marshal(map[string]map[string]string{"error": {"code": code, "message": msg}}) // strings always marshal
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n')) // the client may be gone
+}

@@ -1,0 +1,34 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// A failed dial must not log the endpoint token or API key carried in the URL.
+func TestDialErrorHidesToken(t *testing.T) {
+	target := "ws://127.0.0.1:1/mcp/endpoint?name=calc&token=mgk_secretsecret"
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	conn, _, err := websocket.Dial(ctx, target, nil)
+	if err == nil {
+		conn.CloseNow()
+		err = errors.New(`failed to send handshake request: Get "http://127.0.0.1:1/mcp/endpoint?name=calc&token=mgk_secretsecret": refused`)
+	}
+	red := redactURL(err, target)
+	if strings.Contains(red.Error(), "secretsecret") {
+		t.Fatalf("redacted error still has the token: %v", red)
+	}
+	if !errors.Is(red, err) {
+		t.Fatal("the redacted error no longer unwraps to the dial error")
+	}
+	synthetic := errors.New(`Get "` + target + `": refused`)
+	if got := redactURL(synthetic, target).Error(); strings.Contains(got, "secretsecret") || !strings.Contains(got, "127.0.0.1:1/mcp/endpoint?REDACTED\"") {
+		t.Fatalf("redactURL = %q", got)
+	}
+}

@@ -1,0 +1,133 @@
+package gateway
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/httpguard"
+	"github.com/mcpgate/mcpgate/internal/transport/endpoint"
+)
+
+// ErrNoKeys is why Run refuses to start when the doors need an API key and
+// the store holds none that works.
+var ErrNoKeys = errors.New("no usable API key")
+
+// doorAuth is how the gateway identifies callers of REST, the MCP doors and
+// the endpoint door.
+type doorAuth struct {
+	doors   *auth.Doors
+	keys    *auth.Keys // nil without a store
+	require bool       // every REST and MCP request needs a key
+	public  bool       // listening on a non-loopback address
+}
+
+// newDoorAuth decides the mode from the listen address and the flags:
+// keys are required on a public address unless Insecure, and anywhere with
+// RequireKeys; otherwise the doors are open to the local caller, and a
+// presented key is still checked.
+func newDoorAuth(cfg Config) (*doorAuth, error) {
+	if cfg.RequireKeys && cfg.Insecure {
+		return nil, errors.New("require-keys and insecure contradict each other: pick one")
+	}
+	a := &doorAuth{public: !httpguard.IsLoopbackAddr(cfg.Addr)}
+	a.require = cfg.RequireKeys || (a.public && !cfg.Insecure)
+	if cfg.Store != nil {
+		var err error
+		if a.keys, err = auth.NewKeys(auth.KeysConfig{Store: cfg.Store, Logger: cfg.Logger}); err != nil {
+			return nil, err
+		}
+	}
+	a.doors = auth.NewDoors(auth.DoorsConfig{Keys: a.keys, Require: a.require, Logger: cfg.Logger})
+	return a, nil
+}
+
+// checkKeys runs before the gateway listens: doors that need a key with no
+// key to present would lock everyone out (or, were they left open instead,
+// expose every device to the network), so refuse and say what to do.
+func (g *Gateway) checkKeys(ctx context.Context) error {
+	a := g.auth
+	if a.public && !a.require {
+		g.log.Warn("INSECURE: REST and MCP doors are open to anyone who can reach this address: every device can be listed and called without a key",
+			"addr", g.cfg.Addr)
+	}
+	if !a.require {
+		return nil
+	}
+	usable := false
+	if g.cfg.Store != nil {
+		var err error
+		if usable, err = auth.AnyUsable(ctx, g.cfg.Store, time.Now()); err != nil {
+			return fmt.Errorf("check API keys: %w", err)
+		}
+	}
+	if usable {
+		return nil
+	}
+	why := fmt.Sprintf("%s is not a loopback address", g.cfg.Addr)
+	if !a.public {
+		why = "require-keys is set"
+	}
+	return fmt.Errorf("%w: %s, so REST and MCP need an API key, and the store has none that is unrevoked and unexpired.\n"+
+		"Create one on the same store, then start again:\n"+
+		"  mcpgate keys create --data %s --name admin --scope admin\n"+
+		"(add --store as given to serve if you use one), or start with --insecure to leave the doors open to the network",
+		ErrNoKeys, why, shellQuote(g.cfg.DataDir))
+}
+
+func shellQuote(s string) string {
+	if s != "" && !strings.ContainsAny(s, " \t'\"$`\\!*?[]{}()<>|&;#~") {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// endpointAuthorize admits MCP servers at /mcp/endpoint: an endpoint token
+// (--endpoint-token) serves as any source; an API key of scope call or
+// admin serves as the sources its device patterns allow ("endpoint-<name>"
+// or the name); no token only from loopback to a loopback gateway whose
+// doors are open and which has no endpoint tokens.
+func endpointAuthorize(cfg Config, a *doorAuth) func(r *http.Request, token string) (endpoint.SourceCheck, error) {
+	tokens := append([]string(nil), cfg.EndpointTokens...)
+	return func(r *http.Request, token string) (endpoint.SourceCheck, error) {
+		if token == "" {
+			if !a.public && !a.require && len(tokens) == 0 && endpoint.IsLoopback(r.RemoteAddr) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("%w: send an endpoint token or an API key as ?token=<token> or an Authorization: Bearer header", endpoint.ErrUnauthorized)
+		}
+		// Compare with every token so the time taken says nothing about which matched.
+		match := 0
+		for _, want := range tokens {
+			match |= subtle.ConstantTimeCompare([]byte(token), []byte(want))
+		}
+		if match == 1 {
+			return nil, nil
+		}
+		if _, err := auth.ParseSecret(token); err != nil {
+			return nil, endpoint.ErrUnauthorized
+		}
+		p, err := a.doors.Key(r, token)
+		if err != nil {
+			if errors.Is(err, auth.ErrInvalidKey) || errors.Is(err, auth.ErrExpiredKey) || errors.Is(err, auth.ErrRevokedKey) {
+				return nil, fmt.Errorf("%w: %w", endpoint.ErrUnauthorized, err)
+			}
+			cfg.Logger.Error("could not check an API key at the endpoint", "error", err)
+			return nil, fmt.Errorf("%w: could not check the API key", endpoint.ErrUnauthorized)
+		}
+		if !p.Can(auth.ScopeCall) {
+			return nil, fmt.Errorf("%w: key %s has scope %s; a tool source needs call or admin", endpoint.ErrUnauthorized, p.KeyID, p.Scope)
+		}
+		return func(deviceID, alias string) error {
+			if !p.CanSeeDevice(deviceID, alias) {
+				return fmt.Errorf("key %s may not serve as source %s: outside its device patterns %s", p.KeyID, deviceID, strings.Join(p.Devices, ","))
+			}
+			return nil
+		}, nil
+	}
+}

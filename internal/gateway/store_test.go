@@ -1,0 +1,99 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+)
+
+// TestStoreLifecycle: Run opens the store named by StoreDSN, it is usable
+// while the gateway runs, closed when Run returns, and its data is there
+// for the next run. On both backends.
+func TestStoreLifecycle(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		dsn  func(t *testing.T) string
+		kind string
+	}{
+		{"sqlite", func(*testing.T) string { return "" }, "sqlite"},
+		{"postgres", func(t *testing.T) string { return storetest.PostgresDSN(t) }, "postgres"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dsn, dir := tc.dsn(t), t.TempDir()
+			ctx := context.Background()
+			for run := range 2 {
+				gw, err := New(Config{Addr: "127.0.0.1:0", DataDir: dir, StoreDSN: dsn})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := gw.Store()
+				// New opened nothing.
+				if _, err := s.Devices(ctx); !errors.Is(err, store.ErrNotOpen) {
+					t.Fatalf("run %d: store before Run: %v, want ErrNotOpen", run, err)
+				}
+				runCtx, cancel := context.WithCancel(ctx)
+				done := make(chan error, 1)
+				go func() { done <- gw.Run(runCtx) }()
+				select {
+				case <-gw.Ready():
+				case err := <-done:
+					cancel()
+					t.Fatalf("run %d: %v", run, err)
+				}
+				if s.Kind() != tc.kind || s.Location() == "" {
+					t.Errorf("run %d: Kind %q, Location %q", run, s.Kind(), s.Location())
+				}
+				if run == 0 {
+					if err := s.SaveDevice(ctx, store.Device{ID: "aa:bb:cc:dd:ee:ff", Alias: "kitchen"}); err != nil {
+						t.Fatal(err)
+					}
+				} else if ds, err := s.Devices(ctx); err != nil || len(ds) != 1 || ds[0].Alias != "kitchen" {
+					t.Errorf("after a restart: %+v, %v", ds, err)
+				}
+				cancel()
+				if err := <-done; err != nil {
+					t.Fatalf("run %d: %v", run, err)
+				}
+				if _, err := s.Devices(ctx); err == nil {
+					t.Errorf("run %d: the store still answers after Run returned", run)
+				}
+			}
+			if tc.kind == "sqlite" {
+				if fi, err := os.Stat(filepath.Join(dir, store.DefaultFile)); err != nil || fi.Mode().Perm() != 0o600 {
+					t.Errorf("database file: %v, %v", fi, err)
+				}
+			}
+		})
+	}
+}
+
+func TestStoreDSNRejected(t *testing.T) {
+	dir := t.TempDir()
+	_, err := New(Config{Addr: "127.0.0.1:0", DataDir: dir, StoreDSN: "mysql://root:pw@db/x"})
+	if err == nil || !strings.Contains(err.Error(), "postgres://") || strings.Contains(err.Error(), ":pw@") {
+		t.Fatalf("New with a bad store: %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("a failed New left files: %v", entries)
+	}
+}
+
+// TestStoreGiven: a store the caller gives is used and left open.
+func TestStoreGiven(t *testing.T) {
+	s := storetest.Open(t, "", t.TempDir())
+	t.Cleanup(func() { // runs after the gateway stopped
+		if err := s.SetSetting(context.Background(), "a", "b"); err != nil {
+			t.Errorf("the given store after the gateway stopped: %v", err)
+		}
+	})
+	gw := startGateway(t, Config{Store: s})
+	if gw.Store() != s {
+		t.Fatal("Store() is not the given store")
+	}
+}

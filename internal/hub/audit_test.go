@@ -1,0 +1,129 @@
+package hub
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// recorder is an audit hook that keeps the records.
+type recorder struct {
+	mu   sync.Mutex
+	recs []CallRecord
+}
+
+func (r *recorder) record(c CallRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c.Arguments = append(json.RawMessage(nil), c.Arguments...)
+	r.recs = append(r.recs, c)
+}
+
+func (r *recorder) take() []CallRecord {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.recs
+	r.recs = nil
+	return out
+}
+
+// Every call through Hub.Call gives exactly one record, whether it reached
+// the device or was refused before, with the outcome and error the door saw.
+func TestAuditHookRecordsEveryCall(t *testing.T) {
+	rec := &recorder{}
+	h := New(Config{Audit: rec.record})
+	connect(t, h, "aa:bb:cc:dd:ee:ff", &memDevice{tools: []string{volumeTool, statusTool}})
+	waitState(t, h, "aa:bb:cc:dd:ee:ff", StateReady)
+	const offline = "02:00:00:00:00:09"
+	stop := connect(t, h, offline, &memDevice{tools: []string{volumeTool}})
+	waitState(t, h, offline, StateReady)
+	stop(ErrShutdown)
+	waitState(t, h, offline, StateOffline)
+
+	tests := []struct {
+		name, device, tool, args string
+		outcome, code, errPart   string
+		wantDevice, wantArgs     string
+	}{
+		{"ok", "AA-BB-CC-DD-EE-FF", "self.audio_speaker.set_volume", `{"volume":30}`, "ok", "", "", "aa:bb:cc:dd:ee:ff", `{"volume":30}`},
+		{"tool error", "aa:bb:cc:dd:ee:ff", "self.get_device_status", ``, "tool_error", "tool_error", "sensor broken", "aa:bb:cc:dd:ee:ff", `{}`},
+		{"invalid arguments", "aa:bb:cc:dd:ee:ff", "self.audio_speaker.set_volume", `{"volume":101}`, "invalid_arguments", "invalid_arguments", "/volume", "aa:bb:cc:dd:ee:ff", `{"volume":101}`},
+		{"unknown tool", "aa:bb:cc:dd:ee:ff", "self.nope", `{}`, "tool_not_found", "tool_not_found", "self.nope", "aa:bb:cc:dd:ee:ff", `{}`},
+		{"unknown device by id", "11-22-33-44-55-66", "x", `{}`, "device_not_found", "device_not_found", "not found", "11:22:33:44:55:66", `{}`},
+		{"unknown device by name", "nobody", "x", `{}`, "device_not_found", "device_not_found", "not found", "nobody", `{}`},
+		{"offline", offline, "self.audio_speaker.set_volume", `{"volume":1}`, "device_offline", "device_offline", "offline", offline, `{"volume":1}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := time.Now()
+			_, _ = h.Call(t.Context(), CallRequest{Device: tt.device, Tool: tt.tool, Arguments: json.RawMessage(tt.args), Caller: "k1", Door: "rest"})
+			recs := rec.take()
+			if len(recs) != 1 {
+				t.Fatalf("%d records, want 1", len(recs))
+			}
+			r := recs[0]
+			if r.Device != tt.wantDevice || r.Tool != tt.tool || r.Caller != "k1" || r.Door != "rest" ||
+				r.Outcome != tt.outcome || r.ErrorCode != tt.code || string(r.Arguments) != tt.wantArgs {
+				t.Errorf("record %+v", r)
+			}
+			if !strings.Contains(r.Error, tt.errPart) || (tt.errPart == "" && r.Error != "") {
+				t.Errorf("error %q, want it to mention %q", r.Error, tt.errPart)
+			}
+			if r.Start.Before(before.Add(-time.Millisecond)) || r.Latency <= 0 || r.Latency > time.Minute {
+				t.Errorf("start %v latency %v", r.Start, r.Latency)
+			}
+		})
+	}
+	// A caller that names none is the local one.
+	_, _ = h.Call(t.Context(), CallRequest{Device: "aa:bb:cc:dd:ee:ff", Tool: "self.nope"})
+	if recs := rec.take(); len(recs) != 1 || recs[0].Caller != "local" {
+		t.Errorf("anonymous call recorded as %+v", recs)
+	}
+}
+
+func TestAuditErrorTextIsBounded(t *testing.T) {
+	rec := &recorder{}
+	h := New(Config{Audit: rec.record})
+	_, _ = h.Call(t.Context(), CallRequest{Device: strings.Repeat("é", 5000), Tool: "x"})
+	recs := rec.take()
+	if len(recs) != 1 || len(recs[0].Error) > maxErrorText || len(recs[0].Device) > 256 {
+		t.Fatalf("records %d, error %d bytes, device %d bytes", len(recs), len(recs[0].Error), len(recs[0].Device))
+	}
+	if !strings.HasSuffix(recs[0].Error, "…") || !utf8.ValidString(recs[0].Error) || !utf8.ValidString(recs[0].Device) {
+		t.Errorf("error cut badly: %q", recs[0].Error)
+	}
+}
+
+// WaitCalls returns once the call in flight has finished and been recorded.
+func TestWaitCalls(t *testing.T) {
+	rec := &recorder{}
+	h := New(Config{Audit: rec.record})
+	d := &memDevice{tools: []string{volumeTool}, hold: make(chan struct{})}
+	connect(t, h, "02:00:00:00:00:01", d)
+	waitState(t, h, "02:00:00:00:00:01", StateReady)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = h.Call(t.Context(), CallRequest{Device: "02:00:00:00:00:01", Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":1}`)})
+	}()
+	for d.calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	short, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	if err := h.WaitCalls(short); err == nil || h.InFlight() != 1 {
+		t.Fatalf("WaitCalls with a call held = %v, in flight %d", err, h.InFlight())
+	}
+	close(d.hold)
+	if err := h.WaitCalls(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if recs := rec.take(); len(recs) != 1 || recs[0].Outcome != "ok" {
+		t.Fatalf("records after WaitCalls: %+v", recs)
+	}
+	<-done
+}

@@ -1,0 +1,110 @@
+package mcpclient
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/jsonrpc"
+)
+
+// FuzzResultFromResponse turns any reply a device can send into a Result:
+// it never panics, and the Result always encodes to valid JSON (it is what
+// the doors send on).
+func FuzzResultFromResponse(f *testing.F) {
+	for _, seed := range []string{
+		`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"true"}],"isError":false}}`,
+		`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"image","data":"AAAA","mimeType":"image/jpeg"}]}}`,
+		`{"jsonrpc":"2.0","id":1,"result":true}`,
+		`{"jsonrpc":"2.0","id":1,"result":null}`,
+		`{"jsonrpc":"2.0","id":1,"result":{"content":"not a list","isError":"yes"}}`,
+		`{"jsonrpc":"2.0","id":1,"error":{"message":"Unknown tool: x"}}`,
+		`{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"bad","data":{"x":1}}}`,
+		`{"jsonrpc":"2.0","id":1,"error":"string error"}`,
+		"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"\xff\"}]}}",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		msg, err := jsonrpc.Decode(payload)
+		if err != nil || msg.Kind() != jsonrpc.KindResponse {
+			return
+		}
+		res := resultFromResponse(msg)
+		b, err := json.Marshal(res)
+		if err != nil {
+			t.Fatalf("result of %q does not encode: %v", payload, err)
+		}
+		if !json.Valid(b) {
+			t.Fatalf("result of %q encodes to invalid JSON %q", payload, b)
+		}
+		_ = res.Text()
+		var back Result
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatalf("result %s does not decode: %v", b, err)
+		}
+	})
+}
+
+// answerLink answers every tools/list with the same page, at once, from
+// inside Send (as a reader would, on another goroutine).
+type answerLink struct {
+	s    *Session
+	page json.RawMessage
+}
+
+func (l *answerLink) Send(_ context.Context, payload []byte) error {
+	msg, err := jsonrpc.Decode(payload)
+	if err != nil {
+		return err
+	}
+	if msg.Kind() == jsonrpc.KindRequest {
+		l.s.Handle(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":%s}`, msg.ID, l.page))
+	}
+	return nil
+}
+
+// FuzzToolsListPage answers tools/list with any page a device can send,
+// every time (so a cursor repeats): paging always ends, within the guards,
+// with unique, named tools.
+func FuzzToolsListPage(f *testing.F) {
+	for _, seed := range []string{
+		`{"tools":[{"name":"a","inputSchema":{"type":"object"}}]}`,
+		`{"tools":[{"name":"a"},{"name":"a"},{"name":""},{"description":"no name"},1,null],"nextCursor":"c"}`,
+		`{"tools":[{"name":"a"}],"nextCursor":"a"}`,
+		`{"tools":[],"nextCursor":""}`,
+		`{"tools":null,"nextCursor":null}`,
+		`{"tools":"x"}`,
+		`{"nextCursor":5}`,
+		`[]`, `null`, `"str"`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, page []byte) {
+		if !json.Valid(page) {
+			return // not a reply the session could match: it would just time out
+		}
+		l := &answerLink{page: page}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s := New(ctx, l, Config{RequestTimeout: time.Second, MaxPages: 5, MaxTools: 20})
+		l.s = s
+		defer s.Close(nil)
+		tools, pages, _, err := s.ListTools(ctx)
+		if err != nil {
+			return // a first page that fails is an error; fine
+		}
+		if pages > 5 || len(tools) > 20 {
+			t.Fatalf("%d pages and %d tools, over the guards (5, 20)", pages, len(tools))
+		}
+		seen := map[string]bool{}
+		for _, tl := range tools {
+			if tl.Name == "" || seen[tl.Name] {
+				t.Fatalf("tool %q empty or listed twice in %s", tl.Name, page)
+			}
+			seen[tl.Name] = true
+		}
+	})
+}

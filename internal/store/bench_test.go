@@ -1,0 +1,64 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+)
+
+// BenchmarkAppendAudit appends batches of 100 records, as the audit writer
+// does; records/s is the figure to read. Sequential (one writer, as the
+// gateway has) and parallel (several stores or processes writing at once).
+func BenchmarkAppendAudit(b *testing.B) {
+	targets := []struct {
+		name string
+		dsn  func(b *testing.B) string
+	}{
+		{"sqlite", func(*testing.B) string { return "" }},
+	}
+	if os.Getenv(storetest.EnvPostgres) != "" {
+		targets = append(targets, struct {
+			name string
+			dsn  func(b *testing.B) string
+		}{"postgres", func(b *testing.B) string { return storetest.PostgresDSN(b) }})
+	}
+	const batchSize = 100
+	batch := make([]store.AuditRecord, batchSize)
+	for i := range batch {
+		batch[i] = store.AuditRecord{Time: time.Now(), Caller: "k_abc123", Door: "mcp", Device: fmt.Sprintf("aa:bb:cc:dd:ee:%02x", i),
+			Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":30}`), Outcome: "ok", LatencyMS: 12.5}
+	}
+	for _, tg := range targets {
+		b.Run(tg.name+"/serial", func(b *testing.B) {
+			s := storetest.Open(b, tg.dsn(b), b.TempDir())
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := s.AppendAudit(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*batchSize)/b.Elapsed().Seconds(), "records/s")
+		})
+		b.Run(tg.name+"/parallel", func(b *testing.B) {
+			s := storetest.Open(b, tg.dsn(b), b.TempDir())
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := s.AppendAudit(ctx, batch); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N*batchSize)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}

@@ -1,0 +1,43 @@
+package store
+
+import "context"
+
+// Hooks for the external tests (package store_test), which can import
+// storetest.
+
+// LatestVersion is the newest migration this binary knows for backend.
+func LatestVersion(backend string) int {
+	known, err := migrations(backend)
+	if err != nil {
+		panic(err)
+	}
+	return len(known)
+}
+
+// ExecRaw runs a statement on the store's database, bypassing the interface.
+func ExecRaw(s Store, query string, args ...any) error {
+	ctx := context.Background()
+	switch s := s.(type) {
+	case *sqliteStore:
+		_, err := s.w.ExecContext(ctx, query, args...)
+		return err
+	case *pgStore:
+		_, err := s.pool.Exec(ctx, query, args...)
+		return err
+	}
+	panic("unknown store")
+}
+
+// QueryInts runs a query returning one row of two integers.
+func QueryInts(s Store, query string) (a, b int, err error) {
+	ctx := context.Background()
+	switch s := s.(type) {
+	case *sqliteStore:
+		err = s.r.QueryRowContext(ctx, query).Scan(&a, &b)
+	case *pgStore:
+		err = s.pool.QueryRow(ctx, query).Scan(&a, &b)
+	default:
+		panic("unknown store")
+	}
+	return a, b, err
+}

@@ -1,0 +1,130 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// ErrSchemaTooNew is returned by Open when the database was migrated by a
+// newer mcpgate than this one: running on would risk misreading its tables.
+var ErrSchemaTooNew = errors.New("database schema is newer than this mcpgate")
+
+// DefaultFile is the SQLite file's name inside the data directory.
+const DefaultFile = "mcpgate.db"
+
+// Open opens the store named by dsn and applies any pending migrations:
+//
+//   - "" or "sqlite": SQLite at <dataDir>/mcpgate.db (dataDir is created
+//     with mode 0700);
+//   - "sqlite:PATH" or "file:PATH": SQLite at PATH;
+//   - "postgres://..." or "postgresql://...": PostgreSQL (a pgx connection
+//     URL, e.g. postgres://mcpgate:secret@db:5432/mcpgate?sslmode=require).
+//
+// SQLite files (the database and its -wal and -shm files) are mode 0600.
+func Open(ctx context.Context, dsn, dataDir string) (Store, error) {
+	kind, target, err := parseDSN(dsn, dataDir)
+	if err != nil {
+		return nil, err
+	}
+	if kind == "postgres" {
+		return openPostgres(ctx, target)
+	}
+	// The default location's directory holds the gateway's other secrets
+	// too; an explicit path's directory is created the same way if missing.
+	dir := filepath.Dir(target)
+	if dsn == "" || dsn == "sqlite" {
+		dir = dataDir
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: directory of %s: %w", target, err)
+	}
+	return openSQLite(ctx, target)
+}
+
+// CheckDSN reports whether Open would accept dsn's form (with a data
+// directory), without opening anything: for validating a configuration
+// early.
+func CheckDSN(dsn string) error {
+	_, _, err := parseDSN(dsn, ".")
+	return err
+}
+
+// parseDSN returns the backend ("sqlite" or "postgres") and what it opens:
+// the SQLite file's path or the PostgreSQL URL.
+func parseDSN(dsn, dataDir string) (kind, target string, err error) {
+	switch {
+	case dsn == "" || dsn == "sqlite":
+		if dataDir == "" {
+			return "", "", errors.New("store: the default SQLite store needs a data directory")
+		}
+		return "sqlite", filepath.Join(dataDir, DefaultFile), nil
+	case strings.HasPrefix(dsn, "sqlite:") || strings.HasPrefix(dsn, "file:"):
+		_, path, _ := strings.Cut(dsn, ":")
+		if path == "" || strings.ContainsAny(path, "?#") || path == ":memory:" {
+			return "", "", fmt.Errorf("store %q: want sqlite:PATH or file:PATH with a plain file path", dsn)
+		}
+		return "sqlite", path, nil
+	case strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://"):
+		return "postgres", dsn, nil
+	}
+	// Only the scheme is shown: a mistyped DSN may hold a password
+	// anywhere.
+	shown := "…"
+	if scheme, _, ok := strings.Cut(dsn, "://"); ok && validScheme(scheme) {
+		shown = scheme + "://…"
+	}
+	return "", "", fmt.Errorf("store %q: unknown kind; want \"\" or \"sqlite\" (SQLite in the data directory), "+
+		"sqlite:PATH or file:PATH (SQLite at PATH), or postgres://USER:PASSWORD@HOST:PORT/DATABASE (PostgreSQL)", shown)
+}
+
+// redactDSN returns dsn without a password, in the user info or in a
+// password query parameter, so it can be logged or shown in errors.
+func redactDSN(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		// Unparseable: show nothing of it but its scheme, if any.
+		if scheme, _, ok := strings.Cut(dsn, "://"); ok {
+			return scheme + "://…"
+		}
+		return "…"
+	}
+	var secrets []string
+	if u.User != nil {
+		if pw, has := u.User.Password(); has {
+			secrets = append(secrets, pw)
+			u.User = url.User(u.User.Username())
+		}
+	}
+	if q := u.Query(); q.Has("password") {
+		secrets = append(secrets, q["password"]...)
+		q.Del("password")
+		u.RawQuery = q.Encode()
+	}
+	u.Fragment, u.RawFragment = "", "" // nothing reads it; it could hide anything
+	out := u.String()
+	// Last guard, for URLs odd enough to carry the password elsewhere too.
+	for _, pw := range secrets {
+		if pw != "" && (strings.Contains(out, pw) || strings.Contains(out, url.QueryEscape(pw)) || strings.Contains(out, url.PathEscape(pw))) {
+			return u.Scheme + "://…"
+		}
+	}
+	return out
+}
+
+// validScheme reports whether s is a URL scheme (RFC 3986 section 3.1).
+func validScheme(s string) bool {
+	for i, c := range s {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case i > 0 && ('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'):
+		default:
+			return false
+		}
+	}
+	return s != ""
+}

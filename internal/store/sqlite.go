@@ -1,0 +1,574 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, pure Go
+)
+
+// sqliteBusyTimeout is how long a statement waits for another connection's
+// or process's write lock (mcpgate keys writing while the gateway runs)
+// before failing with SQLITE_BUSY.
+const sqliteBusyTimeout = 10 * time.Second
+
+// sqliteReaders is the size of the read pool. WAL lets readers run beside
+// the one writer; a few are enough on a gateway.
+const sqliteReaders = 4
+
+// sqliteStore is the SQLite backend. All writes go through one connection
+// (w): SQLite has one writer at a time anyway, and queuing writers in Go
+// rather than on the file lock keeps busy_timeout for other processes.
+// Write transactions start with BEGIN IMMEDIATE (_txlock), so a
+// transaction never fails half way on upgrading its read lock. Reads use a
+// small pool (r) of query_only connections.
+type sqliteStore struct {
+	path string
+	w, r *sql.DB
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+func openSQLite(ctx context.Context, path string) (_ Store, err error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	if err := prepareSQLiteFiles(abs); err != nil {
+		return nil, err
+	}
+	pragmas := func(extra ...string) string {
+		q := url.Values{}
+		q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", sqliteBusyTimeout.Milliseconds()))
+		q.Add("_pragma", "foreign_keys(1)")
+		for _, p := range extra {
+			q.Add("_pragma", p)
+		}
+		return q.Encode()
+	}
+	// synchronous(FULL): a commit is on disk when it returns, so a key
+	// revocation or an audit batch survives a power cut. Audit rows come
+	// in batches, which keeps the fsyncs few.
+	w, err := sql.Open("sqlite", abs+"?"+pragmas("journal_mode(WAL)", "synchronous(FULL)")+"&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", abs, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	defer func() {
+		if err != nil {
+			w.Close()
+		}
+	}()
+	if err := w.PingContext(ctx); err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", abs, err)
+	}
+	if err := migrateSQLite(ctx, w); err != nil {
+		return nil, fmt.Errorf("store: %s: %w", abs, err)
+	}
+	r, err := sql.Open("sqlite", abs+"?"+pragmas("query_only(1)"))
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", abs, err)
+	}
+	r.SetMaxOpenConns(sqliteReaders)
+	r.SetMaxIdleConns(sqliteReaders)
+	if err := r.PingContext(ctx); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("store: open %s: %w", abs, err)
+	}
+	// The -wal and -shm files exist now; SQLite gives them the database
+	// file's mode, checked here once more in case they were left by an
+	// older run with another mode.
+	if err := restrictSQLiteFiles(abs); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return &sqliteStore{path: abs, w: w, r: r}, nil
+}
+
+// prepareSQLiteFiles creates the database file with mode 0600 before
+// SQLite does (it would use 0644 less the umask): SQLite then creates the
+// -wal and -shm files with the database's mode.
+func prepareSQLiteFiles(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	return restrictSQLiteFiles(path)
+}
+
+// restrictSQLiteFiles makes the database and its -wal and -shm files mode
+// 0600: they hold key hashes and the audit log.
+func restrictSQLiteFiles(path string) error {
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(p, 0o600); err != nil {
+				return fmt.Errorf("store: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// migrateSQLite applies pending migrations in one BEGIN IMMEDIATE
+// transaction: a second process opening the store at the same time waits
+// on the write lock (busy_timeout) and then finds nothing left to do.
+func migrateSQLite(ctx context.Context, w *sql.DB) error {
+	known, err := migrations("sqlite")
+	if err != nil {
+		return err
+	}
+	tx, err := w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		name       TEXT NOT NULL,
+		applied_at INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	var current int
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	if err := checkVersion(current, known); err != nil {
+		return err
+	}
+	for _, m := range known[current:] {
+		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			return fmt.Errorf("migration %s: %w", m.name, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+			m.version, m.name, time.Now().UnixMicro()); err != nil {
+			return fmt.Errorf("migration %s: %w", m.name, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	return nil
+}
+
+func (s *sqliteStore) Kind() string     { return "sqlite" }
+func (s *sqliteStore) Location() string { return s.path }
+
+func (s *sqliteStore) Close() error {
+	s.closeOnce.Do(func() {
+		s.closeErr = errors.Join(s.r.Close(), s.w.Close())
+	})
+	return s.closeErr
+}
+
+// micros stores a time as unix microseconds, and the zero time as NULL.
+func micros(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+func fromMicros(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return time.UnixMicro(v.Int64).UTC()
+}
+
+func (s *sqliteStore) SaveDevice(ctx context.Context, d Device) error {
+	if d.ID == "" {
+		return errors.New("store: device without an ID")
+	}
+	_, err := s.w.ExecContext(ctx, `INSERT INTO devices
+		(id, alias, client_id, kind, transport, board, firmware, first_seen, last_seen, catalog_hash)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET
+			alias = excluded.alias, client_id = excluded.client_id, kind = excluded.kind,
+			transport = excluded.transport, board = excluded.board, firmware = excluded.firmware,
+			first_seen = COALESCE(devices.first_seen, excluded.first_seen),
+			last_seen = excluded.last_seen, catalog_hash = excluded.catalog_hash`,
+		d.ID, d.Alias, d.ClientID, d.Kind, d.Transport, d.Board, d.Firmware,
+		micros(d.FirstSeen), micros(d.LastSeen), d.CatalogHash)
+	if err != nil {
+		return fmt.Errorf("store: save device %s: %w", d.ID, err)
+	}
+	return nil
+}
+
+func (s *sqliteStore) Devices(ctx context.Context) ([]Device, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT id, alias, client_id, kind, transport, board, firmware,
+		first_seen, last_seen, catalog_hash FROM devices ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("store: devices: %w", err)
+	}
+	defer rows.Close()
+	var out []Device
+	for rows.Next() {
+		var d Device
+		var first, last sql.NullInt64
+		if err := rows.Scan(&d.ID, &d.Alias, &d.ClientID, &d.Kind, &d.Transport, &d.Board, &d.Firmware,
+			&first, &last, &d.CatalogHash); err != nil {
+			return nil, fmt.Errorf("store: devices: %w", err)
+		}
+		d.FirstSeen, d.LastSeen = fromMicros(first), fromMicros(last)
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: devices: %w", err)
+	}
+	return out, nil
+}
+
+func (s *sqliteStore) DeleteDevice(ctx context.Context, id string) error {
+	res, err := s.w.ExecContext(ctx, `DELETE FROM devices WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("store: delete device %s: %w", id, err)
+	}
+	return affectedOne(res, "device", id)
+}
+
+// affectedOne turns an UPDATE or DELETE that matched nothing into ErrNotFound.
+func affectedOne(res sql.Result, what, id string) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("store: %s %s: %w", what, id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("store: %s %s: %w", what, id, ErrNotFound)
+	}
+	return nil
+}
+
+func (s *sqliteStore) SaveCatalog(ctx context.Context, hash string, tools json.RawMessage) error {
+	if err := validateCatalog(hash, tools); err != nil {
+		return err
+	}
+	_, err := s.w.ExecContext(ctx, `INSERT INTO catalogs (hash, tools, created_at) VALUES (?, ?, ?)
+		ON CONFLICT (hash) DO NOTHING`, hash, string(tools), time.Now().UnixMicro())
+	if err != nil {
+		return fmt.Errorf("store: save catalog %s: %w", hash, err)
+	}
+	return nil
+}
+
+func (s *sqliteStore) Catalog(ctx context.Context, hash string) (json.RawMessage, error) {
+	var tools string
+	err := s.r.QueryRowContext(ctx, `SELECT tools FROM catalogs WHERE hash = ?`, hash).Scan(&tools)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("store: catalog %s: %w", hash, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: catalog %s: %w", hash, err)
+	}
+	return json.RawMessage(tools), nil
+}
+
+func (s *sqliteStore) CreateKey(ctx context.Context, k APIKey) error {
+	if err := validateKey(k); err != nil {
+		return err
+	}
+	devices, err := json.Marshal(nonNil(k.Devices))
+	if err != nil {
+		return fmt.Errorf("store: create key %s: %w", k.ID, err)
+	}
+	tools, err := json.Marshal(nonNil(k.Tools))
+	if err != nil {
+		return fmt.Errorf("store: create key %s: %w", k.ID, err)
+	}
+	created := k.CreatedAt
+	if created.IsZero() {
+		created = time.Now()
+	}
+	res, err := s.w.ExecContext(ctx, `INSERT INTO api_keys
+		(id, name, hash, scope, devices, tools, created_at, expires_at, revoked_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+		k.ID, k.Name, k.Hash, k.Scope, string(devices), string(tools),
+		created.UnixMicro(), micros(k.ExpiresAt), micros(k.RevokedAt))
+	if err != nil {
+		return fmt.Errorf("store: create key %s: %w", k.ID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("store: create key %s: %w", k.ID, err)
+	} else if n == 0 {
+		return fmt.Errorf("store: create key %s: %w", k.ID, ErrExists)
+	}
+	return nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+const sqliteKeyColumns = `id, name, hash, scope, devices, tools, created_at, expires_at, revoked_at`
+
+func scanSQLiteKey(row interface{ Scan(...any) error }) (APIKey, error) {
+	var k APIKey
+	var devices, tools string
+	var created, expires, revoked sql.NullInt64
+	if err := row.Scan(&k.ID, &k.Name, &k.Hash, &k.Scope, &devices, &tools, &created, &expires, &revoked); err != nil {
+		return APIKey{}, err
+	}
+	if err := json.Unmarshal([]byte(devices), &k.Devices); err != nil {
+		return APIKey{}, fmt.Errorf("key %s: devices: %w", k.ID, err)
+	}
+	if err := json.Unmarshal([]byte(tools), &k.Tools); err != nil {
+		return APIKey{}, fmt.Errorf("key %s: tools: %w", k.ID, err)
+	}
+	k.Devices, k.Tools = emptyNil(k.Devices), emptyNil(k.Tools)
+	k.CreatedAt, k.ExpiresAt, k.RevokedAt = fromMicros(created), fromMicros(expires), fromMicros(revoked)
+	return k, nil
+}
+
+func (s *sqliteStore) Key(ctx context.Context, id string) (APIKey, error) {
+	k, err := scanSQLiteKey(s.r.QueryRowContext(ctx, `SELECT `+sqliteKeyColumns+` FROM api_keys WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return APIKey{}, fmt.Errorf("store: key %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return APIKey{}, fmt.Errorf("store: key %s: %w", id, err)
+	}
+	return k, nil
+}
+
+func (s *sqliteStore) Keys(ctx context.Context) ([]APIKey, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+sqliteKeyColumns+` FROM api_keys ORDER BY created_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("store: keys: %w", err)
+	}
+	defer rows.Close()
+	var out []APIKey
+	for rows.Next() {
+		k, err := scanSQLiteKey(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: keys: %w", err)
+		}
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: keys: %w", err)
+	}
+	return out, nil
+}
+
+func (s *sqliteStore) RevokeKey(ctx context.Context, id string, at time.Time) error {
+	if at.IsZero() {
+		at = time.Now()
+	}
+	res, err := s.w.ExecContext(ctx, `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?`,
+		at.UnixMicro(), id)
+	if err != nil {
+		return fmt.Errorf("store: revoke key %s: %w", id, err)
+	}
+	return affectedOne(res, "key", id)
+}
+
+func (s *sqliteStore) AddRevocation(ctx context.Context, r Revocation) error {
+	if r.DeviceID == "" {
+		return errors.New("store: revocation without a device ID")
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: add revocation: %w", err)
+	}
+	defer tx.Rollback()
+	// One row per device (every token) or per token; revoking again only
+	// ever widens it.
+	if _, err := tx.ExecContext(ctx, `INSERT INTO revocations (device_id, token_id, issued_before_ms, expires_ms)
+		VALUES (?, ?, ?, ?) ON CONFLICT (device_id, token_id) DO UPDATE SET
+			issued_before_ms = MAX(revocations.issued_before_ms, excluded.issued_before_ms),
+			expires_ms = CASE WHEN revocations.expires_ms = 0 OR excluded.expires_ms = 0 THEN 0
+				ELSE MAX(revocations.expires_ms, excluded.expires_ms) END`,
+		r.DeviceID, r.TokenID, r.IssuedBeforeMS, r.ExpiresMS); err != nil {
+		return fmt.Errorf("store: add revocation: %w", err)
+	}
+	// Token revocations past their token's expiry protect nothing.
+	if _, err := tx.ExecContext(ctx, `DELETE FROM revocations WHERE token_id <> '' AND expires_ms > 0 AND expires_ms <= ?`,
+		time.Now().UnixMilli()); err != nil {
+		return fmt.Errorf("store: add revocation: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: add revocation: %w", err)
+	}
+	return nil
+}
+
+func (s *sqliteStore) Revocations(ctx context.Context, now time.Time) ([]Revocation, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT device_id, token_id, issued_before_ms, expires_ms FROM revocations
+		WHERE token_id = '' OR expires_ms = 0 OR expires_ms > ? ORDER BY device_id, token_id`, now.UnixMilli())
+	if err != nil {
+		return nil, fmt.Errorf("store: revocations: %w", err)
+	}
+	defer rows.Close()
+	var out []Revocation
+	for rows.Next() {
+		var r Revocation
+		if err := rows.Scan(&r.DeviceID, &r.TokenID, &r.IssuedBeforeMS, &r.ExpiresMS); err != nil {
+			return nil, fmt.Errorf("store: revocations: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: revocations: %w", err)
+	}
+	return out, nil
+}
+
+func (s *sqliteStore) SetSetting(ctx context.Context, name, value string) error {
+	if name == "" {
+		return errors.New("store: setting without a name")
+	}
+	_, err := s.w.ExecContext(ctx, `INSERT INTO settings (name, value, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`,
+		name, value, time.Now().UnixMicro())
+	if err != nil {
+		return fmt.Errorf("store: set setting %s: %w", name, err)
+	}
+	return nil
+}
+
+func (s *sqliteStore) Setting(ctx context.Context, name string) (string, error) {
+	var v string
+	err := s.r.QueryRowContext(ctx, `SELECT value FROM settings WHERE name = ?`, name).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("store: setting %s: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("store: setting %s: %w", name, err)
+	}
+	return v, nil
+}
+
+func (s *sqliteStore) AppendAudit(ctx context.Context, recs []AuditRecord) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: append audit: %w", err)
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO audit
+		(time, caller, door, device, tool, arguments, outcome, latency_ms, error_code, error)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("store: append audit: %w", err)
+	}
+	defer stmt.Close()
+	now := time.Now()
+	for _, r := range recs {
+		t := r.Time
+		if t.IsZero() {
+			t = now
+		}
+		if _, err := stmt.ExecContext(ctx, t.UnixMicro(), r.Caller, r.Door, r.Device, r.Tool,
+			auditArguments(r.Arguments), r.Outcome, r.LatencyMS, r.ErrorCode, r.Error); err != nil {
+			return fmt.Errorf("store: append audit: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: append audit: %w", err)
+	}
+	return nil
+}
+
+// auditArguments stores absent arguments as NULL.
+func auditArguments(a json.RawMessage) any {
+	if len(a) == 0 {
+		return nil
+	}
+	return string(a)
+}
+
+func (s *sqliteStore) Audit(ctx context.Context, q AuditQuery) ([]AuditRecord, error) {
+	query, args := auditSQL(q, func(int) string { return "?" }, func(t time.Time) any { return t.UnixMicro() })
+	rows, err := s.r.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: audit: %w", err)
+	}
+	defer rows.Close()
+	var out []AuditRecord
+	for rows.Next() {
+		var r AuditRecord
+		var t int64
+		var args sql.NullString
+		if err := rows.Scan(&r.Seq, &t, &r.Caller, &r.Door, &r.Device, &r.Tool, &args, &r.Outcome,
+			&r.LatencyMS, &r.ErrorCode, &r.Error); err != nil {
+			return nil, fmt.Errorf("store: audit: %w", err)
+		}
+		r.Time = time.UnixMicro(t).UTC()
+		if args.Valid {
+			r.Arguments = json.RawMessage(args.String)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: audit: %w", err)
+	}
+	return out, nil
+}
+
+func (s *sqliteStore) PruneAudit(ctx context.Context, olderThan time.Time, keep int) (int64, error) {
+	if olderThan.IsZero() && keep <= 0 {
+		return 0, nil
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("store: prune audit: %w", err)
+	}
+	defer tx.Rollback()
+	var deleted int64
+	exec := func(query string, args ...any) error {
+		res, err := tx.ExecContext(ctx, query, args...)
+		if err != nil {
+			return fmt.Errorf("store: prune audit: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("store: prune audit: %w", err)
+		}
+		deleted += n
+		return nil
+	}
+	if !olderThan.IsZero() {
+		if err := exec(`DELETE FROM audit WHERE time < ?`, olderThan.UnixMicro()); err != nil {
+			return 0, err
+		}
+	}
+	if keep > 0 {
+		// Everything older than the keep-th newest row; nothing when
+		// there are fewer rows (the subquery is NULL).
+		if err := exec(`DELETE FROM audit WHERE seq < (SELECT seq FROM audit ORDER BY seq DESC LIMIT 1 OFFSET ?)`, keep-1); err != nil {
+			return 0, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("store: prune audit: %w", err)
+	}
+	return deleted, nil
+}

@@ -1,0 +1,175 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestSQLiteFileModes(t *testing.T) {
+	// A permissive umask must not leak into the files' modes.
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+
+	dir := filepath.Join(t.TempDir(), "data")
+	s, err := Open(context.Background(), "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.SetSetting(context.Background(), "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]os.FileMode{dir: 0o700, filepath.Join(dir, DefaultFile): 0o600}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		want[filepath.Join(dir, DefaultFile+suffix)] = 0o600
+	}
+	for path, mode := range want {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if fi.Mode().Perm() != mode {
+			t.Errorf("%s: mode %v, want %v", path, fi.Mode().Perm(), mode)
+		}
+	}
+	if got := s.Location(); got != filepath.Join(dir, DefaultFile) || s.Kind() != "sqlite" {
+		t.Errorf("Kind, Location = %q, %q", s.Kind(), got)
+	}
+}
+
+func TestSQLiteExistingFileTightened(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x", "m.db")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(context.Background(), "sqlite:"+path, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("existing 0644 database: %v, %v; want mode 0600", fi.Mode().Perm(), err)
+	}
+}
+
+func TestSQLiteDSNForms(t *testing.T) {
+	dir := t.TempDir()
+	for _, dsn := range []string{"sqlite", "sqlite:" + filepath.Join(dir, "a.db"), "file:" + filepath.Join(dir, "sub", "b.db")} {
+		s, err := Open(context.Background(), dsn, dir)
+		if err != nil {
+			t.Fatalf("Open(%q): %v", dsn, err)
+		}
+		want := filepath.Join(dir, DefaultFile)
+		if _, path, ok := strings.Cut(dsn, ":"); ok {
+			want = path
+		}
+		if s.Location() != want {
+			t.Errorf("Open(%q).Location() = %q, want %q", dsn, s.Location(), want)
+		}
+		if _, err := os.Stat(want); err != nil {
+			t.Errorf("Open(%q): %v", dsn, err)
+		}
+		s.Close()
+	}
+}
+
+func TestSQLiteSchemaTooNew(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(context.Background(), "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	known, err := migrations("sqlite")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A newer mcpgate migrated this database.
+	if _, err := s.(*sqliteStore).w.Exec(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, 'from_the_future.sql', 0)`,
+		len(known)+1); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	_, err = Open(context.Background(), "", dir)
+	if !errors.Is(err, ErrSchemaTooNew) || !strings.Contains(err.Error(), "newer mcpgate") {
+		t.Fatalf("Open of a newer schema: %v, want ErrSchemaTooNew saying what to do", err)
+	}
+}
+
+func TestSQLiteMigrationsRecorded(t *testing.T) {
+	dir := t.TempDir()
+	for range 2 { // the second Open has nothing to apply
+		s, err := Open(context.Background(), "", dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
+	db, err := sql.Open("sqlite", filepath.Join(dir, DefaultFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	known, _ := migrations("sqlite")
+	var n, max int
+	var mode string
+	if err := db.QueryRow(`SELECT COUNT(*), MAX(version) FROM schema_migrations`).Scan(&n, &max); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(known) || max != len(known) {
+		t.Errorf("schema_migrations: %d rows up to %d, want %d", n, max, len(known))
+	}
+	if err := db.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
+		t.Errorf("journal_mode = %q, %v; want wal", mode, err)
+	}
+}
+
+// TestSQLiteWriterWaitsForOtherProcess: a write lock held elsewhere (another
+// process's transaction) delays our writes instead of failing them.
+func TestSQLiteWriterWaitsForOtherProcess(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(context.Background(), "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	other, err := sql.Open("sqlite", filepath.Join(dir, DefaultFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	other.SetMaxOpenConns(1)
+	conn, err := other.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(context.Background(), `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.SetSetting(context.Background(), "a", "b") }()
+	select {
+	case err := <-done:
+		t.Fatalf("SetSetting returned while another connection held the write lock: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if _, err := conn.ExecContext(context.Background(), `COMMIT`); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("SetSetting after the lock was released: %v", err)
+	}
+}

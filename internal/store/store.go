@@ -1,0 +1,142 @@
+// Package store keeps what must survive a restart: devices and their last
+// catalogs, API keys (hashed), device-credential revocations, settings and
+// the audit log. One interface, two backends: SQLite (the default, embedded,
+// at <data>/mcpgate.db) and PostgreSQL. Migrations are embedded and applied
+// by Open.
+//
+// Several processes may use one store at once: the gateway, and the `keys`
+// and `audit` commands run beside it. Nothing here caches; callers that need
+// speed cache with a short lifetime (see internal/auth).
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// ErrNotFound is returned when a looked-up row does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Device is what the store keeps of a device between runs.
+type Device struct {
+	ID        string // normalised device id
+	Alias     string
+	ClientID  string
+	Kind      string // "xiaozhi", "endpoint", "register"...
+	Transport string // last transport: "websocket", "mqtt"...
+	Board     string // from OTA or server_info, when known
+	Firmware  string // firmware or server version, when known
+	FirstSeen time.Time
+	LastSeen  time.Time
+	// CatalogHash names the device's last catalog (see SaveCatalog); "" when
+	// it never completed a discovery.
+	CatalogHash string
+}
+
+// APIKey is an API key. The secret itself is never stored, only its hash.
+type APIKey struct {
+	ID   string // public, short, unique; part of the secret's text
+	Name string
+	// Hash is the SHA-256 of the whole secret string.
+	Hash  []byte
+	Scope string // "read", "call" or "admin"
+	// Devices and Tools restrict the key to matching device ids/aliases and
+	// tool names (path.Match-style globs); empty means all.
+	Devices   []string
+	Tools     []string
+	CreatedAt time.Time
+	ExpiresAt time.Time // zero: never
+	RevokedAt time.Time // zero: not revoked
+}
+
+// Revocation revokes device credentials: every token of DeviceID issued at
+// or before IssuedBeforeMS (unix milliseconds) when TokenID is empty,
+// otherwise the one token TokenID, remembered until ExpiresMS.
+type Revocation struct {
+	DeviceID       string
+	TokenID        string
+	IssuedBeforeMS int64
+	ExpiresMS      int64
+}
+
+// AuditRecord is one tool call through any door.
+type AuditRecord struct {
+	Seq    int64     // assigned by the store, increasing; 0 on append
+	Time   time.Time // when the call started
+	Caller string    // API key id, or "local"
+	Door   string    // "rest", "mcp", "mcp-device", "endpoint", "agent", "cli"...
+	Device string    // normalised device id
+	Tool   string
+	// Arguments as sent, with large values replaced by a digest.
+	Arguments json.RawMessage
+	Outcome   string // "ok", "tool_error" or the gateway error's code
+	LatencyMS float64
+	ErrorCode string // the error's code; "" when the call succeeded
+	Error     string // message of a gateway or tool error, possibly truncated
+}
+
+// AuditQuery selects audit records, newest first.
+type AuditQuery struct {
+	Device string    // exact normalised id; "" for all
+	Tool   string    // exact tool name; "" for all
+	Caller string    // exact caller; "" for all
+	Since  time.Time // zero: no lower bound
+	Before int64     // only Seq < Before, for paging; 0: no bound
+	Limit  int       // default 100, at most 1000
+}
+
+// Store is the persistence interface. Implementations are safe for
+// concurrent use by many goroutines and by other processes on the same
+// database.
+type Store interface {
+	// SaveDevice inserts or replaces a device by ID. Only FirstSeen of an
+	// existing row is kept.
+	SaveDevice(ctx context.Context, d Device) error
+	// Devices returns every known device.
+	Devices(ctx context.Context) ([]Device, error)
+	// DeleteDevice forgets a device; ErrNotFound when unknown.
+	DeleteDevice(ctx context.Context, id string) error
+	// SaveCatalog stores a catalog (the JSON array of tools) by its hash; a
+	// hash already stored is left as it is.
+	SaveCatalog(ctx context.Context, hash string, tools json.RawMessage) error
+	// Catalog returns a stored catalog; ErrNotFound when unknown.
+	Catalog(ctx context.Context, hash string) (json.RawMessage, error)
+
+	// CreateKey stores a new key; an existing ID is an error.
+	CreateKey(ctx context.Context, k APIKey) error
+	// Key returns one key by ID; ErrNotFound when unknown.
+	Key(ctx context.Context, id string) (APIKey, error)
+	// Keys returns every key, revoked ones included, oldest first.
+	Keys(ctx context.Context) ([]APIKey, error)
+	// RevokeKey marks a key revoked at the given time; ErrNotFound when
+	// unknown. Revoking a revoked key keeps the first time.
+	RevokeKey(ctx context.Context, id string, at time.Time) error
+
+	// AddRevocation records a device-credential revocation.
+	AddRevocation(ctx context.Context, r Revocation) error
+	// Revocations returns the revocations still in force at now (token
+	// revocations past their expiry may be dropped).
+	Revocations(ctx context.Context, now time.Time) ([]Revocation, error)
+
+	// SetSetting stores a named value; Setting reads it (ErrNotFound).
+	SetSetting(ctx context.Context, name, value string) error
+	Setting(ctx context.Context, name string) (string, error)
+
+	// AppendAudit writes records in one transaction, in order.
+	AppendAudit(ctx context.Context, recs []AuditRecord) error
+	// Audit returns records matching q, newest first.
+	Audit(ctx context.Context, q AuditQuery) ([]AuditRecord, error)
+	// PruneAudit deletes records older than olderThan (when not zero) and
+	// all but the newest keep records (when keep > 0); it returns how many
+	// were deleted.
+	PruneAudit(ctx context.Context, olderThan time.Time, keep int) (int64, error)
+
+	// Kind is "sqlite" or "postgres"; Location names the database without
+	// any password, for logs.
+	Kind() string
+	Location() string
+	// Close flushes and closes the store.
+	Close() error
+}

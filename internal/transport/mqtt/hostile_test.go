@@ -1,0 +1,456 @@
+package mqtt_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/gatewaytest"
+	"github.com/mcpgate/mcpgate/internal/hostiletest"
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/transport/mqtt"
+	"github.com/mcpgate/mcpgate/xiaozhi"
+)
+
+const (
+	volumeTool     = "self.audio_speaker.set_volume"
+	hostileLatency = 2 * time.Second
+	hostileHeap    = 16 << 20
+)
+
+// broker is what an attack needs of the gateway under test.
+type broker struct {
+	mqttAddr, httpAddr string
+	hub                *hub.Hub
+}
+
+// mqttCase is one attack by an MQTT device; see the WebSocket suite
+// (internal/transport/ws/hostile_test.go) for what every case asserts.
+type mqttCase struct {
+	name   string
+	attack func(t *testing.T, b *broker, mac string)
+	log    []string
+	metric string
+	delta  float64
+}
+
+func TestHostileMQTTDevices(t *testing.T) {
+	logs := &hostiletest.Logs{}
+	gw, _ := gatewaytest.Start(t, gateway.Config{Logger: logs.Logger(), MQTTAddr: "127.0.0.1:0",
+		CallTimeout: 2 * time.Second, RequestTimeout: 5 * time.Second,
+		// The attacks here are by devices; callers' limits (tested with the
+		// limits) would only get in the way of the healthy device's calls.
+		Limits: gateway.Limits{DeviceCallRate: -1, KeyCallRate: -1, DeviceMaxInFlight: -1}})
+	b := &broker{mqttAddr: gw.MQTTAddr(), httpAddr: gw.Addr(), hub: gw.Hub()}
+
+	tests := []mqttCase{{
+		name:   "malformed JSON",
+		attack: publishing(repeat(100, `{"type":"mcp","payload":{"jsonrpc":`, `not json`, `{"type":"mcp","payload":{"id":1,"result":}}`)...),
+		log:    []string{"dropped unparseable message from device", "device_id=02:00:00:01:bb:00"},
+		metric: `mcpgate_dropped_frames_total{reason="unparseable"}`, delta: 300,
+	}, {
+		name:   "invalid UTF-8",
+		attack: publishing(repeat(100, "\xff\xfe\xfd", "{\"type\":\"mcp\",\"payload\":{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"\xc3\x28\"}")...),
+		log:    []string{"dropped unparseable message from device", "device_id=02:00:00:01:bb:01"},
+		metric: `mcpgate_dropped_frames_total{reason="unparseable"}`, delta: 200,
+	}, {
+		name: "100k nested arrays",
+		attack: publishing(repeat(20, `{"type":"mcp","payload":{"jsonrpc":"2.0","id":1,"result":`+
+			strings.Repeat("[", 100_000)+strings.Repeat("]", 100_000)+`}}`)...),
+		log:    []string{"dropped unparseable message from device", "exceeded max depth", "device_id=02:00:00:01:bb:02"},
+		metric: `mcpgate_dropped_frames_total{reason="unparseable"}`, delta: 20,
+	}, {
+		name:   "malformed JSON-RPC in a valid envelope",
+		attack: publishing(repeat(100, `{"type":"mcp","payload":{"jsonrpc":"1.0","id":1}}`, `{"type":"mcp","payload":"x"}`)...),
+		log:    []string{"dropped unparseable MCP payload", "device_id=02:00:00:01:bb:03"},
+		metric: `mcpgate_dropped_frames_total{reason="unparseable_mcp"}`, delta: 200,
+	}, {
+		name:   "replies to ids never sent",
+		attack: publishing(unknownReplies(1000)...),
+		log:    []string{"dropped reply with unknown id", "device_id=02:00:00:01:bb:04"},
+		metric: `mcpgate_dropped_frames_total{reason="unknown_id"}`, delta: 1000,
+	}, {
+		name: "notification flood",
+		attack: publishing(repeat(1000,
+			`{"type":"mcp","payload":{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"x"}}}`,
+			`{"type":"mcp","payload":{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}}`)...),
+		log:    []string{"ignored notification from device", "device_id=02:00:00:01:bb:05"},
+		metric: `mcpgate_dropped_frames_total{reason="ignored_notification"}`, delta: 2000,
+	}, {
+		name:   "packet over the size limit",
+		attack: attackHugePacket,
+		log:    []string{"device offline", "device_id=02:00:00:01:bb:06"},
+		metric: `mcpgate_sessions_total{transport="mqtt"}`, delta: 1,
+	}, {
+		name:   "10,000-tool catalog",
+		attack: attackHugeCatalog,
+		log:    []string{"discovery incomplete", "more than 1000 tools (limit)", "device_id=02:00:00:01:bb:07"},
+		metric: `mcpgate_discovery_failures_total`, delta: 1,
+	}, {
+		name:   "every reply twice",
+		attack: attackDuplicateReplies,
+		log:    []string{"dropped reply with unknown id", "device_id=02:00:00:01:bb:08"},
+		metric: `mcpgate_dropped_frames_total{reason="unknown_id"}`, delta: 10,
+	}, {
+		name:   "replies with another device's ids",
+		attack: attackForeignIDs,
+		log:    []string{"dropped reply with unknown id", "device_id=02:00:00:01:bb:09"},
+		metric: `mcpgate_dropped_frames_total{reason="unknown_id"}`, delta: 50,
+	}, {
+		name:   "callers that give up mid-call",
+		attack: attackCancellingCallers,
+		metric: `mcpgate_tool_calls_total{outcome="client_closed"}`, delta: 1,
+	}}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mac := fmt.Sprintf("02:00:00:01:bb:%02x", i)
+			healthyMAC := fmt.Sprintf("02:00:00:01:aa:%02x", i)
+			dialDevice(t, b.mqttAddr, healthyMAC, volumeServer(t), 60)
+			waitState(t, b.hub, healthyMAC, hub.StateReady)
+
+			heap := hostiletest.HeapInuse()
+			m0 := hostiletest.Metric(t, b.httpAddr, tt.metric)
+			off := logs.Len()
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("gateway logs during the attack:\n%s", logs.Since(off, 8000))
+				}
+			})
+			healthy := hostiletest.StartHealthy(func(ctx context.Context) error { return callVolume(ctx, b.hub, healthyMAC) }, 2*time.Millisecond)
+			tt.attack(t, b, mac)
+			if tt.log != nil {
+				logs.WaitLine(t, off, tt.log...)
+			}
+			hostiletest.WaitMetric(t, b.httpAddr, tt.metric, m0+tt.delta)
+			healthy.Stop(t, hostileLatency)
+			hostiletest.CheckHeap(t, heap, hostileHeap)
+			if d, _ := b.hub.Device(healthyMAC); d.State != hub.StateReady {
+				t.Errorf("healthy device is %s after the attack (%s)", d.State, d.LastError)
+			}
+		})
+	}
+}
+
+// A device that asks for keepalive 0 ("never") and then stops answering
+// (power or network lost without a FIN) is still noticed: the broker caps
+// keepalive at MaxKeepalive.
+func TestHalfOpenWithoutKeepalive(t *testing.T) {
+	logs := &hostiletest.Logs{}
+	m := metrics.New()
+	h := hub.New(hub.Config{Logger: logs.Logger(), Metrics: m})
+	tr, err := mqtt.New(mqtt.Config{Hub: h, Logger: logs.Logger(), Metrics: m, Addr: "127.0.0.1:0", MaxKeepalive: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.Close)
+	healthyMAC, mac := "02:00:00:01:aa:99", "02:00:00:01:bb:99"
+	// paho pings at the keepalive the server announces (CONNACK server
+	// keepalive, MQTT 5), so the healthy device stays.
+	dialDevice(t, tr.Addr(), healthyMAC, volumeServer(t), 0)
+	waitState(t, h, healthyMAC, hub.StateReady)
+	// 10 calls/s: under the hub's default per-device rate.
+	healthy := hostiletest.StartHealthy(func(ctx context.Context) error { return callVolume(ctx, h, healthyMAC) }, 100*time.Millisecond)
+
+	p := hostiletest.NewFreezeProxy(t, tr.Addr())
+	conn := rawConnect(t, p.Addr(), mac, 0) // MQTT 3.1.1, keepalive 0: no server keepalive to tell it
+	defer conn.Close()
+	checkFor(t, mac+" online", func() bool { d, err := h.Device(mac); return err == nil && d.Online })
+	// Silent from now on, as a device that lost power is.
+	p.Freeze()
+	start := time.Now()
+	waitState(t, h, mac, hub.StateOffline)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("half-open connection noticed after %s, want within 1.5 × MaxKeepalive", took)
+	}
+	logs.WaitLine(t, 0, "device offline", "device_id="+mac)
+	healthy.Stop(t, hostileLatency)
+	if d, _ := h.Device(healthyMAC); d.State != hub.StateReady {
+		t.Errorf("healthy device is %s (%s)", d.State, d.LastError)
+	}
+}
+
+func repeat(n int, msgs ...string) []string {
+	var out []string
+	for range n {
+		out = append(out, msgs...)
+	}
+	return out
+}
+
+func unknownReplies(n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf(`{"type":"mcp","payload":{"jsonrpc":"2.0","id":%d,"result":{}}}`, 100000+i))
+	}
+	return out
+}
+
+// publishing is an attack by a ready device that publishes every message,
+// the last with QoS 1 so that its PUBACK says the gateway has handled them
+// all; the device is still served afterwards.
+func publishing(msgs ...string) func(*testing.T, *broker, string) {
+	return func(t *testing.T, b *broker, mac string) {
+		d := dialDevice(t, b.mqttAddr, mac, volumeServer(t), 60)
+		waitState(t, b.hub, mac, hub.StateReady)
+		for i, m := range msgs {
+			d.publish(t, []byte(m), i == len(msgs)-1)
+		}
+		mustCall(t, b.hub, mac)
+	}
+}
+
+func attackHugePacket(t *testing.T, b *broker, mac string) {
+	conn := rawConnect(t, b.mqttAddr, mac, 60)
+	defer conn.Close()
+	checkFor(t, mac+" online", func() bool { d, err := b.hub.Device(mac); return err == nil && d.Online })
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish}, TopicName: xiaozhi.DefaultUplinkTopic,
+		Payload: []byte(`{"type":"mcp","payload":"` + strings.Repeat("x", 2<<20) + `"}`)}
+	var buf bytes.Buffer
+	if err := pk.PublishEncode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = conn.Write(buf.Bytes()) // may fail once the broker has closed the connection
+	waitState(t, b.hub, mac, hub.StateOffline)
+}
+
+func attackHugeCatalog(t *testing.T, b *broker, mac string) {
+	srv, err := device.NewServer(device.ServerOptions{Profile: device.ProfileSpec, Name: "big", Version: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10_000 {
+		if err := srv.AddTool(device.Tool{Name: fmt.Sprintf("tool.%05d", i), Description: "d",
+			Handler: func(context.Context, device.Args) (any, error) { return true, nil }}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dialDevice(t, b.mqttAddr, mac, srv, 60)
+	d := waitState(t, b.hub, mac, hub.StateDegraded)
+	if d.Tools != 1000 || !strings.Contains(d.LastError, "more than 1000 tools") {
+		t.Errorf("device has %d tools, error %q; want the first 1000 and the limit named", d.Tools, d.LastError)
+	}
+}
+
+func attackDuplicateReplies(t *testing.T, b *broker, mac string) {
+	d := dialDevice(t, b.mqttAddr, mac, volumeServer(t), 60)
+	d.replies.Store(3) // the first answers the call; the others find no call
+	waitState(t, b.hub, mac, hub.StateReady)
+	for range 5 {
+		mustCall(t, b.hub, mac)
+	}
+}
+
+func attackForeignIDs(t *testing.T, b *broker, mac string) {
+	victim := strings.Replace(mac, ":bb:", ":cc:", 1)
+	working := make(chan struct{}, 1)
+	release := make(chan struct{})
+	srv, err := device.NewServer(device.ServerOptions{Profile: device.ProfileESP32, Name: "victim", Version: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.AddTool(device.Tool{Name: volumeTool, Properties: []device.Property{device.Int("volume", 0, 100)},
+		Handler: func(context.Context, device.Args) (any, error) {
+			working <- struct{}{}
+			<-release
+			return "from the victim", nil
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	dialDevice(t, b.mqttAddr, victim, srv, 60)
+	attacker := dialDevice(t, b.mqttAddr, mac, volumeServer(t), 60)
+	waitState(t, b.hub, victim, hub.StateReady)
+	waitState(t, b.hub, mac, hub.StateReady)
+	var got string
+	var callErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), hostiletest.WaitTimeout)
+		defer cancel()
+		r, err := b.hub.Call(ctx, hub.CallRequest{Device: victim, Tool: volumeTool, Arguments: json.RawMessage(`{"volume":3}`)})
+		if callErr = err; err == nil {
+			got = r.Text()
+		}
+	}()
+	<-working
+	for i := 1; i <= 50; i++ {
+		attacker.publish(t, fmt.Appendf(nil, `{"type":"mcp","payload":{"jsonrpc":"2.0","id":%d,"result":{"content":[{"type":"text","text":"forged"}]}}}`, i), i == 50)
+	}
+	close(release)
+	<-done
+	if callErr != nil || got != "from the victim" {
+		t.Errorf("victim's call = %q, %v; want the victim's own answer", got, callErr)
+	}
+}
+
+func attackCancellingCallers(t *testing.T, b *broker, mac string) {
+	dialDevice(t, b.mqttAddr, mac, volumeServer(t), 60)
+	sid := waitState(t, b.hub, mac, hub.StateReady).SessionID
+	var wg sync.WaitGroup
+	for i := range 400 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%40)*10*time.Microsecond)
+			defer cancel()
+			_ = callVolume(ctx, b.hub, mac) // most fail: their callers gave up
+		})
+	}
+	wg.Wait()
+	if d, _ := b.hub.Device(mac); !d.Online || d.SessionID != sid {
+		t.Errorf("device lost its connection to callers that gave up: online %v, session %s (was %s)", d.Online, d.SessionID, sid)
+	}
+	mustCall(t, b.hub, mac)
+}
+
+// mqttDevice is a device on a paho client that answers MCP with a
+// device.Server, each reply sent replies times (default once).
+type mqttDevice struct {
+	cli     *paho.Client
+	replies atomic.Int32
+}
+
+func volumeServer(t testing.TB) *device.Server {
+	t.Helper()
+	srv, err := device.NewServer(device.ServerOptions{Profile: device.ProfileESP32, Name: "board", Version: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.AddTool(device.Tool{Name: volumeTool, Properties: []device.Property{device.Int("volume", 0, 100)},
+		Handler: func(context.Context, device.Args) (any, error) { return true, nil }}); err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
+
+func dialDevice(t testing.TB, addr, mac string, srv *device.Server, keepalive uint16) *mqttDevice {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &mqttDevice{}
+	d.replies.Store(1)
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(context.Background())
+	d.cli = paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+		func(pr paho.PublishReceived) (bool, error) {
+			env, err := xiaozhi.DecodeEnvelope(pr.Packet.Payload)
+			if err != nil || env.Type != xiaozhi.TypeMCP {
+				return true, nil
+			}
+			wg.Go(func() {
+				reply := srv.Handle(ctx, env.Payload)
+				if reply == nil {
+					return
+				}
+				b, _ := xiaozhi.MCPEnvelope("", reply)
+				for range d.replies.Load() {
+					_, _ = d.cli.Publish(ctx, &paho.Publish{Topic: xiaozhi.DefaultUplinkTopic, Payload: b})
+				}
+			})
+			return true, nil
+		}}})
+	cctx, ccancel := context.WithTimeout(ctx, hostiletest.WaitTimeout)
+	defer ccancel()
+	id := xiaozhi.MQTTClientID{Group: "test", DeviceID: mac, UUID: "6f1d9e52-0000-4000-8000-000000000001"}.String()
+	if _, err := d.cli.Connect(cctx, &paho.Connect{ClientID: id, KeepAlive: keepalive, CleanStart: true}); err != nil {
+		cancel()
+		conn.Close()
+		t.Fatalf("connect %s: %v", mac, err)
+	}
+	t.Cleanup(func() { cancel(); conn.Close(); <-d.cli.Done(); wg.Wait() })
+	return d
+}
+
+// publish sends one uplink message; with sync, at QoS 1, returning once the
+// gateway has handled it (the broker acknowledges after its hooks ran).
+func (d *mqttDevice) publish(t testing.TB, msg []byte, sync bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hostiletest.WaitTimeout)
+	defer cancel()
+	p := &paho.Publish{Topic: xiaozhi.DefaultUplinkTopic, Payload: msg}
+	if sync {
+		p.QoS = 1
+	}
+	if _, err := d.cli.Publish(ctx, p); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+}
+
+// rawConnect opens an MQTT 3.1.1 connection by hand and reads its CONNACK.
+func rawConnect(t testing.TB, addr, mac string, keepalive uint16) net.Conn {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, hostiletest.WaitTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4,
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: keepalive,
+			ClientIdentifier: xiaozhi.MQTTClientID{Group: "raw", DeviceID: mac, UUID: "6f1d9e52-0000-4000-8000-000000000002"}.String()}}
+	var buf bytes.Buffer
+	if err := pk.ConnectEncode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	ack := make([]byte, 4)
+	conn.SetReadDeadline(time.Now().Add(hostiletest.WaitTimeout))
+	if _, err := conn.Read(ack); err != nil || ack[0] != 0x20 || ack[3] != 0 {
+		t.Fatalf("CONNACK %x: %v", ack, err)
+	}
+	conn.SetReadDeadline(time.Time{})
+	return conn
+}
+
+func callVolume(ctx context.Context, h *hub.Hub, ref string) error {
+	res, err := h.Call(ctx, hub.CallRequest{Device: ref, Tool: volumeTool, Arguments: json.RawMessage(`{"volume":42}`)})
+	if err != nil {
+		return err
+	}
+	if res.IsError || res.Text() != "true" {
+		return fmt.Errorf("unexpected result %+v", res)
+	}
+	return nil
+}
+
+func mustCall(t testing.TB, h *hub.Hub, ref string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hostiletest.WaitTimeout)
+	defer cancel()
+	if err := callVolume(ctx, h, ref); err != nil {
+		t.Fatalf("call on %s: %v", ref, err)
+	}
+}
+
+func checkFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	hostiletest.CheckFor(t, what, cond)
+}
+
+func waitState(t testing.TB, h *hub.Hub, ref string, want hub.State) hub.Device {
+	t.Helper()
+	var d hub.Device
+	checkFor(t, fmt.Sprintf("%s to be %s", ref, want), func() bool {
+		var err error
+		d, err = h.Device(ref)
+		return err == nil && d.State == want
+	})
+	return d
+}
