@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/devicetest"
 	"github.com/mcpgate/mcpgate/internal/gateway"
@@ -413,5 +415,50 @@ func TestClientCmdsUnreachable(t *testing.T) {
 	r.want(t, 1)
 	if !strings.Contains(r.stderr, "--server") {
 		t.Errorf("bad --server: %q", r.stderr)
+	}
+}
+
+// A registration-dialect device's tools show their kind.
+func TestToolsCmdKinds(t *testing.T) {
+	t.Parallel()
+	addr := startGateway(t)
+	srv, err := device.NewServer(device.ServerOptions{Profile: device.ProfileRegister})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noop := func(context.Context, device.Args) (any, error) { return true, nil }
+	for _, tool := range []device.Tool{
+		{Name: "set_lamp", Description: "Switch the lamp.", Properties: []device.Property{device.Bool("on")}, SubType: "control", Handler: noop},
+		{Name: "get_lamp", Description: "Read the lamp.", SubType: "query", Handler: noop},
+	} {
+		if err := srv.AddTool(tool); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const id = "02:00:00:00:0e:01"
+	c, err := device.NewClient(device.ClientOptions{URL: "ws://" + addr + "/xiaozhi/v1/", DeviceID: id, Server: srv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sess, err := c.Connect(ctx)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sess.Serve(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	r := run(t, addr, "tools", id)
+	r.want(t, 0)
+	for _, re := range []string{
+		`(?m)^NAME +ARGS +USER-ONLY +KIND +DESCRIPTION$`,
+		`(?m)^set_lamp +on:bool +remote/control +Switch the lamp\.$`,
+		`(?m)^get_lamp +- +remote/query +Read the lamp\.$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(r.stdout) {
+			t.Errorf("tools output lacks %s:\n%s", re, r.stdout)
+		}
 	}
 }

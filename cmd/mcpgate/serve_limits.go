@@ -24,5 +24,7 @@ func limitFlags(f *pflag.FlagSet, l *gateway.Limits) {
 	f.IntVar(&l.MaxConnsPerIP, "max-conns-per-ip", limits.DefaultMaxConnsPerIP, "device, endpoint and MQTT connections per source address, IPv6 per /64 (negative: no limit)")
 	f.IntVar(&l.MaxConnsLoopback, "max-conns-loopback", limits.DefaultMaxConnsLoopback, "the same from loopback addresses, all together (negative: no limit; behind a local reverse proxy every device is loopback)")
 	f.DurationVar(&l.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "how long an HTTP connection has to send its request headers")
+	f.DurationVar(&l.ReadBodyTimeout, "read-body-timeout", 30*time.Second, "how long a REST or MCP request has to send its whole body")
+	f.DurationVar(&l.IdleTimeout, "http-idle-timeout", 2*time.Minute, "close HTTP keep-alive connections idle this long between requests")
 	f.DurationVar(&l.MQTTConnectTimeout, "mqtt-connect-timeout", 10*time.Second, "how long a connection to the embedded MQTT broker has to send CONNECT")
 }

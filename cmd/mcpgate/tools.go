@@ -62,8 +62,22 @@ shows its last known tools.`,
 			if wide {
 				aw, dw = 0, 0
 			}
+			// Registration-dialect devices say which tools are controls
+			// (not awaited by default), queries and local: show it when any does.
+			kinds := make([]string, len(tl.Tools))
+			anyKind := false
+			for i, t := range tl.Tools {
+				var k struct {
+					Main string `json:"main_type"`
+					Sub  string `json:"sub_type"`
+				}
+				if len(t.Annotations) > 0 && json.Unmarshal(t.Annotations, &k) == nil && (k.Main != "" || k.Sub != "") {
+					kinds[i] = strings.Trim(k.Main+"/"+k.Sub, "/")
+					anyKind = true
+				}
+			}
 			rows := make([][]string, 0, len(tl.Tools))
-			for _, t := range tl.Tools {
+			for i, t := range tl.Tools {
 				sig := "?" // a schema the CLI cannot read; --json shows it
 				if s, err := parseInputSchema(t.InputSchema); err == nil {
 					sig = orDash(oneLine(s.signature(), aw))
@@ -72,9 +86,17 @@ shows its last known tools.`,
 				if t.UserOnly {
 					userOnly = "yes"
 				}
-				rows = append(rows, []string{t.Name, sig, userOnly, oneLine(t.Description, dw)})
+				row := []string{t.Name, sig, userOnly, oneLine(t.Description, dw)}
+				if anyKind {
+					row = append(row[:3:3], orDash(kinds[i]), row[3])
+				}
+				rows = append(rows, row)
 			}
-			return printTable(g.stdout, []string{"NAME", "ARGS", "USER-ONLY", "DESCRIPTION"}, rows)
+			header := []string{"NAME", "ARGS", "USER-ONLY", "DESCRIPTION"}
+			if anyKind {
+				header = []string{"NAME", "ARGS", "USER-ONLY", "KIND", "DESCRIPTION"}
+			}
+			return printTable(g.stdout, header, rows)
 		},
 	}
 	cmd.Flags().BoolVar(&wide, "wide", false, "do not cut long argument lists and descriptions short")

@@ -305,13 +305,24 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, fmt.Errorf("bench: MCP phase: %w", err)
 		}
 		ml := newMCPLoad(tgt.url, aliases, cfg.Concurrency, cfg.Tool, cfg.Args)
-		log.Info("MCP phase: closed loop on /mcp", "sessions", cfg.Concurrency, "warmup", cfg.Warmup, "duration", cfg.Duration)
-		rep.MCP = runClosed(ctx, ml, cpu, cfg.Warmup, cfg.Duration)
+		log.Info("MCP phase: opening sessions on /mcp", "sessions", cfg.Concurrency, "timeout", mcpOpenTimeout)
+		setup, err := ml.open(ctx, mcpOpenTimeout)
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if rep.Peak.CallsPerSec > 0 {
-			rep.MCPRatio = rep.MCP.CallsPerSec / rep.Peak.CallsPerSec
+		if err != nil {
+			log.Warn("MCP phase not run", "error", err)
+			rep.MCP = &PhaseReport{Workers: cfg.Concurrency, SetupS: setup.Seconds(), NotRun: err.Error()}
+		} else {
+			log.Info("MCP phase: closed loop on /mcp", "sessions", cfg.Concurrency, "opened_in", setup.Round(time.Millisecond), "warmup", cfg.Warmup, "duration", cfg.Duration)
+			rep.MCP = runClosed(ctx, ml, cpu, cfg.Warmup, cfg.Duration)
+			rep.MCP.SetupS = setup.Seconds()
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			if rep.Peak.CallsPerSec > 0 {
+				rep.MCPRatio = rep.MCP.CallsPerSec / rep.Peak.CallsPerSec
+			}
 		}
 	}
 

@@ -117,6 +117,13 @@ type PhaseReport struct {
 	ErrorSamples map[string]string `json:"error_samples,omitempty"`
 	// CPU is the processor time the gateway and the bench used meanwhile.
 	CPU *CPUUse `json:"cpu,omitempty"`
+	// SetupS is how long the phase's sessions took to open before the
+	// loop began (MCP: initialize and notifications/initialized on every
+	// session, all at once); 0 when there is nothing to open.
+	SetupS float64 `json:"setup_s,omitempty"`
+	// NotRun says why the phase could not run (its sessions could not be
+	// opened); the phase then has no calls and no figures.
+	NotRun string `json:"not_run,omitempty"`
 }
 
 // ErrorCount returns the total of Errors.

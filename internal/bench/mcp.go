@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // The MCP phase calls the same tool as the REST phases, through the
@@ -19,6 +21,11 @@ import (
 
 // mcpPath is the aggregate MCP server's endpoint.
 const mcpPath = "/mcp"
+
+// mcpOpenTimeout bounds opening the MCP phase's sessions. A gateway that
+// cannot open them in this time has a problem the phase reports, rather
+// than measuring nothing.
+const mcpOpenTimeout = 30 * time.Second
 
 // mcpProtocolVersion is the protocol version the bench asks for: the newest
 // one a stateful Streamable HTTP server (the gateway's) accepts.
@@ -41,6 +48,9 @@ type mcpLoad struct {
 	names [][]byte // per device: the JSON string "<alias>.<tool>"
 	conns int
 	args  json.RawMessage // nil: {"volume":N}, N varying per call
+
+	mu     sync.Mutex
+	opened []*mcpCaller // guarded by mu; sessions open already, handed out by worker
 }
 
 func newMCPLoad(base string, aliases []string, conns int, tool string, args json.RawMessage) *mcpLoad {
@@ -54,8 +64,60 @@ func newMCPLoad(base string, aliases []string, conns int, tool string, args json
 
 func (m *mcpLoad) workers() int { return m.conns }
 func (m *mcpLoad) devices() int { return len(m.names) }
+
+// worker returns a session opened by open, or a new one (opened on its
+// first call) when none is left.
 func (m *mcpLoad) worker() devCaller {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n := len(m.opened); n > 0 {
+		c := m.opened[n-1]
+		m.opened = m.opened[:n-1]
+		return c
+	}
 	return &mcpCaller{load: m, raw: &rawCaller{addr: m.addr}}
+}
+
+// open opens every worker's MCP session at once, before the loop, within
+// timeout, and reports how long that took. The first request on /mcp may
+// be slow (the gateway builds the aggregate's tool list), and a session
+// that cannot open would leave the loop with neither calls nor errors; an
+// error here says which and why, and nothing is left open.
+func (m *mcpLoad) open(ctx context.Context, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	callers := make([]*mcpCaller, m.conns)
+	errs := make([]error, m.conns)
+	var wg sync.WaitGroup
+	for i := range callers {
+		callers[i] = &mcpCaller{load: m, raw: &rawCaller{addr: m.addr}}
+		wg.Go(func() { errs[i] = callers[i].initialize(ctx) })
+	}
+	wg.Wait()
+	took := time.Since(start)
+	failed, first := 0, error(nil)
+	for _, err := range errs {
+		if err != nil {
+			failed++
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	if failed > 0 {
+		for _, c := range callers {
+			c.close()
+		}
+		if ctx.Err() != nil {
+			first = fmt.Errorf("no answer within %s (%w)", timeout, first)
+		}
+		return took, fmt.Errorf("%d of %d MCP sessions could not be opened on %s: %w", failed, m.conns, mcpPath, first)
+	}
+	m.mu.Lock()
+	m.opened = callers
+	m.mu.Unlock()
+	return took, nil
 }
 
 // mcpCaller is one worker's MCP session.

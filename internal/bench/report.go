@@ -214,8 +214,11 @@ func (r *Report) WriteText(w io.Writer) error {
 		p.f("\npeak: closed loop, %d connections with one call each in flight, %s after %s warmup\n", ph.Workers, fmtS(ph.DurationS), fmtS(ph.WarmupS))
 		p.phase(ph, "latency")
 	}
-	if ph := r.MCP; ph != nil {
+	if ph := r.MCP; ph != nil && ph.NotRun != "" {
+		p.f("\nmcp: NOT RUN: %s (after %s)\n", ph.NotRun, fmtS(ph.SetupS))
+	} else if ph != nil {
 		p.f("\nmcp: closed loop, %d MCP sessions on /mcp (Streamable HTTP), each one tools/call in flight, %s after %s warmup\n", ph.Workers, fmtS(ph.DurationS), fmtS(ph.WarmupS))
+		p.f("  sessions     opened in %s (initialize and notifications/initialized, all sessions at once, before the loop)\n", fmtS(ph.SetupS))
 		p.phase(ph, "latency")
 		if r.Peak != nil {
 			p.restMCP(r.Peak, ph, r.MCPRatio)
@@ -279,6 +282,9 @@ func (p *printer) f(format string, args ...any) {
 
 func (p *printer) phase(ph *PhaseReport, label string) {
 	p.f("  calls        %s   %s/s   errors %s\n", count(ph.Calls), count(uint64(ph.CallsPerSec+0.5)), count(ph.ErrorCount()))
+	if ph.Calls == 0 {
+		p.f("  WARNING      no call started in the measured %s: every worker was still waiting for the answer to a call begun before it\n", fmtS(ph.DurationS))
+	}
 	p.latency(label, ph.Latency)
 	if c := ph.CPU; c != nil {
 		if c.Gateway > 0 {

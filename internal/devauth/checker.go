@@ -2,6 +2,8 @@ package devauth
 
 import (
 	"log/slog"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -13,6 +15,20 @@ type Checker struct {
 	mode     Mode
 	log      *slog.Logger
 	failures *prometheus.CounterVec
+	now      func() time.Time // time.Now; set by tests
+
+	mu     sync.Mutex
+	logged map[string]*logState // guarded by mu; by transport and reason
+}
+
+// logInterval is the least time between two failure lines of one transport
+// and reason: a device retrying with a bad token, or someone guessing, must
+// not flood the log. The metric counts every failure.
+const logInterval = 10 * time.Second
+
+type logState struct {
+	last       time.Time
+	suppressed int
 }
 
 // NewChecker returns a Checker registering mcpgate_device_auth_failures_total
@@ -28,7 +44,7 @@ func NewChecker(auth *Authority, mode Mode, log *slog.Logger, reg prometheus.Reg
 	if reg != nil {
 		reg.MustRegister(f)
 	}
-	return &Checker{auth: auth, mode: mode, log: log, failures: f}
+	return &Checker{auth: auth, mode: mode, log: log, failures: f, now: time.Now, logged: make(map[string]*logState)}
 }
 
 // Authority returns the checker's token authority.
@@ -68,7 +84,26 @@ func (c *Checker) fail(transport, deviceID, clientID string, err error) error {
 	}
 	reason := Reason(err)
 	c.failures.WithLabelValues(transport, reason).Inc()
-	c.log.Warn("device authentication failed", "transport", transport, "device_id", deviceID,
-		"client_id", clientID, "reason", reason, "error", err)
+	key := transport + "/" + reason
+	now := c.now()
+	c.mu.Lock()
+	st := c.logged[key]
+	if st == nil {
+		st = &logState{}
+		c.logged[key] = st // bounded: transports × reasons
+	}
+	if !st.last.IsZero() && now.Sub(st.last) < logInterval {
+		st.suppressed++
+		c.mu.Unlock()
+		return err
+	}
+	suppressed := st.suppressed
+	st.last, st.suppressed = now, 0
+	c.mu.Unlock()
+	attrs := []any{"transport", transport, "device_id", deviceID, "client_id", clientID, "reason", reason, "error", err}
+	if suppressed > 0 {
+		attrs = append(attrs, "suppressed", suppressed)
+	}
+	c.log.Warn("device authentication failed", attrs...)
 	return err
 }

@@ -1,7 +1,9 @@
 package devauth
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -207,5 +209,37 @@ func TestReasonLabels(t *testing.T) {
 	}
 	if got := Reason(errors.New("x")); got != "other" {
 		t.Errorf("Reason(other) = %q", got)
+	}
+}
+
+// Failures are all counted, but logged at most once per interval per
+// transport and reason, with the number left out.
+func TestCheckerLogSampling(t *testing.T) {
+	a, err := New(Config{Secret: bytes.Repeat([]byte("k"), 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	c := NewChecker(a, ModeToken, slog.New(slog.NewTextHandler(&buf, nil)), nil)
+	now := time.Unix(1000, 0)
+	c.now = func() time.Time { return now }
+	for range 5 {
+		if c.WebSocket("02:00:00:00:00:01", "", "garbage") == nil {
+			t.Fatal("a garbage token was accepted")
+		}
+	}
+	if c.MQTT("GID_x@@@02_00_00_00_00_01@@@u", "u", "p") == nil {
+		t.Fatal("bad MQTT credentials were accepted")
+	}
+	if n := strings.Count(buf.String(), "device authentication failed"); n != 2 {
+		t.Fatalf("%d lines, want 2 (one per transport):\n%s", n, buf.String())
+	}
+	now = now.Add(logInterval)
+	_ = c.WebSocket("02:00:00:00:00:01", "", "garbage")
+	if !strings.Contains(buf.String(), "suppressed=4") {
+		t.Fatalf("the next line should say how many were left out:\n%s", buf.String())
+	}
+	if n := strings.Count(buf.String(), "garbage"); n != 0 {
+		t.Fatalf("the token was logged:\n%s", buf.String())
 	}
 }

@@ -251,7 +251,7 @@ func New(cfg Config) (*Gateway, error) {
 		// The hub logs the truncated discovery with the device's state.
 		OnLimit: func(limit string) { m.LimitHits.WithLabelValues(limit).Inc() },
 	}
-	devices, err := newDeviceServices(cfg, m, h)
+	devices, err := newDeviceServices(cfg, m, lim, h)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -463,8 +463,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 	headers := newHeaderTimeouts(g.cfg.Limits.ReadHeaderTimeout, g.limits) // counts header timeouts
 	srv := &http.Server{
-		Handler:           headers.Wrap(g.handler),
+		Handler:           headers.Wrap(bodyDeadline(g.cfg.Limits.ReadBodyTimeout, g.limits, g.handler)),
 		ReadHeaderTimeout: g.cfg.Limits.ReadHeaderTimeout,
+		IdleTimeout:       g.cfg.Limits.IdleTimeout,
 		ConnContext:       headers.ConnContext,
 		ConnState:         headers.ConnState,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
@@ -496,7 +497,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 	shutdownDone := make(chan error, 1)
 	go func() { shutdownDone <- srv.Shutdown(sctx) }() // stops accepting; waits for in-flight REST and MCP requests
 	g.drainCalls(sctx)                                 // calls in flight through any door finish (and are audited)
-	g.mcp.Close()                                      // then end MCP sessions' open SSE streams, which Shutdown would wait for
+	if err := g.mcp.WaitPosts(sctx); err != nil {      // and MCP requests write their answers
+		g.log.Warn("MCP requests still being answered at the shutdown deadline", "error", err)
+	}
+	g.mcp.Close() // then end MCP sessions' open SSE streams, which Shutdown would wait for
 	shutdownErr := <-shutdownDone
 	g.ws.Close() // device sockets are hijacked: Shutdown does not wait for them
 	g.ep.Close()

@@ -47,6 +47,12 @@ type Limits struct {
 	// ReadHeaderTimeout is how long an HTTP connection has to send its
 	// request headers. Default 10s.
 	ReadHeaderTimeout time.Duration
+	// ReadBodyTimeout is how long a REST or MCP request has to send its
+	// whole body, once its headers are in. Default 30s.
+	ReadBodyTimeout time.Duration
+	// IdleTimeout closes HTTP keep-alive connections idle this long
+	// between requests. Default 2m.
+	IdleTimeout time.Duration
 	// MQTTConnectTimeout is how long a connection to the embedded broker has
 	// to send CONNECT. Default 10s.
 	MQTTConnectTimeout time.Duration
@@ -54,7 +60,7 @@ type Limits struct {
 
 func (l *Limits) fill() error {
 	if l.MaxBodyBytes < 0 || l.EndpointReadLimit < 0 || l.DeviceCallBurst < 0 || l.KeyCallBurst < 0 ||
-		l.ReadHeaderTimeout < 0 || l.MQTTConnectTimeout < 0 {
+		l.ReadHeaderTimeout < 0 || l.ReadBodyTimeout < 0 || l.IdleTimeout < 0 || l.MQTTConnectTimeout < 0 {
 		return errors.New("limits: body sizes, read limits, bursts and timeouts must not be negative")
 	}
 	if l.MaxBodyBytes == 0 {
@@ -74,6 +80,12 @@ func (l *Limits) fill() error {
 	}
 	if l.ReadHeaderTimeout == 0 {
 		l.ReadHeaderTimeout = 10 * time.Second
+	}
+	if l.ReadBodyTimeout == 0 {
+		l.ReadBodyTimeout = 30 * time.Second
+	}
+	if l.IdleTimeout == 0 {
+		l.IdleTimeout = 2 * time.Minute
 	}
 	if l.MQTTConnectTimeout == 0 {
 		l.MQTTConnectTimeout = 10 * time.Second

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/devauth"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/ota"
@@ -57,7 +58,7 @@ type deviceServices struct {
 	vision *vision.Service
 }
 
-func newDeviceServices(cfg Config, m *metrics.Metrics, h *hub.Hub) (*deviceServices, error) {
+func newDeviceServices(cfg Config, m *metrics.Metrics, lim *limits.Reporter, h *hub.Hub) (*deviceServices, error) {
 	p := cfg.Provisioning
 	mode, err := devauth.ParseMode(string(p.DeviceAuth))
 	if err != nil {
@@ -84,7 +85,7 @@ func newDeviceServices(cfg Config, m *metrics.Metrics, h *hub.Hub) (*deviceServi
 	d := &deviceServices{hub: h, store: cfg.Store, log: cfg.Logger, cfg: p, auth: devauth.NewChecker(authority, mode, cfg.Logger, m.Registry)}
 
 	oc := p.OTA
-	oc.Logger = cfg.Logger
+	oc.Logger, oc.Limits = cfg.Logger, lim
 	oc.IssueToken = func(deviceID, clientID string) (string, error) {
 		return authority.IssueDevice(deviceID, clientID, p.DeviceTokenTTL)
 	}
@@ -93,7 +94,7 @@ func newDeviceServices(cfg Config, m *metrics.Metrics, h *hub.Hub) (*deviceServi
 	}
 	d.vision, err = vision.New(vision.Config{
 		Dir: filepath.Join(cfg.DataDir, "photos"), MaxBytes: p.VisionMaxBytes, Model: p.VisionModel,
-		Verify: d.auth.Vision, Logger: cfg.Logger,
+		Verify: d.auth.Vision, Logger: cfg.Logger, Limits: lim,
 		Resolve: func(ref string) (string, error) {
 			dev, err := h.Device(ref)
 			if err != nil {

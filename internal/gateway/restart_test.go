@@ -14,8 +14,10 @@ import (
 
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/devauth"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
 
@@ -49,7 +51,8 @@ func runGateway(t *testing.T, cfg Config) (*Gateway, func() error) {
 
 // TestRestartKeepsState: what a gateway learned survives a restart on the
 // same store, on both backends: aliases, catalogs (the device is listed
-// offline with its tools), device revocations, and the audit log, including
+// offline with its tools), API keys and their revocation, device
+// revocations, and the audit log, including
 // the record of a slow call that was in flight when shutdown began and
 // which shutdown let finish.
 func TestRestartKeepsState(t *testing.T) {
@@ -64,6 +67,23 @@ func TestRestartKeepsState(t *testing.T) {
 				Provisioning: Provisioning{DeviceSecret: secret}}
 			const mac, other = "02:00:00:00:00:31", "02:00:00:00:00:32"
 			ctx := t.Context()
+
+			// API keys made by `mcpgate keys` on the same store (another
+			// process, here another handle): one live, one revoked.
+			keyStore := storetest.Open(t, dsn, dir)
+			key, keySecret, err := auth.NewKey("restart", auth.ScopeRead, []string{"kitchen"}, nil, 0, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			gone, goneSecret, _ := auth.NewKey("gone", auth.ScopeAdmin, nil, nil, 0, time.Now())
+			for _, k := range []store.APIKey{key, gone} {
+				if err := keyStore.CreateKey(ctx, k); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := keyStore.RevokeKey(ctx, gone.ID, time.Now()); err != nil {
+				t.Fatal(err)
+			}
 
 			// First run.
 			gw, stop := runGateway(t, cfg)
@@ -170,6 +190,17 @@ func TestRestartKeepsState(t *testing.T) {
 			tools, err := c2.Tools(ctx, "kitchen")
 			if err != nil || len(tools.Tools) != 2 {
 				t.Fatalf("tools after restart: %+v, %v", tools, err)
+			}
+			// The keys survive: the live one works and keeps its device
+			// restriction, the revoked one stays revoked.
+			if d, err := c2.WithKey(keySecret).Device(ctx, "kitchen"); err != nil || d.ID != mac {
+				t.Errorf("live key after restart: %+v, %v", d, err)
+			}
+			if _, err := c2.WithKey(keySecret).Device(ctx, other); !errors.As(err, &ae) || ae.Code != "device_not_found" {
+				t.Errorf("live key, device outside its patterns, after restart: %v", err)
+			}
+			if _, err := c2.WithKey(goneSecret).Devices(ctx); !errors.As(err, &ae) || ae.Code != "unauthorized" {
+				t.Errorf("revoked key after restart: %v", err)
 			}
 			if err := gw2.devices.auth.Authority().Verify(other, "", oldToken); !errors.Is(err, devauth.ErrRevoked) {
 				t.Errorf("revoked token after restart: %v", err)

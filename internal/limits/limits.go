@@ -25,12 +25,15 @@ const (
 	EndpointFrame       = "endpoint_frame"              // an /mcp/endpoint message over --endpoint-read-limit
 	RESTBody            = "rest_body"                   // a REST request body over --max-body-bytes
 	MCPBody             = "mcp_body"                    // an MCP door request body over --max-body-bytes
+	OTABody             = "ota_body"                    // an OTA request body over 64 KiB
+	VisionBody          = "vision_body"                 // a photo upload over --vision-max-bytes
 	MaxTools            = "max_tools"                   // a device listed more than --max-tools tools
 	MaxPages            = "max_pages"                   // a discovery stopped after --max-pages pages
 	DeviceBusy          = "device_busy"                 // a device's call queue was full
 	KeyRate             = "key_rate"                    // a caller exceeded --key-call-rate
 	DeviceRate          = "device_rate"                 // a device exceeded --device-call-rate
 	HeaderTimeout       = "http_header_timeout"         // an HTTP connection sent no full header within --read-header-timeout
+	BodyTimeout         = "http_body_timeout"           // an HTTP request body did not arrive within --read-body-timeout
 	HelloTimeout        = "ws_hello_timeout"            // a device WebSocket sent no hello within --hello-timeout
 	MQTTConnectTimeout  = "mqtt_connect_timeout"        // an MQTT connection sent no CONNECT within --mqtt-connect-timeout
 	EndpointInitTimeout = "endpoint_initialize_timeout" // an MCP server did not answer initialize within --request-timeout
@@ -39,8 +42,8 @@ const (
 
 // Names lists every limit, in the order docs/limits.md does.
 var Names = []string{
-	WSFrame, MQTTPacket, EndpointFrame, RESTBody, MCPBody, MaxTools, MaxPages, DeviceBusy,
-	KeyRate, DeviceRate, HeaderTimeout, HelloTimeout, MQTTConnectTimeout, EndpointInitTimeout, ConnsPerIP,
+	WSFrame, MQTTPacket, EndpointFrame, RESTBody, MCPBody, OTABody, VisionBody, MaxTools, MaxPages, DeviceBusy,
+	KeyRate, DeviceRate, HeaderTimeout, BodyTimeout, HelloTimeout, MQTTConnectTimeout, EndpointInitTimeout, ConnsPerIP,
 }
 
 // Defaults of the limits this package applies; the gateway's flags show them.

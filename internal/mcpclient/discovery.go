@@ -100,6 +100,9 @@ func (s *Session) Initialize(ctx context.Context) (*InitializeResult, error) {
 	s.mu.Lock()
 	s.init = &res
 	s.mu.Unlock()
+	// The vision capability (an upload URL and token) is sent once, here:
+	// dropping it spares every idle connection its bytes.
+	s.cfg.Vision = nil
 	return &res, nil
 }
 

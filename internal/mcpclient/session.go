@@ -86,7 +86,8 @@ type Config struct {
 	MaxTools int
 	// ClientName and ClientVersion go into initialize's clientInfo.
 	ClientName, ClientVersion string
-	// Vision, when set, is sent as capabilities.vision in initialize.
+	// Vision, when set, is sent as capabilities.vision in the session's
+	// (first successful) initialize; the session forgets it afterwards.
 	Vision *Vision
 	// OnNotification receives the device's notifications other than
 	// progress (which goes to its call), e.g. notifications/tools/list_changed.

@@ -3,11 +3,16 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
@@ -16,46 +21,90 @@ import (
 )
 
 // door is one mcp.Server (a device's, or the aggregate when device is "")
-// and the tools registered on it.
+// and the tools it lists.
+//
+// The tools are kept here, not registered with go-sdk: the middleware
+// answers tools/call and tools/list itself, and go-sdk's AddTool re-encodes
+// and re-decodes every tool's schema (with a 32 KiB decoder buffer each
+// time), which for the aggregate of 10,000 devices (120,000 tools) took
+// seconds of CPU and gigabytes of garbage while every /mcp request waited.
+// go-sdk holds one tool only, builtin, and sends list_changed when it is
+// added again (notifyChanged).
 type door struct {
 	s      *Server
 	device string          // device id; "" for the aggregate
 	p      *auth.Principal // the caller this server serves; its patterns filter the tools
 	srv    *mcp.Server
+	// builtin is the one tool registered with go-sdk: list_devices on the
+	// aggregate, a placeholder nobody sees on a device's door.
+	builtin        *mcp.Tool
+	builtinHandler mcp.ToolHandler
 
-	// mu serialises syncs: each reads the hub's state and applies the
-	// difference, so the last sync always reflects the latest state.
+	// mu serialises syncs and guards the listing: each sync reads the hub's
+	// state and applies the difference, so the last sync always reflects the
+	// latest state.
 	mu    sync.Mutex
-	tools map[string]listed // guarded by mu; by listed name
+	tools map[string]listed        // guarded by mu; by listed name
+	names []string                 // guarded by mu; tools' names sorted, nil after a change
+	devs  map[string]*listedDevice // guarded by mu; by device id
 }
 
 // listed is one tool as a door lists it.
 type listed struct {
-	raw json.RawMessage // the tool definition sent in tools/list
+	raw    json.RawMessage // the tool definition sent in tools/list
+	device string          // whose tool it is; "" for list_devices
 }
+
+// listedDevice is what a door lists of one device and what that was made
+// from: a sync rebuilds it only when the device's alias or catalog changed,
+// so a resync of 10,000 unchanged devices does no JSON work.
+type listedDevice struct {
+	alias string
+	cat   *hub.Catalog
+	names []string // listed names
+}
+
+// placeholderName is the device door's builtin: never listed (the
+// middleware answers tools/list) and never called (it answers tools/call).
+const placeholderName = "mcpgate.placeholder"
 
 func (s *Server) newDoor(device string, p *auth.Principal) *door {
 	name := "mcpgate"
 	if device != "" {
 		name = "mcpgate/" + device
 	}
-	d := &door{s: s, device: device, p: p, tools: make(map[string]listed)}
+	d := &door{s: s, device: device, p: p, tools: make(map[string]listed), devs: make(map[string]*listedDevice)}
 	d.srv = mcp.NewServer(&mcp.Implementation{Name: name, Version: s.cfg.Version}, &mcp.ServerOptions{
-		Logger:   s.log,
+		Logger:   s.sdkLog,
 		HasTools: true, // advertise tools (and listChanged) even while the device has none
 		PageSize: s.cfg.PageSize,
 	})
 	d.srv.AddReceivingMiddleware(d.middleware)
 	if device == "" {
-		d.srv.AddTool(listDevicesTool(), func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		d.builtin = listDevicesTool()
+		d.builtinHandler = func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return d.listDevices(), nil
-		})
+		}
+		if raw, err := json.Marshal(d.builtin); err == nil { // a Tool always marshals
+			d.tools[listDevicesName] = listed{raw: raw}
+		}
+	} else {
+		d.builtin = &mcp.Tool{Name: placeholderName, InputSchema: json.RawMessage(`{"type":"object"}`)}
+		d.builtinHandler = unreachable
 	}
+	d.srv.AddTool(d.builtin, d.builtinHandler)
 	return d
 }
 
+// notifyChanged makes go-sdk send notifications/tools/list_changed to the
+// door's sessions: adding a tool again counts as a change, and go-sdk
+// coalesces the notifications (10ms).
+func (d *door) notifyChanged() {
+	d.srv.AddTool(d.builtin, d.builtinHandler)
+}
+
 // middleware takes tools/call and tools/list from go-sdk's typed model:
-// calls go to the hub whether or not the name is registered (the hub answers
+// calls go to the hub whether or not the name is listed (the hub answers
 // offline or unknown tool as an isError result rather than a protocol
 // error), and listings carry the device's own tool JSON.
 func (d *door) middleware(next mcp.MethodHandler) mcp.MethodHandler {
@@ -66,31 +115,73 @@ func (d *door) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 				return d.call(ctx, r)
 			}
 		case "tools/list":
-			res, err := next(ctx, method, req)
-			if lr, ok := res.(*mcp.ListToolsResult); ok && err == nil {
-				return d.rawList(lr), nil
+			if r, ok := req.(*mcp.ListToolsRequest); ok {
+				return d.list(ctx, r, next)
 			}
-			return res, err
 		}
 		return next(ctx, method, req)
 	}
 }
 
-// rawList replaces go-sdk's typed tool definitions (which would drop fields
-// it does not model, e.g. XiaoZhi's annotations.audience) with the listed raw
-// JSON, keeping go-sdk's pagination.
-func (d *door) rawList(lr *mcp.ListToolsResult) mcp.Result {
-	d.mu.Lock()
-	raws := make([]json.RawMessage, 0, len(lr.Tools))
-	for _, t := range lr.Tools {
-		if l, ok := d.tools[t.Name]; ok {
-			raws = append(raws, l.raw)
-		} else if b, err := json.Marshal(t); err == nil { // the built-in list_devices
-			raws = append(raws, b)
-		}
+// list answers tools/list from the door's own listing, a page at a time in
+// name order. go-sdk still builds the result (its fields besides the tools
+// and the cursor), from its registry of one tool, so it is asked for a first
+// page.
+func (d *door) list(ctx context.Context, req *mcp.ListToolsRequest, next mcp.MethodHandler) (mcp.Result, error) {
+	cursor := ""
+	if req.Params != nil {
+		cursor, req.Params.Cursor = req.Params.Cursor, ""
 	}
-	d.mu.Unlock()
-	return &rawToolList{ListToolsResult: lr, tools: raws}
+	after, err := decodeCursor(cursor)
+	if err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "invalid cursor"}
+	}
+	res, err := next(ctx, "tools/list", req)
+	lr, ok := res.(*mcp.ListToolsResult)
+	if err != nil || !ok {
+		return res, err
+	}
+	size := d.s.cfg.PageSize
+	if size <= 0 {
+		size = mcp.DefaultPageSize
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.names == nil {
+		d.names = slices.Sorted(maps.Keys(d.tools))
+	}
+	start := 0
+	if after != "" {
+		i, found := slices.BinarySearch(d.names, after)
+		if found {
+			i++
+		}
+		start = i
+	}
+	end := min(start+size, len(d.names))
+	raws := make([]json.RawMessage, 0, end-start)
+	for _, name := range d.names[start:end] {
+		raws = append(raws, d.tools[name].raw)
+	}
+	lr.NextCursor = ""
+	if end < len(d.names) {
+		lr.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(d.names[end-1]))
+	}
+	return &rawToolList{ListToolsResult: lr, tools: raws}, nil
+}
+
+// decodeCursor returns the last name of the previous page ("" for none).
+// A cursor is opaque to clients; a name that is gone since is fine, the
+// next page starts after where it was.
+func decodeCursor(cursor string) (string, error) {
+	if cursor == "" {
+		return "", nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil || len(b) == 0 {
+		return "", errors.New("invalid cursor")
+	}
+	return string(b), nil
 }
 
 // rawToolList embeds the typed result only to satisfy mcp.Result (whose
@@ -115,48 +206,89 @@ func (r *rawToolList) MarshalJSON() ([]byte, error) {
 	return json.Marshal(m)
 }
 
-// want is the tool set a door should have: listed name → definition and hash.
-type want map[string]wantTool
-
-type wantTool struct {
-	raw json.RawMessage
+func unreachable(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return gatewayError("internal", "tool handler reached outside the middleware"), nil
 }
 
-// apply registers added and changed tools and removes gone ones. go-sdk
-// coalesces the resulting list_changed notifications (10ms).
-func (d *door) apply(w want) {
-	var gone []string
-	for name := range d.tools {
-		if _, ok := w[name]; !ok {
-			gone = append(gone, name)
+// setDevice lists device id's visible tools from cat, under its alias
+// ("<alias>.<tool>", descriptions rewritten) on the aggregate, or under
+// their own names when alias is "". It reports whether the listing changed.
+// d.mu must be held.
+func (d *door) setDevice(id, alias string, cat *hub.Catalog, exposeUserOnly bool, tc templateCache) bool {
+	old := d.devs[id]
+	if old != nil && old.alias == alias && old.cat == cat {
+		return false
+	}
+	var before map[string]json.RawMessage
+	if old != nil {
+		before = make(map[string]json.RawMessage, len(old.names))
+		for _, name := range old.names {
+			if l, ok := d.tools[name]; ok && l.device == id {
+				before[name] = l.raw
+			}
+		}
+		d.removeDevice(id)
+	}
+	var all []string // the device's tool names, for rewriting descriptions
+	if alias != "" {
+		all = make([]string, 0, len(cat.Tools))
+		for _, t := range cat.Tools {
+			all = append(all, t.Name)
 		}
 	}
-	if len(gone) > 0 {
-		d.srv.RemoveTools(gone...)
-		for _, name := range gone {
+	var tmpl []*toolTemplate
+	if alias != "" {
+		tmpl = tc.get(cat)
+	}
+	ld := &listedDevice{alias: alias, cat: cat}
+	changed := false
+	for i := range cat.Tools {
+		t := &cat.Tools[i]
+		if (t.UserOnly() && !exposeUserOnly) || !d.p.CanSeeTool(t.Name) {
+			continue
+		}
+		var raw json.RawMessage
+		ok := false
+		name := t.Name
+		if alias == "" {
+			raw, ok = listedTool(t, name, "")
+		} else if tmpl[i] != nil {
+			name = alias + "." + t.Name
+			raw, ok = tmpl[i].render(t, name, rewriteNames(t.Description, all, alias)), true
+		}
+		if !ok {
+			if alias == "" {
+				d.s.log.Warn("tool not exposed over MCP: its input schema is not an object schema", "device_id", id, "tool", t.Name)
+			}
+			continue
+		}
+		if prev, ok := before[name]; !ok || !bytes.Equal(prev, raw) {
+			changed = true
+		}
+		d.tools[name] = listed{raw: raw, device: id}
+		ld.names = append(ld.names, name)
+	}
+	d.devs[id] = ld
+	d.names = nil
+	return changed || len(ld.names) != len(before)
+}
+
+// removeDevice takes device id's tools out of the listing and reports
+// whether it listed any. A name another device has taken since (aliases
+// swapped) stays. d.mu must be held.
+func (d *door) removeDevice(id string) bool {
+	ld, ok := d.devs[id]
+	if !ok {
+		return false
+	}
+	delete(d.devs, id)
+	for _, name := range ld.names {
+		if l, ok := d.tools[name]; ok && l.device == id {
 			delete(d.tools, name)
 		}
 	}
-	names := make([]string, 0, len(w))
-	for name := range w {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		wt := w[name]
-		if cur, ok := d.tools[name]; ok && bytes.Equal(cur.raw, wt.raw) {
-			continue
-		}
-		d.tools[name] = listed{raw: wt.raw}
-		// The handler is never reached (middleware answers tools/call); the
-		// schema given to go-sdk only has to pass its checks, the listing
-		// uses raw.
-		d.srv.AddTool(&mcp.Tool{Name: name, InputSchema: json.RawMessage(`{"type":"object"}`)}, unreachable)
-	}
-}
-
-func unreachable(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	return gatewayError("internal", "tool handler reached outside the middleware"), nil
+	d.names = nil
+	return len(ld.names) > 0
 }
 
 // syncDevice sets a device door's tools: the device's visible tools while it
@@ -164,55 +296,132 @@ func unreachable(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, er
 func (d *door) syncDevice(h *hub.Hub, exposeUserOnly bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	w := want{}
+	var changed bool
 	dev, cat, err := h.Tools(d.device)
 	if err == nil && dev.Online && cat != nil && d.p.CanSeeDevice(dev.ID, dev.Alias) {
-		for i := range cat.Tools {
-			t := &cat.Tools[i]
-			if (t.UserOnly() && !exposeUserOnly) || !d.p.CanSeeTool(t.Name) {
-				continue
-			}
-			if raw, ok := listedTool(t, t.Name, ""); ok {
-				w[t.Name] = wantTool{raw: raw}
-			} else {
-				d.s.log.Warn("tool not exposed over MCP: its input schema is not an object schema", "device_id", d.device, "tool", t.Name)
-			}
-		}
+		changed = d.setDevice(d.device, "", cat, exposeUserOnly, nil)
+	} else {
+		changed = d.removeDevice(d.device)
 	}
-	d.apply(w)
+	if changed {
+		d.notifyChanged()
+	}
 }
 
 // syncAggregate sets the aggregate door's tools: every online device's
-// visible tools as "<alias>.<tool>".
+// visible tools as "<alias>.<tool>". Its cost is a map lookup per unchanged
+// device; only new and changed devices' tools are built.
 func (d *door) syncAggregate(h *hub.Hub, exposeUserOnly bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	w := want{}
+	changed := false
+	seen := make(map[string]bool, len(d.devs))
+	tc := templateCache{}
 	for _, dev := range h.Devices() {
-		if !dev.Online || !d.p.CanSeeDevice(dev.ID, dev.Alias) {
+		if !dev.Online {
 			continue
 		}
-		_, cat, err := h.Tools(dev.ID)
-		if err != nil || cat == nil {
+		cur, cat, err := h.Tools(dev.ID) // the state now: alias and catalog together
+		if err != nil || cat == nil || !cur.Online || !d.p.CanSeeDevice(cur.ID, cur.Alias) {
 			continue
 		}
-		names := make([]string, 0, len(cat.Tools))
-		for _, t := range cat.Tools {
-			names = append(names, t.Name)
-		}
-		for i := range cat.Tools {
-			t := &cat.Tools[i]
-			if (t.UserOnly() && !exposeUserOnly) || !d.p.CanSeeTool(t.Name) {
-				continue
-			}
-			name := dev.Alias + "." + t.Name
-			desc := rewriteNames(t.Description, names, dev.Alias)
-			if raw, ok := listedTool(t, name, desc); ok {
-				w[name] = wantTool{raw: raw}
-			}
+		seen[cur.ID] = true
+		if d.setDevice(cur.ID, cur.Alias, cat, exposeUserOnly, tc) {
+			changed = true
 		}
 	}
-	d.apply(w)
+	for id := range d.devs {
+		if !seen[id] && d.removeDevice(id) {
+			changed = true
+		}
+	}
+	if changed {
+		d.notifyChanged()
+	}
+}
+
+// templateCache holds the tool templates of the catalogs one sync meets: a
+// fleet runs a handful of catalogs, so the aggregate's first sync over
+// 10,000 devices parses each catalog's tools once, not once per device.
+type templateCache map[*hub.Catalog][]*toolTemplate
+
+// get returns cat's templates, index by index with cat.Tools; nil for a
+// tool that cannot be listed.
+func (tc templateCache) get(cat *hub.Catalog) []*toolTemplate {
+	if ts, ok := tc[cat]; ok {
+		return ts
+	}
+	ts := make([]*toolTemplate, len(cat.Tools))
+	for i := range cat.Tools {
+		ts[i] = newToolTemplate(&cat.Tools[i])
+	}
+	tc[cat] = ts
+	return ts
+}
+
+// toolTemplate is a tool definition ready to be listed under another name
+// and description: its members encoded as json.Marshal writes a map (keys
+// sorted, values compacted), the input schema already repaired (see
+// listedTool), so that render only concatenates.
+type toolTemplate struct {
+	keys    []string // sorted
+	members [][]byte // "key":value, by keys' order
+}
+
+func newToolTemplate(t *mcpclient.Tool) *toolTemplate {
+	raw, ok := listedTool(t, t.Name, "")
+	if !ok {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	tt := &toolTemplate{keys: slices.Sorted(maps.Keys(m))}
+	for _, k := range tt.keys {
+		b, err := json.Marshal(map[string]json.RawMessage{k: m[k]})
+		if err != nil {
+			return nil
+		}
+		tt.members = append(tt.members, b[1:len(b)-1]) // without the braces
+	}
+	return tt
+}
+
+// render returns the definition named name, with desc as its description
+// when that differs from the device's: what listedTool(t, name, desc)
+// returns, without decoding anything.
+func (tt *toolTemplate) render(t *mcpclient.Tool, name, desc string) json.RawMessage {
+	over := map[string]string{"name": name}
+	if desc != "" && desc != t.Description {
+		over["description"] = desc
+	}
+	member := func(k, v string) []byte {
+		b, _ := json.Marshal(map[string]string{k: v}) // strings always marshal
+		return b[1 : len(b)-1]
+	}
+	keys := slices.Clone(tt.keys)
+	for k := range over {
+		if _, found := slices.BinarySearch(keys, k); !found {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if v, ok := over[k]; ok {
+			b.Write(member(k, v))
+			continue
+		}
+		j, _ := slices.BinarySearch(tt.keys, k)
+		b.Write(tt.members[j])
+	}
+	b.WriteByte('}')
+	return b.Bytes()
 }
 
 // listedTool returns the device's tool definition as listed: its raw JSON,

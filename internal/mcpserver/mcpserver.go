@@ -23,10 +23,14 @@
 // # Keeping in sync
 //
 // Each mcp.Server is created on its first request and kept: its tool set
-// follows the hub's events (one subscription for the whole door), so tools/list
-// is a map read and list_changed is sent by go-sdk whenever tools are added or
-// removed. An offline device's tools are removed from its server; a call to
-// one of them still reaches the hub and answers "device_offline".
+// follows the hub's events (one subscription for the whole door). The door
+// keeps the tool set itself, not in go-sdk (whose AddTool costs two schema
+// round trips through JSON per tool: seconds for an aggregate of 10,000
+// devices), answers tools/list from it a page at a time, and has go-sdk send
+// list_changed whenever it changes. A sync rebuilds only the devices whose
+// alias or catalog changed. An offline device's tools are removed from its
+// server; a call to one of them still reaches the hub and answers
+// "device_offline".
 //
 // # Callers and keys
 //
@@ -41,12 +45,14 @@
 package mcpserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -98,20 +104,32 @@ type Config struct {
 
 // Server serves both MCP doors. It is safe for concurrent use.
 type Server struct {
-	cfg   Config
-	hub   *hub.Hub
-	log   *slog.Logger
-	guard *httpguard.Guard
+	cfg Config
+	hub *hub.Hub
+	log *slog.Logger
+	// sdkLog is what go-sdk logs to: log, with its info lines as debug
+	// (see sdkHandler).
+	sdkLog *slog.Logger
+	guard  *httpguard.Guard
 
 	startOnce sync.Once
 	loopDone  chan struct{} // closed when the event loop returns; nil until started
 	sub       *hub.Subscription
+
+	// posts counts POST requests being served: a tool call's answer is
+	// written after the hub call returns, so a shutdown waits for these
+	// (WaitPosts) before it closes sessions.
+	posts atomic.Int64
 
 	mu      sync.Mutex
 	closed  bool                   // guarded by mu
 	agg     map[string]*door       // guarded by mu; by caller (key id, "" for local), created on its first /mcp request
 	devices map[doorKey]*door      // guarded by mu
 	handler map[*door]http.Handler // guarded by mu
+
+	// byDevice indexes devices by device id, so an event resyncs the doors
+	// of its device without scanning every device door of every caller.
+	byDevice map[string][]*door // guarded by mu
 }
 
 // doorKey names a device server: the caller's key id ("" for the local
@@ -149,8 +167,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, hub: cfg.Hub, log: cfg.Logger, guard: g, agg: make(map[string]*door),
-		devices: make(map[doorKey]*door), handler: make(map[*door]http.Handler)}, nil
+	return &Server{cfg: cfg, hub: cfg.Hub, log: cfg.Logger, sdkLog: slog.New(sdkHandler{cfg.Logger.Handler()}), guard: g, agg: make(map[string]*door),
+		devices: make(map[doorKey]*door), byDevice: make(map[string][]*door), handler: make(map[*door]http.Handler)}, nil
 }
 
 // Register adds the door's routes to mux: /mcp and /mcp/devices/{ref},
@@ -165,6 +183,10 @@ func (s *Server) Register(mux *http.ServeMux, wrap func(http.Handler) http.Handl
 // text reason), then hands the request to the aggregate server (/mcp) or the
 // device's server (/mcp/devices/{ref}; 404 for an unknown device).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost {
+		s.posts.Add(1)
+		defer s.posts.Add(-1)
+	}
 	if !s.guard.Allow(w, r) {
 		return
 	}
@@ -195,7 +217,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "mcpgate: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
-	h.ServeHTTP(w, r)
+	rec := &recorder{ResponseWriter: w}
+	h.ServeHTTP(rec, r)
+	if reason := rec.badRequest(); reason != "" {
+		s.cfg.Limits.BadRequest(limits.DoorMCP, reason, "refused malformed MCP request",
+			"remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "status", rec.status, "answer", rec.answer())
+	}
 }
 
 var errClosed = errors.New("mcp door closed")
@@ -284,6 +311,7 @@ func (s *Server) deviceHandler(ref string, p *auth.Principal) (http.Handler, err
 	if !ok {
 		dr = s.newDoor(d.ID, p)
 		s.devices[k] = dr
+		s.byDevice[d.ID] = append(s.byDevice[d.ID], dr)
 		s.handler[dr] = s.httpHandler(dr)
 		dr.syncDevice(s.hub, s.cfg.ExposeUserOnly)
 	}
@@ -295,7 +323,7 @@ func (s *Server) deviceHandler(ref string, p *auth.Principal) (http.Handler, err
 // unknown on another's.
 func (s *Server) httpHandler(d *door) http.Handler {
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return d.srv }, &mcp.StreamableHTTPOptions{
-		Logger:         s.log,
+		Logger:         s.sdkLog,
 		SessionTimeout: s.cfg.SessionTimeout,
 		// Our guard does the same check, configurably; see guard.go.
 		DisableLocalhostProtection: true,
@@ -360,10 +388,12 @@ func relevant(t hub.EventType) bool {
 func (s *Server) syncDevices(id string, all bool) {
 	s.mu.Lock()
 	var doors []*door
-	for k, d := range s.devices {
-		if all || k.device == id {
+	if all {
+		for _, d := range s.devices {
 			doors = append(doors, d)
 		}
+	} else {
+		doors = append(doors, s.byDevice[id]...)
 	}
 	s.mu.Unlock()
 	for _, d := range doors {
@@ -374,6 +404,24 @@ func (s *Server) syncDevices(id string, all bool) {
 // Close stops the event loop and closes every MCP client session, which ends
 // their open SSE streams (an http.Server's Shutdown would otherwise wait for
 // them). Later requests get 503. Idempotent.
+// WaitPosts waits, within ctx, for POST requests being served to finish
+// writing their answers. Standalone GET streams are not waited for: they
+// last until Close.
+func (s *Server) WaitPosts(ctx context.Context) error {
+	// Polled: a WaitGroup may not see Add while Wait runs, and requests
+	// may still arrive on open connections as the server shuts down.
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for s.posts.Load() > 0 {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 func (s *Server) Close() {
 	s.mu.Lock()
 	if s.closed {

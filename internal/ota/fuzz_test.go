@@ -39,8 +39,11 @@ func FuzzOTARequest(f *testing.F) {
 		if rec.Code >= 500 {
 			t.Fatalf("status %d for body %q: %s", rec.Code, body, rec.Body)
 		}
-		if rec.Code == http.StatusOK && !json.Valid(rec.Body.Bytes()) {
-			t.Fatalf("the answer is not JSON: %q", rec.Body)
+		if !json.Valid(rec.Body.Bytes()) {
+			t.Fatalf("the answer (%d) is not JSON: %q", rec.Code, rec.Body)
+		}
+		if rec.Code != http.StatusOK && !bytes.Contains(rec.Body.Bytes(), []byte(`{"error":{"code":`)) {
+			t.Fatalf("the refusal (%d) is not a JSON error: %q", rec.Code, rec.Body)
 		}
 	})
 }

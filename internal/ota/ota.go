@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
@@ -90,8 +91,17 @@ type Config struct {
 	// Nil: the gateway's local zone.
 	TimezoneOffset *int
 	Logger         *slog.Logger
+	// Limits counts refused requests (mcpgate_bad_requests_total{door="ota"},
+	// mcpgate_limit_hits_total{limit="ota_body"}) and logs them without
+	// flooding; nil counts in a private metrics set.
+	Limits *limits.Reporter
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// MaxKnown bounds the devices remembered (Known): the open policy
+	// accepts any well-formed Device-Id, so a flood of made-up ids must not
+	// grow memory without end. When full, an arbitrary record makes room.
+	// Default 100,000 (about 25 MB at most).
+	MaxKnown int
 }
 
 // Handler serves the endpoint.
@@ -123,6 +133,12 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Limits == nil {
+		cfg.Limits = limits.NewReporter(nil, cfg.Logger)
+	}
+	if cfg.MaxKnown <= 0 {
+		cfg.MaxKnown = 100_000
 	}
 	if cfg.Policy == "" {
 		cfg.Policy = PolicyOpen
@@ -237,29 +253,49 @@ type MQTT struct {
 // maxBody bounds a system-information body; firmware's is about 1-2 KiB.
 const maxBody = 64 << 10
 
-// ServeHTTP answers one provisioning request. Failures are plain text, with
-// 400 for a malformed request, 403 for a device the policy refuses.
+// ServeHTTP answers one provisioning request. Failures are JSON errors as
+// the REST API's ({"error":{"code","message"}}): 400 bad_request for a
+// malformed request, 413 body_too_large, 403 forbidden for a device the
+// policy refuses, 405 method_not_allowed. Firmware reads only the status of
+// a failure (it logs "Failed to check version, status code: N"); the body is
+// for people with curl.
+//
+// Refusals are counted and logged at most once per 10 s per reason
+// ([limits.Reporter.BadRequest]): anyone on the network can post garbage,
+// and that must not flood the log.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
+		h.cfg.Limits.BadRequest(limits.DoorOTA, "http_method", "refused malformed OTA request",
+			"remote", r.RemoteAddr, "method", r.Method)
 		w.Header().Set("Allow", http.MethodPost)
-		http.Error(w, "use POST with the device's system information", http.StatusMethodNotAllowed)
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use POST with the device's system information")
 		return
 	}
 	deviceID, clientID, req, err := h.parse(w, r)
 	if err != nil {
-		h.log.Info("ota request refused", "remote", r.RemoteAddr, "error", err)
-		status := http.StatusBadRequest
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			status = http.StatusRequestEntityTooLarge
+			h.cfg.Limits.Hit(limits.OTABody, "refused OTA request: body over the limit",
+				"remote", r.RemoteAddr, "max_body_bytes", tooBig.Limit)
+			writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", err.Error())
+			return
 		}
-		http.Error(w, err.Error(), status)
+		reason := "read_error" // the body could not be read: the client went away
+		var re *requestError
+		if errors.As(err, &re) {
+			reason = re.reason
+		}
+		h.cfg.Limits.BadRequest(limits.DoorOTA, reason, "refused malformed OTA request", "remote", r.RemoteAddr, "error", err)
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
 	log := h.log.With("device_id", deviceID, "client_id", clientID, "remote", r.RemoteAddr)
 	if h.cfg.Policy == PolicyAllowlist && !h.allow[deviceID] {
-		log.Warn("ota: device not in the allowlist")
-		http.Error(w, "device "+deviceID+" is not allowed on this gateway", http.StatusForbidden)
+		// Rate limited like the malformed: Device-Id is whatever the
+		// sender claims, so a flood of made-up ids must not flood the log.
+		h.cfg.Limits.BadRequest(limits.DoorOTA, "not_allowed", "ota: device not in the allowlist",
+			"device_id", deviceID, "client_id", clientID, "remote", r.RemoteAddr)
+		writeError(w, http.StatusForbidden, "forbidden", "device "+deviceID+" is not allowed on this gateway")
 		return
 	}
 	board := boardType(req, r.UserAgent())
@@ -268,7 +304,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	resp, err := h.respond(r, log, deviceID, clientID, board, req.Application.Version)
 	if err != nil {
 		log.Error("ota: could not build the reply", "error", err)
-		http.Error(w, "internal error", http.StatusInternalServerError)
+		writeError(w, http.StatusInternalServerError, "internal", "internal error")
 		return
 	}
 	b, _ := json.Marshal(resp) // plain structs: cannot fail
@@ -280,44 +316,81 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) parse(w http.ResponseWriter, r *http.Request) (deviceID, clientID string, req Request, err error) {
 	rawID := strings.TrimSpace(r.Header.Get(xiaozhi.HeaderDeviceID))
 	if rawID == "" {
-		return "", "", req, errors.New("missing Device-Id header (the device's MAC, e.g. aa:bb:cc:dd:ee:ff)")
+		return "", "", req, refuse("missing_device_id", "missing Device-Id header (the device's MAC, e.g. aa:bb:cc:dd:ee:ff)")
 	}
 	if deviceID, err = xiaozhi.NormalizeDeviceID(rawID); err != nil {
-		return "", "", req, fmt.Errorf("Device-Id header: %w", err)
+		return "", "", req, refuse("bad_device_id", "Device-Id header: %v", err)
 	}
 	clientID = strings.TrimSpace(r.Header.Get(xiaozhi.HeaderClientID))
 	if clientID == "" {
-		return "", "", req, errors.New("missing Client-Id header (the device's UUID)")
+		return "", "", req, refuse("missing_client_id", "missing Client-Id header (the device's UUID)")
 	}
 	if len(clientID) > 128 || strings.Contains(clientID, "@@@") {
-		return "", "", req, fmt.Errorf("Client-Id header %q: want a UUID", clientID)
+		return "", "", req, refuse("bad_client_id", "Client-Id header %q: want a UUID", truncate(clientID, 64))
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		return "", "", req, fmt.Errorf("read body: %w", err)
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
-		return "", "", req, errors.New("empty body: send the device's system information as JSON (mac_address, uuid, application.version, board)")
+		return "", "", req, refuse("empty_body", "empty body: send the device's system information as JSON (mac_address, uuid, application.version, board)")
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		return "", "", req, fmt.Errorf("body is not a system-information JSON object: %w", err)
+		return "", "", req, refuse("malformed_json", "body is not a system-information JSON object: %v", err)
 	}
 	if req.Application.Version == "" {
-		return "", "", req, errors.New("body: application.version is missing")
+		return "", "", req, refuse("missing_version", "body: application.version is missing")
 	}
 	if req.MACAddress != "" {
 		mac, err := xiaozhi.NormalizeDeviceID(req.MACAddress)
 		if err != nil {
-			return "", "", req, fmt.Errorf("body: mac_address: %w", err)
+			return "", "", req, refuse("bad_mac_address", "body: mac_address: %v", err)
 		}
 		if mac != deviceID {
-			return "", "", req, fmt.Errorf("body: mac_address %s does not match the Device-Id header %s", mac, deviceID)
+			return "", "", req, refuse("mac_mismatch", "body: mac_address %s does not match the Device-Id header %s", mac, deviceID)
 		}
 	}
 	if req.UUID != "" && req.UUID != clientID {
-		return "", "", req, fmt.Errorf("body: uuid %q does not match the Client-Id header %q", req.UUID, clientID)
+		return "", "", req, refuse("uuid_mismatch", "body: uuid %q does not match the Client-Id header %q", truncate(req.UUID, 64), clientID)
 	}
 	return deviceID, clientID, req, nil
+}
+
+// requestError is a malformed request: why, for the device's owner, and a
+// reason from a fixed set, for the metric.
+type requestError struct {
+	reason string
+	msg    string
+}
+
+func (e *requestError) Error() string { return e.msg }
+
+func refuse(reason, format string, args ...any) error {
+	return &requestError{reason: reason, msg: fmt.Sprintf(format, args...)}
+}
+
+// truncate keeps an echoed value short: an answer or a log line must not
+// repeat a 64 KiB header back.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// writeError answers as the REST API does (docs/api.md).
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	type info struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+	b, _ := json.Marshal(struct { // strings only: cannot fail
+		Error info `json:"error"`
+	}{info{code, msg}})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
 }
 
 // boardType is the board's type from the body (board.type, or board as a
@@ -349,6 +422,12 @@ func (h *Handler) remember(log *slog.Logger, rec Record) {
 		rec.FirstSeen = old.FirstSeen
 	} else {
 		log.Info("ota: new device registered", "board", rec.Board, "version", rec.Version)
+		if len(h.known) >= h.cfg.MaxKnown {
+			for id := range h.known { // map order: an arbitrary one
+				delete(h.known, id)
+				break
+			}
+		}
 	}
 	h.known[rec.DeviceID] = rec
 }

@@ -2,6 +2,7 @@ package ota
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -217,6 +218,69 @@ func TestLoopbackWarning(t *testing.T) {
 		}
 		if got := strings.Contains(logs.String(), "loopback address"); got != tc.warn {
 			t.Errorf("remote %s: warned %v, want %v\n%s", tc.remote, got, tc.warn, logs.String())
+		}
+	}
+}
+
+// A flood of made-up device ids under the open policy keeps at most
+// MaxKnown records.
+func TestKnownIsBounded(t *testing.T) {
+	t.Parallel()
+	h, err := New(Config{PublicURL: "http://192.168.1.10:8000", MaxKnown: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 500 {
+		id := fmt.Sprintf("02:00:00:00:%02x:%02x", i>>8, i&0xff)
+		req := httptest.NewRequest(http.MethodPost, Path, strings.NewReader(body(id, uuid, "1.0.0", "b")))
+		req.Header.Set("Device-Id", id)
+		req.Header.Set("Client-Id", uuid)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != http.StatusOK {
+			t.Fatalf("device %s: %d %s", id, w.Code, w.Body)
+		}
+		if _, ok := h.Known(id); !ok {
+			t.Fatalf("device %s not remembered right after its request", id)
+		}
+	}
+	h.mu.Lock()
+	n := len(h.known)
+	h.mu.Unlock()
+	if n != 50 {
+		t.Fatalf("%d devices remembered, want 50", n)
+	}
+}
+
+// Refusals are JSON errors, as the REST API's.
+func TestErrorsAreJSON(t *testing.T) {
+	t.Parallel()
+	h, err := New(Config{Policy: PolicyAllowlist, Allow: []string{"02:00:00:00:00:09"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		method, id, body string
+		status           int
+		code             string
+	}{
+		{http.MethodGet, mac, "", http.StatusMethodNotAllowed, "method_not_allowed"},
+		{http.MethodPost, "", body(mac, uuid, "1.0.0", "b"), http.StatusBadRequest, "bad_request"},
+		{http.MethodPost, mac, "{", http.StatusBadRequest, "bad_request"},
+		{http.MethodPost, mac, `{"x":"` + strings.Repeat("a", maxBody) + `"}`, http.StatusRequestEntityTooLarge, "body_too_large"},
+		{http.MethodPost, mac, body(mac, uuid, "1.0.0", "b"), http.StatusForbidden, "forbidden"},
+	} {
+		req := httptest.NewRequest(tt.method, Path, strings.NewReader(tt.body))
+		req.Header.Set("Device-Id", tt.id)
+		req.Header.Set("Client-Id", uuid)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		if w.Code != tt.status || w.Header().Get("Content-Type") != "application/json" ||
+			json.Unmarshal(w.Body.Bytes(), &e) != nil || e.Error.Code != tt.code || e.Error.Message == "" {
+			t.Errorf("%s %q: %d %s %s, want %d with code %s", tt.method, tt.body, w.Code, w.Header().Get("Content-Type"), w.Body, tt.status, tt.code)
 		}
 	}
 }

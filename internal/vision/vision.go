@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/devauth"
+	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
@@ -72,6 +73,10 @@ type Config struct {
 	Resolve func(ref string) (string, error)
 	Logger  *slog.Logger
 	Now     func() time.Time
+	// Limits counts refused uploads (mcpgate_bad_requests_total{door="vision"},
+	// mcpgate_limit_hits_total{limit="vision_body"}) and logs them without
+	// flooding; nil counts in a private metrics set.
+	Limits *limits.Reporter
 }
 
 // Service stores and explains photos.
@@ -97,6 +102,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Limits == nil {
+		cfg.Limits = limits.NewReporter(nil, cfg.Logger)
 	}
 	if m := cfg.Model; m != nil {
 		if m.BaseURL == "" || m.Name == "" {
@@ -130,16 +138,18 @@ type Photo struct {
 	ModelError  string    `json:"model_error,omitempty"`
 }
 
-// uploadError is a refusal: its status and the short text a device logs.
+// uploadError is a refusal: its status, the short text a device logs, and
+// a reason from a fixed set for the metric.
 type uploadError struct {
 	status int
+	reason string
 	msg    string
 }
 
 func (e *uploadError) Error() string { return e.msg }
 
-func refuse(status int, format string, args ...any) error {
-	return &uploadError{status: status, msg: fmt.Sprintf(format, args...)}
+func refuse(status int, reason, format string, args ...any) error {
+	return &uploadError{status: status, reason: reason, msg: fmt.Sprintf(format, args...)}
 }
 
 // ServeHTTP handles one upload.
@@ -152,6 +162,7 @@ func refuse(status int, format string, args ...any) error {
 // non-200 into "Failed to upload photo".
 func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
+		s.cfg.Limits.BadRequest(limits.DoorVision, "http_method", "vision: upload refused", "remote", r.RemoteAddr, "method", r.Method)
 		w.Header().Set("Allow", http.MethodPost)
 		http.Error(w, "use POST with a multipart photo", http.StatusMethodNotAllowed)
 		return
@@ -159,11 +170,19 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	answer, err := s.upload(w, r)
 	if err != nil {
 		var ue *uploadError
-		if !errors.As(err, &ue) {
+		switch {
+		case !errors.As(err, &ue):
 			ue = &uploadError{status: http.StatusInternalServerError, msg: "could not store the photo"}
 			s.log.Error("vision: upload failed", "remote", r.RemoteAddr, "error", err)
-		} else {
-			s.log.Info("vision: upload refused", "remote", r.RemoteAddr, "status", ue.status, "reason", ue.msg)
+		case ue.reason == "token":
+			// devauth's Checker has logged and counted it.
+		case ue.status == http.StatusRequestEntityTooLarge:
+			s.cfg.Limits.Hit(limits.VisionBody, "vision: upload refused: photo over the limit",
+				"remote", r.RemoteAddr, "max_bytes", s.cfg.MaxBytes)
+		default:
+			// Rate limited: anyone who can reach the port can post garbage.
+			s.cfg.Limits.BadRequest(limits.DoorVision, ue.reason, "vision: upload refused",
+				"remote", r.RemoteAddr, "status", ue.status, "error", ue.msg)
 		}
 		http.Error(w, ue.msg, ue.status)
 		return
@@ -175,11 +194,11 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Service) upload(w http.ResponseWriter, r *http.Request) (string, error) {
 	rawID := strings.TrimSpace(r.Header.Get(xiaozhi.HeaderDeviceID))
 	if rawID == "" {
-		return "", refuse(http.StatusBadRequest, "missing Device-Id header")
+		return "", refuse(http.StatusBadRequest, "missing_device_id", "missing Device-Id header")
 	}
 	deviceID, err := xiaozhi.NormalizeDeviceID(rawID)
 	if err != nil {
-		return "", refuse(http.StatusBadRequest, "invalid Device-Id header")
+		return "", refuse(http.StatusBadRequest, "bad_device_id", "invalid Device-Id header")
 	}
 	clientID := strings.TrimSpace(r.Header.Get(xiaozhi.HeaderClientID))
 	token := strings.TrimSpace(r.Header.Get("Authorization"))
@@ -192,7 +211,7 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request) (string, error)
 		if errors.Is(err, devauth.ErrWrongDevice) {
 			status = http.StatusForbidden
 		}
-		return "", refuse(status, "vision token refused: %v", err)
+		return "", refuse(status, "token", "vision token refused: %v", err)
 	}
 
 	// The whole body is bounded, chunked or not; multipart overhead and the
@@ -200,7 +219,7 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request) (string, error)
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBytes+64<<10)
 	mr, err := r.MultipartReader()
 	if err != nil {
-		return "", refuse(http.StatusBadRequest, "want a multipart/form-data body with a file part: %v", err)
+		return "", refuse(http.StatusBadRequest, "not_multipart", "want a multipart/form-data body with a file part: %v", err)
 	}
 	var question string
 	var photo []byte
@@ -225,7 +244,7 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request) (string, error)
 				return "", s.readError(err)
 			}
 			if int64(len(b)) > s.cfg.MaxBytes {
-				return "", refuse(http.StatusRequestEntityTooLarge, "photo is over %d bytes", s.cfg.MaxBytes)
+				return "", refuse(http.StatusRequestEntityTooLarge, "too_large", "photo is over %d bytes", s.cfg.MaxBytes)
 			}
 			photo = b
 		default:
@@ -233,11 +252,11 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request) (string, error)
 		}
 	}
 	if photo == nil {
-		return "", refuse(http.StatusBadRequest, "the form has no file part")
+		return "", refuse(http.StatusBadRequest, "no_file", "the form has no file part")
 	}
 	ctype := sniff(photo)
 	if ctype == "" {
-		return "", refuse(http.StatusUnsupportedMediaType, "the file is not a JPEG, PNG or WebP image")
+		return "", refuse(http.StatusUnsupportedMediaType, "not_an_image", "the file is not a JPEG, PNG or WebP image")
 	}
 	p, err := s.store(deviceID, clientID, question, ctype, photo)
 	if err != nil {
@@ -271,9 +290,9 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request) (string, error)
 func (s *Service) readError(err error) error {
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		return refuse(http.StatusRequestEntityTooLarge, "photo is over %d bytes", s.cfg.MaxBytes)
+		return refuse(http.StatusRequestEntityTooLarge, "too_large", "photo is over %d bytes", s.cfg.MaxBytes)
 	}
-	return refuse(http.StatusBadRequest, "malformed multipart body: %v", err)
+	return refuse(http.StatusBadRequest, "malformed_multipart", "malformed multipart body: %v", err)
 }
 
 // sniff returns the content type of a JPEG, PNG or WebP by magic bytes.

@@ -235,6 +235,9 @@ type connection struct {
 	sess      *mcpclient.Session
 	att       *hub.Attachment
 	finish    func() // waits for what attach started, then detaches
+	// unparseable samples "dropped unparseable message" lines: one per 10 s
+	// for a device publishing garbage in a loop, not one per message.
+	unparseable conns.Sampler
 }
 
 // attach turns an established broker client into a hub session. It runs on
@@ -399,7 +402,7 @@ func (c *connection) uplink(payload []byte) {
 	env, err := xiaozhi.DecodeEnvelope(payload)
 	if err != nil {
 		c.t.m.DroppedFrames.WithLabelValues("unparseable").Inc()
-		c.log.Warn("dropped unparseable message from device", "error", err, "frame", conns.Truncate(string(payload), 300))
+		c.unparseable.Warn(c.log, "dropped unparseable message from device", "error", err, "frame", conns.Truncate(string(payload), 300))
 		return
 	}
 	switch env.Type {

@@ -120,6 +120,11 @@ type Transport struct {
 	conns     *conns.Tracker
 	closeOnce sync.Once
 
+	// unparseable and badTopic sample their log lines (one per 10 s with
+	// a count) for the whole broker: a device or a stray client publishing
+	// garbage in a loop must not flood the log; the metrics count each.
+	unparseable, badTopic conns.Sampler
+
 	mu     sync.Mutex
 	live   map[string]*session // by device id; guarded by mu
 	cm     *autopaho.ConnectionManager
@@ -327,7 +332,7 @@ func (t *Transport) onPublish(pr paho.PublishReceived) (bool, error) {
 	deviceID, ok := t.deviceOf(p.Topic)
 	if !ok {
 		t.m.DroppedFrames.WithLabelValues("bad_topic").Inc()
-		t.log.Warn("dropped message on a topic without a device id", "topic", p.Topic)
+		t.badTopic.Warn(t.log, "dropped message on a topic without a device id", "topic", conns.Truncate(p.Topic, 200))
 		return true, nil
 	}
 	if !t.owns(deviceID) {
@@ -336,7 +341,7 @@ func (t *Transport) onPublish(pr paho.PublishReceived) (bool, error) {
 	env, err := xiaozhi.DecodeEnvelope(p.Payload)
 	if err != nil {
 		t.m.DroppedFrames.WithLabelValues("unparseable").Inc()
-		t.log.Warn("dropped unparseable message from device", "device_id", deviceID, "error", err, "frame", conns.Truncate(string(p.Payload), 300))
+		t.unparseable.Warn(t.log, "dropped unparseable message from device", "device_id", deviceID, "error", err, "frame", conns.Truncate(string(p.Payload), 300))
 		return true, nil
 	}
 	t.mu.Lock()

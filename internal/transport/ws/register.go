@@ -171,7 +171,7 @@ func (c *connection) registerFrame(data []byte) {
 	msg, err := jsonrpc.Decode(data)
 	if err != nil {
 		c.t.m.DroppedFrames.WithLabelValues("unparseable").Inc()
-		c.log.Warn("dropped unparseable frame from device", "error", err, "frame", conns.Truncate(string(data), 300))
+		c.unparseable.Warn(c.log, "dropped unparseable frame from device", "error", err, "frame", conns.Truncate(string(data), 300))
 		return
 	}
 	switch msg.Kind() {

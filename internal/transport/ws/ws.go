@@ -2,8 +2,11 @@
 // XiaoZhi device connections, performs the hello handshake, and turns each
 // connection into an MCP session attached to the hub.
 //
-// Per connection, one goroutine lives as long as the socket: it reads every
-// frame. Discovery runs on a goroutine that ends with it, keepalive pings run
+// Per connection, one goroutine at a time reads every frame, for as long as
+// the socket lives; it hands the reading on to a fresh goroutine where that
+// keeps an idle connection's stack small (see connection.handOff). The
+// handshake runs before, on the goroutine the HTTP handler starts. Discovery
+// runs on a goroutine that ends with it, keepalive pings run
 // from a timer, and the socket is closed from a context.AfterFunc when the
 // session ends for any reason but the socket's own end; all are awaited
 // before the connection is forgotten. Memory per idle device is what a fleet
@@ -254,11 +257,7 @@ func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// per-connection state (request, response, server conn), which would
 	// otherwise stay alive for as long as the device is connected.
 	served = true
-	go func() {
-		defer t.conns.Done()
-		defer t.cfg.Conns.Release(c.remote)
-		c.serve()
-	}()
+	go c.serve()
 }
 
 // connection is one device WebSocket. Fields are set before serve starts
@@ -279,6 +278,20 @@ type connection struct {
 	att  atomic.Pointer[hub.Attachment] // set once attached; read by the pong callback
 	// audioLogged is owned by the reader: the first audio frame was logged.
 	audioLogged bool
+	// unparseable samples the reader's "dropped unparseable frame" lines:
+	// a device sending garbage in a loop gets one line per 10 s, not one
+	// per frame (the metric counts every frame).
+	unparseable conns.Sampler
+	// finish tears down what start set up; set by run, called by the reader
+	// that ends the connection.
+	finish func()
+	// discovered is set when discovery has ended (see handOff).
+	discovered atomic.Bool
+	// lastText and handedOffDiscovered are owned by the reader (whichever
+	// goroutine reads now: each starts the next): when the last text frame
+	// was read, and whether the reader handed off after discovery ended.
+	lastText            time.Time
+	handedOffDiscovered bool
 }
 
 // touch records a sign of life once the connection is attached.
@@ -294,16 +307,77 @@ var errNoHello = errors.New("no hello")
 // errNoPong is why a connection ends when the device does not answer a ping.
 var errNoPong = errors.New("keepalive: no pong from the device")
 
+// serve runs the handshake and hands an attached connection to run, on a
+// goroutine of its own. The transport's count of connections (conns) and the
+// source address's slot are released when the connection ends, by whichever
+// goroutine ends it.
 func (c *connection) serve() {
-	// This goroutine lives as long as the device: its state is in c and its
-	// work in out-of-line helpers, so what stays on its stack while it waits
-	// for the next frame is small.
 	if !c.handshake() {
+		c.t.cfg.Conns.Release(c.remote)
+		c.t.conns.Done()
 		return
 	}
-	finish := c.start()
-	c.sess.Close(c.readLoop())
-	finish()
+	// The handshake (JSON, logging, attaching) has grown this goroutine's
+	// stack to 8 KiB, which Go would keep while the device sits idle (see
+	// handOff): the connection goes on on a fresh goroutine.
+	go c.run()
+}
+
+// run serves an attached connection until it ends.
+func (c *connection) run() {
+	c.finish = c.start()
+	c.read()
+}
+
+// read reads frames until the connection ends, then ends the session and
+// releases the connection. After some text frames (see handOff) it hands
+// the reading on to a fresh goroutine and returns. One goroutine reads at a
+// time, and a frame is handled before the next is read.
+func (c *connection) read() {
+	for {
+		typ, r, err := c.conn.Reader(c.ctx)
+		if err == nil {
+			err = c.frame(typ, r)
+		}
+		if err != nil {
+			c.sess.Close(c.readError(err))
+			c.finish()
+			c.t.cfg.Conns.Release(c.remote)
+			c.t.conns.Done()
+			return
+		}
+		if typ == websocket.MessageText && c.handOff(time.Now()) {
+			go c.read()
+			return
+		}
+	}
+}
+
+// quietHandOff is how long a connection must have been without text
+// frames for the reader to hand off after the next one (see handOff).
+const quietHandOff = 10 * time.Second
+
+// handOff reports whether the reader should continue on a fresh goroutine
+// after the text frame it has just handled, read at now.
+//
+// Decoding a frame's JSON grows the reader's stack to 8 KiB, and Go keeps a
+// grown stack while its goroutine lives: it shrinks one only when less than
+// a quarter is in use, and a reader waiting for the next frame uses about
+// 2 KiB. A fresh goroutine waits on 4 KiB. A handoff costs a goroutine and
+// two stack copies (about as much as the rest of the frame's handling), so
+// it is done where it pays: after every frame of discovery, which every
+// connection goes through and after which most devices sit idle, and after
+// a frame that ends a quiet spell (a device called now and then). A
+// connection busy with calls keeps its reader.
+func (c *connection) handOff(now time.Time) bool {
+	quiet := now.Sub(c.lastText) >= quietHandOff
+	c.lastText = now
+	if !c.handedOffDiscovered {
+		// Every frame while discovery runs, and the first one after.
+		c.handedOffDiscovered = c.discovered.Load()
+		return true
+	}
+	return quiet
 }
 
 // handshake exchanges hellos and attaches the session, or closes the socket
@@ -356,7 +430,7 @@ func (c *connection) handshake() bool {
 	}
 	// The session ends when the transport closes (cause ErrShutdown), when the
 	// hub replaces it, on a keepalive failure, or when the reader ends.
-	c.sess = mcpclient.New(c.t.conns.Context(), &link{conn: c.conn, sessionID: c.sessionID, writeTimeout: c.t.cfg.WriteTimeout}, scfg)
+	c.sess = mcpclient.New(c.t.conns.Context(), &link{conn: c.conn, base: c.ctx, sessionID: c.sessionID, writeTimeout: c.t.cfg.WriteTimeout}, scfg)
 	att := c.t.cfg.Hub.Attach(hub.ConnInfo{
 		DeviceID: c.id.deviceID, ClientID: c.id.clientID, Transport: "websocket",
 		SessionID: c.sessionID, Remote: c.remote, ProtocolVersion: c.id.protoVer,
@@ -382,7 +456,10 @@ func (c *connection) start() (finish func()) {
 		c.close(context.Cause(sess.Context()))
 	})
 	var discovery sync.WaitGroup
-	discovery.Go(func() { att.Discover(sess.Context()) })
+	discovery.Go(func() {
+		att.Discover(sess.Context())
+		c.discovered.Store(true)
+	})
 	stopKeepalive := c.startKeepalive(c.ctx, sess)
 	return func() {
 		if !stopCloser() {
@@ -530,7 +607,7 @@ func (c *connection) handleText(ctx context.Context, data []byte, sess *mcpclien
 		// Firmware does not escape quotes in error messages; the call that
 		// reply belonged to ends by its own timeout.
 		c.t.m.DroppedFrames.WithLabelValues("unparseable").Inc()
-		c.log.Warn("dropped unparseable frame from device", "error", err, "frame", conns.Truncate(string(data), 300))
+		c.unparseable.Warn(c.log, "dropped unparseable frame from device", "error", err, "frame", conns.Truncate(string(data), 300))
 		return
 	}
 	switch env.Type {
@@ -610,7 +687,13 @@ func (c *connection) startKeepalive(ctx context.Context, sess *mcpclient.Session
 
 // link sends MCP payloads in the device's envelope.
 type link struct {
-	conn         *websocket.Conn
+	conn *websocket.Conn
+	// base is the connection's context, which never ends: writes run under
+	// a timeout derived from it, not from the caller's context (see Send).
+	// coder/websocket keeps the context of a connection's last write until
+	// the next one, so a write context derived from the caller's would keep
+	// the caller's whole context chain alive while the device sits idle.
+	base         context.Context
 	sessionID    string
 	writeTimeout time.Duration
 }
@@ -629,7 +712,7 @@ func (l *link) Send(ctx context.Context, payload []byte) error {
 	if err != nil {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.writeTimeout)
+	wctx, cancel := context.WithTimeout(l.base, l.writeTimeout)
 	defer cancel()
 	return l.conn.Write(wctx, websocket.MessageText, b)
 }
@@ -640,7 +723,7 @@ func (l *link) SendMessage(ctx context.Context, msg []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.writeTimeout)
+	wctx, cancel := context.WithTimeout(l.base, l.writeTimeout)
 	defer cancel()
 	return l.conn.Write(wctx, websocket.MessageText, msg)
 }

@@ -1,0 +1,114 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+)
+
+// recorder notes the status go-sdk answers a request with and the start of
+// an error answer's body, so that the door can count and log the requests
+// go-sdk refuses (malformed JSON, unknown sessions, wrong content types...),
+// which go-sdk itself neither counts nor logs. It passes everything through.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	head   []byte // the first bytes of a 4xx body
+}
+
+// maxHead bounds what a recorder keeps of an error answer: enough for
+// go-sdk's one-line reasons.
+const maxHead = 160
+
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+	r.ResponseWriter.WriteHeader(status)
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	if r.status >= 400 && len(r.head) < maxHead {
+		r.head = append(r.head, p[:min(len(p), maxHead-len(r.head))]...)
+	}
+	return r.ResponseWriter.Write(p)
+}
+
+// Flush keeps SSE streams flowing for code that asserts http.Flusher;
+// http.ResponseController goes through Unwrap.
+func (r *recorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// answer is the error answer's first line, for the log.
+func (r *recorder) answer() string {
+	line, _, _ := bytes.Cut(r.head, []byte("\n"))
+	return string(line)
+}
+
+// badRequest classifies a refused request into one of a fixed set of
+// reasons (a metric label), from go-sdk's status and text; "" when the
+// request was not refused as malformed. 413 is counted by limitBody as a
+// limit hit, not here.
+func (r *recorder) badRequest() string {
+	text := string(r.head)
+	switch {
+	case r.status < 400, r.status == http.StatusRequestEntityTooLarge, r.status >= 500:
+		return ""
+	case r.status == http.StatusUnsupportedMediaType:
+		return "content_type"
+	case r.status == http.StatusMethodNotAllowed:
+		return "http_method"
+	case r.status == http.StatusNotFound && strings.Contains(text, "session"):
+		return "unknown_session"
+	case strings.Contains(text, "Accept must contain"):
+		return "accept"
+	case strings.Contains(text, "Mcp-Session-Id header"):
+		return "missing_session"
+	case strings.Contains(text, "batch"):
+		return "batch"
+	case strings.Contains(text, "non-empty body"):
+		return "empty_body"
+	case strings.Contains(text, "malformed payload"):
+		return "malformed_json"
+	case strings.Contains(text, "JSON RPC not handled"):
+		return "unknown_method"
+	case strings.Contains(text, "protocol version"), strings.Contains(text, "Protocol-Version"):
+		return "protocol_version"
+	}
+	return "invalid_request"
+}
+
+// sdkHandler passes go-sdk's log records on with info demoted to debug.
+// go-sdk logs three info lines for every session ("server connecting",
+// "server session connected", "... disconnected"), and a POST without a
+// session id opens one before its body is even parsed: at info level, a
+// flood of malformed requests would be a flood of log lines. The door's own
+// lines (refusals, rate limited) say what an operator needs.
+type sdkHandler struct{ h slog.Handler }
+
+func (s sdkHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	if l == slog.LevelInfo {
+		l = slog.LevelDebug
+	}
+	return s.h.Enabled(ctx, l)
+}
+
+func (s sdkHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelInfo {
+		r.Level = slog.LevelDebug
+	}
+	return s.h.Handle(ctx, r)
+}
+
+func (s sdkHandler) WithAttrs(as []slog.Attr) slog.Handler { return sdkHandler{s.h.WithAttrs(as)} }
+func (s sdkHandler) WithGroup(name string) slog.Handler    { return sdkHandler{s.h.WithGroup(name)} }

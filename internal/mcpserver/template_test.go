@@ -1,0 +1,50 @@
+package mcpserver
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
+)
+
+// A template renders exactly what listedTool builds for the same name and
+// description, byte for byte: the aggregate's listing does not depend on
+// which of the two made it.
+func TestTemplateRendersListedTool(t *testing.T) {
+	tests := []struct{ name, raw, listedName, desc string }{
+		{"plain", `{"name":"self.a","description":"A","inputSchema":{"type":"object","properties":{"x":{"type":"integer"}}}}`, "k.self.a", "A"},
+		{"rewritten description", `{"name":"self.a","description":"call self.a first","inputSchema":{"type":"object"}}`, "k.self.a", "call k.self.a first"},
+		{"no description", `{"name":"self.a","inputSchema":{"type":"object"}}`, "k.self.a", ""},
+		{"schema without type", `{"name":"self.a","inputSchema":{"properties":{}}}`, "k.self.a", ""},
+		{"no schema", `{"name":"self.a"}`, "k.self.a", ""},
+		{"html and unicode", `{"name":"self.a","description":"<b>&\u00e9</b>","inputSchema":{"type":"object"},"annotations":{"audience":["user"]}}`, "k.self.a", "<b>&é</b> k"},
+		{"whitespace and extra members", "{ \"zz\": [1, 2],\n \"name\": \"self.a\", \"inputSchema\": {\"type\": \"object\"}, \"_meta\": {\"a\": null}}", "k-2.self.a", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var tool mcpclient.Tool
+			if err := json.Unmarshal([]byte(tt.raw), &tool); err != nil {
+				t.Fatal(err)
+			}
+			tool.Raw = json.RawMessage(tt.raw)
+			want, ok := listedTool(&tool, tt.listedName, tt.desc)
+			if !ok {
+				t.Fatal("listedTool refused the tool")
+			}
+			tmpl := newToolTemplate(&tool)
+			if tmpl == nil {
+				t.Fatal("no template")
+			}
+			if got := tmpl.render(&tool, tt.listedName, tt.desc); !bytes.Equal(got, want) {
+				t.Fatalf("render = %s\nlistedTool = %s", got, want)
+			}
+		})
+	}
+	var tool mcpclient.Tool
+	tool.Raw = json.RawMessage(`{"name":"self.a","inputSchema":{"type":"string"}}`)
+	tool.Name = "self.a"
+	if newToolTemplate(&tool) != nil {
+		t.Fatal("a template for a tool whose schema is not an object schema")
+	}
+}
