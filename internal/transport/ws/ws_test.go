@@ -775,7 +775,9 @@ func FuzzDeviceFrame(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	s := startGateway(f, gateway.Config{})
+	// The fuzzer calls the device far faster than its default call rate;
+	// rate limiting has its own tests and is off here.
+	s := startGateway(f, gateway.Config{Limits: gateway.Limits{DeviceCallRate: -1, KeyCallRate: -1}})
 	d := connectReady(f, s, devicetest.Config{ID: "02:00:00:00:0e:01"})
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		if len(frame) > 64<<10 {
