@@ -70,8 +70,10 @@ type RejectedTool struct {
 
 // RegistrationError is the gateway's JSON-RPC error answer to
 // mcp/registerTools. When Rejected is not empty the registration was
-// partial: the tools in Registered were accepted and the device is
-// connected with them. Otherwise the registration was refused as a whole.
+// partial: the tools in Registered (none when every tool was rejected) were
+// accepted and the device is connected with them. Otherwise the
+// registration was refused as a whole, and a re-registration left the
+// previous catalog in place.
 type RegistrationError struct {
 	Code       int64
 	Message    string

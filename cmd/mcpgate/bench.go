@@ -40,8 +40,10 @@ devices to it, and measure:
 leave (each stays 5-60 s, goes away up to 3 s, comes back) while calls run at
 --soak-rate; the gateway's RSS and heap are sampled every --soak-sample and
 judged flat when the last third's median is within 10% of the first third's;
-at the end the calls made are compared with the audit rows the gateway
-recorded for them (GET /api/v1/audit): no row lost, none duplicated.
+at the end the calls made are matched one to one with the audit rows the
+gateway recorded for them (GET /api/v1/audit), by device, arguments and
+outcome: no row lost, none extra or duplicated. The command exits non-zero
+when memory grew or the audit log does not match.
 
 The gateway runs as a child process ("mcpgate serve" on a free loopback
 port, warnings to stderr) so that its memory is its own; it reads MCPGATE_*
@@ -110,9 +112,15 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 				return err
 			}
 			if g.json {
-				return printJSON(g.stdout, rep)
+				err = printJSON(g.stdout, rep)
+			} else {
+				err = rep.WriteText(g.stdout)
 			}
-			return rep.WriteText(g.stdout)
+			if err == nil && rep.Soak != nil {
+				// A soak is a check: a script or CI step must see it fail.
+				err = rep.Soak.Err()
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"time"
 
@@ -36,7 +37,7 @@ With --client-id the token is valid only with that Client-Id; without, with any.
 			if secretFile == "" {
 				secretFile = filepath.Join(dataDir, "device-secret")
 			}
-			secret, err := devauth.LoadOrCreateSecret(secretFile)
+			secret, err := devauth.LoadOrCreateSecret(secretFile, slog.New(slog.NewTextHandler(g.stderr, nil)))
 			if err != nil {
 				return err
 			}

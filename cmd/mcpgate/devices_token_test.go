@@ -15,7 +15,7 @@ func TestDevicesToken(t *testing.T) {
 	data := t.TempDir()
 	r := run(t, "http://127.0.0.1:1", "devices", "token", "02-00-00-00-00-01", "--client-id", "c-1", "--ttl", "1h", "--data", data)
 	r.want(t, 0)
-	secret, err := devauth.LoadOrCreateSecret(filepath.Join(data, "device-secret"))
+	secret, err := devauth.LoadOrCreateSecret(filepath.Join(data, "device-secret"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,10 +23,10 @@ func newServeCmd(g *globals) *cobra.Command {
 		mqttCert     string
 		mqttKey      string
 	)
-	var applyProvisioning func() error // fills cfg.Provisioning once flags are parsed
-	var applyLLM func() error          // fills cfg.LLM (the device agent) once flags are parsed
-	var mqttNode string                // INDEX/COUNT
-	var auditRetention string          // an age: 30d, 720h, 0
+	var applyProvisioning func(*slog.Logger) error // fills cfg.Provisioning once flags are parsed
+	var applyLLM func() error                      // fills cfg.LLM (the device agent) once flags are parsed
+	var mqttNode string                            // INDEX/COUNT
+	var auditRetention string                      // an age: 30d, 720h, 0
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the gateway",
@@ -49,7 +49,7 @@ environment, which wins over the file.`,
 			}
 			cfg.Logger = logger
 			cfg.Version = buildVersion()
-			if err := applyProvisioning(); err != nil {
+			if err := applyProvisioning(logger); err != nil {
 				return err
 			}
 			if err := applyLLM(); err != nil {

@@ -5,8 +5,10 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/limits"
+	"github.com/mcpgate/mcpgate/internal/mcpserver"
 )
 
 // limitFlags adds the flags of docs/limits.md that have no older flag of
@@ -26,5 +28,7 @@ func limitFlags(f *pflag.FlagSet, l *gateway.Limits) {
 	f.DurationVar(&l.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "how long an HTTP connection has to send its request headers")
 	f.DurationVar(&l.ReadBodyTimeout, "read-body-timeout", 30*time.Second, "how long a REST or MCP request has to send its whole body")
 	f.DurationVar(&l.IdleTimeout, "http-idle-timeout", 2*time.Minute, "close HTTP keep-alive connections idle this long between requests")
+	f.DurationVar(&l.WriteTimeout, "write-timeout", api.DefaultWriteTimeout, "how long a REST client has to read one answer (event and chat streams excepted; negative: no bound)")
+	f.IntVar(&l.MaxMCPSessions, "max-mcp-sessions", mcpserver.DefaultMaxSessions, "MCP client sessions open at once on /mcp and /mcp/devices/{id} together (negative: no limit)")
 	f.DurationVar(&l.MQTTConnectTimeout, "mqtt-connect-timeout", 10*time.Second, "how long a connection to the embedded MQTT broker has to send CONNECT")
 }

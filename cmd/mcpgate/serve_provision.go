@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,7 +25,7 @@ const llmKeyEnv = "MCPGATE_LLM_API_KEY"
 // provisioningFlags declares the OTA, device credential and vision flags,
 // and returns what turns them into p once flags are parsed (it reads the
 // secret file and the firmware table: only main reads files).
-func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *string) (apply func() error) {
+func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *string) (apply func(log *slog.Logger) error) {
 	var (
 		auth, policy, transport, secretFile, firmwareFile string
 		llmBaseURL, visionModel                           string
@@ -45,7 +46,7 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 	f.StringVar(&llmBaseURL, "llm-base-url", "", "OpenAI-compatible API base URL of the chat model (--llm-model) and the vision model (--vision-model), e.g. https://api.openai.com/v1 (key in "+llmKeyEnv+")")
 	f.StringVar(&visionModel, "vision-model", "", "vision model name, e.g. gpt-4o-mini")
 
-	return func() error {
+	return func(log *slog.Logger) error {
 		mode, err := devauth.ParseMode(auth)
 		if err != nil {
 			return fmt.Errorf("--device-auth: %w", err)
@@ -54,7 +55,7 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 		if secretFile == "" {
 			secretFile = filepath.Join(*dataDir, "device-secret")
 		}
-		if p.DeviceSecret, err = devauth.LoadOrCreateSecret(secretFile); err != nil {
+		if p.DeviceSecret, err = devauth.LoadOrCreateSecret(secretFile, log); err != nil {
 			return err
 		}
 		p.OTA.Policy = ota.Policy(strings.ToLower(policy))

@@ -13,12 +13,14 @@ import (
 var errBadArguments = errors.New("arguments are not a valid JSON object")
 
 // parseArguments turns the arguments text a model wrote into a JSON object.
-// Models sometimes write almost-JSON; one repair is attempted, in this
-// order: an empty text is {}, a JSON string holding an object is unwrapped,
-// Markdown code fences are stripped, trailing commas are removed, and an
-// unterminated string, object or array is closed. repaired says whether the
-// text needed it. A text still not an object afterwards is an error the
-// model is told about.
+// Two forms are taken as they are (repaired false): an empty text is {},
+// and a JSON string holding an object is unwrapped (some providers always
+// double-encode, so it says nothing about the model). Otherwise models
+// sometimes write almost-JSON, and one repair is attempted (repaired true):
+// null is {}, Markdown code fences and text around the object are stripped,
+// trailing commas are removed, and an unterminated string, object or array
+// is closed. A text still not an object afterwards is an error the model is
+// told about.
 func parseArguments(text string) (args json.RawMessage, repaired bool, err error) {
 	t := strings.TrimSpace(text)
 	if t == "" || t == "null" {

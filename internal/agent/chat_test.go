@@ -293,7 +293,20 @@ func TestHistory(t *testing.T) {
 	}
 }
 
+// TestProviderQuirks: calls without ids, of unknown functions and with
+// damaged arguments, from a provider that streams and from one that answers
+// whole (the two paths parse tool calls apart).
 func TestProviderQuirks(t *testing.T) {
+	for _, noStream := range []bool{false, true} {
+		name := "streamed"
+		if noStream {
+			name = "whole"
+		}
+		t.Run(name, func(t *testing.T) { providerQuirks(t, noStream) })
+	}
+}
+
+func providerQuirks(t *testing.T, noStream bool) {
 	gw, stub := start(t, llmtest.Script(
 		llmtest.Reply{NoIndex: true, ToolCalls: []llmtest.Call{
 			{Name: fnVolume, Arguments: "```json\n{\"volume\": 25,}\n```"}, // no id, fenced, trailing comma
@@ -301,7 +314,7 @@ func TestProviderQuirks(t *testing.T) {
 			{Name: fnStatus, Arguments: `volume=25`},                       // no id, hopeless arguments
 		}},
 		llmtest.Reply{Content: "ok"},
-	), nil, nil)
+	), func(c *agent.Config) { c.NoStream = noStream }, nil)
 	d := runSim(t, gw, 0)
 	evs := chatSSE(t, gw, d.MAC, "volume 25", "")
 	if got := types(evs); got != "tool_call tool_call tool_call tool_result tool_result tool_result chunk final" {
@@ -310,7 +323,11 @@ func TestProviderQuirks(t *testing.T) {
 	if v := volume(t, gw, d.MAC); v != 25 {
 		t.Errorf("volume %d after repaired arguments, want 25", v)
 	}
-	req := stub.Requests()[1]
+	reqs := stub.Requests()
+	if len(reqs) != 2 || reqs[0].Stream == noStream {
+		t.Fatalf("the model got %d requests (stream %v), want 2 with stream %v", len(reqs), len(reqs) > 0 && reqs[0].Stream, !noStream)
+	}
+	req := reqs[1]
 	asked := req.Messages[len(req.Messages)-4]
 	if asked.Role != "assistant" || len(asked.ToolCalls) != 3 {
 		t.Fatalf("assistant message: %+v", asked)
@@ -336,6 +353,13 @@ func TestProviderQuirks(t *testing.T) {
 	json.Unmarshal(evs[0].Data, &repaired)
 	if !repaired.Repaired || !strings.Contains(repaired.RawArguments, "```json") || string(repaired.Arguments) != `{"volume":25}` {
 		t.Errorf("repaired tool_call: %s", evs[0].Data)
+	}
+	// The events name the same generated ids the model is answered with.
+	for i, e := range find(evs, "tool_call") {
+		var ci agent.CallInfo
+		if err := json.Unmarshal(e.Data, &ci); err != nil || ci.ID != asked.ToolCalls[i].ID {
+			t.Errorf("tool_call event %d: %s, want id %s", i, e.Data, asked.ToolCalls[i].ID)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/agent"
 	"github.com/mcpgate/mcpgate/internal/agent/llmtest"
 	"github.com/mcpgate/mcpgate/internal/auth"
@@ -162,5 +163,65 @@ func TestEndpointTools(t *testing.T) {
 	}
 	if _, ok := stub.Requests()[2].Tool("calc_echo"); ok {
 		t.Error("a key limited to the device was offered the endpoint's tools")
+	}
+}
+
+// A device tool and an endpoint tool with the same qualified name (the
+// device's own "calc.echo", endpoint calc's "echo"): the device's keeps the
+// plain function name, the endpoint's gets a hashed one, and the model can
+// call each.
+func TestEndpointToolNameClash(t *testing.T) {
+	var mu sync.Mutex
+	var offered []llmtest.Tool
+	endpointFn := func(req llmtest.Request) string {
+		for _, tl := range req.Tools {
+			if strings.HasPrefix(tl.Function.Name, "calc_echo_") && strings.HasPrefix(tl.Function.Description, "(calc)") {
+				return tl.Function.Name
+			}
+		}
+		return "calc_echo_missing"
+	}
+	gw, a, _ := newAgent(t, func(n int, req llmtest.Request) llmtest.Reply {
+		if n > 0 {
+			return llmtest.Reply{Content: "done"}
+		}
+		mu.Lock()
+		offered = req.Tools
+		mu.Unlock()
+		return llmtest.Reply{ToolCalls: []llmtest.Call{
+			{ID: "dev", Name: "calc_echo", Arguments: `{"text":"hi"}`},
+			{ID: "ep", Name: endpointFn(req), Arguments: `{"text":"hi"}`},
+		}}
+	}, agent.Config{})
+	const id = "02:00:00:00:0c:01"
+	runDevice(t, gw, id, device.Tool{Name: "calc.echo", Description: "Echo on the device.", Properties: []device.Property{device.Str("text")},
+		Handler: func(_ context.Context, args device.Args) (any, error) { return "device:" + args.String("text"), nil }})
+	src := runEndpoint(t, gw, "calc")
+
+	r, err := a.Chat(context.Background(), agent.Request{Device: id, Text: "echo hi", Principal: auth.Local()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	var names []string
+	for _, tl := range offered {
+		names = append(names, tl.Function.Name)
+	}
+	mu.Unlock()
+	if len(r.Calls) != 2 {
+		t.Fatalf("calls: %+v; offered %v", r.Calls, names)
+	}
+	for _, c := range r.Calls {
+		switch c.ID {
+		case "dev":
+			if c.Function != "calc_echo" || c.Device != id || c.Tool != "calc.echo" || c.IsError || c.Result.Text() != "device:hi" {
+				t.Errorf("the device's tool: %+v", c)
+			}
+		case "ep":
+			if !strings.HasPrefix(c.Function, "calc_echo_") || len(c.Function) != len("calc_echo_")+8 || c.Device != src || c.Tool != "echo" ||
+				c.IsError || c.Result.Text() != "hi" {
+				t.Errorf("the endpoint's tool (offered %v): %+v", names, c)
+			}
+		}
 	}
 }

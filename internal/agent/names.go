@@ -77,6 +77,18 @@ func SanitizeNames(names []string) map[string]string {
 	return out
 }
 
+// distinctName names a tool whose original name another source's tool has
+// already: the sanitised name with the hash suffix of the name and the
+// source's id, salted further until no name in taken has it.
+func distinctName(orig, sourceID string, taken map[string]bool) string {
+	base, key := replaceInvalid(orig), orig+"\x00"+sourceID
+	cand := withHash(base, key, 0)
+	for salt := 1; taken[cand]; salt++ {
+		cand = withHash(base, key, salt)
+	}
+	return cand
+}
+
 // replaceInvalid turns every byte model APIs refuse into '_' (a multi-byte
 // rune becomes one '_' per byte: simple, and the hash settles collisions).
 func replaceInvalid(s string) string {

@@ -86,20 +86,43 @@ func buildToolset(h *hub.Hub, dev hub.Device, cat *hub.Catalog, p *auth.Principa
 		}
 	}
 	fn := SanitizeNames(qual)
+	names := make([]string, len(all))
+	taken := make(map[string]bool, len(fn))
+	for _, n := range fn {
+		taken[n] = true
+	}
+	owner := make(map[string]*source, len(all)) // the first source of each qualified name
+	for k, o := range all {
+		first, seen := owner[o.qualName]
+		switch {
+		case !seen:
+			owner[o.qualName] = o.src
+			names[k] = fn[o.qualName]
+		case first == o.src:
+			names[k] = fn[o.qualName] // the same tool listed twice: skipped below
+		default:
+			// Two sources offer one qualified name (the device's own
+			// "calc.add" and endpoint calc's "add"): the first (the device
+			// comes first) keeps it, the other gets a hashed name of its
+			// own, so the model is offered both.
+			names[k] = distinctName(o.qualName, o.src.dev.ID, taken)
+			taken[names[k]] = true
+		}
+	}
 	ts := &toolset{byName: make(map[string]target, len(all))}
 	// Each source's descriptions mention its own tools by their own names.
 	perSource := make(map[*source]map[string]string)
-	for _, o := range all {
+	for k, o := range all {
 		m := perSource[o.src]
 		if m == nil {
 			m = make(map[string]string)
 			perSource[o.src] = m
 		}
-		m[o.src.cat.Tools[o.i].Name] = fn[o.qualName]
+		m[o.src.cat.Tools[o.i].Name] = names[k]
 	}
-	for _, o := range all {
+	for k, o := range all {
 		t := &o.src.cat.Tools[o.i]
-		name := fn[o.qualName]
+		name := names[k]
 		if _, dup := ts.byName[name]; dup {
 			continue // the same tool listed twice by a device
 		}

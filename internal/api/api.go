@@ -39,6 +39,10 @@ type Config struct {
 	MaxCallTimeout time.Duration
 	// SSEHeartbeat is how often an idle event stream gets a comment line. Default 15s.
 	SSEHeartbeat time.Duration
+	// WriteTimeout bounds writing one answer (event and chat streams
+	// excepted): a client that does not read it in time loses its
+	// connection. Default DefaultWriteTimeout; negative: no bound.
+	WriteTimeout time.Duration
 	// Limits counts and logs limit hits; nil makes one from Logger and Metrics.
 	Limits *limits.Reporter
 	// Agent answers POST /api/v1/devices/{id}/chat (chat.go); nil, or one
@@ -48,6 +52,10 @@ type Config struct {
 	// audit_unavailable.
 	Audit AuditSource
 }
+
+// DefaultWriteTimeout is Config.WriteTimeout's default: ample for any answer
+// on any network, short enough that stalled readers do not pile up.
+const DefaultWriteTimeout = 30 * time.Second
 
 // API is the REST handler.
 type API struct {
@@ -81,19 +89,22 @@ func New(cfg Config) (*API, error) {
 	if cfg.SSEHeartbeat <= 0 {
 		cfg.SSEHeartbeat = 15 * time.Second
 	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
 	if cfg.Limits == nil {
 		cfg.Limits = limits.NewReporter(cfg.Metrics, cfg.Logger)
 	}
 	a := &API{cfg: cfg, hub: cfg.Hub, log: cfg.Logger, mux: http.NewServeMux(), closing: make(chan struct{})}
-	a.mux.HandleFunc("GET /api/v1/devices", a.listDevices)
-	a.mux.HandleFunc("GET /api/v1/devices/{id}", a.getDevice)
-	a.mux.HandleFunc("PATCH /api/v1/devices/{id}", a.patchDevice)
-	a.mux.HandleFunc("GET /api/v1/devices/{id}/tools", a.listTools)
-	a.mux.HandleFunc("POST /api/v1/devices/{id}/tools/call", a.callTool)
+	a.mux.HandleFunc("GET /api/v1/devices", a.answered(a.listDevices))
+	a.mux.HandleFunc("GET /api/v1/devices/{id}", a.answered(a.getDevice))
+	a.mux.HandleFunc("PATCH /api/v1/devices/{id}", a.answered(a.patchDevice))
+	a.mux.HandleFunc("GET /api/v1/devices/{id}/tools", a.answered(a.listTools))
+	a.mux.HandleFunc("POST /api/v1/devices/{id}/tools/call", a.answered(a.callTool))
 	a.mux.HandleFunc("GET /api/v1/events", a.events)
-	a.mux.HandleFunc("GET /api/v1/audit", a.audit)
+	a.mux.HandleFunc("GET /api/v1/audit", a.answered(a.audit))
 	a.mux.HandleFunc("POST /api/v1/devices/{id}/chat", a.chat)
-	a.mux.HandleFunc("GET /healthz", a.healthz)
+	a.mux.HandleFunc("GET /healthz", a.answered(a.healthz))
 	a.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{}))
 	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path), nil)
@@ -349,6 +360,13 @@ func (a *API) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	}
 	// Token, not More: More reports false for a stray ']' or '}'.
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) { // a valid object, then padding past the limit
+			a.cfg.Limits.Hit(limits.RESTBody, "refused REST request: body over the limit",
+				"remote", r.RemoteAddr, "path", r.URL.Path, "max_body_bytes", mbe.Limit)
+			writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", mbe.Limit), nil)
+			return false
+		}
 		a.badRequest(r, "trailing_data", nil)
 		writeError(w, http.StatusBadRequest, "bad_request", "request body has data after the JSON object", nil)
 		return false

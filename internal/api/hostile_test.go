@@ -42,20 +42,6 @@ const (
 )
 
 func TestHostileRESTClients(t *testing.T) {
-	logs := &hostiletest.Logs{}
-	gw, _ := gatewaytest.Start(t, gateway.Config{Logger: logs.Logger(),
-		Limits: gateway.Limits{DeviceCallRate: -1, KeyCallRate: -1, DeviceMaxInFlight: -1,
-			ReadHeaderTimeout: 500 * time.Millisecond}})
-	addr := gw.Addr()
-	ctx, cancel := context.WithTimeout(context.Background(), hostiletest.WaitTimeout)
-	defer cancel()
-	d, err := devicetest.Connect(ctx, devicetest.Config{Addr: addr, ID: restDevice})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	hostiletest.CheckFor(t, "the device ready", func() bool { dev, err := gw.Hub().Device(restDevice); return err == nil && dev.State == hub.StateReady })
-
 	tests := []restCase{{
 		name:   "malformed JSON",
 		attack: badBodies(`{"name":"self.audio_speaker.set_volume","arguments":`, `not json`, `{"name":"x",}`),
@@ -73,51 +59,85 @@ func TestHostileRESTClients(t *testing.T) {
 		metric: `mcpgate_bad_requests_total{door="rest",reason="trailing_data"}`, delta: 40,
 	}, {
 		name: "invalid UTF-8",
-		// Invalid bytes inside a string read as U+FFFD: no such tool.
+		// Invalid bytes inside a string read as U+FFFD: no such tool. Bare
+		// invalid bytes are malformed JSON.
 		attack: badBodies("{\"name\":\"self.audio_speaker.set_volume\xff\",\"arguments\":{\"volume\":1}}", "\xff\xfe"),
+		log:    []string{"refused malformed REST request", "reason=malformed_json", "invalid character"},
 		metric: `mcpgate_bad_requests_total{door="rest",reason="malformed_json"}`, delta: 20,
 	}, {
 		name: "100k nested arrays in the arguments",
 		attack: badBodies(`{"name":"self.audio_speaker.set_volume","arguments":{"volume":` +
 			strings.Repeat("[", 100_000) + strings.Repeat("]", 100_000) + `}}`),
+		log:    []string{"refused malformed REST request", "reason=malformed_json", "exceeded max depth"},
 		metric: `mcpgate_bad_requests_total{door="rest",reason="malformed_json"}`, delta: 20,
 	}, {
 		name:   "body over the limit",
 		attack: attackHugeBody,
-		log:    []string{"refused REST request: body over the limit"},
+		log:    []string{"refused REST request: body over the limit", "limit=rest_body"},
 		metric: `mcpgate_limit_hits_total{limit="rest_body"}`, delta: 1,
 	}, {
 		name:   "headers a byte at a time",
 		attack: attackSlowHeaders,
+		log:    []string{"closed HTTP connection: no request headers in time", "limit=http_header_timeout"},
 		metric: `mcpgate_limit_hits_total{limit="http_header_timeout"}`, delta: 1,
 	}, {
+		name:   "body a byte at a time",
+		attack: attackSlowBody,
+		log:    []string{"request body did not arrive in time", "limit=http_body_timeout", "path=" + restCallPath()},
+		metric: `mcpgate_limit_hits_total{limit="http_body_timeout"}`, delta: 1,
+	}, {
+		// A slow reader whose answers fit in the socket buffers costs only
+		// its own connection: the handler writes and moves on, nothing to log.
 		name:   "client that reads its answer a byte at a time",
 		attack: attackSlowReader,
 		metric: `mcpgate_tool_calls_total{outcome="ok"}`, delta: 50,
+	}, {
+		name:   "client that never reads its answers",
+		attack: attackNeverReads,
+		log:    []string{"closed REST connection: the client did not read its answer in time", "limit=rest_write_timeout"},
+		metric: `mcpgate_limit_hits_total{limit="rest_write_timeout"}`, delta: 1,
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			// A gateway per case: the bad-request and limit lines are
+			// sampled (one per 10 s per reason), so a case sharing a
+			// gateway with an earlier one could find its line suppressed.
+			logs := &hostiletest.Logs{}
+			gw, _ := gatewaytest.Start(t, gateway.Config{Logger: logs.Logger(),
+				Limits: gateway.Limits{DeviceCallRate: -1, KeyCallRate: -1, DeviceMaxInFlight: -1,
+					ReadHeaderTimeout: 500 * time.Millisecond, ReadBodyTimeout: 500 * time.Millisecond,
+					WriteTimeout: 500 * time.Millisecond}})
+			addr := gw.Addr()
+			ctx, cancel := context.WithTimeout(context.Background(), hostiletest.WaitTimeout)
+			defer cancel()
+			d, err := devicetest.Connect(ctx, devicetest.Config{Addr: addr, ID: restDevice})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(d.Close)
+			hostiletest.CheckFor(t, "the device ready", func() bool {
+				dev, err := gw.Hub().Device(restDevice)
+				return err == nil && dev.State == hub.StateReady
+			})
+
 			heap := hostiletest.HeapInuse()
 			var m0 float64
 			if tt.metric != "" {
 				m0 = hostiletest.Metric(t, addr, tt.metric)
 			}
-			off := logs.Len()
 			t.Cleanup(func() {
 				if t.Failed() {
-					t.Logf("gateway logs during the attack:\n%s", logs.Since(off, 8000))
+					t.Logf("gateway logs during the attack:\n%s", logs.Since(0, 8000))
 				}
 			})
+			// The healthy caller goes through the door under attack.
+			client := hostiletest.Client(t)
 			healthy := hostiletest.StartHealthy(func(ctx context.Context) error {
-				res, err := gw.Hub().Call(ctx, hub.CallRequest{Device: restDevice, Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":5}`)})
-				if err == nil && res.Text() != "true" {
-					err = fmt.Errorf("unexpected result %+v", res)
-				}
-				return err
+				return restCall(ctx, client, addr, `{"name":"self.audio_speaker.set_volume","arguments":{"volume":5}}`)
 			}, 2*time.Millisecond)
 			tt.attack(t, addr)
 			if tt.log != nil {
-				logs.WaitLine(t, off, tt.log...)
+				logs.WaitLine(t, 0, tt.log...)
 			}
 			if tt.metric != "" {
 				hostiletest.WaitMetric(t, addr, tt.metric, m0+tt.delta)
@@ -126,6 +146,28 @@ func TestHostileRESTClients(t *testing.T) {
 			hostiletest.CheckHeap(t, heap, restHeap)
 		})
 	}
+}
+
+// restCall makes one call through the REST door and wants its answer.
+func restCall(ctx context.Context, client *http.Client, addr, body string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+restCallPath(), strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"text":"true"`) {
+		return fmt.Errorf("REST call: %d %.200s", resp.StatusCode, b)
+	}
+	return nil
 }
 
 func restCallPath() string { return "/api/v1/devices/" + restDevice + "/tools/call" }
@@ -138,8 +180,12 @@ func post(t *testing.T, addr string, body []byte) (int, string) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Close = true
-	resp, err := http.DefaultClient.Do(req)
+	// Not Connection: close: the gateway may answer before reading a whole
+	// body (100k nesting is refused after 10 KB) and, on a connection it
+	// keeps, drains the rest instead of resetting it mid-write.
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		t.Fatalf("post: %v", err)
 	}
@@ -167,9 +213,21 @@ func badBodies(bodies ...string) func(*testing.T, string) {
 
 func attackHugeBody(t *testing.T, addr string) {
 	body := []byte(`{"name":"self.audio_speaker.set_volume","arguments":{"volume":1,"pad":"` + strings.Repeat("x", 8<<20) + `"}}`)
-	status, answer := post(t, addr, body)
-	if status != http.StatusRequestEntityTooLarge {
-		t.Errorf("8 MiB body: %d %.200s, want 413", status, answer)
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+restCallPath(), bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Close = true
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		// The gateway answered 413 and closed the connection while the
+		// client was still writing: the log line and metric show it.
+		return
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("8 MiB body: %d, want 413", resp.StatusCode)
 	}
 }
 
@@ -201,6 +259,57 @@ func attackSlowHeaders(t *testing.T, addr string) {
 			t.Error(err)
 		}
 	}
+}
+
+// attackSlowBody sends a call's headers at once and its body a byte every
+// 100 ms: the gateway refuses it at the body deadline and closes the
+// connection.
+func attackSlowBody(t *testing.T, addr string) {
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"name":"self.audio_speaker.set_volume","arguments":{"volume":9}}`
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", restCallPath(), addr, len(body))
+	closed := make(chan struct{})
+	go func() { // the gateway answers and closes: reading ends
+		defer close(closed)
+		_, _ = io.Copy(io.Discard, conn)
+	}()
+	for i := range len(body) {
+		select {
+		case <-closed:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		_, _ = conn.Write([]byte{body[i]}) // fails once closed
+	}
+	select {
+	case <-closed:
+	case <-time.After(hostiletest.WaitTimeout):
+		t.Error("the gateway still waits for a body sent a byte every 100 ms")
+	}
+}
+
+// attackNeverReads pipelines requests for the device's tool list and never
+// reads the answers: once the socket buffers are full the gateway's write
+// blocks, and at --write-timeout it closes the connection, which ends the
+// attacker's writes too.
+func attackNeverReads(t *testing.T, addr string) {
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	batch := strings.Repeat(fmt.Sprintf("GET /api/v1/devices/%s/tools HTTP/1.1\r\nHost: %s\r\n\r\n", restDevice, addr), 1000)
+	conn.SetWriteDeadline(time.Now().Add(hostiletest.WaitTimeout))
+	for range 200 { // up to 200,000 requests: far more answers than any socket buffer holds
+		if _, err := io.WriteString(conn, batch); err != nil {
+			return // closed by the gateway
+		}
+	}
+	t.Error("the gateway read 200,000 requests whose answers nobody read")
 }
 
 // attackSlowReader makes calls whose answers it reads a byte at a time: the

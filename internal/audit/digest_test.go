@@ -92,10 +92,12 @@ func FuzzDigest(f *testing.F) {
 		f.Add([]byte(s), 16)
 	}
 	f.Fuzz(func(t *testing.T, in []byte, max int) {
-		max = max%512 + 1
+		// 1..512: 0 or less would mean DefaultMaxValueBytes.
+		max %= 512
 		if max < 0 {
-			max = -max + 1
+			max = -max
 		}
+		max++
 		got := Digest(in, max)
 		if !json.Valid(got) {
 			t.Fatalf("Digest(%q, %d) = %q: invalid JSON", in, max, got)

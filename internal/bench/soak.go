@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -73,14 +74,48 @@ type SoakMemory struct {
 }
 
 // SoakAudit compares the calls the bench made with the audit rows the
-// gateway recorded for the soak's devices in its window.
+// gateway recorded for the soak's devices in its window, one to one: each
+// answered call and each row is keyed by device, arguments and outcome, and
+// the two multisets must be equal. A lost row and an extra row thus never
+// cancel out, unless they are identical calls, which no check can tell apart.
 type SoakAudit struct {
 	Available  bool   `json:"available"`
 	Rows       uint64 `json:"rows"`
-	Duplicates uint64 `json:"duplicate_seqs"`
-	Lost       int64  `json:"lost"` // calls minus rows: negative means extra rows
+	Duplicates uint64 `json:"duplicate_seqs"` // the same seq on two pages
+	Lost       uint64 `json:"lost"`           // answered calls without their row
+	Extra      uint64 `json:"extra"`          // rows without an answered call
 	OK         bool   `json:"ok"`
 	Verdict    string `json:"verdict"`
+}
+
+// Err says why the soak failed its checks: memory that grew, or an audit
+// log that does not match the calls; nil when both passed. Too few samples
+// to judge memory is not a failure (the verdict says so).
+func (s *SoakReport) Err() error {
+	var why []string
+	if !s.Memory.Flat && s.Memory.RSSFirst+s.Memory.HeapFirst > 0 {
+		why = append(why, "memory: "+s.Memory.Verdict)
+	}
+	if !s.Audit.OK {
+		why = append(why, "audit: "+s.Audit.Verdict)
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return errors.New("soak failed: " + strings.Join(why, "; "))
+}
+
+// auditKey identifies a call for the one-to-one audit check: the device,
+// the arguments (compact JSON, as the audit log keeps them) and the outcome
+// ("ok", "tool_error" or the gateway's error code, as the audit log and the
+// REST answer name them).
+func auditKey(device string, args []byte, outcome string) string {
+	var b bytes.Buffer
+	if json.Compact(&b, args) != nil {
+		b.Reset()
+		b.Write(args)
+	}
+	return device + "\x00" + b.String() + "\x00" + outcome
 }
 
 // soak runs the churning fleet and the steady calls for cfg.Soak.
@@ -109,7 +144,8 @@ func soak(ctx context.Context, cfg Config, tgt *target, mem *memProbe, hc *http.
 	}
 
 	var (
-		mu       sync.Mutex // guards rep.Outcomes, rep.Unanswered
+		mu       sync.Mutex            // guards rep.Outcomes, rep.Unanswered, rep.Skipped, made
+		made     = map[string]uint64{} // answered calls by auditKey
 		calls    atomic.Uint64
 		slots    = make(chan struct{}, soakCallSlots)
 		callsWG  sync.WaitGroup
@@ -141,7 +177,8 @@ func soak(ctx context.Context, cfg Config, tgt *target, mem *memProbe, hc *http.
 				// abandons may still be audited, which would read as an extra row.
 				cctx, ccancel := context.WithTimeout(context.WithoutCancel(sctx), 60*time.Second)
 				defer ccancel()
-				outcome, _ := c.call(cctx, paths[rand.IntN(len(paths))], l.body(nil, seq))
+				dev := rand.IntN(len(paths))
+				outcome, _ := c.call(cctx, paths[dev], l.body(nil, seq))
 				mu.Lock()
 				defer mu.Unlock()
 				if outcome == outcomeTransport {
@@ -153,6 +190,7 @@ func soak(ctx context.Context, cfg Config, tgt *target, mem *memProbe, hc *http.
 					outcome = "ok"
 				}
 				rep.Outcomes[outcome]++
+				made[auditKey(devs[dev].MAC, appendArgs(nil, l.args, seq), outcome)]++
 			})
 		}
 	})
@@ -195,7 +233,7 @@ func soak(ctx context.Context, cfg Config, tgt *target, mem *memProbe, hc *http.
 	rep.Connects = connects.Load()
 	rep.Calls = calls.Load()
 	rep.Memory = flatness(rep.Samples)
-	rep.Audit = checkAudit(ctx, hc, tgt.url, start, rep.Calls, log)
+	rep.Audit = checkAudit(ctx, hc, tgt.url, start, made, log)
 	return rep, nil
 }
 
@@ -264,41 +302,64 @@ func flatness(samples []SoakSample) SoakMemory {
 	return m
 }
 
-// checkAudit counts the audit rows of the soak's devices since start, by
-// paging GET /api/v1/audit, and compares them with the calls made. The
-// audit writer may lag a little: the count is retried until it matches or
-// stops changing.
-func checkAudit(ctx context.Context, hc *http.Client, base string, since time.Time, calls uint64, log *slog.Logger) SoakAudit {
+// checkAudit reads the audit rows of the soak's devices since start, by
+// paging GET /api/v1/audit, and matches them one to one with the calls
+// made (by auditKey). The audit writer may lag a little: the rows are read
+// again until they match or stop changing.
+func checkAudit(ctx context.Context, hc *http.Client, base string, since time.Time, made map[string]uint64, log *slog.Logger) SoakAudit {
 	var a SoakAudit
+	var calls uint64
+	for _, n := range made {
+		calls += n
+	}
 	var prev uint64
 	for attempt := 0; attempt < 20; attempt++ {
-		rows, dups, err := countAudit(ctx, hc, base, since)
+		rows, dups, err := readAudit(ctx, hc, base, since)
 		if err != nil {
 			a.Verdict = "audit endpoint unavailable: " + err.Error()
 			return a
 		}
-		a.Available, a.Rows, a.Duplicates = true, rows, dups
-		if rows == calls || (attempt > 2 && rows == prev) {
+		a.Available, a.Duplicates = true, dups
+		a.Rows, a.Lost, a.Extra = matchAudit(made, rows)
+		if (a.Lost == 0 && a.Extra == 0) || (attempt > 2 && a.Rows == prev) {
 			break
 		}
-		prev = rows
+		prev = a.Rows
 		pause(ctx, 500*time.Millisecond)
 	}
-	a.Lost = int64(calls) - int64(a.Rows)
-	a.OK = a.Lost == 0 && a.Duplicates == 0
-	switch {
-	case a.OK:
-		a.Verdict = fmt.Sprintf("ok: %d calls, %d audit rows, no duplicates", calls, a.Rows)
-	default:
-		a.Verdict = fmt.Sprintf("MISMATCH: %d calls, %d audit rows (%d lost), %d duplicated seqs", calls, a.Rows, a.Lost, a.Duplicates)
+	a.OK = a.Lost == 0 && a.Extra == 0 && a.Duplicates == 0
+	if a.OK {
+		a.Verdict = fmt.Sprintf("ok: %d calls, %d audit rows, each call's row found once (device, arguments, outcome), no duplicates", calls, a.Rows)
+	} else {
+		a.Verdict = fmt.Sprintf("MISMATCH: %d calls, %d audit rows: %d calls without their row, %d rows without a call, %d duplicated seqs",
+			calls, a.Rows, a.Lost, a.Extra, a.Duplicates)
 	}
 	log.Info("soak audit", "verdict", a.Verdict)
 	return a
 }
 
-// countAudit pages through the audit rows since t and counts those of bench
-// devices, and seqs seen twice.
-func countAudit(ctx context.Context, hc *http.Client, base string, since time.Time) (rows, dups uint64, err error) {
+// matchAudit compares the calls made with the audit rows, both counted by
+// auditKey: lost are calls with no row of their own, extra rows with no
+// call of their own.
+func matchAudit(made, rows map[string]uint64) (total, lost, extra uint64) {
+	for k, n := range rows {
+		total += n
+		if m := made[k]; n > m {
+			extra += n - m
+		}
+	}
+	for k, m := range made {
+		if n := rows[k]; m > n {
+			lost += m - n
+		}
+	}
+	return total, lost, extra
+}
+
+// readAudit pages through the audit rows since t and counts those of bench
+// devices by auditKey, and seqs seen twice.
+func readAudit(ctx context.Context, hc *http.Client, base string, since time.Time) (rows map[string]uint64, dups uint64, err error) {
+	rows = map[string]uint64{}
 	seen := map[int64]bool{}
 	prefix := fmt.Sprintf("02:%02x:", macPrefix)
 	before := ""
@@ -309,29 +370,31 @@ func countAudit(ctx context.Context, hc *http.Client, base string, since time.Ti
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/audit?"+q.Encode(), nil)
 		if err != nil {
-			return 0, 0, err
+			return nil, 0, err
 		}
 		resp, err := hc.Do(req)
 		if err != nil {
-			return 0, 0, err
+			return nil, 0, err
 		}
 		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if err != nil {
-			return 0, 0, err
+			return nil, 0, err
 		}
 		if resp.StatusCode != http.StatusOK {
-			return 0, 0, fmt.Errorf("GET /api/v1/audit: HTTP %d: %s", resp.StatusCode, truncate(body, 200))
+			return nil, 0, fmt.Errorf("GET /api/v1/audit: HTTP %d: %s", resp.StatusCode, truncate(body, 200))
 		}
 		var page struct {
 			Records []struct {
-				Seq    int64  `json:"seq"`
-				Device string `json:"device"`
+				Seq       int64           `json:"seq"`
+				Device    string          `json:"device"`
+				Arguments json.RawMessage `json:"arguments"`
+				Outcome   string          `json:"outcome"`
 			} `json:"records"`
 			Next json.RawMessage `json:"next"`
 		}
 		if err := json.Unmarshal(body, &page); err != nil {
-			return 0, 0, fmt.Errorf("GET /api/v1/audit: %w", err)
+			return nil, 0, fmt.Errorf("GET /api/v1/audit: %w", err)
 		}
 		for _, r := range page.Records {
 			if !strings.HasPrefix(r.Device, prefix) {
@@ -342,14 +405,14 @@ func countAudit(ctx context.Context, hc *http.Client, base string, since time.Ti
 				continue
 			}
 			seen[r.Seq] = true
-			rows++
+			rows[auditKey(r.Device, r.Arguments, r.Outcome)]++
 		}
 		next := strings.Trim(string(page.Next), `"`)
 		if next == "" || next == "null" || len(page.Records) == 0 {
 			return rows, dups, nil
 		}
 		if _, err := strconv.ParseInt(next, 10, 64); err != nil {
-			return 0, 0, errors.New("GET /api/v1/audit: next is not a number: " + next)
+			return nil, 0, errors.New("GET /api/v1/audit: next is not a number: " + next)
 		}
 		before = next
 	}

@@ -35,8 +35,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -197,7 +200,10 @@ func (a *Authority) Parse(token string) (Claims, error) {
 		return c, ErrMalformed
 	}
 	sig, err := base64.RawURLEncoding.DecodeString(sig64)
-	if err != nil {
+	// Only the canonical encoding: the decoder skips line breaks and
+	// ignores the last character's unused bits, which would let one valid
+	// token be presented under many spellings.
+	if err != nil || base64.RawURLEncoding.EncodeToString(sig) != sig64 {
 		return c, ErrMalformed
 	}
 	// Constant time: the comparison must not tell a forger how many bytes
@@ -370,10 +376,17 @@ func (a *Authority) pruneLocked() {
 	}
 }
 
-// LoadOrCreateSecret reads the secret file at path, or creates it (mode 0600,
-// its directory 0700) with 32 random bytes, hex encoded, if it does not exist.
-func LoadOrCreateSecret(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
+// LoadOrCreateSecret reads the secret file at path, or creates it (mode
+// 0600, its directory 0700) with 32 random bytes, hex encoded, if it does not
+// exist. An existing file that group or others may read or write is made
+// mode 0600 with a warning on log (nil: no log): whoever reads it can
+// mint tokens for any device. When that fails (a read-only mount, another
+// owner) the secret is still used, with a warning saying so.
+func LoadOrCreateSecret(path string, log *slog.Logger) ([]byte, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	b, err := readSecret(path, log)
 	if err == nil {
 		s := bytes.TrimSpace(b)
 		if len(s) < MinSecretLen {
@@ -394,7 +407,7 @@ func LoadOrCreateSecret(path string) ([]byte, error) {
 	// reads the winner's secret.
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, os.ErrExist) {
-		return LoadOrCreateSecret(path)
+		return LoadOrCreateSecret(path, log)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("device secret: %w", err)
@@ -407,4 +420,32 @@ func LoadOrCreateSecret(path string) ([]byte, error) {
 		return nil, fmt.Errorf("device secret: %w", err)
 	}
 	return s, nil
+}
+
+// readSecret reads an existing secret file, first making it private when
+// group or others may read or write it. The mode is checked and changed on
+// the open file, so a file swapped in between cannot dodge it.
+func readSecret(path string, log *slog.Logger) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	// Only regular files: a directory given by mistake is left alone (the
+	// read fails). Windows has no group and other bits: os.Chmod only
+	// toggles read-only there, and every file reads as 0666.
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 && fi.Mode().IsRegular() && runtime.GOOS != "windows" {
+		if err := f.Chmod(0o600); err != nil {
+			log.Warn("device secret file is open to other users and could not be made private: anyone who reads it can mint device tokens",
+				"path", path, "mode", fmt.Sprintf("%#o", perm), "error", err)
+		} else {
+			log.Warn("device secret file was open to other users: made it private (mode 0600)",
+				"path", path, "was", fmt.Sprintf("%#o", perm))
+		}
+	}
+	return io.ReadAll(f)
 }

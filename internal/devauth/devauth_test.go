@@ -3,6 +3,7 @@ package devauth
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -17,7 +18,7 @@ func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 var secret = []byte("0123456789abcdef0123456789abcdef")
 
-func newAuth(t *testing.T, now *time.Time) *Authority {
+func newAuth(t testing.TB, now *time.Time) *Authority {
 	t.Helper()
 	a, err := New(Config{Secret: secret, Now: func() time.Time { return *now }})
 	if err != nil {
@@ -38,7 +39,9 @@ func TestVerify(t *testing.T) {
 	vis, _ := a.IssueVision(dev, time.Hour)
 	other, _ := New(Config{Secret: []byte(strings.Repeat("x", 32))})
 	forged, _ := other.IssueDevice(dev, cli, time.Hour)
-	flipped := tok[:len(tok)-2] + map[bool]string{true: "AA", false: "AB"}[!strings.HasSuffix(tok, "AA")]
+	// "BA", not "AB": the last character has 2 unused bits, and only its
+	// canonical spelling is a signature at all (anything else is malformed).
+	flipped := tok[:len(tok)-2] + map[bool]string{true: "AA", false: "BA"}[!strings.HasSuffix(tok, "AA")]
 
 	tests := []struct {
 		name, dev, cli, tok string
@@ -181,7 +184,7 @@ func TestVerifyMQTT(t *testing.T) {
 
 func TestLoadOrCreateSecret(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sub", "device-secret")
-	s1, err := LoadOrCreateSecret(path)
+	s1, err := LoadOrCreateSecret(path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,14 +195,63 @@ func TestLoadOrCreateSecret(t *testing.T) {
 	if fi.Mode().Perm() != 0o600 {
 		t.Errorf("secret file mode %v, want 0600", fi.Mode().Perm())
 	}
-	s2, err := LoadOrCreateSecret(path)
+	s2, err := LoadOrCreateSecret(path, nil)
 	if err != nil || string(s1) != string(s2) {
 		t.Fatalf("second load: %q, %v; want the same secret", s2, err)
 	}
 	short := filepath.Join(t.TempDir(), "short")
 	os.WriteFile(short, []byte("abc"), 0o600)
-	if _, err := LoadOrCreateSecret(short); err == nil {
+	if _, err := LoadOrCreateSecret(short, nil); err == nil {
 		t.Error("a 3-byte secret was accepted")
+	}
+}
+
+// An existing secret file that group or others may read is made 0600,
+// with a warning naming the file and its old mode but not the secret; a
+// private one is read without a word.
+func TestLoadOrCreateSecretTightensExisting(t *testing.T) {
+	const want = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o660, 0o600, 0o400} {
+		t.Run(mode.String(), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "device-secret")
+			if err := os.WriteFile(path, []byte(want+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(path, mode); err != nil { // WriteFile's mode passes through the umask
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&buf, nil))
+			got, err := LoadOrCreateSecret(path, log)
+			if err != nil || string(got) != want {
+				t.Fatalf("LoadOrCreateSecretLog = %q, %v; want the file's secret", got, err)
+			}
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			loose := mode&0o077 != 0
+			wantMode := mode
+			if loose {
+				wantMode = 0o600
+			}
+			if fi.Mode().Perm() != wantMode {
+				t.Errorf("mode after load %v, want %v", fi.Mode().Perm(), wantMode)
+			}
+			warned := strings.Contains(buf.String(), "level=WARN") && strings.Contains(buf.String(), "made it private") &&
+				strings.Contains(buf.String(), path) && strings.Contains(buf.String(), fmt.Sprintf("was=%#o", mode))
+			if warned != loose {
+				t.Errorf("warned %v, want %v; log:\n%s", warned, loose, buf.String())
+			}
+			if strings.Contains(buf.String(), want[:16]) {
+				t.Errorf("the secret was logged:\n%s", buf.String())
+			}
+			// Once private, the next start says nothing.
+			buf.Reset()
+			if _, err := LoadOrCreateSecret(path, log); err != nil || buf.Len() != 0 {
+				t.Errorf("second load: %v, log %q", err, buf.String())
+			}
+		})
 	}
 }
 

@@ -286,7 +286,7 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version, Agent: chat, Audit: cfg.Store,
-		MaxBodyBytes: cfg.Limits.MaxBodyBytes, Limits: lim})
+		MaxBodyBytes: cfg.Limits.MaxBodyBytes, WriteTimeout: cfg.Limits.WriteTimeout, Limits: lim})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -334,6 +334,7 @@ func New(cfg Config) (*Gateway, error) {
 		Hub: h, Logger: cfg.Logger, Version: cfg.Version, ExposeUserOnly: cfg.ExposeUserOnly,
 		ListenAddr: cfg.Addr, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins,
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes, Limits: lim,
+		MaxSessions: cfg.Limits.MaxMCPSessions, Metrics: m,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -410,9 +411,12 @@ func (g *Gateway) MQTTAddr() string {
 // Ready is closed once the gateway listens.
 func (g *Gateway) Ready() <-chan struct{} { return g.ready }
 
-// Run listens and serves until ctx ends, then stops accepting, closes device
-// connections with a going-away frame, and waits for in-flight requests up to
-// the shutdown timeout.
+// Run listens and serves until ctx ends, then shuts down in this order
+// (docs/architecture.md, "Shutdown"): every door stops accepting new
+// devices and requests; calls in flight drain, up to the shutdown timeout;
+// devices are closed with a proper close (WebSocket 1001, MQTT 5
+// DISCONNECT "server shutting down"); then the device states and the audit
+// log are flushed to the store, which is closed.
 func (g *Gateway) Run(ctx context.Context) error {
 	if err := g.openStore(ctx); err != nil {
 		return err
@@ -493,15 +497,31 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.log.Info("gateway stopping")
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.ShutdownTimeout)
 	defer cancel()
+	// 1. Stop accepting, on every listener, before anything else: no device
+	// may (re)connect, nor a request start, while calls drain.
 	g.api.Close()
+	if g.mqtt != nil {
+		g.mqtt.StopAccepting() // closes the broker's listener; connected devices stay
+	}
+	if g.mqttExt != nil {
+		g.mqttExt.StopAccepting() // the broker is not ours: new devices are ignored
+	}
+	// Shutdown closes the HTTP listener (the WebSocket doors with it) and
+	// drops any request read after it began, an upgrade on an older
+	// connection included; it waits for in-flight REST and MCP requests.
 	shutdownDone := make(chan error, 1)
-	go func() { shutdownDone <- srv.Shutdown(sctx) }() // stops accepting; waits for in-flight REST and MCP requests
-	g.drainCalls(sctx)                                 // calls in flight through any door finish (and are audited)
-	if err := g.mcp.WaitPosts(sctx); err != nil {      // and MCP requests write their answers
+	go func() { shutdownDone <- srv.Shutdown(sctx) }()
+	// 2. Calls in flight through any door finish (and are audited), up to
+	// the deadline; their devices are still connected.
+	g.drainCalls(sctx)
+	if err := g.mcp.WaitPosts(sctx); err != nil { // and MCP requests write their answers
 		g.log.Warn("MCP requests still being answered at the shutdown deadline", "error", err)
 	}
 	g.mcp.Close() // then end MCP sessions' open SSE streams, which Shutdown would wait for
 	shutdownErr := <-shutdownDone
+	// 3. Devices are closed with a proper close: WebSocket 1001 going away,
+	// MQTT 5 DISCONNECT 0x8B server shutting down (3.1.1 has no server
+	// DISCONNECT: the connection is closed).
 	g.ws.Close() // device sockets are hijacked: Shutdown does not wait for them
 	g.ep.Close()
 	if g.mqtt != nil {
@@ -512,6 +532,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	g.hub.WaitBackground() // control calls still awaited end with their devices' sessions
 	<-errc
+	// 4. The deferred stopBackground then flushes the devices' offline
+	// state and the audit log to the store, and closeStore closes it.
 	if shutdownErr != nil && !errors.Is(shutdownErr, context.DeadlineExceeded) {
 		return fmt.Errorf("shutdown: %w", shutdownErr)
 	}

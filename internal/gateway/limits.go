@@ -9,7 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/limits"
+	"github.com/mcpgate/mcpgate/internal/mcpserver"
 )
 
 // Limits are the protective limits of docs/limits.md that have no field of
@@ -56,6 +58,12 @@ type Limits struct {
 	// MQTTConnectTimeout is how long a connection to the embedded broker has
 	// to send CONNECT. Default 10s.
 	MQTTConnectTimeout time.Duration
+	// WriteTimeout bounds writing one REST answer (event and chat streams
+	// excepted). Default 30s; negative: no bound.
+	WriteTimeout time.Duration
+	// MaxMCPSessions bounds the MCP client sessions open at once on both MCP
+	// doors together. Default 1000; negative: no limit.
+	MaxMCPSessions int
 }
 
 func (l *Limits) fill() error {
@@ -89,6 +97,12 @@ func (l *Limits) fill() error {
 	}
 	if l.MQTTConnectTimeout == 0 {
 		l.MQTTConnectTimeout = 10 * time.Second
+	}
+	if l.WriteTimeout == 0 {
+		l.WriteTimeout = api.DefaultWriteTimeout
+	}
+	if l.MaxMCPSessions == 0 {
+		l.MaxMCPSessions = mcpserver.DefaultMaxSessions
 	}
 	// The call limits' defaults are the hub's: zero passes through.
 	return nil

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -218,5 +221,49 @@ func TestExternalBrokerTwoNodesSplitByDevice(t *testing.T) {
 	}
 	if served[0] == 0 || served[1] == 0 {
 		t.Fatalf("one node served every device: %v", served)
+	}
+}
+
+// During a drain the external-broker transport ignores devices it was not
+// serving yet (the broker is not ours to close, so no listener stops), while
+// the call pending on a device it serves finishes.
+func TestExternalBrokerShutdownIgnoresNewDevices(t *testing.T) {
+	broker := startMosquitto(t)
+	gw, stop := runGateway(t, Config{DataDir: t.TempDir(), MQTTBroker: "tcp://" + broker, ShutdownTimeout: time.Minute})
+	const mac, late = "02:00:00:20:00:31", "02:00:00:20:00:32"
+	tool, entered, release := slowTool()
+	runStockBrokerDevice(t, broker, mac, newServer(t, device.ProfileESP32, tool))
+	t.Cleanup(release)
+	waitState(t, gw, mac, hub.StateReady)
+
+	res := startSlowCall(t, gw, mac, entered)
+	stopped := beginStop(t, gw, stop)
+	runStockBrokerDevice(t, broker, late, newServer(t, device.ProfileESP32, fillerTools(1)...))
+	// The HTTP listener is closed: read the metric through the handler.
+	waitFor(t, "the late device's messages to be dropped", shutdownWait, func() bool {
+		req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/metrics", nil)
+		rec := httptest.NewRecorder()
+		gw.Handler().ServeHTTP(rec, req)
+		return strings.Contains(rec.Body.String(), `mcpgate_dropped_frames_total{reason="shutdown"}`)
+	})
+	if d, err := gw.Hub().Device(late); err == nil {
+		t.Errorf("device %s joined during the drain: %+v", late, d)
+	}
+	select {
+	case r := <-res:
+		t.Fatalf("the call ended before it was let finish: %+v", r)
+	default:
+	}
+	release()
+	if r := <-res; r.err != nil || r.text != "done" {
+		t.Errorf("pending call: %q, %v", r.text, r.err)
+	}
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(shutdownWait):
+		t.Fatal("Run did not return after the drain")
 	}
 }

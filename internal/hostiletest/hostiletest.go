@@ -357,3 +357,13 @@ func (p *FreezeProxy) pipe(dst, src net.Conn) {
 		}
 	}
 }
+
+// Client returns an HTTP client of its own for a healthy caller: it keeps
+// its connections alive between calls (as a real client does) and closes
+// them when the test ends, so none leaks or holds up the gateway's
+// shutdown.
+func Client(t testing.TB) *http.Client {
+	tr := &http.Transport{MaxIdleConnsPerHost: 4}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}

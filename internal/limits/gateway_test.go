@@ -761,3 +761,63 @@ func TestMaxPages(t *testing.T) {
 	})
 	waitHits(t, gw, limits.MaxPages, 1)
 }
+
+// MCP client sessions are bounded across both doors: one more is refused
+// with 503 and counted, the gauge shows the open ones, and a session ended
+// with DELETE makes room.
+func TestMCPSessionLimit(t *testing.T) {
+	gw, _ := gatewaytest.Start(t, gateway.Config{Limits: gateway.Limits{MaxMCPSessions: 2}})
+	d := connect(t, gw, devicetest.Config{ID: "02:00:00:00:0b:21"})
+	base := "http://" + gw.Addr()
+	first := mcpSession(t, base+"/mcp", "")
+	mcpSession(t, base+"/mcp/devices/"+d.ID(), "")
+	if n := gauge(t, gw, "mcpgate_mcp_sessions_open"); n != 2 {
+		t.Fatalf("mcpgate_mcp_sessions_open = %d, want 2", n)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	// A raw initialize: go-sdk's client may retry a 503 on its own.
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/mcp", strings.NewReader(
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
+		!strings.Contains(string(body), "--max-mcp-sessions") {
+		t.Fatalf("a third session: %d %q (Retry-After %q), want 503 naming the limit", resp.StatusCode, body, resp.Header.Get("Retry-After"))
+	}
+	if n := hits(t, gw, limits.MCPSessions); n != 1 {
+		t.Fatalf("mcp_sessions hits %d, want 1", n)
+	}
+	// Requests of open sessions are not new sessions: they go on.
+	if _, err := first.ListTools(ctx, nil); err != nil {
+		t.Fatalf("an open session at the limit: %v", err)
+	}
+	if err := first.Close(); err != nil { // DELETE
+		t.Fatalf("close: %v", err)
+	}
+	waitFor(t, "the closed session to end", func() bool { return gauge(t, gw, "mcpgate_mcp_sessions_open") == 1 })
+	mcpSession(t, base+"/mcp", "")
+}
+
+// gauge reads an unlabelled gauge from /metrics.
+func gauge(t *testing.T, gw *gateway.Gateway, name string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + gw.Addr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\d+)$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("no %s in /metrics", name)
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
+}

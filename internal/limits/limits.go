@@ -26,6 +26,7 @@ const (
 	RESTBody            = "rest_body"                   // a REST request body over --max-body-bytes
 	MCPBody             = "mcp_body"                    // an MCP door request body over --max-body-bytes
 	OTABody             = "ota_body"                    // an OTA request body over 64 KiB
+	OTAKnown            = "ota_known"                   // the OTA endpoint forgot a device to remember a new one (over 100,000)
 	VisionBody          = "vision_body"                 // a photo upload over --vision-max-bytes
 	MaxTools            = "max_tools"                   // a device listed more than --max-tools tools
 	MaxPages            = "max_pages"                   // a discovery stopped after --max-pages pages
@@ -38,12 +39,14 @@ const (
 	MQTTConnectTimeout  = "mqtt_connect_timeout"        // an MQTT connection sent no CONNECT within --mqtt-connect-timeout
 	EndpointInitTimeout = "endpoint_initialize_timeout" // an MCP server did not answer initialize within --request-timeout
 	ConnsPerIP          = "conns_per_ip"                // a source address had too many device connections
+	MCPSessions         = "mcp_sessions"                // an MCP client session was refused: --max-mcp-sessions open
+	RESTWriteTimeout    = "rest_write_timeout"          // a REST client did not read its answer within --write-timeout
 )
 
 // Names lists every limit, in the order docs/limits.md does.
 var Names = []string{
-	WSFrame, MQTTPacket, EndpointFrame, RESTBody, MCPBody, OTABody, VisionBody, MaxTools, MaxPages, DeviceBusy,
-	KeyRate, DeviceRate, HeaderTimeout, BodyTimeout, HelloTimeout, MQTTConnectTimeout, EndpointInitTimeout, ConnsPerIP,
+	WSFrame, MQTTPacket, EndpointFrame, RESTBody, MCPBody, OTABody, OTAKnown, VisionBody, MaxTools, MaxPages, DeviceBusy,
+	KeyRate, DeviceRate, HeaderTimeout, BodyTimeout, RESTWriteTimeout, HelloTimeout, MQTTConnectTimeout, EndpointInitTimeout, ConnsPerIP, MCPSessions,
 }
 
 // Defaults of the limits this package applies; the gateway's flags show them.

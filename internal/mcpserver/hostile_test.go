@@ -3,13 +3,13 @@ package mcpserver_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,7 +36,7 @@ const (
 	mcpLatency = 2 * time.Second
 	mcpHeap    = 16 << 20
 	// mcpTarget is the device the attacks go through; the healthy device is
-	// another one, called through the hub throughout.
+	// another one, called through /mcp throughout.
 	mcpVictim  = "02:00:00:03:bb:01"
 	mcpHealthy = "02:00:00:03:aa:01"
 )
@@ -47,17 +47,13 @@ type mcpTarget struct {
 	addr   string
 	hub    *hub.Hub
 	victim *devicetest.Device
+	// hold, while set, keeps the victim's calls in flight until it is closed.
+	hold atomic.Pointer[chan struct{}]
 }
 
 func (s *mcpTarget) url() string { return "http://" + s.addr + "/mcp/devices/" + mcpVictim }
 
 func TestHostileMCPClients(t *testing.T) {
-	logs := &hostiletest.Logs{}
-	gw, _ := gatewaytest.Start(t, gateway.Config{Logger: logs.Logger(),
-		Limits: gateway.Limits{DeviceCallRate: -1, KeyCallRate: -1, DeviceMaxInFlight: -1}})
-	fake(t, gw, devicetest.Config{ID: mcpHealthy})
-	s := &mcpTarget{addr: gw.Addr(), hub: gw.Hub(), victim: fake(t, gw, devicetest.Config{ID: mcpVictim})}
-
 	tests := []mcpCase{{
 		name: "malformed JSON",
 		attack: rawBodies(http.StatusBadRequest, `{"jsonrpc":"2.0","id":1,"method":`, `not json`,
@@ -67,10 +63,12 @@ func TestHostileMCPClients(t *testing.T) {
 	}, {
 		name:   "malformed JSON in a session",
 		attack: attackMalformedInSession,
+		log:    []string{"refused malformed MCP request", "reason=malformed_json", "malformed payload"},
 		metric: `mcpgate_bad_requests_total{door="mcp",reason="malformed_json"}`, delta: 100,
 	}, {
 		name:   "100k nested arrays in the arguments",
 		attack: attackMCPDeepNesting,
+		log:    []string{"refused malformed MCP request", "reason=malformed_json", "exceeded maximum nesting depth"},
 		metric: `mcpgate_bad_requests_total{door="mcp",reason="malformed_json"}`, delta: 10,
 	}, {
 		name:   "body over the limit",
@@ -104,19 +102,27 @@ func TestHostileMCPClients(t *testing.T) {
 	}, {
 		name:   "duplicate request ids in flight",
 		attack: attackDuplicateIDs,
-		metric: `mcpgate_tool_calls_total{outcome="ok"}`, delta: 1,
+		log:    []string{"refused malformed MCP request", "reason=invalid_request", "duplicate in-flight request ID 42"},
+		metric: `mcpgate_bad_requests_total{door="mcp",reason="invalid_request"}`, delta: 19,
 	}, {
 		name:   "notification flood",
 		attack: attackMCPNotifications,
+		log:    []string{"refused malformed MCP request", "reason=unknown_method", "notifications/no_such_"},
 		metric: `mcpgate_bad_requests_total{door="mcp",reason="unknown_method"}`, delta: 400,
 	}, {
 		name:   "invalid UTF-8",
 		attack: rawBodies(http.StatusBadRequest, "\xff\xfe\xfd", "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/\xff\"}"),
+		log:    []string{"refused malformed MCP request", "reason=malformed_json", "invalid character"},
 		metric: `mcpgate_bad_requests_total{door="mcp",reason="malformed_json"}`, delta: 20,
 	}, {
+		// go-sdk's session lines, demoted to debug (see sdkHandler): one
+		// per session. The gauge counts the 100 left open; past
+		// --max-mcp-sessions new ones are refused (TestMCPSessionLimit in
+		// internal/limits).
 		name:   "session flood",
 		attack: attackSessionFlood,
-		metric: `mcpgate_tool_calls_total{outcome="ok"}`, delta: 1,
+		log:    []string{"server session connected", "session_id="},
+		metric: `mcpgate_mcp_sessions_open`, delta: 100,
 	}, {
 		name:   "clients that never read their SSE streams",
 		attack: attackNeverReads,
@@ -124,6 +130,32 @@ func TestHostileMCPClients(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			// A gateway per case: the door's refusal lines are sampled (one
+			// per 10 s per reason), so a case sharing a gateway with an
+			// earlier one could find its line suppressed.
+			logs := &hostiletest.Logs{}
+			gw, _ := gatewaytest.Start(t, gateway.Config{Logger: logs.Logger(),
+				Limits: gateway.Limits{DeviceCallRate: -1, KeyCallRate: -1, DeviceMaxInFlight: -1}})
+			fake(t, gw, devicetest.Config{ID: mcpHealthy})
+			s := &mcpTarget{addr: gw.Addr(), hub: gw.Hub()}
+			s.victim = fake(t, gw, devicetest.Config{ID: mcpVictim, OnCall: func(devicetest.Call) devicetest.Answer {
+				if h := s.hold.Load(); h != nil {
+					<-*h
+				}
+				return devicetest.Answer{Result: devicetest.TextResult("true", false)}
+			}})
+			// The healthy caller goes through the aggregate door /mcp, the
+			// door under attack, under a name of its own.
+			if _, err := gw.Hub().SetAlias(mcpHealthy, "healthy"); err != nil {
+				t.Fatal(err)
+			}
+			hc := openMCP(t, "http://"+s.addr+"/mcp")
+			hostiletest.CheckFor(t, "the aggregate door to list the healthy device", func() bool {
+				ctx, cancel := context.WithTimeout(context.Background(), hostiletest.WaitTimeout)
+				defer cancel()
+				return hc.callVolume(ctx) == nil
+			})
+
 			heap := hostiletest.HeapInuse()
 			m0 := hostiletest.Metric(t, s.addr, tt.metric)
 			off := logs.Len()
@@ -132,13 +164,7 @@ func TestHostileMCPClients(t *testing.T) {
 					t.Logf("gateway logs during the attack:\n%s", logs.Since(off, 8000))
 				}
 			})
-			healthy := hostiletest.StartHealthy(func(ctx context.Context) error {
-				res, err := s.hub.Call(ctx, hub.CallRequest{Device: mcpHealthy, Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":5}`)})
-				if err == nil && res.Text() != "true" {
-					err = fmt.Errorf("unexpected result %+v", res)
-				}
-				return err
-			}, 2*time.Millisecond)
+			healthy := hostiletest.StartHealthy(hc.callVolume, 2*time.Millisecond)
 			tt.attack(t, s)
 			if tt.log != nil {
 				logs.WaitLine(t, off, tt.log...)
@@ -154,6 +180,72 @@ func TestHostileMCPClients(t *testing.T) {
 			c.close(t)
 		})
 	}
+}
+
+// mcpSession is a well-behaved MCP client on one session that reports
+// errors instead of failing the test, for the healthy caller's goroutine.
+type mcpSession struct {
+	client   *http.Client
+	url, sid string
+	id       atomic.Int64
+}
+
+// openMCP initializes a session on url; it is deleted when the test ends.
+func openMCP(t *testing.T, url string) *mcpSession {
+	t.Helper()
+	s := &mcpSession{client: hostiletest.Client(t), url: url}
+	ctx, cancel := context.WithTimeout(context.Background(), hostiletest.WaitTimeout)
+	defer cancel()
+	resp, _, err := s.post(ctx, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"healthy","version":"1"}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.sid = resp.Header.Get("Mcp-Session-Id"); s.sid == "" {
+		t.Fatal("no Mcp-Session-Id")
+	}
+	if _, _, err := s.post(ctx, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		req, _ := http.NewRequest(http.MethodDelete, s.url, nil)
+		req.Header.Set("Mcp-Session-Id", s.sid)
+		if resp, err := s.client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	})
+	return s
+}
+
+func (s *mcpSession) post(ctx context.Context, body string) (*http.Response, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, strings.NewReader(body))
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if s.sid != "" {
+		req.Header.Set("Mcp-Session-Id", s.sid)
+		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode >= 300 {
+		err = fmt.Errorf("POST %s: %s %.200s", s.url, resp.Status, b)
+	}
+	return resp, b, err
+}
+
+// callVolume calls the healthy device's tool through the aggregate door.
+func (s *mcpSession) callVolume(ctx context.Context) error {
+	_, b, err := s.post(ctx, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"healthy.self.audio_speaker.set_volume","arguments":{"volume":5}}}`, s.id.Add(1)))
+	if err == nil && !strings.Contains(string(b), `"text":"true"`) {
+		err = fmt.Errorf("unexpected answer %.200s", b)
+	}
+	return err
 }
 
 // mcpPost sends one POST to the door and returns the status and answer.
@@ -338,33 +430,42 @@ func attackContentType(t *testing.T, s *mcpTarget) {
 	}
 }
 
-// attackDuplicateIDs sends calls that share one request id at the same
-// time, on one session: each POST gets an answer (a result or a refusal),
-// none hangs, and the session still works.
+// attackDuplicateIDs sends, on one session, calls that reuse the id of a
+// call still in flight (the device holds it): go-sdk refuses each with 400
+// "duplicate in-flight request ID", the held call is answered, and the
+// session still works.
 func attackDuplicateIDs(t *testing.T, s *mcpTarget) {
 	c := rawConnect(t, s.url())
 	defer c.close(t)
 	body := []byte(`{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"self.audio_speaker.set_volume","arguments":{"volume":4}}}`)
+	hold := make(chan struct{})
+	s.hold.Store(&hold)
+	before := len(s.victim.Calls())
+	first := make(chan int, 1)
+	go func() {
+		status, _ := mcpPost(t, s.url(), c.sid, c.version, "", body)
+		first <- status
+	}()
+	hostiletest.CheckFor(t, "the first call at the device", func() bool { return len(s.victim.Calls()) > before })
 	var wg sync.WaitGroup
-	statuses := make(chan int, 20)
-	for range 20 {
+	statuses := make(chan string, 19)
+	for range 19 {
 		wg.Go(func() {
-			status, _ := mcpPost(t, s.url(), c.sid, c.version, "", body)
-			statuses <- status
+			status, answer := mcpPost(t, s.url(), c.sid, c.version, "", body)
+			statuses <- fmt.Sprintf("%d %.200s", status, answer)
 		})
 	}
 	wg.Wait()
+	s.hold.Store(nil)
+	close(hold)
 	close(statuses)
-	ok := 0
 	for st := range statuses {
-		if st == http.StatusOK {
-			ok++
-		} else if st < 400 || st >= 500 {
-			t.Errorf("a duplicate id got %d, want 200 or a 4xx", st)
+		if !strings.HasPrefix(st, "400 ") || !strings.Contains(st, "duplicate in-flight request ID 42") {
+			t.Errorf("a call reusing an id in flight got %s, want 400 duplicate in-flight request ID", st)
 		}
 	}
-	if ok == 0 {
-		t.Error("no call with the shared id was answered")
+	if st := <-first; st != http.StatusOK {
+		t.Errorf("the call holding the id got %d, want 200", st)
 	}
 	if res := c.call(t, "self.audio_speaker.set_volume", `{"volume":3}`); !strings.Contains(string(res), `"text":"true"`) {
 		t.Fatalf("call after duplicate ids: %s", res)

@@ -56,11 +56,13 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/httpguard"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/limits"
+	"github.com/mcpgate/mcpgate/internal/metrics"
 )
 
 // Config configures the MCP door. Hub is required; zero values get the
@@ -100,7 +102,18 @@ type Config struct {
 	MaxBodyBytes int64
 	// Limits counts and logs limit hits; nil counts in a private metrics set.
 	Limits *limits.Reporter
+	// MaxSessions bounds the client sessions open at once on both doors
+	// together: a new session (a POST without Mcp-Session-Id) beyond it is
+	// refused with 503. Sessions end on DELETE or after SessionTimeout idle.
+	// Default DefaultMaxSessions; negative: no limit.
+	MaxSessions int
+	// Metrics, when set, gets the gauge mcpgate_mcp_sessions_open.
+	Metrics *metrics.Metrics
 }
+
+// DefaultMaxSessions is Config.MaxSessions's default: far more agents and
+// inspectors than one gateway serves, far fewer than would exhaust its memory.
+const DefaultMaxSessions = 1000
 
 // Server serves both MCP doors. It is safe for concurrent use.
 type Server struct {
@@ -163,12 +176,59 @@ func New(cfg Config) (*Server, error) {
 	if cfg.PageSize < 0 {
 		return nil, errors.New("mcpserver: page size must not be negative")
 	}
+	if cfg.MaxSessions == 0 {
+		cfg.MaxSessions = DefaultMaxSessions
+	}
 	g, err := httpguard.New(cfg.ListenAddr, cfg.AllowedHosts, cfg.AllowedOrigins)
 	if err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, hub: cfg.Hub, log: cfg.Logger, sdkLog: slog.New(sdkHandler{cfg.Logger.Handler()}), guard: g, agg: make(map[string]*door),
-		devices: make(map[doorKey]*door), byDevice: make(map[string][]*door), handler: make(map[*door]http.Handler)}, nil
+	s := &Server{cfg: cfg, hub: cfg.Hub, log: cfg.Logger, sdkLog: slog.New(sdkHandler{cfg.Logger.Handler()}), guard: g, agg: make(map[string]*door),
+		devices: make(map[doorKey]*door), byDevice: make(map[string][]*door), handler: make(map[*door]http.Handler)}
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "mcpgate_mcp_sessions_open", Help: "MCP client sessions open on /mcp and /mcp/devices/{id}.",
+		}, func() float64 { return float64(s.Sessions()) })); err != nil {
+			return nil, fmt.Errorf("mcpserver: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Sessions counts the MCP client sessions open on both doors.
+func (s *Server) Sessions() int {
+	s.mu.Lock()
+	doors := make([]*door, 0, len(s.handler))
+	for d := range s.handler {
+		doors = append(doors, d)
+	}
+	s.mu.Unlock()
+	n := 0
+	for _, d := range doors {
+		for range d.srv.Sessions() {
+			n++
+		}
+	}
+	return n
+}
+
+// admitSession refuses a request that would open a session beyond
+// MaxSessions. Concurrent initializes may pass the check together, so the
+// bound may be overshot by as many.
+func (s *Server) admitSession(w http.ResponseWriter, r *http.Request) bool {
+	if s.cfg.MaxSessions < 0 || r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
+		return true
+	}
+	open := s.Sessions()
+	if open < s.cfg.MaxSessions {
+		return true
+	}
+	s.cfg.Limits.Hit(limits.MCPSessions, "refused MCP session: too many open",
+		"remote", r.RemoteAddr, "path", r.URL.Path, "open", open, "max_mcp_sessions", s.cfg.MaxSessions)
+	w.Header().Set("Retry-After", "10")
+	http.Error(w, fmt.Sprintf("mcpgate: %d MCP sessions are open, the most this gateway allows (--max-mcp-sessions): "+
+		"end idle sessions with DELETE, or retry later", open), http.StatusServiceUnavailable)
+	return false
 }
 
 // Register adds the door's routes to mux: /mcp and /mcp/devices/{ref},
@@ -215,6 +275,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		http.Error(w, "mcpgate: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	if !s.admitSession(w, r) {
 		return
 	}
 	rec := &recorder{ResponseWriter: w}

@@ -6,16 +6,23 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/mcpgate/mcpgate/internal/devicetest"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/internal/hostiletest"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/limits"
+	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/ota"
 )
 
 // otaCase is one attack on the OTA endpoint, which anyone on the network
@@ -39,22 +46,6 @@ const (
 )
 
 func TestHostileOTAClients(t *testing.T) {
-	logs := &hostiletest.Logs{}
-	gw, _ := gatewaytest.Start(t, gateway.Config{Logger: logs.Logger(),
-		Limits: gateway.Limits{DeviceCallRate: -1, KeyCallRate: -1, DeviceMaxInFlight: -1}})
-	addr := gw.Addr()
-	ctx, cancel := context.WithTimeout(context.Background(), hostiletest.WaitTimeout)
-	defer cancel()
-	d, err := devicetest.Connect(ctx, devicetest.Config{Addr: addr, ID: otaHealthy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	hostiletest.CheckFor(t, "the device ready", func() bool {
-		dev, err := gw.Hub().Device(otaHealthy)
-		return err == nil && dev.State == hub.StateReady
-	})
-
 	tests := []otaCase{{
 		name: "garbage bodies",
 		attack: refused(http.StatusBadRequest, "bad_request", nil,
@@ -65,7 +56,21 @@ func TestHostileOTAClients(t *testing.T) {
 	}, {
 		name:   "deep nesting",
 		attack: refused(http.StatusBadRequest, "bad_request", nil, `{"board":`+strings.Repeat("[", 30_000)+strings.Repeat("]", 30_000)+`}`),
+		log:    []string{"refused malformed OTA request", "reason=malformed_json", "exceeded max depth"},
 		metric: `mcpgate_bad_requests_total{door="ota",reason="malformed_json"}`, delta: 20,
+	}, {
+		// Bare invalid bytes are malformed JSON (in "garbage bodies"); in
+		// the identity headers they make an id the gateway refuses.
+		name: "invalid UTF-8 in the identity headers",
+		attack: refused(http.StatusBadRequest, "bad_request", map[string]string{"Device-Id": "02:00:00:04:bb:\xff\xfe", "Client-Id": "\xc3\x28"},
+			body(otaMAC, otaUUID)),
+		log:    []string{"refused malformed OTA request", "reason=bad_device_id"},
+		metric: `mcpgate_bad_requests_total{door="ota",reason="bad_device_id"}`, delta: 20,
+	}, {
+		name:   "body a byte at a time",
+		attack: attackOTASlowBody,
+		log:    []string{"request body did not arrive in time", "limit=http_body_timeout", "path=/xiaozhi/ota/"},
+		metric: `mcpgate_limit_hits_total{limit="http_body_timeout"}`, delta: 1,
 	}, {
 		name:   "body over the limit",
 		attack: attackOTAHugeBody,
@@ -102,6 +107,24 @@ func TestHostileOTAClients(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			// A gateway per case: refusals are logged at most once per 10 s
+			// per reason, so a case sharing a gateway with an earlier one
+			// could find its line suppressed.
+			logs := &hostiletest.Logs{}
+			gw, _ := gatewaytest.Start(t, gateway.Config{Logger: logs.Logger(),
+				Limits: gateway.Limits{DeviceCallRate: -1, KeyCallRate: -1, DeviceMaxInFlight: -1, ReadBodyTimeout: 500 * time.Millisecond}})
+			addr := gw.Addr()
+			ctx, cancel := context.WithTimeout(context.Background(), hostiletest.WaitTimeout)
+			defer cancel()
+			d, err := devicetest.Connect(ctx, devicetest.Config{Addr: addr, ID: otaHealthy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(d.Close)
+			hostiletest.CheckFor(t, "the device ready", func() bool {
+				dev, err := gw.Hub().Device(otaHealthy)
+				return err == nil && dev.State == hub.StateReady
+			})
 			heap := hostiletest.HeapInuse()
 			var m0 float64
 			if tt.metric != "" {
@@ -207,6 +230,38 @@ func attackOTAHugeBody(t *testing.T, addr string) {
 	checkError(t, "8 MiB body", resp.StatusCode, string(b), http.StatusRequestEntityTooLarge, "body_too_large")
 }
 
+// attackOTASlowBody sends a request's headers at once and its body a byte
+// every 100 ms: the gateway refuses it at the body deadline and closes the
+// connection.
+func attackOTASlowBody(t *testing.T, addr string) {
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	b := body(otaMAC, otaUUID)
+	fmt.Fprintf(conn, "POST /xiaozhi/ota/ HTTP/1.1\r\nHost: %s\r\nDevice-Id: %s\r\nClient-Id: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
+		addr, otaMAC, otaUUID, len(b))
+	closed := make(chan struct{})
+	go func() { // the gateway answers and closes: reading ends
+		defer close(closed)
+		_, _ = io.Copy(io.Discard, conn)
+	}()
+	for i := range len(b) {
+		select {
+		case <-closed:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		_, _ = conn.Write([]byte{b[i]}) // fails once closed
+	}
+	select {
+	case <-closed:
+	case <-time.After(hostiletest.WaitTimeout):
+		t.Error("the gateway still waits for a body sent a byte every 100 ms")
+	}
+}
+
 func attackOTAMethods(t *testing.T, addr string) {
 	for range 20 {
 		for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodDelete} {
@@ -224,4 +279,45 @@ func attackOTAMadeUpIDs(t *testing.T, addr string) {
 			t.Fatalf("device %s: %d %.200s", mac, status, answer)
 		}
 	}
+}
+
+// A flood of made-up device ids under the open policy is bounded: past
+// MaxKnown (100,000 in the gateway; 100 here, which the gateway does not
+// configure) each new id makes the endpoint forget another, counted in
+// mcpgate_limit_hits_total{limit="ota_known"} and logged without flooding.
+func TestOTAMadeUpIDsAreBounded(t *testing.T) {
+	logs := &hostiletest.Logs{}
+	m := metrics.New()
+	h, err := ota.New(ota.Config{Logger: logs.Logger(), Limits: limits.NewReporter(m, logs.Logger()), MaxKnown: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(ota.Path, h)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	addr := srv.Listener.Addr().String()
+
+	heap := hostiletest.HeapInuse()
+	var last string
+	for i := range 300 {
+		last = fmt.Sprintf("02:00:00:08:%02x:%02x", i>>8, i&0xff)
+		status, answer := otaPost(t, addr, http.MethodPost, map[string]string{"Device-Id": last}, strings.NewReader(body(last, otaUUID)))
+		if status != http.StatusOK {
+			t.Fatalf("device %s: %d %.200s", last, status, answer)
+		}
+	}
+	const sample = `mcpgate_limit_hits_total{limit="ota_known"}`
+	if got := hostiletest.Metric(t, addr, sample); got != 200 {
+		t.Errorf("%s = %v after 300 ids with room for 100, want 200", sample, got)
+	}
+	// One line per 10 s: at least the first, far fewer than the hits.
+	if n := logs.Count(0, "ota: forgot a device to remember a new one", "limit=ota_known", "max_known=100"); n < 1 || n > 20 {
+		t.Errorf("%d lines about 200 forgotten devices, want the first and few more (rate-limited)", n)
+	}
+	if _, ok := h.Known(last); !ok {
+		t.Errorf("the newest device %s is not remembered", last)
+	}
+	hostiletest.CheckHeap(t, heap, otaHeap)
 }

@@ -414,8 +414,8 @@ func boardType(req Request, userAgent string) string {
 
 func (h *Handler) remember(log *slog.Logger, rec Record) {
 	now := h.cfg.Now().UTC()
+	forgotten := ""
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	old, ok := h.known[rec.DeviceID]
 	rec.FirstSeen, rec.LastSeen = now, now
 	if ok {
@@ -425,11 +425,19 @@ func (h *Handler) remember(log *slog.Logger, rec Record) {
 		if len(h.known) >= h.cfg.MaxKnown {
 			for id := range h.known { // map order: an arbitrary one
 				delete(h.known, id)
+				forgotten = id
 				break
 			}
 		}
 	}
 	h.known[rec.DeviceID] = rec
+	h.mu.Unlock()
+	if forgotten != "" {
+		// A flood of made-up ids under the open policy: counted, and
+		// logged without flooding.
+		h.cfg.Limits.Hit(limits.OTAKnown, "ota: forgot a device to remember a new one: more devices than the limit",
+			"max_known", h.cfg.MaxKnown, "forgotten", forgotten)
+	}
 }
 
 // Known returns what the endpoint knows of a device.

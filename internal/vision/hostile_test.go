@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/textproto"
 	"strings"
@@ -49,31 +50,6 @@ type visionTarget struct {
 
 func TestHostileUploads(t *testing.T) {
 	secret := bytes.Repeat([]byte("s"), 32)
-	logs := &hostiletest.Logs{}
-	gw, _ := gatewaytest.Start(t, gateway.Config{Logger: logs.Logger(),
-		Provisioning: gateway.Provisioning{DeviceSecret: secret, VisionMaxBytes: visionMax},
-		Limits:       gateway.Limits{DeviceCallRate: -1, KeyCallRate: -1, DeviceMaxInFlight: -1}})
-	authority, err := devauth.New(devauth.Config{Secret: secret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := authority.IssueVision(visionDevice, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := &visionTarget{addr: gw.Addr(), token: tok}
-	ctx, cancel := context.WithTimeout(context.Background(), hostiletest.WaitTimeout)
-	defer cancel()
-	d, err := devicetest.Connect(ctx, devicetest.Config{Addr: v.addr, ID: visionHealthy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	hostiletest.CheckFor(t, "the device ready", func() bool {
-		dev, err := gw.Hub().Device(visionHealthy)
-		return err == nil && dev.State == hub.StateReady
-	})
-
 	tests := []visionCase{{
 		name:   "wrong content types",
 		attack: attackContentTypes,
@@ -97,7 +73,18 @@ func TestHostileUploads(t *testing.T) {
 	}, {
 		name:   "part with a 1 MiB header",
 		attack: attackHugePartHeader,
+		log:    []string{"vision: upload refused: photo over the limit", "limit=vision_body"},
 		metric: `mcpgate_limit_hits_total{limit="vision_body"}`, delta: 5,
+	}, {
+		name:   "invalid UTF-8",
+		attack: attackInvalidUTF8,
+		log:    []string{"vision: upload refused", "reason=not_multipart"},
+		metric: `mcpgate_bad_requests_total{door="vision",reason="not_multipart"}`, delta: 20,
+	}, {
+		name:   "upload a byte at a time",
+		attack: attackSlowUpload,
+		log:    []string{"request body did not arrive in time", "limit=http_body_timeout", "path=/vision/explain"},
+		metric: `mcpgate_limit_hits_total{limit="http_body_timeout"}`, delta: 1,
 	}, {
 		name:   "not an image",
 		attack: attackNotImage,
@@ -111,6 +98,34 @@ func TestHostileUploads(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			// A gateway per case: refusals are logged at most once per 10 s
+			// per reason, so a case sharing a gateway with an earlier one
+			// could find its line suppressed.
+			logs := &hostiletest.Logs{}
+			gw, _ := gatewaytest.Start(t, gateway.Config{Logger: logs.Logger(),
+				Provisioning: gateway.Provisioning{DeviceSecret: secret, VisionMaxBytes: visionMax},
+				Limits:       gateway.Limits{DeviceCallRate: -1, KeyCallRate: -1, DeviceMaxInFlight: -1, ReadBodyTimeout: 500 * time.Millisecond}})
+			authority, err := devauth.New(devauth.Config{Secret: secret})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok, err := authority.IssueVision(visionDevice, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := &visionTarget{addr: gw.Addr(), token: tok}
+			ctx, cancel := context.WithTimeout(context.Background(), hostiletest.WaitTimeout)
+			defer cancel()
+			d, err := devicetest.Connect(ctx, devicetest.Config{Addr: v.addr, ID: visionHealthy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(d.Close)
+			hostiletest.CheckFor(t, "the device ready", func() bool {
+				dev, err := gw.Hub().Device(visionHealthy)
+				return err == nil && dev.State == hub.StateReady
+			})
+
 			heap := hostiletest.HeapInuse()
 			m0 := hostiletest.Metric(t, v.addr, tt.metric)
 			off := logs.Len()
@@ -265,6 +280,63 @@ func attackHugeImage(t *testing.T, v *visionTarget) {
 	}
 }
 
+// attackInvalidUTF8 sends forms whose boundary holds invalid bytes,
+// refused as not multipart, and a photo whose question and file name
+// hold them, which is served: they are only ever text.
+func attackInvalidUTF8(t *testing.T, v *visionTarget) {
+	b, ctype := form(t, jpegBytes(1024))
+	bad := strings.Replace(ctype, "boundary=", "boundary=\xff\xfe", 1)
+	for range 20 {
+		status, answer := v.upload(t, bad, "", bytes.NewReader(b.Bytes()))
+		want(t, "a boundary with invalid bytes", status, answer, http.StatusBadRequest)
+	}
+	var body bytes.Buffer
+	w := multipart.NewWriter(&body)
+	if err := w.WriteField("question", "what is \xff\xfe\xc3\x28?"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := w.CreateFormFile("file", "\xed\xa0\x80.jpg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Write(jpegBytes(1024))
+	w.Close()
+	status, answer := v.upload(t, w.FormDataContentType(), "", &body)
+	want(t, "invalid bytes in the question and file name", status, answer, http.StatusOK)
+}
+
+// attackSlowUpload sends an upload's headers at once and its body a byte
+// every 100 ms: the gateway refuses it at the body deadline and closes
+// the connection.
+func attackSlowUpload(t *testing.T, v *visionTarget) {
+	conn, err := net.Dial("tcp", v.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	b, ctype := form(t, jpegBytes(1024))
+	fmt.Fprintf(conn, "POST /vision/explain HTTP/1.1\r\nHost: %s\r\nDevice-Id: %s\r\nClient-Id: 00000000-0000-4000-8000-020000060001\r\n"+
+		"Authorization: Bearer %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n", v.addr, visionDevice, v.token, ctype, b.Len())
+	closed := make(chan struct{})
+	go func() { // the gateway answers and closes: reading ends
+		defer close(closed)
+		_, _ = io.Copy(io.Discard, conn)
+	}()
+	for _, c := range b.Bytes() {
+		select {
+		case <-closed:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		_, _ = conn.Write([]byte{c}) // fails once closed
+	}
+	select {
+	case <-closed:
+	case <-time.After(hostiletest.WaitTimeout):
+		t.Error("the gateway still waits for an upload sent a byte every 100 ms")
+	}
+}
+
 func attackNotImage(t *testing.T, v *visionTarget) {
 	for range 20 {
 		b, ctype := form(t, []byte("<html>definitely not a photo</html>"))
@@ -276,8 +348,14 @@ func attackNotImage(t *testing.T, v *visionTarget) {
 func attackBadTokens(t *testing.T, v *visionTarget) {
 	for i := range 20 {
 		b, ctype := form(t, jpegBytes(1024))
-		// A well-formed token of another key: its signature fails.
-		forged := v.token[:len(v.token)-4] + fmt.Sprintf("%04d", i)
+		// A well-formed token of another key: its signature fails. One
+		// character inside the signature changes, to another base64url
+		// one: the last character also carries padding bits, and changing
+		// it can make the token malformed instead.
+		const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+		at := len(v.token) - 8
+		c := alphabet[(strings.IndexByte(alphabet, v.token[at])+1+i)%len(alphabet)]
+		forged := v.token[:at] + string(c) + v.token[at+1:]
 		status, answer := v.upload(t, ctype, forged, b)
 		want(t, "a forged token", status, answer, http.StatusUnauthorized)
 	}

@@ -237,6 +237,85 @@ func TestReregister(t *testing.T) {
 	}
 }
 
+// A re-registration with rejected tools replaces the catalog with the
+// accepted ones (none when all are rejected), like any other; one refused
+// as a whole changes nothing and keeps the connection.
+func TestReregisterRejected(t *testing.T) {
+	t.Parallel()
+	f := startMaxTools(t, 3)
+	sub := f.hub.Subscribe()
+	defer sub.Close()
+	const id = "02:00:00:00:06:0a"
+	srv := newServer(t, tools("a", "b")...)
+	sess := f.connect(t, id, srv, nil)
+	nextEvent(t, sub, hub.EventToolsChanged, id)
+	catalog := func() string {
+		t.Helper()
+		d, cat, err := f.hub.Tools(id)
+		if err != nil || !d.Online || d.State != hub.StateReady {
+			t.Fatalf("device %+v, %v", d, err)
+		}
+		var names []string
+		for _, tl := range cat.Tools {
+			names = append(names, tl.Name)
+		}
+		return strings.Join(names, ",")
+	}
+
+	// Partly rejected: a and the bad tool go, c comes.
+	srv.RemoveTool("a")
+	for _, tl := range tools(longName, "c") {
+		if err := srv.AddTool(tl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if re := registrationError(t, sess.Register(t.Context())); !re.Partial() || strings.Join(re.Registered, ",") != "b,c" {
+		t.Fatalf("partial re-registration = %+v", re)
+	}
+	if c := nextEvent(t, sub, hub.EventToolsChanged, id).Data.(hub.ToolsChangedData); strings.Join(c.Added, ",") != "c" || strings.Join(c.Removed, ",") != "a" || c.Count != 2 {
+		t.Fatalf("change = %+v", c)
+	}
+	if got := catalog(); got != "b,c" {
+		t.Fatalf("catalog after a partial re-registration = %q", got)
+	}
+
+	// Refused as a whole (4 tools, the gateway takes 3): nothing changes.
+	if err := srv.AddTool(device.Tool{Name: "d", Handler: ok}); err != nil {
+		t.Fatal(err)
+	}
+	if re := registrationError(t, sess.Register(t.Context())); re.Partial() || re.Code != -32602 {
+		t.Fatalf("refused re-registration = %+v", re)
+	}
+	if got := catalog(); got != "b,c" {
+		t.Fatalf("catalog after a refused re-registration = %q, want the previous one", got)
+	}
+	if res, err := f.hub.Call(t.Context(), hub.CallRequest{Device: id, Tool: "b"}); err != nil || res.IsError {
+		t.Fatalf("call after a refused re-registration: %+v, %v", res, err)
+	}
+
+	// All rejected: an empty catalog, the device still connected. Its
+	// tools_changed is the next one: the refusal published none.
+	for _, n := range []string{"b", "c", "d"} {
+		srv.RemoveTool(n)
+	}
+	if err := srv.AddTool(device.Tool{Name: "bad\x01name", Handler: ok}); err != nil {
+		t.Fatal(err)
+	}
+	re := registrationError(t, sess.Register(t.Context()))
+	if len(re.Registered) != 0 || len(re.Rejected) != 2 || !strings.HasPrefix(re.Message, "2 of 2 tools rejected (0 registered)") {
+		t.Fatalf("all-rejected re-registration = %+v", re)
+	}
+	if c := nextEvent(t, sub, hub.EventToolsChanged, id).Data.(hub.ToolsChangedData); strings.Join(c.Removed, ",") != "b,c" || c.Count != 0 || len(c.Added) != 0 {
+		t.Fatalf("change = %+v, want b and c removed (and nothing from the refusal)", c)
+	}
+	if got := catalog(); got != "" {
+		t.Fatalf("catalog after an all-rejected re-registration = %q, want none", got)
+	}
+	if _, err := f.hub.Call(t.Context(), hub.CallRequest{Device: id, Tool: "b"}); !errors.Is(err, hub.ErrToolNotFound) {
+		t.Fatalf("call of a tool no longer registered: %v", err)
+	}
+}
+
 // gate is a tool handler that blocks until released, counting its runs.
 type gate struct {
 	release chan struct{}

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/gateway"
@@ -92,8 +95,8 @@ func TestHostileMQTTDevices(t *testing.T) {
 	}, {
 		name:   "packet over the size limit",
 		attack: attackHugePacket,
-		log:    []string{"device offline", "device_id=02:00:00:01:bb:06"},
-		metric: `mcpgate_sessions_total{transport="mqtt"}`, delta: 1,
+		log:    []string{"closed MQTT connection: packet over the size limit", "limit=mqtt_packet"},
+		metric: `mcpgate_limit_hits_total{limit="mqtt_packet"}`, delta: 1,
 	}, {
 		name:   "10,000-tool catalog",
 		attack: attackHugeCatalog,
@@ -110,9 +113,33 @@ func TestHostileMQTTDevices(t *testing.T) {
 		log:    []string{"dropped reply with unknown id", "device_id=02:00:00:01:bb:09"},
 		metric: `mcpgate_dropped_frames_total{reason="unknown_id"}`, delta: 50,
 	}, {
+		// A caller giving up is routine: the hub counts it. The gateway
+		// tells the device (notifications/cancelled) and logs the reply
+		// that comes anyway, for a call no one waits for.
 		name:   "callers that give up mid-call",
 		attack: attackCancellingCallers,
+		log:    []string{"dropped reply with unknown id", "device_id=02:00:00:01:bb:0a"},
 		metric: `mcpgate_tool_calls_total{outcome="client_closed"}`, delta: 1,
+	}, {
+		name:   "repeated cursor",
+		attack: attackCursor(func(int) string { return "again" }, "device repeated cursor"),
+		log:    []string{"discovery incomplete", "device repeated cursor", "device_id=02:00:00:01:bb:0b"},
+		metric: `mcpgate_discovery_failures_total`, delta: 1,
+	}, {
+		name:   "endless fresh cursors",
+		attack: attackCursor(func(page int) string { return fmt.Sprintf("c%d", page) }, "stopped after 50 pages (limit)"),
+		log:    []string{"discovery incomplete", "stopped after 50 pages (limit)", "device_id=02:00:00:01:bb:0c"},
+		metric: `mcpgate_discovery_failures_total`, delta: 1,
+	}, {
+		name:   "cursor naming a listed tool",
+		attack: attackCursor(func(page int) string { return fmt.Sprintf("tool%d", page) }, "names a tool already listed"),
+		log:    []string{"discovery incomplete", "names a tool already listed", "device_id=02:00:00:01:bb:0d"},
+		metric: `mcpgate_discovery_failures_total`, delta: 1,
+	}, {
+		name:   "empty MCP payloads",
+		attack: publishing(repeat(100, `{"type":"mcp","payload":null}`, `{"type":"mcp"}`)...),
+		log:    []string{"dropped mcp message without payload", "device_id=02:00:00:01:bb:0e"},
+		metric: `mcpgate_dropped_frames_total{reason="empty_mcp"}`, delta: 200,
 	}}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -144,14 +171,16 @@ func TestHostileMQTTDevices(t *testing.T) {
 	}
 }
 
-// A device that asks for keepalive 0 ("never") and then stops answering
-// (power or network lost without a FIN) is still noticed: the broker caps
-// keepalive at MaxKeepalive.
-func TestHalfOpenWithoutKeepalive(t *testing.T) {
-	logs := &hostiletest.Logs{}
+// bareBroker runs the MQTT transport on its own, with a hub and /metrics,
+// for what the gateway does not configure: a short keepalive cap, a short
+// write timeout.
+func bareBroker(t *testing.T, cfg mqtt.Config) (h *hub.Hub, tr *mqtt.Transport, metricsAddr string, logs *hostiletest.Logs) {
+	t.Helper()
+	logs = &hostiletest.Logs{}
 	m := metrics.New()
-	h := hub.New(hub.Config{Logger: logs.Logger(), Metrics: m})
-	tr, err := mqtt.New(mqtt.Config{Hub: h, Logger: logs.Logger(), Metrics: m, Addr: "127.0.0.1:0", MaxKeepalive: time.Second})
+	h = hub.New(hub.Config{Logger: logs.Logger(), Metrics: m})
+	cfg.Hub, cfg.Logger, cfg.Metrics, cfg.Addr = h, logs.Logger(), m, "127.0.0.1:0"
+	tr, err := mqtt.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +188,16 @@ func TestHalfOpenWithoutKeepalive(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(tr.Close)
+	srv := httptest.NewServer(promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	t.Cleanup(srv.Close)
+	return h, tr, srv.Listener.Addr().String(), logs
+}
+
+// A device that asks for keepalive 0 ("never") and then stops answering
+// (power or network lost without a FIN) is still noticed: the broker caps
+// keepalive at MaxKeepalive.
+func TestHalfOpenWithoutKeepalive(t *testing.T) {
+	h, tr, maddr, logs := bareBroker(t, mqtt.Config{MaxKeepalive: time.Second})
 	healthyMAC, mac := "02:00:00:01:aa:99", "02:00:00:01:bb:99"
 	// paho pings at the keepalive the server announces (CONNACK server
 	// keepalive, MQTT 5), so the healthy device stays.
@@ -171,6 +210,10 @@ func TestHalfOpenWithoutKeepalive(t *testing.T) {
 	conn := rawConnect(t, p.Addr(), mac, 0) // MQTT 3.1.1, keepalive 0: no server keepalive to tell it
 	defer conn.Close()
 	checkFor(t, mac+" online", func() bool { d, err := h.Device(mac); return err == nil && d.Online })
+	const open = `mcpgate_sessions_open{transport="mqtt"}`
+	if n := hostiletest.Metric(t, maddr, open); n != 2 {
+		t.Fatalf("%s = %v with both devices connected, want 2", open, n)
+	}
 	// Silent from now on, as a device that lost power is.
 	p.Freeze()
 	start := time.Now()
@@ -179,7 +222,71 @@ func TestHalfOpenWithoutKeepalive(t *testing.T) {
 		t.Errorf("half-open connection noticed after %s, want within 1.5 × MaxKeepalive", took)
 	}
 	logs.WaitLine(t, 0, "device offline", "device_id="+mac)
+	if n := hostiletest.Metric(t, maddr, open); n != 1 {
+		t.Errorf("%s = %v after the half-open device was dropped, want 1", open, n)
+	}
 	healthy.Stop(t, hostileLatency)
+	if d, _ := h.Device(healthyMAC); d.State != hub.StateReady {
+		t.Errorf("healthy device is %s (%s)", d.State, d.LastError)
+	}
+}
+
+// A device that stops reading its socket while calls with large arguments
+// are sent to it: the gateway's writes fill the socket buffers and block
+// until the write timeout, which drops the device and fails its calls; a
+// healthy device's calls go on meanwhile.
+func TestMQTTDeviceThatNeverReads(t *testing.T) {
+	h, tr, maddr, logs := bareBroker(t, mqtt.Config{WriteTimeout: time.Second})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", logs.Since(0, 8000))
+		}
+	})
+	healthyMAC, mac := "02:00:00:01:aa:98", "02:00:00:01:bb:98"
+	dialDevice(t, tr.Addr(), healthyMAC, volumeServer(t), 60)
+	waitState(t, h, healthyMAC, hub.StateReady)
+	srv, err := device.NewServer(device.ServerOptions{Profile: device.ProfileSpec, Name: "deaf", Version: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.AddTool(device.Tool{Name: "blob", Properties: []device.Property{device.Str("data")},
+		Handler: func(context.Context, device.Args) (any, error) { return true, nil }}); err != nil {
+		t.Fatal(err)
+	}
+	d := dialDevice(t, tr.Addr(), mac, srv, 60)
+	waitState(t, h, mac, hub.StateReady)
+
+	heap := hostiletest.HeapInuse()
+	const failed = `mcpgate_tool_calls_total{outcome="device_disconnected"}`
+	m0 := hostiletest.Metric(t, maddr, failed)
+	healthy := hostiletest.StartHealthy(func(ctx context.Context) error { return callVolume(ctx, h, healthyMAC) }, 100*time.Millisecond)
+	d.conn.stall()
+	args, _ := json.Marshal(map[string]string{"data": strings.Repeat("z", 3<<20)})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	// 24 MiB, 12 MiB of it in flight at once (the hub's 4 call slots a
+	// device): more than loopback's socket buffers hold unread.
+	for range 8 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), hostiletest.WaitTimeout)
+			defer cancel()
+			_, err := h.Call(ctx, hub.CallRequest{Device: mac, Tool: "blob", Arguments: args, Timeout: time.Minute})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		// Queued calls may find it already gone.
+		if !errors.Is(err, hub.ErrDeviceDisconnected) && !errors.Is(err, hub.ErrDeviceOffline) {
+			t.Errorf("call to a device that never reads: %v, want disconnected", err)
+		}
+	}
+	waitState(t, h, mac, hub.StateOffline)
+	logs.WaitLine(t, 0, "device offline", "connection closed: downlink write", "device_id="+mac)
+	hostiletest.WaitMetric(t, maddr, failed, m0+1)
+	healthy.Stop(t, hostileLatency)
+	hostiletest.CheckHeap(t, heap, hostileHeap)
 	if d, _ := h.Device(healthyMAC); d.State != hub.StateReady {
 		t.Errorf("healthy device is %s (%s)", d.State, d.LastError)
 	}
@@ -299,8 +406,28 @@ func attackForeignIDs(t *testing.T, b *broker, mac string) {
 	}
 }
 
+// attackCancellingCallers makes many calls whose callers give up at once
+// or within microseconds, then one the device holds until its caller has
+// given up: the device keeps its connection, and the reply that comes
+// anyway is dropped.
 func attackCancellingCallers(t *testing.T, b *broker, mac string) {
-	dialDevice(t, b.mqttAddr, mac, volumeServer(t), 60)
+	arrived := make(chan struct{}, 1)
+	release := make(chan struct{})
+	srv, err := device.NewServer(device.ServerOptions{Profile: device.ProfileESP32, Name: "board", Version: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.AddTool(device.Tool{Name: volumeTool, Properties: []device.Property{device.Int("volume", 0, 100)},
+		Handler: func(_ context.Context, a device.Args) (any, error) {
+			if a.Int("volume") == 99 {
+				arrived <- struct{}{}
+				<-release
+			}
+			return true, nil
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	dialDevice(t, b.mqttAddr, mac, srv, 60)
 	sid := waitState(t, b.hub, mac, hub.StateReady).SessionID
 	var wg sync.WaitGroup
 	for i := range 400 {
@@ -311,16 +438,52 @@ func attackCancellingCallers(t *testing.T, b *broker, mac string) {
 		})
 	}
 	wg.Wait()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-arrived // the call is at the device: its caller gives up
+		cancel()
+	}()
+	_, err = b.hub.Call(ctx, hub.CallRequest{Device: mac, Tool: volumeTool, Arguments: json.RawMessage(`{"volume":99}`)})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("held call: %v, want the caller's cancellation", err)
+	}
+	close(release) // the device answers a call no one waits for
 	if d, _ := b.hub.Device(mac); !d.Online || d.SessionID != sid {
 		t.Errorf("device lost its connection to callers that gave up: online %v, session %s (was %s)", d.Online, d.SessionID, sid)
 	}
 	mustCall(t, b.hub, mac)
 }
 
+// attackCursor runs a device whose tools/list pages never end: page n
+// offers one tool, tool<n>, and the cursor cursor(n).
+func attackCursor(cursor func(page int) string, want string) func(*testing.T, *broker, string) {
+	return func(t *testing.T, b *broker, mac string) {
+		srv := volumeServer(t)
+		var page atomic.Int32
+		dialScripted(t, b.mqttAddr, mac, func(ctx context.Context, payload []byte) []byte {
+			var req struct {
+				ID     json.RawMessage `json:"id"`
+				Method string          `json:"method"`
+			}
+			if json.Unmarshal(payload, &req) != nil || req.Method != "tools/list" {
+				return srv.Handle(ctx, payload)
+			}
+			n := page.Add(1)
+			return fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"tool%d","inputSchema":{"type":"object"}}],"nextCursor":%q}}`,
+				req.ID, n, cursor(int(n)))
+		}, 60)
+		d := waitState(t, b.hub, mac, hub.StateDegraded)
+		if !strings.Contains(d.LastError, want) || d.Tools == 0 || d.Tools > 50 {
+			t.Errorf("device has %d tools, error %q; want the tools listed before paging stopped and %q", d.Tools, d.LastError, want)
+		}
+	}
+}
+
 // mqttDevice is a device on a paho client that answers MCP with a
 // device.Server, each reply sent replies times (default once).
 type mqttDevice struct {
 	cli     *paho.Client
+	conn    *stallConn
 	replies atomic.Int32
 }
 
@@ -339,11 +502,19 @@ func volumeServer(t testing.TB) *device.Server {
 
 func dialDevice(t testing.TB, addr, mac string, srv *device.Server, keepalive uint16) *mqttDevice {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
+	return dialScripted(t, addr, mac, srv.Handle, keepalive)
+}
+
+// dialScripted connects a device that answers each MCP request with
+// handle's reply (nil: none). Its connection can stall (see stall).
+func dialScripted(t testing.TB, addr, mac string, handle func(context.Context, []byte) []byte, keepalive uint16) *mqttDevice {
+	t.Helper()
+	raw, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &mqttDevice{}
+	conn := &stallConn{Conn: raw, stalled: make(chan struct{}), closed: make(chan struct{})}
+	d := &mqttDevice{conn: conn}
 	d.replies.Store(1)
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithCancel(context.Background())
@@ -354,7 +525,7 @@ func dialDevice(t testing.TB, addr, mac string, srv *device.Server, keepalive ui
 				return true, nil
 			}
 			wg.Go(func() {
-				reply := srv.Handle(ctx, env.Payload)
+				reply := handle(ctx, env.Payload)
 				if reply == nil {
 					return
 				}
@@ -375,6 +546,37 @@ func dialDevice(t testing.TB, addr, mac string, srv *device.Server, keepalive ui
 	}
 	t.Cleanup(func() { cancel(); conn.Close(); <-d.cli.Done(); wg.Wait() })
 	return d
+}
+
+// stallConn is a device's socket that, once stalled, reads nothing more
+// (until closed): what the gateway writes fills the socket buffers.
+type stallConn struct {
+	net.Conn
+	// sync.Locker makes paho hold it around each packet's writes: without
+	// the TCP connection's writev, a packet is several writes, and
+	// concurrent publishes would interleave them.
+	sync.Mutex
+	stalled   chan struct{}
+	closed    chan struct{}
+	stallOnce sync.Once
+	closeOnce sync.Once
+}
+
+func (c *stallConn) stall() { c.stallOnce.Do(func() { close(c.stalled) }) }
+
+func (c *stallConn) Read(p []byte) (int, error) {
+	select {
+	case <-c.stalled:
+		<-c.closed
+		return 0, net.ErrClosed
+	default:
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *stallConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Conn.Close()
 }
 
 // publish sends one uplink message; with sync, at QoS 1, returning once the

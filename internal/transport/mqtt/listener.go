@@ -142,6 +142,10 @@ func (l *listener) ended(tc *trackedConn, err error) {
 	}
 }
 
+// stopAccepting closes the socket, which ends Serve, and leaves the
+// connections being served alone: Close ends them.
+func (l *listener) stopAccepting() { _ = l.ln.Close() }
+
 func (l *listener) isClosed() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()

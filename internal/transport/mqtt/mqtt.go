@@ -40,7 +40,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -96,8 +98,9 @@ type Config struct {
 	WriteTimeout time.Duration
 }
 
-// Transport is the embedded broker. Start listens; Close stops it and waits
-// for every connection.
+// Transport is the embedded broker. Start listens; StopAccepting stops new
+// devices, leaving connected ones be; Close stops it and waits for every
+// connection.
 type Transport struct {
 	cfg Config
 	log *slog.Logger
@@ -106,6 +109,8 @@ type Transport struct {
 
 	conns     *conns.Tracker // the lifetime of all sessions
 	closeOnce sync.Once
+	// draining is set by StopAccepting: CONNECT is refused from then on.
+	draining atomic.Bool
 
 	mu   sync.RWMutex
 	live map[*mochi.Client]*connection // guarded by mu; one per attached connection
@@ -213,6 +218,19 @@ func (t *Transport) Addr() string {
 	return t.cfg.Addr
 }
 
+// StopAccepting closes the listener and refuses CONNECT ("server
+// unavailable") on connections it accepted before, while attached devices
+// stay connected: shutdown lets their calls finish before Close ends them.
+func (t *Transport) StopAccepting() {
+	t.draining.Store(true)
+	t.mu.RLock()
+	ln := t.ln
+	t.mu.RUnlock()
+	if ln != nil {
+		ln.stopAccepting()
+	}
+}
+
 // Close ends every session with hub.ErrShutdown, which disconnects its
 // device, then stops the broker, which waits for its client goroutines.
 // It is idempotent.
@@ -303,6 +321,10 @@ func (t *Transport) detach(cl *mochi.Client, err error) {
 		reason = errTakenOver
 	case err == nil || errors.Is(err, packets.CodeDisconnect):
 		reason = errors.New("device disconnected")
+	case cl.StopCause() != nil && errors.Is(err, net.ErrClosed):
+		// Closed by the gateway (a downlink write that did not finish in
+		// time): say why, not how the read ended.
+		reason = fmt.Errorf("connection closed: %w", cl.StopCause())
 	default:
 		reason = fmt.Errorf("connection lost: %w", err)
 	}
@@ -387,9 +409,18 @@ func (c *connection) write(ctx context.Context, msg []byte) error {
 		Payload:     msg,
 	})
 	if !stop() {
-		return fmt.Errorf("mqtt: write to device: %w", context.Cause(ctx))
+		// The connection is closed: the call failed because the device is
+		// gone, not because its caller gave up (%v, not %w, so the
+		// timeout's DeadlineExceeded does not count it as client_closed).
+		return fmt.Errorf("mqtt: write to device: %w: %v", mcpclient.ErrDisconnected, context.Cause(ctx))
 	}
 	if err != nil {
+		// Closed under this write (another write timed out and closed it;
+		// mochi closes the socket before it marks the client closed), or
+		// before it.
+		if errors.Is(err, net.ErrClosed) || c.cl.Closed() {
+			return fmt.Errorf("mqtt: write to device: %w: %v", mcpclient.ErrDisconnected, err)
+		}
 		return fmt.Errorf("mqtt: write to device: %w", err)
 	}
 	return nil
@@ -409,6 +440,7 @@ func (c *connection) uplink(payload []byte) {
 	case xiaozhi.TypeMCP:
 		if len(env.Payload) == 0 || string(env.Payload) == "null" {
 			c.t.m.DroppedFrames.WithLabelValues("empty_mcp").Inc()
+			c.log.Debug("dropped mcp message without payload") // as the WebSocket door
 			return
 		}
 		c.sess.Handle(env.Payload)
@@ -460,6 +492,14 @@ func (h *hook) Provides(b byte) bool {
 func (h *hook) OnConnect(cl *mochi.Client, pk packets.Packet) error {
 	if tc, ok := cl.Net.Conn.(*trackedConn); ok {
 		tc.connected.Store(true) // the CONNECT deadline is met; keepalive takes over
+	}
+	if h.t.draining.Load() {
+		// Shutting down: a connection accepted just before StopAccepting
+		// must not attach a device (or take over an attached one's client
+		// id) while calls drain. MQTT 5 has no "shutting down" CONNACK code.
+		h.t.m.Handshakes.WithLabelValues("mqtt", "shutdown").Inc()
+		_ = h.t.srv.SendConnack(cl, packets.ErrServerUnavailable, false, nil)
+		return packets.ErrServerUnavailable
 	}
 	if limit := uint16(max(h.t.cfg.MaxKeepalive/time.Second, 1)); cl.State.Keepalive == 0 || cl.State.Keepalive > limit {
 		// Keepalive 0 would leave a half-open connection up forever.

@@ -119,6 +119,9 @@ type Transport struct {
 
 	conns     *conns.Tracker
 	closeOnce sync.Once
+	// stopping is set by StopAccepting: the broker is not ours to close,
+	// so during shutdown the gateway ignores devices it is not serving yet.
+	stopping atomic.Bool
 
 	// unparseable and badTopic sample their log lines (one per 10 s with
 	// a count) for the whole broker: a device or a stray client publishing
@@ -288,6 +291,13 @@ func (t *Transport) subscribe(cm *autopaho.ConnectionManager) {
 	}
 }
 
+// StopAccepting makes the transport ignore devices it is not serving yet
+// (their messages are dropped and counted as dropped frames of reason
+// "shutdown"), while the devices it serves keep their sessions so that
+// calls in flight can finish. The gateway calls it when shutdown begins;
+// Close ends the rest.
+func (t *Transport) StopAccepting() { t.stopping.Store(true) }
+
 // Close ends every session with hub.ErrShutdown, then disconnects from the
 // broker and waits for the client's goroutines. It is idempotent.
 func (t *Transport) Close() {
@@ -369,6 +379,7 @@ func (t *Transport) onPublish(pr paho.PublishReceived) (bool, error) {
 	case xiaozhi.TypeMCP:
 		if len(env.Payload) == 0 || string(env.Payload) == "null" {
 			t.m.DroppedFrames.WithLabelValues("empty_mcp").Inc()
+			s.log.Debug("dropped mcp message without payload") // as the other doors
 			return true, nil
 		}
 		s.sess.Handle(env.Payload)
@@ -409,6 +420,10 @@ func (t *Transport) deviceOf(topic string) (string, bool) {
 // start attaches a new session for a device the gateway just heard from. It
 // returns nil during shutdown.
 func (t *Transport) start(deviceID string) *session {
+	if t.stopping.Load() {
+		t.m.DroppedFrames.WithLabelValues("shutdown").Inc()
+		return nil
+	}
 	if !t.conns.Add() {
 		return nil
 	}

@@ -157,9 +157,12 @@ func TestHostileDevices(t *testing.T) {
 		log:    []string{"dropped reply with unknown id", "device_id=02:00:00:00:bb:11"},
 		metric: `mcpgate_dropped_frames_total{reason="unknown_id"}`, delta: 50,
 	}, {
-		// A caller giving up is routine, not logged; the metric counts it.
+		// A caller giving up is routine: the hub counts it. The gateway
+		// tells the device (notifications/cancelled) and logs the reply
+		// that comes anyway, for a call no one waits for.
 		name:   "callers that give up mid-call",
 		attack: attackCancellingCallers,
+		log:    []string{"dropped reply with unknown id", "device_id=02:00:00:00:bb:12"},
 		metric: `mcpgate_tool_calls_total{outcome="client_closed"}`, delta: 1,
 	}}
 	for i, tt := range tests {
@@ -570,11 +573,20 @@ func attackForeignIDs(t *testing.T, s *server, id string) {
 }
 
 // attackCancellingCallers makes many calls whose callers give up at once
-// or within microseconds, some while the request is being written: the
-// device must keep its connection (coder/websocket closes a connection
-// whose write context ends mid-frame).
+// or within microseconds, some while the request is being written, then
+// one the device holds until its caller has given up: the device must
+// keep its connection (coder/websocket closes a connection whose write
+// context ends mid-frame), and the reply that comes anyway is dropped.
 func attackCancellingCallers(t *testing.T, s *server, id string) {
-	d := connectReady(t, s, devicetest.Config{ID: id})
+	arrived := make(chan struct{}, 1)
+	release := make(chan struct{})
+	d := connectReady(t, s, devicetest.Config{ID: id, OnCall: func(c devicetest.Call) devicetest.Answer {
+		if strings.Contains(string(c.Arguments), "99") {
+			arrived <- struct{}{}
+			<-release
+		}
+		return devicetest.Answer{Result: devicetest.TextResult("true", false)}
+	}})
 	var wg sync.WaitGroup
 	for i := range 400 {
 		wg.Go(func() {
@@ -584,6 +596,16 @@ func attackCancellingCallers(t *testing.T, s *server, id string) {
 		})
 	}
 	wg.Wait()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-arrived // the call is at the device: its caller gives up
+		cancel()
+	}()
+	_, err := s.hub.Call(ctx, hub.CallRequest{Device: id, Tool: volumeTool, Arguments: json.RawMessage(`{"volume":99}`)})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("held call: %v, want the caller's cancellation", err)
+	}
+	close(release) // the device answers a call no one waits for
 	if got := device(t, s.hub, id); !got.Online || got.SessionID != d.SessionID() {
 		t.Errorf("device lost its connection to callers that gave up: online %v, session %s (was %s), %s",
 			got.Online, got.SessionID, d.SessionID(), got.LastError)

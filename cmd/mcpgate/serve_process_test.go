@@ -1,0 +1,301 @@
+//go:build unix
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/store"
+)
+
+// serveChildEnv holds the JSON arguments with which TestServeChild runs
+// main: it is set only in the child process TestServeSIGTERM starts.
+const serveChildEnv = "MCPGATE_TEST_SERVE_CHILD_ARGS"
+
+// TestServeChild is not a test: it is the gateway process of
+// TestServeSIGTERM, this test binary re-run to execute main as the mcpgate
+// binary does (signal handling and exit code included), without building it.
+func TestServeChild(t *testing.T) {
+	raw := os.Getenv(serveChildEnv)
+	if raw == "" {
+		t.Skip("runs only as the child process of TestServeSIGTERM")
+	}
+	var args []string
+	if err := json.Unmarshal([]byte(raw), &args); err != nil {
+		t.Fatal(err)
+	}
+	os.Args = append([]string{"mcpgate"}, args...)
+	main()     // exits 1 itself on error
+	os.Exit(0) // main returned: success, whatever the testing package would add
+}
+
+// logLines collects a child's JSON log lines and tells when a message shows.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+	recs  []map[string]any
+}
+
+func (l *logLines) add(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, line)
+	var rec map[string]any
+	if json.Unmarshal([]byte(line), &rec) == nil {
+		l.recs = append(l.recs, rec)
+	}
+}
+
+// find returns the first record whose msg is msg.
+func (l *logLines) find(msg string) map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range l.recs {
+		if r["msg"] == msg {
+			return r
+		}
+	}
+	return nil
+}
+
+func (l *logLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// TestServeSIGTERM runs `mcpgate serve` as a process, with a device on the
+// embedded MQTT broker and a call pending on a slow tool, and sends it
+// SIGTERM: the broker stops accepting, the call completes, the process exits
+// 0 within the shutdown timeout, and the SQLite store in --data holds the
+// device and the call's audit record.
+func TestServeSIGTERM(t *testing.T) {
+	// Every wait is generous: the machine may be loaded, and a passing run
+	// waits far less. The shutdown timeout is what the exit is held to.
+	const (
+		wait            = 60 * time.Second
+		shutdownTimeout = 45 * time.Second
+		mac             = "02:00:00:60:00:01"
+	)
+	data := t.TempDir()
+	args, _ := json.Marshal([]string{"serve", "--addr", "127.0.0.1:0", "--mqtt-addr", "127.0.0.1:0", "--data", data,
+		"--shutdown-timeout", shutdownTimeout.String(), "--call-timeout", "5m", "--log-format", "json"})
+	child := exec.Command(os.Args[0], "-test.run=^TestServeChild$", "-test.count=1")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "MCPGATE_") { // the environment sets serve's flags
+			child.Env = append(child.Env, kv)
+		}
+	}
+	child.Env = append(child.Env, serveChildEnv+"="+string(args))
+	stderr, err := child.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logLines{}
+	readDone := make(chan struct{})
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(readDone)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			logs.add(sc.Text())
+		}
+	}()
+	exited := make(chan error, 1)
+	go func() {
+		<-readDone // Wait closes the pipe: read it all first
+		exited <- child.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = child.Process.Kill() // a no-op once it has exited
+		<-exited
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", logs)
+		}
+	})
+	waitLog := func(msg string) map[string]any {
+		t.Helper()
+		deadline := time.Now().Add(wait)
+		for {
+			if r := logs.find(msg); r != nil {
+				return r
+			}
+			select {
+			case err := <-exited:
+				exited <- err
+				t.Fatalf("the gateway exited (%v) before logging %q", err, msg)
+			case <-time.After(10 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the gateway did not log %q", msg)
+			}
+		}
+	}
+	addr, _ := waitLog("gateway listening")["addr"].(string)
+	mqttAddr, _ := waitLog("mqtt broker listening")["addr"].(string)
+	if addr == "" || mqttAddr == "" {
+		t.Fatalf("listen addresses %q, %q", addr, mqttAddr)
+	}
+
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseFn := func() { releaseOnce.Do(func() { close(release) }) }
+	srv, err := device.NewServer(device.ServerOptions{Profile: device.ProfileESP32, Name: "test-board", Version: "2.4.2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.AddTool(device.Tool{Name: "self.slow", Description: "Answers when the test lets it.",
+		Handler: func(ctx context.Context, args device.Args) (any, error) {
+			entered <- struct{}{}
+			<-release
+			return "done", nil
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := device.NewMQTTClient(device.MQTTClientOptions{Broker: mqttAddr, DeviceID: mac, Server: srv,
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devCtx, stopDev := context.WithCancel(context.Background())
+	devDone := make(chan struct{})
+	go func() { defer close(devDone); _ = dev.Run(devCtx) }()
+	t.Cleanup(func() { stopDev(); <-devDone })
+	t.Cleanup(releaseFn) // runs first: the device's handler must not hold its Run
+
+	c, err := api.NewClient("http://"+addr, &http.Client{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		d, err := c.Device(t.Context(), mac)
+		if err == nil && d.State == hub.StateReady {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("device not ready: %+v, %v", d, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	type result struct {
+		text string
+		err  error
+	}
+	res := make(chan result, 1)
+	go func() {
+		r, err := c.Call(context.Background(), mac, api.CallBody{Name: "self.slow"})
+		if err != nil {
+			res <- result{err: err}
+			return
+		}
+		res <- result{text: r.Text()}
+	}()
+	select {
+	case <-entered:
+	case <-time.After(wait):
+		t.Fatal("the call did not reach the device")
+	}
+
+	if err := child.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	signalled := time.Now()
+	waitLog("gateway stopping")
+	// The drain has begun: the broker refuses new devices while the call is
+	// still pending.
+	for deadline := time.Now().Add(wait); ; {
+		conn, err := net.DialTimeout("tcp", mqttAddr, 2*time.Second)
+		if err != nil {
+			break
+		}
+		conn.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the MQTT broker still accepts connections during the drain")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case r := <-res:
+		t.Fatalf("the call ended before the device answered: %+v", r)
+	case err := <-exited:
+		exited <- err
+		t.Fatalf("the gateway exited (%v) with a call pending", err)
+	default:
+	}
+	releaseFn()
+	select {
+	case r := <-res:
+		if r.err != nil || r.text != "done" {
+			t.Errorf("pending call: %q, %v", r.text, r.err)
+		}
+	case <-time.After(wait):
+		t.Fatal("the pending call did not complete")
+	}
+
+	select {
+	case err := <-exited:
+		exited <- err // for the cleanup
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("exit code %d, want 0", ee.ExitCode())
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Until(signalled.Add(shutdownTimeout))):
+		t.Fatalf("the gateway did not exit within the shutdown timeout (%s)", shutdownTimeout)
+	}
+	if logs.find("gateway stopped") == nil {
+		t.Error(`no "gateway stopped" in the log`)
+	}
+
+	// The store, as the next start reads it.
+	st, err := store.Open(t.Context(), "", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	devs, err := st.Devices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, d := range devs {
+		if d.ID == mac {
+			found = true
+			if d.Transport != "mqtt" || d.CatalogHash == "" {
+				t.Errorf("stored device %+v", d)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("device %s not in the store: %+v", mac, devs)
+	}
+	recs, err := st.Audit(t.Context(), store.AuditQuery{Device: mac})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].Tool != "self.slow" || recs[0].Outcome != "ok" || recs[0].Door != "rest" {
+		t.Errorf("audit records %+v, want the one call to self.slow, ok, from rest", recs)
+	}
+}
