@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -23,25 +24,26 @@ import (
 	"github.com/mcpgate/mcpgate/internal/store"
 )
 
-// serveChildEnv holds the JSON arguments with which TestServeChild runs
-// main: it is set only in the child process TestServeSIGTERM starts.
+// serveChildEnv holds the JSON arguments with which the test binary runs
+// main instead of its tests (TestMain): it is set only in the child process
+// TestServeSIGTERM starts.
 const serveChildEnv = "MCPGATE_TEST_SERVE_CHILD_ARGS"
 
-// TestServeChild is not a test: it is the gateway process of
-// TestServeSIGTERM, this test binary re-run to execute main as the mcpgate
+// TestMain runs main when the binary is the gateway process of
+// TestServeSIGTERM: this test binary re-run to execute main as the mcpgate
 // binary does (signal handling and exit code included), without building it.
-func TestServeChild(t *testing.T) {
-	raw := os.Getenv(serveChildEnv)
-	if raw == "" {
-		t.Skip("runs only as the child process of TestServeSIGTERM")
+func TestMain(m *testing.M) {
+	if raw := os.Getenv(serveChildEnv); raw != "" {
+		var args []string
+		if err := json.Unmarshal([]byte(raw), &args); err != nil {
+			fmt.Fprintln(os.Stderr, "serve child:", err)
+			os.Exit(2)
+		}
+		os.Args = append([]string{"mcpgate"}, args...)
+		main()     // exits 1 itself on error
+		os.Exit(0) // main returned: success
 	}
-	var args []string
-	if err := json.Unmarshal([]byte(raw), &args); err != nil {
-		t.Fatal(err)
-	}
-	os.Args = append([]string{"mcpgate"}, args...)
-	main()     // exits 1 itself on error
-	os.Exit(0) // main returned: success, whatever the testing package would add
+	os.Exit(m.Run())
 }
 
 // logLines collects a child's JSON log lines and tells when a message shows.
@@ -95,7 +97,7 @@ func TestServeSIGTERM(t *testing.T) {
 	data := t.TempDir()
 	args, _ := json.Marshal([]string{"serve", "--addr", "127.0.0.1:0", "--mqtt-addr", "127.0.0.1:0", "--data", data,
 		"--shutdown-timeout", shutdownTimeout.String(), "--call-timeout", "5m", "--log-format", "json"})
-	child := exec.Command(os.Args[0], "-test.run=^TestServeChild$", "-test.count=1")
+	child := exec.Command(os.Args[0])
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "MCPGATE_") { // the environment sets serve's flags
 			child.Env = append(child.Env, kv)

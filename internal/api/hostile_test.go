@@ -265,31 +265,9 @@ func attackSlowHeaders(t *testing.T, addr string) {
 // 100 ms: the gateway refuses it at the body deadline and closes the
 // connection.
 func attackSlowBody(t *testing.T, addr string) {
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	body := `{"name":"self.audio_speaker.set_volume","arguments":{"volume":9}}`
-	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", restCallPath(), addr, len(body))
-	closed := make(chan struct{})
-	go func() { // the gateway answers and closes: reading ends
-		defer close(closed)
-		_, _ = io.Copy(io.Discard, conn)
-	}()
-	for i := range len(body) {
-		select {
-		case <-closed:
-			return
-		case <-time.After(100 * time.Millisecond):
-		}
-		_, _ = conn.Write([]byte{body[i]}) // fails once closed
-	}
-	select {
-	case <-closed:
-	case <-time.After(hostiletest.WaitTimeout):
-		t.Error("the gateway still waits for a body sent a byte every 100 ms")
-	}
+	hostiletest.SlowBody(t, addr, fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
+		restCallPath(), addr, len(body)), []byte(body))
 }
 
 // attackNeverReads pipelines requests for the device's tool list and never

@@ -367,3 +367,37 @@ func Client(t testing.TB) *http.Client {
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr}
 }
+
+// SlowBody sends head (an HTTP request's line and headers, blank line
+// included) to addr at once, then body a byte every 100 ms, and wants the
+// gateway to answer and close the connection before the body is all sent or
+// within WaitTimeout of it: the body deadline at work.
+func SlowBody(t testing.TB, addr, head string, body []byte) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, head); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() { // the gateway answers and closes: reading ends
+		defer close(closed)
+		_, _ = io.Copy(io.Discard, conn)
+	}()
+	for _, c := range body {
+		select {
+		case <-closed:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		_, _ = conn.Write([]byte{c}) // fails once closed
+	}
+	select {
+	case <-closed:
+	case <-time.After(WaitTimeout):
+		t.Error("the gateway still waits for a body sent a byte every 100 ms")
+	}
+}

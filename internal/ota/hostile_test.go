@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -234,32 +233,9 @@ func attackOTAHugeBody(t *testing.T, addr string) {
 // every 100 ms: the gateway refuses it at the body deadline and closes the
 // connection.
 func attackOTASlowBody(t *testing.T, addr string) {
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	b := body(otaMAC, otaUUID)
-	fmt.Fprintf(conn, "POST /xiaozhi/ota/ HTTP/1.1\r\nHost: %s\r\nDevice-Id: %s\r\nClient-Id: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
-		addr, otaMAC, otaUUID, len(b))
-	closed := make(chan struct{})
-	go func() { // the gateway answers and closes: reading ends
-		defer close(closed)
-		_, _ = io.Copy(io.Discard, conn)
-	}()
-	for i := range len(b) {
-		select {
-		case <-closed:
-			return
-		case <-time.After(100 * time.Millisecond):
-		}
-		_, _ = conn.Write([]byte{b[i]}) // fails once closed
-	}
-	select {
-	case <-closed:
-	case <-time.After(hostiletest.WaitTimeout):
-		t.Error("the gateway still waits for a body sent a byte every 100 ms")
-	}
+	hostiletest.SlowBody(t, addr, fmt.Sprintf("POST /xiaozhi/ota/ HTTP/1.1\r\nHost: %s\r\nDevice-Id: %s\r\nClient-Id: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
+		addr, otaMAC, otaUUID, len(b)), []byte(b))
 }
 
 func attackOTAMethods(t *testing.T, addr string) {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"mime/multipart"
-	"net"
 	"net/http"
 	"net/textproto"
 	"strings"
@@ -309,32 +308,9 @@ func attackInvalidUTF8(t *testing.T, v *visionTarget) {
 // every 100 ms: the gateway refuses it at the body deadline and closes
 // the connection.
 func attackSlowUpload(t *testing.T, v *visionTarget) {
-	conn, err := net.Dial("tcp", v.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	b, ctype := form(t, jpegBytes(1024))
-	fmt.Fprintf(conn, "POST /vision/explain HTTP/1.1\r\nHost: %s\r\nDevice-Id: %s\r\nClient-Id: 00000000-0000-4000-8000-020000060001\r\n"+
-		"Authorization: Bearer %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n", v.addr, visionDevice, v.token, ctype, b.Len())
-	closed := make(chan struct{})
-	go func() { // the gateway answers and closes: reading ends
-		defer close(closed)
-		_, _ = io.Copy(io.Discard, conn)
-	}()
-	for _, c := range b.Bytes() {
-		select {
-		case <-closed:
-			return
-		case <-time.After(100 * time.Millisecond):
-		}
-		_, _ = conn.Write([]byte{c}) // fails once closed
-	}
-	select {
-	case <-closed:
-	case <-time.After(hostiletest.WaitTimeout):
-		t.Error("the gateway still waits for an upload sent a byte every 100 ms")
-	}
+	hostiletest.SlowBody(t, v.addr, fmt.Sprintf("POST /vision/explain HTTP/1.1\r\nHost: %s\r\nDevice-Id: %s\r\nClient-Id: 00000000-0000-4000-8000-020000060001\r\n"+
+		"Authorization: Bearer %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n", v.addr, visionDevice, v.token, ctype, b.Len()), b.Bytes())
 }
 
 func attackNotImage(t *testing.T, v *visionTarget) {

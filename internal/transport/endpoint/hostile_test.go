@@ -5,11 +5,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -592,7 +590,7 @@ func attackSlowWriter(t *testing.T, g *gwUnderTest, name string) {
 	go func() { // answers until the trickle starts; reads on until closed
 		defer close(readDone)
 		for {
-			b, err := readFrame(br)
+			b, err := hostiletest.ReadFrame(br)
 			if err != nil {
 				return
 			}
@@ -617,7 +615,7 @@ func attackSlowWriter(t *testing.T, g *gwUnderTest, name string) {
 			}
 			mu.Lock()
 			if !trickling {
-				writeFrame(t, conn, 0x1, []byte(`{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":`+result+`}`))
+				hostiletest.WriteFrame(t, conn, 0x1, []byte(`{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":`+result+`}`))
 			}
 			mu.Unlock()
 		}
@@ -633,7 +631,7 @@ func attackSlowWriter(t *testing.T, g *gwUnderTest, name string) {
 	<-called
 	mu.Lock()
 	trickling = true
-	head, mask := frameHeader(0x1, 1000)
+	head, mask := hostiletest.FrameHeader(0x1, 1000)
 	if _, err := conn.Write(head); err != nil {
 		t.Fatal(err)
 	}
@@ -681,58 +679,4 @@ func rawUpgrade(t *testing.T, addr, path string) (net.Conn, *bufio.Reader) {
 		t.Fatalf("upgrade refused: %s", resp.Status)
 	}
 	return conn, br
-}
-
-// frameHeader returns a masked client frame's header for n payload bytes
-// and the mask the payload must be XORed with.
-func frameHeader(opcode byte, n int) (head []byte, mask [4]byte) {
-	rand.Read(mask[:])
-	head = []byte{0x80 | opcode}
-	switch {
-	case n < 126:
-		head = append(head, 0x80|byte(n))
-	case n <= 0xffff:
-		head = append(head, 0x80|126, byte(n>>8), byte(n))
-	default:
-		head = append(head, 0x80|127)
-		head = binary.BigEndian.AppendUint64(head, uint64(n))
-	}
-	return append(head, mask[:]...), mask
-}
-
-func writeFrame(t *testing.T, conn net.Conn, opcode byte, payload []byte) {
-	head, mask := frameHeader(opcode, len(payload))
-	b := append(head, payload...)
-	for i := range payload {
-		b[len(head)+i] ^= mask[i%4]
-	}
-	if _, err := conn.Write(b); err != nil {
-		t.Errorf("write frame: %v", err)
-	}
-}
-
-// readFrame reads one unmasked server frame.
-func readFrame(br *bufio.Reader) ([]byte, error) {
-	var h [2]byte
-	if _, err := io.ReadFull(br, h[:]); err != nil {
-		return nil, err
-	}
-	n := uint64(h[1] & 0x7f)
-	switch n {
-	case 126:
-		var l [2]byte
-		if _, err := io.ReadFull(br, l[:]); err != nil {
-			return nil, err
-		}
-		n = uint64(binary.BigEndian.Uint16(l[:]))
-	case 127:
-		var l [8]byte
-		if _, err := io.ReadFull(br, l[:]); err != nil {
-			return nil, err
-		}
-		n = binary.BigEndian.Uint64(l[:])
-	}
-	b := make([]byte, n)
-	_, err := io.ReadFull(br, b)
-	return b, err
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -472,14 +471,14 @@ func attackNeverReads(t *testing.T, s *server, id string) {
 // closes the connection.
 func attackSlowWriter(t *testing.T, s *server, id string) {
 	conn := rawUpgrade(t, s, id)
-	writeFrame(t, conn, 0x1, []byte(devicetest.FirmwareHello))
+	hostiletest.WriteFrame(t, conn, 0x1, []byte(devicetest.FirmwareHello))
 	br := bufio.NewReader(conn)
-	if _, err := readFrame(br); err != nil {
+	if _, err := hostiletest.ReadFrame(br); err != nil {
 		t.Fatalf("read server hello: %v", err)
 	}
 	// Attached; it answers nothing, pongs included, from now on.
 	checkFor(t, id+" to be online", func() bool { d, err := s.hub.Device(id); return err == nil && d.Online })
-	head, mask := frameHeader(0x1, 1000)
+	head, mask := hostiletest.FrameHeader(0x1, 1000)
 	if _, err := conn.Write(head); err != nil {
 		t.Fatal(err)
 	}
@@ -686,59 +685,4 @@ func rawUpgrade(t *testing.T, s *server, id string) net.Conn {
 		t.Fatalf("upgrade refused: %q", head)
 	}
 	return conn
-}
-
-// frameHeader returns a masked client frame's header for n payload bytes
-// and the mask the payload must be XORed with.
-func frameHeader(opcode byte, n int) (head []byte, mask [4]byte) {
-	rand.Read(mask[:])
-	head = []byte{0x80 | opcode}
-	switch {
-	case n < 126:
-		head = append(head, 0x80|byte(n))
-	case n <= 0xffff:
-		head = append(head, 0x80|126, byte(n>>8), byte(n))
-	default:
-		head = append(head, 0x80|127)
-		head = binary.BigEndian.AppendUint64(head, uint64(n))
-	}
-	return append(head, mask[:]...), mask
-}
-
-func writeFrame(t *testing.T, conn net.Conn, opcode byte, payload []byte) {
-	t.Helper()
-	head, mask := frameHeader(opcode, len(payload))
-	b := append(head, payload...)
-	for i := range payload {
-		b[len(head)+i] ^= mask[i%4]
-	}
-	if _, err := conn.Write(b); err != nil {
-		t.Fatalf("write frame: %v", err)
-	}
-}
-
-// readFrame reads one unmasked server frame.
-func readFrame(br *bufio.Reader) ([]byte, error) {
-	var h [2]byte
-	if _, err := io.ReadFull(br, h[:]); err != nil {
-		return nil, err
-	}
-	n := uint64(h[1] & 0x7f)
-	switch n {
-	case 126:
-		var l [2]byte
-		if _, err := io.ReadFull(br, l[:]); err != nil {
-			return nil, err
-		}
-		n = uint64(binary.BigEndian.Uint16(l[:]))
-	case 127:
-		var l [8]byte
-		if _, err := io.ReadFull(br, l[:]); err != nil {
-			return nil, err
-		}
-		n = binary.BigEndian.Uint64(l[:])
-	}
-	b := make([]byte, n)
-	_, err := io.ReadFull(br, b)
-	return b, err
 }
