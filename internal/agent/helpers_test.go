@@ -90,17 +90,7 @@ func runEndpoint(t *testing.T, gw *gateway.Gateway, name string) string {
 	runInBackground(t, func(ctx context.Context) error {
 		stop := context.AfterFunc(ctx, func() { conn.Close(websocket.StatusNormalClosure, "") })
 		defer stop()
-		for {
-			_, data, err := conn.Read(context.Background())
-			if err != nil {
-				return err
-			}
-			if out := srv.Handle(data); out != nil {
-				if err := conn.Write(context.Background(), websocket.MessageText, out); err != nil {
-					return err
-				}
-			}
-		}
+		return srv.ServeWebSocket(conn)
 	})
 	var id string
 	waitFor(t, "the endpoint source", func() bool {

@@ -338,12 +338,8 @@ func (a *API) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	r.Body = http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes)
 	dec := json.NewDecoder(r.Body)
 	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
 		switch {
-		case errors.As(err, &mbe):
-			a.cfg.Limits.Hit(limits.RESTBody, "refused REST request: body over the limit",
-				"remote", r.RemoteAddr, "path", r.URL.Path, "max_body_bytes", mbe.Limit)
-			writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", mbe.Limit), nil)
+		case a.refusedTooLarge(w, r, err):
 		case errors.Is(err, io.EOF):
 			a.badRequest(r, "empty_body", err)
 			writeError(w, http.StatusBadRequest, "bad_request", "empty request body: send a JSON object", nil)
@@ -360,17 +356,26 @@ func (a *API) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	}
 	// Token, not More: More reports false for a stray ']' or '}'.
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) { // a valid object, then padding past the limit
-			a.cfg.Limits.Hit(limits.RESTBody, "refused REST request: body over the limit",
-				"remote", r.RemoteAddr, "path", r.URL.Path, "max_body_bytes", mbe.Limit)
-			writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", mbe.Limit), nil)
+		if a.refusedTooLarge(w, r, err) { // a valid object, then padding past the limit
 			return false
 		}
 		a.badRequest(r, "trailing_data", nil)
 		writeError(w, http.StatusBadRequest, "bad_request", "request body has data after the JSON object", nil)
 		return false
 	}
+	return true
+}
+
+// refusedTooLarge answers 413 and counts the hit when err is the body
+// reader's limit; it reports whether it did.
+func (a *API) refusedTooLarge(w http.ResponseWriter, r *http.Request, err error) bool {
+	var mbe *http.MaxBytesError
+	if !errors.As(err, &mbe) {
+		return false
+	}
+	a.cfg.Limits.Hit(limits.RESTBody, "refused REST request: body over the limit",
+		"remote", r.RemoteAddr, "path", r.URL.Path, "max_body_bytes", mbe.Limit)
+	writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", mbe.Limit), nil)
 	return true
 }
 

@@ -26,13 +26,10 @@ func (a *API) answered(h http.HandlerFunc) http.HandlerFunc {
 		if !tw.started {
 			return
 		}
-		// The answer may still sit in net/http's buffer: write it out
-		// within the deadline here, to see whether the client took it.
-		err := tw.rc.Flush()
-		if tw.err == nil {
-			tw.err = err
-		}
-		if errors.Is(tw.err, os.ErrDeadlineExceeded) {
+		// The answer may still sit in net/http's buffer: write it out within
+		// the deadline here, to see whether the client took it. The buffers
+		// keep a failed write's error, so Flush reports the handler's too.
+		if err := tw.rc.Flush(); errors.Is(err, os.ErrDeadlineExceeded) {
 			// The connection is broken: net/http closes it.
 			a.cfg.Limits.Hit(limits.RESTWriteTimeout, "closed REST connection: the client did not read its answer in time",
 				"remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "write_timeout", a.cfg.WriteTimeout)
@@ -40,14 +37,12 @@ func (a *API) answered(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// timedWriter sets the write deadline when the answer starts and keeps the
-// first write error.
+// timedWriter sets the write deadline when the answer starts.
 type timedWriter struct {
 	http.ResponseWriter
 	rc      *http.ResponseController
 	timeout time.Duration
 	started bool
-	err     error
 }
 
 func (w *timedWriter) start() {
@@ -64,11 +59,7 @@ func (w *timedWriter) WriteHeader(status int) {
 
 func (w *timedWriter) Write(b []byte) (int, error) {
 	w.start()
-	n, err := w.ResponseWriter.Write(b)
-	if err != nil && w.err == nil {
-		w.err = err
-	}
-	return n, err
+	return w.ResponseWriter.Write(b)
 }
 
 // Unwrap lets http.ResponseController reach the connection.

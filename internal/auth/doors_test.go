@@ -503,20 +503,7 @@ func dialEndpoint(t *testing.T, f *fixture, token, name string) (int, <-chan str
 	}
 	srv := mcptest.New(name)
 	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			_, data, err := conn.Read(context.Background())
-			if err != nil {
-				return
-			}
-			if out := srv.Handle(data); out != nil {
-				if conn.Write(context.Background(), websocket.MessageText, out) != nil {
-					return
-				}
-			}
-		}
-	}()
+	go func() { defer close(done); _ = srv.ServeWebSocket(conn) }()
 	t.Cleanup(func() { conn.CloseNow(); <-done })
 	return http.StatusSwitchingProtocols, done
 }

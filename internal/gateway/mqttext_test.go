@@ -254,16 +254,6 @@ func TestExternalBrokerShutdownIgnoresNewDevices(t *testing.T) {
 		t.Fatalf("the call ended before it was let finish: %+v", r)
 	default:
 	}
-	release()
-	if r := <-res; r.err != nil || r.text != "done" {
-		t.Errorf("pending call: %q, %v", r.text, r.err)
-	}
-	select {
-	case err := <-stopped:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(shutdownWait):
-		t.Fatal("Run did not return after the drain")
-	}
+	finishCall(t, release, res)
+	waitStopped(t, stopped)
 }

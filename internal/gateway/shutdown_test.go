@@ -74,6 +74,29 @@ func startSlowCall(t *testing.T, gw *Gateway, ref string, entered <-chan struct{
 	return res
 }
 
+// finishCall lets the pending slow call finish and wants its answer.
+func finishCall(t *testing.T, release func(), res <-chan callResult) {
+	t.Helper()
+	release()
+	if r := <-res; r.err != nil || r.text != "done" {
+		t.Errorf("pending call: %q, %v", r.text, r.err)
+	}
+}
+
+// waitStopped wants Run, begun by beginStop, to return nil once the drain
+// is over.
+func waitStopped(t *testing.T, stopped <-chan error) {
+	t.Helper()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(shutdownWait):
+		t.Fatal("Run did not return after the drain")
+	}
+}
+
 // refused reports whether a TCP connection to addr is refused.
 func refused(addr string) bool {
 	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
@@ -256,18 +279,8 @@ func TestShutdownRefusesNewDevicesWhileDraining(t *testing.T) {
 	if n := gw.Hub().InFlight(); n != 1 {
 		t.Fatalf("calls in flight during the drain: %d, want 1", n)
 	}
-	release()
-	if r := <-res; r.err != nil || r.text != "done" {
-		t.Errorf("pending call: %q, %v", r.text, r.err)
-	}
-	select {
-	case err := <-stopped:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(shutdownWait):
-		t.Fatal("Run did not return after the drain")
-	}
+	finishCall(t, release, res)
+	waitStopped(t, stopped)
 }
 
 // At shutdown an MQTT 5 device gets DISCONNECT 0x8B (server shutting down),
@@ -328,10 +341,7 @@ func TestShutdownDisconnectsMQTTDevices(t *testing.T) {
 		t.Fatal("the MQTT 5 device was cut off before its pending call finished")
 	default:
 	}
-	release()
-	if r := <-res; r.err != nil || r.text != "done" {
-		t.Errorf("pending call: %q, %v", r.text, r.err)
-	}
+	finishCall(t, release, res)
 	select {
 	case p := <-d5.disconnect:
 		if p.ReasonCode != packets.ErrServerShuttingDown.Code {
@@ -404,21 +414,7 @@ func TestShutdownClosesEndpointSourceGoingAway(t *testing.T) {
 	defer conn.CloseNow()
 	srv := mcptest.New("calc")
 	ended := make(chan error, 1)
-	go func() {
-		for {
-			_, data, err := conn.Read(context.Background())
-			if err != nil {
-				ended <- err
-				return
-			}
-			if out := srv.Handle(data); out != nil {
-				if err := conn.Write(context.Background(), websocket.MessageText, out); err != nil {
-					ended <- err
-					return
-				}
-			}
-		}
-	}()
+	go func() { ended <- srv.ServeWebSocket(conn) }()
 	waitState(t, gw, "endpoint-calc", hub.StateReady)
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)

@@ -1,18 +1,22 @@
 // Package mcptest is a minimal, hand-written MCP server for tests of the MCP
 // endpoint and the bridge: it answers initialize, ping, tools/list (paged)
-// and tools/call for a few tools, and knows nothing of transports. A test
-// feeds it each inbound message with [Server.Handle] and sends what it
-// returns, over a WebSocket, stdio or anything else.
+// and tools/call for a few tools. A test feeds it each inbound message with
+// [Server.Handle] and sends what it returns, over stdio or anything else;
+// [Server.ServeWebSocket] does so on a WebSocket, the transport of the
+// gateway's /mcp/endpoint.
 //
 // Tools: "echo" returns its "text" argument; "add" returns a+b; "fail"
 // returns an isError result. Others can be added with [Server.SetTools].
 package mcptest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"sync"
+
+	"github.com/coder/websocket"
 )
 
 // Server is a fake MCP server. It is safe for concurrent use.
@@ -170,4 +174,21 @@ func errorReply(id json.RawMessage, code int, msg string) []byte {
 	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id,
 		"error": map[string]any{"code": code, "message": msg}})
 	return b
+}
+
+// ServeWebSocket answers the messages read from conn until reading or
+// writing fails, and returns that error: the connection's end.
+func (s *Server) ServeWebSocket(conn *websocket.Conn) error {
+	ctx := context.Background() // the connection's end stops it
+	for {
+		_, data, err := conn.Read(ctx)
+		if err != nil {
+			return err
+		}
+		if out := s.Handle(data); out != nil {
+			if err := conn.Write(ctx, websocket.MessageText, out); err != nil {
+				return err
+			}
+		}
+	}
 }

@@ -545,18 +545,7 @@ func dialEndpoint(t *testing.T, url string, srv *mcptest.Server) func() {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			_, data, err := conn.Read(context.Background())
-			if err != nil {
-				return
-			}
-			if out := srv.Handle(data); out != nil && conn.Write(context.Background(), websocket.MessageText, out) != nil {
-				return
-			}
-		}
-	}()
+	go func() { defer close(done); _ = srv.ServeWebSocket(conn) }()
 	return func() { conn.Close(websocket.StatusNormalClosure, ""); <-done }
 }
 

@@ -1,7 +1,6 @@
 package register_test
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -162,19 +161,7 @@ func TestSDKRegisterOtherProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := device.NewClient(device.ClientOptions{URL: f.url, DeviceID: "02:00:00:00:06:52", Server: srv})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	sess, err := c.Connect(ctx)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sess.Serve(ctx) }()
-	defer func() { cancel(); <-done }()
+	sess := f.connect(t, "02:00:00:00:06:52", srv, nil)
 	if err := sess.Register(t.Context()); !errors.Is(err, device.ErrNotRegisterSession) {
 		t.Fatalf("Register on an esp32 session: %v", err)
 	}

@@ -119,9 +119,9 @@ type Transport struct {
 
 	conns     *conns.Tracker
 	closeOnce sync.Once
-	// stopping is set by StopAccepting: the broker is not ours to close,
+	// draining is set by StopAccepting: the broker is not ours to close,
 	// so during shutdown the gateway ignores devices it is not serving yet.
-	stopping atomic.Bool
+	draining atomic.Bool
 
 	// unparseable and badTopic sample their log lines (one per 10 s with
 	// a count) for the whole broker: a device or a stray client publishing
@@ -296,7 +296,7 @@ func (t *Transport) subscribe(cm *autopaho.ConnectionManager) {
 // "shutdown"), while the devices it serves keep their sessions so that
 // calls in flight can finish. The gateway calls it when shutdown begins;
 // Close ends the rest.
-func (t *Transport) StopAccepting() { t.stopping.Store(true) }
+func (t *Transport) StopAccepting() { t.draining.Store(true) }
 
 // Close ends every session with hub.ErrShutdown, then disconnects from the
 // broker and waits for the client's goroutines. It is idempotent.
@@ -420,7 +420,7 @@ func (t *Transport) deviceOf(topic string) (string, bool) {
 // start attaches a new session for a device the gateway just heard from. It
 // returns nil during shutdown.
 func (t *Transport) start(deviceID string) *session {
-	if t.stopping.Load() {
+	if t.draining.Load() {
 		t.m.DroppedFrames.WithLabelValues("shutdown").Inc()
 		return nil
 	}
