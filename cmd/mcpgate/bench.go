@@ -34,7 +34,11 @@ devices to it, and measure:
   fixed rate  p50/p99/p99.9 latency at --rate calls/s (default: half the
               peak), counted from when each call was due
   floor       raw WebSocket round trips/s on this machine, same connections
-              and message size, and the ratio of REST calls/s to it
+              and message size, and the ratio of REST calls/s to it; then
+              the same echo at half that rate, latency from due: this
+              machine's own tail for one hop
+  relay floor HTTP relayed over a WebSocket to the echo, no gateway logic:
+              the most any two-hop REST path reaches here
 
 --soak DURATION replaces the phases with a soak: --devices devices join and
 leave (each stays 5-60 s, goes away up to 3 s, comes back) while calls run at
@@ -134,7 +138,7 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 	f.StringVar(&cfg.Tool, "tool", bench.DefaultTool, "tool to call")
 	f.StringVar(&argsJSON, "args", "", `the tool's arguments as a JSON object (default: {"volume":N} for set_volume, N changing, else {})`)
 	f.StringVar(&cfg.Client, "client", bench.ClientRaw, `load generator HTTP client: "raw" (minimal HTTP/1.1, cheapest) or "net/http"`)
-	f.BoolVar(&cfg.SkipFloor, "skip-floor", false, "skip the raw WebSocket floor (and the ratio)")
+	f.BoolVar(&cfg.SkipFloor, "skip-floor", false, "skip the raw WebSocket and relay floors (and the ratio)")
 	f.BoolVar(&cfg.SkipMCP, "skip-mcp", false, "skip the MCP phase (tools/call through /mcp)")
 	f.BoolVar(&cfg.IdleOnly, "idle-only", false, "only connect the devices and report memory: no calls")
 	f.BoolVar(&cfg.MQTT, "mqtt", false, "devices connect to the started gateway's embedded MQTT broker (on a free port) instead of WebSocket")

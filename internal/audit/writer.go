@@ -80,6 +80,9 @@ type Writer struct {
 	cfg Config
 	log *slog.Logger
 	q   chan store.AuditRecord
+	// full wakes the writer when a batch is queued before the flush
+	// interval has passed.
+	full chan struct{}
 
 	closeMu sync.RWMutex // held for reading by Append while it enqueues (maybe waiting for room)
 	closed  bool         // guarded by closeMu; set when Run stops taking records
@@ -129,7 +132,7 @@ func New(cfg Config) (*Writer, error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
-	w := &Writer{cfg: cfg, log: cfg.Logger, q: make(chan store.AuditRecord, cfg.QueueSize)}
+	w := &Writer{cfg: cfg, log: cfg.Logger, q: make(chan store.AuditRecord, cfg.QueueSize), full: make(chan struct{}, 1)}
 	w.written = prometheus.NewCounter(prometheus.CounterOpts{Name: "mcpgate_audit_records_written_total", Help: "Audit records written to the store."})
 	w.lost = prometheus.NewCounter(prometheus.CounterOpts{Name: "mcpgate_audit_records_lost_total", Help: "Audit records given up on: the store failed until the shutdown deadline."})
 	w.writeErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "mcpgate_audit_write_errors_total", Help: "Failed audit writes (each is retried)."})
@@ -173,6 +176,14 @@ func (w *Writer) Append(r store.AuditRecord) {
 		w.q <- r // Run drains the queue until it has taken closeMu for writing
 	}
 	w.closeMu.RUnlock()
+	if len(w.q) >= w.cfg.BatchSize-1 {
+		// With the record the writer holds, a batch is waiting: wake the
+		// writer before its flush interval.
+		select {
+		case w.full <- struct{}{}:
+		default: // already woken
+		}
+	}
 }
 
 // writeLate writes a record that came after Run ended (a call that outlived
@@ -247,7 +258,9 @@ func (w *Writer) Run(ctx context.Context) error {
 	return nil
 }
 
-// loop writes batches until ctx ends.
+// loop writes batches until ctx ends. While a batch fills it sleeps, and
+// takes the queued records at once when it wakes: receiving each record as
+// it comes would wake this goroutine once per call.
 func (w *Writer) loop(ctx context.Context) {
 	batch := make([]store.AuditRecord, 0, w.cfg.BatchSize)
 	timer := time.NewTimer(w.cfg.FlushInterval)
@@ -260,19 +273,31 @@ func (w *Writer) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		timer.Reset(w.cfg.FlushInterval)
-	collect:
+		// A wake-up left from a batch already taken would cut this one
+		// short: drop it, then look at the queue, where every record
+		// whose wake-up was dropped shows.
+		select {
+		case <-w.full:
+		default:
+		}
+		if len(w.q) < w.cfg.BatchSize-1 {
+			timer.Reset(w.cfg.FlushInterval)
+			select {
+			case <-timer.C:
+			case <-w.full:
+			case <-ctx.Done():
+			}
+			timer.Stop()
+		}
+	take:
 		for len(batch) < w.cfg.BatchSize {
 			select {
 			case r := <-w.q:
 				batch = append(batch, r)
-			case <-timer.C:
-				break collect
-			case <-ctx.Done():
-				break collect
+			default:
+				break take
 			}
 		}
-		timer.Stop()
 		// The run's ctx only bounds taking new records: a batch in hand is
 		// written (and retried) until the drain deadline.
 		w.writeBatch(ctx, batch)

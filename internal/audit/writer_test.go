@@ -18,12 +18,13 @@ import (
 
 // memStore is an audit Store in memory whose writes can fail or block.
 type memStore struct {
-	mu      sync.Mutex
-	recs    []store.AuditRecord
-	appends int // AppendAudit calls that succeeded
-	fails   int // the next fails AppendAudit calls fail
-	block   chan struct{}
-	prunes  []pruneCall
+	mu       sync.Mutex
+	recs     []store.AuditRecord
+	appends  int // AppendAudit calls that succeeded
+	maxBatch int // the most records one of them carried
+	fails    int // the next fails AppendAudit calls fail
+	block    chan struct{}
+	prunes   []pruneCall
 }
 
 type pruneCall struct {
@@ -50,6 +51,7 @@ func (m *memStore) AppendAudit(ctx context.Context, recs []store.AuditRecord) er
 	}
 	m.recs = append(m.recs, recs...)
 	m.appends++
+	m.maxBatch = max(m.maxBatch, len(recs))
 	return nil
 }
 
@@ -104,6 +106,64 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestWriterFullBatchWakes: once a batch is full the writer writes it at
+// once, without waiting for the flush interval; a partial one waits for it
+// (or for the stop), and no batch is larger than BatchSize.
+func TestWriterFullBatchWakes(t *testing.T) {
+	st := &memStore{}
+	w, err := New(Config{Store: st, BatchSize: 10, FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, w)
+	written := func() int { recs, _ := st.snapshot(); return len(recs) }
+	next := 0
+	appendN := func(n int) {
+		for range n {
+			w.Append(rec(next))
+			next++
+		}
+	}
+	// The writer takes the first record and sleeps while the batch fills:
+	// only the record that fills it can wake it.
+	appendN(1)
+	waitFor(t, "the writer to take the first record", func() bool { return len(w.q) == 0 })
+	time.Sleep(20 * time.Millisecond)
+	appendN(9)
+	waitFor(t, "the first full batch written", func() bool { return written() == 10 })
+	appendN(3)
+	waitFor(t, "the writer to take the next record", func() bool { return len(w.q) == 2 })
+	time.Sleep(50 * time.Millisecond)
+	if n := written(); n != 10 {
+		t.Errorf("%d records written with a partial batch waiting, want 10: it did not wait for the interval", n)
+	}
+	appendN(7)
+	waitFor(t, "the second full batch written", func() bool { return written() == 20 })
+	appendN(25) // more than a batch at once
+	waitFor(t, "the next two full batches written", func() bool { return written() == 40 })
+	time.Sleep(50 * time.Millisecond)
+	if n := written(); n != 40 {
+		t.Errorf("%d records written, want 40: the last 5 are a partial batch, which waits for the interval", n)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := st.snapshot()
+	if len(recs) != 45 {
+		t.Fatalf("%d records after stop, want 45", len(recs))
+	}
+	for i, r := range recs {
+		if r.Tool != fmt.Sprintf("t%d", i) {
+			t.Fatalf("record %d is %s: out of order", i, r.Tool)
+		}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.maxBatch > 10 {
+		t.Errorf("a batch of %d records, BatchSize is 10", st.maxBatch)
 	}
 }
 

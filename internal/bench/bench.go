@@ -21,7 +21,11 @@
 //  6. Fixed rate: calls on a schedule at Rate calls/s (default half the
 //     peak), latency counted from each call's due time (open loop).
 //  7. Floor: a WebSocket echo over loopback with as many connections,
-//     messages the size of a tools/call envelope.
+//     messages the size of a tools/call envelope, back to back and then
+//     at half that rate (open loop, as the fixed-rate phase).
+//  8. Relay floor: the same messages posted over HTTP to a handler that
+//     relays them over a WebSocket to the echo: a REST call's two hops
+//     with no gateway logic, the most any REST path can reach here.
 //
 // Everything runs on one machine, so the load generator, the devices and
 // the gateway share its cores: compare figures within one run.
@@ -87,7 +91,7 @@ type Config struct {
 	// Client is the load generator's HTTP client, ClientRaw (default) or
 	// ClientStd.
 	Client string
-	// SkipFloor skips the WebSocket floor (and so the ratio).
+	// SkipFloor skips the WebSocket and relay floors (and so the ratio).
 	SkipFloor bool
 	// SkipMCP skips the MCP phase.
 	SkipMCP bool
@@ -343,12 +347,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
-		log.Info("floor phase: raw WebSocket echo", "connections", cfg.Concurrency, "bytes", len(msg), "duration", cfg.Duration)
+		log.Info("floor phase: raw WebSocket echo, back to back and at half that rate", "connections", cfg.Concurrency, "bytes", len(msg), "duration", cfg.Duration)
 		if rep.Floor, err = runFloor(ctx, cfg.Concurrency, msg, cfg.Warmup, cfg.Duration); err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
 		if rep.Floor.RoundTripsSec > 0 {
 			rep.Ratio = rep.Peak.CallsPerSec / rep.Floor.RoundTripsSec
+		}
+		log.Info("relay floor phase: HTTP relayed over WebSocket, no gateway logic, back to back and at half that rate", "connections", cfg.Concurrency, "duration", cfg.Duration)
+		if rep.Relay, err = runRelayFloor(ctx, cfg.Concurrency, msg, cfg.Warmup, cfg.Duration); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
 		}
 	}
 	rep.Evaluate()

@@ -75,6 +75,12 @@ func TestRunInProcess(t *testing.T) {
 	if rep.Ratio <= 0 {
 		t.Errorf("ratio = %v", rep.Ratio)
 	}
+	checkAtHalf(t, "floor", rep.Floor)
+	if rep.Relay == nil || rep.Relay.RoundTrips == 0 {
+		t.Fatalf("relay floor: %+v", rep.Relay)
+	}
+	checkLatency(t, "relay floor", rep.Relay.Latency)
+	checkAtHalf(t, "relay floor", rep.Relay)
 	if rep.Memory == nil || rep.Memory.NA == "" || rep.Memory.PerDeviceKiB != 0 {
 		t.Errorf("in-process memory: %+v, want n/a", rep.Memory)
 	}
@@ -86,13 +92,30 @@ func TestRunInProcess(t *testing.T) {
 	if err := rep.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"peak: closed loop", "mcp: closed loop", "REST vs MCP", "MCP/REST", "fixed rate: open loop", "raw WebSocket floor", "ratio", "n/a (in-process", "goals"} {
+	for _, want := range []string{"peak: closed loop", "mcp: closed loop", "REST vs MCP", "MCP/REST", "fixed rate: open loop", "raw WebSocket floor",
+		"relay floor: HTTP POST", "at half its peak", "ratio", "relay floor calls/s ÷ WebSocket round trips/s", "a bare two-hop relay reaches",
+		"the floors' own p99 at half their peak", "n/a (in-process", "goals"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, text.String())
 		}
 	}
 	if _, err := json.Marshal(rep); err != nil {
 		t.Errorf("report does not marshal: %v", err)
+	}
+}
+
+// checkAtHalf checks a floor's open-loop phase: run at half the floor's
+// peak, every round trip clean and counted.
+func checkAtHalf(t *testing.T, name string, fl *FloorReport) {
+	t.Helper()
+	half := fl.AtHalfPeak
+	if half == nil {
+		t.Errorf("%s: no phase at half its peak", name)
+		return
+	}
+	checkPhase(t, name+" at half its peak", half)
+	if half.TargetRate != fl.RoundTripsSec/2 {
+		t.Errorf("%s at half its peak: rate %v, want half of %v", name, half.TargetRate, fl.RoundTripsSec)
 	}
 }
 
@@ -110,8 +133,8 @@ func TestRunOtherTool(t *testing.T) {
 	}
 	checkPhase(t, "peak", rep.Peak)
 	checkPhase(t, "fixed", rep.Fixed)
-	if rep.Floor != nil || rep.Ratio != 0 {
-		t.Errorf("floor ran although skipped: %+v", rep.Floor)
+	if rep.Floor != nil || rep.Relay != nil || rep.Ratio != 0 {
+		t.Errorf("floors ran although skipped: %+v %+v", rep.Floor, rep.Relay)
 	}
 	if rep.Fixed.TargetRate != 200 {
 		t.Errorf("target rate = %v, want 200", rep.Fixed.TargetRate)
@@ -251,7 +274,12 @@ func TestWriteText(t *testing.T) {
 			Errors:  map[string]uint64{"device_timeout": 2}, ErrorSamples: map[string]string{"device_timeout": "HTTP 504 device_timeout: slow"}},
 		Fixed: &PhaseReport{Workers: 16, DurationS: 10, TargetRate: 6172.8, Calls: 61728, CallsPerSec: 6172.8,
 			Latency: Latency{P99MS: 3}, Service: &Latency{P99MS: 2}},
-		Floor: &FloorReport{Workers: 16, MessageBytes: 203, DurationS: 10, RoundTrips: 200000, RoundTripsSec: 20000},
+		Floor: &FloorReport{Workers: 16, MessageBytes: 203, DurationS: 10, RoundTrips: 200000, RoundTripsSec: 20000,
+			AtHalfPeak: &PhaseReport{Workers: 16, DurationS: 10, TargetRate: 10000, Calls: 100000, CallsPerSec: 10000,
+				Latency: Latency{P50MS: 0.3, P99MS: 1.5}}},
+		Relay: &FloorReport{Workers: 16, MessageBytes: 203, DurationS: 10, RoundTrips: 80000, RoundTripsSec: 8000,
+			AtHalfPeak: &PhaseReport{Workers: 16, DurationS: 10, TargetRate: 4000, Calls: 40000, CallsPerSec: 4000,
+				Latency: Latency{P50MS: 0.6, P99MS: 2.5}}},
 		MCP: &PhaseReport{Workers: 16, DurationS: 10, WarmupS: 2, Calls: 61728, CallsPerSec: 6172.8,
 			Latency: Latency{P50MS: 1, P99MS: 4},
 			CPU:     &CPUUse{Gateway: 1.2, GatewayPerCallUS: 194.4, CallsPerGatewayCore: 5144}},
@@ -274,7 +302,14 @@ func TestWriteText(t *testing.T) {
 		"error device_timeout",
 		"open loop at 6173 calls/s (50 % of peak)",
 		"round trips  200,000   20,000/s",
+		"open loop at 10000/s, latency from due",
+		"calls        80,000   8,000/s",
+		"open loop at 4000/s, latency from due",
 		"= 0.62",
+		"relay floor calls/s ÷ WebSocket round trips/s = 0.40",
+		"REST calls/s ÷ relay floor calls/s = 1.54",
+		"(a bare two-hop relay reaches 40 %)",
+		"(the floors' own p99 at half their peak: one hop 1.50ms, a bare two-hop relay 2.50ms)",
 		"mcp: closed loop, 16 MCP sessions",
 		"calls/s per gateway core",
 		"12,346",

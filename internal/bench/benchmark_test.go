@@ -2,15 +2,10 @@ package bench
 
 import (
 	"context"
-	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/coder/websocket"
 
 	"github.com/mcpgate/mcpgate/device"
 )
@@ -123,43 +118,17 @@ func BenchmarkRelayFloor(b *testing.B) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	url, stop, err := startEcho(ctx)
+	// One device link per concurrent request, as one call per device is in
+	// flight in the bench's peak phase.
+	base, stop, err := startRelay(ctx, 64)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer stop()
-	// One device link per concurrent request, as one call per device is in
-	// flight in the bench's peak phase.
-	links, err := dialEcho(ctx, url, 64)
-	if err != nil {
-		b.Fatal(err)
-	}
-	pool := make(chan *websocket.Conn, len(links))
-	for _, c := range links {
-		pool <- c
-		defer c.CloseNow()
-	}
-	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		c := <-pool
-		defer func() { pool <- c }()
-		reply, err := roundTrip(r.Context(), c, body, nil)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(reply)
-	}))
-	defer relay.Close()
 	b.ReportAllocs()
 	b.SetParallelism(parallelism)
 	b.RunParallel(func(pb *testing.PB) {
-		c := newCaller(ClientRaw, relay.URL, nil)
+		c := newCaller(ClientRaw, base, nil)
 		defer c.close()
 		for pb.Next() {
 			if outcome, err := c.call(ctx, "/relay", msg); outcome != outcomeOK {

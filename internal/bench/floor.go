@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 // FloorReport is the raw WebSocket round-trip floor: the same library as
 // the gateway's device link, an echo server in this process, and conns
 // clients each sending one message and waiting for its echo, back to back.
+// The relay floor has the same shape, with calls for round trips.
 type FloorReport struct {
 	Workers       int     `json:"workers"`
 	MessageBytes  int     `json:"message_bytes"`
@@ -29,6 +32,12 @@ type FloorReport struct {
 	Latency       Latency `json:"latency"`
 	// CPU is the bench process's processor time: both ends of the echo.
 	CPU *CPUUse `json:"cpu,omitempty"`
+	// AtHalfPeak is the same floor driven open loop at half of
+	// RoundTripsSec, latency counted from when each round trip was due,
+	// as the REST fixed-rate phase counts it: the tail this machine gives
+	// one loopback hop (two for the relay) at the load the p99 goal is
+	// stated at.
+	AtHalfPeak *PhaseReport `json:"at_half_peak,omitempty"`
 }
 
 // callEnvelope is the frame the gateway sends a device for one call of tool
@@ -63,7 +72,7 @@ func (j jsonRawOrObject) MarshalJSON() ([]byte, error) {
 }
 
 // runFloor measures WebSocket round trips of msg over loopback with conns
-// connections for warmup plus d.
+// connections for warmup plus d, back to back, then at half that rate.
 func runFloor(ctx context.Context, conns int, msg []byte, warmup, d time.Duration) (*FloorReport, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -76,49 +85,185 @@ func runFloor(ctx context.Context, conns int, msg []byte, warmup, d time.Duratio
 	if err != nil {
 		return nil, err
 	}
-
-	start := time.Now()
-	measureFrom, end := start.Add(warmup), start.Add(warmup+d)
-	// The gateway is idle meanwhile: only this process is of interest.
-	cpuc := cpuMeter{}.window(ctx, measureFrom, end)
-	hists := make([]Histogram, conns)
-	errs := make([]error, conns)
-	var wg sync.WaitGroup
-	for i, c := range clients {
-		wg.Go(func() {
-			defer c.CloseNow()
-			buf := make([]byte, 0, len(msg))
-			for {
-				t0 := time.Now()
-				if !t0.Before(end) {
-					return
-				}
-				var err error
-				if buf, err = roundTrip(ctx, c, msg, buf); err != nil {
-					errs[i] = err
-					return
-				}
-				if !t0.Before(measureFrom) {
-					hists[i].Record(time.Since(t0))
-				}
-			}
-		})
+	defer func() {
+		for _, c := range clients {
+			_ = c.CloseNow()
+		}
+	}()
+	l := &echoLoad{msg: msg, pool: make(chan *websocket.Conn, conns)}
+	for _, c := range clients {
+		l.pool <- c
 	}
-	wg.Wait()
-	cw := <-cpuc
-	if err := errors.Join(errs...); err != nil {
+	rep, err := runFloorPhases(ctx, l, len(msg), warmup, d)
+	if err != nil {
 		return nil, fmt.Errorf("floor: %w", err)
 	}
-	var all Histogram
-	for i := range hists {
-		all.Merge(&hists[i])
-	}
-	return &FloorReport{
-		Workers: conns, MessageBytes: len(msg), WarmupS: warmup.Seconds(), DurationS: d.Seconds(),
-		RoundTrips: all.Count(), RoundTripsSec: float64(all.Count()) / d.Seconds(), Latency: all.Summary(),
-		CPU: cw.use(all.Count()),
-	}, nil
+	return rep, nil
 }
+
+// runFloorPhases drives a floor back to back, then at half the rate it
+// reached, open loop. The gateway is idle meanwhile: only this process's
+// processor time is of interest.
+func runFloorPhases(ctx context.Context, l callLoad, msgBytes int, warmup, d time.Duration) (*FloorReport, error) {
+	peak := runClosed(ctx, l, cpuMeter{}, warmup, d)
+	if err := phaseErr(ctx, peak); err != nil {
+		return nil, err
+	}
+	rep := &FloorReport{
+		Workers: peak.Workers, MessageBytes: msgBytes, WarmupS: peak.WarmupS, DurationS: peak.DurationS,
+		RoundTrips: peak.Calls, RoundTripsSec: peak.CallsPerSec, Latency: peak.Latency, CPU: peak.CPU,
+	}
+	if peak.CallsPerSec > 0 {
+		rep.AtHalfPeak = runOpen(ctx, l, cpuMeter{}, peak.CallsPerSec/2, warmup, d)
+		if err := phaseErr(ctx, rep.AtHalfPeak); err != nil {
+			return nil, fmt.Errorf("at half its peak: %w", err)
+		}
+	}
+	return rep, nil
+}
+
+// runRelayFloor measures the least a REST call through any gateway costs
+// here: the bench's HTTP client posts msg to a net/http handler in this
+// process that relays it over a WebSocket to the echo server and answers
+// with the echo. Two loopback hops, as a REST call has, and no JSON, no
+// validation, no routing: what the REST path would cost if the gateway's
+// own work were free.
+func runRelayFloor(ctx context.Context, conns int, msg []byte, warmup, d time.Duration) (*FloorReport, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	base, stop, err := startRelay(ctx, conns)
+	if err != nil {
+		return nil, fmt.Errorf("relay floor: %w", err)
+	}
+	defer stop()
+	rep, err := runFloorPhases(ctx, &relayLoad{base: base, msg: msg, conns: conns}, len(msg), warmup, d)
+	if err != nil {
+		return nil, fmt.Errorf("relay floor: %w", err)
+	}
+	return rep, nil
+}
+
+// startRelay starts an echo server and, in front of it, an HTTP server on
+// a loopback port whose handler sends each request's body over one of
+// links WebSocket connections to the echo and answers with the echo.
+// stop closes both.
+func startRelay(ctx context.Context, links int) (base string, stop func(), err error) {
+	echoURL, stopEcho, err := startEcho(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	conns, err := dialEcho(ctx, echoURL, links)
+	if err != nil {
+		stopEcho()
+		return "", nil, err
+	}
+	pool := make(chan *websocket.Conn, len(conns))
+	for _, c := range conns {
+		pool <- c
+	}
+	relay := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		c := <-pool
+		defer func() { pool <- c }()
+		reply, err := roundTrip(r.Context(), c, body, nil)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(reply)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		for _, c := range conns {
+			_ = c.CloseNow()
+		}
+		stopEcho()
+		return "", nil, fmt.Errorf("listen: %w", err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = relay.Serve(ln)
+	}()
+	stop = func() {
+		_ = relay.Close()
+		<-served
+		for _, c := range conns {
+			_ = c.CloseNow()
+		}
+		stopEcho()
+	}
+	return "http://" + ln.Addr().String(), stop, nil
+}
+
+// phaseErr reports a floor phase that did not run clean: on loopback with
+// nothing in the way, any failed round trip means the figures are wrong.
+func phaseErr(ctx context.Context, ph *PhaseReport) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if n := ph.ErrorCount(); n > 0 {
+		kinds := slices.Sorted(maps.Keys(ph.ErrorSamples))
+		return fmt.Errorf("%d round trips failed: %s", n, ph.ErrorSamples[kinds[0]])
+	}
+	return nil
+}
+
+// echoLoad drives the echo server: each worker has a connection of its
+// own, taken from pool and given back when the phase ends.
+type echoLoad struct {
+	msg  []byte
+	pool chan *websocket.Conn
+}
+
+func (e *echoLoad) workers() int      { return cap(e.pool) }
+func (e *echoLoad) devices() int      { return 1 }
+func (e *echoLoad) worker() devCaller { return &echoCaller{l: e, c: <-e.pool} }
+
+type echoCaller struct {
+	l   *echoLoad
+	c   *websocket.Conn
+	buf []byte
+}
+
+func (c *echoCaller) call(ctx context.Context, _, _ int) (string, error) {
+	var err error
+	if c.buf, err = roundTrip(ctx, c.c, c.l.msg, c.buf); err != nil {
+		return outcomeTransport, err
+	}
+	return outcomeOK, nil
+}
+
+func (c *echoCaller) close() { c.l.pool <- c.c }
+
+// relayLoad drives the relay floor's HTTP server.
+type relayLoad struct {
+	base  string
+	msg   []byte
+	conns int
+}
+
+func (r *relayLoad) workers() int { return r.conns }
+func (r *relayLoad) devices() int { return 1 }
+func (r *relayLoad) worker() devCaller {
+	return &relayCaller{c: newCaller(ClientRaw, r.base, nil), msg: r.msg}
+}
+
+type relayCaller struct {
+	c   caller
+	msg []byte
+}
+
+func (c *relayCaller) call(ctx context.Context, _, _ int) (string, error) {
+	return c.c.call(ctx, "/relay", c.msg)
+}
+
+func (c *relayCaller) close() { c.c.close() }
 
 // roundTrip sends msg and reads the echo into buf.
 func roundTrip(ctx context.Context, c *websocket.Conn, msg, buf []byte) ([]byte, error) {

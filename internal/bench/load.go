@@ -36,8 +36,9 @@ func (l *load) body(b []byte, seq int) []byte {
 	return append(b, '}')
 }
 
-// closedLoad is what the closed loop drives: REST (load) or MCP (mcpLoad).
-type closedLoad interface {
+// callLoad is what the load phases drive: REST (load), MCP (mcpLoad), the
+// WebSocket floor (echoLoad) or the relay floor (relayLoad).
+type callLoad interface {
 	workers() int
 	devices() int
 	// worker returns a new worker's caller, with a connection of its own.
@@ -159,7 +160,7 @@ func merge(results []*workerResult, open bool) (lat, svc Histogram, calls uint64
 // plus d, and measures the calls started in the last d. Worker w walks the
 // devices in order from its own offset, so the workers spread over the
 // fleet and no two of them queue on one device.
-func runClosed(ctx context.Context, l closedLoad, cpu cpuMeter, warmup, d time.Duration) *PhaseReport {
+func runClosed(ctx context.Context, l callLoad, cpu cpuMeter, warmup, d time.Duration) *PhaseReport {
 	start := time.Now()
 	measureFrom, end := start.Add(warmup), start.Add(warmup+d)
 	ctx, cancel := context.WithDeadline(ctx, end.Add(30*time.Second)) // bounds a straggling last call
@@ -214,14 +215,15 @@ func runClosed(ctx context.Context, l closedLoad, cpu cpuMeter, warmup, d time.D
 // answer does not hold back calls another connection could send; a call
 // sent late because every worker was busy (or the pacer's timer woke late)
 // counts its latency from when it was due.
-func runOpen(ctx context.Context, l *load, cpu cpuMeter, rate float64, warmup, d time.Duration) *PhaseReport {
+func runOpen(ctx context.Context, l callLoad, cpu cpuMeter, rate float64, warmup, d time.Duration) *PhaseReport {
 	start := time.Now()
 	measureFrom, end := start.Add(warmup), start.Add(warmup+d)
 	ctx, cancel := context.WithDeadline(ctx, end.Add(30*time.Second))
 	defer cancel()
 	cpuc := cpu.window(ctx, measureFrom, end)
 	interval := time.Duration(float64(time.Second) / rate)
-	due := make(chan time.Time, l.conns)
+	conns, ndev := l.workers(), l.devices()
+	due := make(chan time.Time, conns)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		defer close(due)
@@ -240,23 +242,21 @@ func runOpen(ctx context.Context, l *load, cpu cpuMeter, rate float64, warmup, d
 			}
 		}
 	})
-	results := make([]*workerResult, l.conns)
+	results := make([]*workerResult, conns)
 	for w := range results {
 		res := &workerResult{}
 		results[w] = res
 		wg.Go(func() {
-			c := newCaller(l.client, l.base, l.std)
+			c := l.worker()
 			defer c.close()
-			var body []byte
-			dev := w * len(l.paths) / l.conns
+			dev := w * ndev / conns
 			for seq := 0; ; seq++ {
 				t, ok := <-due
 				if !ok || ctx.Err() != nil {
 					return
 				}
-				body = l.body(body, seq)
 				t0 := time.Now()
-				outcome, err := c.call(ctx, l.paths[dev], body)
+				outcome, err := c.call(ctx, dev, seq)
 				t1 := time.Now()
 				if !t.Before(measureFrom) {
 					res.calls++
@@ -267,7 +267,7 @@ func runOpen(ctx context.Context, l *load, cpu cpuMeter, rate float64, warmup, d
 					}
 				}
 				dev++
-				if dev == len(l.paths) {
+				if dev == ndev {
 					dev = 0
 				}
 			}
@@ -277,7 +277,7 @@ func runOpen(ctx context.Context, l *load, cpu cpuMeter, rate float64, warmup, d
 	lat, svc, calls, errs, samples := merge(results, true)
 	service := svc.Summary()
 	return &PhaseReport{
-		Workers: l.conns, WarmupS: warmup.Seconds(), DurationS: d.Seconds(), TargetRate: rate,
+		Workers: conns, WarmupS: warmup.Seconds(), DurationS: d.Seconds(), TargetRate: rate,
 		Calls: calls, CallsPerSec: float64(calls) / d.Seconds(),
 		Latency: lat.Summary(), Service: &service, Errors: errs, ErrorSamples: samples, CPU: (<-cpuc).use(calls),
 	}

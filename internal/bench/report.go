@@ -38,7 +38,10 @@ type Report struct {
 	Floor *FloorReport `json:"ws_floor,omitempty"`
 	// Ratio is Peak.CallsPerSec / Floor.RoundTripsSec.
 	Ratio float64 `json:"ratio,omitempty"`
-	Goals []Goal  `json:"goals"`
+	// Relay is the relay floor: HTTP relayed over a WebSocket to an echo,
+	// two hops with no gateway logic (RoundTrips counts its calls).
+	Relay *FloorReport `json:"relay_floor,omitempty"`
+	Goals []Goal       `json:"goals"`
 	// Soak is the soak run (Config.Soak), which replaces the phases.
 	Soak *SoakReport `json:"soak,omitempty"`
 }
@@ -116,6 +119,9 @@ func (r *Report) Evaluate() {
 	if r.Ratio > 0 {
 		ratio.Measured = fmt.Sprintf("%.0f %% (%.0f calls/s ÷ %.0f round trips/s)", r.Ratio*100, r.Peak.CallsPerSec, r.Floor.RoundTripsSec)
 		ratio.Status = status(r.Ratio >= GoalRatio)
+		if r.Relay != nil && r.Floor.RoundTripsSec > 0 {
+			ratio.Note = fmt.Sprintf("a bare two-hop relay reaches %.0f %%", r.Relay.RoundTripsSec/r.Floor.RoundTripsSec*100)
+		}
 	}
 	r.Goals = append(r.Goals, ratio)
 
@@ -125,6 +131,10 @@ func (r *Report) Evaluate() {
 		p99.Status = status(f.Latency.P99MS < ms(GoalP99))
 		if share := f.TargetRate / r.Peak.CallsPerSec; share < 0.49 || share > 0.51 {
 			p99.Note = fmt.Sprintf("the rate was %.0f %% of the peak, not 50 %%", share*100)
+		}
+		if fl, rl := r.Floor, r.Relay; fl != nil && fl.AtHalfPeak != nil && rl != nil && rl.AtHalfPeak != nil && p99.Note == "" {
+			p99.Note = fmt.Sprintf("the floors' own p99 at half their peak: one hop %s, a bare two-hop relay %s",
+				fmtMS(fl.AtHalfPeak.Latency.P99MS), fmtMS(rl.AtHalfPeak.Latency.P99MS))
 		}
 		if n := f.ErrorCount(); n > 0 {
 			p99.Status, p99.Note = "missed", fmt.Sprintf("%d calls failed", n)
@@ -245,8 +255,26 @@ func (r *Report) WriteText(w io.Writer) error {
 			p.other(c)
 		}
 	}
+	if fl := r.Floor; fl != nil {
+		p.atHalf(fl.AtHalfPeak)
+	}
+	if rl := r.Relay; rl != nil {
+		p.f("\nrelay floor: HTTP POST → net/http handler → WebSocket echo → answer, no gateway logic, in this process, %d connections, %s after %s warmup\n",
+			rl.Workers, fmtS(rl.DurationS), fmtS(rl.WarmupS))
+		p.f("  calls        %s   %s/s\n", count(rl.RoundTrips), count(uint64(rl.RoundTripsSec+0.5)))
+		p.latency("latency", rl.Latency)
+		if c := rl.CPU; c != nil {
+			p.f("  cpu          %.2f cores, %.1f µs per call (client, relay and echo)\n", c.Bench, c.BenchPerCallUS)
+			p.other(c)
+		}
+		p.atHalf(rl.AtHalfPeak)
+	}
 	if r.Ratio > 0 {
 		p.f("\nratio       REST calls/s ÷ WebSocket round trips/s = %.2f\n", r.Ratio)
+		if rl := r.Relay; rl != nil && r.Floor.RoundTripsSec > 0 && rl.RoundTripsSec > 0 {
+			p.f("            relay floor calls/s ÷ WebSocket round trips/s = %.2f (the most a two-hop path reaches here)\n", rl.RoundTripsSec/r.Floor.RoundTripsSec)
+			p.f("            REST calls/s ÷ relay floor calls/s = %.2f\n", r.Peak.CallsPerSec/rl.RoundTripsSec)
+		}
 	}
 
 	p.f("\ngoals\n")
@@ -350,6 +378,19 @@ const otherLoad = 0.1
 func (p *printer) other(c *CPUUse) {
 	if c.Other > otherLoad {
 		p.f("  WARNING      other processes used %.2f cores meanwhile: these figures are disturbed\n", c.Other)
+	}
+}
+
+// atHalf prints a floor's open-loop phase at half its peak.
+func (p *printer) atHalf(ph *PhaseReport) {
+	if ph == nil {
+		return
+	}
+	p.f("  at half its peak: open loop at %.0f/s, latency from due\n", ph.TargetRate)
+	p.latency("  from due", ph.Latency)
+	if c := ph.CPU; c != nil {
+		p.f("    cpu        %.2f cores, %.1f µs per round trip\n", c.Bench, c.BenchPerCallUS)
+		p.other(c)
 	}
 }
 

@@ -28,6 +28,7 @@ func Run(t *testing.T, target Target) {
 		{"Settings", testSettings},
 		{"AuditQuery", testAuditQuery},
 		{"AuditLimit", testAuditLimit},
+		{"AuditLargeBatches", testAuditLargeBatches},
 		{"PruneAudit", testPruneAudit},
 		{"ConcurrentAppendAudit", testConcurrentAppendAudit},
 		{"Reopen", testReopen},
@@ -511,6 +512,44 @@ func testPruneAudit(t *testing.T, target Target) {
 	}
 	if rs := left(); len(rs) != 1 || rs[0].Seq <= maxSeq {
 		t.Fatalf("after pruning all, new seq %v not above %d", rs, maxSeq)
+	}
+}
+
+// testAuditLargeBatches appends batches larger than one INSERT carries (and
+// of exactly a multiple of it): every record is kept, in the batch's order.
+func testAuditLargeBatches(t *testing.T, target Target) {
+	ctx := context.Background()
+	s := open(t, target)
+	t0 := now().Add(-time.Hour)
+	var all []store.AuditRecord
+	for _, size := range []int{237, 100, 1} {
+		batch := make([]store.AuditRecord, size)
+		for i := range batch {
+			n := len(all) + i
+			batch[i] = rec(n, fmt.Sprintf("d%d", n%7), "t", "local", t0.Add(time.Duration(n)*time.Millisecond))
+		}
+		batch[size/2].Arguments = nil
+		if err := s.AppendAudit(ctx, batch); err != nil {
+			t.Fatalf("AppendAudit(%d records): %v", size, err)
+		}
+		all = append(all, batch...)
+	}
+	got, err := s.Audit(ctx, store.AuditQuery{Limit: store.MaxAuditLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(all) {
+		t.Fatalf("Audit returned %d records, want %d", len(got), len(all))
+	}
+	for i, r := range got {
+		want := all[len(all)-1-i]
+		if i > 0 && r.Seq >= got[i-1].Seq {
+			t.Fatalf("not newest first: seq %d after %d", r.Seq, got[i-1].Seq)
+		}
+		r.Seq = 0
+		if !sameRecord(r, want) {
+			t.Fatalf("record %d = %+v\nwant %+v", len(all)-1-i, r, want)
+		}
 	}
 }
 
