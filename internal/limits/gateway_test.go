@@ -805,6 +805,38 @@ func TestMCPSessionLimit(t *testing.T) {
 	mcpSession(t, base+"/mcp", "")
 }
 
+// TestMCPSessionLimitCountsInitialized: go-sdk makes a session for any
+// POST without a session ID (a client's server/discover probe comes before
+// its initialize) and drops it when the request ends, a moment after the
+// answer. Only initialized sessions count: a session held open here by a
+// request whose body never ends must not take the place of a real one.
+func TestMCPSessionLimitCountsInitialized(t *testing.T) {
+	gw, _ := gatewaytest.Start(t, gateway.Config{Limits: gateway.Limits{MaxMCPSessions: 2}})
+	base := "http://" + gw.Addr()
+	mcpSession(t, base+"/mcp", "")
+	conn, err := net.Dial("tcp", gw.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
+	if _, err := fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"+
+		"Accept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n%s",
+		gw.Addr(), len(body), body[:10]); err != nil {
+		t.Fatal(err)
+	}
+	// go-sdk makes the session before it reads the body, which stays
+	// unfinished: give the gateway time to get there.
+	time.Sleep(200 * time.Millisecond)
+	if n := gauge(t, gw, "mcpgate_mcp_sessions_open"); n != 1 {
+		t.Fatalf("mcpgate_mcp_sessions_open = %d with one initialized session and one unfinished request, want 1", n)
+	}
+	mcpSession(t, base+"/mcp", "") // the second, at the limit
+	if n := gauge(t, gw, "mcpgate_mcp_sessions_open"); n != 2 {
+		t.Fatalf("mcpgate_mcp_sessions_open = %d, want 2", n)
+	}
+}
+
 // gauge reads an unlabelled gauge from /metrics.
 func gauge(t *testing.T, gw *gateway.Gateway, name string) int {
 	t.Helper()

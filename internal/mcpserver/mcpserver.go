@@ -187,7 +187,7 @@ func New(cfg Config) (*Server, error) {
 		devices: make(map[doorKey]*door), byDevice: make(map[string][]*door), handler: make(map[*door]http.Handler)}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "mcpgate_mcp_sessions_open", Help: "MCP client sessions open on /mcp and /mcp/devices/{id}.",
+			Name: "mcpgate_mcp_sessions_open", Help: "MCP client sessions open (initialized) on /mcp and /mcp/devices/{id}.",
 		}, func() float64 { return float64(s.Sessions()) })); err != nil {
 			return nil, fmt.Errorf("mcpserver: %w", err)
 		}
@@ -195,7 +195,12 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Sessions counts the MCP client sessions open on both doors.
+// Sessions counts the MCP client sessions open on both doors: those that
+// were initialized. go-sdk also makes a session for every POST without a
+// session ID (a client's server/discover probe, a stray request), which
+// ends with its request but may leave the server's list a moment later:
+// counting those refused a client's initialize that came right after its
+// own probe.
 func (s *Server) Sessions() int {
 	s.mu.Lock()
 	doors := make([]*door, 0, len(s.handler))
@@ -205,8 +210,10 @@ func (s *Server) Sessions() int {
 	s.mu.Unlock()
 	n := 0
 	for _, d := range doors {
-		for range d.srv.Sessions() {
-			n++
+		for ss := range d.srv.Sessions() {
+			if ss.InitializeParams() != nil {
+				n++
+			}
 		}
 	}
 	return n
