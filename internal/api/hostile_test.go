@@ -17,7 +17,6 @@ import (
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/internal/hostiletest"
-	"github.com/mcpgate/mcpgate/internal/hub"
 )
 
 // restCase is one attack by a REST client. Every case asserts the answer
@@ -108,17 +107,7 @@ func TestHostileRESTClients(t *testing.T) {
 					ReadHeaderTimeout: 500 * time.Millisecond, ReadBodyTimeout: 500 * time.Millisecond,
 					WriteTimeout: 500 * time.Millisecond}})
 			addr := gw.Addr()
-			ctx, cancel := context.WithTimeout(context.Background(), hostiletest.WaitTimeout)
-			defer cancel()
-			d, err := devicetest.Connect(ctx, devicetest.Config{Addr: addr, ID: restDevice})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(d.Close)
-			hostiletest.CheckFor(t, "the device ready", func() bool {
-				dev, err := gw.Hub().Device(restDevice)
-				return err == nil && dev.State == hub.StateReady
-			})
+			gatewaytest.ConnectReady(t, gw, devicetest.Config{ID: restDevice})
 
 			heap := hostiletest.HeapInuse()
 			var m0 float64

@@ -13,7 +13,6 @@ import (
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/internal/hostiletest"
-	"github.com/mcpgate/mcpgate/internal/hub"
 )
 
 // The write deadline of one answer is lifted once it is out: a keep-alive
@@ -22,17 +21,9 @@ import (
 func TestWriteTimeoutLiftedBetweenAnswers(t *testing.T) {
 	gw, _ := gatewaytest.Start(t, gateway.Config{Limits: gateway.Limits{WriteTimeout: 200 * time.Millisecond}})
 	const id = "02:00:00:00:0c:31"
+	gatewaytest.ConnectReady(t, gw, devicetest.Config{ID: id})
 	ctx, cancel := context.WithTimeout(context.Background(), hostiletest.WaitTimeout)
 	defer cancel()
-	d, err := devicetest.Connect(ctx, devicetest.Config{Addr: gw.Addr(), ID: id})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	hostiletest.CheckFor(t, "the device ready", func() bool {
-		dev, err := gw.Hub().Device(id)
-		return err == nil && dev.State == hub.StateReady
-	})
 	client := hostiletest.Client(t)
 	for i := range 3 {
 		reused := false

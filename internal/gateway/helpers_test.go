@@ -7,6 +7,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/device"
 )
 
 func scrape(t testing.TB, gw *Gateway) string {
@@ -44,4 +47,20 @@ func runInBackground(t testing.TB, run func(context.Context) error) (stop func()
 	stop = func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(stop)
 	return stop
+}
+
+// refuseMQTT connects an MQTT device with opts and fails the test with
+// what when the gateway accepts it.
+func refuseMQTT(t testing.TB, opts device.MQTTClientOptions, what string) {
+	t.Helper()
+	c, err := device.NewMQTTClient(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), opts.ConnectTimeout+5*time.Second)
+	defer cancel()
+	if s, err := c.Connect(ctx); err == nil {
+		s.Close()
+		t.Fatal(what)
+	}
 }

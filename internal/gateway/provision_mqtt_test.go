@@ -58,17 +58,8 @@ func TestDeviceTokensOverMQTT(t *testing.T) {
 		{"malformed", "password", "malformed"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := device.NewMQTTClient(device.MQTTClientOptions{Broker: gw.MQTTAddr(), DeviceID: mac, ClientID: m.ClientID,
-				Username: m.Username, Password: tt.password, Server: newServer(t, device.ProfileESP32), ConnectTimeout: 5 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if s, err := c.Connect(ctx); err == nil {
-				s.Close()
-				t.Fatal("connected")
-			}
+			refuseMQTT(t, device.MQTTClientOptions{Broker: gw.MQTTAddr(), DeviceID: mac, ClientID: m.ClientID,
+				Username: m.Username, Password: tt.password, Server: newServer(t, device.ProfileESP32), ConnectTimeout: 5 * time.Second}, "connected")
 			want := fmt.Sprintf(`mcpgate_device_auth_failures_total{reason=%q,transport="mqtt"} 1`, tt.reason)
 			if text := metricsText(t, gw); !strings.Contains(text, want) {
 				t.Errorf("metrics lack %s", want)

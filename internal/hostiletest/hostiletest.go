@@ -401,3 +401,42 @@ func SlowBody(t testing.TB, addr, head string, body []byte) {
 		t.Error("the gateway still waits for a body sent a byte every 100 ms")
 	}
 }
+
+// CursorLoop is a device whose tools/list never ends: page n (from 1) lists
+// the tool "tool<n>" and names Cursor(n) as the next cursor. The gateway
+// must stop paging, keep the tools listed so far and name Want in the
+// device's last error. Each transport's hostile suite drives the three
+// loops below through its own kind of device.
+type CursorLoop struct {
+	Cursor func(page int) string
+	Want   string
+}
+
+// RepeatedCursor names the same cursor on every page.
+func RepeatedCursor() CursorLoop {
+	return CursorLoop{func(int) string { return "again" }, "device repeated cursor"}
+}
+
+// FreshCursors names a new cursor on every page, forever.
+func FreshCursors() CursorLoop {
+	return CursorLoop{func(page int) string { return fmt.Sprintf("c%d", page) }, "stopped after 50 pages (limit)"}
+}
+
+// ToolNameCursors names, as the next cursor, the tool the page listed.
+func ToolNameCursors() CursorLoop {
+	return CursorLoop{func(page int) string { return fmt.Sprintf("tool%d", page) }, "names a tool already listed"}
+}
+
+// Page is the tools/list result of page n.
+func (c CursorLoop) Page(n int) string {
+	return fmt.Sprintf(`{"tools":[{"name":"tool%d","inputSchema":{"type":"object"}}],"nextCursor":%q}`, n, c.Cursor(n))
+}
+
+// Check checks the device once the gateway gave up paging (it is then
+// degraded): it keeps the tools listed before, and its error says why.
+func (c CursorLoop) Check(t testing.TB, tools int, lastError string) {
+	t.Helper()
+	if !strings.Contains(lastError, c.Want) || tools == 0 || tools > 50 {
+		t.Errorf("device has %d tools, error %q; want the tools listed before paging stopped and %q", tools, lastError, c.Want)
+	}
+}

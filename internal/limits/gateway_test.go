@@ -14,7 +14,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +29,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/devicetest"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/gatewaytest"
+	"github.com/mcpgate/mcpgate/internal/hostiletest"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/store"
@@ -63,19 +63,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // connect connects a fake device and waits until it is ready.
 func connect(t *testing.T, gw *gateway.Gateway, cfg devicetest.Config) *devicetest.Device {
 	t.Helper()
-	cfg.Addr = gw.Addr()
-	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
-	defer cancel()
-	d, err := devicetest.Connect(ctx, cfg)
-	if err != nil {
-		t.Fatalf("connect %s: %v", cfg.ID, err)
-	}
-	t.Cleanup(d.Close)
-	waitFor(t, d.ID()+" ready", func() bool {
-		dev, err := gw.Hub().Device(d.ID())
-		return err == nil && dev.State == hub.StateReady
-	})
-	return d
+	return gatewaytest.ConnectReady(t, gw, cfg)
 }
 
 type response struct {
@@ -130,18 +118,7 @@ func callVolume(t *testing.T, gw *gateway.Gateway, key, device string, volume in
 // hits reads mcpgate_limit_hits_total{limit=...} from /metrics.
 func hits(t *testing.T, gw *gateway.Gateway, limit string) int {
 	t.Helper()
-	resp, err := http.Get("http://" + gw.Addr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(`(?m)^mcpgate_limit_hits_total\{limit="` + regexp.QuoteMeta(limit) + `"\} (\d+)$`).FindSubmatch(b)
-	if m == nil {
-		t.Fatalf("no mcpgate_limit_hits_total for %q in /metrics", limit)
-	}
-	n, _ := strconv.Atoi(string(m[1]))
-	return n
+	return sample(t, gw, `mcpgate_limit_hits_total{limit="`+limit+`"}`)
 }
 
 func waitHits(t *testing.T, gw *gateway.Gateway, limit string, want int) {
@@ -840,16 +817,16 @@ func TestMCPSessionLimitCountsInitialized(t *testing.T) {
 // gauge reads an unlabelled gauge from /metrics.
 func gauge(t *testing.T, gw *gateway.Gateway, name string) int {
 	t.Helper()
-	resp, err := http.Get("http://" + gw.Addr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\d+)$`).FindSubmatch(b)
-	if m == nil {
+	return sample(t, gw, name)
+}
+
+// sample reads one sample from /metrics; a sample that is not exposed
+// fails the test rather than reading as 0.
+func sample(t *testing.T, gw *gateway.Gateway, name string) int {
+	t.Helper()
+	exposition := hostiletest.Scrape(t, gw.Addr())
+	if !strings.Contains("\n"+exposition, "\n"+name+" ") {
 		t.Fatalf("no %s in /metrics", name)
 	}
-	n, _ := strconv.Atoi(string(m[1]))
-	return n
+	return int(hostiletest.Sample(t, exposition, name))
 }

@@ -56,16 +56,7 @@ func runSim(t testing.TB, gw *gateway.Gateway, profile device.Profile, i int) (m
 // fake connects a scripted device and waits until it is ready.
 func fake(t testing.TB, gw *gateway.Gateway, cfg devicetest.Config) *devicetest.Device {
 	t.Helper()
-	cfg.Addr = gw.Addr()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	d, err := devicetest.Connect(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	waitState(t, gw, d.ID(), hub.StateReady)
-	return d
+	return gatewaytest.ConnectReady(t, gw, cfg)
 }
 
 func waitFor(t testing.TB, what string, cond func() bool) {

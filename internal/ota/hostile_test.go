@@ -113,17 +113,7 @@ func TestHostileOTAClients(t *testing.T) {
 			gw, _ := gatewaytest.Start(t, gateway.Config{Logger: logs.Logger(),
 				Limits: gateway.Limits{DeviceCallRate: -1, KeyCallRate: -1, DeviceMaxInFlight: -1, ReadBodyTimeout: 500 * time.Millisecond}})
 			addr := gw.Addr()
-			ctx, cancel := context.WithTimeout(context.Background(), hostiletest.WaitTimeout)
-			defer cancel()
-			d, err := devicetest.Connect(ctx, devicetest.Config{Addr: addr, ID: otaHealthy})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(d.Close)
-			hostiletest.CheckFor(t, "the device ready", func() bool {
-				dev, err := gw.Hub().Device(otaHealthy)
-				return err == nil && dev.State == hub.StateReady
-			})
+			gatewaytest.ConnectReady(t, gw, devicetest.Config{ID: otaHealthy})
 			heap := hostiletest.HeapInuse()
 			var m0 float64
 			if tt.metric != "" {

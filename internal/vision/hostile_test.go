@@ -113,17 +113,7 @@ func TestHostileUploads(t *testing.T) {
 				t.Fatal(err)
 			}
 			v := &visionTarget{addr: gw.Addr(), token: tok}
-			ctx, cancel := context.WithTimeout(context.Background(), hostiletest.WaitTimeout)
-			defer cancel()
-			d, err := devicetest.Connect(ctx, devicetest.Config{Addr: v.addr, ID: visionHealthy})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(d.Close)
-			hostiletest.CheckFor(t, "the device ready", func() bool {
-				dev, err := gw.Hub().Device(visionHealthy)
-				return err == nil && dev.State == hub.StateReady
-			})
+			gatewaytest.ConnectReady(t, gw, devicetest.Config{ID: visionHealthy})
 
 			heap := hostiletest.HeapInuse()
 			m0 := hostiletest.Metric(t, v.addr, tt.metric)

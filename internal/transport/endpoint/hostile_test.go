@@ -121,17 +121,17 @@ func TestHostileSources(t *testing.T) {
 		metric: `mcpgate_dropped_frames_total{reason="unparseable_mcp"}`, delta: 100,
 	}, {
 		name:   "repeated cursor",
-		attack: attackCursor(func(int) string { return "again" }, "device repeated cursor"),
+		attack: attackCursor(hostiletest.RepeatedCursor()),
 		log:    []string{"discovery incomplete", "device repeated cursor", "device_id="},
 		metric: `mcpgate_discovery_failures_total`, delta: 1,
 	}, {
 		name:   "endless fresh cursors",
-		attack: attackCursor(func(page int) string { return fmt.Sprintf("c%d", page) }, "stopped after 50 pages (limit)"),
+		attack: attackCursor(hostiletest.FreshCursors()),
 		log:    []string{"discovery incomplete", "stopped after 50 pages (limit)", "device_id="},
 		metric: `mcpgate_discovery_failures_total`, delta: 1,
 	}, {
 		name:   "cursor naming a listed tool",
-		attack: attackCursor(func(page int) string { return fmt.Sprintf("tool%d", page) }, "names a tool already listed"),
+		attack: attackCursor(hostiletest.ToolNameCursors()),
 		log:    []string{"discovery incomplete", "names a tool already listed", "device_id="},
 		metric: `mcpgate_discovery_failures_total`, delta: 1,
 	}, {
@@ -465,15 +465,14 @@ func runSource(t *testing.T, g *gwUnderTest, name string, sc script) *source {
 
 // attackCursor runs a source whose tools/list pages never end: page n
 // offers one tool, tool<n>, and the cursor cursor(n).
-func attackCursor(cursor func(page int) string, want string) func(*testing.T, *gwUnderTest, string) {
+func attackCursor(loop hostiletest.CursorLoop) func(*testing.T, *gwUnderTest, string) {
 	return func(t *testing.T, g *gwUnderTest, name string) {
 		var page atomic.Int32
 		runSource(t, g, name, script{handle: func(method string, _ json.RawMessage) string {
 			if method != "tools/list" {
 				return ""
 			}
-			n := page.Add(1)
-			return fmt.Sprintf(`{"tools":[{"name":"tool%d","inputSchema":{"type":"object"}}],"nextCursor":%q}`, n, cursor(int(n)))
+			return loop.Page(int(page.Add(1)))
 		}})
 		var d hub.Device
 		waitFor(t, name+" degraded", func() bool {
@@ -481,9 +480,7 @@ func attackCursor(cursor func(page int) string, want string) func(*testing.T, *g
 			d, err = g.hub.Device(name)
 			return err == nil && d.State == hub.StateDegraded
 		})
-		if !strings.Contains(d.LastError, want) || d.Tools == 0 || d.Tools > 50 {
-			t.Errorf("source has %d tools, error %q; want the tools listed before paging stopped and %q", d.Tools, d.LastError, want)
-		}
+		loop.Check(t, d.Tools, d.LastError)
 	}
 }
 

@@ -122,17 +122,17 @@ func TestHostileMQTTDevices(t *testing.T) {
 		metric: `mcpgate_tool_calls_total{outcome="client_closed"}`, delta: 1,
 	}, {
 		name:   "repeated cursor",
-		attack: attackCursor(func(int) string { return "again" }, "device repeated cursor"),
+		attack: attackCursor(hostiletest.RepeatedCursor()),
 		log:    []string{"discovery incomplete", "device repeated cursor", "device_id=02:00:00:01:bb:0b"},
 		metric: `mcpgate_discovery_failures_total`, delta: 1,
 	}, {
 		name:   "endless fresh cursors",
-		attack: attackCursor(func(page int) string { return fmt.Sprintf("c%d", page) }, "stopped after 50 pages (limit)"),
+		attack: attackCursor(hostiletest.FreshCursors()),
 		log:    []string{"discovery incomplete", "stopped after 50 pages (limit)", "device_id=02:00:00:01:bb:0c"},
 		metric: `mcpgate_discovery_failures_total`, delta: 1,
 	}, {
 		name:   "cursor naming a listed tool",
-		attack: attackCursor(func(page int) string { return fmt.Sprintf("tool%d", page) }, "names a tool already listed"),
+		attack: attackCursor(hostiletest.ToolNameCursors()),
 		log:    []string{"discovery incomplete", "names a tool already listed", "device_id=02:00:00:01:bb:0d"},
 		metric: `mcpgate_discovery_failures_total`, delta: 1,
 	}, {
@@ -456,7 +456,7 @@ func attackCancellingCallers(t *testing.T, b *broker, mac string) {
 
 // attackCursor runs a device whose tools/list pages never end: page n
 // offers one tool, tool<n>, and the cursor cursor(n).
-func attackCursor(cursor func(page int) string, want string) func(*testing.T, *broker, string) {
+func attackCursor(loop hostiletest.CursorLoop) func(*testing.T, *broker, string) {
 	return func(t *testing.T, b *broker, mac string) {
 		srv := volumeServer(t)
 		var page atomic.Int32
@@ -468,14 +468,10 @@ func attackCursor(cursor func(page int) string, want string) func(*testing.T, *b
 			if json.Unmarshal(payload, &req) != nil || req.Method != "tools/list" {
 				return srv.Handle(ctx, payload)
 			}
-			n := page.Add(1)
-			return fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"tool%d","inputSchema":{"type":"object"}}],"nextCursor":%q}}`,
-				req.ID, n, cursor(int(n)))
+			return fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":%s}`, req.ID, loop.Page(int(page.Add(1))))
 		}, 60)
 		d := waitState(t, b.hub, mac, hub.StateDegraded)
-		if !strings.Contains(d.LastError, want) || d.Tools == 0 || d.Tools > 50 {
-			t.Errorf("device has %d tools, error %q; want the tools listed before paging stopped and %q", d.Tools, d.LastError, want)
-		}
+		loop.Check(t, d.Tools, d.LastError)
 	}
 }
 

@@ -102,17 +102,17 @@ func TestHostileDevices(t *testing.T) {
 		metric: `mcpgate_discovery_failures_total`, delta: 1,
 	}, {
 		name:   "repeated cursor",
-		attack: attackCursor(func(int) string { return "again" }, "device repeated cursor"),
+		attack: attackCursor(hostiletest.RepeatedCursor()),
 		log:    []string{"discovery incomplete", "device repeated cursor", "device_id=02:00:00:00:bb:07"},
 		metric: `mcpgate_discovery_failures_total`, delta: 1,
 	}, {
 		name:   "endless fresh cursors",
-		attack: attackCursor(func(page int) string { return fmt.Sprintf("c%d", page) }, "stopped after 50 pages (limit)"),
+		attack: attackCursor(hostiletest.FreshCursors()),
 		log:    []string{"discovery incomplete", "stopped after 50 pages (limit)", "device_id=02:00:00:00:bb:08"},
 		metric: `mcpgate_discovery_failures_total`, delta: 1,
 	}, {
 		name:   "cursor naming a listed tool",
-		attack: attackCursor(func(page int) string { return fmt.Sprintf("tool%d", page) }, "names a tool already listed"),
+		attack: attackCursor(hostiletest.ToolNameCursors()),
 		log:    []string{"discovery incomplete", "names a tool already listed", "device_id=02:00:00:00:bb:09"},
 		metric: `mcpgate_discovery_failures_total`, delta: 1,
 	}, {
@@ -342,7 +342,7 @@ func attackHugeCatalog(t *testing.T, s *server, id string) {
 
 // attackCursor runs a device whose tools/list pages never end: page n
 // offers one tool, tool<n>, and the cursor cursor(n).
-func attackCursor(cursor func(page int) string, want string) func(*testing.T, *server, string) {
+func attackCursor(loop hostiletest.CursorLoop) func(*testing.T, *server, string) {
 	return func(t *testing.T, s *server, id string) {
 		page := 0
 		scripted(t, s, id, func(method string, params json.RawMessage) string {
@@ -351,14 +351,12 @@ func attackCursor(cursor func(page int) string, want string) func(*testing.T, *s
 				return `{"protocolVersion":"2024-11-05","capabilities":{"tools":{}},"serverInfo":{"name":"loop","version":"1"}}`
 			case "tools/list":
 				page++
-				return fmt.Sprintf(`{"tools":[{"name":"tool%d","inputSchema":{"type":"object"}}],"nextCursor":%q}`, page, cursor(page))
+				return loop.Page(page)
 			}
 			return `{"content":[{"type":"text","text":"true"}]}`
 		})
 		d := waitState(t, s.hub, id, hub.StateDegraded)
-		if !strings.Contains(d.LastError, want) || d.Tools == 0 || d.Tools > 50 {
-			t.Errorf("device has %d tools, error %q; want the tools listed before paging stopped and %q", d.Tools, d.LastError, want)
-		}
+		loop.Check(t, d.Tools, d.LastError)
 	}
 }
 
