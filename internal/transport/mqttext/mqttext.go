@@ -116,6 +116,11 @@ type Transport struct {
 	m      *metrics.Metrics
 	server *url.URL
 	filter string // the uplink subscription
+	// subscribed is closed when the uplink subscription first succeeds:
+	// Start waits for it, so a gateway that says it is ready does not
+	// miss the hellos of devices that connect right away.
+	subscribed     chan struct{}
+	subscribedOnce sync.Once
 
 	conns     *conns.Tracker
 	closeOnce sync.Once
@@ -184,8 +189,8 @@ func New(cfg Config) (*Transport, error) {
 		cfg.ConnectTimeout = 10 * time.Second
 	}
 	return &Transport{cfg: cfg, log: cfg.Logger.With("component", "mqtt_external"), m: cfg.Metrics, server: u,
-		filter: filter,
-		conns:  conns.NewTracker(), live: make(map[string]*session)}, nil
+		filter: filter, subscribed: make(chan struct{}),
+		conns: conns.NewTracker(), live: make(map[string]*session)}, nil
 }
 
 // parseBrokerURL accepts the schemes autopaho dials and fills in the default port.
@@ -212,7 +217,7 @@ func parseBrokerURL(s string) (*url.URL, error) {
 }
 
 // Start connects to the broker and subscribes, waiting for the first
-// connection until ctx ends; autopaho then reconnects (and resubscribes)
+// connection and its subscription until ctx ends; autopaho then reconnects (and resubscribes)
 // on its own until Close.
 func (t *Transport) Start(ctx context.Context) error {
 	tlsCfg := t.cfg.TLS
@@ -266,6 +271,12 @@ func (t *Transport) Start(ctx context.Context) error {
 		t.Close()
 		return fmt.Errorf("mqttext: connect to %s: %w", t.server.Redacted(), err)
 	}
+	select {
+	case <-t.subscribed:
+	case <-ctx.Done():
+		t.Close()
+		return fmt.Errorf("mqttext: subscribe to %s on %s: %w", t.filter, t.server.Redacted(), ctx.Err())
+	}
 	t.log.Info("connected to external MQTT broker", "broker", t.server.Redacted(), "client_id", t.cfg.ClientID, "subscription", t.filter)
 	return nil
 }
@@ -280,6 +291,7 @@ func (t *Transport) subscribe(cm *autopaho.ConnectionManager) {
 		cancel()
 		if err == nil {
 			t.log.Info("subscribed to the device uplink", "subscription", t.filter)
+			t.subscribedOnce.Do(func() { close(t.subscribed) })
 			return
 		}
 		t.log.Error("cannot subscribe to the device uplink; retrying", "subscription", t.filter, "error", err)
