@@ -10,6 +10,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -368,6 +369,15 @@ func TestSpecContentTool(t *testing.T) {
 	if string(c[1].Data[:4]) != "\x89PNG" || string(c[2].Data[:4]) != "RIFF" || c[3].Resource == nil || c[4].URI == "" || c[0].Annotations == nil {
 		t.Errorf("content %s", reply)
 	}
+	// The embedded resource's URI must be valid RFC 3986: clients such as
+	// the Python SDK reject the whole result otherwise. A MAC with colons as
+	// the host reads as a host and a port.
+	if c[3].Resource != nil {
+		u, err := url.Parse(c[3].Resource.URI)
+		if err != nil || u.Scheme != "sim" || u.Port() != "" || !regName.MatchString(u.Host) || u.Path != "/status.json" {
+			t.Errorf("resource URI %q: host %q port %q path %q err %v", c[3].Resource.URI, u.Hostname(), u.Port(), u.Path, err)
+		}
+	}
 	if r.Result.StructuredContent["audio_speaker"] == nil || r.Result.Meta["mcpgate.sim/device"] != d.MAC {
 		t.Errorf("structured %v meta %v", r.Result.StructuredContent, r.Result.Meta)
 	}
@@ -375,6 +385,10 @@ func TestSpecContentTool(t *testing.T) {
 		t.Error("esp32 devices must not have the content tool")
 	}
 }
+
+// regName is RFC 3986's reg-name without percent-encoding: unreserved and
+// sub-delims characters only, so no colon.
+var regName = regexp.MustCompile(`^[A-Za-z0-9\-._~!$&'()*+,;=]+$`)
 
 func TestConfigValidation(t *testing.T) {
 	for _, cfg := range []Config{

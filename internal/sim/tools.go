@@ -298,7 +298,7 @@ func (d *Device) contentTool() device.Tool {
 					image,
 					device.AudioContent(tinyWAV(), "audio/wav"),
 					{Type: "resource", Resource: &device.ResourceContents{
-						URI: "sim://" + d.MAC + "/status.json", MIMEType: "application/json", Text: string(statusJSON),
+						URI: d.resourceURI("status.json"), MIMEType: "application/json", Text: string(statusJSON),
 					}},
 					{Type: "resource_link", URI: "https://example.com/sim/manual.pdf", Name: "manual.pdf",
 						Title: "Device manual", Description: "The simulated device's manual", MIMEType: "application/pdf", Size: &size},
@@ -308,6 +308,14 @@ func (d *Device) contentTool() device.Tool {
 			}, nil
 		},
 	}
+}
+
+// resourceURI names one of the device's resources. The MAC's colons would
+// read as a port separator in the URI's host (RFC 3986 allows none in a
+// reg-name), and clients that validate URIs, like the Python SDK, reject the
+// whole result; dashes keep the host valid and still name the device.
+func (d *Device) resourceURI(name string) string {
+	return "sim://" + strings.ReplaceAll(d.MAC, ":", "-") + "/" + name
 }
 
 // systemInfo mirrors the shape of firmware's system information JSON.
