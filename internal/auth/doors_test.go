@@ -678,3 +678,60 @@ func loopbackOf(addr string) string {
 	i := strings.LastIndexByte(addr, ':')
 	return "127.0.0.1" + addr[i:]
 }
+
+// With keys required, OAuth discovery finds nothing and registration is
+// refused, each with the API-key hint in the OAuth error shape, so OAuth
+// clients stop at once; the doors' 401 points at no resource metadata.
+// With open doors the paths are not answered specially.
+func TestOAuthDiscoveryRefused(t *testing.T) {
+	f := newFixture(t, gateway.Config{RequireKeys: true})
+	open, _ := gatewaytest.Start(t, gateway.Config{})
+	cases := []struct {
+		method, path string
+		status       int
+		code         string
+	}{
+		{"GET", "/.well-known/oauth-protected-resource", 404, "invalid_request"},
+		{"GET", "/.well-known/oauth-protected-resource/mcp", 404, "invalid_request"},
+		{"GET", "/.well-known/oauth-protected-resource/mcp/devices/kitchen-1", 404, "invalid_request"},
+		{"GET", "/.well-known/oauth-authorization-server", 404, "invalid_request"},
+		{"GET", "/.well-known/oauth-authorization-server/mcp", 404, "invalid_request"},
+		{"GET", "/.well-known/openid-configuration", 404, "invalid_request"},
+		{"POST", "/register", 403, "access_denied"},
+		{"GET", "/authorize?client_id=x&response_type=code", 403, "access_denied"},
+		{"POST", "/token", 403, "access_denied"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			status, hdr, body := f.do(t, "", tc.method, tc.path, "")
+			var e struct {
+				Error       string `json:"error"`
+				Description string `json:"error_description"`
+			}
+			if err := json.Unmarshal(body, &e); err != nil || status != tc.status || e.Error != tc.code || e.Description != auth.OAuthHint {
+				t.Fatalf("%d %s (%v), want %d %q with the hint", status, body, err, tc.status, tc.code)
+			}
+			if hdr.Get("Content-Type") != "application/json" || !bytes.Contains(body, []byte("Authorization: Bearer <key>")) {
+				t.Fatalf("content type %q, body %s", hdr.Get("Content-Type"), body)
+			}
+			// Open doors: nobody is challenged, so nothing is said about OAuth.
+			req, err := http.NewRequestWithContext(t.Context(), tc.method, "http://"+open.Addr()+tc.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if bytes.Contains(b, []byte("OAuth")) {
+				t.Fatalf("open gateway: %d %s", resp.StatusCode, b)
+			}
+		})
+	}
+	status, hdr, body := f.do(t, "", "POST", "/mcp", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`)
+	if challenge := hdr.Get("WWW-Authenticate"); status != 401 || challenge != `Bearer realm="mcpgate"` || !bytes.Contains(body, []byte("Bearer <key>")) {
+		t.Fatalf("MCP door without a key: %d %q %s", status, challenge, body)
+	}
+}

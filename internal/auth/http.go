@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -176,9 +177,19 @@ func ForbiddenMessage(p *Principal, need Scope) string {
 
 // WriteError writes the REST API's error shape {"error":{"code","message"}}.
 func WriteError(w http.ResponseWriter, status int, code, msg string) {
-	b, _ := json.Marshal(map[string]map[string]string{"error": {"code": code, "message": msg}}) // strings always marshal
+	writeJSON(w, status, map[string]map[string]string{"error": {"code": code, "message": msg}})
+}
+
+// writeJSON writes v, a map of strings, without HTML escaping: clients such
+// as the MCP SDKs show a refused request's body as it is, and "Bearer <key>"
+// must read as that, not as "Bearer \u003ckey\u003e".
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // maps of strings always encode
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n')) // the client may be gone
+	_, _ = w.Write(b.Bytes()) // the client may be gone
 }
