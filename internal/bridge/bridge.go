@@ -6,13 +6,16 @@
 // A server is a stdio child (one JSON object per line both ways; stderr goes
 // to the log; a stdout line that is not JSON is logged and dropped) or a
 // Streamable HTTP server (each message is POSTed; JSON or SSE answers are
-// relayed; the Mcp-Session-Id header is kept; server notifications arrive
-// over the GET stream when the server offers one).
+// relayed; the Mcp-Session-Id header is kept, and a session the server
+// forgot (404) is initialized again and the message sent once more; server
+// notifications arrive over the GET stream when the server offers one).
 //
 // A connection lives as long as both sides do. When either ends, the other
-// is closed too: a child that exits closes the WebSocket, so the gateway
-// forgets the source, and the next connection starts a fresh child that the
-// gateway initializes again. Reconnects wait a capped exponential [Backoff]
+// is closed too: a child that exits, or an HTTP server that stops answering
+// (a request or the periodic ping fails to connect), closes the WebSocket,
+// so the gateway shows the source offline, and the next connection starts
+// a fresh child, or waits for the HTTP server to answer, and the gateway
+// initializes it again. Reconnects wait a capped exponential [Backoff]
 // with jitter that starts over after a connection stayed up
 // Config.HealthyAfter.
 //
@@ -49,8 +52,8 @@ type Config struct {
 	// HealthyAfter is how long a connection must last for the backoff to
 	// start over. Default 30s.
 	HealthyAfter time.Duration
-	// PingInterval is how often the gateway is pinged so a dead gateway is
-	// noticed. Default 30s; negative disables.
+	// PingInterval is how often the gateway, and each HTTP server, is
+	// pinged so a dead one is noticed. Default 30s; negative disables.
 	PingInterval time.Duration
 	// ReadLimit caps one message either way. Default 8 MiB.
 	ReadLimit int64
@@ -149,6 +152,11 @@ func loop(ctx context.Context, cfg *Config, s Server, log *slog.Logger) {
 // connect runs one connection: it dials the gateway, then serves the local
 // server until either side ends, and returns why.
 func connect(ctx context.Context, cfg *Config, s Server, log *slog.Logger) error {
+	if s.URL != "" {
+		if err := probeHTTP(ctx, s); err != nil {
+			return err
+		}
+	}
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	target := endpointURL(cfg.URL, s.Name)
 	conn, _, err := websocket.Dial(dctx, target, nil)

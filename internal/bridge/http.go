@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,8 +21,14 @@ import (
 )
 
 // errSessionExpired ends a connection whose HTTP server forgot its session
-// (404): the next connection lets the gateway initialize a new one.
+// (404) and could not be given a new one: the next connection lets the
+// gateway initialize it again.
 var errSessionExpired = errors.New("MCP server ended the HTTP session (404)")
+
+// errUnreachable ends a connection whose HTTP server stopped answering, so
+// the gateway shows the source offline rather than ready with every call
+// failing; reconnects wait until the server answers again ([probeHTTP]).
+var errUnreachable = errors.New("MCP server unreachable")
 
 // httpPipe relays one gateway connection to a Streamable HTTP server.
 type httpPipe struct {
@@ -32,10 +39,15 @@ type httpPipe struct {
 	client *http.Client
 	stop   context.CancelCauseFunc
 
+	// initMu serializes re-initializations, so requests that all meet the
+	// same expired session start one new session, not one each.
+	initMu sync.Mutex
+
 	mu        sync.Mutex
 	sessionID string // guarded by mu; the Mcp-Session-Id the server issued
 	protoVer  string // guarded by mu; negotiated in initialize
 	streaming bool   // guarded by mu; the GET stream was started
+	initBody  []byte // guarded by mu; the gateway's initialize, replayed when the session expires
 }
 
 // serveHTTP relays messages between conn and the HTTP server s until either
@@ -47,6 +59,7 @@ func serveHTTP(ctx context.Context, cfg *Config, conn *websocket.Conn, s Server,
 	p := &httpPipe{cfg: cfg, s: s, conn: conn, log: log, client: &http.Client{}, stop: stop}
 	sem := make(chan struct{}, cfg.MaxInFlight)
 	var wg sync.WaitGroup
+	wg.Go(func() { p.watch(ctx, &wg) })
 	err := func() error {
 		for {
 			_, data, err := conn.Read(ctx)
@@ -80,34 +93,45 @@ func serveHTTP(ctx context.Context, cfg *Config, conn *websocket.Conn, s Server,
 	return context.Cause(ctx)
 }
 
-// post sends one message and relays what comes back.
+// post sends one message and relays what comes back. A server that
+// answers 404 for the session (it expired or the server restarted) gets a
+// new session, initialized as the gateway did the first, and the message
+// once more; a server that does not answer at all ends the connection.
 func (p *httpPipe) post(ctx context.Context, wg *sync.WaitGroup, data []byte, msg *jsonrpc.Message) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.s.URL, bytes.NewReader(data))
-	if err != nil {
-		p.fail(ctx, msg, err.Error())
-		return
+	resp, sid, err := p.send(ctx, data, true)
+	if err == nil && resp.StatusCode == http.StatusNotFound && sid != "" {
+		resp.Body.Close()
+		if err := p.reinit(ctx, wg, sid); err != nil {
+			if ctx.Err() == nil {
+				p.fail(ctx, msg, err.Error())
+				p.stop(err)
+			}
+			return
+		}
+		resp, _, err = p.send(ctx, data, true)
+		if err == nil && resp.StatusCode == http.StatusNotFound {
+			resp.Body.Close()
+			p.fail(ctx, msg, "MCP server answered HTTP 404 again after a new session was initialized")
+			return
+		}
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	p.headers(req)
-	resp, err := p.client.Do(req)
 	if err != nil {
 		if ctx.Err() == nil {
-			p.fail(ctx, msg, fmt.Sprintf("MCP server unreachable: %v", err))
+			err = fmt.Errorf("%w: %w", errUnreachable, err)
+			p.fail(ctx, msg, err.Error())
+			p.stop(err)
 		}
 		return
 	}
 	defer resp.Body.Close()
 	isInit := msg.Method == "initialize"
-	if sid := resp.Header.Get("Mcp-Session-Id"); sid != "" && isInit {
+	if isInit && resp.StatusCode == http.StatusOK {
 		p.mu.Lock()
-		p.sessionID = sid
+		p.sessionID = resp.Header.Get("Mcp-Session-Id")
+		p.initBody = data
 		p.mu.Unlock()
 	}
 	switch {
-	case resp.StatusCode == http.StatusNotFound && p.session() != "":
-		p.stop(errSessionExpired)
-		return
 	case resp.StatusCode == http.StatusAccepted:
 		if msg.Method == "notifications/initialized" {
 			p.startStream(ctx, wg)
@@ -143,6 +167,150 @@ func (p *httpPipe) post(ctx context.Context, wg *sync.WaitGroup, data []byte, ms
 	if err != nil && ctx.Err() == nil {
 		p.log.Warn("could not relay the MCP server's answer", "method", msg.Method, "error", err)
 	}
+}
+
+// send POSTs one message, with the session's headers unless it starts a
+// new session, and returns the answer and the session id it was sent with.
+func (p *httpPipe) send(ctx context.Context, data []byte, inSession bool) (*http.Response, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.s.URL, bytes.NewReader(data))
+	if err != nil {
+		return nil, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	sid := p.headers(req)
+	if !inSession {
+		sid = ""
+		req.Header.Del("Mcp-Session-Id")
+		req.Header.Del("MCP-Protocol-Version")
+	}
+	resp, err := p.client.Do(req)
+	return resp, sid, err
+}
+
+// reinit starts a new session after the server answered 404 for expired:
+// it replays the gateway's initialize (whose answer the gateway already
+// has) and notifications/initialized, and reopens the GET stream. When
+// another request already replaced expired, it does nothing. The error
+// wraps errUnreachable or errSessionExpired.
+func (p *httpPipe) reinit(ctx context.Context, wg *sync.WaitGroup, expired string) error {
+	p.initMu.Lock()
+	defer p.initMu.Unlock()
+	p.mu.Lock()
+	current, body := p.sessionID, p.initBody
+	p.mu.Unlock()
+	if current != expired {
+		return nil
+	}
+	if body == nil {
+		return errSessionExpired
+	}
+	resp, _, err := p.send(ctx, body, false)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUnreachable, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%w; initializing a new one: HTTP %d", errSessionExpired, resp.StatusCode)
+	}
+	var answer []byte
+	keep := func(m []byte) error { answer = m; return nil }
+	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct == "text/event-stream" {
+		err = readSSE(resp.Body, p.cfg.ReadLimit, keep)
+	} else {
+		var b []byte
+		if b, err = io.ReadAll(io.LimitReader(resp.Body, p.cfg.ReadLimit)); err == nil {
+			err = relayJSON(b, keep)
+		}
+	}
+	if m, derr := jsonrpc.Decode(answer); err != nil || derr != nil || m.Kind() != jsonrpc.KindResponse || m.Error != nil {
+		return fmt.Errorf("%w; initializing a new one failed: %s", errSessionExpired, bytes.TrimSpace(answer))
+	}
+	p.mu.Lock()
+	p.sessionID = resp.Header.Get("Mcp-Session-Id")
+	p.streaming = false
+	p.mu.Unlock()
+	p.noteVersion(answer)
+	resp, _, err = p.send(ctx, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`), true)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUnreachable, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("%w; the new one refused notifications/initialized: HTTP %d", errSessionExpired, resp.StatusCode)
+	}
+	p.startStream(ctx, wg)
+	p.log.Info("MCP server ended the HTTP session; initialized a new one")
+	return nil
+}
+
+// watch pings the server every PingInterval once initialized, so a server
+// that went away takes the source offline while no call is under way, and
+// an idle session that expired is renewed before a call meets it.
+func (p *httpPipe) watch(ctx context.Context, wg *sync.WaitGroup) {
+	if p.cfg.PingInterval <= 0 {
+		return
+	}
+	t := time.NewTicker(p.cfg.PingInterval)
+	defer t.Stop()
+	for n := 1; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		initialized := p.initBody != nil
+		p.mu.Unlock()
+		if !initialized {
+			continue
+		}
+		if err := p.ping(ctx, wg, n); err != nil && ctx.Err() == nil {
+			p.stop(err)
+			return
+		}
+	}
+}
+
+// ping sends the server an MCP ping of the bridge's own; any HTTP answer
+// but 404 for the session means the server is up.
+func (p *httpPipe) ping(ctx context.Context, wg *sync.WaitGroup, n int) error {
+	pctx, cancel := context.WithTimeout(ctx, p.cfg.PingInterval)
+	defer cancel()
+	resp, sid, err := p.send(pctx, fmt.Appendf(nil, `{"jsonrpc":"2.0","id":"mcpgate-bridge-ping-%d","method":"ping"}`, n), true)
+	if err != nil {
+		return fmt.Errorf("%w: ping: %w", errUnreachable, err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, p.cfg.ReadLimit))
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound && sid != "" {
+		return p.reinit(ctx, wg, sid)
+	}
+	return nil
+}
+
+// probeHTTP reports whether the server at s.URL answers HTTP at all (any
+// status will do: an MCP ping outside a session is usually refused), so a
+// bridge does not offer the gateway a source whose server is down.
+func probeHTTP(ctx context.Context, s Server) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL, strings.NewReader(`{"jsonrpc":"2.0","id":"mcpgate-bridge-probe","method":"ping"}`))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range s.Headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUnreachable, err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	return nil
 }
 
 // startStream opens the GET stream on which a server sends notifications
@@ -205,7 +373,9 @@ func (p *httpPipe) session() string {
 	return p.sessionID
 }
 
-func (p *httpPipe) headers(req *http.Request) {
+// headers sets the server's configured headers and the session's, and
+// returns the session id sent.
+func (p *httpPipe) headers(req *http.Request) string {
 	for k, v := range p.s.Headers {
 		req.Header.Set(k, v)
 	}
@@ -218,6 +388,7 @@ func (p *httpPipe) headers(req *http.Request) {
 	if ver != "" {
 		req.Header.Set("MCP-Protocol-Version", ver)
 	}
+	return sid
 }
 
 // noteVersion records the protocol version of an initialize answer, which
