@@ -27,8 +27,19 @@ const (
 // drops at once must not be hammered.
 const stableAfter = 30 * time.Second
 
+// failureLogEvery is how often a client that keeps failing to connect for
+// the same reason says so again at info; the attempts between are logged
+// at debug.
+const failureLogEvery = time.Minute
+
 // ErrBadHello is returned when the gateway's hello is not usable.
 var ErrBadHello = errors.New("device: invalid server hello")
+
+// ErrUnauthorized is returned, wrapped, by Connect when the gateway refuses
+// the device's credentials: HTTP 401 or 403 to the WebSocket handshake, or
+// an MQTT CONNACK "bad user name or password" or "not authorized". Run
+// keeps retrying (a valid token may be issued meanwhile) and logs why.
+var ErrUnauthorized = errors.New("device: the gateway refused the device's credentials")
 
 // ClientOptions configures a [Client]. URL, DeviceID and Server are required;
 // every other zero value means the documented default.
@@ -103,6 +114,9 @@ type State struct {
 	// Attempt numbers the connection attempt this state belongs to,
 	// counting from 1 since the last session that lasted a while.
 	Attempt int
+	// RetryIn is how long Run waits before the next attempt; set with
+	// StatusDisconnected, unless Run is returning.
+	RetryIn time.Duration
 }
 
 // Client connects a device's [Server] to a gateway over WebSocket and keeps
@@ -208,15 +222,22 @@ func keepConnected(ctx context.Context, minB, maxB time.Duration, log *slog.Logg
 		}
 	}
 	b := backoff{min: minB, max: maxB}
+	var failing failureStreak
 	attempt := 0
 	for {
 		attempt++
 		report(State{Status: StatusConnecting, Attempt: attempt})
 		start := time.Now()
 		sess, err := connect(ctx)
-		if err == nil {
+		connected := err == nil
+		if connected {
 			report(State{Status: StatusConnected, SessionID: sess.ID(), Attempt: attempt})
-			log.Info("connected", "session_id", sess.ID())
+			if failing.attempts > 0 {
+				log.Info("connected", "session_id", sess.ID(), "after_failed_attempts", failing.attempts)
+			} else {
+				log.Info("connected", "session_id", sess.ID())
+			}
+			failing = failureStreak{}
 			err = sess.Serve(ctx)
 			if time.Since(start) >= stableAfter {
 				b.reset()
@@ -228,8 +249,12 @@ func keepConnected(ctx context.Context, minB, maxB time.Duration, log *slog.Logg
 			return ctx.Err()
 		}
 		wait := b.next()
-		log.Info("disconnected", "error", err, "retry_in", wait)
-		report(State{Status: StatusDisconnected, Err: err, Attempt: attempt})
+		if connected {
+			log.Info("disconnected", "error", err, "retry_in", wait)
+		} else {
+			failing.log(ctx, log, err, wait, time.Now())
+		}
+		report(State{Status: StatusDisconnected, Err: err, Attempt: attempt, RetryIn: wait})
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -238,6 +263,29 @@ func keepConnected(ctx context.Context, minB, maxB time.Duration, log *slog.Logg
 		case <-t.C:
 		}
 	}
+}
+
+// failureStreak tracks failed connection attempts since the last
+// connection, so that a gateway that stays down or keeps refusing the
+// device is reported at info when it starts, when the reason changes and
+// then once every failureLogEvery, rather than silently or once per attempt.
+type failureStreak struct {
+	attempts int
+	reason   string    // error text last logged at info
+	logged   time.Time // when
+}
+
+func (f *failureStreak) log(ctx context.Context, log *slog.Logger, err error, wait time.Duration, now time.Time) {
+	f.attempts++
+	level := slog.LevelDebug
+	if reason := err.Error(); f.attempts == 1 || reason != f.reason || now.Sub(f.logged) >= failureLogEvery {
+		level, f.reason, f.logged = slog.LevelInfo, reason, now
+	}
+	msg := "cannot connect; retrying"
+	if errors.Is(err, ErrUnauthorized) {
+		msg = "the gateway refused the device's credentials; retrying"
+	}
+	log.Log(ctx, level, msg, "error", err, "failed_attempts", f.attempts, "retry_in", wait.Round(time.Millisecond))
 }
 
 // backoff is a jittered exponential backoff: the n-th wait is drawn from

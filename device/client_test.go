@@ -1,8 +1,14 @@
 package device
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -431,5 +437,130 @@ func TestPingsKeepIdleSessionAlive(t *testing.T) {
 	}
 	if err := <-served; !errors.Is(err, errIdle) {
 		t.Fatalf("after pings stop: %v, want the idle error", err)
+	}
+}
+
+// A client that cannot connect says why at info, once for the streak and
+// not once per attempt, names a refusal of its credentials as such, and
+// backs off further on each attempt.
+func TestReconnectSaysWhy(t *testing.T) {
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusedURL := "ws://" + closed.Addr().String() + "/xiaozhi/v1/"
+	closed.Close()
+	unauthorized := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "device authentication failed: token expired", http.StatusUnauthorized)
+	}))
+	defer unauthorized.Close()
+
+	for _, tc := range []struct {
+		name, url, msg, reason string
+		unauthorized           bool
+	}{
+		{"refused", refusedURL, "cannot connect; retrying", "connection refused", false},
+		{"401", "ws" + strings.TrimPrefix(unauthorized.URL, "http") + "/xiaozhi/v1/",
+			"the gateway refused the device's credentials; retrying", "401 Unauthorized: device authentication failed: token expired", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testContext(t)
+			var logs bytes.Buffer
+			var mu sync.Mutex
+			var failures []State
+			enough := make(chan struct{})
+			client, err := NewClient(ClientOptions{
+				URL: tc.url, DeviceID: "02:00:00:00:00:01", Server: newTestServer(t, ProfileESP32),
+				MinBackoff: time.Millisecond, MaxBackoff: 32 * time.Millisecond,
+				Logger: slog.New(slog.NewTextHandler(&lockedWriter{mu: &mu, w: &logs}, nil)),
+				OnState: func(s State) {
+					if s.Status != StatusDisconnected || s.RetryIn == 0 {
+						return
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					if failures = append(failures, s); len(failures) == 6 {
+						close(enough)
+					}
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			runCtx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- client.Run(runCtx) }()
+			select {
+			case <-enough:
+			case <-ctx.Done():
+				t.Fatal("fewer than 6 attempts")
+			}
+			stop()
+			<-done
+			mu.Lock()
+			defer mu.Unlock()
+			for i, s := range failures[:6] {
+				if errors.Is(s.Err, ErrUnauthorized) != tc.unauthorized || !strings.Contains(s.Err.Error(), tc.reason) {
+					t.Fatalf("attempt %d: error %v", i+1, s.Err)
+				}
+				// Each wait is drawn from [d/2, d] with d doubling, here 1ms
+				// to 32ms: below the cap it never shrinks.
+				if i > 0 && s.RetryIn < failures[i-1].RetryIn {
+					t.Fatalf("attempt %d waits %s after %s", i+1, s.RetryIn, failures[i-1].RetryIn)
+				}
+			}
+			if first, last := failures[0].RetryIn, failures[5].RetryIn; first > time.Millisecond || last < 16*time.Millisecond {
+				t.Fatalf("waits from %s to %s: want at most 1ms growing to 16..32ms", first, last)
+			}
+			lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+			if len(lines) != 1 || !strings.Contains(lines[0], "level=INFO") || !strings.Contains(lines[0], `msg="`+tc.msg+`"`) ||
+				!strings.Contains(lines[0], tc.reason) || !strings.Contains(lines[0], "retry_in=") {
+				t.Fatalf("want one info line saying why, got:\n%s", logs.String())
+			}
+		})
+	}
+}
+
+// lockedWriter serializes writes to w under mu.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// A streak of failures is logged at info when it starts, when the reason
+// changes and once a minute; the attempts between at debug.
+func TestFailureStreakLog(t *testing.T) {
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	refused, timeout := errors.New("connection refused"), errors.New("i/o timeout")
+	t0 := time.Now()
+	var f failureStreak
+	for _, step := range []struct {
+		err   error
+		after time.Duration
+		level string
+	}{
+		{refused, 0, "INFO"},
+		{refused, time.Second, "DEBUG"},
+		{timeout, 2 * time.Second, "INFO"},
+		{timeout, 30 * time.Second, "DEBUG"},
+		{timeout, 62 * time.Second, "INFO"},
+		{refused, 63 * time.Second, "INFO"},
+		{refused, 64 * time.Second, "DEBUG"},
+	} {
+		logs.Reset()
+		f.log(t.Context(), log, step.err, time.Second, t0.Add(step.after))
+		if !strings.Contains(logs.String(), "level="+step.level) {
+			t.Fatalf("%v at +%s: %s, want level %s", step.err, step.after, logs.String(), step.level)
+		}
+	}
+	if f.attempts != 7 {
+		t.Fatalf("%d attempts counted, want 7", f.attempts)
 	}
 }

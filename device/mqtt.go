@@ -151,8 +151,11 @@ func (c *MQTTClient) Connect(ctx context.Context) (*Session, error) {
 	if c.opts.Subscribe {
 		cp.WillMessage = &paho.WillMessage{Topic: c.opts.PublishTopic, Payload: []byte(presenceOffline)}
 	}
-	if _, err := l.cli.Connect(cctx, cp); err != nil {
+	if ca, err := l.cli.Connect(cctx, cp); err != nil {
 		_ = conn.Close()
+		if ca != nil && refusesCredentials(ca.ReasonCode) {
+			return nil, fmt.Errorf("%w: MQTT broker %s: %w (CONNACK reason 0x%02x)", ErrUnauthorized, c.opts.Broker, err, ca.ReasonCode)
+		}
 		return nil, fmt.Errorf("device: MQTT connect to %s: %w", c.opts.Broker, err)
 	}
 	if c.opts.Subscribe {
@@ -164,6 +167,13 @@ func (c *MQTTClient) Connect(ctx context.Context) (*Session, error) {
 	l.touch()
 	// No idle timeout: MQTT keepalive (PINGREQ) detects a dead broker.
 	return newSession(l, c.opts.Server, "", 0, c.log), nil
+}
+
+// refusesCredentials reports whether a CONNACK reason code (MQTT 5, which
+// this client speaks) refuses the client's credentials: bad user name or
+// password, not authorized, bad authentication method.
+func refusesCredentials(code byte) bool {
+	return code == 0x86 || code == 0x87 || code == 0x8C
 }
 
 const (

@@ -114,12 +114,12 @@ func (c *Client) connectRegister(ctx context.Context) (*Session, error) {
 	// The dialect names the device in mac_addr; a Device-Id header is
 	// optional, and devices of this dialect do not send one.
 	h.Del(xiaozhi.HeaderDeviceID)
-	conn, _, err := websocket.Dial(dctx, c.opts.URL, &websocket.DialOptions{
+	conn, resp, err := websocket.Dial(dctx, c.opts.URL, &websocket.DialOptions{
 		HTTPHeader:     h,
 		OnPingReceived: func(context.Context, []byte) bool { l.touch(); return true },
 	})
 	if err != nil {
-		return nil, fmt.Errorf("device: dial %s: %w", c.opts.URL, err)
+		return nil, dialError(c.opts.URL, resp, err)
 	}
 	conn.SetReadLimit(readLimit)
 	l.conn = conn

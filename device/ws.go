@@ -1,9 +1,11 @@
 package device
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -31,14 +33,14 @@ func (c *Client) Connect(ctx context.Context) (*Session, error) {
 	dctx, cancel := context.WithTimeout(ctx, c.opts.HelloTimeout)
 	defer cancel()
 	l := &wsLink{}
-	conn, _, err := websocket.Dial(dctx, c.opts.URL, &websocket.DialOptions{
+	conn, resp, err := websocket.Dial(dctx, c.opts.URL, &websocket.DialOptions{
 		HTTPHeader: c.header(),
 		// A ping is a received frame: it keeps the idle watch from closing a
 		// connection the gateway keeps alive.
 		OnPingReceived: func(context.Context, []byte) bool { l.touch(); return true },
 	})
 	if err != nil {
-		return nil, fmt.Errorf("device: dial %s: %w", c.opts.URL, err)
+		return nil, dialError(c.opts.URL, resp, err)
 	}
 	conn.SetReadLimit(readLimit)
 	l.conn = conn
@@ -49,6 +51,17 @@ func (c *Client) Connect(ctx context.Context) (*Session, error) {
 		return nil, err
 	}
 	return newSession(l, c.opts.Server, sid, c.opts.IdleTimeout, c.log), nil
+}
+
+// dialError says why a WebSocket dial failed; a refusal of the device's
+// credentials wraps ErrUnauthorized and quotes the gateway's reason.
+func dialError(url string, resp *http.Response, err error) error {
+	if resp == nil || (resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden) {
+		return fmt.Errorf("device: dial %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 256)) // the library keeps at most 1 KiB
+	return fmt.Errorf("%w: %s answered %s: %s", ErrUnauthorized, url, resp.Status, bytes.TrimSpace(body))
 }
 
 // header returns the handshake headers firmware sends.

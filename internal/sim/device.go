@@ -32,6 +32,9 @@ type Device struct {
 	// everything in cfg.
 	mqtt *OTAMQTT
 
+	// onState, set by Run, is the clients' OnState: the fleet's log.
+	onState func(device.State)
+
 	rngMu sync.Mutex // guards rng: concurrent profiles call tools in parallel
 	rng   *rand.Rand
 }
@@ -111,7 +114,7 @@ func (d *Device) MQTTClient() (*device.MQTTClient, error) {
 	opts := device.MQTTClientOptions{
 		Broker: d.cfg.MQTTBroker, DeviceID: d.MAC, Server: d.Server,
 		ClientID:   xiaozhi.MQTTClientID{Group: xiaozhi.DefaultMQTTGroup, DeviceID: d.MAC, UUID: d.ClientID}.String(),
-		MinBackoff: minBackoff, MaxBackoff: maxBackoff, Logger: d.log,
+		MinBackoff: minBackoff, MaxBackoff: maxBackoff, Logger: d.log, OnState: d.onState,
 	}
 	if d.cfg.Token != "" {
 		opts.Username, opts.Password = d.MAC, d.cfg.Token
@@ -150,6 +153,7 @@ func (d *Device) Client() (*device.Client, error) {
 		MinBackoff: minBackoff,
 		MaxBackoff: maxBackoff,
 		Logger:     d.log,
+		OnState:    d.onState,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sim: %w", err)

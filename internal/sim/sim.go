@@ -133,11 +133,13 @@ func Run(ctx context.Context, cfg Config) error {
 	// Build every device first, so a bad configuration fails before any
 	// connection is made.
 	clients := make([]Runner, cfg.Count)
+	fleet := newFleetLog(cfg.Logger, cfg.Count)
 	for i := range clients {
 		d, err := NewDevice(cfg, i)
 		if err != nil {
 			return err
 		}
+		d.onState = fleet.observer(d.MAC)
 		if cfg.OTAURL != "" {
 			if _, err := d.Provision(ctx, cfg.OTAURL); err != nil {
 				return err
