@@ -730,6 +730,23 @@ func TestOAuthDiscoveryRefused(t *testing.T) {
 			}
 		})
 	}
+	// A browser client (the Inspector's direct mode) may read the hint.
+	for _, method := range []string{"OPTIONS", "POST"} {
+		req, err := http.NewRequestWithContext(t.Context(), method, f.base+"/register", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Origin", "http://localhost:6274")
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.Header.Get("Access-Control-Allow-Origin") != "http://localhost:6274" {
+			t.Fatalf("%s /register from a browser: %d without CORS headers %v", method, resp.StatusCode, resp.Header)
+		}
+	}
 	status, hdr, body := f.do(t, "", "POST", "/mcp", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`)
 	if challenge := hdr.Get("WWW-Authenticate"); status != 401 || challenge != `Bearer realm="mcpgate"` || !bytes.Contains(body, []byte("Bearer <key>")) {
 		t.Fatalf("MCP door without a key: %d %q %s", status, challenge, body)

@@ -37,15 +37,17 @@ var oauthPaths = []struct {
 // and falls back to dynamic client registration at /register, which is
 // refused with an OAuth error whose description is the hint: the SDK shows
 // it and does not retry. With open doors nothing is registered: no client
-// gets a 401, so none looks.
-func (d *Doors) RegisterOAuthRefusals(mux *http.ServeMux) {
+// gets a 401, so none looks. guard wraps each answer as it wraps the doors
+// (Host and Origin checks, CORS), so a browser client such as the
+// Inspector's direct mode can read the hint.
+func (d *Doors) RegisterOAuthRefusals(mux *http.ServeMux, guard func(http.Handler) http.Handler) {
 	if !d.cfg.Require {
 		return
 	}
 	for _, p := range oauthPaths {
-		mux.HandleFunc(p.pattern, func(w http.ResponseWriter, r *http.Request) {
+		mux.Handle(p.pattern, guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			writeOAuthError(w, p.status, p.code, OAuthHint)
-		})
+		})))
 	}
 }
 

@@ -351,7 +351,7 @@ func New(cfg Config) (*Gateway, error) {
 	restAuth := api.Authenticate(da.doors, h)
 	restWrap := func(next http.Handler) http.Handler { return guard.Wrap(restAuth(next)) }
 	door.Register(mux, da.doors.Wrap)
-	da.doors.RegisterOAuthRefusals(mux) // OAuth-first clients stop at once with the API-key hint
+	da.doors.RegisterOAuthRefusals(mux, guard.Wrap) // OAuth-first clients stop at once with the API-key hint
 	devices.register(mux, restWrap)
 	mux.Handle("/", restWrap(rest)) // a web page must not drive REST calls on a local gateway
 	g = &Gateway{cfg: cfg, log: cfg.Logger, metrics: m, hub: h, ws: wst, ep: ep, mqtt: mq, mqttExt: mqx, api: rest, auth: da, mcp: door, devices: devices, handler: mux, ready: make(chan struct{})}
