@@ -73,7 +73,19 @@ with the API key of --key (or MCPGATE_API_KEY) when it needs one.`,
 		root.AddCommand(add(g))
 	}
 	withUsageLine(root)
+	root.SetFlagErrorFunc(suggestFlag)
 	return root
+}
+
+// suggestFlag adds the closest flag's name to an unknown flag error.
+func suggestFlag(c *cobra.Command, err error) error {
+	name, ok := strings.CutPrefix(err.Error(), "unknown flag: ")
+	if !ok {
+		return err
+	}
+	var names []string
+	c.Flags().VisitAll(func(f *pflag.Flag) { names = append(names, "--"+f.Name) })
+	return fmt.Errorf("%w%s", err, didYouMean(name, names))
 }
 
 // withUsageLine makes every command's argument check say which command
@@ -134,9 +146,15 @@ func applyConfig(fs *pflag.FlagSet, file string) error {
 		if err := yaml.Unmarshal(b, &fromFile); err != nil {
 			return fmt.Errorf("config file %s: %w", file, err)
 		}
+		var names []string
+		fs.VisitAll(func(f *pflag.Flag) {
+			if f.Name != "config" {
+				names = append(names, f.Name)
+			}
+		})
 		for k := range fromFile {
 			if fs.Lookup(k) == nil || k == "config" {
-				return fmt.Errorf("config file %s: unknown setting %q (settings are the flag names of 'mcpgate serve --help')", file, k)
+				return fmt.Errorf("config file %s: unknown setting %q%s (settings are the flag names of 'mcpgate serve --help')", file, k, didYouMean(k, names))
 			}
 		}
 	}
