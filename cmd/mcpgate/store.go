@@ -112,6 +112,11 @@ func (sf *storeFlags) open(ctx context.Context) (store.Store, error) {
 // create, run before the first start of a gateway that needs a key.
 func (sf *storeFlags) openOrCreate(ctx context.Context) (store.Store, error) {
 	dataDir, dsn := sf.resolve()
+	if _, err := os.Stat(filepath.Join(dataDir, store.DefaultFile)); err != nil {
+		if hint := legacyHint(dsn, sf.defaultData()); hint != "" {
+			fmt.Fprintf(sf.cmd.ErrOrStderr(), "note: %s (this creates a new store)\n", hint)
+		}
+	}
 	s, err := store.Open(ctx, dsn, dataDir)
 	if err != nil {
 		return nil, err

@@ -127,4 +127,17 @@ func TestLocalCommandStore(t *testing.T) {
 		}
 	}
 	run(t, "unused", "keys", "list", "--data", "./data").want(t, 0)
+
+	// serve says so too, and so does keys create, which makes a new store.
+	os.Unsetenv("MCPGATE_DATA") // restored by t.Setenv above
+	r = run(t, "unused", "serve", "--tool-timeout", "a=never")
+	r.want(t, 1)
+	if !strings.Contains(r.stderr, "found data/mcpgate.db") || !strings.Contains(r.stderr, "this gateway starts a new store in "+filepath.Join(state, "mcpgate")) {
+		t.Errorf("serve: stderr %q", r.stderr)
+	}
+	r = run(t, "unused", "keys", "create", "--name", "a", "--scope", "read")
+	r.want(t, 0)
+	if !strings.Contains(r.stderr, "note: found data/mcpgate.db") {
+		t.Errorf("keys create: stderr %q", r.stderr)
+	}
 }
