@@ -82,7 +82,7 @@ not awaited"); --wait waits for the device's own answer.`,
 			case len(pairs) > 0:
 				tl, err := c.Tools(ctx, ref)
 				if err != nil {
-					return reportError(g, err)
+					return reportNotFound(ctx, g, c, ref, "", err)
 				}
 				// An unknown tool leaves schema nil: values are then guessed
 				// and the gateway answers tool_not_found.
@@ -107,7 +107,7 @@ not awaited"); --wait waits for the device's own answer.`,
 			}
 			res, err := c.Call(ctx, ref, api.CallBody{Name: tool, Arguments: arguments, TimeoutMS: timeout.Milliseconds(), Wait: wait})
 			if err != nil {
-				return reportError(g, err)
+				return reportNotFound(cmd.Context(), g, c, ref, tool, err)
 			}
 			switch {
 			case g.json:

@@ -47,14 +47,14 @@ gateway refuses (no model configured, unknown device) prints
 			if g.json {
 				r, err := c.Chat(cmd.Context(), args[0], body, nil)
 				if err != nil {
-					return reportError(g, err)
+					return reportNotFound(cmd.Context(), g, c, args[0], "", err)
 				}
 				return printJSON(g.stdout, r)
 			}
 			p := &chatPrinter{out: g.stdout, errw: g.stderr, thoughts: thoughts}
 			if _, err := c.Chat(cmd.Context(), args[0], body, p.event); err != nil {
 				p.endLine()
-				return reportError(g, err)
+				return reportNotFound(cmd.Context(), g, c, args[0], "", err)
 			}
 			return nil
 		},

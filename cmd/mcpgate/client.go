@@ -4,6 +4,7 @@ package main
 // client from --server, error reporting, tables and humanised values.
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,7 +40,16 @@ func reportError(g *globals, err error) error {
 	if !errors.As(err, &ae) {
 		return err
 	}
-	fmt.Fprintf(g.stderr, "error: %s\n", ae)
+	problems := ae.Problems()
+	if len(problems) > 0 {
+		// The message repeats the problems on one line: list them once,
+		// one a line, below the tool they concern.
+		var d api.ValidationDetails
+		_ = json.Unmarshal(ae.Details, &d) // Problems read it already
+		fmt.Fprintf(g.stderr, "error: %s: invalid arguments for %s:\n", ae.Code, d.Tool)
+	} else {
+		fmt.Fprintf(g.stderr, "error: %s\n", ae)
+	}
 	switch ae.Status {
 	case http.StatusUnauthorized:
 		fmt.Fprintln(g.stderr, "  the gateway needs a valid API key: pass --key or set MCPGATE_API_KEY (an operator creates one with 'mcpgate keys create')")
@@ -48,7 +58,7 @@ func reportError(g *globals, err error) error {
 			fmt.Fprintln(g.stderr, "  this API key's scope is too low for that; ask for a key with a higher --scope")
 		}
 	}
-	for _, p := range ae.Problems() {
+	for _, p := range problems {
 		at := p.Path
 		if at == "" {
 			at = "(arguments)"

@@ -342,7 +342,9 @@ func TestCallCmd(t *testing.T) {
 	// Gateway errors: "error: <code>: <message>", problems listed, exit 1.
 	r = run(t, addr, "call", devID, "self.audio_speaker.set_volume", "volume=150")
 	r.want(t, 1)
-	if !strings.HasPrefix(r.stderr, "error: invalid_arguments: ") || !strings.Contains(r.stderr, "\n  /volume: ") {
+	// Each problem once, one a line, under the tool: the message repeats
+	// them, so printing it and the list showed each twice.
+	if !regexp.MustCompile(`^error: invalid_arguments: invalid arguments for self.audio_speaker.set_volume:\n  /volume: [^\n]+\n$`).MatchString(r.stderr) {
 		t.Errorf("invalid arguments: %q", r.stderr)
 	}
 	r = run(t, addr, "call", devID, "self.nope", "x=1")

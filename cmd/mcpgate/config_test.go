@@ -50,7 +50,8 @@ func TestApplyConfigPrecedence(t *testing.T) {
 func TestApplyConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct{ name, content, want string }{
-		{"unknown key", "adr: x\n", `unknown setting "adr"`},
+		{"unknown key", "adr: x\n", `unknown setting "adr" (did you mean addr?)`},
+		{"unknown key far from any", "colour: x\n", `unknown setting "colour" (settings are`},
 		{"bad value", "call-timeout: soon\n", "call-timeout"},
 		{"not yaml", "addr: [\n", "config file"},
 	} {

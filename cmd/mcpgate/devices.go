@@ -69,7 +69,7 @@ func newDevicesShowCmd(g *globals) *cobra.Command {
 			}
 			d, err := c.Device(cmd.Context(), args[0])
 			if err != nil {
-				return reportError(g, err)
+				return reportNotFound(cmd.Context(), g, c, args[0], "", err)
 			}
 			if g.json {
 				return printJSON(g.stdout, d)
@@ -134,7 +134,7 @@ or digit, unique among devices. The alias replaces the old one everywhere.`,
 			}
 			d, err := c.SetAlias(cmd.Context(), args[0], args[1])
 			if err != nil {
-				return reportError(g, err)
+				return reportNotFound(cmd.Context(), g, c, args[0], "", err)
 			}
 			if g.json {
 				return printJSON(g.stdout, d)
@@ -162,7 +162,7 @@ The revocation is kept in the gateway's store and survives a restart.`,
 			}
 			res, err := c.RevokeTokens(cmd.Context(), args[0])
 			if err != nil {
-				return reportError(g, err)
+				return reportNotFound(cmd.Context(), g, c, args[0], "", err)
 			}
 			if g.json {
 				return printJSON(g.stdout, res)

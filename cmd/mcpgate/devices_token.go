@@ -1,62 +1,127 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/mcpgate/mcpgate/internal/devauth"
+	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
 func newDevicesTokenCmd(g *globals) *cobra.Command {
 	var (
-		clientID, dataDir, secretFile string
-		ttl                           time.Duration
+		clientID, secretFile string
+		ttl                  time.Duration
+		newID                bool
 	)
 	cmd := &cobra.Command{
 		Use:   "token DEVICE",
-		Short: "Issue a device token (local: reads the gateway's secret file)",
+		Short: "Issue a device token (local: reads the gateway's store and secret file)",
 		Long: `Print a token DEVICE presents to a gateway running with --device-auth=token
 (as its WebSocket bearer token, or its MQTT password). The token is signed with
 the gateway's secret file, so run this where the gateway's data lives; it does
-not talk to the gateway. DEVICE is a device id (a MAC in any form), not an alias.
+not talk to the gateway. Both the store and the secret file must exist: the
+gateway creates them at its first start.
+
+DEVICE is a MAC in any form (a device that has not connected yet may get a
+token), or the id or alias of a device in the gateway's store. Any other name
+is refused, with the closest known one; --new issues a token for a new device
+whose id is not a MAC.
 
 With --client-id the token is valid only with that Client-Id; without, with any.`,
 		Example: `  mcpgate devices token 02:00:00:00:00:01
+  mcpgate devices token kitchen
   mcpgate devices token aa-bb-cc-dd-ee-ff --client-id 6f1c... --ttl 24h --data /var/lib/mcpgate`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := xiaozhi.NormalizeDeviceID(args[0])
-			if err != nil {
-				return fmt.Errorf("DEVICE: %w", err)
-			}
-			if secretFile == "" {
-				secretFile = filepath.Join(dataDir, "device-secret")
-			}
-			secret, err := devauth.LoadOrCreateSecret(secretFile, slog.New(slog.NewTextHandler(g.stderr, nil)))
-			if err != nil {
-				return err
-			}
-			auth, err := devauth.New(devauth.Config{Secret: secret})
-			if err != nil {
-				return err
-			}
-			tok, err := auth.IssueDevice(id, clientID, ttl)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(g.stdout, tok)
-			return nil
-		},
+	}
+	sf := addStoreFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		dataDir, _ := sf.resolve()
+		if secretFile == "" {
+			secretFile = filepath.Join(dataDir, "device-secret")
+		}
+		// A new secret here would sign tokens no gateway accepts.
+		if _, err := os.Stat(secretFile); errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("no device secret at %s: start the gateway once (it creates it), or pass --data or --device-secret-file as given to serve", secretFile)
+		}
+		st, err := sf.open(cmd.Context())
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		id, err := tokenDeviceID(cmd.Context(), st, args[0], newID)
+		if err != nil {
+			return err
+		}
+		if id != args[0] {
+			fmt.Fprintf(g.stderr, "device: %s\n", id)
+		}
+		secret, err := devauth.LoadOrCreateSecret(secretFile, slog.New(slog.NewTextHandler(g.stderr, nil)))
+		if err != nil {
+			return err
+		}
+		auth, err := devauth.New(devauth.Config{Secret: secret})
+		if err != nil {
+			return err
+		}
+		tok, err := auth.IssueDevice(id, clientID, ttl)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(g.stdout, tok)
+		return nil
 	}
 	f := cmd.Flags()
 	f.StringVar(&clientID, "client-id", "", "bind the token to this Client-Id")
 	f.DurationVar(&ttl, "ttl", 720*time.Hour, "how long the token is valid")
-	f.StringVar(&dataDir, "data", "./data", "the gateway's data directory")
 	f.StringVar(&secretFile, "device-secret-file", "", "the gateway's secret file (default DATA/device-secret)")
+	f.BoolVar(&newID, "new", false, "DEVICE is the id of a device the store does not know yet, though not a MAC")
 	return cmd
+}
+
+// macID matches a MAC as xiaozhi.NormalizeDeviceID writes it.
+var macID = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
+
+// tokenDeviceID turns DEVICE into the device id a token is for: a MAC is
+// one, known or not; any other name must be the id or alias of a device in
+// the store (or, with newID, a new id), so that an alias never becomes a
+// token for a device literally named after it.
+func tokenDeviceID(ctx context.Context, st store.Store, ref string, newID bool) (string, error) {
+	id, err := xiaozhi.NormalizeDeviceID(ref)
+	if err != nil {
+		return "", fmt.Errorf("DEVICE: %w", err)
+	}
+	if macID.MatchString(id) {
+		return id, nil
+	}
+	devs, err := st.Devices(ctx)
+	if err != nil {
+		return "", fmt.Errorf("read the devices: %w", err)
+	}
+	names := make([]string, 0, 2*len(devs))
+	for _, d := range devs {
+		if d.ID == id || (d.Alias != "" && strings.EqualFold(d.Alias, ref)) {
+			return d.ID, nil
+		}
+		names = append(names, d.ID)
+		if d.Alias != "" {
+			names = append(names, d.Alias)
+		}
+	}
+	if newID {
+		return id, nil
+	}
+	return "", fmt.Errorf("no device %q in %s%s: DEVICE is a MAC, or the id or alias of a device that has connected (--new issues a token for a new device whose id is not a MAC)",
+		ref, st.Location(), didYouMean(ref, names))
 }

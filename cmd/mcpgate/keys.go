@@ -129,7 +129,7 @@ absent from everything the key lists, and calling them answers not found.`,
 		if err != nil {
 			return err
 		}
-		st, err := sf.open(cmd.Context())
+		st, err := sf.openOrCreate(cmd.Context())
 		if err != nil {
 			return err
 		}

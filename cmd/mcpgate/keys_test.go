@@ -112,6 +112,11 @@ func TestKeysCmdValidation(t *testing.T) {
 	t.Setenv("MCPGATE_DATA", "")
 	t.Setenv("MCPGATE_STORE", "")
 	dir := t.TempDir()
+	st, err := store.Open(t.Context(), "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
 	for _, tc := range []struct {
 		args []string
 		want string

@@ -51,6 +51,7 @@ Quick start:
 
 Client commands talk to the gateway named by --server (or MCPGATE_SERVER),
 with the API key of --key (or MCPGATE_API_KEY) when it needs one.`,
+		Version:      buildVersion(),
 		SilenceUsage: true,
 		// main prints the error once; cobra would print it too, and print
 		// "Error: exit status 1" for an exitError already reported.
@@ -58,6 +59,7 @@ with the API key of --key (or MCPGATE_API_KEY) when it needs one.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	root.SetVersionTemplate("mcpgate {{.Version}}\n") // as 'mcpgate version' prints it
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.server, "server", envOr("MCPGATE_SERVER", "http://127.0.0.1:8000"), "gateway URL for client commands (env MCPGATE_SERVER)")
 	pf.StringVar(&g.key, "key", "", "API key (mgk_...) client commands send as a bearer token (env MCPGATE_API_KEY; prefer the variable: flags show in ps)")
@@ -70,7 +72,39 @@ with the API key of --key (or MCPGATE_API_KEY) when it needs one.`,
 	for _, add := range extraCommands {
 		root.AddCommand(add(g))
 	}
+	withUsageLine(root)
+	root.SetFlagErrorFunc(suggestFlag)
 	return root
+}
+
+// suggestFlag adds the closest flag's name to an unknown flag error.
+func suggestFlag(c *cobra.Command, err error) error {
+	name, ok := strings.CutPrefix(err.Error(), "unknown flag: ")
+	if !ok {
+		return err
+	}
+	var names []string
+	c.Flags().VisitAll(func(f *pflag.Flag) { names = append(names, "--"+f.Name) })
+	return fmt.Errorf("%w%s", err, didYouMean(name, names))
+}
+
+// withUsageLine makes every command's argument check say which command
+// failed and end with its usage line: SilenceUsage keeps cobra from printing
+// the whole help on every error, which left "accepts 1 arg(s), received 0"
+// with no hint of what the arguments are.
+func withUsageLine(cmd *cobra.Command) {
+	if check := cmd.Args; check != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if err := check(c, args); err != nil {
+				path := strings.TrimPrefix(c.CommandPath(), c.Root().Name()+" ")
+				return fmt.Errorf("%s: %w\nUsage: %s", path, err, c.UseLine())
+			}
+			return nil
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		withUsageLine(sub)
+	}
 }
 
 // extraCommands lets command files register themselves without editing root.go.
@@ -112,9 +146,15 @@ func applyConfig(fs *pflag.FlagSet, file string) error {
 		if err := yaml.Unmarshal(b, &fromFile); err != nil {
 			return fmt.Errorf("config file %s: %w", file, err)
 		}
+		var names []string
+		fs.VisitAll(func(f *pflag.Flag) {
+			if f.Name != "config" {
+				names = append(names, f.Name)
+			}
+		})
 		for k := range fromFile {
 			if fs.Lookup(k) == nil || k == "config" {
-				return fmt.Errorf("config file %s: unknown setting %q (settings are the flag names of 'mcpgate serve --help')", file, k)
+				return fmt.Errorf("config file %s: unknown setting %q%s (settings are the flag names of 'mcpgate serve --help')", file, k, didYouMean(k, names))
 			}
 		}
 	}

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/store"
 )
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -48,6 +51,13 @@ environment, which wins over the file.`,
 				return err
 			}
 			cfg.Logger = logger
+			if !cmd.Flags().Changed("data") {
+				if _, err := os.Stat(filepath.Join(cfg.DataDir, store.DefaultFile)); err != nil {
+					if hint := legacyHint(cfg.StoreDSN, true); hint != "" {
+						logger.Warn(hint + " (this gateway starts a new store in " + cfg.DataDir + ")")
+					}
+				}
+			}
 			cfg.Version = buildVersion()
 			if err := applyProvisioning(logger); err != nil {
 				return err
@@ -102,7 +112,7 @@ environment, which wins over the file.`,
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "YAML config file whose keys are these flag names")
 	f.StringVar(&cfg.Addr, "addr", "127.0.0.1:8000", "HTTP listen address for devices and clients (port 0 picks a free one)")
-	f.StringVar(&cfg.DataDir, "data", "./data", "directory for the gateway's files")
+	f.StringVar(&cfg.DataDir, "data", defaultDataDir(os.Getenv, os.Geteuid()), "directory for the gateway's files: the SQLite store, the device secret, photos")
 	f.StringVar(&cfg.StoreDSN, "store", "", "the store: empty for SQLite at DATA/mcpgate.db, sqlite:PATH, or postgres://USER:PASSWORD@HOST:PORT/DB")
 	f.DurationVar(&cfg.CallTimeout, "call-timeout", 30*time.Second, "default timeout of a tool call")
 	f.StringToStringVar(&toolTimeouts, "tool-timeout", nil, "per-tool call timeouts as PATTERN=DURATION (path.Match patterns; default self.camera.*=90s)")

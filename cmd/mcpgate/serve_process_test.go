@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -151,7 +152,11 @@ func TestServeSIGTERM(t *testing.T) {
 			}
 		}
 	}
-	addr, _ := waitLog("gateway listening")["addr"].(string)
+	start := waitLog("gateway listening")
+	addr, _ := start["addr"].(string)
+	if want := "sqlite " + filepath.Join(data, store.DefaultFile); start["store"] != want {
+		t.Errorf("start line: store %v, want %q", start["store"], want)
+	}
 	mqttAddr, _ := waitLog("mqtt broker listening")["addr"].(string)
 	if addr == "" || mqttAddr == "" {
 		t.Fatalf("listen addresses %q, %q", addr, mqttAddr)

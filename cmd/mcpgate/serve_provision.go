@@ -31,7 +31,7 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 		llmBaseURL, visionModel                           string
 		transportFor                                      map[string]string
 	)
-	f.StringVar(&auth, "device-auth", "open", "device credentials: open (any device) or token (devices present a token from OTA or `mcpgate devices token`)")
+	f.StringVar(&auth, "device-auth", "open", "device credentials: open (any device) or token (devices present a token from OTA or from 'mcpgate devices token')")
 	f.StringVar(&secretFile, "device-secret-file", "", "file with the secret signing device tokens (default DATA/device-secret, created 0600 if absent)")
 	f.DurationVar(&p.DeviceTokenTTL, "device-token-ttl", 0, "lifetime of device tokens the OTA endpoint issues (default 720h)")
 	f.StringVar(&policy, "ota-policy", "open", "which devices the OTA endpoint configures: open or allowlist")

@@ -2,16 +2,55 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/mcpgate/mcpgate/internal/store"
 )
 
+// legacyDataDir is the data directory of mcpgate before it defaulted to a
+// per-user state directory, relative to where a command ran.
+const legacyDataDir = "./data"
+
+// defaultDataDir is the gateway's data directory when neither --data nor
+// MCPGATE_DATA names one, so that serve and the local commands (keys,
+// devices token) find the same store wherever they run:
+//
+//  1. $STATE_DIRECTORY, which systemd sets for a unit with
+//     StateDirectory=mcpgate (its first entry if it lists several);
+//  2. /var/lib/mcpgate when running as root without XDG_STATE_HOME (a
+//     service);
+//  3. $XDG_STATE_HOME/mcpgate;
+//  4. $HOME/.local/state/mcpgate;
+//  5. /var/lib/mcpgate when there is no home either.
+//
+// getenv and euid are os.Getenv and os.Geteuid, passed in for tests.
+func defaultDataDir(getenv func(string) string, euid int) string {
+	if d, _, _ := strings.Cut(getenv("STATE_DIRECTORY"), ":"); d != "" {
+		return d
+	}
+	xdg := getenv("XDG_STATE_HOME")
+	if euid == 0 && xdg == "" {
+		return "/var/lib/mcpgate"
+	}
+	// The XDG base directory spec ignores a relative path.
+	if filepath.IsAbs(xdg) {
+		return filepath.Join(xdg, "mcpgate")
+	}
+	if home := getenv("HOME"); filepath.IsAbs(home) {
+		return filepath.Join(home, ".local", "state", "mcpgate")
+	}
+	return "/var/lib/mcpgate"
+}
+
 // storeFlags name the gateway's store for commands that work on it directly
-// (keys, audit) rather than through a running gateway: --data and --store,
-// with the same defaults, environment variables (MCPGATE_DATA,
+// (keys, devices token) rather than through a running gateway: --data and
+// --store, with the same defaults, environment variables (MCPGATE_DATA,
 // MCPGATE_STORE) and meaning as in serve, so that both open the same
 // database.
 type storeFlags struct {
@@ -24,21 +63,83 @@ type storeFlags struct {
 func addStoreFlags(cmd *cobra.Command) *storeFlags {
 	sf := &storeFlags{cmd: cmd}
 	f := cmd.Flags()
-	f.StringVar(&sf.dataDir, "data", "./data", "the gateway's data directory (env MCPGATE_DATA); the default SQLite store is DATA/mcpgate.db")
+	f.StringVar(&sf.dataDir, "data", defaultDataDir(os.Getenv, os.Geteuid()), "the gateway's data directory (env MCPGATE_DATA); the default SQLite store is DATA/mcpgate.db")
 	f.StringVar(&sf.dsn, "store", "", "the gateway's store (env MCPGATE_STORE): empty for SQLite in --data, sqlite:PATH, or postgres://USER:PASSWORD@HOST/DB")
 	return sf
 }
 
-// open opens the store; the caller closes it. Flags given on the command
-// line win over the environment.
-func (sf *storeFlags) open(ctx context.Context) (store.Store, error) {
-	dataDir, dsn := sf.dataDir, sf.dsn
+// resolve returns the data directory and store DSN in use: flags given on
+// the command line win over the environment.
+func (sf *storeFlags) resolve() (dataDir, dsn string) {
+	dataDir, dsn = sf.dataDir, sf.dsn
 	f := sf.cmd.Flags()
-	if v, ok := os.LookupEnv("MCPGATE_DATA"); ok && !f.Changed("data") {
+	if v, ok := os.LookupEnv("MCPGATE_DATA"); ok && v != "" && !f.Changed("data") {
 		dataDir = v
 	}
 	if v, ok := os.LookupEnv("MCPGATE_STORE"); ok && !f.Changed("store") {
 		dsn = v
 	}
-	return store.Open(ctx, dsn, dataDir)
+	return dataDir, dsn
+}
+
+// defaultData reports whether the data directory is the default one: named
+// by neither --data nor MCPGATE_DATA.
+func (sf *storeFlags) defaultData() bool {
+	return !sf.cmd.Flags().Changed("data") && os.Getenv("MCPGATE_DATA") == ""
+}
+
+// open opens the gateway's existing store, and says on stderr which one it
+// is; the caller closes it. A missing SQLite store is an error that says
+// where it looked, not a new empty store in the wrong place.
+func (sf *storeFlags) open(ctx context.Context) (store.Store, error) {
+	dataDir, dsn := sf.resolve()
+	s, err := store.OpenExisting(ctx, dsn, dataDir)
+	if errors.Is(err, store.ErrNoStore) {
+		msg := fmt.Sprintf("%v: start the gateway once with 'mcpgate serve', or pass --data or --store (env MCPGATE_DATA, MCPGATE_STORE) as given to serve", err)
+		if hint := legacyHint(dsn, sf.defaultData()); hint != "" {
+			msg += "\n" + hint
+		}
+		return nil, errors.New(msg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	sayStore(sf.cmd, s)
+	return s, nil
+}
+
+// openOrCreate is open for the one command that may start a store: keys
+// create, run before the first start of a gateway that needs a key.
+func (sf *storeFlags) openOrCreate(ctx context.Context) (store.Store, error) {
+	dataDir, dsn := sf.resolve()
+	if _, err := os.Stat(filepath.Join(dataDir, store.DefaultFile)); err != nil {
+		if hint := legacyHint(dsn, sf.defaultData()); hint != "" {
+			fmt.Fprintf(sf.cmd.ErrOrStderr(), "note: %s (this creates a new store)\n", hint)
+		}
+	}
+	s, err := store.Open(ctx, dsn, dataDir)
+	if err != nil {
+		return nil, err
+	}
+	sayStore(sf.cmd, s)
+	return s, nil
+}
+
+// sayStore prints the store a local command works on, on stderr so that
+// stdout stays the command's answer.
+func sayStore(cmd *cobra.Command, s store.Store) {
+	fmt.Fprintf(cmd.ErrOrStderr(), "store: %s %s\n", s.Kind(), s.Location()) // Location never includes a password
+}
+
+// legacyHint points at ./data/mcpgate.db, the default store of an older
+// mcpgate, when the default data directory is in use and that file exists.
+func legacyHint(dsn string, defaultData bool) string {
+	if !defaultData || (dsn != "" && dsn != "sqlite") {
+		return ""
+	}
+	old := filepath.Join(legacyDataDir, store.DefaultFile)
+	if _, err := os.Stat(old); err != nil {
+		return ""
+	}
+	return fmt.Sprintf("found %s, the default store of an older mcpgate: pass --data %s to use it", old, legacyDataDir)
 }

@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -40,7 +44,7 @@ func TestStoreFlags(t *testing.T) {
 			cmd := &cobra.Command{Use: "x", RunE: func(cmd *cobra.Command, args []string) error { return nil }}
 			sf := addStoreFlags(cmd)
 			cmd.RunE = func(cmd *cobra.Command, args []string) error {
-				s, err := sf.open(context.Background())
+				s, err := sf.openOrCreate(context.Background())
 				if err != nil {
 					return err
 				}
@@ -55,5 +59,85 @@ func TestStoreFlags(t *testing.T) {
 				t.Errorf("opened %q, want %q", got, tc.wantLocation)
 			}
 		})
+	}
+}
+
+func TestDefaultDataDir(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		euid int
+		want string
+	}{
+		{"user", map[string]string{"HOME": "/home/ann"}, 1000, "/home/ann/.local/state/mcpgate"},
+		{"user with XDG_STATE_HOME", map[string]string{"HOME": "/home/ann", "XDG_STATE_HOME": "/st"}, 1000, "/st/mcpgate"},
+		{"relative XDG_STATE_HOME ignored", map[string]string{"HOME": "/home/ann", "XDG_STATE_HOME": "st"}, 1000, "/home/ann/.local/state/mcpgate"},
+		{"systemd StateDirectory", map[string]string{"HOME": "/home/ann", "STATE_DIRECTORY": "/var/lib/gw:/var/lib/other"}, 1000, "/var/lib/gw"},
+		{"root service", map[string]string{"HOME": "/root"}, 0, "/var/lib/mcpgate"},
+		{"root with XDG_STATE_HOME", map[string]string{"HOME": "/root", "XDG_STATE_HOME": "/root/.st"}, 0, "/root/.st/mcpgate"},
+		{"no home", nil, 1000, "/var/lib/mcpgate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := defaultDataDir(func(k string) string { return tc.env[k] }, tc.euid); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestLocalCommandStore: a local command names the store it works on, and
+// refuses a missing one, saying where it looked, rather than creating an
+// empty store; with the default data directory it points at ./data/mcpgate.db
+// of an older mcpgate when there is one.
+func TestLocalCommandStore(t *testing.T) {
+	t.Setenv("MCPGATE_DATA", "")
+	t.Setenv("MCPGATE_STORE", "")
+	t.Setenv("STATE_DIRECTORY", "")
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state) // the default data directory, never the real one
+	dir := filepath.Join(t.TempDir(), "data")
+
+	r := run(t, "unused", "keys", "list", "--data", dir)
+	r.want(t, 1)
+	want := "no store at " + filepath.Join(dir, store.DefaultFile) + ": start the gateway once with 'mcpgate serve'"
+	if !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr %q, want %q", r.stderr, want)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("keys list created %s: %v", dir, err)
+	}
+
+	run(t, "unused", "keys", "create", "--data", dir, "--name", "a", "--scope", "read").want(t, 0)
+	r = run(t, "unused", "--json", "keys", "list", "--data", dir)
+	r.want(t, 0)
+	if want := "store: sqlite " + filepath.Join(dir, store.DefaultFile) + "\n"; r.stderr != want {
+		t.Errorf("stderr %q, want %q", r.stderr, want)
+	}
+	if !json.Valid([]byte(r.stdout)) {
+		t.Errorf("stdout is not only the JSON answer: %q", r.stdout)
+	}
+
+	// An older mcpgate's store in ./data.
+	t.Chdir(filepath.Dir(dir))
+	r = run(t, "unused", "keys", "list")
+	r.want(t, 1)
+	for _, w := range []string{"no store at " + filepath.Join(state, "mcpgate", store.DefaultFile), "found data/mcpgate.db", "pass --data ./data"} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("stderr %q, want %q", r.stderr, w)
+		}
+	}
+	run(t, "unused", "keys", "list", "--data", "./data").want(t, 0)
+
+	// serve says so too, and so does keys create, which makes a new store.
+	os.Unsetenv("MCPGATE_DATA") // restored by t.Setenv above
+	r = run(t, "unused", "serve", "--tool-timeout", "a=never")
+	r.want(t, 1)
+	if !strings.Contains(r.stderr, "found data/mcpgate.db") || !strings.Contains(r.stderr, "this gateway starts a new store in "+filepath.Join(state, "mcpgate")) {
+		t.Errorf("serve: stderr %q", r.stderr)
+	}
+	r = run(t, "unused", "keys", "create", "--name", "a", "--scope", "read")
+	r.want(t, 0)
+	if !strings.Contains(r.stderr, "note: found data/mcpgate.db") {
+		t.Errorf("keys create: stderr %q", r.stderr)
 	}
 }

@@ -41,7 +41,7 @@ shows its last known tools.`,
 			}
 			tl, err := c.Tools(cmd.Context(), args[0])
 			if err != nil {
-				return reportError(g, err)
+				return reportNotFound(cmd.Context(), g, c, args[0], "", err)
 			}
 			if g.json {
 				return printJSON(g.stdout, tl)

@@ -38,7 +38,8 @@ import (
 type Config struct {
 	// Addr is the HTTP listen address. Default "127.0.0.1:8000"; port 0 picks one.
 	Addr string
-	// DataDir holds the gateway's files; created at start. Default "./data".
+	// DataDir holds the gateway's files; created at start. Default "./data"
+	// (mcpgate serve defaults to a per-user state directory: docs/configuration.md).
 	DataDir string
 	// Version is reported by /healthz and in initialize's clientInfo.
 	Version string
@@ -464,6 +465,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.listener = ln
 	g.mu.Unlock()
 	g.warnLoopbackVision()
+	g.logListening(ln.Addr()) // before Ready: whoever waits on it finds the start line
 	close(g.ready)
 
 	headers := newHeaderTimeouts(g.cfg.Limits.ReadHeaderTimeout, g.limits) // counts header timeouts
@@ -475,8 +477,6 @@ func (g *Gateway) Run(ctx context.Context) error {
 		ConnState:         headers.ConnState,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
 	}
-	g.log.Info("gateway listening", "addr", ln.Addr().String(), "devices_ws", "ws://"+ln.Addr().String()+xiaozhi.Path,
-		"api", "http://"+ln.Addr().String()+"/api/v1", "mcp", "http://"+ln.Addr().String()+"/mcp")
 
 	if g.cfg.DebugAddr != "" {
 		dbg, err := g.serveDebug()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -13,6 +14,10 @@ import (
 // ErrSchemaTooNew is returned by Open when the database was migrated by a
 // newer mcpgate than this one: running on would risk misreading its tables.
 var ErrSchemaTooNew = errors.New("database schema is newer than this mcpgate")
+
+// ErrNoStore is returned by OpenExisting when the SQLite file it names does
+// not exist.
+var ErrNoStore = errors.New("no store")
 
 // DefaultFile is the SQLite file's name inside the data directory.
 const DefaultFile = "mcpgate.db"
@@ -44,6 +49,23 @@ func Open(ctx context.Context, dsn, dataDir string) (Store, error) {
 		return nil, fmt.Errorf("store: directory of %s: %w", target, err)
 	}
 	return openSQLite(ctx, target)
+}
+
+// OpenExisting is Open for a store that must exist already, for commands
+// that work on a gateway's store: a missing SQLite file is ErrNoStore
+// (wrapped, with its path) rather than a new empty store in the wrong
+// place. PostgreSQL is opened as by Open: its database must exist anyway.
+func OpenExisting(ctx context.Context, dsn, dataDir string) (Store, error) {
+	kind, target, err := parseDSN(dsn, dataDir)
+	if err != nil {
+		return nil, err
+	}
+	if kind == "sqlite" {
+		if _, err := os.Stat(target); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w at %s", ErrNoStore, target)
+		}
+	}
+	return Open(ctx, dsn, dataDir)
 }
 
 // CheckDSN reports whether Open would accept dsn's form (with a data

@@ -173,3 +173,32 @@ func TestSQLiteWriterWaitsForOtherProcess(t *testing.T) {
 		t.Fatalf("SetSetting after the lock was released: %v", err)
 	}
 }
+
+// TestOpenExisting: a missing SQLite store is ErrNoStore and nothing is
+// created, neither the file nor its directory; an existing one opens.
+func TestOpenExisting(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "data")
+	for _, dsn := range []string{"", "sqlite:" + filepath.Join(dir, "other.db")} {
+		_, err := OpenExisting(ctx, dsn, dir)
+		if !errors.Is(err, ErrNoStore) || !strings.Contains(err.Error(), dir) {
+			t.Fatalf("OpenExisting(%q) on nothing: %v, want ErrNoStore naming the path", dsn, err)
+		}
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("OpenExisting created %s: %v", dir, err)
+	}
+	s, err := Open(ctx, "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = OpenExisting(ctx, "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, DefaultFile); s.Location() != want {
+		t.Errorf("location %q, want %q", s.Location(), want)
+	}
+	s.Close()
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// TestHelpValueNames: pflag takes a backquoted phrase in a flag's usage as
+// its value name, so "`mcpgate devices token`" made serve --help read
+// "--device-auth mcpgate devices token". Every flag of every command must
+// show a one-word value name, and every command's help must render.
+func TestHelpValueNames(t *testing.T) {
+	root := newRootCmd(io.Discard, io.Discard)
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		check := func(f *pflag.Flag) {
+			if name, _ := pflag.UnquoteUsage(f); strings.ContainsAny(name, " \t") {
+				t.Errorf("%s --%s: value name %q (a backquoted phrase in its usage)", c.CommandPath(), f.Name, name)
+			}
+		}
+		c.LocalFlags().VisitAll(check)
+		c.InheritedFlags().VisitAll(check)
+		if err := c.Help(); err != nil {
+			t.Errorf("%s --help: %v", c.CommandPath(), err)
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+
+	r := run(t, "http://127.0.0.1:1", "serve", "--help")
+	r.want(t, 0)
+	if !strings.Contains(r.stdout, "--device-auth string") {
+		t.Errorf("serve --help does not show --device-auth string:\n%s", r.stdout)
+	}
+}
+
+// TestVersionFlag: --version prints what the version command prints.
+func TestVersionFlag(t *testing.T) {
+	a := run(t, "http://127.0.0.1:1", "--version")
+	a.want(t, 0)
+	b := run(t, "http://127.0.0.1:1", "version")
+	b.want(t, 0)
+	if a.stdout != b.stdout || !strings.HasPrefix(a.stdout, "mcpgate ") {
+		t.Errorf("--version printed %q, version %q", a.stdout, b.stdout)
+	}
+}
+
+// TestArityUsageLine: a wrong number of arguments names the command and
+// prints its usage line, for every command that checks its arguments.
+func TestArityUsageLine(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"call", "kitchen"}, "call: requires at least 2 arg(s), only received 1\nUsage: mcpgate call DEVICE TOOL [key=value | key:=json]..."},
+		{[]string{"tools"}, "tools: accepts 1 arg(s), received 0\nUsage: mcpgate tools DEVICE"},
+		{[]string{"devices", "alias", "kitchen"}, "devices alias: accepts 2 arg(s), received 1\nUsage: mcpgate devices alias DEVICE NEW_ALIAS"},
+		{[]string{"devices", "token"}, "Usage: mcpgate devices token DEVICE"},
+		{[]string{"keys", "list", "extra"}, "keys list: unknown command \"extra\" for \"mcpgate keys list\"\nUsage: mcpgate keys list"},
+		{[]string{"version", "x"}, "Usage: mcpgate version"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			r := run(t, "http://127.0.0.1:1", tc.args...)
+			r.want(t, 1)
+			if !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("stderr:\n%s\nwant it to contain:\n%s", r.stderr, tc.want)
+			}
+		})
+	}
+}
