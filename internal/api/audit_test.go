@@ -201,3 +201,23 @@ func TestAuditEndpointWithoutPrincipalOrStore(t *testing.T) {
 		}
 	}
 }
+
+// A call is in the audit log as soon as it has answered, however long the
+// writer lets a batch fill: the read flushes what is queued first.
+func TestAuditReadSeesAnsweredCalls(t *testing.T) {
+	tg := startGateway(t, gateway.Config{AuditFlushInterval: time.Hour})
+	tg.connect(t, devicetest.Config{ID: "02:00:00:00:00:01", Tools: []json.RawMessage{json.RawMessage(statusTool)}})
+	ctx := t.Context()
+	for i := range 3 {
+		if _, err := tg.client.Call(ctx, "02:00:00:00:00:01", api.CallBody{Name: "self.get_device_status"}); err != nil {
+			t.Fatal(err)
+		}
+		page, err := tg.client.Audit(ctx, api.AuditQuery{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Records) != i+1 {
+			t.Fatalf("after call %d the audit log holds %d records, want %d", i+1, len(page.Records), i+1)
+		}
+	}
+}

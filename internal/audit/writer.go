@@ -83,6 +83,11 @@ type Writer struct {
 	// full wakes the writer when a batch is queued before the flush
 	// interval has passed.
 	full chan struct{}
+	// flush wakes the writer for the flushes waiting in flushWaiters.
+	flush chan struct{}
+
+	flushMu      sync.Mutex
+	flushWaiters []chan struct{} // guarded by flushMu; closed once what was queued before them is written
 
 	closeMu sync.RWMutex // held for reading by Append while it enqueues (maybe waiting for room)
 	closed  bool         // guarded by closeMu; set when Run stops taking records
@@ -132,7 +137,7 @@ func New(cfg Config) (*Writer, error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
-	w := &Writer{cfg: cfg, log: cfg.Logger, q: make(chan store.AuditRecord, cfg.QueueSize), full: make(chan struct{}, 1)}
+	w := &Writer{cfg: cfg, log: cfg.Logger, q: make(chan store.AuditRecord, cfg.QueueSize), full: make(chan struct{}, 1), flush: make(chan struct{}, 1)}
 	w.written = prometheus.NewCounter(prometheus.CounterOpts{Name: "mcpgate_audit_records_written_total", Help: "Audit records written to the store."})
 	w.lost = prometheus.NewCounter(prometheus.CounterOpts{Name: "mcpgate_audit_records_lost_total", Help: "Audit records given up on: the store failed until the shutdown deadline."})
 	w.writeErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "mcpgate_audit_write_errors_total", Help: "Failed audit writes (each is retried)."})
@@ -183,6 +188,48 @@ func (w *Writer) Append(r store.AuditRecord) {
 		case w.full <- struct{}{}:
 		default: // already woken
 		}
+	}
+}
+
+// Flush writes what is queued now, without waiting for the batch to fill,
+// and returns once it is stored (or ctx ends): a reader of the audit log
+// that flushes first sees every call answered before it. Concurrent
+// flushes share one write; records appended meanwhile keep batching.
+func (w *Writer) Flush(ctx context.Context) error {
+	w.closeMu.RLock()
+	closed := w.closed
+	w.closeMu.RUnlock()
+	if closed {
+		return nil // Run has drained the queue; later records are written by Append itself
+	}
+	done := make(chan struct{})
+	w.flushMu.Lock()
+	w.flushWaiters = append(w.flushWaiters, done)
+	w.flushMu.Unlock()
+	select {
+	case w.flush <- struct{}{}:
+	default: // already woken
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("audit: flush: %w", context.Cause(ctx))
+	}
+}
+
+// takeFlushes returns the flushes waiting now.
+func (w *Writer) takeFlushes() []chan struct{} {
+	w.flushMu.Lock()
+	defer w.flushMu.Unlock()
+	waiters := w.flushWaiters
+	w.flushWaiters = nil
+	return waiters
+}
+
+func release(waiters []chan struct{}) {
+	for _, c := range waiters {
+		close(c)
 	}
 }
 
@@ -252,6 +299,8 @@ func (w *Writer) Run(ctx context.Context) error {
 		w.write(dctx, batch)
 	}
 	wg.Wait()
+	// Everything queued is written (or given up on): no flush waits longer.
+	release(w.takeFlushes())
 	if n := w.lostN.Load() - lostBefore; n > 0 {
 		return fmt.Errorf("audit: %d records could not be written before the shutdown deadline", n)
 	}
@@ -260,7 +309,8 @@ func (w *Writer) Run(ctx context.Context) error {
 
 // loop writes batches until ctx ends. While a batch fills it sleeps, and
 // takes the queued records at once when it wakes: receiving each record as
-// it comes would wake this goroutine once per call.
+// it comes would wake this goroutine once per call. A flush cuts the sleep
+// short and has everything queued before it written.
 func (w *Writer) loop(ctx context.Context) {
 	batch := make([]store.AuditRecord, 0, w.cfg.BatchSize)
 	timer := time.NewTimer(w.cfg.FlushInterval)
@@ -270,6 +320,8 @@ func (w *Writer) loop(ctx context.Context) {
 		select {
 		case r := <-w.q:
 			batch = append(batch[:0], r)
+		case <-w.flush:
+			batch = batch[:0]
 		case <-ctx.Done():
 			return
 		}
@@ -280,28 +332,60 @@ func (w *Writer) loop(ctx context.Context) {
 		case <-w.full:
 		default:
 		}
-		if len(w.q) < w.cfg.BatchSize-1 {
+		if len(batch) > 0 && len(w.q) < w.cfg.BatchSize-1 && !w.flushWaiting() {
 			timer.Reset(w.cfg.FlushInterval)
 			select {
 			case <-timer.C:
 			case <-w.full:
+			case <-w.flush:
 			case <-ctx.Done():
 			}
 			timer.Stop()
 		}
-	take:
-		for len(batch) < w.cfg.BatchSize {
-			select {
-			case r := <-w.q:
-				batch = append(batch, r)
-			default:
-				break take
+		// Flushes registered by now asked for records queued before them:
+		// all of those are in batch or in the queue at this point.
+		waiters := w.takeFlushes()
+		backlog := 0
+		if len(waiters) > 0 {
+			backlog = len(w.q)
+		}
+		for {
+			n := w.take(&batch)
+			backlog -= n
+			// The run's ctx only bounds taking new records: a batch in
+			// hand is written (and retried) until the drain deadline.
+			if len(batch) > 0 {
+				w.writeBatch(ctx, batch)
+			}
+			batch = batch[:0]
+			if backlog <= 0 || n == 0 {
+				break
 			}
 		}
-		// The run's ctx only bounds taking new records: a batch in hand is
-		// written (and retried) until the drain deadline.
-		w.writeBatch(ctx, batch)
+		release(waiters)
 	}
+}
+
+// take moves queued records into batch, up to the batch size, and returns
+// how many it took.
+func (w *Writer) take(batch *[]store.AuditRecord) int {
+	n := 0
+	for len(*batch) < w.cfg.BatchSize {
+		select {
+		case r := <-w.q:
+			*batch = append(*batch, r)
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+func (w *Writer) flushWaiting() bool {
+	w.flushMu.Lock()
+	defer w.flushMu.Unlock()
+	return len(w.flushWaiters) > 0
 }
 
 // writeBatch writes a batch taken while running, retrying while ctx lives

@@ -84,6 +84,10 @@ type Config struct {
 	// AuditMaxRows keeps at most this many audit records, deleting the
 	// oldest. Default 1,000,000; negative: no limit.
 	AuditMaxRows int
+	// AuditFlushInterval is how long the audit writer lets a batch fill
+	// before writing it. Reads of the audit log flush first, so it only
+	// trades store transactions for memory. Default 100ms.
+	AuditFlushInterval time.Duration
 
 	// Store keeps what survives a restart, API keys among them. A store
 	// given here is the caller's to close. nil: Run opens the one named by
@@ -230,7 +234,8 @@ func New(cfg Config) (*Gateway, error) {
 
 	m := metrics.New()
 	auditLog, err := audit.New(audit.Config{Store: cfg.Store, Logger: cfg.Logger, Registerer: m.Registry,
-		MaxValueBytes: cfg.AuditMaxValueBytes, Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows})
+		MaxValueBytes: cfg.AuditMaxValueBytes, Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows,
+		FlushInterval: cfg.AuditFlushInterval})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -286,7 +291,7 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version, Agent: chat, Audit: cfg.Store,
+	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version, Agent: chat, Audit: flushedAudit{auditLog, cfg.Store},
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes, WriteTimeout: cfg.Limits.WriteTimeout, Limits: lim})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -571,4 +576,19 @@ func originHosts(origins []string) []string {
 		hosts = append(hosts, o)
 	}
 	return hosts
+}
+
+// flushedAudit reads the audit log after flushing the writer's queue, so
+// GET /api/v1/audit includes every call answered before it while calls
+// keep being written in batches.
+type flushedAudit struct {
+	w   *audit.Writer
+	src api.AuditSource
+}
+
+func (a flushedAudit) Audit(ctx context.Context, q store.AuditQuery) ([]store.AuditRecord, error) {
+	if err := a.w.Flush(ctx); err != nil {
+		return nil, err
+	}
+	return a.src.Audit(ctx, q)
 }
