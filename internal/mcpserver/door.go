@@ -124,7 +124,7 @@ func (d *door) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 }
 
 // list answers tools/list from the door's own listing, a page at a time in
-// name order. go-sdk still builds the result (its fields besides the tools
+// name order after list_devices. go-sdk still builds the result (its fields besides the tools
 // and the cursor), from its registry of one tool, so it is asked for a first
 // page.
 func (d *door) list(ctx context.Context, req *mcp.ListToolsRequest, next mcp.MethodHandler) (mcp.Result, error) {
@@ -149,26 +149,44 @@ func (d *door) list(ctx context.Context, req *mcp.ListToolsRequest, next mcp.Met
 	defer d.mu.Unlock()
 	if d.names == nil {
 		d.names = slices.Sorted(maps.Keys(d.tools))
+		// list_devices heads the first page, for clients that read one page
+		// only; the rest follow in name order.
+		if i, found := slices.BinarySearch(d.names, listDevicesName); found && d.device == "" {
+			d.names = slices.Delete(d.names, i, i+1)
+		}
 	}
+	raws := make([]json.RawMessage, 0, size)
 	start := 0
-	if after != "" {
+	switch {
+	case after == "" && d.device == "":
+		if l, ok := d.tools[listDevicesName]; ok {
+			raws = append(raws, l.raw)
+		}
+	default:
 		i, found := slices.BinarySearch(d.names, after)
 		if found {
 			i++
 		}
 		start = i
 	}
-	end := min(start+size, len(d.names))
-	raws := make([]json.RawMessage, 0, end-start)
+	end := min(start+size-len(raws), len(d.names))
 	for _, name := range d.names[start:end] {
 		raws = append(raws, d.tools[name].raw)
 	}
 	lr.NextCursor = ""
 	if end < len(d.names) {
-		lr.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(d.names[end-1]))
+		last := listDevicesFirst // a first page of list_devices alone
+		if end > start {
+			last = d.names[end-1]
+		}
+		lr.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(last))
 	}
 	return &rawToolList{ListToolsResult: lr, tools: raws}, nil
 }
+
+// listDevicesFirst is the cursor after a first page that held list_devices
+// only (a page size of 1): it sorts before every tool name.
+const listDevicesFirst = "\x00"
 
 // decodeCursor returns the last name of the previous page ("" for none).
 // A cursor is opaque to clients; a name that is gone since is fine, the

@@ -39,19 +39,24 @@ func startDoor(t testing.TB, gw *gateway.Gateway, cfg mcpserver.Config) string {
 	return srv.URL + "/mcp"
 }
 
-// tools/list pages through the door's own listing: every tool once, in name
-// order, across pages; a bad cursor is invalid params; a page after a name
+// tools/list pages through the door's own listing: list_devices first (for
+// clients that read one page), then every tool once, in name order, across
+// pages; a bad cursor is invalid params; a page after a name
 // that is gone meanwhile goes on from where it was.
 func TestToolsListPages(t *testing.T) {
 	gw := startGateway(t, gateway.Config{})
 	var want []string
 	for i := range 5 {
 		d := fake(t, gw, devicetest.Config{ID: fmt.Sprintf("02:00:00:00:09:%02x", i+1)})
-		dev, _ := gw.Hub().Device(d.ID())
-		want = append(want, dev.Alias+".self.audio_speaker.set_volume")
+		// Aliases on both sides of "list_devices" in name order.
+		alias := fmt.Sprintf("%c-room", "akmpz"[i])
+		if _, err := gw.Hub().SetAlias(d.ID(), alias); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, alias+".self.audio_speaker.set_volume")
 	}
-	want = append(want, "list_devices")
 	slices.Sort(want)
+	want = append([]string{"list_devices"}, want...)
 	url := startDoor(t, gw, mcpserver.Config{PageSize: 2})
 	for _, v := range versions {
 		t.Run(v, func(t *testing.T) {
@@ -64,8 +69,8 @@ func TestToolsListPages(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(first.Tools) != 2 || first.NextCursor == "" {
-				t.Fatalf("first page: %d tools, cursor %q", len(first.Tools), first.NextCursor)
+			if len(first.Tools) != 2 || first.NextCursor == "" || first.Tools[0].Name != "list_devices" || first.Tools[1].Name != want[1] {
+				t.Fatalf("first page: %d tools (%+v), cursor %q; want %v", len(first.Tools), first.Tools, first.NextCursor, want[:2])
 			}
 			if _, err := c.ListTools(ctx, &mcp.ListToolsParams{Cursor: "!not a cursor!"}); err == nil || !strings.Contains(err.Error(), "invalid cursor") {
 				t.Fatalf("bad cursor: err = %v, want invalid params", err)
@@ -84,6 +89,11 @@ func TestToolsListPages(t *testing.T) {
 				t.Fatalf("last page ends with %s, want %s", got, last)
 			}
 		})
+	}
+	// One tool a page: list_devices alone, then the others from the first.
+	one := connect(t, startDoor(t, gw, mcpserver.Config{PageSize: 1}), versions[1])
+	if got := one.toolNames(t); !slices.Equal(got, want) {
+		t.Fatalf("pages of one = %v, want %v", got, want)
 	}
 }
 
