@@ -94,6 +94,11 @@ func (r *recorder) badRequest() string {
 // session id opens one before its body is even parsed: at info level, a
 // flood of malformed requests would be a flood of log lines. The door's own
 // lines (refusals, rate limited) say what an operator needs.
+//
+// Its warning that a notification found no stream ("calling
+// notifications/tools/list_changed: rejected by transport: stream not
+// connected") is debug too: a client need not keep a GET stream open, and
+// most do not between requests.
 type sdkHandler struct{ h slog.Handler }
 
 func (s sdkHandler) Enabled(ctx context.Context, l slog.Level) bool {
@@ -104,10 +109,20 @@ func (s sdkHandler) Enabled(ctx context.Context, l slog.Level) bool {
 }
 
 func (s sdkHandler) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level == slog.LevelInfo {
+	if r.Level == slog.LevelInfo || unsentNotification(r) {
 		r.Level = slog.LevelDebug
+		if !s.h.Enabled(ctx, r.Level) {
+			return nil
+		}
 	}
 	return s.h.Handle(ctx, r)
+}
+
+// unsentNotification reports whether r is go-sdk's warning that a
+// notification to a session had no stream to go on.
+func unsentNotification(r slog.Record) bool {
+	return r.Level == slog.LevelWarn && strings.HasPrefix(r.Message, "calling notifications/") &&
+		(strings.Contains(r.Message, "rejected by transport") || strings.Contains(r.Message, "stream not connected"))
 }
 
 func (s sdkHandler) WithAttrs(as []slog.Attr) slog.Handler { return sdkHandler{s.h.WithAttrs(as)} }
