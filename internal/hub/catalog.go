@@ -8,9 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 )
@@ -155,6 +158,44 @@ func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	return sch, nil
 }
 
+// maxProblems bounds what one validation reports: a schema with many
+// alternatives (anyOf over dozens of objects) could otherwise yield an error
+// message of every branch's every property.
+const maxProblems = 20
+
+// addCauses adds the innermost causes under e to verr: with $ref, allOf or
+// anyOf in the way, e's own message is only "validation failed" and the
+// reason (got number, want string) is a cause a few levels down.
+func addCauses(verr *ValidationError, e *jsonschema.ValidationError, pr *message.Printer, seen map[Problem]bool) {
+	if len(e.Causes) > 0 {
+		for _, c := range e.Causes {
+			addCauses(verr, c, pr, seen)
+		}
+		return
+	}
+	p := Problem{Path: instancePath(e.InstanceLocation), Message: e.ErrorKind.LocalizedString(pr)}
+	if seen[p] {
+		return
+	}
+	seen[p] = true
+	switch n := len(verr.Problems); {
+	case n < maxProblems:
+		verr.Problems = append(verr.Problems, p)
+	case n == maxProblems:
+		verr.Problems = append(verr.Problems, Problem{Message: "and more"})
+	}
+}
+
+// instancePath is a JSON pointer to where in the arguments a problem is.
+func instancePath(tokens []string) string {
+	var b strings.Builder
+	for _, t := range tokens {
+		b.WriteByte('/')
+		b.WriteString(strings.ReplaceAll(strings.ReplaceAll(t, "~", "~0"), "/", "~1"))
+	}
+	return b.String()
+}
+
 // validate checks args (a JSON object) against tool i's schema.
 func (c *Catalog) validate(i int, args json.RawMessage) error {
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
@@ -176,18 +217,8 @@ func (c *Catalog) validate(i int, args json.RawMessage) error {
 	if !errors.As(err, &ve) {
 		return &ValidationError{Tool: c.Tools[i].Name, Problems: []Problem{{Message: err.Error()}}}
 	}
-	out := ve.BasicOutput()
 	verr := &ValidationError{Tool: c.Tools[i].Name}
-	for _, u := range out.Errors {
-		if u.Error == nil {
-			continue
-		}
-		msg := u.Error.String()
-		if msg == "" || len(u.Errors) > 0 {
-			continue
-		}
-		verr.Problems = append(verr.Problems, Problem{Path: u.InstanceLocation, Message: msg})
-	}
+	addCauses(verr, ve, message.NewPrinter(language.English), make(map[Problem]bool))
 	if len(verr.Problems) == 0 {
 		verr.Problems = []Problem{{Path: "", Message: ve.Error()}}
 	}

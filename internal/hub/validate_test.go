@@ -1,0 +1,85 @@
+package hub
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
+)
+
+// personSchema is what Pydantic (and so FastMCP) makes of a nested model:
+// the object types in $defs, reached through $ref, some through anyOf.
+const personSchema = `{
+  "$defs": {
+    "Address": {"type": "object", "properties": {"street": {"type": "string"}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}}, "required": ["street"]},
+    "Person": {"type": "object", "properties": {
+      "name": {"type": "string"},
+      "age": {"type": "integer", "minimum": 0},
+      "address": {"$ref": "#/$defs/Address"},
+      "nickname": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": null}
+    }, "required": ["name", "address"]}
+  },
+  "type": "object",
+  "properties": {"person": {"$ref": "#/$defs/Person"}},
+  "required": ["person"]
+}`
+
+// A nested argument's error names the innermost cause, where the value is
+// and what was wrong with it, not only that a $ref failed.
+func TestValidationReportsInnermostCauses(t *testing.T) {
+	cat := newCatalogs(nil).acquire([]mcpclient.Tool{{Name: "greet", InputSchema: json.RawMessage(personSchema)}})
+	for _, tc := range []struct {
+		name, args string
+		want       []string // every one must appear
+	}{
+		{"nested wrong type", `{"person":{"name":"Ada","address":{"street":12}}}`, []string{"/person/address/street", "want string"}},
+		{"nested missing", `{"person":{"name":"Ada","address":{}}}`, []string{"/person/address", "street"}},
+		{"nested pattern", `{"person":{"name":"Ada","address":{"street":"Main","zip":"x"}}}`, []string{"/person/address/zip", "^[0-9]{5}$"}},
+		{"two causes", `{"person":{"name":7,"age":-1,"address":{"street":"Main"}}}`, []string{"/person/name", "want string", "/person/age", "minimum"}},
+		{"anyOf", `{"person":{"name":"Ada","address":{"street":"Main"},"nickname":5}}`, []string{"/person/nickname"}},
+		{"top level", `{}`, []string{"person"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := cat.validate(0, json.RawMessage(tc.args))
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("err = %v, want a ValidationError", err)
+			}
+			msg := ve.Error()
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not mention %q", msg, w)
+				}
+			}
+			if strings.Contains(msg, "validation failed") {
+				t.Errorf("error %q reports a $ref's failure, not its cause", msg)
+			}
+		})
+	}
+	if err := cat.validate(0, json.RawMessage(`{"person":{"name":"Ada","address":{"street":"Main","zip":"12345"},"nickname":null}}`)); err != nil {
+		t.Fatalf("valid arguments: %v", err)
+	}
+}
+
+// However many causes, one error reports a bounded number of them.
+func TestValidationProblemsAreBounded(t *testing.T) {
+	props := map[string]any{}
+	args := map[string]any{}
+	for i := range 3 * maxProblems {
+		props[fmt.Sprintf("p%02d", i)] = map[string]any{"type": "string"}
+		args[fmt.Sprintf("p%02d", i)] = i
+	}
+	schema, _ := json.Marshal(map[string]any{"type": "object", "properties": props})
+	raw, _ := json.Marshal(args)
+	cat := newCatalogs(nil).acquire([]mcpclient.Tool{{Name: "wide", InputSchema: schema}})
+	var ve *ValidationError
+	if err := cat.validate(0, raw); !errors.As(err, &ve) {
+		t.Fatalf("err = %v, want a ValidationError", err)
+	}
+	if len(ve.Problems) != maxProblems+1 || ve.Problems[maxProblems].Message != "and more" {
+		t.Fatalf("%d problems, last %+v; want %d and \"and more\"", len(ve.Problems), ve.Problems[len(ve.Problems)-1], maxProblems+1)
+	}
+}
