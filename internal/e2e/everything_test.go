@@ -111,6 +111,44 @@ func mcpEcho(t *testing.T, addr, msg string) {
 	}
 }
 
+// mcpLogging calls everything.toggle-simulated-logging twice on /mcp (on and
+// off again): server-everything logs once during the call, which must reach
+// this client as notifications/message, at the level it chose at random.
+func mcpLogging(t *testing.T, addr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	logs := make(chan *mcp.LoggingMessageParams, 16)
+	cl := mcp.NewClient(&mcp.Implementation{Name: "mcpgate-e2e", Version: "1"}, &mcp.ClientOptions{
+		LoggingMessageHandler: func(_ context.Context, req *mcp.LoggingMessageRequest) { logs <- req.Params },
+	})
+	cs, err := cl.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp"}, nil)
+	if err != nil {
+		t.Fatalf("connect /mcp: %v", err)
+	}
+	defer cs.Close()
+	for _, want := range []string{"Started", "Stopped"} {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "everything.toggle-simulated-logging", Arguments: map[string]any{}})
+		if err != nil {
+			t.Fatalf("/mcp everything.toggle-simulated-logging: %v", err)
+		}
+		if tc, ok := onlyText(res); res.IsError || !ok || !strings.HasPrefix(tc, want) {
+			t.Fatalf("/mcp everything.toggle-simulated-logging = %+v, want %s...", res, want)
+		}
+		if want != "Started" {
+			continue
+		}
+		select {
+		case m := <-logs:
+			if s, _ := m.Data.(string); !strings.Contains(s, "message") || m.Level == "" {
+				t.Fatalf("log message = %+v", m)
+			}
+		case <-ctx.Done():
+			t.Fatal("no log message from server-everything reached the client")
+		}
+	}
+}
+
 func onlyText(res *mcp.CallToolResult) (string, bool) {
 	if len(res.Content) != 1 {
 		return "", false
@@ -179,6 +217,7 @@ func TestBridgeServerEverything(t *testing.T) {
 	t.Logf("server-everything %s: %d tools", src.ServerInfo.Version, src.Tools)
 	restEcho(t, rest, "over REST")
 	mcpEcho(t, addr, "over MCP")
+	mcpLogging(t, addr)
 
 	// Kill the child: the bridge starts a new one, the gateway initializes it
 	// in a new session, and its tools are callable again.

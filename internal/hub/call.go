@@ -28,6 +28,10 @@ type CallRequest struct {
 	// OnProgress, when set, receives the params of each progress
 	// notification the device sends for this call. It must not block.
 	OnProgress func(params json.RawMessage)
+	// OnLog, when set, receives the params of each log message
+	// (notifications/message) the device sends while this is its only call
+	// in flight. It must not block.
+	OnLog func(params json.RawMessage)
 	// Wait makes a call to a control tool of a registration-dialect device
 	// wait for the device's answer; without it the call returns success at
 	// once and the answer is awaited in the background (see kinds.go).
@@ -158,7 +162,7 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 		}
 		defer att.slots.Release()
 	}
-	res, err := att.sess.CallTool(ctx, req.Tool, args, mcpclient.CallOptions{Timeout: timeout, Meta: req.Meta, OnProgress: req.OnProgress})
+	res, err := att.sess.CallTool(ctx, req.Tool, args, mcpclient.CallOptions{Timeout: timeout, Meta: req.Meta, OnProgress: req.OnProgress, OnLog: req.OnLog})
 	return res, d, err
 }
 

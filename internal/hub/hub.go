@@ -13,6 +13,7 @@ package hub
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -88,6 +89,7 @@ type Hub struct {
 	cfg      Config
 	catalogs *catalogs
 	bus      *bus
+	logs     *logSinks
 	// timeoutPatterns are the keys of cfg.ToolTimeouts, most specific first.
 	timeoutPatterns []string
 	// keyRate and devRate are the call-rate buckets; nil when unlimited.
@@ -145,6 +147,7 @@ func New(cfg Config) *Hub {
 		aliases:         make(map[string]string),
 	}
 	h.bus = newBus(cfg.Metrics.EventsDropped.Inc)
+	h.logs = &logSinks{sinks: make(map[int]func(DeviceLog))}
 	if cfg.Store != nil {
 		h.persist = newPersister(cfg.Store)
 	}
@@ -400,6 +403,7 @@ func (h *Hub) Attach(info ConnInfo, sess *mcpclient.Session) *Attachment {
 		a.log = h.log.With("device_id", info.DeviceID, "session_id", info.SessionID)
 	}
 	a.slots.Init(h.cfg.MaxInFlight, h.cfg.MaxQueue)
+	sess.SetLogHandler(func(params json.RawMessage) { h.logs.publish(DeviceLog{Device: info.DeviceID, Params: params}) })
 
 	h.mu.Lock()
 	d, ok := h.devices[info.DeviceID]

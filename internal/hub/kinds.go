@@ -202,7 +202,7 @@ func (h *Hub) acceptControl(ctx context.Context, req CallRequest) (*mcpclient.Re
 	callID := newCallID()
 	bg := req
 	bg.Wait = true
-	bg.OnProgress = nil // the caller is gone by then
+	bg.OnProgress, bg.OnLog = nil, nil // the caller is gone by then
 	// Detached from the caller's cancellation, not from its values (who
 	// called, for the audit log); the tool's timeout bounds it.
 	bctx := context.WithValue(context.WithoutCancel(ctx), backgroundKey{}, callID)

@@ -162,6 +162,8 @@ type Session struct {
 	mu        sync.Mutex
 	nextID    int32
 	pending   map[int32]*pendingCall // guarded by mu
+	toolCalls int                    // guarded by mu; how many of pending are tools/call
+	onLog     func(json.RawMessage)  // guarded by mu; see SetLogHandler
 	closeErr  error                  // guarded by mu; set once by Close
 	unmatched uint64                 // guarded by mu
 	init      *InitializeResult      // guarded by mu; set by a successful Initialize
@@ -217,7 +219,7 @@ func (s *Session) Close(reason error) {
 	}
 	s.closeErr = reason
 	pending := s.pending
-	s.pending = nil
+	s.pending, s.toolCalls = nil, 0
 	s.mu.Unlock()
 
 	s.cancel(reason)
@@ -267,10 +269,7 @@ func (s *Session) Handle(payload []byte) {
 		return
 	}
 	s.mu.Lock()
-	p, ok := s.pending[id]
-	if ok {
-		delete(s.pending, id)
-	}
+	p, ok := s.removeLocked(id)
 	s.mu.Unlock()
 	if !ok {
 		s.dropUnmatched(msg)
@@ -280,7 +279,9 @@ func (s *Session) Handle(payload []byte) {
 }
 
 // handleNotification routes progress to the call it belongs to (its
-// progress token is the call's id) and anything else to Config.OnNotification.
+// progress token is the call's id), a log message to the call it must belong
+// to or else to the session's log handler, and anything else to
+// Config.OnNotification.
 func (s *Session) handleNotification(msg *jsonrpc.Message) {
 	if msg.Method == "notifications/progress" {
 		var p struct {
@@ -301,12 +302,43 @@ func (s *Session) handleNotification(msg *jsonrpc.Message) {
 		s.log.Debug("dropped progress for no call", "params", truncate(msg.Params, 200))
 		return
 	}
+	if msg.Method == "notifications/message" {
+		if onLog := s.logTarget(); onLog != nil {
+			onLog(msg.Params)
+			return
+		}
+	}
 	if s.cfg.OnNotification != nil {
 		s.cfg.OnNotification(msg.Method, msg.Params)
 		return
 	}
 	s.cfg.OnDrop(DropNotification)
 	s.log.Debug("ignored notification from device", "method", msg.Method)
+}
+
+// logTarget is where a notifications/message goes: the only tools/call
+// pending, when its caller listens, or else the session's log handler (nil
+// when there is none).
+func (s *Session) logTarget() func(json.RawMessage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.toolCalls == 1 {
+		for _, p := range s.pending {
+			if p.onLog != nil {
+				return p.onLog
+			}
+		}
+	}
+	return s.onLog
+}
+
+// SetLogHandler sets what receives the device's log messages
+// (notifications/message) that no single call owns. fn is called from the
+// transport's reader and must not block.
+func (s *Session) SetLogHandler(fn func(params json.RawMessage)) {
+	s.mu.Lock()
+	s.onLog = fn
+	s.mu.Unlock()
 }
 
 func (s *Session) dropUnmatched(msg *jsonrpc.Message) {
@@ -326,7 +358,7 @@ func (s *Session) Unmatched() uint64 {
 
 // register reserves a fresh positive int32 id. Ids wrap after 2^31-1 and skip
 // ids still pending, so they are unique per device while pending.
-func (s *Session) register(onProgress func(json.RawMessage)) (int32, *pendingCall, error) {
+func (s *Session) register(hooks *callHooks) (int32, *pendingCall, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closeErr != nil {
@@ -341,21 +373,45 @@ func (s *Session) register(onProgress func(json.RawMessage)) (int32, *pendingCal
 			break
 		}
 	}
-	p := &pendingCall{reply: make(chan *jsonrpc.Message, 1), onProgress: onProgress}
+	p := &pendingCall{reply: make(chan *jsonrpc.Message, 1)}
+	if hooks != nil {
+		p.callHooks, p.toolCall = *hooks, true
+		s.toolCalls++
+	}
 	s.pending[s.nextID] = p
 	return s.nextID, p, nil
 }
 
 func (s *Session) forget(id int32) {
 	s.mu.Lock()
-	delete(s.pending, id)
+	s.removeLocked(id)
 	s.mu.Unlock()
+}
+
+// removeLocked takes request id off the pending ones. s.mu must be held.
+func (s *Session) removeLocked(id int32) (*pendingCall, bool) {
+	p, ok := s.pending[id]
+	if ok {
+		delete(s.pending, id)
+		if p.toolCall {
+			s.toolCalls--
+		}
+	}
+	return p, ok
 }
 
 // pendingCall is a request awaiting its reply.
 type pendingCall struct {
-	reply      chan *jsonrpc.Message // buffered(1); closed when the session closes
+	reply    chan *jsonrpc.Message // buffered(1); closed when the session closes
+	toolCall bool
+	callHooks
+}
+
+// callHooks route a tools/call's notifications to its caller; nil for other
+// requests.
+type callHooks struct {
 	onProgress func(params json.RawMessage)
+	onLog      func(params json.RawMessage)
 }
 
 // Request sends one request and waits for its reply, at most timeout (or the
@@ -366,12 +422,12 @@ func (s *Session) Request(ctx context.Context, method string, params any, timeou
 }
 
 // request is Request with params built once the id is known (a progress
-// token is the id) and an optional progress callback.
-func (s *Session) request(ctx context.Context, method string, params func(id int32) any, timeout time.Duration, onProgress func(json.RawMessage)) (*jsonrpc.Message, error) {
+// token is the id) and, for a tools/call, the hooks of its notifications.
+func (s *Session) request(ctx context.Context, method string, params func(id int32) any, timeout time.Duration, hooks *callHooks) (*jsonrpc.Message, error) {
 	if timeout <= 0 {
 		timeout = s.cfg.RequestTimeout
 	}
-	id, call, err := s.register(onProgress)
+	id, call, err := s.register(hooks)
 	if err != nil {
 		return nil, err
 	}
@@ -478,6 +534,11 @@ type CallOptions struct {
 	// receives each one's params. It is called from the transport's reader
 	// and must not block.
 	OnProgress func(params json.RawMessage)
+	// OnLog, when set, receives the params of the device's
+	// notifications/message while this is its only tools/call pending: a
+	// device's log has no request id, so only then is it this call's. It is
+	// called from the transport's reader and must not block.
+	OnLog func(params json.RawMessage)
 }
 
 // CallTool calls a tool and returns the device's answer as a [Result] (which
@@ -504,7 +565,7 @@ func (s *Session) CallTool(ctx context.Context, name string, args json.RawMessag
 		}
 		return p
 	}
-	reply, err := s.request(ctx, "tools/call", build, timeout, opts.OnProgress)
+	reply, err := s.request(ctx, "tools/call", build, timeout, &callHooks{onProgress: opts.OnProgress, onLog: opts.OnLog})
 	if err != nil {
 		return nil, err
 	}

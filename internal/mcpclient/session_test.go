@@ -574,3 +574,63 @@ func TestGivingUpSendsCancelled(t *testing.T) {
 		})
 	}
 }
+
+// A log message is a call's only while that call is the one tools/call
+// pending (with a caller listening); otherwise the session's log handler has
+// it, and without one it goes to OnNotification like any other.
+func TestLogIsRoutedToTheOnlyCall(t *testing.T) {
+	p := newPipe()
+	var other []string
+	s := New(t.Context(), p, Config{OnNotification: func(method string, params json.RawMessage) {
+		other = append(other, method)
+	}})
+	logMsg := func(n int) []byte {
+		return fmt.Appendf(nil, `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":%d}}`, n)
+	}
+	s.Handle(logMsg(0)) // no handler yet
+	if fmt.Sprint(other) != "[notifications/message]" {
+		t.Fatalf("without a log handler: other = %v", other)
+	}
+	session := make(chan string, 8)
+	s.SetLogHandler(func(params json.RawMessage) { session <- string(params) })
+	call := func(onLog func(json.RawMessage)) (req *jsonrpc.Message, done chan error) {
+		done = make(chan error, 1)
+		go func() {
+			_, err := s.CallTool(t.Context(), "t", nil, CallOptions{OnLog: onLog})
+			done <- err
+		}()
+		return p.next(t), done
+	}
+	first := make(chan string, 8)
+	m1, done1 := call(func(params json.RawMessage) { first <- string(params) })
+	s.Handle(logMsg(1))
+	if got := <-first; !strings.Contains(got, `"data":1`) {
+		t.Fatalf("the only call got %s", got)
+	}
+	// A second call in flight makes it ambiguous: session-wide.
+	m2, done2 := call(nil)
+	s.Handle(logMsg(2))
+	if got := <-session; !strings.Contains(got, `"data":2`) {
+		t.Fatalf("session got %s", got)
+	}
+	reply(t, s, m1, `{"content":[]}`)
+	if err := <-done1; err != nil {
+		t.Fatal(err)
+	}
+	// The one left has no listener (a REST caller): session-wide.
+	s.Handle(logMsg(3))
+	if got := <-session; !strings.Contains(got, `"data":3`) {
+		t.Fatalf("session got %s", got)
+	}
+	reply(t, s, m2, `{"content":[]}`)
+	if err := <-done2; err != nil {
+		t.Fatal(err)
+	}
+	s.Handle(logMsg(4)) // between calls
+	if got := <-session; !strings.Contains(got, `"data":4`) {
+		t.Fatalf("session got %s", got)
+	}
+	if len(first) != 0 || len(other) != 1 {
+		t.Fatalf("stray messages: call %d, other %v", len(first), other)
+	}
+}

@@ -53,14 +53,18 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	}
 	cr := hub.CallRequest{Device: device, Tool: tool, Arguments: req.Params.Arguments, Caller: d.p.Caller(), Door: door}
 	cr.Wait, _ = req.Params.Meta[MetaWait].(bool) // control tools answer at once unless asked to wait
-	var fwd *progressForwarder
-	if token := req.Params.GetProgressToken(); token != nil && req.Session != nil {
-		fwd = newProgressForwarder(ctx, req.Session, token)
-		cr.OnProgress = fwd.push
+	var fwd *callForwarder
+	if req.Session != nil {
+		token := req.Params.GetProgressToken()
+		fwd = newCallForwarder(ctx, req.Session, token)
+		cr.OnLog = fwd.logged
+		if token != nil {
+			cr.OnProgress = fwd.progress
+		}
 	}
 	res, err := d.s.hub.Call(ctx, cr)
 	if fwd != nil {
-		fwd.close() // progress is delivered before the result
+		fwd.close() // progress and logs are delivered before the result
 	}
 	if ctx.Err() != nil {
 		// The client cancelled (or went away): the hub has told the device
@@ -141,65 +145,90 @@ type rawContent struct {
 
 func (c rawContent) MarshalJSON() ([]byte, error) { return c.raw, nil }
 
-// progressForwarder re-emits a device's progress to the MCP client under the
-// client's token. push runs on the device connection's reader and must not
-// block, so notifications queue (bounded; a full queue drops the update,
-// which is harmless for progress) for a goroutine that close waits for.
-type progressForwarder struct {
+// callForwarder re-emits a device's progress (under the client's token)
+// and log messages to the MCP client, on the call's stream. push runs on
+// the device connection's reader and must not block, so notifications queue
+// (bounded; a full queue drops one, which a flood of progress or logs can
+// afford) for a goroutine that close waits for, in the order they came. The
+// goroutine starts with the first notification: most calls have none.
+type callForwarder struct {
 	ctx   context.Context
 	ss    *mcp.ServerSession
-	token any
-	queue chan json.RawMessage
-	done  chan struct{}
+	token any // the client's progress token; nil when it asked for none
 
 	mu     sync.Mutex
-	closed bool // guarded by mu; the engine may call push after the call ended
+	queue  chan notice   // guarded by mu; nil until the first notification
+	done   chan struct{} // closed when run returns; nil until the first notification
+	closed bool          // guarded by mu; the engine may call push after the call ended
 }
 
-func newProgressForwarder(ctx context.Context, ss *mcp.ServerSession, token any) *progressForwarder {
-	f := &progressForwarder{ctx: ctx, ss: ss, token: token, queue: make(chan json.RawMessage, 32), done: make(chan struct{})}
-	go f.run()
-	return f
+// notice is one notification of the device for the call.
+type notice struct {
+	log    bool // notifications/message, else notifications/progress
+	params json.RawMessage
 }
 
-func (f *progressForwarder) push(params json.RawMessage) {
+func newCallForwarder(ctx context.Context, ss *mcp.ServerSession, token any) *callForwarder {
+	return &callForwarder{ctx: ctx, ss: ss, token: token}
+}
+
+func (f *callForwarder) progress(params json.RawMessage) { f.push(notice{params: params}) }
+func (f *callForwarder) logged(params json.RawMessage)   { f.push(notice{log: true, params: params}) }
+
+func (f *callForwarder) push(n notice) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
 		return
 	}
+	if f.queue == nil {
+		f.queue, f.done = make(chan notice, 32), make(chan struct{})
+		go f.run(f.queue)
+	}
 	select {
-	case f.queue <- params:
+	case f.queue <- n:
 	default:
 	}
 }
 
-func (f *progressForwarder) close() {
+func (f *callForwarder) close() {
 	f.mu.Lock()
+	done := f.done
 	if !f.closed {
 		f.closed = true
-		close(f.queue)
+		if f.queue != nil {
+			close(f.queue)
+		}
 	}
 	f.mu.Unlock()
-	<-f.done
+	if done != nil {
+		<-done
+	}
 }
 
-func (f *progressForwarder) run() {
+func (f *callForwarder) run(queue <-chan notice) {
 	defer close(f.done)
-	for params := range f.queue {
+	for n := range queue {
 		if f.ctx.Err() != nil {
 			continue // cancelled: drain, send nothing more
+		}
+		// A failed notification must not fail the call.
+		if n.log {
+			if p, ok := logParams(n.params); ok {
+				_ = f.ss.Log(f.ctx, p)
+			}
+			continue
 		}
 		var p struct {
 			Progress float64 `json:"progress"`
 			Total    float64 `json:"total"`
 			Message  string  `json:"message"`
 		}
-		if json.Unmarshal(params, &p) != nil {
+		if json.Unmarshal(n.params, &p) != nil {
 			continue
 		}
 		_ = f.ss.NotifyProgress(f.ctx, &mcp.ProgressNotificationParams{
 			ProgressToken: f.token, Progress: p.Progress, Total: p.Total, Message: p.Message,
-		}) // a failed notification must not fail the call
+		})
 	}
 }

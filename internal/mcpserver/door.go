@@ -118,6 +118,12 @@ func (d *door) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if r, ok := req.(*mcp.ListToolsRequest); ok {
 				return d.list(ctx, r, next)
 			}
+		case "initialize":
+			res, err := next(ctx, method, req)
+			if ss, ok := req.GetSession().(*mcp.ServerSession); ok && err == nil {
+				setDefaultLogLevel(ctx, ss, next)
+			}
+			return res, err
 		}
 		return next(ctx, method, req)
 	}

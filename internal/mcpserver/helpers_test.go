@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -87,6 +88,14 @@ type client struct {
 	changed  chan struct{} // one value per tools/list_changed (buffered, lossy)
 	mu       sync.Mutex
 	progress []*mcp.ProgressNotificationParams // guarded by mu
+	logs     []*mcp.LoggingMessageParams       // guarded by mu
+}
+
+// logged returns the log messages received so far.
+func (c *client) logged() []*mcp.LoggingMessageParams {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.logs)
 }
 
 func connect(t testing.TB, url, version string) *client {
@@ -102,6 +111,11 @@ func connect(t testing.TB, url, version string) *client {
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 			c.mu.Lock()
 			c.progress = append(c.progress, req.Params)
+			c.mu.Unlock()
+		},
+		LoggingMessageHandler: func(_ context.Context, req *mcp.LoggingMessageRequest) {
+			c.mu.Lock()
+			c.logs = append(c.logs, req.Params)
 			c.mu.Unlock()
 		},
 	})

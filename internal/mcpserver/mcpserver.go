@@ -128,6 +128,9 @@ type Server struct {
 	startOnce sync.Once
 	loopDone  chan struct{} // closed when the event loop returns; nil until started
 	sub       *hub.Subscription
+	logs      chan hub.DeviceLog // session-wide log messages for logLoop
+	logsDone  chan struct{}      // closed when logLoop returns
+	stopLogs  func()
 
 	// posts counts POST requests being served: a tool call's answer is
 	// written after the hub call returns, so a shutdown waits for these
@@ -341,6 +344,9 @@ func (s *Server) start() {
 		s.sub = s.hub.Subscribe()
 		s.loopDone = make(chan struct{})
 		go s.loop()
+		s.logs, s.logsDone = make(chan hub.DeviceLog, sessionLogQueue), make(chan struct{})
+		go s.logLoop()
+		s.stopLogs = s.hub.OnDeviceLog(s.queueLog)
 	})
 }
 
@@ -514,6 +520,9 @@ func (s *Server) Close() {
 	if s.sub != nil {
 		s.sub.Close()
 		<-s.loopDone
+		s.stopLogs() // no queueLog runs after it returns
+		close(s.logs)
+		<-s.logsDone
 	}
 	for _, d := range doors {
 		for ss := range d.srv.Sessions() {
