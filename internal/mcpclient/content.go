@@ -1,6 +1,7 @@
 package mcpclient
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 )
@@ -23,6 +24,9 @@ import (
 //
 // Every other item, malformed or not, is returned as is, byte for byte.
 func NormalizeContent(item json.RawMessage) json.RawMessage {
+	if !bytes.Contains(item, []byte(`"image"`)) {
+		return item // the common case, text, without decoding it
+	}
 	var m map[string]json.RawMessage
 	if json.Unmarshal(item, &m) != nil {
 		return item
