@@ -241,8 +241,10 @@ type CallInfo struct {
 	RawArguments string          `json:"raw_arguments,omitempty"`
 	Repaired     bool            `json:"repaired,omitempty"`
 
-	// Result is the device's answer (tool_result), whole. IsError is set
-	// for a device-side failure and for a gateway error, which is in Error.
+	// Result is the device's answer (tool_result), whole, its content items
+	// in standard MCP form (firmware's wrapped image unwrapped, see
+	// mcpclient.NormalizeContent). IsError is set for a device-side failure
+	// and for a gateway error, which is in Error.
 	Result     *mcpclient.Result `json:"result,omitempty"`
 	IsError    bool              `json:"is_error,omitempty"`
 	Error      *CallError        `json:"error,omitempty"`
@@ -478,6 +480,9 @@ func (a *Agent) runCalls(ctx context.Context, calls []ToolCall, tools *toolset, 
 				Caller: p.Caller(), Door: "agent",
 			})
 			info.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+			if err == nil {
+				res = res.Normalized() // so the model reads firmware's image by its real type and size
+			}
 			var content string
 			switch {
 			case err != nil:

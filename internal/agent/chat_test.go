@@ -1,9 +1,12 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -14,6 +17,7 @@ import (
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/agent"
 	"github.com/mcpgate/mcpgate/internal/agent/llmtest"
+	"github.com/mcpgate/mcpgate/internal/devicetest"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 )
@@ -171,6 +175,39 @@ func TestFailuresReachTheModel(t *testing.T) {
 	}
 	if !strings.Contains(msgs["c"], "device_timeout") {
 		t.Errorf("the timeout did not reach the model: %q", msgs["c"])
+	}
+}
+
+// A photo in XiaoZhi firmware's wrapped ImageContent reaches the model as
+// an image of its real type and size, and the caller as a standard image.
+func TestFirmwareImageReachesTheModel(t *testing.T) {
+	gw, stub := start(t, llmtest.Script(
+		llmtest.Reply{ToolCalls: []llmtest.Call{{ID: "p", Name: "self_camera_capture"}}},
+		llmtest.Reply{Content: "I see a test pattern."},
+	), nil, nil)
+	const id = "02:00:00:00:0b:01"
+	photo := bytes.Repeat([]byte("\xff\xd8 photo "), 100)
+	gatewaytest.ConnectReady(t, gw, devicetest.Config{ID: id,
+		Tools: []json.RawMessage{json.RawMessage(`{"name":"self.camera.capture","description":"Take a photo","inputSchema":{"type":"object","properties":{}}}`)},
+		OnCall: func(devicetest.Call) devicetest.Answer {
+			return devicetest.Answer{Result: devicetest.FirmwareImageResult("image/jpeg", photo)}
+		}})
+	status, b := chatJSON(t, gw, id, "what do you see?", "")
+	if status != http.StatusOK {
+		t.Fatalf("HTTP %d: %s", status, b)
+	}
+	want := fmt.Sprintf("[image image/jpeg, %d bytes base64, not shown]", base64.StdEncoding.EncodedLen(len(photo)))
+	if got := stub.Requests()[1].ToolMessages()["p"]; got != want {
+		t.Errorf("the model was told %q, want %q", got, want)
+	}
+	r := reply(t, b)
+	if len(r.Calls) != 1 || r.Calls[0].Result == nil || len(r.Calls[0].Result.Content) != 1 {
+		t.Fatalf("calls: %s", b)
+	}
+	var img struct{ Type, MimeType, Data, Image string }
+	if err := json.Unmarshal(r.Calls[0].Result.Content[0], &img); err != nil || img.Type != "image" || img.MimeType != "image/jpeg" ||
+		img.Data != base64.StdEncoding.EncodeToString(photo) || img.Image != "" {
+		t.Errorf("the caller got %s (%v)", r.Calls[0].Result.Content[0], err)
 	}
 }
 

@@ -100,6 +100,27 @@ func TextResult(text string, isError bool) json.RawMessage {
 	return b
 }
 
+// FirmwareImageResult is the CallToolResult XiaoZhi firmware's McpTool::Call
+// sends for a tool returning ImageContent: one non-standard item whose
+// "image" member is a JSON string holding the standard item (type, mimeType,
+// base64 data, in cJSON's order).
+func FirmwareImageResult(mimeType string, data []byte) json.RawMessage {
+	inner, _ := json.Marshal(struct { // marshalling strings and bytes cannot fail
+		Type     string `json:"type"`
+		MIMEType string `json:"mimeType"`
+		Data     []byte `json:"data"`
+	}{"image", mimeType, data})
+	type item struct {
+		Type  string `json:"type"`
+		Image string `json:"image"`
+	}
+	b, _ := json.Marshal(struct {
+		Content []item `json:"content"`
+		IsError bool   `json:"isError"`
+	}{[]item{{"image", string(inner)}}, false})
+	return b
+}
+
 // Device is a connected fake device. Its methods are safe for concurrent use.
 type Device struct {
 	cfg         Config

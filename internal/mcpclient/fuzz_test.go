@@ -108,3 +108,50 @@ func FuzzToolsListPage(f *testing.F) {
 		}
 	})
 }
+
+// FuzzNormalizeContent feeds any content item through NormalizeContent: it
+// never panics, valid JSON stays valid JSON, an item it changes is a
+// standard image or a text item, and one it does not change comes back byte
+// for byte.
+func FuzzNormalizeContent(f *testing.F) {
+	for _, seed := range []string{
+		`{"type":"image","image":"{\"type\":\"image\",\"mimeType\":\"image/jpeg\",\"data\":\"/9j/4AAQSkZJRg==\"}"}`,
+		`{"type":"image","image":"{\"mimeType\":\"image/png\",\"data\":\"iVBORw0KGgo=\"}","annotations":{"audience":["user"]}}`,
+		`{"type":"image","data":"iVBORw0KGgo=","mimeType":"image/png"}`,
+		`{"type":"image","image":{"data":"AAAA"}}`,
+		`{"type":"image","image":"{\"data\":\"not base64\",\"mimeType\":\"image/png\"}"}`,
+		`{"type":"image","image":"null"}`,
+		`{"type":"text","text":"hi"}`,
+		`null`, `[]`, `"image"`, `{"type":"image","image":`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, item []byte) {
+		got := NormalizeContent(item)
+		if string(got) == string(item) {
+			return
+		}
+		if !json.Valid(got) {
+			t.Fatalf("%q became invalid JSON %q", item, got)
+		}
+		var out map[string]json.RawMessage
+		if err := json.Unmarshal(got, &out); err != nil {
+			t.Fatalf("%q became %s, not an object: %v", item, got, err)
+		}
+		typ, _ := stringMember(out, "type")
+		switch typ {
+		case "image":
+			data, ok1 := stringMember(out, "data")
+			mime, ok2 := stringMember(out, "mimeType")
+			if _, wrapped := out["image"]; wrapped || !ok1 || !ok2 || data == "" || mime == "" {
+				t.Fatalf("%q became %s, not a standard image", item, got)
+			}
+		case "text":
+			if _, ok := stringMember(out, "text"); !ok || len(out) != 2 {
+				t.Fatalf("%q became %s, not a text item", item, got)
+			}
+		default:
+			t.Fatalf("%q became %s", item, got)
+		}
+	})
+}

@@ -113,12 +113,13 @@ func gatewayError(code, text string) *mcp.CallToolResult {
 }
 
 // toolResult is the device's answer as the client receives it: content items
-// written from the device's raw JSON, structuredContent verbatim, and _meta
-// key by key (values verbatim).
+// written from the device's raw JSON (standard items verbatim; firmware's
+// wrapped image unwrapped, see [mcpclient.NormalizeContent]),
+// structuredContent verbatim, and _meta key by key (values verbatim).
 func toolResult(r *mcpclient.Result) *mcp.CallToolResult {
 	out := &mcp.CallToolResult{Content: make([]mcp.Content, 0, len(r.Content)), IsError: r.IsError}
 	for _, item := range r.Content {
-		out.Content = append(out.Content, rawContent{raw: item})
+		out.Content = append(out.Content, rawContent{raw: mcpclient.NormalizeContent(item)})
 	}
 	if len(r.StructuredContent) > 0 {
 		out.StructuredContent = r.StructuredContent

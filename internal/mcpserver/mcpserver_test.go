@@ -137,6 +137,42 @@ func TestPassThroughIsExact(t *testing.T) {
 	}
 }
 
+// XiaoZhi firmware wraps a tool's ImageContent in a JSON string; both MCP
+// doors hand clients the standard image item, while the hub (and so REST)
+// keeps the device's answer raw.
+func TestFirmwareImageIsUnwrapped(t *testing.T) {
+	gw := startGateway(t, gateway.Config{})
+	const id = "02:00:00:00:0c:01"
+	photo := []byte("\xff\xd8\xff\xe0 not quite a JPEG \xff\xd9")
+	tool := `{"name":"self.camera.capture","description":"Take a photo","inputSchema":{"type":"object","properties":{}}}`
+	fake(t, gw, devicetest.Config{ID: id, Tools: []json.RawMessage{json.RawMessage(tool)},
+		OnCall: func(devicetest.Call) devicetest.Answer {
+			return devicetest.Answer{Result: devicetest.FirmwareImageResult("image/jpeg", photo)}
+		}})
+	dev, _ := gw.Hub().Device(id)
+	for _, v := range versions {
+		t.Run(v, func(t *testing.T) {
+			for _, door := range []struct{ url, tool string }{
+				{"http://" + gw.Addr() + "/mcp/devices/" + id, "self.camera.capture"},
+				{"http://" + gw.Addr() + "/mcp", dev.Alias + ".self.camera.capture"},
+			} {
+				res := connect(t, door.url, v).call(t, door.tool, map[string]any{})
+				if res.IsError || len(res.Content) != 1 {
+					t.Fatalf("%s: %s = %+v", door.url, door.tool, res)
+				}
+				img, ok := res.Content[0].(*mcp.ImageContent)
+				if !ok || img.MIMEType != "image/jpeg" || !bytes.Equal(img.Data, photo) {
+					t.Errorf("%s: content %#v, want image/jpeg with the photo's %d bytes", door.url, res.Content[0], len(photo))
+				}
+			}
+		})
+	}
+	raw, err := gw.Hub().Call(context.Background(), hub.CallRequest{Device: id, Tool: "self.camera.capture"})
+	if err != nil || len(raw.Content) != 1 || !bytes.Contains(raw.Content[0], []byte(`"image":"{`)) {
+		t.Errorf("the hub's result is not the device's raw answer: %+v (%v)", raw, err)
+	}
+}
+
 // Device failures and every gateway failure are isError results with clear text.
 func TestErrorsAreResults(t *testing.T) {
 	gw := startGateway(t, gateway.Config{CallTimeout: 300 * time.Millisecond})
