@@ -74,8 +74,8 @@ const startAttempts = 3
 var errPortTaken = errors.New("port taken")
 
 // startChild runs `exe serve` on a free loopback port as a child process
-// and waits until it answers /healthz; with mqtt, its broker listens on
-// another free loopback port, else it has none. Never the defaults
+// and waits until it answers /healthz; its broker listens on another free
+// loopback port, known to the bench only with mqtt. Never the defaults
 // (127.0.0.1:8000, 127.0.0.1:1883): a gateway left running holds them. The
 // child logs at warn level to logw; the end of its output is kept to explain
 // a failed start.
@@ -96,16 +96,17 @@ func startChildOnce(ctx context.Context, exe, dataDir string, mqtt bool, logw io
 	if err != nil {
 		return nil, err
 	}
-	// Without MQTT devices the embedded broker is off rather than on its
-	// default port; an explicit empty --mqtt-addr also keeps an
-	// MCPGATE_MQTT_BROKER in the environment valid.
+	// Without MQTT devices the embedded broker still runs, as in any serve
+	// (its memory is part of the figure), but on a port nobody has to find.
 	var mqttAddr string
+	brokerAddr := "127.0.0.1:0"
 	if mqtt {
 		if mqttAddr, err = freeAddr(); err != nil {
 			return nil, err
 		}
+		brokerAddr = mqttAddr
 	}
-	args := []string{"serve", "--addr", addr, "--mqtt-addr", mqttAddr, "--log-level", "warn", "--data", dataDir,
+	args := []string{"serve", "--addr", addr, "--mqtt-addr", brokerAddr, "--log-level", "warn", "--data", dataDir,
 		// The bench measures the gateway, not its call-rate limits (docs/limits.md).
 		"--key-call-rate=-1", "--device-call-rate=-1"}
 	tail := &tailBuffer{max: 4 << 10}
@@ -148,7 +149,7 @@ func startChildOnce(ctx context.Context, exe, dataDir string, mqtt bool, logw io
 		if strings.Contains(tail.String(), "address already in use") {
 			err = fmt.Errorf("%w: %w", errPortTaken, err)
 		}
-		return nil, fmt.Errorf("gateway %s serve --addr %s --mqtt-addr %q: %w; its output:\n%s", exe, addr, mqttAddr, err, tail)
+		return nil, fmt.Errorf("gateway %s serve --addr %s --mqtt-addr %s: %w; its output:\n%s", exe, addr, brokerAddr, err, tail)
 	}
 	log.Info("started gateway", "pid", t.pid, "url", t.url, "mqtt_broker", mqttAddr)
 	return t, nil
