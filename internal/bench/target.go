@@ -151,7 +151,11 @@ func startChildOnce(ctx context.Context, exe, dataDir string, mqtt bool, logw io
 		}
 		return nil, fmt.Errorf("gateway %s serve --addr %s --mqtt-addr %s: %w; its output:\n%s", exe, addr, brokerAddr, err, tail)
 	}
-	log.Info("started gateway", "pid", t.pid, "url", t.url, "mqtt_broker", mqttAddr)
+	if mqtt {
+		log.Info("started gateway", "pid", t.pid, "url", t.url, "mqtt_broker", mqttAddr)
+	} else {
+		log.Info("started gateway", "pid", t.pid, "url", t.url)
+	}
 	return t, nil
 }
 

@@ -232,7 +232,7 @@ func (s *summary) packageFailed(p *pkg) {
 	rest = append(rest, p.own...)
 	rest = append(rest, p.raced...)
 	for _, t := range p.tests { // finished top-level tests are dropped already
-		if !t.done || t.fail {
+		if t.shown() {
 			rest = append(rest, t.lines...)
 		}
 	}
@@ -248,12 +248,18 @@ func (p *pkg) test(name string) *test {
 	return t
 }
 
-// failedLines is the output of the top-level test name and of its failed
-// or unfinished subtests, in the order written.
+// shown says whether a test's output belongs with a failure: it failed,
+// did not finish, or printed a race report.
+func (t *test) shown() bool {
+	return t.fail || !t.done || hasRace(t.lines)
+}
+
+// failedLines is the output of the top-level test name and of its subtests
+// that are shown, in the order written.
 func (p *pkg) failedLines(name string) []line {
 	var lines []line
 	for n, t := range p.tests {
-		if n == name || strings.HasPrefix(n, name+"/") && (t.fail || !t.done) {
+		if n == name || strings.HasPrefix(n, name+"/") && t.shown() {
 			lines = append(lines, t.lines...)
 		}
 	}
