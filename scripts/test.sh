@@ -7,10 +7,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 FUZZTIME="${FUZZTIME:-10s}"
-log="$(mktemp)"
+# The full output of go test (and of a failing fuzz target): kept when the
+# run fails, its path printed; removed after a passing run.
+log="$(mktemp "${TMPDIR:-/tmp}/mcpgate-test.XXXXXX")"
+log_shown=""
+work="$(mktemp -d)"
 pgdir=""
 cleanup() {
-  rm -f "$log"
+  local rc=$?
+  if [ "$rc" -ne 0 ] && [ -s "$log" ]; then
+    [ -n "$log_shown" ] || echo "full log: $log"
+  else
+    rm -f "$log"
+  fi
+  rm -rf "$work"
   if [ -n "$pgdir" ]; then stop_postgres; fi
 }
 trap cleanup EXIT
@@ -119,18 +129,24 @@ echo "== go vet"
 go vet ./...
 
 echo "== go test -race"
-# -v lets the summary count every test and subtest; only package results
-# and failures are echoed.
+# go test -json tells each test's output apart even when parallel tests
+# interleave; scripts/testsummary prints each package's result line and the
+# whole output of every failed test (every line from "=== RUN" to
+# "--- FAIL", its failed subtests', panics and race reports), and writes
+# everything, as go test -v would, to $log. The tests never take a fixed
+# port: they run beside a gateway serving on this machine.
+go build -o "$work/testsummary" ./scripts/testsummary
 set +e
-go test -race -count=1 -v -timeout 25m ./... >"$log" 2>&1
-status=$?
+go test -race -count=1 -json -timeout 25m ./... 2>&1 | "$work/testsummary" -log "$log" -counts "$work/counts"
+statuses=("${PIPESTATUS[@]}")
 set -e
-grep -E '^(ok|FAIL|---|panic:|leakcheck:)|^\s+\S+_test\.go:[0-9]+:' "$log" | grep -v -- '--- PASS\|--- SKIP' || true
-passed=$(grep -c -- '--- PASS' "$log" || true)
-failed=$(grep -c -- '--- FAIL' "$log" || true)
-skipped=$(grep -c -- '--- SKIP' "$log" || true)
+status="${statuses[0]}"
+[ "$status" -ne 0 ] || status="${statuses[1]}" # the summary itself failed
+read -r passed failed skipped <"$work/counts" || { passed=0 failed=0 skipped=0; }
 if [ "$status" -ne 0 ]; then
   [ "$failed" -gt 0 ] || failed=1
+  log_shown=1
+  echo "full log: $log"
   echo "tests: $passed passed, $failed failed, $skipped skipped"
   exit "$status"
 fi
@@ -143,17 +159,15 @@ grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r file; do
     echo "-- $pkg $target"
     ok=0
     for attempt in 1 2; do
-      if go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" "$pkg" >"$log.fuzz" 2>&1; then ok=1; break; fi
+      if go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" "$pkg" >"$work/fuzz.log" 2>&1; then ok=1; break; fi
       # Go's fuzzer sometimes reports its own deadline, under load, as a
       # failure without any failing input; a real failure writes its input
       # under testdata/fuzz and is never retried.
-      if grep -q 'Failing input written' "$log.fuzz" || ! grep -q 'context deadline exceeded' "$log.fuzz"; then break; fi
+      if grep -q 'Failing input written' "$work/fuzz.log" || ! grep -q 'context deadline exceeded' "$work/fuzz.log"; then break; fi
       echo "   (fuzzer hit its own deadline without a failing input; running it again)"
     done
-    [ "$ok" = 1 ] || { cat "$log.fuzz"; exit 1; }
-    tail -n 1 "$log.fuzz"
+    [ "$ok" = 1 ] || { cat "$work/fuzz.log" | tee -a "$log"; exit 1; }
+    tail -n 1 "$work/fuzz.log"
   done
 done
-rm -f "$log.fuzz"
-
 echo "tests: $passed passed, $failed failed, $skipped skipped"

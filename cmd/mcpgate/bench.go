@@ -51,7 +51,9 @@ when memory grew or the audit log does not match.
 
 The gateway runs as a child process ("mcpgate serve" on a free loopback
 port, warnings to stderr) so that its memory is its own; it reads MCPGATE_*
-settings from the environment like any serve. Devices, load generator and
+settings from the environment like any serve. It never takes the default
+ports, so a gateway already running here is no obstacle: its embedded MQTT
+broker listens on another free port too (the report names it with --mqtt). Devices, load generator and
 gateway share this machine's cores: compare figures within one run.
 
 --server targets an existing gateway only when given on the command line

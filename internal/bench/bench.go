@@ -246,7 +246,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 		}()
 	}
-	rep.Gateway = GatewayInfo{Mode: tgt.mode, URL: tgt.url, PID: tgt.pid}
+	rep.Gateway = GatewayInfo{Mode: tgt.mode, URL: tgt.url, MQTT: tgt.mqttAddr, PID: tgt.pid}
 
 	hc := &http.Client{Timeout: 30 * time.Second}
 	mem := newMemProbe(tgt, hc)

@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -165,7 +169,10 @@ func TestRunCountsErrors(t *testing.T) {
 }
 
 // TestRunChild starts a real mcpgate binary as the gateway, as the CLI
-// does, and reads its memory.
+// does, and reads its memory, with devices over WebSocket and over MQTT.
+// The gateway's default ports (127.0.0.1:8000 and the embedded broker's
+// 127.0.0.1:1883) are held busy meanwhile, as a `mcpgate serve` left running
+// holds them: the bench's gateway must start on free ports all the same.
 func TestRunChild(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the mcpgate binary")
@@ -174,30 +181,85 @@ func TestRunChild(t *testing.T) {
 		t.Skip("reads /proc")
 	}
 	t.Parallel()
+	holdDefaultPorts(t)
 	exe := filepath.Join(t.TempDir(), "mcpgate")
 	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", exe, "github.com/mcpgate/mcpgate/cmd/mcpgate")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	rep, err := Run(context.Background(), Config{Executable: exe, Devices: 20, IdleOnly: true, Settle: 100 * time.Millisecond})
-	if err != nil {
+	for _, mqtt := range []bool{false, true} {
+		t.Run(transportName(mqtt), func(t *testing.T) {
+			var gwlog bytes.Buffer
+			rep, err := Run(context.Background(), Config{Executable: exe, Devices: 20, IdleOnly: true, MQTT: mqtt,
+				Settle: 100 * time.Millisecond, GatewayLog: &gwlog})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := rep.Memory
+			if rep.Gateway.Mode != ModeChild || rep.Gateway.PID == 0 {
+				t.Errorf("gateway %+v", rep.Gateway)
+			}
+			for _, addr := range []string{rep.Gateway.URL, rep.Gateway.MQTT} {
+				if strings.HasSuffix(addr, ":8000") || strings.HasSuffix(addr, ":1883") {
+					t.Errorf("gateway %+v on a default port", rep.Gateway)
+				}
+			}
+			if (rep.Gateway.MQTT != "") != mqtt {
+				t.Errorf("gateway %+v: MQTT broker address with mqtt=%v", rep.Gateway, mqtt)
+			}
+			if m == nil || m.NA != "" || m.BeforeBytes == 0 || m.AfterBytes == 0 || m.Samples != memSamples {
+				t.Fatalf("memory %+v", m)
+			}
+			if m.Runtime == nil || m.Runtime.GoroutinesAfter <= m.Runtime.GoroutinesBefore {
+				t.Errorf("runtime figures %+v", m.Runtime)
+			}
+			if rep.Peak != nil || rep.Floor != nil {
+				t.Error("idle-only run made calls")
+			}
+			if _, err := readRSS(rep.Gateway.PID); err == nil {
+				t.Errorf("gateway pid %d still running after Run", rep.Gateway.PID)
+			}
+			if t.Failed() {
+				t.Logf("gateway output:\n%s", &gwlog)
+			}
+		})
+	}
+}
+
+// holdDefaultPorts listens on the gateway's default addresses until the test
+// ends, as a running `mcpgate serve` would. A port already taken (a real
+// gateway on this machine) is the same condition, so that is fine too.
+func holdDefaultPorts(t *testing.T) {
+	t.Helper()
+	for _, addr := range []string{"127.0.0.1:8000", "127.0.0.1:1883"} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Logf("%s already taken (%v): fine, that is what this test runs against", addr, err)
+			continue
+		}
+		t.Cleanup(func() { ln.Close() })
+	}
+}
+
+// TestStartChildRetriesATakenPort: a port freeAddr picked can be taken
+// before the child binds it; startChild then tries other ports, and gives
+// up after startAttempts, saying why.
+func TestStartChildRetriesATakenPort(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	exe, count := filepath.Join(dir, "mcpgate"), filepath.Join(dir, "starts")
+	script := "#!/bin/sh\necho start >>" + count + "\n" +
+		"echo 'mcpgate: listen tcp 127.0.0.1:1: bind: address already in use' >&2\nexit 1\n"
+	if err := os.WriteFile(exe, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	m := rep.Memory
-	if rep.Gateway.Mode != ModeChild || rep.Gateway.PID == 0 {
-		t.Errorf("gateway %+v", rep.Gateway)
+	_, err := startChild(t.Context(), exe, dir, false, nil, slog.New(slog.DiscardHandler))
+	if !errors.Is(err, errPortTaken) || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("err = %v, want errPortTaken with the child's output", err)
 	}
-	if m == nil || m.NA != "" || m.BeforeBytes == 0 || m.AfterBytes == 0 || m.Samples != memSamples {
-		t.Fatalf("memory %+v", m)
-	}
-	if m.Runtime == nil || m.Runtime.GoroutinesAfter <= m.Runtime.GoroutinesBefore {
-		t.Errorf("runtime figures %+v", m.Runtime)
-	}
-	if rep.Peak != nil || rep.Floor != nil {
-		t.Error("idle-only run made calls")
-	}
-	if _, err := readRSS(rep.Gateway.PID); err == nil {
-		t.Errorf("gateway pid %d still running after Run", rep.Gateway.PID)
+	b, _ := os.ReadFile(count)
+	if n := strings.Count(string(b), "start"); n != startAttempts {
+		t.Errorf("%d starts, want %d", n, startAttempts)
 	}
 }
 

@@ -65,7 +65,18 @@ type RunConfig struct {
 type GatewayInfo struct {
 	Mode string `json:"mode"` // ModeChild, ModeInProcess or ModeExternal
 	URL  string `json:"url"`
+	// MQTT is the embedded broker's host:port when devices connect over
+	// MQTT, else "".
+	MQTT string `json:"mqtt,omitempty"`
 	PID  int    `json:"pid,omitempty"`
+}
+
+// mqttText is ", MQTT broker HOST:PORT" for a report line, or "".
+func (g GatewayInfo) mqttText() string {
+	if g.MQTT == "" {
+		return ""
+	}
+	return ", MQTT broker " + g.MQTT
 }
 
 // FleetInfo describes the simulated devices.
@@ -181,7 +192,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	g := r.Gateway
 	switch g.Mode {
 	case ModeChild:
-		p.f("gateway     child process, pid %d, %s\n", g.PID, g.URL)
+		p.f("gateway     child process, pid %d, %s%s\n", g.PID, g.URL, g.mqttText())
 	case ModeExternal:
 		pid := ""
 		if g.PID > 0 {
@@ -189,7 +200,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 		p.f("gateway     existing, %s%s\n", g.URL, pid)
 	default:
-		p.f("gateway     %s, %s\n", g.Mode, g.URL)
+		p.f("gateway     %s, %s%s\n", g.Mode, g.URL, g.mqttText())
 	}
 	c := r.Config
 	over := "" // reports from before the transport was recorded name none
@@ -439,7 +450,7 @@ func (r *Report) writeSoak(w io.Writer) error {
 	m := r.Machine
 	p.f("mcpgate bench --soak, %s\n", r.Started.Format(time.RFC3339))
 	p.f("machine     %s/%s, %d CPUs, %s\n", m.OS, m.Arch, m.CPUs, m.GoVersion)
-	p.f("gateway     %s, %s\n", r.Gateway.Mode, r.Gateway.URL)
+	p.f("gateway     %s, %s%s\n", r.Gateway.Mode, r.Gateway.URL, r.Gateway.mqttText())
 	p.f("soak        %s, %d devices joining and leaving (%s sessions), %.0f calls/s of %s\n",
 		fmtS(s.DurationS), s.Devices, count(s.Connects), s.Rate, r.Config.Tool)
 	outcomes := slices.Sorted(maps.Keys(s.Outcomes))

@@ -52,7 +52,7 @@ func (t *target) wsURL() string {
 
 // freeAddr returns a loopback address with a port that was free a moment
 // ago. The child must be told its port up front to be found; another
-// process could take it in between, which startChild reports as a failed start.
+// process could take it in between, which startChild retries.
 func freeAddr() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -65,25 +65,50 @@ func freeAddr() (string, error) {
 	return addr, nil
 }
 
+// startAttempts bounds startChild's tries when a port picked by freeAddr is
+// taken before the child binds it.
+const startAttempts = 3
+
+// errPortTaken marks a child that exited because a port it was given was
+// taken: startChild tries again on other ports.
+var errPortTaken = errors.New("port taken")
+
 // startChild runs `exe serve` on a free loopback port as a child process
-// and waits until it answers /healthz; with mqtt, its broker listens on
-// another free loopback port. The child logs at warn level to logw; the end
-// of its output is kept to explain a failed start.
+// and waits until it answers /healthz; its broker listens on another free
+// loopback port, known to the bench only with mqtt. Never the defaults
+// (127.0.0.1:8000, 127.0.0.1:1883): a gateway left running holds them. The
+// child logs at warn level to logw; the end of its output is kept to explain
+// a failed start.
 func startChild(ctx context.Context, exe, dataDir string, mqtt bool, logw io.Writer, log *slog.Logger) (*target, error) {
+	var err error
+	for range startAttempts {
+		var t *target
+		if t, err = startChildOnce(ctx, exe, dataDir, mqtt, logw, log); !errors.Is(err, errPortTaken) {
+			return t, err
+		}
+		log.Info("a port picked for the gateway was taken before it started; trying others", "err", err)
+	}
+	return nil, err
+}
+
+func startChildOnce(ctx context.Context, exe, dataDir string, mqtt bool, logw io.Writer, log *slog.Logger) (*target, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"serve", "--addr", addr, "--log-level", "warn", "--data", dataDir,
-		// The bench measures the gateway, not its call-rate limits (docs/limits.md).
-		"--key-call-rate=-1", "--device-call-rate=-1"}
+	// Without MQTT devices the embedded broker still runs, as in any serve
+	// (its memory is part of the figure), but on a port nobody has to find.
 	var mqttAddr string
+	brokerAddr := "127.0.0.1:0"
 	if mqtt {
 		if mqttAddr, err = freeAddr(); err != nil {
 			return nil, err
 		}
-		args = append(args, "--mqtt-addr", mqttAddr)
+		brokerAddr = mqttAddr
 	}
+	args := []string{"serve", "--addr", addr, "--mqtt-addr", brokerAddr, "--log-level", "warn", "--data", dataDir,
+		// The bench measures the gateway, not its call-rate limits (docs/limits.md).
+		"--key-call-rate=-1", "--device-call-rate=-1"}
 	tail := &tailBuffer{max: 4 << 10}
 	var stderr io.Writer = tail
 	if logw != nil {
@@ -117,13 +142,19 @@ func startChild(ctx context.Context, exe, dataDir string, mqtt bool, logw io.Wri
 		return nil
 	}
 	t := &target{mode: ModeChild, url: "http://" + addr, mqttAddr: mqttAddr, pid: cmd.Process.Pid, stop: stop}
-	log.Info("started gateway", "pid", t.pid, "url", t.url)
-
 	hctx, hcancel := context.WithTimeout(ctx, startTimeout)
 	defer hcancel()
 	if err := waitHealthy(hctx, t.url, exited); err != nil {
 		_ = stop() // the start error says it all
-		return nil, fmt.Errorf("gateway %s serve --addr %s: %w; its output:\n%s", exe, addr, err, tail)
+		if strings.Contains(tail.String(), "address already in use") {
+			err = fmt.Errorf("%w: %w", errPortTaken, err)
+		}
+		return nil, fmt.Errorf("gateway %s serve --addr %s --mqtt-addr %s: %w; its output:\n%s", exe, addr, brokerAddr, err, tail)
+	}
+	if mqtt {
+		log.Info("started gateway", "pid", t.pid, "url", t.url, "mqtt_broker", mqttAddr)
+	} else {
+		log.Info("started gateway", "pid", t.pid, "url", t.url)
 	}
 	return t, nil
 }
