@@ -403,7 +403,9 @@ func (h *Hub) Attach(info ConnInfo, sess *mcpclient.Session) *Attachment {
 		a.log = h.log.With("device_id", info.DeviceID, "session_id", info.SessionID)
 	}
 	a.slots.Init(h.cfg.MaxInFlight, h.cfg.MaxQueue)
-	sess.SetLogHandler(func(params json.RawMessage) { h.logs.publish(DeviceLog{Device: info.DeviceID, Params: params}) })
+	sess.SetLogHandler(func(params json.RawMessage) bool {
+		return h.logs.publish(DeviceLog{Device: info.DeviceID, Params: params})
+	})
 
 	h.mu.Lock()
 	d, ok := h.devices[info.DeviceID]

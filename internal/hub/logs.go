@@ -37,10 +37,12 @@ func (h *Hub) OnDeviceLog(fn func(DeviceLog)) (stop func()) {
 	}
 }
 
-func (l *logSinks) publish(m DeviceLog) {
+// publish hands m to every sink and reports whether there was one.
+func (l *logSinks) publish(m DeviceLog) bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	for _, fn := range l.sinks {
 		fn(m)
 	}
+	return len(l.sinks) > 0
 }

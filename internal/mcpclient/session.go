@@ -163,7 +163,7 @@ type Session struct {
 	nextID    int32
 	pending   map[int32]*pendingCall // guarded by mu
 	toolCalls int                    // guarded by mu; how many of pending are tools/call
-	onLog     func(json.RawMessage)  // guarded by mu; see SetLogHandler
+	onLog     func(json.RawMessage) bool // guarded by mu; see SetLogHandler
 	closeErr  error                  // guarded by mu; set once by Close
 	unmatched uint64                 // guarded by mu
 	init      *InitializeResult      // guarded by mu; set by a successful Initialize
@@ -303,8 +303,12 @@ func (s *Session) handleNotification(msg *jsonrpc.Message) {
 		return
 	}
 	if msg.Method == "notifications/message" {
-		if onLog := s.logTarget(); onLog != nil {
-			onLog(msg.Params)
+		callLog, sessionLog := s.logTargets()
+		if callLog != nil {
+			callLog(msg.Params)
+			return
+		}
+		if sessionLog != nil && sessionLog(msg.Params) {
 			return
 		}
 	}
@@ -316,26 +320,28 @@ func (s *Session) handleNotification(msg *jsonrpc.Message) {
 	s.log.Debug("ignored notification from device", "method", msg.Method)
 }
 
-// logTarget is where a notifications/message goes: the only tools/call
-// pending, when its caller listens, or else the session's log handler (nil
-// when there is none).
-func (s *Session) logTarget() func(json.RawMessage) {
+// logTargets say where a notifications/message goes: to the only tools/call
+// pending when its caller listens (callLog), or else to the session's log
+// handler (sessionLog); either may be nil.
+func (s *Session) logTargets() (callLog func(json.RawMessage), sessionLog func(json.RawMessage) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.toolCalls == 1 {
 		for _, p := range s.pending {
 			if p.onLog != nil {
-				return p.onLog
+				return p.onLog, nil
 			}
 		}
 	}
-	return s.onLog
+	return nil, s.onLog
 }
 
 // SetLogHandler sets what receives the device's log messages
-// (notifications/message) that no single call owns. fn is called from the
+// (notifications/message) that no single call owns; fn reports whether
+// anyone took the message, and one nobody took goes on like any other
+// notification (Config.OnNotification, or dropped). fn is called from the
 // transport's reader and must not block.
-func (s *Session) SetLogHandler(fn func(params json.RawMessage)) {
+func (s *Session) SetLogHandler(fn func(params json.RawMessage) bool) {
 	s.mu.Lock()
 	s.onLog = fn
 	s.mu.Unlock()

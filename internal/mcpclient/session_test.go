@@ -577,7 +577,8 @@ func TestGivingUpSendsCancelled(t *testing.T) {
 
 // A log message is a call's only while that call is the one tools/call
 // pending (with a caller listening); otherwise the session's log handler has
-// it, and without one it goes to OnNotification like any other.
+// it, and when there is none, or nobody took it, it goes to OnNotification
+// like any other.
 func TestLogIsRoutedToTheOnlyCall(t *testing.T) {
 	p := newPipe()
 	var other []string
@@ -591,8 +592,13 @@ func TestLogIsRoutedToTheOnlyCall(t *testing.T) {
 	if fmt.Sprint(other) != "[notifications/message]" {
 		t.Fatalf("without a log handler: other = %v", other)
 	}
+	s.SetLogHandler(func(json.RawMessage) bool { return false }) // nobody listening
+	s.Handle(logMsg(0))
+	if fmt.Sprint(other) != "[notifications/message notifications/message]" {
+		t.Fatalf("with nobody listening: other = %v", other)
+	}
 	session := make(chan string, 8)
-	s.SetLogHandler(func(params json.RawMessage) { session <- string(params) })
+	s.SetLogHandler(func(params json.RawMessage) bool { session <- string(params); return true })
 	call := func(onLog func(json.RawMessage)) (req *jsonrpc.Message, done chan error) {
 		done = make(chan error, 1)
 		go func() {
@@ -630,7 +636,7 @@ func TestLogIsRoutedToTheOnlyCall(t *testing.T) {
 	if got := <-session; !strings.Contains(got, `"data":4`) {
 		t.Fatalf("session got %s", got)
 	}
-	if len(first) != 0 || len(other) != 1 {
+	if len(first) != 0 || len(other) != 2 {
 		t.Fatalf("stray messages: call %d, other %v", len(first), other)
 	}
 }
