@@ -161,12 +161,12 @@ type Session struct {
 
 	mu        sync.Mutex
 	nextID    int32
-	pending   map[int32]*pendingCall // guarded by mu
-	toolCalls int                    // guarded by mu; how many of pending are tools/call
+	pending   map[int32]*pendingCall     // guarded by mu
+	toolCalls int                        // guarded by mu; how many of pending are tools/call
 	onLog     func(json.RawMessage) bool // guarded by mu; see SetLogHandler
-	closeErr  error                  // guarded by mu; set once by Close
-	unmatched uint64                 // guarded by mu
-	init      *InitializeResult      // guarded by mu; set by a successful Initialize
+	closeErr  error                      // guarded by mu; set once by Close
+	unmatched uint64                     // guarded by mu
+	init      *InitializeResult          // guarded by mu; set by a successful Initialize
 }
 
 // New returns a Session over link. It sends nothing until asked. The session
