@@ -29,11 +29,10 @@ type ForgetRequest struct {
 
 // Forgotten describes a forgotten device.
 type Forgotten struct {
-	ID    string `json:"id"`
-	Alias string `json:"alias"`
+	ID, Alias string
 	// Disconnected is set when the device was online and its connection
 	// was closed (with Force).
-	Disconnected bool `json:"disconnected"`
+	Disconnected bool
 }
 
 // ForgottenData comes with EventForgotten.
