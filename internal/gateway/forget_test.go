@@ -205,4 +205,3 @@ func waitEvent(t *testing.T, sub *hub.Subscription, typ hub.EventType, id string
 		}
 	}
 }
-
