@@ -170,7 +170,7 @@ func writeHubError(w http.ResponseWriter, err error) {
 		status = http.StatusBadGateway
 	case "client_closed":
 		status = 499 // the caller is gone; nginx's convention
-	case "device_busy":
+	case "device_busy", "store_error":
 		status = http.StatusServiceUnavailable
 	case "rate_limited":
 		status = http.StatusTooManyRequests

@@ -27,6 +27,8 @@ var (
 	// ErrDeviceOnline: a connected device is not forgotten unless forced
 	// (Hub.Forget).
 	ErrDeviceOnline = errors.New("device is online")
+	// ErrStore: the store failed, so the change was not made (Hub.Forget).
+	ErrStore = errors.New("store failed")
 	// ErrForgotten is why a device's connection closes when it is forgotten
 	// by force.
 	ErrForgotten = errors.New("device forgotten")
@@ -113,6 +115,8 @@ func Code(err error) string {
 		return "device_offline"
 	case errors.Is(err, ErrDeviceOnline):
 		return "device_online"
+	case errors.Is(err, ErrStore):
+		return "store_error"
 	case errors.Is(err, ErrDeviceTimeout):
 		return "device_timeout"
 	case errors.Is(err, ErrDeviceDisconnected):

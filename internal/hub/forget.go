@@ -51,7 +51,7 @@ type ForgottenData struct {
 // ErrForgotten (its pending calls fail at once).
 //
 // The store row goes first: when the store fails nothing is forgotten and
-// the error says so. Every attempt that names a device is audited
+// the error matches ErrStore. Every attempt is audited
 // (Config.Audit, tool [AuditForget]); a success publishes device_offline
 // (when it was online) and device_forgotten.
 func (h *Hub) Forget(ctx context.Context, req ForgetRequest) (Forgotten, error) {
@@ -87,7 +87,7 @@ func (h *Hub) forget(ctx context.Context, req ForgetRequest) (Forgotten, error) 
 	}
 	if p := h.persist; p != nil {
 		if err := p.st.DeleteDevice(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
-			return Forgotten{ID: id}, fmt.Errorf("forget %s: nothing was forgotten: %w", id, err)
+			return Forgotten{ID: id}, fmt.Errorf("%w: %s was not forgotten: %w", ErrStore, id, err)
 		}
 	}
 

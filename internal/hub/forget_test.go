@@ -142,7 +142,7 @@ func TestForgetOfflineAndStoreFailure(t *testing.T) {
 	st.mu.Lock()
 	st.failures = 1
 	st.mu.Unlock()
-	if _, err := h.Forget(t.Context(), ForgetRequest{Device: id}); err == nil || Code(err) != "internal" {
+	if _, err := h.Forget(t.Context(), ForgetRequest{Device: id}); !errors.Is(err, ErrStore) || Code(err) != "store_error" {
 		t.Fatalf("forget with a failing store = %v", err)
 	}
 	if _, err := h.Device(id); err != nil {
