@@ -164,7 +164,7 @@ func TestForgetDevice(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n := len(page.Records); n != 3 || page.Records[2].Tool != "self.get_device_status" || page.Records[0].Alias != "" {
+			if n := len(page.Records); n != 4 || page.Records[2].Tool != hub.AuditRevoke || page.Records[3].Tool != "self.get_device_status" || page.Records[0].Alias != "" {
 				t.Errorf("audit of the forgotten device after restart: %+v", page.Records)
 			}
 

@@ -11,10 +11,58 @@ import (
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
-// AuditForget is the tool name of the audit record a forget leaves
-// ([Hub.Forget]): a name of the gateway's own, with a colon, which MCP tool
-// names do not use, so it does not pass for a device's tool.
-const AuditForget = "mcpgate:forget"
+// The tool names of the audit records of administrative actions on a
+// device ([Hub.AuditAction]): names of the gateway's own, with a colon,
+// which MCP tool names do not use, so they do not pass for a device's tools.
+const (
+	AuditForget = "mcpgate:forget" // Hub.Forget
+	AuditRevoke = "mcpgate:revoke" // revoking a device's credentials (the gateway's revoke route)
+)
+
+// Action is an administrative action on a device, for the audit log.
+type Action struct {
+	Tool         string // AuditForget, AuditRevoke
+	Caller, Door string // "" caller is "local"
+	// Device is the device's id; when the request named no known device,
+	// the reference as given (normalised if it is an id).
+	Device    string
+	Arguments json.RawMessage // what the action was asked with; nil is {}
+	Start     time.Time
+	// Err is why the action failed, nil on success. Outcome, when set,
+	// overrides its code ([Code]) in the record.
+	Err     error
+	Outcome string
+}
+
+// AuditAction hands the record of an administrative action to
+// Config.Audit, like a call's: same log, same fields, tool a.Tool.
+func (h *Hub) AuditAction(a Action) {
+	if h.cfg.Audit == nil {
+		return
+	}
+	args := a.Arguments
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	outcome := a.Outcome
+	if outcome == "" {
+		outcome = Code(a.Err)
+	}
+	rec := CallRecord{Start: a.Start.UTC(), Caller: a.Caller, Door: a.Door, Device: a.Device, Tool: a.Tool,
+		Arguments: args, Outcome: outcome, Latency: time.Since(a.Start)}
+	if rec.Caller == "" {
+		rec.Caller = "local"
+	}
+	if id, err := xiaozhi.NormalizeDeviceID(a.Device); err == nil {
+		rec.Device = id
+	} else {
+		rec.Device = truncateText(a.Device, 256)
+	}
+	if a.Err != nil {
+		rec.ErrorCode, rec.Error = outcome, truncateText(a.Err.Error(), maxErrorText)
+	}
+	h.cfg.Audit(rec)
+}
 
 // ForgetRequest asks the hub to forget a device.
 type ForgetRequest struct {
@@ -57,9 +105,12 @@ type ForgottenData struct {
 func (h *Hub) Forget(ctx context.Context, req ForgetRequest) (Forgotten, error) {
 	start := time.Now()
 	res, err := h.forget(ctx, req)
-	if h.cfg.Audit != nil {
-		h.cfg.Audit(h.forgetRecord(req, start, res.ID, err))
+	dev := res.ID
+	if dev == "" {
+		dev = req.Device
 	}
+	args, _ := json.Marshal(map[string]bool{"force": req.Force}) // a map of bools always marshals
+	h.AuditAction(Action{Tool: AuditForget, Caller: req.Caller, Door: req.Door, Device: dev, Arguments: args, Start: start, Err: err})
 	return res, err
 }
 
@@ -131,28 +182,4 @@ func (h *Hub) forget(ctx context.Context, req ForgetRequest) (Forgotten, error) 
 	h.bus.publish(Event{Type: EventForgotten, Device: id, Alias: alias,
 		Data: ForgottenData{Caller: caller, Door: req.Door, Disconnected: att != nil}})
 	return Forgotten{ID: id, Alias: alias, Disconnected: att != nil}, nil
-}
-
-// forgetRecord is the audit record of a forget: tool AuditForget, the force
-// flag as its arguments. id is the device's id when the request named a
-// known device.
-func (h *Hub) forgetRecord(req ForgetRequest, start time.Time, id string, err error) CallRecord {
-	args, _ := json.Marshal(map[string]bool{"force": req.Force}) // a map of bools always marshals
-	outcome := Code(err)
-	rec := CallRecord{Start: start.UTC(), Caller: req.Caller, Door: req.Door, Device: id, Tool: AuditForget,
-		Arguments: args, Outcome: outcome, Latency: time.Since(start)}
-	if rec.Caller == "" {
-		rec.Caller = "local"
-	}
-	if rec.Device == "" {
-		if nid, nerr := xiaozhi.NormalizeDeviceID(req.Device); nerr == nil {
-			rec.Device = nid
-		} else {
-			rec.Device = truncateText(req.Device, 256)
-		}
-	}
-	if err != nil {
-		rec.ErrorCode, rec.Error = outcome, truncateText(err.Error(), maxErrorText)
-	}
-	return rec
 }
