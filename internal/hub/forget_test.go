@@ -89,6 +89,10 @@ func TestForget(t *testing.T) {
 		t.Errorf("unexpected event after forget: %+v", ev)
 	case <-time.After(100 * time.Millisecond):
 	}
+	// Nor count the device offline a second time.
+	if on, known := gauge(t, h, "mcpgate_devices_online"), gauge(t, h, "mcpgate_devices_known"); on != 0 || known != 0 {
+		t.Errorf("devices online %v, known %v after forget, want 0 and 0", on, known)
+	}
 
 	stopPersist() // a final write must not bring it back
 	st.mu.Lock()
@@ -166,4 +170,20 @@ func TestForgetOfflineAndStoreFailure(t *testing.T) {
 	if len(st.catalogs) != 1 {
 		t.Errorf("%d catalogs stored, want 1", len(st.catalogs))
 	}
+}
+
+// gauge reads a gauge of the hub's metrics.
+func gauge(t *testing.T, h *Hub, name string) float64 {
+	t.Helper()
+	mfs, err := h.metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
 }
