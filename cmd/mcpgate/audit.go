@@ -21,7 +21,9 @@ func newAuditCmd(g *globals) *cobra.Command {
 		Long: `Show the audit log of the gateway named by --server: one record per tool call
 through any door (REST, MCP, the agent, the CLI), newest first, with who
 called, the device and tool, the arguments (values above the gateway's
---audit-max-value replaced by a digest), the outcome and the latency.
+--audit-max-value replaced by a digest), the outcome and the latency;
+and one per attempt to forget a device or revoke its credentials (tools
+mcpgate:forget and mcpgate:revoke).
 A key sees the records of the devices and tools it may see.
 
 --since takes an RFC 3339 time or an age (90m, 1h, 7d). When more records

@@ -464,3 +464,57 @@ func TestToolsCmdKinds(t *testing.T) {
 		}
 	}
 }
+
+func TestDevicesForgetCmd(t *testing.T) {
+	t.Parallel()
+	addr := startGateway(t)
+	live := connect(t, addr, devicetest.Config{})
+	gone := connect(t, addr, devicetest.Config{ID: "02:00:00:00:00:02"})
+	run(t, addr, "devices", "alias", devID, "kitchen").want(t, 0)
+	gone.Close()
+	c, err := api.NewClient(addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for d, _ := c.Device(t.Context(), gone.ID()); d == nil || d.Online; d, _ = c.Device(t.Context(), gone.ID()) {
+		if time.Now().After(deadline) {
+			t.Fatal("device still online after closing")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	r := run(t, addr, "devices", "forget", "dev-000002")
+	r.want(t, 0)
+	if r.stdout != "forgot dev-000002 (02:00:00:00:00:02); it was offline\n" {
+		t.Errorf("offline forget: stdout %q", r.stdout)
+	}
+
+	r = run(t, addr, "devices", "forget", "kitchen")
+	r.want(t, 1)
+	if r.stdout != "" || r.stderr != "error: device_online: kitchen is online: pass --force to disconnect it and forget it\n" {
+		t.Errorf("online forget: stdout %q stderr %q", r.stdout, r.stderr)
+	}
+	r = run(t, addr, "devices", "forget", "kitchne", "--force")
+	r.want(t, 1)
+	if !strings.HasPrefix(r.stderr, "error: device_not_found: ") || !strings.HasSuffix(r.stderr, "  did you mean kitchen?\n") {
+		t.Errorf("unknown device: stderr %q", r.stderr)
+	}
+	r = run(t, addr, "devices", "forget", "kitchen", "--force", "--json")
+	r.want(t, 0)
+	var res api.ForgetResult
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || res != (api.ForgetResult{Device: devID, Alias: "kitchen", Disconnected: true}) {
+		t.Errorf("--json: %v\n%s", err, r.stdout)
+	}
+	select {
+	case <-live.Done():
+	case <-time.After(10 * time.Second):
+		t.Error("the forced device's connection is still open")
+	}
+	r = run(t, addr, "devices")
+	r.want(t, 0)
+	if r.stdout != "" {
+		t.Errorf("devices after forgetting both:\n%s", r.stdout)
+	}
+	run(t, addr, "devices", "forget").want(t, 1) // usage: one argument
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -25,7 +26,8 @@ aa:bb:cc:dd:ee:ff, AA-BB-CC-DD-EE-FF, aabbccddeeff) or an alias.`,
 		Example: `  mcpgate devices
   mcpgate devices --json
   mcpgate devices show kitchen
-  mcpgate devices alias 02:00:00:00:00:01 kitchen`,
+  mcpgate devices alias 02:00:00:00:00:01 kitchen
+  mcpgate devices forget dev-000002`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newClient(g)
@@ -52,7 +54,7 @@ aa:bb:cc:dd:ee:ff, AA-BB-CC-DD-EE-FF, aabbccddeeff) or an alias.`,
 			return printTable(g.stdout, []string{"ALIAS", "ID", "STATE", "TRANSPORT", "TOOLS", "LAST SEEN"}, rows)
 		},
 	}
-	cmd.AddCommand(newDevicesShowCmd(g), newDevicesAliasCmd(g), newDevicesTokenCmd(g), newDevicesRevokeCmd(g))
+	cmd.AddCommand(newDevicesShowCmd(g), newDevicesAliasCmd(g), newDevicesTokenCmd(g), newDevicesRevokeCmd(g), newDevicesForgetCmd(g))
 	return cmd
 }
 
@@ -175,4 +177,53 @@ The revocation is kept in the gateway's store and survives a restart.`,
 			return nil
 		},
 	}
+}
+
+func newDevicesForgetCmd(g *globals) *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "forget DEVICE",
+		Short: "Forget a device: drop it from the lists, the doors and the store",
+		Long: `Forget a device the gateway should no longer list (a board given away, a bridge
+source removed): it leaves the device list, its tools leave REST and the MCP
+doors, and the store drops it, so a restart does not bring it back. Its
+credential revocations and its audit records are kept, and the forget is
+audited. A device that connects again later is a new device (default alias,
+new first-seen time).
+
+A device that is online is refused unless --force, which closes its
+connection first. A device that reconnects by itself comes back at once as a
+new device: stop it first, or with --device-auth=token revoke it first
+('mcpgate devices revoke').`,
+		Example: `  mcpgate devices forget dev-000002
+  mcpgate devices forget kitchen --force`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient(g)
+			if err != nil {
+				return err
+			}
+			res, err := c.Forget(cmd.Context(), args[0], force)
+			if err != nil {
+				var ae *api.APIError
+				if errors.As(err, &ae) && ae.Code == "device_online" {
+					// The gateway's message speaks of REST's ?force=true.
+					fmt.Fprintf(g.stderr, "error: device_online: %s is online: pass --force to disconnect it and forget it\n", args[0])
+					return exitError{code: 1}
+				}
+				return reportNotFound(cmd.Context(), g, c, args[0], "", err)
+			}
+			if g.json {
+				return printJSON(g.stdout, res)
+			}
+			state := "it was offline"
+			if res.Disconnected {
+				state = "its connection was closed"
+			}
+			fmt.Fprintf(g.stdout, "forgot %s (%s); %s\n", res.Alias, res.Device, state)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "forget it even if it is online: close its connection first")
+	return cmd
 }

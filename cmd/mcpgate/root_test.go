@@ -62,6 +62,7 @@ func TestArityUsageLine(t *testing.T) {
 		{[]string{"tools"}, "tools: accepts 1 arg(s), received 0\nUsage: mcpgate tools DEVICE"},
 		{[]string{"devices", "alias", "kitchen"}, "devices alias: accepts 2 arg(s), received 1\nUsage: mcpgate devices alias DEVICE NEW_ALIAS"},
 		{[]string{"devices", "token"}, "Usage: mcpgate devices token DEVICE"},
+		{[]string{"devices", "forget", "a", "b"}, "devices forget: accepts 1 arg(s), received 2\nUsage: mcpgate devices forget DEVICE [flags]"},
 		{[]string{"keys", "list", "extra"}, "keys list: unknown command \"extra\" for \"mcpgate keys list\"\nUsage: mcpgate keys list"},
 		{[]string{"version", "x"}, "Usage: mcpgate version"},
 	} {

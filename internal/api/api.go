@@ -99,6 +99,7 @@ func New(cfg Config) (*API, error) {
 	a.mux.HandleFunc("GET /api/v1/devices", a.answered(a.listDevices))
 	a.mux.HandleFunc("GET /api/v1/devices/{id}", a.answered(a.getDevice))
 	a.mux.HandleFunc("PATCH /api/v1/devices/{id}", a.answered(a.patchDevice))
+	a.mux.HandleFunc("DELETE /api/v1/devices/{id}", a.answered(a.forgetDevice))
 	a.mux.HandleFunc("GET /api/v1/devices/{id}/tools", a.answered(a.listTools))
 	a.mux.HandleFunc("POST /api/v1/devices/{id}/tools/call", a.answered(a.callTool))
 	a.mux.HandleFunc("GET /api/v1/events", a.events)
@@ -161,7 +162,7 @@ func writeHubError(w http.ResponseWriter, err error) {
 		status = http.StatusBadRequest
 	case "alias_taken":
 		status = http.StatusConflict
-	case "device_offline":
+	case "device_offline", "device_online":
 		status = http.StatusConflict
 	case "device_timeout":
 		status = http.StatusGatewayTimeout
@@ -169,7 +170,7 @@ func writeHubError(w http.ResponseWriter, err error) {
 		status = http.StatusBadGateway
 	case "client_closed":
 		status = 499 // the caller is gone; nginx's convention
-	case "device_busy":
+	case "device_busy", "store_error":
 		status = http.StatusServiceUnavailable
 	case "rate_limited":
 		status = http.StatusTooManyRequests
@@ -242,6 +243,40 @@ func (a *API) patchDevice(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, d)
+}
+
+// ForgetResult is the body of DELETE /api/v1/devices/{id}: the device
+// forgotten, and whether its live connection was closed (force).
+type ForgetResult struct {
+	Device       string `json:"device"`
+	Alias        string `json:"alias"`
+	Disconnected bool   `json:"disconnected"`
+}
+
+// forgetDevice forgets a device (hub.Forget): gone from the lists, the doors
+// and the store. An online device is refused with 409 device_online unless
+// ?force=true, which closes its connection first.
+func (a *API) forgetDevice(w http.ResponseWriter, r *http.Request) {
+	force := false
+	if s := r.URL.Query().Get("force"); s != "" {
+		var err error
+		if force, err = strconv.ParseBool(s); err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("force %q: want true or false", s), nil)
+			return
+		}
+	}
+	ref := r.PathValue("id")
+	res, err := a.hub.Forget(r.Context(), hub.ForgetRequest{Device: ref, Force: force, Caller: principal(r).Caller(), Door: "rest"})
+	if errors.Is(err, hub.ErrDeviceOnline) {
+		writeError(w, http.StatusConflict, "device_online", fmt.Sprintf(
+			"device %s is online: pass ?force=true to disconnect and forget it (it comes back as a new device if it reconnects)", res.ID), nil)
+		return
+	}
+	if err != nil {
+		writeHubError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ForgetResult{Device: res.ID, Alias: res.Alias, Disconnected: res.Disconnected})
 }
 
 // ToolJSON is a tool as the REST API lists it.

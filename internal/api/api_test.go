@@ -106,6 +106,8 @@ func TestDeviceNotFound(t *testing.T) {
 		asAPIError(t, err, 404, "device_not_found")
 		_, err = tg.client.SetAlias(ctx, ref, "kitchen")
 		asAPIError(t, err, 404, "device_not_found")
+		_, err = tg.client.Forget(ctx, ref, true)
+		asAPIError(t, err, 404, "device_not_found")
 	}
 	tg.wantError(t, "GET", "/api/v1/devices/nope", "", 404, "device_not_found")
 	tg.wantError(t, "GET", "/api/v1/events?device=nope", "", 404, "device_not_found")
@@ -115,7 +117,7 @@ func TestUnknownEndpoint(t *testing.T) {
 	t.Parallel()
 	tg := startGateway(t, gateway.Config{})
 	tg.wantError(t, "GET", "/api/v1/nothing", "", 404, "not_found")
-	tg.wantError(t, "DELETE", "/api/v1/devices/"+devID, "", 404, "not_found")
+	tg.wantError(t, "PUT", "/api/v1/devices/"+devID, "", 404, "not_found")
 	tg.wantError(t, "GET", callPath, "", 404, "not_found")
 }
 

@@ -53,8 +53,8 @@ func Authenticate(doors *auth.Doors, h *hub.Hub) func(http.Handler) http.Handler
 
 // RequiredScope is the scope a REST request needs: read to look (GET, HEAD,
 // the event stream, /metrics), call to call a tool or talk to a device's
-// agent, admin for everything else (alias changes, revocations, and any
-// route added later until it says otherwise: safe by default).
+// agent, admin for everything else (alias changes, revocations, forgetting a
+// device, and any route added later until it says otherwise: safe by default).
 func RequiredScope(method, path string) auth.Scope {
 	switch method {
 	case http.MethodGet, http.MethodHead:

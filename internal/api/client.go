@@ -190,6 +190,24 @@ func (c *Client) RevokeTokens(ctx context.Context, ref string) (*RevokeResult, e
 	return &out, nil
 }
 
+// Forget forgets a device: the gateway no longer lists it, its tools leave
+// every door, and the store drops it. An online device is refused
+// (device_online) unless force, which closes its connection first.
+func (c *Client) Forget(ctx context.Context, ref string, force bool) (*ForgetResult, error) {
+	p, err := devicePath(ref, "")
+	if err != nil {
+		return nil, err
+	}
+	if force {
+		p += "?force=true"
+	}
+	var out ForgetResult
+	if err := c.do(ctx, http.MethodDelete, p, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Tools returns a device's last known tool catalog.
 func (c *Client) Tools(ctx context.Context, ref string) (*ToolList, error) {
 	p, err := devicePath(ref, "/tools")

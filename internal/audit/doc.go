@@ -1,7 +1,8 @@
 // Package audit writes and reads the audit log: one record per tool call
 // through any door (REST, MCP, the agent...), with who called, which device
 // and tool, the arguments (large values replaced by a digest), the outcome
-// and the latency.
+// and the latency; and one record per administrative action on a device
+// (forget, revoke: hub.AuditAction).
 //
 // The hub calls [Writer.Record] synchronously at the end of every call
 // ([hub.Config.Audit]); the writer queues the record and [Writer.Run] writes

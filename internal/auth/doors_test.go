@@ -174,6 +174,9 @@ func TestRESTScopesAndRestrictions(t *testing.T) {
 		{"call: unknown device is the same 404", f.call, "GET", "/api/v1/devices/nowhere", "", 404, "device_not_found"},
 		{"call cannot rename", f.call, "PATCH", "/api/v1/devices/kitchen-1", `{"alias":"k"}`, 403, "forbidden"},
 		{"call cannot revoke", f.call, "POST", "/api/v1/devices/kitchen-1/revoke", `{}`, 403, "forbidden"},
+		{"call cannot forget", f.call, "DELETE", "/api/v1/devices/kitchen-1", "", 403, "forbidden"},
+		{"call: forget of device outside", f.call, "DELETE", "/api/v1/devices/bedroom", "", 404, "device_not_found"},
+		{"admin forgets, online refused", f.admin, "DELETE", "/api/v1/devices/bedroom", "", 409, "device_online"},
 		{"admin calls anything", f.admin, "POST", "/api/v1/devices/bedroom/tools/call", photo, 200, ""},
 		{"admin renames", f.admin, "PATCH", "/api/v1/devices/bedroom", `{"alias":"bedroom"}`, 200, ""},
 	}

@@ -15,7 +15,7 @@ type Scope int
 const (
 	ScopeRead  Scope = iota + 1 // list devices, tools, events, audit of what it can see
 	ScopeCall                   // and call tools
-	ScopeAdmin                  // and change devices (alias, revoke), see everything's audit
+	ScopeAdmin                  // and change devices (alias, revoke, forget), see everything's audit
 )
 
 // String returns the scope's name as the CLI and API spell it.

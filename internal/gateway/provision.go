@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/devauth"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/limits"
@@ -135,31 +136,42 @@ type RevokeResult struct {
 // or `mcpgate devices token`). The revocation is written to the store
 // before the answer, and restored at start (restoreRevocations).
 func (d *deviceServices) revoke(w http.ResponseWriter, r *http.Request) {
-	dev, err := d.hub.Device(r.PathValue("id"))
+	// Audited like a forget (hub.AuditAction), success or not, before the
+	// answer: a read of the audit log after it lists the revocation.
+	act := hub.Action{Tool: hub.AuditRevoke, Caller: auth.FromContext(r.Context()).Caller(), Door: "rest",
+		Device: r.PathValue("id"), Start: time.Now()}
+	fail := func(status int, code string, err error, msg string) {
+		act.Err, act.Outcome = err, code
+		d.hub.AuditAction(act)
+		writeAPIError(w, status, code, msg)
+	}
+	dev, err := d.hub.Device(act.Device)
 	if err != nil {
-		writeAPIError(w, http.StatusNotFound, "device_not_found", err.Error())
+		fail(http.StatusNotFound, "device_not_found", err, err.Error())
 		return
 	}
+	act.Device = dev.ID
 	now := time.Now().UTC()
 	rev, err := d.auth.Authority().RevokeDevice(dev.ID)
 	if err != nil {
-		writeAPIError(w, http.StatusBadRequest, "bad_request", err.Error())
+		fail(http.StatusBadRequest, "bad_request", err, err.Error())
 		return
 	}
 	// In force in memory already; a revocation the store did not take
 	// would be forgotten by a restart, which the operator must know.
 	if err := d.store.AddRevocation(r.Context(), store.Revocation(rev)); err != nil {
 		d.log.Error("device revocation not saved: it holds until the gateway restarts", "device_id", dev.ID, "error", err)
-		writeAPIError(w, http.StatusInternalServerError, "revocation_not_saved",
+		fail(http.StatusInternalServerError, "revocation_not_saved", err,
 			"the device's credentials are revoked until the gateway restarts, but the store did not keep the revocation: "+err.Error())
 		return
 	}
 	_, disconnected, err := d.hub.Disconnect(dev.ID, errRevoked)
 	if err != nil {
-		writeAPIError(w, http.StatusNotFound, "device_not_found", err.Error())
+		fail(http.StatusNotFound, "device_not_found", err, err.Error())
 		return
 	}
 	d.log.Info("device credentials revoked", "device_id", dev.ID, "disconnected", disconnected)
+	d.hub.AuditAction(act)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(RevokeResult{Device: dev.ID, RevokedUntil: now, Disconnected: disconnected})
 }

@@ -253,7 +253,8 @@ func runSim(t *testing.T, cfg sim.Config) {
 
 // TestRevokeCutsDeviceOff: revoking a device's credentials through REST
 // closes its live session (pending calls fail at once), refuses every token
-// issued before, and a token issued afterwards works again.
+// issued before, and a token issued afterwards works again. Revocations are
+// audited.
 func TestRevokeCutsDeviceOff(t *testing.T) {
 	gw := startGateway(t, Config{Provisioning: Provisioning{DeviceAuth: devauth.ModeToken, DeviceSecret: testSecret}})
 	auth := gw.devices.auth.Authority()
@@ -292,5 +293,17 @@ func TestRevokeCutsDeviceOff(t *testing.T) {
 
 	if _, err := c.RevokeTokens(context.Background(), "no-such-device"); err == nil {
 		t.Fatal("revoking an unknown device succeeded")
+	}
+	// Both attempts are in the audit log.
+	page, err := c.Audit(context.Background(), api.AuditQuery{Tool: hub.AuditRevoke})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range page.Records {
+		got = append(got, r.Caller+" "+r.Door+" "+r.Device+" "+r.Outcome)
+	}
+	if want := "local rest no-such-device device_not_found\nlocal rest " + mac + " ok"; strings.Join(got, "\n") != want {
+		t.Errorf("audit of revocations:\n%s\nwant\n%s", strings.Join(got, "\n"), want)
 	}
 }

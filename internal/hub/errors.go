@@ -24,6 +24,14 @@ var (
 	ErrDeviceDisconnected = mcpclient.ErrDisconnected
 	// ErrReplaced is why an older connection closes when the same device connects again.
 	ErrReplaced = errors.New("replaced by a newer connection of the same device")
+	// ErrDeviceOnline: a connected device is not forgotten unless forced
+	// (Hub.Forget).
+	ErrDeviceOnline = errors.New("device is online")
+	// ErrStore: the store failed, so the change was not made (Hub.Forget).
+	ErrStore = errors.New("store failed")
+	// ErrForgotten is why a device's connection closes when it is forgotten
+	// by force.
+	ErrForgotten = errors.New("device forgotten")
 	// ErrShutdown is why connections close when the gateway stops.
 	ErrShutdown = errors.New("gateway shutting down")
 	// ErrDeviceBusy: the device's call queue is full. The call was not sent.
@@ -105,6 +113,10 @@ func Code(err error) string {
 		return "invalid_arguments"
 	case errors.Is(err, ErrDeviceOffline):
 		return "device_offline"
+	case errors.Is(err, ErrDeviceOnline):
+		return "device_online"
+	case errors.Is(err, ErrStore):
+		return "store_error"
 	case errors.Is(err, ErrDeviceTimeout):
 		return "device_timeout"
 	case errors.Is(err, ErrDeviceDisconnected):

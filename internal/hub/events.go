@@ -16,6 +16,7 @@ const (
 	EventToolsChanged EventType = "tools_changed"
 	EventCall         EventType = "call_completed"
 	EventAlias        EventType = "alias_changed"
+	EventForgotten    EventType = "device_forgotten"
 )
 
 // Event is one thing that happened to a device. Data is one of the *Data

@@ -72,7 +72,8 @@ type Config struct {
 	// Limits counts and logs limit hits; nil makes one from Logger and Metrics.
 	Limits *limits.Reporter
 	// Audit, when set, receives the record of every finished call, from
-	// every door, before Call returns. It runs on the caller's goroutine so
+	// every door, before Call returns, and of every administrative action
+	// (Forget, AuditAction). It runs on the caller's goroutine so
 	// that no record is lost: it may block (an audit writer applying
 	// backpressure) but must not call back into the hub.
 	Audit func(CallRecord)

@@ -18,6 +18,8 @@ import (
 type DeviceStore interface {
 	SaveDevice(ctx context.Context, d store.Device) error
 	Devices(ctx context.Context) ([]store.Device, error)
+	// DeleteDevice is used by Hub.Forget; ErrNotFound when not stored.
+	DeleteDevice(ctx context.Context, id string) error
 	SaveCatalog(ctx context.Context, hash string, tools json.RawMessage) error
 	Catalog(ctx context.Context, hash string) (json.RawMessage, error)
 }

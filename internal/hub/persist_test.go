@@ -202,6 +202,20 @@ func (s *countingStore) Devices(ctx context.Context) ([]store.Device, error) {
 	return out, nil
 }
 
+func (s *countingStore) DeleteDevice(ctx context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failures > 0 {
+		s.failures--
+		return fmt.Errorf("database is locked")
+	}
+	if _, ok := s.devices[id]; !ok {
+		return store.ErrNotFound
+	}
+	delete(s.devices, id)
+	return nil
+}
+
 func (s *countingStore) SaveCatalog(ctx context.Context, hash string, tools json.RawMessage) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -432,6 +432,9 @@ func (s *Server) loop() {
 			if !all && !relevant(ev.Type) {
 				continue
 			}
+			if ev.Type == hub.EventForgotten {
+				s.dropDevice(ev.Device)
+			}
 			s.syncDevices(ev.Device, all)
 			if !aggPending {
 				aggPending = true
@@ -454,10 +457,31 @@ func (s *Server) loop() {
 
 func relevant(t hub.EventType) bool {
 	switch t {
-	case hub.EventOnline, hub.EventOffline, hub.EventState, hub.EventToolsChanged, hub.EventAlias:
+	case hub.EventOnline, hub.EventOffline, hub.EventState, hub.EventToolsChanged, hub.EventAlias, hub.EventForgotten:
 		return true
 	}
 	return false
+}
+
+// dropDevice retires the servers of a forgotten device: they lose their
+// tools (a last list_changed), their client sessions are closed (a later
+// request with their session id, or a new one, finds no device: 404), and
+// they are forgotten, so a device that registers again gets new ones.
+func (s *Server) dropDevice(id string) {
+	s.mu.Lock()
+	doors := s.byDevice[id]
+	delete(s.byDevice, id)
+	for _, d := range doors {
+		delete(s.devices, doorKey{caller: d.p.KeyID, device: id})
+		delete(s.handler, d)
+	}
+	s.mu.Unlock()
+	for _, d := range doors {
+		d.syncDevice(s.hub, s.cfg.ExposeUserOnly)
+		for ss := range d.srv.Sessions() {
+			_ = ss.Close() // the session is going away either way
+		}
+	}
 }
 
 // syncDevices resyncs the server of device id, or of every device.

@@ -124,6 +124,26 @@ func testDevices(t *testing.T, target Target) {
 	if ds, _ := s.Devices(ctx); len(ds) != 2 || !slices.ContainsFunc(ds, func(d store.Device) bool { return sameDevice(d, odd) }) {
 		t.Fatalf("odd text: %+v", ds)
 	}
+
+	// A forgotten device (hub.Forget): its catalog, shared by content,
+	// stays; saved again, it is a new row with its new FirstSeen.
+	if err := s.SaveCatalog(ctx, d2.CatalogHash, json.RawMessage(`[]`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteDevice(ctx, d.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Catalog(ctx, d2.CatalogHash); err != nil {
+		t.Errorf("catalog of a deleted device: %v", err)
+	}
+	back := d2
+	back.FirstSeen = later.Add(time.Hour)
+	if err := s.SaveDevice(ctx, back); err != nil {
+		t.Fatal(err)
+	}
+	if ds, _ := s.Devices(ctx); len(ds) != 2 || !slices.ContainsFunc(ds, func(d store.Device) bool { return sameDevice(d, back) }) {
+		t.Fatalf("a deleted device saved again: %+v, want %+v", ds, back)
+	}
 }
 
 func sameDevice(a, b store.Device) bool {
