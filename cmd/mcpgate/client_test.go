@@ -146,6 +146,14 @@ func TestDevicesCmd(t *testing.T) {
 		t.Errorf("columns not aligned:\n%s", r.stdout)
 	}
 
+	lastSeen := regexp.MustCompile(`(?m)(just now|\d+s ago)$`) // may move between two runs
+	for _, sub := range []string{"list", "ls"} {
+		again := run(t, addr, "devices", sub)
+		if again.code != 0 || lastSeen.ReplaceAllString(again.stdout, "") != lastSeen.ReplaceAllString(r.stdout, "") {
+			t.Errorf("devices %s = %d:\n%s\nwant what devices printed:\n%s", sub, again.code, again.stdout, r.stdout)
+		}
+	}
+
 	r = run(t, addr, "devices", "--json")
 	r.want(t, 0)
 	var list api.DeviceList

@@ -29,33 +29,44 @@ aa:bb:cc:dd:ee:ff, AA-BB-CC-DD-EE-FF, aabbccddeeff) or an alias.`,
   mcpgate devices alias 02:00:00:00:00:01 kitchen
   mcpgate devices forget dev-000002`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient(g)
-			if err != nil {
-				return err
-			}
-			devs, err := c.Devices(cmd.Context())
-			if err != nil {
-				return reportError(g, err)
-			}
-			slices.SortFunc(devs, func(a, b hub.Device) int { return strings.Compare(a.Alias, b.Alias) })
-			if g.json {
-				return printJSON(g.stdout, api.DeviceList{Devices: devs})
-			}
-			if len(devs) == 0 {
-				fmt.Fprintf(g.stderr, "No device has connected to the gateway at %s yet.\n", c.URL())
-				return nil
-			}
-			now := time.Now()
-			rows := make([][]string, 0, len(devs))
-			for _, d := range devs {
-				rows = append(rows, []string{d.Alias, d.ID, string(d.State), orDash(d.Transport), strconv.Itoa(d.Tools), ago(now, d.LastSeen)})
-			}
-			return printTable(g.stdout, []string{"ALIAS", "ID", "STATE", "TRANSPORT", "TOOLS", "LAST SEEN"}, rows)
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return listDevices(cmd, g) },
 	}
-	cmd.AddCommand(newDevicesShowCmd(g), newDevicesAliasCmd(g), newDevicesTokenCmd(g), newDevicesRevokeCmd(g), newDevicesForgetCmd(g))
+	// "devices list", as "keys list": what people type first.
+	list := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List the devices the gateway knows (the same as devices)",
+		Args:    cobra.NoArgs,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return listDevices(cmd, g) },
+	}
+	cmd.AddCommand(list, newDevicesShowCmd(g), newDevicesAliasCmd(g), newDevicesTokenCmd(g), newDevicesRevokeCmd(g), newDevicesForgetCmd(g))
 	return cmd
+}
+
+// listDevices prints every device the gateway knows, sorted by alias.
+func listDevices(cmd *cobra.Command, g *globals) error {
+	c, err := newClient(g)
+	if err != nil {
+		return err
+	}
+	devs, err := c.Devices(cmd.Context())
+	if err != nil {
+		return reportError(g, err)
+	}
+	slices.SortFunc(devs, func(a, b hub.Device) int { return strings.Compare(a.Alias, b.Alias) })
+	if g.json {
+		return printJSON(g.stdout, api.DeviceList{Devices: devs})
+	}
+	if len(devs) == 0 {
+		fmt.Fprintf(g.stderr, "No device has connected to the gateway at %s yet.\n", c.URL())
+		return nil
+	}
+	now := time.Now()
+	rows := make([][]string, 0, len(devs))
+	for _, d := range devs {
+		rows = append(rows, []string{d.Alias, d.ID, string(d.State), orDash(d.Transport), strconv.Itoa(d.Tools), ago(now, d.LastSeen)})
+	}
+	return printTable(g.stdout, []string{"ALIAS", "ID", "STATE", "TRANSPORT", "TOOLS", "LAST SEEN"}, rows)
 }
 
 func newDevicesShowCmd(g *globals) *cobra.Command {
