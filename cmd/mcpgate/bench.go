@@ -39,6 +39,10 @@ devices to it, and measure:
               machine's own tail for one hop
   relay floor HTTP relayed over a WebSocket to the echo, no gateway logic:
               the most any two-hop REST path reaches here
+  churn       --concurrency devices set up sessions back to back (connect,
+              hello, initialize, every tools/list page, hang up): sessions/s
+              and gateway CPU per session, beside the same loop against a
+              bare WebSocket handshake and hello echo (--skip-churn to skip)
 
 --soak DURATION replaces the phases with a soak: --devices devices join and
 leave (each stays 5-60 s, goes away up to 3 s, comes back) while calls run at
@@ -142,6 +146,7 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 	f.StringVar(&cfg.Client, "client", bench.ClientRaw, `load generator HTTP client: "raw" (minimal HTTP/1.1, cheapest) or "net/http"`)
 	f.BoolVar(&cfg.SkipFloor, "skip-floor", false, "skip the raw WebSocket and relay floors (and the ratio)")
 	f.BoolVar(&cfg.SkipMCP, "skip-mcp", false, "skip the MCP phase (tools/call through /mcp)")
+	f.BoolVar(&cfg.SkipChurn, "skip-churn", false, "skip the session churn phase and its floor")
 	f.BoolVar(&cfg.IdleOnly, "idle-only", false, "only connect the devices and report memory: no calls")
 	f.BoolVar(&cfg.MQTT, "mqtt", false, "devices connect to the started gateway's embedded MQTT broker (on a free port) instead of WebSocket")
 	f.BoolVar(&cfg.InProcess, "in-process", false, "run the gateway inside the bench process (no memory figure)")

@@ -26,6 +26,10 @@
 //  8. Relay floor: the same messages posted over HTTP to a handler that
 //     relays them over a WebSocket to the echo: a REST call's two hops
 //     with no gateway logic, the most any REST path can reach here.
+//  9. Churn: Concurrency devices each set up sessions back to back
+//     (connect, hello, initialize, every tools/list page, hang up), and
+//     the same loop against a bare WebSocket echo (handshake and hello):
+//     sessions/s beside that floor, and the gateway's CPU per session.
 //
 // Everything runs on one machine, so the load generator, the devices and
 // the gateway share its cores: compare figures within one run.
@@ -95,6 +99,8 @@ type Config struct {
 	SkipFloor bool
 	// SkipMCP skips the MCP phase.
 	SkipMCP bool
+	// SkipChurn skips the session churn phase (and its floor).
+	SkipChurn bool
 	// IdleOnly connects the fleet, measures memory, and stops: no load.
 	IdleOnly bool
 	// MQTT connects the devices to the gateway's embedded MQTT broker
@@ -356,6 +362,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		log.Info("relay floor phase: HTTP relayed over WebSocket, no gateway logic, back to back and at half that rate", "connections", cfg.Concurrency, "duration", cfg.Duration)
 		if rep.Relay, err = runRelayFloor(ctx, cfg.Concurrency, msg, cfg.Warmup, cfg.Duration); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+	}
+
+	if !cfg.SkipChurn && cfg.MQTT {
+		log.Info("churn phase skipped: it measures WebSocket sessions")
+	} else if !cfg.SkipChurn {
+		if rep.Churn, err = churnPhase(ctx, cfg, tgt, cpu, hc, !cfg.SkipFloor); err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
 	}

@@ -88,7 +88,13 @@ func TestRunInProcess(t *testing.T) {
 	if rep.Memory == nil || rep.Memory.NA == "" || rep.Memory.PerDeviceKiB != 0 {
 		t.Errorf("in-process memory: %+v, want n/a", rep.Memory)
 	}
-	if rep.Gateway.Mode != ModeInProcess || len(rep.Goals) != 3 {
+	if c := rep.Churn; c == nil || c.Sessions == 0 || len(c.Errors) != 0 || c.Discovered < c.Sessions ||
+		c.Floor == nil || c.Floor.Sessions == 0 || c.Floor.Errors != 0 || c.Ratio <= 0 {
+		t.Errorf("churn: %+v (floor %+v)", c, c.Floor)
+	} else {
+		checkLatency(t, "churn", c.Latency)
+	}
+	if rep.Gateway.Mode != ModeInProcess || len(rep.Goals) != 4 {
 		t.Errorf("gateway %+v, %d goals", rep.Gateway, len(rep.Goals))
 	}
 
@@ -98,7 +104,7 @@ func TestRunInProcess(t *testing.T) {
 	}
 	for _, want := range []string{"peak: closed loop", "mcp: closed loop", "REST vs MCP", "MCP/REST", "fixed rate: open loop", "raw WebSocket floor",
 		"relay floor: HTTP POST", "at half its peak", "ratio", "relay floor calls/s ÷ WebSocket round trips/s", "a bare two-hop relay reaches",
-		"the floors' own p99 at half their peak", "n/a (in-process", "goals"} {
+		"the floors' own p99 at half their peak", "n/a (in-process", "churn: 3 devices", "floor set-up", "session churn vs handshake-and-hello floor", "goals"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, text.String())
 		}
@@ -347,6 +353,9 @@ func TestWriteText(t *testing.T) {
 			CPU:     &CPUUse{Gateway: 1.2, GatewayPerCallUS: 194.4, CallsPerGatewayCore: 5144}},
 		MCPRatio: 0.5,
 		Ratio:    0.617,
+		Churn: &ChurnReport{Workers: 16, DurationS: 10, WarmupS: 2, Sessions: 12000, SessionsPerSec: 1200, Discovered: 14400,
+			Latency: Latency{P50MS: 12, P99MS: 30}, CPU: &CPUUse{Gateway: 0.6, GatewayPerCallUS: 500, Bench: 0.5},
+			Floor: &ChurnFloor{Sessions: 30000, SessionsPerSec: 3000, Latency: Latency{P50MS: 3}}, Ratio: 0.4},
 	}
 	rep.Peak.CPU = &CPUUse{Gateway: 1.0, GatewayPerCallUS: 81, CallsPerGatewayCore: 12346}
 	var b bytes.Buffer
@@ -379,6 +388,11 @@ func TestWriteText(t *testing.T) {
 		"MET    REST throughput vs raw WebSocket floor",
 		"MET    p99 latency at half the peak rate",
 		"MET    gateway RSS per idle device",
+		"sessions     12,000   1,200/s   errors 0   (the gateway counted 14,400 discoveries, warmup included)",
+		"gateway 0.60 cores, 500 µs per session",
+		"floor        3,000/s",
+		"MISSED session churn vs handshake-and-hello floor",
+		"40 % (1200 sessions/s ÷ 3000/s) (gateway CPU 500 µs per session)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)

@@ -16,6 +16,7 @@ const (
 	GoalP99             = 5 * time.Millisecond // p99 at half the peak rate
 	GoalKiBPerDevice    = 24.0                 // gateway RSS per idle device...
 	GoalMemoryAtDevices = 10000                // ...with this many devices
+	GoalChurnRatio      = 0.5                  // sessions/s at least half the bare handshake-and-hello floor
 )
 
 // Report is the outcome of a bench run.
@@ -41,6 +42,8 @@ type Report struct {
 	// Relay is the relay floor: HTTP relayed over a WebSocket to an echo,
 	// two hops with no gateway logic (RoundTrips counts its calls).
 	Relay *FloorReport `json:"relay_floor,omitempty"`
+	// Churn is the session churn phase beside its floor.
+	Churn *ChurnReport `json:"churn,omitempty"`
 	Goals []Goal       `json:"goals"`
 	// Soak is the soak run (Config.Soak), which replaces the phases.
 	Soak *SoakReport `json:"soak,omitempty"`
@@ -164,6 +167,16 @@ func (r *Report) Evaluate() {
 		mem.Measured = m.NA
 	}
 	r.Goals = append(r.Goals, mem)
+
+	churn := Goal{Name: "session churn vs handshake-and-hello floor", Target: fmt.Sprintf("≥ %.0f %%", GoalChurnRatio*100), Status: "n/a"}
+	if c := r.Churn; c != nil && c.Ratio > 0 {
+		churn.Measured = fmt.Sprintf("%.0f %% (%.0f sessions/s ÷ %.0f/s)", c.Ratio*100, c.SessionsPerSec, c.Floor.SessionsPerSec)
+		churn.Status = status(c.Ratio >= GoalChurnRatio)
+		if cpu := c.CPU; cpu != nil && cpu.GatewayPerCallUS > 0 {
+			churn.Note = fmt.Sprintf("gateway CPU %.0f µs per session", cpu.GatewayPerCallUS)
+		}
+	}
+	r.Goals = append(r.Goals, churn)
 }
 
 func status(ok bool) string {
@@ -285,6 +298,32 @@ func (r *Report) WriteText(w io.Writer) error {
 		if rl := r.Relay; rl != nil && r.Floor.RoundTripsSec > 0 && rl.RoundTripsSec > 0 {
 			p.f("            relay floor calls/s ÷ WebSocket round trips/s = %.2f (the most a two-hop path reaches here)\n", rl.RoundTripsSec/r.Floor.RoundTripsSec)
 			p.f("            REST calls/s ÷ relay floor calls/s = %.2f\n", r.Peak.CallsPerSec/rl.RoundTripsSec)
+		}
+	}
+
+	if c := r.Churn; c != nil {
+		p.f("\nchurn: %d devices each setting up sessions back to back (connect, hello, initialize, every tools/list page of 16 tools, hang up), %s after %s warmup\n",
+			c.Workers, fmtS(c.DurationS), fmtS(c.WarmupS))
+		var failed uint64
+		for _, n := range c.Errors {
+			failed += n
+		}
+		p.f("  sessions     %s   %s/s   errors %s   (the gateway counted %s discoveries, warmup included)\n",
+			count(c.Sessions), count(uint64(c.SessionsPerSec+0.5)), count(failed), count(c.Discovered))
+		for _, outcome := range slices.Sorted(maps.Keys(c.ErrorSamples)) {
+			p.f("  error        %s: %s\n", outcome, c.ErrorSamples[outcome])
+		}
+		p.latency("set-up", c.Latency)
+		if cpu := c.CPU; cpu != nil {
+			if cpu.Gateway > 0 {
+				p.f("  cpu          gateway %.2f cores, %.0f µs per session; devices %.2f cores\n", cpu.Gateway, cpu.GatewayPerCallUS, cpu.Bench)
+			}
+			p.other(cpu)
+		}
+		if f := c.Floor; f != nil {
+			p.f("  floor        %s/s: WebSocket handshake and hello echo on loopback, no gateway logic (errors %s)\n", count(uint64(f.SessionsPerSec+0.5)), count(f.Errors))
+			p.latency("floor set-up", f.Latency)
+			p.f("  ratio        %.2f\n", c.Ratio)
 		}
 	}
 
