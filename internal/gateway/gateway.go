@@ -364,6 +364,14 @@ func New(cfg Config) (*Gateway, error) {
 	g.limits = lim
 	g.pendingStore = pendingStore
 	g.audit = auditLog
+	if mq != nil {
+		// OTA hands MQTT devices the embedded broker's real port (with
+		// --mqtt-addr :1884 or :0 too), not 1883.
+		devices.mqttPort = func() string {
+			_, port, _ := net.SplitHostPort(mq.Addr())
+			return port
+		}
+	}
 	return g, nil
 }
 

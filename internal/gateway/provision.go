@@ -57,6 +57,9 @@ type deviceServices struct {
 	auth   *devauth.Checker
 	ota    *ota.Handler
 	vision *vision.Service
+	// mqttPort is the embedded broker's port once it listens, for the OTA
+	// answer's default MQTT endpoint; set by New before anything is served.
+	mqttPort func() string
 }
 
 func newDeviceServices(cfg Config, m *metrics.Metrics, lim *limits.Reporter, h *hub.Hub) (*deviceServices, error) {
@@ -87,6 +90,12 @@ func newDeviceServices(cfg Config, m *metrics.Metrics, lim *limits.Reporter, h *
 
 	oc := p.OTA
 	oc.Logger, oc.Limits = cfg.Logger, lim
+	oc.MQTTPort = func() string {
+		if d.mqttPort == nil {
+			return ""
+		}
+		return d.mqttPort()
+	}
 	oc.IssueToken = func(deviceID, clientID string) (string, error) {
 		return authority.IssueDevice(deviceID, clientID, p.DeviceTokenTTL)
 	}

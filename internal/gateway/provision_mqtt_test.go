@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -42,6 +43,10 @@ func TestDeviceTokensOverMQTT(t *testing.T) {
 		t.Fatalf("OTA reply %+v: %v", reply, err)
 	}
 	m := reply.MQTT
+	// The broker listens on a free port: that port is the one handed out.
+	if _, port, _ := net.SplitHostPort(gw.MQTTAddr()); m.Endpoint != net.JoinHostPort("127.0.0.1", port) {
+		t.Errorf("OTA MQTT endpoint %q, want the embedded broker's port %s", m.Endpoint, port)
+	}
 
 	auth := gw.devices.auth.Authority()
 	past, _ := devauth.New(devauth.Config{Secret: testSecret, Now: func() time.Time { return time.Now().Add(-2 * time.Hour) }})
@@ -67,9 +72,7 @@ func TestDeviceTokensOverMQTT(t *testing.T) {
 		})
 	}
 	t.Run("valid", func(t *testing.T) {
-		// The broker's port is random here; a real deployment hands out
-		// --ota-mqtt-endpoint.
-		c, err := device.NewMQTTClient(device.MQTTClientOptions{Broker: gw.MQTTAddr(), DeviceID: mac, ClientID: m.ClientID,
+		c, err := device.NewMQTTClient(device.MQTTClientOptions{Broker: m.Endpoint, DeviceID: mac, ClientID: m.ClientID,
 			Username: m.Username, Password: m.Password, PublishTopic: m.PublishTopic, Server: newServer(t, device.ProfileESP32),
 			MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
 		if err != nil {

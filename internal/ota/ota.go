@@ -74,8 +74,12 @@ type Config struct {
 	// WebSocketVersion is the protocol version devices are told to use. Default 1.
 	WebSocketVersion int
 	// MQTTEndpoint is host:port of the broker as devices reach it. Default
-	// the public URL's host and port 1883.
+	// the public URL's host and MQTTPort.
 	MQTTEndpoint string
+	// MQTTPort, when set, returns the port of the broker devices use with
+	// the public host (the embedded broker's, known once it listens); ""
+	// or nil means 1883.
+	MQTTPort func() string
 	// MQTTGroup is the <group> of client ids GID_<group>@@@... Default "mcpgate".
 	MQTTGroup string
 	// MQTTPublishTopic is where devices publish. Default "device-server".
@@ -474,7 +478,13 @@ func (h *Handler) respond(r *http.Request, log *slog.Logger, deviceID, clientID,
 	case TransportMQTT:
 		endpoint := h.cfg.MQTTEndpoint
 		if endpoint == "" {
-			endpoint = net.JoinHostPort(base.Hostname(), "1883")
+			port := "1883"
+			if h.cfg.MQTTPort != nil {
+				if p := h.cfg.MQTTPort(); p != "" {
+					port = p
+				}
+			}
+			endpoint = net.JoinHostPort(base.Hostname(), port)
 		}
 		resp.MQTT = &MQTT{
 			Endpoint:     endpoint,
