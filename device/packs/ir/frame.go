@@ -106,21 +106,21 @@ func Encode(f Frame) ([]byte, error) {
 // returns it. The returned Data is a copy.
 func Decode(b []byte) (Frame, error) {
 	if len(b) < FrameOverhead {
-		return Frame{}, fmt.Errorf("ir: %w: %d bytes, at least %d", ErrShortFrame, len(b), FrameOverhead)
+		return Frame{}, fmt.Errorf("%w: %d bytes, at least %d", ErrShortFrame, len(b), FrameOverhead)
 	}
 	if b[0] != FrameHead {
-		return Frame{}, fmt.Errorf("ir: %w: got 0x%02X", ErrHead, b[0])
+		return Frame{}, fmt.Errorf("%w: got 0x%02X", ErrHead, b[0])
 	}
 	n := int(b[1]) | int(b[2])<<8
 	if n != len(b) {
-		return Frame{}, fmt.Errorf("ir: %w: says %d, frame has %d bytes", ErrLength, n, len(b))
+		return Frame{}, fmt.Errorf("%w: says %d, frame has %d bytes", ErrLength, n, len(b))
 	}
 	f := Frame{Addr: b[3], AFN: AFN(b[4]), Data: append([]byte(nil), b[5:n-2]...)}
 	if got, want := b[n-2], Checksum(f.Addr, f.AFN, f.Data); got != want {
-		return Frame{}, fmt.Errorf("ir: %w: got 0x%02X, want 0x%02X", ErrChecksum, got, want)
+		return Frame{}, fmt.Errorf("%w: got 0x%02X, want 0x%02X", ErrChecksum, got, want)
 	}
 	if b[n-1] != FrameTail {
-		return Frame{}, fmt.Errorf("ir: %w: got 0x%02X", ErrTail, b[n-1])
+		return Frame{}, fmt.Errorf("%w: got 0x%02X", ErrTail, b[n-1])
 	}
 	return f, nil
 }
@@ -144,7 +144,7 @@ func ReadFrame(r *bufio.Reader) (Frame, error) {
 			break
 		}
 		if skipped++; skipped > maxGarbage {
-			return Frame{}, fmt.Errorf("ir: %w: %d bytes without a 0x68 head", ErrNoFrame, skipped)
+			return Frame{}, fmt.Errorf("%w: %d bytes without a 0x68 head", ErrNoFrame, skipped)
 		}
 	}
 	var hdr [2]byte
@@ -153,7 +153,7 @@ func ReadFrame(r *bufio.Reader) (Frame, error) {
 	}
 	n := int(hdr[0]) | int(hdr[1])<<8
 	if n < FrameOverhead || n > MaxFrameLen {
-		return Frame{}, fmt.Errorf("ir: %w: %d (0x%02X 0x%02X), must be %d..%d", ErrLength, n, hdr[0], hdr[1], FrameOverhead, MaxFrameLen)
+		return Frame{}, fmt.Errorf("%w: %d (0x%02X 0x%02X), must be %d..%d", ErrLength, n, hdr[0], hdr[1], FrameOverhead, MaxFrameLen)
 	}
 	b := make([]byte, n)
 	b[0], b[1], b[2] = FrameHead, hdr[0], hdr[1]

@@ -69,11 +69,11 @@ func TestDecodeErrors(t *testing.T) {
 		want error
 		text string
 	}{
-		{"short", good[:6], ErrShortFrame, "ir: frame too short: 6 bytes, at least 7"},
-		{"head", mutate(0, 0x69), ErrHead, "ir: frame does not start with 0x68: got 0x69"},
-		{"length", mutate(1, 0x09), ErrLength, "ir: frame length field is wrong: says 9, frame has 8 bytes"},
-		{"checksum", mutate(6, 0x08), ErrChecksum, "ir: frame checksum is wrong: got 0x08, want 0x07"},
-		{"tail", mutate(7, 0x17), ErrTail, "ir: frame does not end with 0x16: got 0x17"},
+		{"short", good[:6], ErrShortFrame, "frame too short: 6 bytes, at least 7"},
+		{"head", mutate(0, 0x69), ErrHead, "frame does not start with 0x68: got 0x69"},
+		{"length", mutate(1, 0x09), ErrLength, "frame length field is wrong: says 9, frame has 8 bytes"},
+		{"checksum", mutate(6, 0x08), ErrChecksum, "frame checksum is wrong: got 0x08, want 0x07"},
+		{"tail", mutate(7, 0x17), ErrTail, "frame does not end with 0x16: got 0x17"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
