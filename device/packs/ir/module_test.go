@@ -16,7 +16,7 @@ import (
 
 func newModule(t *testing.T, fake *irtest.Module) *ir.Module {
 	t.Helper()
-	m, err := ir.NewModule(ir.ModuleConfig{Port: fake.Path(), Timeout: 300 * time.Millisecond, AckWindow: 150 * time.Millisecond})
+	m, err := ir.NewModule(ir.ModuleConfig{Port: fake.Path(), Timeout: time.Second, AckWindow: 150 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestModuleFailures(t *testing.T) {
 		{"wrong checksum", irtest.Reply{Bytes: badSum}, ir.ErrBadReply, "frame checksum is wrong: got 0x06, want 0x05"},
 		{"wrong tail", irtest.Reply{Bytes: badTail}, ir.ErrBadReply, "frame does not end with 0x16"},
 		{"garbage", irtest.Reply{Bytes: bytes.Repeat([]byte{0x55}, 300)}, ir.ErrBadReply, "257 bytes without a 0x68 head"},
-		{"silence", irtest.Reply{}, ir.ErrNoReply, "did not answer within 300ms"},
+		{"silence", irtest.Reply{}, ir.ErrNoReply, "did not answer within 1s"},
 		{"refused", irtest.Reply{Bytes: irtest.Frame(1, ir.AFNStatus, 0x03)}, ir.ErrRefused, "status 0x03"},
 		{"wrong reply", irtest.Reply{Bytes: irtest.Frame(1, ir.AFNGetAddress, 1)}, ir.ErrBadReply, "unexpected AFN 0x06"},
 		{"truncated then silence", irtest.Reply{Bytes: good[:4]}, ir.ErrNoReply, "did not answer"},

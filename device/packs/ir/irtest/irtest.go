@@ -108,16 +108,22 @@ func (m *Module) WaitReceived(n int, timeout time.Duration) ([][]byte, error) {
 // Vanish closes the pseudo-terminal and removes the link, like unplugging
 // the adapter.
 func (m *Module) Vanish() {
+	m.unplug()
+	m.wg.Wait()
+}
+
+// unplug removes the link, then closes the pseudo-terminal, so that a
+// driver that sees the port fail finds the link gone.
+func (m *Module) unplug() {
 	m.mu.Lock()
-	master, slave := m.master, m.slave
-	m.master, m.slave = nil, nil
-	m.mu.Unlock()
-	if master != nil {
-		_ = master.Close()
-		_ = slave.Close()
+	defer m.mu.Unlock()
+	if m.master == nil {
+		return
 	}
 	_ = os.Remove(m.path)
-	m.wg.Wait()
+	_ = m.master.Close()
+	_ = m.slave.Close()
+	m.master, m.slave = nil, nil
 }
 
 // Reappear plugs the module back in on a new pseudo-terminal.
@@ -189,7 +195,7 @@ func (m *Module) serve(master *os.File) {
 			rep = m.answer(f)
 		}
 		if rep.Vanish {
-			go m.Vanish() // Vanish waits for this goroutine
+			m.unplug()
 			return
 		}
 		if rep.Bytes != nil {
