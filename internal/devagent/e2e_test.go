@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -153,13 +154,65 @@ func TestOTAProvisioning(t *testing.T) {
 				}
 			}})
 	})
-	for s := range states {
-		if s.Status == device.StatusDisconnected {
+	timeout := time.After(waitFor)
+	for {
+		select {
+		case s := <-states:
+			if s.Status != device.StatusDisconnected {
+				continue
+			}
 			if s.Err == nil || !strings.Contains(s.Err.Error(), "refused the device's credentials") {
 				t.Fatalf("without a token: %v", s.Err)
 			}
-			break
+			return
+		case <-timeout:
+			t.Fatal("no connection attempt without a token")
 		}
+	}
+}
+
+// TestOTAProvisioningMQTT: an OTA answer with an mqtt section (preferred,
+// as firmware prefers it) puts the agent on the gateway's broker, where it
+// stays online.
+func TestOTAProvisioningMQTT(t *testing.T) {
+	gw, _ := gatewaytest.Start(t, gateway.Config{MQTTAddr: "127.0.0.1:0", Provisioning: gateway.Provisioning{
+		DeviceAuth: devauth.ModeToken, DeviceSecret: bytes.Repeat([]byte("k"), 32),
+		OTA:        ota.Config{Transport: ota.TransportMQTT}}})
+	// The gateway's OTA answer names the broker as devices reach it, which
+	// a test gateway on random ports cannot know beforehand: a proxy puts
+	// the broker's real address in the gateway's own answer.
+	otaProxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req, _ := http.NewRequestWithContext(r.Context(), r.Method, "http://"+gw.Addr()+ota.Path, r.Body)
+		req.Header = r.Header.Clone()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		var answer map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		if m, ok := answer["mqtt"].(map[string]any); ok {
+			m["endpoint"] = gw.MQTTAddr()
+		}
+		_ = json.NewEncoder(w).Encode(answer)
+	}))
+	t.Cleanup(otaProxy.Close)
+	fake := irtest.New(t)
+	a := newAgent(t, fake, device.ProfilePyXiaozhi, "")
+	run(t, func(ctx context.Context) error {
+		return a.RunGateway(ctx, devagent.GatewayOptions{OTA: otaProxy.URL})
+	})
+	waitReady(t, gw, a.ID())
+	if d, _ := gw.Hub().Device(a.ID()); d.Transport != "mqtt" {
+		t.Fatalf("device %+v, want it on MQTT", d)
+	}
+	wantText(t, callREST(t, gw, a.ID(), "self.ir.send_hex", map[string]any{"hex": "C0FFEE"}), false, "sent 3 bytes")
+	if got := fake.Received(); len(got) != 1 || !bytes.Equal(got[0], irtest.Frame(0xFF, ir.AFNCode, 0xC0, 0xFF, 0xEE)) {
+		t.Fatalf("wire % X", got)
 	}
 }
 
