@@ -120,7 +120,9 @@ func TestGatewayIRRoundTrip(t *testing.T) {
 	}
 
 	wantText(t, callREST(t, gw, id, "self.ir.send_named", map[string]any{"name": "radio"}), true, `no saved IR code named "radio"; saved: tv_power`)
-	fake.Next(func(ir.Frame) irtest.Reply { return irtest.Reply{Bytes: []byte{0x68, 0x08, 0x00, 0x01, 0x04, 0x00, 0x99, 0x16}} })
+	fake.Next(func(ir.Frame) irtest.Reply {
+		return irtest.Reply{Bytes: []byte{0x68, 0x08, 0x00, 0x01, 0x04, 0x00, 0x99, 0x16}}
+	})
 	wantText(t, callREST(t, gw, id, "self.ir.module_info", nil), true, "the IR module sent a bad reply on "+fake.Path()+": frame checksum is wrong: got 0x99, want 0x05")
 	fake.Vanish()
 	wantText(t, callREST(t, gw, id, "self.ir.send_hex", map[string]any{"hex": "01"}), true, "(the device vanished: unplugged?); it will be reopened on the next call")
@@ -177,7 +179,7 @@ func TestOTAProvisioning(t *testing.T) {
 func TestOTAProvisioningMQTT(t *testing.T) {
 	gw, _ := gatewaytest.Start(t, gateway.Config{MQTTAddr: "127.0.0.1:0", Provisioning: gateway.Provisioning{
 		DeviceAuth: devauth.ModeToken, DeviceSecret: bytes.Repeat([]byte("k"), 32),
-		OTA:        ota.Config{Transport: ota.TransportMQTT}}})
+		OTA: ota.Config{Transport: ota.TransportMQTT}}})
 	// The gateway's OTA answer names the broker as devices reach it, which
 	// a test gateway on random ports cannot know beforehand: a proxy puts
 	// the broker's real address in the gateway's own answer.
