@@ -173,6 +173,61 @@ func TestOTAProvisioning(t *testing.T) {
 	}
 }
 
+// TestOTAProvisionsAgainWhenRefused: a token the gateway refuses (expired,
+// revoked; here a forged one in the first OTA answer) makes the agent
+// provision again and connect with the fresh one.
+func TestOTAProvisionsAgainWhenRefused(t *testing.T) {
+	gw, _ := gatewaytest.Start(t, gateway.Config{Provisioning: gateway.Provisioning{
+		DeviceAuth: devauth.ModeToken, DeviceSecret: bytes.Repeat([]byte("k"), 32)}})
+	var (
+		mu      sync.Mutex
+		answers int
+	)
+	otaProxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		answer := proxyOTA(t, w, r, gw)
+		if answer == nil {
+			return
+		}
+		mu.Lock()
+		answers++
+		if answers == 1 {
+			answer["websocket"].(map[string]any)["token"] = "forged"
+		}
+		mu.Unlock()
+		_ = json.NewEncoder(w).Encode(answer)
+	}))
+	t.Cleanup(otaProxy.Close)
+	a := newAgent(t, irtest.New(t), device.ProfilePyXiaozhi, "")
+	run(t, func(ctx context.Context) error {
+		return a.RunGateway(ctx, devagent.GatewayOptions{OTA: otaProxy.URL, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	})
+	waitReady(t, gw, a.ID())
+	mu.Lock()
+	defer mu.Unlock()
+	if answers != 2 {
+		t.Fatalf("%d OTA requests, want 2", answers)
+	}
+}
+
+// proxyOTA forwards an OTA request to the gateway and returns its decoded
+// answer, or nil after answering the error itself.
+func proxyOTA(t *testing.T, w http.ResponseWriter, r *http.Request, gw *gateway.Gateway) map[string]any {
+	req, _ := http.NewRequestWithContext(r.Context(), r.Method, "http://"+gw.Addr()+ota.Path, r.Body)
+	req.Header = r.Header.Clone()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return nil
+	}
+	defer resp.Body.Close()
+	var answer map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return nil
+	}
+	return answer
+}
+
 // TestOTAProvisioningMQTT: an OTA answer with an mqtt section (preferred,
 // as firmware prefers it) puts the agent on the gateway's broker, where it
 // stays online.
@@ -184,17 +239,8 @@ func TestOTAProvisioningMQTT(t *testing.T) {
 	// a test gateway on random ports cannot know beforehand: a proxy puts
 	// the broker's real address in the gateway's own answer.
 	otaProxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		req, _ := http.NewRequestWithContext(r.Context(), r.Method, "http://"+gw.Addr()+ota.Path, r.Body)
-		req.Header = r.Header.Clone()
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer resp.Body.Close()
-		var answer map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
+		answer := proxyOTA(t, w, r, gw)
+		if answer == nil {
 			return
 		}
 		if m, ok := answer["mqtt"].(map[string]any); ok {

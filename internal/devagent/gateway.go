@@ -36,7 +36,9 @@ type GatewayOptions struct {
 // RunGateway connects the agent to a gateway and keeps it connected until
 // ctx ends, reconnecting with jittered backoff. With OTA it first
 // provisions, retrying until the OTA endpoint answers, as firmware does at
-// boot. It returns ctx's error, or a configuration error at once.
+// boot, and provisions again whenever the gateway refuses the credentials
+// it was given (a device token expired or revoked). It returns ctx's
+// error, or a configuration error at once.
 func (a *Agent) RunGateway(ctx context.Context, o GatewayOptions) error {
 	if (o.Server == "") == (o.OTA == "") {
 		return errors.New("devagent: give either a server URL (--server) or an OTA URL (--ota)")
@@ -59,18 +61,24 @@ func (a *Agent) RunGateway(ctx context.Context, o GatewayOptions) error {
 	for {
 		reply, err := a.Provision(ctx, o.OTA)
 		if err == nil {
-			run, err := a.clientFor(reply, o)
-			if err != nil {
-				return err
+			bo.Reset()
+			err = a.runProvisioned(ctx, reply, o)
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
-			a.log.Info("provisioned", "transport", reply.transport())
-			return run(ctx)
+			if !errors.Is(err, device.ErrUnauthorized) {
+				return err // a configuration error in the answer
+			}
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		wait := bo.Next()
-		a.log.Warn("OTA provisioning failed; retrying", "error", err, "retry_in", wait.Round(time.Millisecond))
+		if errors.Is(err, device.ErrUnauthorized) {
+			a.log.Warn("the gateway refused the provisioned credentials; provisioning again", "error", err, "retry_in", wait.Round(time.Millisecond))
+		} else {
+			a.log.Warn("OTA provisioning failed; retrying", "error", err, "retry_in", wait.Round(time.Millisecond))
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -79,6 +87,31 @@ func (a *Agent) RunGateway(ctx context.Context, o GatewayOptions) error {
 		case <-t.C:
 		}
 	}
+}
+
+// runProvisioned runs the client the OTA answer asks for until ctx ends or
+// the gateway refuses its credentials (an expired or revoked token): then it
+// returns an error wrapping device.ErrUnauthorized, so the caller provisions
+// again for fresh ones, as a rebooted device would.
+func (a *Agent) runProvisioned(ctx context.Context, reply *OTAReply, o GatewayOptions) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	onState := o.OnState
+	o.OnState = func(s device.State) {
+		if onState != nil {
+			onState(s)
+		}
+		if s.Status == device.StatusDisconnected && errors.Is(s.Err, device.ErrUnauthorized) {
+			cancel(s.Err)
+		}
+	}
+	run, err := a.clientFor(reply, o)
+	if err != nil {
+		return err
+	}
+	a.log.Info("provisioned", "transport", reply.transport())
+	_ = run(ctx)
+	return context.Cause(ctx)
 }
 
 // OTAReply is the part of an OTA answer the agent uses.
