@@ -142,6 +142,7 @@ func (m *Module) SendSlot(ctx context.Context, index int) (acked bool, err error
 // Learn puts the module in external learning mode and returns the code it
 // learns within timeout (or ctx's deadline, if earlier).
 func (m *Module) Learn(ctx context.Context, timeout time.Duration) ([]byte, error) {
+	start := time.Now()
 	var code []byte
 	err := m.transact(ctx, Frame{AFN: AFNLearn}, timeout, true, func(f Frame) (bool, error) {
 		switch f.AFN {
@@ -157,6 +158,9 @@ func (m *Module) Learn(ctx context.Context, timeout time.Duration) ([]byte, erro
 		return false, unexpected(f)
 	})
 	if errors.Is(err, ErrNoReply) {
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < 0 && d.Before(start.Add(timeout)) {
+			timeout = d.Sub(start) // the caller's deadline came first
+		}
 		return nil, fmt.Errorf("ir: no IR signal learned within %s (point the remote at the module and press the button): %w", round(timeout), ErrNoReply)
 	}
 	return code, err
@@ -270,7 +274,7 @@ func (m *Module) transact(ctx context.Context, req Frame, wait time.Duration, mu
 	}
 	deadline := time.Now().Add(wait)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+		deadline, wait = d, time.Until(d) // the caller's deadline comes first: say so
 	}
 	if err := port.SetDeadline(deadline); err != nil {
 		return m.fail("set deadline", err)

@@ -219,3 +219,15 @@ func TestModuleOpenErrors(t *testing.T) {
 		t.Fatal("NewModule accepted baud 12345")
 	}
 }
+
+func TestModuleLearnCallerDeadline(t *testing.T) {
+	t.Parallel()
+	fake := irtest.New(t)
+	m := newModule(t, fake)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err := m.Learn(ctx, 10*time.Second)
+	if err == nil || strings.Contains(err.Error(), "10s") {
+		t.Fatalf("Learn under a 300ms deadline = %v", err)
+	}
+}
