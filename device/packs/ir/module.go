@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -41,6 +42,9 @@ type ModuleConfig struct {
 	// Logger receives debug logs of the frames; nil discards them.
 	Logger *slog.Logger
 }
+
+// SupportedBauds are the port speeds a Module accepts.
+var SupportedBauds = []int{1200, 2400, 4800, 9600, 19200, 38400, 57600, 115200, 230400}
 
 // Errors a caller may branch on; the returned errors wrap them and say
 // more.
@@ -79,7 +83,7 @@ func NewModule(cfg ModuleConfig) (*Module, error) {
 	if cfg.Baud == 0 {
 		cfg.Baud = DefaultBaud
 	}
-	if _, ok := baudFlags[cfg.Baud]; !ok {
+	if !slices.Contains(SupportedBauds, cfg.Baud) {
 		return nil, fmt.Errorf("ir: unsupported baud rate %d", cfg.Baud)
 	}
 	if cfg.Addr == 0 {
