@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -286,11 +287,11 @@ func TestReconnectAfterGatewayRestart(t *testing.T) {
 // TestEndpointMode: the agent dials mcpgate's /mcp/endpoint and its tools
 // become a source the REST API calls.
 func TestEndpointMode(t *testing.T) {
-	gw, _ := gatewaytest.Start(t, gateway.Config{})
+	gw, _ := gatewaytest.Start(t, gateway.Config{EndpointTokens: []string{"s3cret"}})
 	fake := irtest.New(t)
 	a := newAgent(t, fake, device.ProfileSpec, "")
 	run(t, func(ctx context.Context) error {
-		return a.RunEndpoint(ctx, devagent.EndpointOptions{URL: "ws://" + gw.Addr() + "/mcp/endpoint?name=livingroom"})
+		return a.RunEndpoint(ctx, devagent.EndpointOptions{URL: "ws://" + gw.Addr() + "/mcp/endpoint?token=s3cret&name=livingroom"})
 	})
 	waitReady(t, gw, "endpoint-livingroom")
 	wantText(t, callREST(t, gw, "endpoint-livingroom", "self.ir.send_hex", map[string]any{"hex": "0102"}), false, "sent 2 bytes")
@@ -343,4 +344,54 @@ func TestStdioWithMCPClient(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("ServeStdio did not return after stdin closed")
 	}
+}
+
+// TestEndpointTokenStaysOutOfLogs: failed dials are retried and logged
+// without the token in the URL, whether the gateway refuses it or is down
+// (net/http's errors repeat the URL).
+func TestEndpointTokenStaysOutOfLogs(t *testing.T) {
+	gw, stop := gatewaytest.Start(t, gateway.Config{EndpointTokens: []string{"s3cret"}})
+	var logs syncBuffer
+	a, err := devagent.New(devagent.Config{StateDir: t.TempDir(), Packs: []string{"system"},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, device.ProfileSpec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, func(ctx context.Context) error {
+		return a.RunEndpoint(ctx, devagent.EndpointOptions{URL: "ws://" + gw.Addr() + "/mcp/endpoint?token=wrong-token",
+			MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	})
+	waitLog := func(text string) {
+		t.Helper()
+		deadline := time.Now().Add(waitFor)
+		for !strings.Contains(logs.String(), text) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q logged:\n%s", text, logs.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitLog("got 401")
+	stop()
+	waitLog("REDACTED")
+	if out := logs.String(); strings.Contains(out, "wrong-token") {
+		t.Fatalf("the token is in the logs:\n%s", out)
+	}
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

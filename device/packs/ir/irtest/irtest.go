@@ -49,7 +49,8 @@ type Module struct {
 	next     []func(ir.Frame) Reply
 	wg       sync.WaitGroup
 
-	// Defaults of the module's answers; set before the first request.
+	// Defaults of the module's answers. Set them before the driver sends
+	// its first request; they are read when a request arrives.
 	BaudIndex   byte
 	Address     byte
 	LearnedCode []byte        // nil: learning never finishes
@@ -214,6 +215,8 @@ func (m *Module) serve(master *os.File) {
 
 // answer is the module's default behaviour.
 func (m *Module) answer(f ir.Frame) Reply {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	switch f.AFN {
 	case ir.AFNGetBaud:
 		return Reply{Bytes: Frame(m.Address, ir.AFNGetBaud, m.BaudIndex)}
