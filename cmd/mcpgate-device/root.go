@@ -137,7 +137,8 @@ It reconnects with jittered backoff until stopped. Tool failures are isError res
 				return err
 			}
 			defer a.Close()
-			log.Info("mcpgate-device starting", "device_id", a.ID(), "version", buildVersion(), "tools", len(a.Server().Tools()))
+			log.Info("mcpgate-device starting", "device_id", a.ID(), "version", buildVersion(), "packs", o.packs,
+				"ir_port", o.irPort, "state_dir", o.stateDir, "tools", len(a.Server().Tools()))
 			err = a.RunGateway(cmd.Context(), g)
 			if cmd.Context().Err() != nil {
 				return nil // stopped by a signal

@@ -365,7 +365,8 @@ func (m *Module) open() error {
 }
 
 // fail closes the port after an I/O error, so the next transaction reopens
-// it, and says so.
+// it, and says so. It logs as well as returns: the error goes to a remote
+// caller, and the board's own log should show the port coming and going.
 func (m *Module) fail(op string, err error) error {
 	_ = m.closePort()
 	if errors.Is(err, io.EOF) || errors.Is(err, syscall.EIO) {
