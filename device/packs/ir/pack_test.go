@@ -97,6 +97,11 @@ func TestPackLearnThenSend(t *testing.T) {
 	wantOK(t, call(t, srv, "self.ir.delete_code", map[string]any{"name": "tv_power"}), `deleted "tv_power"`)
 	wantError(t, call(t, srv, "self.ir.delete_code", map[string]any{"name": "tv_power"}), `no saved IR code named "tv_power"`)
 	wantOK(t, call(t, srv, "self.ir.list_codes", nil), `{"codes":[]}`)
+	// Atomic writes leave no temporary files behind.
+	entries, err := os.ReadDir(filepath.Dir(codesFile))
+	if err != nil || len(entries) != 1 || entries[0].Name() != "ir-codes.json" {
+		t.Fatalf("state dir holds %v, %v", entries, err)
+	}
 }
 
 func TestPackSendHex(t *testing.T) {
