@@ -128,6 +128,14 @@ fi
 echo "== go vet"
 go vet ./...
 
+echo "== cross-build mcpgate-device (static, for the boards it runs on)"
+for target in linux/amd64 linux/arm64 linux/arm/7; do
+  IFS=/ read -r goos goarch goarm <<<"$target"
+  echo "-- $target"
+  CGO_ENABLED=0 GOOS="$goos" GOARCH="$goarch" GOARM="${goarm:-}" \
+    go build -trimpath -o "$work/mcpgate-device-$goos-$goarch${goarm:+v$goarm}" ./cmd/mcpgate-device
+done
+
 echo "== go test -race"
 # go test -json tells each test's output apart even when parallel tests
 # interleave; scripts/testsummary prints each package's result line and the

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"gopkg.in/yaml.v3"
+
+	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/device/packs/ir"
+	"github.com/mcpgate/mcpgate/internal/devagent"
+)
+
+// version is set with -ldflags "-X main.version=...".
+var version string
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+// options are the settings every command shares; each is a flag and a key
+// of the YAML config file.
+type options struct {
+	config, stateDir, id, packs, logLevel string
+	irPort                                string
+	irBaud, irAddr                        int
+	irTimeout                             time.Duration
+	mixer, amixerControl                  string
+	camera, capture, resolution           string
+}
+
+func (o *options) flags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.config, "config", "", "YAML config file; its keys are these flags' names (e.g. ir-port: /dev/ttyUSB0)")
+	fs.StringVar(&o.stateDir, "state-dir", devagent.DefaultStateDir(), "where the device id and the IR codes are kept")
+	fs.StringVar(&o.id, "id", "", "device id, a MAC address (default: a random one made on first run, kept in the state dir)")
+	fs.StringVar(&o.packs, "packs", strings.Join(devagent.Packs, ","), "tool packs to serve, comma-separated: "+strings.Join(devagent.Packs, ", "))
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
+	fs.StringVar(&o.irPort, "ir-port", envOr("IR_SERIAL_PORT", ir.DefaultPort), "serial port of the IR module (env IR_SERIAL_PORT)")
+	fs.IntVar(&o.irBaud, "ir-baud", envInt("IR_BAUD", ir.DefaultBaud), "baud rate of the IR module (env IR_BAUD)")
+	fs.IntVar(&o.irAddr, "ir-addr", ir.Broadcast, "IR module address; 255 (0xFF) reaches any module")
+	fs.DurationVar(&o.irTimeout, "ir-timeout", ir.DefaultTimeout, "how long to wait for the IR module's answers")
+	fs.StringVar(&o.mixer, "mixer", "", "volume control: wpctl, pactl or amixer (default: the first installed)")
+	fs.StringVar(&o.amixerControl, "amixer-control", "Master", "ALSA control amixer sets (e.g. PCM, Speaker)")
+	fs.StringVar(&o.camera, "camera", "/dev/video0", "V4L2 camera device")
+	fs.StringVar(&o.capture, "capture", "", "capture tool: ffmpeg or fswebcam (default: the first installed)")
+	fs.StringVar(&o.resolution, "resolution", "640x480", "photo size")
+}
+
+// agent builds the agent from the options.
+func (o *options) agent(stderr io.Writer, profile device.Profile) (*devagent.Agent, *slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return nil, nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if o.irAddr < 0 || o.irAddr > 255 {
+		return nil, nil, fmt.Errorf("--ir-addr %d: want 0..255", o.irAddr)
+	}
+	var packs []string
+	for _, p := range strings.Split(o.packs, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			packs = append(packs, p)
+		}
+	}
+	if packs == nil {
+		packs = []string{}
+	}
+	a, err := devagent.New(devagent.Config{
+		StateDir: o.stateDir, ID: o.id, Packs: packs,
+		IR:    ir.ModuleConfig{Port: o.irPort, Baud: o.irBaud, Addr: byte(o.irAddr), Timeout: o.irTimeout},
+		Mixer: o.mixer, AmixerControl: o.amixerControl,
+		Camera: o.camera, Capture: o.capture, Resolution: o.resolution,
+		Version: buildVersion(), Logger: log,
+	}, profile)
+	return a, log, err
+}
+
+func newRootCmd(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+	var o options
+	root := &cobra.Command{
+		Use:   "mcpgate-device",
+		Short: "A Linux device agent: IR remote, system and camera tools for XiaoZhi gateways and MCP hosts",
+		Long: `mcpgate-device serves tool packs from a Linux board:
+
+  ir      self.ir.* - send and learn infrared remote codes through a UART IR learning module
+  system  self.get_device_status, self.audio_speaker.set_volume
+  camera  self.camera.take_photo (ffmpeg or fswebcam, explained by the gateway's vision service)
+
+to an mcpgate gateway as a XiaoZhi device (run), to an MCP host over stdio (stdio), or to
+an MCP endpoint such as mcpgate's /mcp/endpoint or the XiaoZhi service's (endpoint).
+There is no shell or command tool, on purpose. See docs/device-agent.md.`,
+		Example: `  mcpgate-device run --server ws://gw.lan:8000/xiaozhi/v1/ --ir-port /dev/ttyUSB0
+  mcpgate-device run --ota http://gw.lan:8000/xiaozhi/ota/
+  mcpgate-device endpoint --url 'ws://gw.lan:8000/mcp/endpoint?token=s3cret&name=livingroom'
+  mcpgate-device stdio --packs ir
+  mcpgate-device tools`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			return applyConfig(cmd.Flags(), o.config)
+		},
+	}
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	o.flags(root.PersistentFlags())
+	root.AddCommand(newRunCmd(&o, stderr), newStdioCmd(&o, stdin, stdout, stderr), newEndpointCmd(&o, stderr),
+		newToolsCmd(&o, stdout, stderr), newVersionCmd(stdout))
+	return root
+}
+
+func newRunCmd(o *options, stderr io.Writer) *cobra.Command {
+	var g devagent.GatewayOptions
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Connect to a gateway as a XiaoZhi device and serve the packs, reconnecting forever",
+		Long: `run connects to an mcpgate (or other XiaoZhi) gateway as a device: over WebSocket with --server, or
+provisioned like firmware with --ota (the OTA answer names the WebSocket or MQTT settings and the token).
+It reconnects with jittered backoff until stopped. Tool failures are isError results with the reason.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, log, err := o.agent(stderr, device.ProfilePyXiaozhi)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			log.Info("mcpgate-device starting", "device_id", a.ID(), "version", buildVersion(), "packs", o.packs,
+				"ir_port", o.irPort, "state_dir", o.stateDir, "tools", len(a.Server().Tools()))
+			err = a.RunGateway(cmd.Context(), g)
+			if cmd.Context().Err() != nil {
+				return nil // stopped by a signal
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&g.Server, "server", "", "gateway WebSocket URL, e.g. ws://gw.lan:8000/xiaozhi/v1/")
+	cmd.Flags().StringVar(&g.OTA, "ota", "", "gateway OTA URL, e.g. http://gw.lan:8000/xiaozhi/ota/")
+	cmd.Flags().StringVar(&g.Token, "token", "", "device token for --server (env MCPGATE_DEVICE_TOKEN)")
+	return cmd
+}
+
+func newStdioCmd(o *options, stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "stdio",
+		Short: "Serve the packs as a standard MCP server over stdin/stdout",
+		Long: `stdio is an MCP server on stdin/stdout (newline-delimited JSON-RPC), for mcpgate bridge, Claude Desktop
+and other MCP hosts. Logs go to stderr.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, _, err := o.agent(stderr, device.ProfileSpec)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			err = a.ServeStdio(cmd.Context(), stdin, stdout)
+			if cmd.Context().Err() != nil {
+				return nil
+			}
+			return err
+		},
+	}
+}
+
+func newEndpointCmd(o *options, stderr io.Writer) *cobra.Command {
+	var e devagent.EndpointOptions
+	cmd := &cobra.Command{
+		Use:   "endpoint",
+		Short: "Dial an MCP endpoint (mcpgate's /mcp/endpoint, the XiaoZhi service's) and serve the packs there",
+		Long: `endpoint connects to an MCP endpoint in the XiaoZhi convention: a WebSocket on which the endpoint is the
+MCP client and each text frame is one JSON-RPC message. Use mcpgate's /mcp/endpoint (add &name= to choose
+the source's name) or the endpoint URL the XiaoZhi console gives, so a board's tools reach a speaker.
+It reconnects with jittered backoff until stopped.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, log, err := o.agent(stderr, device.ProfileSpec)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			log.Info("mcpgate-device starting", "mode", "endpoint", "version", buildVersion(), "tools", len(a.Server().Tools()))
+			err = a.RunEndpoint(cmd.Context(), e)
+			if cmd.Context().Err() != nil {
+				return nil
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&e.URL, "url", "", "endpoint WebSocket URL with its token, e.g. 'wss://host/mcp/?token=...'")
+	return cmd
+}
+
+func newToolsCmd(o *options, stdout, stderr io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "tools",
+		Short: "Print the tools the agent would serve, and exit",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, _, err := o.agent(stderr, device.ProfileSpec)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			for _, t := range a.Server().Tools() {
+				var props []string
+				for _, p := range t.Properties {
+					s := p.Name + ":" + p.Type.String()
+					if p.Min != nil && p.Max != nil {
+						s += fmt.Sprintf("[%d..%d]", *p.Min, *p.Max)
+					}
+					if !p.Required() {
+						s += fmt.Sprintf("=%v", p.Default)
+					}
+					props = append(props, s)
+				}
+				desc, _, _ := strings.Cut(t.Description, "\n")
+				fmt.Fprintf(stdout, "%s(%s)\n    %s\n", t.Name, strings.Join(props, ", "), desc)
+			}
+			return nil
+		},
+	}
+}
+
+func newVersionCmd(stdout io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fmt.Fprintln(stdout, "mcpgate-device", buildVersion())
+			return nil
+		},
+	}
+}
+
+// applyConfig fills every flag not set on the command line from the
+// environment (MCPGATE_DEVICE_<FLAG>, dashes as underscores), then from the
+// YAML file, whose keys are the flag names.
+func applyConfig(fs *pflag.FlagSet, file string) error {
+	var fromFile map[string]any
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("config file: %w", err)
+		}
+		if err := yaml.Unmarshal(b, &fromFile); err != nil {
+			return fmt.Errorf("config file %s: %w", file, err)
+		}
+		for k := range fromFile {
+			if fs.Lookup(k) == nil || k == "config" {
+				return fmt.Errorf("config file %s: unknown setting %q (settings are the flag names of this command's --help)", file, k)
+			}
+		}
+	}
+	var firstErr error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed || firstErr != nil || f.Name == "config" {
+			return
+		}
+		env := "MCPGATE_DEVICE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				firstErr = fmt.Errorf("environment %s: %w", env, err)
+			}
+			return
+		}
+		if v, ok := fromFile[f.Name]; ok {
+			if list, isList := v.([]any); isList { // packs: [ir, system]
+				parts := make([]string, len(list))
+				for i, x := range list {
+					parts[i] = fmt.Sprint(x)
+				}
+				v = strings.Join(parts, ",")
+			}
+			if err := fs.Set(f.Name, fmt.Sprint(v)); err != nil {
+				firstErr = fmt.Errorf("config file %s: %s: %w", file, f.Name, err)
+			}
+		}
+	})
+	return firstErr
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(key string, def int) int {
+	var n int
+	if _, err := fmt.Sscan(os.Getenv(key), &n); err == nil {
+		return n
+	}
+	return def
+}
