@@ -87,6 +87,7 @@ func newDeviceServices(cfg Config, m *metrics.Metrics, lim *limits.Reporter, h *
 
 	oc := p.OTA
 	oc.Logger, oc.Limits = cfg.Logger, lim
+	oc.Upstream = cfg.UpstreamOTA
 	oc.IssueToken = func(deviceID, clientID string) (string, error) {
 		return authority.IssueDevice(deviceID, clientID, p.DeviceTokenTTL)
 	}
