@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -387,4 +389,261 @@ func scrapeGateway(t *testing.T, gw *gateway.Gateway) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// TestUpstreamNoInitialize: an upstream that sends no initialize leaves it
+// to mcpgate, whose own replies never reach the upstream.
+func TestUpstreamNoInitialize(t *testing.T) {
+	up, gw := startUpstream(t, gateway.Config{UpstreamInitWait: 200 * time.Millisecond})
+	var got frameLog
+	d, c := connectSpliced(t, gw, up, devicetest.Config{OnFrame: got.add})
+	waitReady(t, gw, d.ID())
+	inits := got.mcpRequests("initialize")
+	if len(inits) != 1 {
+		t.Fatalf("device got %d initialize requests, want mcpgate's", len(inits))
+	}
+	var id int64
+	if json.Unmarshal(inits[0], &id) != nil || id <= 0 || id >= 1<<30 {
+		t.Errorf("mcpgate's initialize id %s, want one below 2^30", inits[0])
+	}
+	// The upstream's own call still works, with mcpgate's first id.
+	reply, others := upstreamCall(t, c, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"self.audio_speaker.set_volume","arguments":{"volume":3}}}`, "1")
+	if !strings.Contains(string(reply), `"text":"true"`) {
+		t.Errorf("upstream call reply %s", reply)
+	}
+	if len(others) != 0 {
+		t.Errorf("upstream got frames it did not ask for: %q", others)
+	}
+}
+
+// TestUpstreamNotifications: a device's tools/list_changed reaches both
+// clients; progress goes to whichever client's token it carries.
+func TestUpstreamNotifications(t *testing.T) {
+	up, gw := startUpstream(t, gateway.Config{UpstreamInitWait: 100 * time.Millisecond})
+	d, c := connectSpliced(t, gw, up, devicetest.Config{})
+	waitReady(t, gw, d.ID())
+	ctx := t.Context()
+	for _, p := range []string{
+		`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"up-token","progress":1}}`,
+		`{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`,
+	} {
+		if err := d.Send(ctx, websocket.MessageText, []byte(upstreamtest.MCP(d.SessionID(), p))); err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		f, err := c.Next(rctx)
+		cancel()
+		if err != nil || string(f.Data) != upstreamtest.MCP(d.SessionID(), p) {
+			t.Fatalf("upstream got %q, %v; want %s", f.Data, err, p)
+		}
+	}
+}
+
+// TestUpstreamCloses: the voice server ending the conversation closes the
+// device with the same status and reason; losing it closes the device with
+// a reason; mcpgate's pending call fails device_disconnected either way.
+func TestUpstreamCloses(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		close      func(*upstreamtest.Conn)
+		wantStatus websocket.StatusCode
+		wantReason string
+	}{
+		{"closes", func(c *upstreamtest.Conn) { c.Close(websocket.StatusNormalClosure, "conversation over") }, websocket.StatusNormalClosure, "conversation over"},
+		{"drops", func(c *upstreamtest.Conn) { c.Drop() }, websocket.StatusGoingAway, "upstream voice server connection lost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up, gw := startUpstream(t, gateway.Config{UpstreamInitWait: 100 * time.Millisecond})
+			d, c := connectSpliced(t, gw, up, devicetest.Config{OnCall: func(devicetest.Call) devicetest.Answer { return devicetest.Answer{Silent: true} }})
+			waitReady(t, gw, d.ID())
+			type answer struct {
+				code int
+				body string
+				err  error
+			}
+			done := make(chan answer, 1)
+			go func() {
+				code, body, err := restCall(t.Context(), gw, d.ID(), `{"name":"self.audio_speaker.set_volume","arguments":{"volume":1}}`)
+				done <- answer{code, body, err}
+			}()
+			waitForCond(t, "call in flight", func() bool { return gw.Hub().InFlight() == 1 })
+			tc.close(c)
+			select {
+			case <-d.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("device still connected")
+			}
+			var ce websocket.CloseError
+			if !errors.As(d.Err(), &ce) || ce.Code != tc.wantStatus || !strings.Contains(ce.Reason, tc.wantReason) {
+				t.Errorf("device closed with %v, want %d %q", d.Err(), tc.wantStatus, tc.wantReason)
+			}
+			a := <-done
+			if a.err != nil || a.code != 502 || !strings.Contains(a.body, "device_disconnected") {
+				t.Errorf("pending call: %d %s %v", a.code, a.body, a.err)
+			}
+		})
+	}
+}
+
+// TestUpstreamDeviceDrops: a device gone fails mcpgate's pending calls
+// with device_disconnected and closes the upstream connection.
+func TestUpstreamDeviceDrops(t *testing.T) {
+	up, gw := startUpstream(t, gateway.Config{UpstreamInitWait: 100 * time.Millisecond})
+	d, c := connectSpliced(t, gw, up, devicetest.Config{OnCall: func(devicetest.Call) devicetest.Answer { return devicetest.Answer{Silent: true} }})
+	waitReady(t, gw, d.ID())
+	done := make(chan string, 1)
+	go func() {
+		code, body, err := restCall(t.Context(), gw, d.ID(), `{"name":"self.audio_speaker.set_volume","arguments":{"volume":1}}`)
+		done <- fmt.Sprint(code, body, err)
+	}()
+	waitForCond(t, "call in flight", func() bool { return gw.Hub().InFlight() == 1 })
+	d.Drop()
+	if a := <-done; !strings.Contains(a, "502") || !strings.Contains(a, "device_disconnected") {
+		t.Errorf("pending call: %s", a)
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("upstream still connected")
+	}
+	if st := websocket.CloseStatus(c.Err()); st != websocket.StatusGoingAway {
+		t.Errorf("upstream closed with %v", c.Err())
+	}
+}
+
+// TestUpstreamSlowCallerDoesNotDelayAudio: calls the device never answers
+// are pending while audio streams both ways without waiting for them.
+func TestUpstreamSlowCallerDoesNotDelayAudio(t *testing.T) {
+	up, gw := startUpstream(t, gateway.Config{UpstreamInitWait: 100 * time.Millisecond})
+	var (
+		mu      sync.Mutex
+		arrived = map[string]time.Time{}
+	)
+	d, c := connectSpliced(t, gw, up, devicetest.Config{
+		OnCall: func(devicetest.Call) devicetest.Answer { return devicetest.Answer{Silent: true} },
+		OnFrame: func(typ websocket.MessageType, data []byte) {
+			if typ == websocket.MessageBinary {
+				mu.Lock()
+				arrived[string(data)] = time.Now()
+				mu.Unlock()
+			}
+		},
+	})
+	waitReady(t, gw, d.ID())
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			_, _, _ = restCall(ctx, gw, d.ID(), `{"name":"self.audio_speaker.set_volume","arguments":{"volume":1},"timeout_ms":3000}`)
+		})
+	}
+	defer wg.Wait()
+	waitForCond(t, "calls in flight", func() bool { return gw.Hub().InFlight() == 4 })
+	sent := map[string]time.Time{}
+	for i := range 50 {
+		f := fmt.Sprintf("opus-%02d", i)
+		sent[f] = time.Now()
+		if err := c.Send(ctx, websocket.MessageBinary, []byte(f)); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Send(ctx, websocket.MessageBinary, []byte("up-"+f)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	for i := range 50 {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		f, err := c.Next(rctx)
+		cancel()
+		if err != nil || string(f.Data) != fmt.Sprintf("up-opus-%02d", i) {
+			t.Fatalf("upstream frame %d: %q %v", i, f.Data, err)
+		}
+	}
+	waitForCond(t, "audio at the device", func() bool { mu.Lock(); defer mu.Unlock(); return len(arrived) == 50 })
+	if n := gw.Hub().InFlight(); n != 4 {
+		t.Fatalf("%d calls in flight, want the 4 slow ones still waiting", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for f, at := range arrived {
+		if lag := at.Sub(sent[f]); lag > 500*time.Millisecond {
+			t.Errorf("audio frame %s took %s behind pending calls", f, lag)
+		}
+	}
+}
+
+// TestUpstreamUnavailable: a device is closed with a reason when the voice
+// server cannot be reached, and the dial failure is counted.
+func TestUpstreamUnavailable(t *testing.T) {
+	up := upstreamtest.Start(upstreamtest.Config{})
+	url := up.URL()
+	up.Close()
+	gw, _ := gatewaytest.Start(t, gateway.Config{Upstream: url, MQTTAddr: ""})
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err := devicetest.Connect(ctx, devicetest.Config{Addr: gw.Addr()})
+	if st := websocket.CloseStatus(err); st != websocket.StatusTryAgainLater || !strings.Contains(err.Error(), "upstream unavailable") {
+		t.Fatalf("device got %v, want close 1013 upstream unavailable", err)
+	}
+	if m := scrapeGateway(t, gw); !strings.Contains(m, "mcpgate_upstream_dial_failures_total 1") {
+		t.Error("dial failure not counted")
+	}
+}
+
+// TestUpstreamHostile: a voice server gets a device's limits: a frame over
+// the read limit ends the session; requests the device leaves unanswered
+// are capped.
+func TestUpstreamHostile(t *testing.T) {
+	t.Run("frame", func(t *testing.T) {
+		up, gw := startUpstream(t, gateway.Config{ReadLimit: 16 << 10, UpstreamInitWait: 100 * time.Millisecond})
+		d, c := connectSpliced(t, gw, up, devicetest.Config{})
+		waitReady(t, gw, d.ID())
+		_ = c.Send(t.Context(), websocket.MessageBinary, make([]byte, 20<<10))
+		select {
+		case <-d.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("device still connected")
+		}
+		if st := websocket.CloseStatus(d.Err()); st != websocket.StatusGoingAway {
+			t.Errorf("device closed with %v", d.Err())
+		}
+		if m := scrapeGateway(t, gw); !strings.Contains(m, `mcpgate_limit_hits_total{limit="upstream_frame"} 1`) {
+			t.Error("upstream_frame limit hit not counted")
+		}
+	})
+	t.Run("pending", func(t *testing.T) {
+		up, gw := startUpstream(t, gateway.Config{UpstreamInitWait: 100 * time.Millisecond})
+		var calls atomic.Int32
+		d, c := connectSpliced(t, gw, up, devicetest.Config{OnCall: func(devicetest.Call) devicetest.Answer {
+			calls.Add(1)
+			return devicetest.Answer{Silent: true}
+		}})
+		waitReady(t, gw, d.ID())
+		for i := range 300 {
+			if err := c.SendText(t.Context(), upstreamtest.MCP(d.SessionID(), fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"self.audio_speaker.set_volume","arguments":{"volume":1}}}`, i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitForCond(t, "limit hit", func() bool {
+			return strings.Contains(scrapeGateway(t, gw), `mcpgate_limit_hits_total{limit="upstream_pending"} 44`)
+		})
+		if err := d.Ping(t.Context()); err != nil { // the device has read all it was sent
+			t.Fatal(err)
+		}
+		if n := calls.Load(); n != 256 {
+			t.Errorf("device got %d upstream calls, want 256", n)
+		}
+	})
+}
+
+func waitForCond(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
