@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -645,5 +646,28 @@ func waitForCond(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestUpstreamOTAForwarding: with UpstreamOTA, /xiaozhi/ota/ answers what
+// the voice server's OTA does, pointing the device at this gateway.
+func TestUpstreamOTAForwarding(t *testing.T) {
+	voice := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"websocket":{"url":"ws://voice:8000/xiaozhi/v1/","token":"vt","version":1},"activation":{"code":"42"}}`)
+	}))
+	defer voice.Close()
+	gw, _ := gatewaytest.Start(t, gateway.Config{UpstreamOTA: voice.URL + "/xiaozhi/ota/", MQTTAddr: ""})
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	req, _ := http.NewRequest("POST", "http://"+gw.Addr()+"/xiaozhi/ota/", strings.NewReader(`{"application":{"version":"2.4.2"}}`))
+	req.Header.Set("Device-Id", devicetest.DefaultID)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	want := `{"websocket":{"url":"ws://` + gw.Addr() + `/xiaozhi/v1/","token":"vt","version":1},"activation":{"code":"42"}}`
+	if string(b) != want {
+		t.Errorf("got %s\nwant %s", b, want)
 	}
 }

@@ -1,0 +1,27 @@
+package ws
+
+import "testing"
+
+func TestReplacePayloadMember(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		frame, key, val, want string
+	}{
+		{`{"session_id":"s","type":"mcp","payload":{"jsonrpc":"2.0","id":7,"method":"x"}}`, "id", "1073741824",
+			`{"session_id":"s","type":"mcp","payload":{"jsonrpc":"2.0","id":1073741824,"method":"x"}}`},
+		{`{"payload": { "id" : "a\"b" , "result":{"id":3}} ,"type":"mcp"}`, "id", `"a\"b"`,
+			`{"payload": { "id" : "a\"b" , "result":{"id":3}} ,"type":"mcp"}`},
+		{`{"type":"mcp","payload":{"id":1,"x":"<&>\u00e9","id":2}}`, "id", "9",
+			`{"type":"mcp","payload":{"id":1,"x":"<&>\u00e9","id":9}}`},
+	} {
+		got, err := replacePayloadMember([]byte(tc.frame), tc.key, []byte(tc.val))
+		if err != nil || string(got) != tc.want {
+			t.Errorf("replace %s in %s: got %s, %v; want %s", tc.key, tc.frame, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{`{"type":"mcp"}`, `{"payload":[1]}`, `[1]`, `{"payload":{"x":1}}`} {
+		if _, err := replacePayloadMember([]byte(bad), "id", []byte("1")); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+}
