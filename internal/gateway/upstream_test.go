@@ -205,7 +205,7 @@ func TestUpstreamSplice(t *testing.T) {
 		t.Fatalf("upstream got device hello %s", c.DeviceHello)
 	}
 	for k, v := range map[string]string{"Device-Id": devicetest.DefaultID, "Client-Id": "00000000-0000-4000-8000-000000000001",
-		"Protocol-Version": "3", "Authorization": "Bearer voice-token-123"} {
+		"Protocol-Version": "3", "Authorization": "Bearer voice-token-123", "X-Real-IP": "127.0.0.1"} {
 		if c.Header.Get(k) != v {
 			t.Errorf("upstream got %s %q, want %q", k, c.Header.Get(k), v)
 		}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -159,7 +160,9 @@ func (c *connection) dialUpstream(ctx context.Context, r http.Header, deviceHell
 }
 
 // upstreamHeader is what the upstream is told of the device: its own
-// headers, or the query parameters a browser sends instead, as headers.
+// headers, or the query parameters a browser sends instead, as headers,
+// and its address (X-Forwarded-For, X-Real-IP: voice servers log and
+// rate-limit by it).
 func upstreamHeader(r *http.Request) http.Header {
 	h := http.Header{}
 	q := r.URL.Query()
@@ -174,6 +177,14 @@ func upstreamHeader(r *http.Request) http.Header {
 		} else if v := q.Get(n[1]); v != "" {
 			h.Set(n[0], v)
 		}
+	}
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		if prior := r.Header.Get("X-Forwarded-For"); prior != "" {
+			h.Set("X-Forwarded-For", prior+", "+host)
+		} else {
+			h.Set("X-Forwarded-For", host)
+		}
+		h.Set("X-Real-IP", host)
 	}
 	return h
 }
