@@ -418,25 +418,71 @@ func TestUpstreamNoInitialize(t *testing.T) {
 }
 
 // TestUpstreamNotifications: a device's tools/list_changed reaches both
-// clients; progress goes to whichever client's token it carries.
+// clients; the device's progress goes to the client whose request it is
+// about, with the token that client chose, even when both chose the same.
 func TestUpstreamNotifications(t *testing.T) {
 	up, gw := startUpstream(t, gateway.Config{UpstreamInitWait: 100 * time.Millisecond})
-	d, c := connectSpliced(t, gw, up, devicetest.Config{})
+	var got frameLog
+	d, c := connectSpliced(t, gw, up, devicetest.Config{OnFrame: got.add,
+		OnCall: func(devicetest.Call) devicetest.Answer { return devicetest.Answer{Silent: true} }})
 	waitReady(t, gw, d.ID())
 	ctx := t.Context()
-	for _, p := range []string{
-		`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"up-token","progress":1}}`,
-		`{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`,
-	} {
-		if err := d.Send(ctx, websocket.MessageText, []byte(upstreamtest.MCP(d.SessionID(), p))); err != nil {
+	next := func() upstreamtest.Frame {
+		t.Helper()
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		f, err := c.Next(rctx)
+		if err != nil {
 			t.Fatal(err)
 		}
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		f, err := c.Next(rctx)
-		cancel()
-		if err != nil || string(f.Data) != upstreamtest.MCP(d.SessionID(), p) {
-			t.Fatalf("upstream got %q, %v; want %s", f.Data, err, p)
+		return f
+	}
+	listChanged := upstreamtest.MCP(d.SessionID(), `{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`)
+	if err := d.Send(ctx, websocket.MessageText, []byte(listChanged)); err != nil {
+		t.Fatal(err)
+	}
+	if f := next(); string(f.Data) != listChanged {
+		t.Fatalf("upstream got %s, want %s", f.Data, listChanged)
+	}
+
+	// The upstream asks for progress with token 1; so does mcpgate (its
+	// tokens are its ids, and its first call after discovery has a low one).
+	if err := c.SendText(ctx, upstreamtest.MCP(d.SessionID(), `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"self.audio_speaker.set_volume","arguments":{"volume":1},"_meta":{"progressToken":1}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	waitForCond(t, "the upstream's call at the device", func() bool { return len(d.Calls()) == 1 })
+	reqs := got.mcpRequests("tools/call")
+	if len(reqs) != 1 || string(reqs[0]) == "1" {
+		t.Fatalf("device got tools/call ids %s, want one remapped id", reqs)
+	}
+	got.mu.Lock()
+	for _, f := range got.frames {
+		if m, ok := payloadOf(f); ok && m.Method == "tools/call" && !strings.Contains(string(m.Params), `"progressToken":`+string(reqs[0])) {
+			t.Errorf("device got params %s, want the progress token remapped to the id", m.Params)
 		}
+	}
+	got.mu.Unlock()
+	progress := func(token string) string {
+		return upstreamtest.MCP(d.SessionID(), `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":`+token+`,"progress":1,"total":2}}`)
+	}
+	// The device reports progress on the upstream's call with the token it was given: the device-side id.
+	if err := d.Send(ctx, websocket.MessageText, []byte(progress(string(reqs[0])))); err != nil {
+		t.Fatal(err)
+	}
+	if f := next(); string(f.Data) != progress("1") {
+		t.Fatalf("upstream got %s, want %s", f.Data, progress("1"))
+	}
+	// Progress with mcpgate's token stays with mcpgate.
+	if err := d.Send(ctx, websocket.MessageText, []byte(progress("1"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if f, err := c.Next(rctx); err == nil {
+		t.Errorf("upstream got %s, meant for mcpgate", f.Data)
 	}
 }
 

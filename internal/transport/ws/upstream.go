@@ -95,6 +95,7 @@ func (e *deviceClosed) Error() string {
 // upstreamRequest is an upstream request forwarded to the device.
 type upstreamRequest struct {
 	id         json.RawMessage // the upstream's id, exactly as it sent it
+	token      json.RawMessage // its params._meta.progressToken, when it asked for progress
 	initialize bool
 	sent       time.Time
 }
@@ -330,11 +331,19 @@ func (s *splice) fromUpstream(data []byte) []byte {
 	}
 	switch msg.Kind() {
 	case jsonrpc.KindRequest:
-		id, ok := s.register(msg)
+		token := requestProgressToken(msg.Params)
+		id, ok := s.register(msg, token)
 		if !ok {
 			return nil
 		}
-		out, err := replacePayloadMember(data, "id", []byte(strconv.FormatInt(int64(id), 10)))
+		devID := []byte(strconv.FormatInt(int64(id), 10))
+		out, err := replacePath(data, []string{"payload", "id"}, devID)
+		if err == nil && token != nil {
+			// Its progress token becomes the device-side id too, so the
+			// device's progress is told apart from mcpgate's (whose tokens
+			// are its own ids, below upstreamIDBase).
+			out, err = replacePath(out, []string{"payload", "params", "_meta", "progressToken"}, devID)
+		}
 		if err != nil {
 			s.forget(id)
 			return data
@@ -352,7 +361,7 @@ func (s *splice) fromUpstream(data []byte) []byte {
 
 // register gives an upstream request a device-side id, or reports false
 // when too many await the device (a hostile or broken upstream).
-func (s *splice) register(msg *jsonrpc.Message) (int32, bool) {
+func (s *splice) register(msg *jsonrpc.Message, token json.RawMessage) (int32, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.pending) >= s.cfg.MaxPending {
@@ -377,7 +386,7 @@ func (s *splice) register(msg *jsonrpc.Message) (int32, bool) {
 			break
 		}
 	}
-	s.pending[s.nextID] = upstreamRequest{id: bytes.Clone(msg.ID.Raw()), initialize: msg.Method == "initialize", sent: time.Now()}
+	s.pending[s.nextID] = upstreamRequest{id: bytes.Clone(msg.ID.Raw()), token: token, initialize: msg.Method == "initialize", sent: time.Now()}
 	return s.nextID, true
 }
 
@@ -421,7 +430,7 @@ func (s *splice) remapCancelled(data []byte, msg *jsonrpc.Message) []byte {
 	if err != nil {
 		return nil
 	}
-	out, err := replacePayloadMember(data, "params", params)
+	out, err := replacePath(data, []string{"payload", "params"}, params)
 	if err != nil {
 		return nil
 	}
@@ -458,34 +467,52 @@ func (s *splice) fromDevice(data []byte, start time.Time) error {
 		if req.initialize {
 			s.adoptInit(msg)
 		}
-		out, err := replacePayloadMember(data, "id", req.id)
+		out, err := replacePath(data, []string{"payload", "id"}, req.id)
 		if err != nil {
 			return nil // cannot happen: the payload decoded
 		}
 		return s.toUpstream(websocket.MessageText, out, start)
 	case jsonrpc.KindNotification:
-		if msg.Method == "notifications/progress" && s.ownsProgress(msg.Params) {
-			s.c.sess.Handle(env.Payload)
-			return nil
-		}
 		if msg.Method != "notifications/progress" {
 			s.c.sess.Handle(env.Payload) // tools/list_changed and logs: both clients
+			break
 		}
+		var p struct {
+			Token jsonrpc.ID `json:"progressToken"`
+		}
+		_ = json.Unmarshal(msg.Params, &p) // a token that does not parse is no one's
+		id, isInt := p.Token.Int32()
+		if !isInt || id < upstreamIDBase {
+			s.c.sess.Handle(env.Payload) // mcpgate's token, or one nobody owns: dropped and counted there
+			return nil
+		}
+		s.mu.Lock()
+		req, pending := s.pending[id]
+		s.mu.Unlock()
+		if !pending || req.token == nil {
+			s.c.t.m.DroppedFrames.WithLabelValues("upstream_unknown_id").Inc()
+			return nil
+		}
+		out, err := replacePath(data, []string{"payload", "params", "progressToken"}, req.token)
+		if err != nil {
+			return nil
+		}
+		return s.toUpstream(websocket.MessageText, out, start)
 	}
 	return s.toUpstream(websocket.MessageText, data, start)
 }
 
-// ownsProgress reports whether a progress notification's token is one of
-// mcpgate's pending requests (its tokens are its request ids).
-func (s *splice) ownsProgress(params json.RawMessage) bool {
+// requestProgressToken returns a request's params._meta.progressToken, or nil.
+func requestProgressToken(params json.RawMessage) json.RawMessage {
 	var p struct {
-		Token jsonrpc.ID `json:"progressToken"`
+		Meta struct {
+			Token json.RawMessage `json:"progressToken"`
+		} `json:"_meta"`
 	}
-	if json.Unmarshal(params, &p) != nil {
-		return false
+	if json.Unmarshal(params, &p) != nil || len(p.Meta.Token) == 0 || string(p.Meta.Token) == "null" {
+		return nil
 	}
-	id, ok := p.Token.Int32()
-	return ok && id < upstreamIDBase && s.c.sess.PendingID(id)
+	return bytes.Clone(p.Meta.Token)
 }
 
 // adoptInit learns the device's initialize result from its answer to the
@@ -543,21 +570,24 @@ func (l *upstreamLink) Send(ctx context.Context, payload []byte) error {
 	return l.conn.Write(wctx, websocket.MessageText, b)
 }
 
-// replacePayloadMember replaces member key of the envelope's payload
-// object, leaving every other byte of the frame as it was.
-func replacePayloadMember(frame []byte, key string, val []byte) ([]byte, error) {
-	ps, pe, err := memberSpan(frame, "payload")
+// replacePath returns obj with the value at path (member names, from the
+// top) replaced by val, every other byte as it was.
+func replacePath(obj []byte, path []string, val []byte) ([]byte, error) {
+	if len(path) == 1 {
+		return replaceMember(obj, path[0], val)
+	}
+	s, e, err := memberSpan(obj, path[0])
 	if err != nil {
 		return nil, err
 	}
-	payload, err := replaceMember(frame[ps:pe], key, val)
+	inner, err := replacePath(obj[s:e], path[1:], val)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, 0, len(frame)-(pe-ps)+len(payload))
-	out = append(out, frame[:ps]...)
-	out = append(out, payload...)
-	return append(out, frame[pe:]...), nil
+	out := make([]byte, 0, len(obj)-(e-s)+len(inner))
+	out = append(out, obj[:s]...)
+	out = append(out, inner...)
+	return append(out, obj[e:]...), nil
 }
 
 // replaceMember returns obj with the value of its member key replaced by val.

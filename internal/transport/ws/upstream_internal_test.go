@@ -2,7 +2,7 @@ package ws
 
 import "testing"
 
-func TestReplacePayloadMember(t *testing.T) {
+func TestReplacePath(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		frame, key, val, want string
@@ -14,13 +14,13 @@ func TestReplacePayloadMember(t *testing.T) {
 		{`{"type":"mcp","payload":{"id":1,"x":"<&>\u00e9","id":2}}`, "id", "9",
 			`{"type":"mcp","payload":{"id":1,"x":"<&>\u00e9","id":9}}`},
 	} {
-		got, err := replacePayloadMember([]byte(tc.frame), tc.key, []byte(tc.val))
+		got, err := replacePath([]byte(tc.frame), []string{"payload", tc.key}, []byte(tc.val))
 		if err != nil || string(got) != tc.want {
 			t.Errorf("replace %s in %s: got %s, %v; want %s", tc.key, tc.frame, got, err, tc.want)
 		}
 	}
 	for _, bad := range []string{`{"type":"mcp"}`, `{"payload":[1]}`, `[1]`, `{"payload":{"x":1}}`} {
-		if _, err := replacePayloadMember([]byte(bad), "id", []byte("1")); err == nil {
+		if _, err := replacePath([]byte(bad), []string{"payload", "id"}, []byte("1")); err == nil {
 			t.Errorf("%s: no error", bad)
 		}
 	}
