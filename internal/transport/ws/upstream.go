@@ -362,6 +362,16 @@ func (s *splice) fromUpstream(data []byte) []byte {
 // register gives an upstream request a device-side id, or reports false
 // when too many await the device (a hostile or broken upstream).
 func (s *splice) register(msg *jsonrpc.Message, token json.RawMessage) (int32, bool) {
+	id, ok := s.reserve(msg, token)
+	if !ok {
+		s.c.t.cfg.Limits.Hit(limits.UpstreamPending, "dropped an upstream request: too many await the device",
+			"device_id", s.c.id.deviceID, "method", msg.Method, "max_pending", s.cfg.MaxPending)
+	}
+	return id, ok
+}
+
+// reserve records an upstream request under a fresh device-side id.
+func (s *splice) reserve(msg *jsonrpc.Message, token json.RawMessage) (int32, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.pending) >= s.cfg.MaxPending {
@@ -372,8 +382,6 @@ func (s *splice) register(msg *jsonrpc.Message, token json.RawMessage) (int32, b
 			}
 		}
 		if len(s.pending) >= s.cfg.MaxPending {
-			s.c.t.cfg.Limits.Hit(limits.UpstreamPending, "dropped an upstream request: too many await the device",
-				"device_id", s.c.id.deviceID, "method", msg.Method, "max_pending", s.cfg.MaxPending)
 			return 0, false
 		}
 	}
@@ -630,6 +638,12 @@ func memberSpan(obj []byte, key string) (start, end int, err error) {
 			end = int(dec.InputOffset())
 			start, found = end-len(raw), true
 		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return 0, 0, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return 0, 0, errors.New("data after the object")
 	}
 	if !found {
 		return 0, 0, fmt.Errorf("%w %q", errNoMember, key)

@@ -1,6 +1,9 @@
 package ws
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+)
 
 func TestReplacePath(t *testing.T) {
 	t.Parallel()
@@ -24,4 +27,28 @@ func TestReplacePath(t *testing.T) {
 			t.Errorf("%s: no error", bad)
 		}
 	}
+}
+
+// FuzzReplacePath: any frame either is refused or comes back valid JSON
+// with the member replaced and every other member as it was.
+func FuzzReplacePath(f *testing.F) {
+	f.Add([]byte(`{"session_id":"s","type":"mcp","payload":{"jsonrpc":"2.0","id":7,"method":"x"}}`))
+	f.Add([]byte(`{"payload":{"id":"a\"b","id":1}}`))
+	f.Add([]byte(`{"payload":{"id":1},"payload":{"x":1}}`))
+	f.Add([]byte(`{"payload":{"id":1}} trailing`))
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		out, err := replacePath(frame, []string{"payload", "id"}, []byte("1073741824"))
+		if err != nil {
+			return
+		}
+		var got struct {
+			Payload map[string]json.RawMessage `json:"payload"`
+		}
+		if !json.Valid(out) || json.Unmarshal(out, &got) != nil {
+			t.Fatalf("%q became invalid %q", frame, out)
+		}
+		if string(got.Payload["id"]) != "1073741824" {
+			t.Fatalf("%q became %q: id %s", frame, out, got.Payload["id"])
+		}
+	})
 }

@@ -13,6 +13,11 @@
 // of ten thousand pays for. Writes go through the concurrency-safe
 // websocket.Conn.
 //
+// In upstream mode (Config.Upstream, upstream.go) each connection is
+// spliced to an existing voice server: the handshake relays both hellos,
+// a second goroutine reads the upstream's frames, and every frame but MCP
+// passes through unchanged both ways.
+//
 // Reads never end by a context: coder/websocket drops the socket without a
 // close frame when a read's context ends, and a device is owed a reason (no
 // hello in time, replaced, going away). Deadlines and shutdown therefore close
