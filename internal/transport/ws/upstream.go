@@ -18,6 +18,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -45,6 +46,8 @@ type Upstream struct {
 	MaxPending int
 	// HTTPClient dials the upstream; nil uses http.DefaultClient.
 	HTTPClient *http.Client
+
+	redacted string // URL without a password, for logs and close reasons
 }
 
 // upstreamIDBase is the first device-side id given to the upstream's
@@ -60,6 +63,11 @@ func (u *Upstream) fill() error {
 	if u.URL == "" {
 		return errors.New("ws: Upstream.URL is required")
 	}
+	parsed, err := url.Parse(u.URL)
+	if err != nil || (parsed.Scheme != "ws" && parsed.Scheme != "wss") || parsed.Host == "" {
+		return fmt.Errorf("ws: Upstream.URL %q: want ws://HOST[:PORT]/PATH or wss://...", u.URL)
+	}
+	u.redacted = parsed.Redacted()
 	if u.InitWait <= 0 {
 		u.InitWait = 3 * time.Second
 	}
@@ -104,14 +112,17 @@ type upstreamRequest struct {
 // are set before the connection is attached and not written after, except
 // where noted.
 type splice struct {
-	c         *connection
-	up        *websocket.Conn
-	cfg       *Upstream
-	sessionID string // the upstream's session id, which the device uses
+	c   *connection
+	up  *websocket.Conn
+	cfg *Upstream
 
-	mu      sync.Mutex
-	nextID  int32                     // guarded by mu
-	pending map[int32]upstreamRequest // guarded by mu; device-side id → upstream request
+	mu sync.Mutex
+	// sessionID is the upstream's session id, which the device uses:
+	// written under mu by read only (a later hello may change it), read by
+	// read without mu and by the link under it.
+	sessionID string
+	nextID    int32                     // guarded by mu
+	pending   map[int32]upstreamRequest // guarded by mu; device-side id → upstream request
 
 	initOnce sync.Once
 	initDone chan struct{} // closed once the upstream's initialize was answered
@@ -129,9 +140,9 @@ func (c *connection) dialUpstream(ctx context.Context, r http.Header, deviceHell
 	up, resp, err := websocket.Dial(ctx, u.URL, &websocket.DialOptions{HTTPHeader: r, HTTPClient: u.HTTPClient})
 	if err != nil {
 		if resp != nil {
-			return nil, nil, fmt.Errorf("dial upstream %s: HTTP %s: %w", u.URL, resp.Status, err)
+			return nil, nil, fmt.Errorf("dial upstream %s: HTTP %s", u.redacted, resp.Status)
 		}
-		return nil, nil, fmt.Errorf("dial upstream %s: %w", u.URL, err)
+		return nil, nil, fmt.Errorf("dial upstream %s: %w", u.redacted, err)
 	}
 	up.SetReadLimit(c.t.cfg.ReadLimit)
 	if err := up.Write(ctx, websocket.MessageText, deviceHello); err != nil {
