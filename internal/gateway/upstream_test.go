@@ -18,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/devicetest"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/gatewaytest"
@@ -715,5 +716,60 @@ func TestUpstreamOTAForwarding(t *testing.T) {
 	want := `{"websocket":{"url":"ws://` + gw.Addr() + `/xiaozhi/v1/","token":"vt","version":1},"activation":{"code":"42"}}`
 	if string(b) != want {
 		t.Errorf("got %s\nwant %s", b, want)
+	}
+}
+
+// TestUpstreamESP32Device runs the splice with the device SDK's ESP32
+// profile, which answers as the firmware does (numeric ids only, replies
+// in its own encoding): the upstream initializes and calls with the same
+// ids mcpgate uses, while mcpgate calls through REST.
+func TestUpstreamESP32Device(t *testing.T) {
+	up, gw := startUpstream(t, gateway.Config{})
+	srv, err := device.NewServer(device.ServerOptions{Profile: device.ProfileESP32, Name: "bread-compact-wifi", Version: "2.4.2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var volume atomic.Int64
+	if err := srv.AddTool(device.Tool{Name: "self.audio_speaker.set_volume", Description: "Set the volume.",
+		Properties: []device.Property{device.Int("volume", 0, 100)},
+		Handler: func(_ context.Context, args device.Args) (any, error) {
+			volume.Store(int64(args.Int("volume")))
+			return true, nil
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	const mac = "02:00:00:00:00:32"
+	dc, err := device.NewClient(device.ClientOptions{URL: "ws://" + gw.Addr() + "/xiaozhi/v1/", DeviceID: mac, Server: srv, Token: "voice-token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = dc.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	actx, acancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer acancel()
+	c, err := up.Accept(actx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Header.Get("Authorization") != "Bearer voice-token" || c.Header.Get("Device-Id") != mac {
+		t.Errorf("upstream got headers %v", c.Header)
+	}
+	reply, _ := upstreamCall(t, c, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{}}}`, "1")
+	if !strings.Contains(string(reply), `"serverInfo":{"name":"bread-compact-wifi","version":"2.4.2"}`) {
+		t.Fatalf("initialize reply %s", reply)
+	}
+	dev := waitReady(t, gw, mac)
+	if dev.ServerInfo == nil || dev.ServerInfo.Name != "bread-compact-wifi" {
+		t.Errorf("mcpgate learnt %+v", dev.ServerInfo)
+	}
+	code, body, err := restCall(t.Context(), gw, mac, `{"name":"self.audio_speaker.set_volume","arguments":{"volume":42}}`)
+	if err != nil || code != 200 || volume.Load() != 42 {
+		t.Fatalf("REST call: %d %s %v (volume %d)", code, body, err, volume.Load())
+	}
+	reply, _ = upstreamCall(t, c, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"self.audio_speaker.set_volume","arguments":{"volume":7}}}`, "2")
+	if !strings.Contains(string(reply), `"text":"true"`) || volume.Load() != 7 {
+		t.Fatalf("upstream call reply %s (volume %d)", reply, volume.Load())
 	}
 }
