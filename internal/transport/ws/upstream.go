@@ -210,7 +210,7 @@ func (c *connection) handshakeUpstream(deviceHello []byte) bool {
 	if err != nil {
 		c.t.m.UpstreamDialFailures.Inc()
 		c.t.m.Handshakes.WithLabelValues("websocket", "upstream_failed").Inc()
-		c.log.Warn("upstream voice server unavailable: closing the device connection", "device_id", c.id.deviceID, "remote", c.remote, "error", err)
+		c.t.upstreamDown.Warn(c.log, "upstream voice server unavailable: closing the device connection", "device_id", c.id.deviceID, "remote", c.remote, "error", err)
 		c.conn.Close(websocket.StatusTryAgainLater, conns.CloseReason(fmt.Errorf("upstream unavailable: %w", err)))
 		return false
 	}

@@ -111,6 +111,9 @@ type Transport struct {
 	// connection would cost memory for every idle device.
 	frames sync.Pool
 
+	// upstreamDown samples "upstream unavailable" lines: a fleet
+	// reconnecting while the voice server is down must not flood the log.
+	upstreamDown conns.Sampler
 	// The upstream mode's per-frame metrics, looked up once.
 	framesToUp, framesToDevice   prometheus.Counter
 	bytesToUp, bytesToDevice     prometheus.Counter
