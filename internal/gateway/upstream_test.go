@@ -773,3 +773,25 @@ func TestUpstreamESP32Device(t *testing.T) {
 		t.Fatalf("upstream call reply %s (volume %d)", reply, volume.Load())
 	}
 }
+
+// TestUpstreamSlowInitialize: once the upstream's initialize is at the
+// device, mcpgate waits for its answer even past the initialize wait, and
+// sends none of its own.
+func TestUpstreamSlowInitialize(t *testing.T) {
+	up, gw := startUpstream(t, gateway.Config{UpstreamInitWait: 300 * time.Millisecond})
+	var got frameLog
+	d, c := connectSpliced(t, gw, up, devicetest.Config{OnFrame: func(typ websocket.MessageType, data []byte) {
+		got.add(typ, data)
+		if m, ok := payloadOf(upstreamtest.Frame{Type: typ, Data: data}); ok && m.Method == "initialize" {
+			time.Sleep(time.Second) // the firmware is busy: the answer comes after the initialize wait
+		}
+	}})
+	reply, _ := upstreamCall(t, c, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{}}}`, "1")
+	if !strings.Contains(string(reply), "fake-board") {
+		t.Fatalf("initialize reply %s", reply)
+	}
+	waitReady(t, gw, d.ID())
+	if inits := got.mcpRequests("initialize"); len(inits) != 1 {
+		t.Fatalf("device got %d initialize requests (%s), want the upstream's only", len(inits), inits)
+	}
+}

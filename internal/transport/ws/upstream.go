@@ -124,9 +124,11 @@ type splice struct {
 	nextID    int32                     // guarded by mu
 	pending   map[int32]upstreamRequest // guarded by mu; device-side id → upstream request
 
-	initOnce sync.Once
-	initDone chan struct{} // closed once the upstream's initialize was answered
-	done     chan struct{} // closed when read returns
+	initSentOnce sync.Once
+	initSent     chan struct{} // closed once an upstream initialize went to the device
+	initOnce     sync.Once
+	initDone     chan struct{} // closed once the upstream's initialize was answered
+	done         chan struct{} // closed when read returns
 }
 
 // dialUpstream opens the upstream connection with the device's own
@@ -166,7 +168,7 @@ func (c *connection) dialUpstream(ctx context.Context, r http.Header, deviceHell
 		}
 		hello = data
 		sp := &splice{c: c, up: up, cfg: u, sessionID: env.SessionID, pending: make(map[int32]upstreamRequest),
-			nextID: upstreamIDBase - 1, initDone: make(chan struct{}), done: make(chan struct{})}
+			nextID: upstreamIDBase - 1, initSent: make(chan struct{}), initDone: make(chan struct{}), done: make(chan struct{})}
 		return sp, hello, nil
 	}
 }
@@ -239,14 +241,28 @@ type upstreamLink struct {
 	sp *splice
 }
 
-// awaitInit waits for the upstream's initialize to be answered, at most
-// InitWait, so that mcpgate does not send a second one; it adopts the
-// device's answer. If none comes, the session initializes itself.
+// awaitInit waits for the upstream's initialize to be answered, so that
+// mcpgate does not send a second one (the reply is adopted by adoptInit):
+// at most InitWait for the upstream to send it, then at most the request
+// timeout for the device to answer it. If none comes in time, the session
+// initializes the device itself.
 func (s *splice) awaitInit(sess *mcpclient.Session) {
 	t := time.NewTimer(s.cfg.InitWait)
 	defer t.Stop()
 	select {
 	case <-s.initDone:
+	case <-s.initSent:
+		answer := s.c.t.cfg.Session.RequestTimeout
+		if answer <= 0 {
+			answer = 10 * time.Second // mcpclient's default
+		}
+		t.Reset(answer)
+		select {
+		case <-s.initDone:
+		case <-t.C:
+			s.c.log.Info("the device did not answer the upstream's initialize in time: mcpgate initializes it itself", "timeout", answer)
+		case <-sess.Done():
+		}
 	case <-t.C:
 		s.c.log.Info("upstream sent no initialize in time: mcpgate initializes the device itself", "init_wait", s.cfg.InitWait)
 	case <-sess.Done():
@@ -358,6 +374,9 @@ func (s *splice) fromUpstream(data []byte) []byte {
 		if err != nil {
 			s.forget(id)
 			return data
+		}
+		if msg.Method == "initialize" {
+			s.initSentOnce.Do(func() { close(s.initSent) })
 		}
 		return out
 	case jsonrpc.KindNotification:
