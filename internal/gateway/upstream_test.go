@@ -473,6 +473,20 @@ func TestUpstreamNotifications(t *testing.T) {
 	if f := next(); string(f.Data) != progress("1") {
 		t.Fatalf("upstream got %s, want %s", f.Data, progress("1"))
 	}
+	// The upstream gives up on its call: the device hears of it under the id it knows.
+	if err := c.SendText(ctx, upstreamtest.MCP(d.SessionID(), `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"user left"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	waitForCond(t, "the cancellation at the device", func() bool {
+		got.mu.Lock()
+		defer got.mu.Unlock()
+		for _, f := range got.frames {
+			if m, ok := payloadOf(f); ok && m.Method == "notifications/cancelled" {
+				return string(m.Params) == `{"requestId":`+string(reqs[0])+`,"reason":"user left"}`
+			}
+		}
+		return false
+	})
 	// Progress with mcpgate's token stays with mcpgate.
 	if err := d.Send(ctx, websocket.MessageText, []byte(progress("1"))); err != nil {
 		t.Fatal(err)
