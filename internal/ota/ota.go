@@ -118,6 +118,8 @@ type Handler struct {
 	allow  map[string]bool
 	pub    *url.URL // nil: derived per request
 	client *http.Client
+	// upstreamRedacted is Config.Upstream without a password, for logs.
+	upstreamRedacted string
 
 	mu    sync.Mutex
 	known map[string]Record // guarded by mu
@@ -189,6 +191,7 @@ func New(cfg Config) (*Handler, error) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("ota: upstream URL %q: want http://host:port/path or https://...", cfg.Upstream)
 		}
+		h.upstreamRedacted = u.Redacted()
 	}
 	for _, id := range cfg.Allow {
 		n, err := xiaozhi.NormalizeDeviceID(id)

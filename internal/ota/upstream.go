@@ -47,7 +47,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", "read body: "+err.Error())
 		return
 	}
-	log := h.log.With("device_id", r.Header.Get("Device-Id"), "remote", r.RemoteAddr, "upstream", h.cfg.Upstream)
+	log := h.log.With("device_id", r.Header.Get("Device-Id"), "remote", r.RemoteAddr, "upstream", h.upstreamRedacted)
 	ctx, cancel := context.WithTimeout(r.Context(), upstreamTimeout)
 	defer cancel()
 	target := h.cfg.Upstream
