@@ -372,8 +372,12 @@ func (s *splice) fromUpstream(data []byte) []byte {
 			out, err = replacePath(out, []string{"payload", "params", "_meta", "progressToken"}, devID)
 		}
 		if err != nil {
+			// Cannot happen for a payload that decoded; forwarding it with
+			// the upstream's own id could collide with mcpgate's.
 			s.forget(id)
-			return data
+			s.c.t.m.DroppedFrames.WithLabelValues("upstream_unparseable").Inc()
+			s.c.log.Debug("dropped an upstream request whose id could not be remapped", "error", err)
+			return nil
 		}
 		if msg.Method == "initialize" {
 			s.initSentOnce.Do(func() { close(s.initSent) })
