@@ -19,6 +19,8 @@ func newBenchCmd(g *globals) *cobra.Command {
 		cfg      bench.Config
 		profile  string
 		argsJSON string
+		splice   bool
+		scfg     bench.SpliceConfig
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -60,6 +62,14 @@ ports, so a gateway already running here is no obstacle: its embedded MQTT
 broker listens on another free port too (the report names it with --mqtt). Devices, load generator and
 gateway share this machine's cores: compare figures within one run.
 
+--splice replaces the phases with a measurement of the upstream mode
+(docs/upstream.md): a fake voice server echoing audio, a gateway in this
+process spliced to it, and a fake device timing --splice-frames audio frames
+echoed back, first straight to the voice server, then through mcpgate while
+--splice-calls REST callers use the device's tools. It reports the round
+trips, what the splice adds per frame one way at p50 and p99 (goal: under
+1 ms at p99) and the gateway's own splice histogram.
+
 --server targets an existing gateway only when given on the command line
 (MCPGATE_SERVER is ignored here, so a bench never loads a production gateway
 by accident); its memory is read from --gateway-pid, else from its /metrics.
@@ -73,7 +83,8 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
   mcpgate bench --tool self.get_device_status --json
   mcpgate bench --server http://127.0.0.1:8000 --gateway-pid $(pgrep -f 'mcpgate serve')
   mcpgate bench --soak 10m                             # devices join and leave while calls run; flat memory? audit complete?
-  mcpgate bench --soak 1m --devices 50 --soak-rate 50 --soak-sample 5s`,
+  mcpgate bench --soak 1m --devices 50 --soak-rate 50 --soak-sample 5s
+  mcpgate bench --splice                               # upstream mode: what the splice adds to each audio frame`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			// --soak takes an optional duration: "--soak 1m" leaves "1m" as an argument.
 			if len(args) == 1 && cmd.Flags().Changed("soak") {
@@ -87,6 +98,18 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 			return cobra.NoArgs(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if splice {
+				scfg.Logger = slog.New(slog.NewTextHandler(g.stderr, nil))
+				scfg.GatewayLogger = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+				rep, err := bench.RunSplice(cmd.Context(), scfg)
+				if err != nil {
+					return err
+				}
+				if g.json {
+					return printJSON(g.stdout, rep)
+				}
+				return rep.WriteText(g.stdout)
+			}
 			p, err := device.ParseProfile(profile)
 			if err != nil {
 				return fmt.Errorf("--profile: %w", err)
@@ -153,6 +176,9 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 	f.IntVar(&cfg.GatewayPID, "gateway-pid", 0, "process id of the --server gateway, to read its memory")
 	f.DurationVar(&cfg.Soak, "soak", 0, "run a soak of this duration instead of the phases (--soak alone: 10m): devices join and leave while calls run at --soak-rate; reports memory flatness and lost or duplicated audit rows")
 	f.Lookup("soak").NoOptDefVal = "10m"
+	f.BoolVar(&splice, "splice", false, "measure the upstream mode's splice instead of the phases: what mcpgate adds to each audio frame between a device and its voice server")
+	f.IntVar(&scfg.Frames, "splice-frames", 2000, "with --splice: audio frames timed each way")
+	f.IntVar(&scfg.Calls, "splice-calls", 2, "with --splice: REST callers using the device's tools while frames are timed (negative: none)")
 	f.Float64Var(&cfg.SoakRate, "soak-rate", bench.DefaultSoakRate, "calls/s during the soak")
 	f.DurationVar(&cfg.SoakSample, "soak-sample", bench.DefaultSoakSample, "time between the soak's memory samples")
 	return cmd

@@ -14,6 +14,7 @@ import (
 	"net/http/pprof"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -154,6 +155,20 @@ type Config struct {
 	// if it does not answer. Default 5m.
 	MQTTSilenceTimeout time.Duration
 
+	// Upstream, when set, is an existing XiaoZhi voice server's device
+	// WebSocket URL (ws:// or wss://): every device connection is spliced
+	// to it, voice untouched, while mcpgate uses the device's tools too
+	// (docs/upstream.md). Empty: mcpgate answers devices itself.
+	Upstream string
+	// UpstreamOTA, when set, is the voice server's OTA URL (http:// or
+	// https://): /xiaozhi/ota/ forwards each request to it and returns its
+	// answer with websocket.url pointing at this gateway.
+	UpstreamOTA string
+	// UpstreamInitWait is how long a spliced session waits for the
+	// upstream's initialize before mcpgate initializes the device itself.
+	// Default 3s.
+	UpstreamInitWait time.Duration
+
 	// Limits are the other protective limits (body sizes, call slots and
 	// rates, connections per address, handshake deadlines); see
 	// docs/limits.md. Zero values get the defaults.
@@ -217,6 +232,15 @@ func New(cfg Config) (*Gateway, error) {
 	if err := cfg.Limits.fill(); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	if err := checkURL("upstream", cfg.Upstream, "ws", "wss"); err != nil {
+		return nil, err
+	}
+	if err := checkURL("upstream OTA", cfg.UpstreamOTA, "http", "https"); err != nil {
+		return nil, err
+	}
+	if cfg.UpstreamInitWait < 0 {
+		return nil, fmt.Errorf("gateway: upstream initialize wait must not be negative, got %s", cfg.UpstreamInitWait)
+	}
 	if _, _, err := net.SplitHostPort(cfg.Addr); err != nil {
 		return nil, fmt.Errorf("gateway: listen address %q: %w (want host:port, e.g. 127.0.0.1:8000)", cfg.Addr, err)
 	}
@@ -264,13 +288,17 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.MQTTAuthenticate == nil {
 		cfg.MQTTAuthenticate = devices.auth.MQTT
 	}
+	var upstream *ws.Upstream
+	if cfg.Upstream != "" {
+		upstream = &ws.Upstream{URL: cfg.Upstream, InitWait: cfg.UpstreamInitWait}
+	}
 	wst, err := ws.New(ws.Config{
 		Hub: h, Logger: cfg.Logger, Metrics: m,
 		Authenticate: devices.auth.WebSocket, VisionFor: devices.visionFor,
 		Session:      session,
 		HelloTimeout: cfg.HelloTimeout, ReadLimit: cfg.ReadLimit, PingInterval: cfg.PingInterval,
 		PongTimeout: cfg.PongTimeout, OriginPatterns: originHosts(cfg.AllowedOrigins),
-		Conns: connLimit, Limits: lim,
+		Conns: connLimit, Limits: lim, Upstream: upstream,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -599,4 +627,20 @@ func (a flushedAudit) Audit(ctx context.Context, q store.AuditQuery) ([]store.Au
 		return nil, err
 	}
 	return a.src.Audit(ctx, q)
+}
+
+// checkURL reports a URL that is set but not absolute with one of schemes.
+func checkURL(what, raw string, schemes ...string) error {
+	if raw == "" {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err == nil && u.Host != "" {
+		for _, s := range schemes {
+			if u.Scheme == s {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("gateway: %s URL %q: want %s://HOST[:PORT]/PATH", what, raw, strings.Join(schemes, ":// or "))
 }

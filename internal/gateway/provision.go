@@ -96,6 +96,7 @@ func newDeviceServices(cfg Config, m *metrics.Metrics, lim *limits.Reporter, h *
 		}
 		return d.mqttPort()
 	}
+	oc.Upstream = cfg.UpstreamOTA
 	oc.IssueToken = func(deviceID, clientID string) (string, error) {
 		return authority.IssueDevice(deviceID, clientID, p.DeviceTokenTTL)
 	}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"net"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -36,6 +37,12 @@ func (g *Gateway) logListening(bound net.Addr) {
 	}
 	attrs := []any{"addr", bound.String(), "devices_ws", strings.Join(ws, " "),
 		"api", "http://" + local + "/api/v1", "mcp", "http://" + local + "/mcp", "store", g.storeLocation()}
+	if g.cfg.Upstream != "" {
+		attrs = append(attrs, "upstream", redactURL(g.cfg.Upstream))
+	}
+	if g.cfg.UpstreamOTA != "" {
+		attrs = append(attrs, "upstream_ota", redactURL(g.cfg.UpstreamOTA))
+	}
 	switch {
 	case ap.Addr().IsLoopback():
 		attrs = append(attrs, "note", "loopback only: devices on the network cannot reach it (listen with --addr 0.0.0.0:"+port+")")
@@ -87,4 +94,13 @@ func usableHosts(ap netip.AddrPort, ifaddrs []net.Addr) (hosts []string, local s
 		hosts = []string{hostPlaceholder}
 	}
 	return hosts, net.JoinHostPort("127.0.0.1", port)
+}
+
+// redactURL is raw without a password; New has checked that it parses.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Redacted()
 }

@@ -55,16 +55,18 @@ func TestUsableHosts(t *testing.T) {
 func TestStartLine(t *testing.T) {
 	for _, tc := range []struct {
 		name, addr string
+		upstream   string
 		want       []string
 		wantMQTT   bool
 	}{
-		{"wildcard", ":0", []string{"devices_ws=", "api=http://127.0.0.1:"}, true},
-		{"loopback", "127.0.0.1:0", []string{"devices_ws=ws://127.0.0.1:", "loopback only: devices on the network cannot reach it"}, false},
+		{"wildcard", ":0", "", []string{"devices_ws=", "api=http://127.0.0.1:"}, true},
+		{"loopback", "127.0.0.1:0", "", []string{"devices_ws=ws://127.0.0.1:", "loopback only: devices on the network cannot reach it"}, false},
+		{"upstream", "127.0.0.1:0", "ws://voice:secret@voice-server:8000/xiaozhi/v1/", []string{"upstream=ws://voice:xxxxx@voice-server:8000/xiaozhi/v1/"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := &hostiletest.Logs{}
 			data := t.TempDir()
-			gw, err := New(Config{Addr: tc.addr, DataDir: data, Insecure: true, MQTTAddr: "127.0.0.1:0", Logger: logs.Logger()})
+			gw, err := New(Config{Addr: tc.addr, DataDir: data, Insecure: true, MQTTAddr: "127.0.0.1:0", Logger: logs.Logger(), Upstream: tc.upstream})
 			if err != nil {
 				t.Fatal(err)
 			}

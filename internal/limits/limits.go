@@ -41,12 +41,15 @@ const (
 	ConnsPerIP          = "conns_per_ip"                // a source address had too many device connections
 	MCPSessions         = "mcp_sessions"                // an MCP client session was refused: --max-mcp-sessions open
 	RESTWriteTimeout    = "rest_write_timeout"          // a REST client did not read its answer within --write-timeout
+	UpstreamFrame       = "upstream_frame"              // the upstream voice server sent a frame over --read-limit
+	UpstreamPending     = "upstream_pending"            // the upstream had too many requests awaiting a device
 )
 
 // Names lists every limit, in the order docs/limits.md does.
 var Names = []string{
 	WSFrame, MQTTPacket, EndpointFrame, RESTBody, MCPBody, OTABody, OTAKnown, VisionBody, MaxTools, MaxPages, DeviceBusy,
 	KeyRate, DeviceRate, HeaderTimeout, BodyTimeout, RESTWriteTimeout, HelloTimeout, MQTTConnectTimeout, EndpointInitTimeout, ConnsPerIP, MCPSessions,
+	UpstreamFrame, UpstreamPending,
 }
 
 // Defaults of the limits this package applies; the gateway's flags show them.

@@ -106,6 +106,25 @@ func (s *Session) Initialize(ctx context.Context) (*InitializeResult, error) {
 	return &res, nil
 }
 
+// AdoptInitialize records res as the session's initialize result without
+// sending initialize: another client of the device (an upstream voice
+// server) initialized it, and the firmware applies initialize once per
+// session. Discover then goes straight to tools/list, and the session's own
+// vision capability is never sent: the device keeps the other client's.
+func (s *Session) AdoptInitialize(res InitializeResult) {
+	s.mu.Lock()
+	s.init = &res
+	s.mu.Unlock()
+}
+
+// Initialized reports whether the session has an initialize result, its
+// own or adopted.
+func (s *Session) Initialized() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.init != nil
+}
+
 // ListTools fetches every page of tools/list with withUserTools set, so
 // user-only tools are known too. Paging stops at the last page (no
 // nextCursor, or an empty one), and is guarded: a cursor seen before, a

@@ -99,6 +99,11 @@ type Config struct {
 	OnRequest func(msg *jsonrpc.Message)
 	// ProtocolVersion is asked for in initialize. Default [ProtocolVersion].
 	ProtocolVersion string
+	// MaxID is the largest request id the session uses; ids run from 1 to
+	// MaxID and wrap. Default math.MaxInt32 (devices keep 32-bit ids). A
+	// transport that shares the device with another MCP client (upstream
+	// mode) lowers it and gives the other client's requests the ids above.
+	MaxID int32
 	// OnDrop, when set, is told of each inbound payload the session drops,
 	// with a short reason (DropUnparseable, DropUnknownID, DropRequest,
 	// DropNotification), so a hostile or broken peer shows in metrics and
@@ -146,6 +151,9 @@ func (c *Config) fill() {
 	}
 	if c.ProtocolVersion == "" {
 		c.ProtocolVersion = ProtocolVersion
+	}
+	if c.MaxID <= 0 {
+		c.MaxID = math.MaxInt32
 	}
 }
 
@@ -226,6 +234,15 @@ func (s *Session) Close(reason error) {
 	for _, p := range pending {
 		close(p.reply) // a closed channel means "disconnected" to the waiter
 	}
+}
+
+// PendingID reports whether request id awaits its reply, for a transport
+// that routes a device's progress notifications between two clients.
+func (s *Session) PendingID(id int32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.pending[id]
+	return ok
 }
 
 // CallTimeout returns the timeout of a tools/call without one of its own.
@@ -371,7 +388,7 @@ func (s *Session) register(hooks *callHooks) (int32, *pendingCall, error) {
 		return 0, nil, fmt.Errorf("%w: %w", ErrDisconnected, s.closeErr)
 	}
 	for {
-		if s.nextID == math.MaxInt32 {
+		if s.nextID >= s.cfg.MaxID {
 			s.nextID = 0
 		}
 		s.nextID++

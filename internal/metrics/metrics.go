@@ -24,6 +24,14 @@ type Metrics struct {
 	EventsDropped     prometheus.Counter
 	LimitHits         *prometheus.CounterVec // by limit; see internal/limits and docs/limits.md
 	BadRequests       *prometheus.CounterVec // by door, reason; see docs/hostile-input.md
+
+	// Upstream mode (docs/upstream.md).
+	UpstreamSessions     prometheus.Counter
+	UpstreamSessionsOpen prometheus.Gauge
+	UpstreamFrames       *prometheus.CounterVec   // by direction: to_upstream, to_device
+	UpstreamBytes        *prometheus.CounterVec   // by direction
+	SpliceLatency        *prometheus.HistogramVec // by direction, and "handshake"
+	UpstreamDialFailures prometheus.Counter
 }
 
 // New builds the collectors and registers them, with the Go and process
@@ -75,8 +83,29 @@ func New() *Metrics {
 		BadRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mcpgate_bad_requests_total", Help: "HTTP requests refused as malformed (bad JSON, wrong content type, unknown session...), by door and reason.",
 		}, []string{"door", "reason"}),
+		UpstreamSessions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpgate_upstream_sessions_total", Help: "Device sessions spliced to the upstream voice server.",
+		}),
+		UpstreamSessionsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mcpgate_upstream_sessions_open", Help: "Device sessions spliced to the upstream voice server now.",
+		}),
+		UpstreamFrames: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpgate_upstream_frames_total", Help: "Frames spliced between devices and the upstream voice server, by direction (to_upstream, to_device).",
+		}, []string{"direction"}),
+		UpstreamBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpgate_upstream_bytes_total", Help: "Bytes of the frames spliced between devices and the upstream voice server, by direction.",
+		}, []string{"direction"}),
+		SpliceLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "mcpgate_upstream_splice_duration_seconds",
+			Help:    "Time from reading a frame on one side to having written it on the other, by direction; \"handshake\" is the upstream dial and hello.",
+			Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .05, .25, 1},
+		}, []string{"direction"}),
+		UpstreamDialFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcpgate_upstream_dial_failures_total", Help: "Device connections closed because the upstream voice server could not be reached or refused them.",
+		}),
 	}
 	m.Registry.MustRegister(
+		m.UpstreamSessions, m.UpstreamSessionsOpen, m.UpstreamFrames, m.UpstreamBytes, m.SpliceLatency, m.UpstreamDialFailures,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.DevicesOnline, m.DevicesKnown, m.Sessions, m.SessionsOpen, m.Calls, m.CallLatency,

@@ -101,6 +101,13 @@ type Config struct {
 	Limits *limits.Reporter
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Upstream, when set, is a XiaoZhi voice server's OTA URL: every
+	// request is forwarded to it and its answer returned with
+	// websocket.url set to this gateway (upstream mode, docs/upstream.md);
+	// the policy, transport and firmware settings then do not apply.
+	Upstream string
+	// HTTPClient asks Upstream; nil uses http.DefaultClient.
+	HTTPClient *http.Client
 	// MaxKnown bounds the devices remembered (Known): the open policy
 	// accepts any well-formed Device-Id, so a flood of made-up ids must not
 	// grow memory without end. When full, an arbitrary record makes room.
@@ -110,10 +117,13 @@ type Config struct {
 
 // Handler serves the endpoint.
 type Handler struct {
-	cfg   Config
-	log   *slog.Logger
-	allow map[string]bool
-	pub   *url.URL // nil: derived per request
+	cfg    Config
+	log    *slog.Logger
+	allow  map[string]bool
+	pub    *url.URL // nil: derived per request
+	client *http.Client
+	// upstreamRedacted is Config.Upstream without a password, for logs.
+	upstreamRedacted string
 
 	mu    sync.Mutex
 	known map[string]Record // guarded by mu
@@ -176,7 +186,17 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.MQTTKeepalive == 0 {
 		cfg.MQTTKeepalive = 240
 	}
-	h := &Handler{cfg: cfg, log: cfg.Logger, allow: make(map[string]bool), known: make(map[string]Record)}
+	h := &Handler{cfg: cfg, log: cfg.Logger, allow: make(map[string]bool), known: make(map[string]Record), client: cfg.HTTPClient}
+	if h.client == nil {
+		h.client = http.DefaultClient
+	}
+	if cfg.Upstream != "" {
+		u, err := url.Parse(cfg.Upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("ota: upstream URL %q: want http://host:port/path or https://...", cfg.Upstream)
+		}
+		h.upstreamRedacted = u.Redacted()
+	}
 	for _, id := range cfg.Allow {
 		n, err := xiaozhi.NormalizeDeviceID(id)
 		if err != nil {
@@ -268,6 +288,10 @@ const maxBody = 64 << 10
 // ([limits.Reporter.BadRequest]): anyone on the network can post garbage,
 // and that must not flood the log.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.Upstream != "" {
+		h.forward(w, r)
+		return
+	}
 	if r.Method != http.MethodPost {
 		h.cfg.Limits.BadRequest(limits.DoorOTA, "http_method", "refused malformed OTA request",
 			"remote", r.RemoteAddr, "method", r.Method)

@@ -13,6 +13,11 @@
 // of ten thousand pays for. Writes go through the concurrency-safe
 // websocket.Conn.
 //
+// In upstream mode (Config.Upstream, upstream.go) each connection is
+// spliced to an existing voice server: the handshake relays both hellos,
+// a second goroutine reads the upstream's frames, and every frame but MCP
+// passes through unchanged both ways.
+//
 // Reads never end by a context: coder/websocket drops the socket without a
 // close frame when a read's context ends, and a device is owed a reason (no
 // hello in time, replaced, going away). Deadlines and shutdown therefore close
@@ -37,6 +42,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcpgate/mcpgate/internal/dialect/register"
 	"github.com/mcpgate/mcpgate/internal/hub"
@@ -87,6 +93,10 @@ type Config struct {
 	Conns *limits.ConnLimiter
 	// Limits counts and logs limit hits; nil makes one from Logger and Metrics.
 	Limits *limits.Reporter
+	// Upstream, when set, splices every device connection to an existing
+	// XiaoZhi voice server (docs/upstream.md). Nil: the gateway answers
+	// the hello itself and discards audio.
+	Upstream *Upstream
 }
 
 // Transport serves device WebSocket connections. Close waits for all of them.
@@ -100,6 +110,14 @@ type Transport struct {
 	// frames recycles text frame buffers across connections: a buffer per
 	// connection would cost memory for every idle device.
 	frames sync.Pool
+
+	// upstreamDown samples "upstream unavailable" lines: a fleet
+	// reconnecting while the voice server is down must not flood the log.
+	upstreamDown conns.Sampler
+	// The upstream mode's per-frame metrics, looked up once.
+	framesToUp, framesToDevice   prometheus.Counter
+	bytesToUp, bytesToDevice     prometheus.Counter
+	latencyToUp, latencyToDevice prometheus.Observer
 }
 
 // New validates cfg and returns a Transport.
@@ -141,7 +159,18 @@ func New(cfg Config) (*Transport, error) {
 		a := xiaozhi.DefaultServerAudio
 		cfg.ServerAudio = &a
 	}
+	if cfg.Upstream != nil {
+		u := *cfg.Upstream
+		if err := u.fill(); err != nil {
+			return nil, err
+		}
+		cfg.Upstream = &u
+	}
 	t := &Transport{cfg: cfg, log: cfg.Logger, m: cfg.Metrics}
+	m := cfg.Metrics
+	t.framesToUp, t.framesToDevice = m.UpstreamFrames.WithLabelValues("to_upstream"), m.UpstreamFrames.WithLabelValues("to_device")
+	t.bytesToUp, t.bytesToDevice = m.UpstreamBytes.WithLabelValues("to_upstream"), m.UpstreamBytes.WithLabelValues("to_device")
+	t.latencyToUp, t.latencyToDevice = m.SpliceLatency.WithLabelValues("to_upstream"), m.SpliceLatency.WithLabelValues("to_device")
 	t.frames.New = func() any { return new(bytes.Buffer) }
 	t.conns = conns.NewTracker()
 	return t, nil
@@ -239,6 +268,9 @@ func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The per-connection logger, with the session id, is made once the
 		// handshake succeeds: each With costs memory for the connection's life.
 		log: t.log}
+	if t.cfg.Upstream != nil {
+		c.upHeader = upstreamHeader(r)
+	}
 	conn, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{
 		OriginPatterns: t.cfg.OriginPatterns,
 		// A pong is a sign of life like any frame.
@@ -292,6 +324,10 @@ type connection struct {
 	// was read, and whether the reader handed off after discovery ended.
 	lastText            time.Time
 	handedOffDiscovered bool
+	// up is the upstream connection in upstream mode, set by the handshake;
+	// upHeader is what the handshake dials it with.
+	up       *splice
+	upHeader http.Header
 }
 
 // touch records a sign of life once the connection is attached.
@@ -385,8 +421,9 @@ func (c *connection) handOff(now time.Time) bool {
 //
 //go:noinline
 func (c *connection) handshake() bool {
-	hello, registration, err := c.awaitHello(c.ctx)
-	if err == nil && registration != nil {
+	hello, raw, err := c.awaitHello(c.ctx)
+	if err == nil && hello == nil {
+		registration := raw
 		// The registration dialect: it serves the whole connection here.
 		c.serveRegister(registration)
 		return false
@@ -413,13 +450,20 @@ func (c *connection) handshake() bool {
 		c.conn.Close(code, conns.CloseReason(err)) // a no-op if the hello watcher closed it
 		return false
 	}
-	c.sessionID = xiaozhi.NewSessionID()
-	c.log = c.log.With("device_id", c.id.deviceID, "session_id", c.sessionID, "remote", c.remote)
-	if err := c.sendHello(c.ctx); err != nil {
-		c.t.m.Handshakes.WithLabelValues("websocket", "hello_write_failed").Inc()
-		c.log.Info("could not send server hello", "error", err)
-		c.conn.CloseNow()
-		return false
+	if c.t.cfg.Upstream != nil {
+		if !c.handshakeUpstream(raw) {
+			return false
+		}
+		c.log = c.log.With("device_id", c.id.deviceID, "session_id", c.sessionID, "remote", c.remote)
+	} else {
+		c.sessionID = xiaozhi.NewSessionID()
+		c.log = c.log.With("device_id", c.id.deviceID, "session_id", c.sessionID, "remote", c.remote)
+		if err := c.sendHello(c.ctx); err != nil {
+			c.t.m.Handshakes.WithLabelValues("websocket", "hello_write_failed").Inc()
+			c.log.Info("could not send server hello", "error", err)
+			c.conn.CloseNow()
+			return false
+		}
 	}
 	c.t.m.Handshakes.WithLabelValues("websocket", "ok").Inc()
 
@@ -428,9 +472,15 @@ func (c *connection) handshake() bool {
 	if c.t.cfg.VisionFor != nil {
 		scfg.Vision = c.t.cfg.VisionFor(c.id.deviceID, c.base)
 	}
+	var l mcpclient.Link = &link{conn: c.conn, base: c.ctx, sessionID: c.sessionID, writeTimeout: c.t.cfg.WriteTimeout}
+	if c.up != nil {
+		// mcpgate's ids stay below the upstream's remapped ones.
+		scfg.MaxID = upstreamIDBase - 1
+		l = &upstreamLink{link: *l.(*link), sp: c.up}
+	}
 	// The session ends when the transport closes (cause ErrShutdown), when the
 	// hub replaces it, on a keepalive failure, or when the reader ends.
-	c.sess = mcpclient.New(c.t.conns.Context(), &link{conn: c.conn, base: c.ctx, sessionID: c.sessionID, writeTimeout: c.t.cfg.WriteTimeout}, scfg)
+	c.sess = mcpclient.New(c.t.conns.Context(), l, scfg)
 	att := c.t.cfg.Hub.Attach(hub.ConnInfo{
 		DeviceID: c.id.deviceID, ClientID: c.id.clientID, Transport: "websocket",
 		SessionID: c.sessionID, Remote: c.remote, ProtocolVersion: c.id.protoVer,
@@ -455,8 +505,14 @@ func (c *connection) start() (finish func()) {
 		defer close(closed)
 		c.close(context.Cause(sess.Context()))
 	})
+	if c.up != nil {
+		go c.up.read() // ends when the upstream connection does; awaited by up.close
+	}
 	var discovery sync.WaitGroup
 	discovery.Go(func() {
+		if c.up != nil {
+			c.up.awaitInit(sess)
+		}
 		att.Discover(sess.Context())
 		c.discovered.Store(true)
 	})
@@ -464,6 +520,9 @@ func (c *connection) start() (finish func()) {
 	return func() {
 		if !stopCloser() {
 			<-closed
+		}
+		if c.up != nil {
+			c.up.close(context.Cause(sess.Context()))
 		}
 		stopKeepalive()
 		discovery.Wait()
@@ -473,6 +532,7 @@ func (c *connection) start() (finish func()) {
 
 // close closes the socket with a status and reason that say why the session ended.
 func (c *connection) close(reason error) {
+	var uc *upstreamClosed
 	switch {
 	case errors.Is(reason, hub.ErrShutdown):
 		c.conn.Close(websocket.StatusGoingAway, conns.CloseReason(reason))
@@ -481,6 +541,16 @@ func (c *connection) close(reason error) {
 	case errors.Is(reason, errNoPong):
 		// The device is not reading: a close handshake would only wait for it.
 		c.conn.CloseNow()
+	case errors.As(reason, &uc):
+		// The voice server ended the conversation (or refused it): the
+		// device hears what it would have heard without the gateway.
+		code := uc.code
+		if code == websocket.StatusNoStatusRcvd || code == websocket.StatusAbnormalClosure || code == websocket.StatusTLSHandshake {
+			code = websocket.StatusNormalClosure
+		}
+		c.conn.Close(code, uc.reason)
+	case errors.Is(reason, errUpstreamLost):
+		c.conn.Close(websocket.StatusGoingAway, conns.CloseReason(reason))
 	default:
 		c.conn.Close(websocket.StatusNormalClosure, "")
 	}
@@ -491,6 +561,9 @@ func (c *connection) close(reason error) {
 // error. A watcher closes the socket with a policy-violation frame when the
 // timeout passes, or a going-away frame when the transport closes, which
 // ends the read (see the package doc).
+//
+// It returns the hello and its frame, or a nil hello and the first frame
+// when it is an mcp/registerTools request.
 func (c *connection) awaitHello(ctx context.Context) (*xiaozhi.Hello, []byte, error) {
 	stop := make(chan struct{})
 	var failure error // written by the watcher before it closes the socket, read after wg.Wait
@@ -509,17 +582,18 @@ func (c *connection) awaitHello(ctx context.Context) (*xiaozhi.Hello, []byte, er
 		}
 		c.conn.Close(code, conns.CloseReason(failure))
 	})
-	hello, registration, err := c.readHello(ctx)
+	hello, raw, err := c.readHello(ctx)
 	close(stop)
 	wg.Wait()
 	if failure != nil {
 		return nil, nil, failure
 	}
-	return hello, registration, err
+	return hello, raw, err
 }
 
-// readHello returns the device hello, or the first frame when it is an
-// mcp/registerTools request instead (the registration dialect).
+// readHello returns the device hello and its frame, or a nil hello and the
+// first frame when it is an mcp/registerTools request instead (the
+// registration dialect).
 func (c *connection) readHello(ctx context.Context) (*xiaozhi.Hello, []byte, error) {
 	for {
 		typ, data, err := c.conn.Read(ctx)
@@ -532,7 +606,7 @@ func (c *connection) readHello(ctx context.Context) (*xiaozhi.Hello, []byte, err
 		env, err := xiaozhi.DecodeEnvelope(data)
 		if err == nil && env.Type == xiaozhi.TypeHello {
 			hello, err := env.Hello()
-			return hello, nil, err
+			return hello, data, err
 		}
 		if register.IsRegistration(data) {
 			return nil, data, nil
@@ -573,6 +647,9 @@ func (c *connection) readLoop() error {
 //go:noinline
 func (c *connection) frame(typ websocket.MessageType, r io.Reader) error {
 	c.att.Load().Touch()
+	if c.up != nil {
+		return c.spliceFrame(typ, r)
+	}
 	if typ == websocket.MessageBinary {
 		c.discardAudio()
 		_, err := io.Copy(io.Discard, r)
@@ -737,7 +814,7 @@ func (c *connection) readError(err error) error {
 		return fmt.Errorf("device sent a frame over the %d-byte read limit", c.t.cfg.ReadLimit)
 	}
 	if st := websocket.CloseStatus(err); st != -1 {
-		return fmt.Errorf("device closed the connection (%d)", st)
+		return &deviceClosed{code: st}
 	}
 	if errors.Is(err, io.EOF) {
 		return errors.New("connection lost")

@@ -1,0 +1,203 @@
+package ota
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/limits"
+)
+
+// Upstream mode (docs/upstream.md): with Config.Upstream set, every OTA
+// request is forwarded to the voice server's OTA endpoint and its answer
+// returned with websocket.url pointing at this gateway, so that the device
+// dials the gateway, which splices it to the voice server. Activation,
+// firmware and server time pass through untouched. An mqtt section is
+// removed: MQTT+UDP audio cannot be spliced, so the device is sent to the
+// WebSocket instead.
+
+// maxUpstreamAnswer bounds the voice server's OTA answer.
+const maxUpstreamAnswer = 1 << 20
+
+// upstreamTimeout bounds one forwarded OTA request.
+const upstreamTimeout = 15 * time.Second
+
+// hopHeaders are not forwarded (RFC 9110 section 7.6.1), nor is Host.
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length", "Accept-Encoding"}
+
+// forward serves one OTA request by asking the upstream.
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			h.cfg.Limits.Hit(limits.OTABody, "refused OTA request: body over the limit",
+				"remote", r.RemoteAddr, "max_body_bytes", tooBig.Limit)
+			writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", err.Error())
+			return
+		}
+		writeError(w, http.StatusBadRequest, "bad_request", "read body: "+err.Error())
+		return
+	}
+	log := h.log.With("device_id", r.Header.Get("Device-Id"), "remote", r.RemoteAddr, "upstream", h.upstreamRedacted)
+	ctx, cancel := context.WithTimeout(r.Context(), upstreamTimeout)
+	defer cancel()
+	target := h.cfg.Upstream
+	if r.URL.RawQuery != "" {
+		sep := "?"
+		if strings.Contains(target, "?") {
+			sep = "&"
+		}
+		target += sep + r.URL.RawQuery
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, target, bytes.NewReader(body))
+	if err != nil {
+		log.Error("ota: could not build the upstream request", "error", err)
+		writeError(w, http.StatusInternalServerError, "internal", "internal error")
+		return
+	}
+	req.Header = r.Header.Clone()
+	for _, k := range hopHeaders {
+		req.Header.Del(k)
+	}
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		req.Header.Add("X-Forwarded-For", host)
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		log.Warn("ota: upstream OTA unavailable", "error", err)
+		writeError(w, http.StatusBadGateway, "upstream_unavailable", "the voice server's OTA endpoint did not answer")
+		return
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxUpstreamAnswer+1))
+	if err != nil || len(answer) > maxUpstreamAnswer {
+		log.Warn("ota: unreadable upstream OTA answer", "error", err, "bytes", len(answer))
+		writeError(w, http.StatusBadGateway, "upstream_unavailable", "the voice server's OTA answer could not be read")
+		return
+	}
+	if resp.StatusCode == http.StatusOK {
+		if out, err := h.rewrite(answer, h.wsURL(r, log), log); err == nil {
+			answer = out
+		} else {
+			log.Debug("ota: upstream answer passed through as it is", "error", err)
+		}
+	}
+	for _, k := range []string{"Content-Type", "Cache-Control"} {
+		if v := resp.Header.Get(k); v != "" {
+			w.Header().Set(k, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(answer)
+}
+
+// wsURL is the gateway's device WebSocket URL as devices reach it.
+func (h *Handler) wsURL(r *http.Request, log *slog.Logger) string {
+	u := *h.publicBase(r, log)
+	u.Scheme = map[string]string{"https": "wss"}[u.Scheme]
+	if u.Scheme == "" {
+		u.Scheme = "ws"
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + h.cfg.WebSocketPath
+	return u.String()
+}
+
+// rewrite points the answer's websocket.url at wsURL, keeping every other
+// member's bytes, and drops an mqtt section (adding a websocket one when
+// the answer had none).
+func (h *Handler) rewrite(answer []byte, wsURL string, log *slog.Logger) ([]byte, error) {
+	top, err := members(answer)
+	if err != nil {
+		return nil, err
+	}
+	urlJSON, _ := json.Marshal(wsURL) // a string always marshals
+	hasWS := false
+	out := top[:0]
+	for _, m := range top {
+		switch m.key {
+		case "mqtt":
+			log.Warn("ota: dropped the voice server's mqtt section: MQTT+UDP audio cannot pass through mcpgate, the device is sent to the WebSocket")
+			continue
+		case "websocket":
+			ws, err := members(m.val)
+			if err != nil {
+				return nil, fmt.Errorf("websocket: %w", err)
+			}
+			set := false
+			for i := range ws {
+				if ws[i].key == "url" {
+					ws[i].val, set = urlJSON, true
+				}
+			}
+			if !set {
+				ws = append(ws, member{"url", urlJSON})
+			}
+			m.val, hasWS = encodeMembers(ws), true
+		}
+		out = append(out, m)
+	}
+	if !hasWS {
+		out = append(out, member{"websocket", encodeMembers([]member{{"url", urlJSON}, {"token", json.RawMessage(`""`)}, {"version", json.RawMessage("1")}})})
+	}
+	return encodeMembers(out), nil
+}
+
+// member is one member of a JSON object, its value as it was.
+type member struct {
+	key string
+	val json.RawMessage
+}
+
+// members returns the members of a JSON object in order.
+func members(obj []byte) ([]member, error) {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, errors.New("not a JSON object")
+	}
+	var ms []member
+	for dec.More() {
+		kt, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, err
+		}
+		k, _ := kt.(string)
+		ms = append(ms, member{k, raw})
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, err
+	}
+	return ms, nil
+}
+
+func encodeMembers(ms []member) json.RawMessage {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, m := range ms {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(m.key) // a string always marshals
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(m.val)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}

@@ -1,0 +1,54 @@
+package ws
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func TestReplacePath(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		frame, key, val, want string
+	}{
+		{`{"session_id":"s","type":"mcp","payload":{"jsonrpc":"2.0","id":7,"method":"x"}}`, "id", "1073741824",
+			`{"session_id":"s","type":"mcp","payload":{"jsonrpc":"2.0","id":1073741824,"method":"x"}}`},
+		{`{"payload": { "id" : "a\"b" , "result":{"id":3}} ,"type":"mcp"}`, "id", `"a\"b"`,
+			`{"payload": { "id" : "a\"b" , "result":{"id":3}} ,"type":"mcp"}`},
+		{`{"type":"mcp","payload":{"id":1,"x":"<&>\u00e9","id":2}}`, "id", "9",
+			`{"type":"mcp","payload":{"id":1,"x":"<&>\u00e9","id":9}}`},
+	} {
+		got, err := replacePath([]byte(tc.frame), []string{"payload", tc.key}, []byte(tc.val))
+		if err != nil || string(got) != tc.want {
+			t.Errorf("replace %s in %s: got %s, %v; want %s", tc.key, tc.frame, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{`{"type":"mcp"}`, `{"payload":[1]}`, `[1]`, `{"payload":{"x":1}}`} {
+		if _, err := replacePath([]byte(bad), []string{"payload", "id"}, []byte("1")); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+}
+
+// FuzzReplacePath: any frame either is refused or comes back valid JSON
+// with the member replaced and every other member as it was.
+func FuzzReplacePath(f *testing.F) {
+	f.Add([]byte(`{"session_id":"s","type":"mcp","payload":{"jsonrpc":"2.0","id":7,"method":"x"}}`))
+	f.Add([]byte(`{"payload":{"id":"a\"b","id":1}}`))
+	f.Add([]byte(`{"payload":{"id":1},"payload":{"x":1}}`))
+	f.Add([]byte(`{"payload":{"id":1}} trailing`))
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		out, err := replacePath(frame, []string{"payload", "id"}, []byte("1073741824"))
+		if err != nil {
+			return
+		}
+		var got struct {
+			Payload map[string]json.RawMessage `json:"payload"`
+		}
+		if !json.Valid(out) || json.Unmarshal(out, &got) != nil {
+			t.Fatalf("%q became invalid %q", frame, out)
+		}
+		if string(got.Payload["id"]) != "1073741824" {
+			t.Fatalf("%q became %q: id %s", frame, out, got.Payload["id"])
+		}
+	})
+}
