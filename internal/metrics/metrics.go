@@ -24,6 +24,7 @@ type Metrics struct {
 	EventsDropped     prometheus.Counter
 	LimitHits         *prometheus.CounterVec // by limit; see internal/limits and docs/limits.md
 	BadRequests       *prometheus.CounterVec // by door, reason; see docs/hostile-input.md
+	QueuedCalls       *prometheus.CounterVec // by outcome; see docs/queued-calls.md
 }
 
 // New builds the collectors and registers them, with the Go and process
@@ -75,12 +76,17 @@ func New() *Metrics {
 		BadRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mcpgate_bad_requests_total", Help: "HTTP requests refused as malformed (bad JSON, wrong content type, unknown session...), by door and reason.",
 		}, []string{"door", "reason"}),
+		QueuedCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpgate_queued_calls_total",
+			Help: "Queued calls by outcome: queued when stored, then done, failed, expired or cancelled when they end (see docs/queued-calls.md).",
+		}, []string{"outcome"}),
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.DevicesOnline, m.DevicesKnown, m.Sessions, m.SessionsOpen, m.Calls, m.CallLatency,
 		m.DiscoveryFailures, m.DiscoveryLatency, m.Handshakes, m.DroppedFrames, m.EventsDropped, m.LimitHits, m.BadRequests,
+		m.QueuedCalls,
 	)
 	return m
 }
