@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -176,6 +177,11 @@ func TestQueuedCallsDeliveredInOrder(t *testing.T) {
 			t.Errorf("%s has %d audit records, want 1", cid, perCall[cid])
 		}
 	}
+	// Besides: the refused plain call and the live one; the deliveries
+	// are not audited again as live calls.
+	if n := len(page.Records); n != len(ids)+2 {
+		t.Errorf("%d audit records, want %d", n, len(ids)+2)
+	}
 }
 
 // TestQueuedCallExpiresAndCancels: a call whose TTL passes is expired on
@@ -330,6 +336,13 @@ func TestQueuedBurstPacedToDeviceRate(t *testing.T) {
 	}
 	if n := len(d.Calls()); n != 60 {
 		t.Errorf("device received %d calls, want 60", n)
+	}
+	m := scrape(t, gw)
+	if hits := grepLines(m, `mcpgate_limit_hits_total{limit="device_rate"}`); hits != "" && !strings.HasSuffix(hits, " 0") {
+		t.Errorf("the queue tripped the device's rate limit: %s", hits)
+	}
+	if got := grepLines(m, `mcpgate_queued_calls_total{outcome="done"} 60`); got == "" {
+		t.Errorf("metrics: want 60 queued calls done:\n%s", grepLines(m, "mcpgate_queued_calls_total"))
 	}
 }
 
