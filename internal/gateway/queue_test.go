@@ -460,3 +460,29 @@ func TestQueuedCallKeys(t *testing.T) {
 		t.Errorf("admin cancelling: %+v, %v", got, err)
 	}
 }
+
+// TestQueueToolPolicies: an operator's "always" queues a plain call to an
+// offline device; "never" refuses to queue.
+func TestQueueToolPolicies(t *testing.T) {
+	gw, _ := runGateway(t, Config{DataDir: t.TempDir(), Queue: queue.Config{Tools: map[string]queue.Policy{
+		"self.audio_speaker.*": queue.PolicyAlways, "self.get_*": queue.PolicyNever}}})
+	c, _ := api.NewClient("http://"+gw.Addr(), nil)
+	const id = "02:00:00:00:00:48"
+	status := json.RawMessage(`{"name":"self.get_device_status","description":"Status","inputSchema":{"type":"object","properties":{}}}`)
+	tools := []json.RawMessage{json.RawMessage(devicetest.SetVolumeTool), status}
+	_, end := session(t, gw, devicetest.Config{ID: id, Tools: tools})
+	end()
+	res, qc, err := c.CallOrQueue(t.Context(), id, api.CallBody{Name: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":3}`)})
+	if err != nil || qc == nil || res != nil {
+		t.Fatalf("plain call of an always-queue tool to an offline device: %+v, %+v, %v; want it queued", res, qc, err)
+	}
+	var ae *api.APIError
+	_, _, err = c.CallOrQueue(t.Context(), id, api.CallBody{Name: "self.get_device_status", Deliver: api.DeliverQueue})
+	if !errors.As(err, &ae) || ae.Code != "bad_request" || !strings.Contains(ae.Message, "never to be queued") {
+		t.Errorf("queueing a never-queue tool: %v, want 400 bad_request", err)
+	}
+	_, err = c.Call(t.Context(), id, api.CallBody{Name: "self.get_device_status"})
+	if !errors.As(err, &ae) || ae.Code != "device_offline" {
+		t.Errorf("plain call of a never-queue tool: %v, want device_offline", err)
+	}
+}
