@@ -352,7 +352,7 @@ func New(cfg Config) (*Gateway, error) {
 		Hub: h, Logger: cfg.Logger, Version: cfg.Version, ExposeUserOnly: cfg.ExposeUserOnly,
 		ListenAddr: cfg.Addr, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins,
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes, Limits: lim,
-		MaxSessions: cfg.Limits.MaxMCPSessions, Metrics: m,
+		MaxSessions: cfg.Limits.MaxMCPSessions, Metrics: m, Queue: calls,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)

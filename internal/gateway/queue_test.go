@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/devicetest"
@@ -484,5 +486,72 @@ func TestQueueToolPolicies(t *testing.T) {
 	_, err = c.Call(t.Context(), id, api.CallBody{Name: "self.get_device_status"})
 	if !errors.As(err, &ae) || ae.Code != "device_offline" {
 		t.Errorf("plain call of a never-queue tool: %v, want device_offline", err)
+	}
+}
+
+// TestQueuedCallThroughMCP: an MCP client queues a call to an offline device
+// with _meta mcpgate/queue, gets a text naming the call id, and reads the
+// result later with get_call_result; a plain client still sees
+// device_offline.
+func TestQueuedCallThroughMCP(t *testing.T) {
+	gw, _ := runGateway(t, Config{DataDir: t.TempDir()})
+	const id = "02:00:00:00:00:49"
+	_, end := session(t, gw, devicetest.Config{ID: id})
+	end()
+	if _, err := gw.Hub().SetAlias(id, "porch"); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "queue-test", Version: "1"}, nil).
+		Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://" + gw.Addr() + "/mcp"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	tools, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, tl := range tools.Tools {
+		found = found || tl.Name == "get_call_result"
+	}
+	if !found {
+		t.Error("the aggregate door does not list get_call_result")
+	}
+
+	plain, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "porch.self.audio_speaker.set_volume", Arguments: map[string]any{"volume": 4}})
+	if err != nil || !plain.IsError || plain.Meta["mcpgate/error"] != "device_offline" {
+		t.Fatalf("plain call to an offline device: %+v, %v; want device_offline", plain, err)
+	}
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "porch.self.audio_speaker.set_volume",
+		Arguments: map[string]any{"volume": 4}, Meta: mcp.Meta{"mcpgate/queue": "1h"}})
+	if err != nil || res.IsError {
+		t.Fatalf("queued call: %+v, %v", res, err)
+	}
+	callID, _ := res.Meta["mcpgate/call_id"].(string)
+	text := res.Content[0].(*mcp.TextContent).Text
+	if callID == "" || !strings.Contains(text, "Queued as "+callID) || !strings.Contains(text, "get_call_result") {
+		t.Fatalf("queued call's answer: %q, meta %v", text, res.Meta)
+	}
+
+	_, end = session(t, gw, devicetest.Config{ID: id})
+	defer end()
+	var got queue.Call
+	waitUntil(t, "call done via get_call_result", func() bool {
+		r, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "get_call_result", Arguments: map[string]any{"call_id": callID}})
+		if err != nil || r.IsError {
+			t.Fatalf("get_call_result: %+v, %v", r, err)
+		}
+		if err := json.Unmarshal([]byte(r.Content[0].(*mcp.TextContent).Text), &got); err != nil {
+			t.Fatal(err)
+		}
+		return got.State == "done"
+	})
+	if got.Door != "mcp" || got.Alias != "porch" || len(got.Result) == 0 {
+		t.Errorf("get_call_result: %+v", got)
+	}
+	r, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "get_call_result", Arguments: map[string]any{"call_id": "call_nope"}})
+	if err != nil || !r.IsError || r.Meta["mcpgate/error"] != "call_not_found" {
+		t.Errorf("get_call_result of an unknown call: %+v, %v", r, err)
 	}
 }
