@@ -129,6 +129,8 @@ func visibleEvent(p *auth.Principal, h *hub.Hub, ev hub.Event) (hub.Event, bool)
 		return ev, p.CanSeeTool(data.Tool)
 	case *hub.CallData:
 		return ev, data != nil && p.CanSeeTool(data.Tool)
+	case hub.QueuedCallData:
+		return ev, p.CanSeeTool(data.Tool)
 	case hub.ToolsChangedData:
 		ev.Data = filterToolsChanged(p, h, ev.Device, data)
 	case *hub.ToolsChangedData:

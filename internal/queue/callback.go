@@ -59,6 +59,9 @@ func (q *Queue) postDue(ctx context.Context) {
 			return
 		}
 		perr := q.post(ctx, c)
+		if perr != nil && ctx.Err() != nil {
+			return // cut by shutdown: not a try; the next run posts it
+		}
 		c.CallbackAttempts++
 		switch {
 		case perr == nil:

@@ -18,7 +18,7 @@ import (
 func (q *Queue) Run(ctx context.Context) error {
 	// Subscribed before anything else, so no device becoming ready is missed.
 	sub := q.hub.Subscribe()
-	defer sub.Close()
+	defer func() { sub.Close() }() // the current one: it may be renewed below
 	// Store writes outlive ctx: a call that ends during shutdown is still
 	// recorded.
 	wctx := context.WithoutCancel(ctx)
@@ -91,7 +91,10 @@ func (q *Queue) Run(ctx context.Context) error {
 // running: calls queued after that are safe to deliver.
 func (q *Queue) Started() <-chan struct{} { return q.started }
 
-func deliverable(s hub.State) bool { return s == hub.StateReady || s == hub.StateDegraded }
+// deliverable: only a device whose discovery succeeded gets queued calls; a
+// degraded one may hold a stale or partial catalog, against which a call
+// would be checked wrongly.
+func deliverable(s hub.State) bool { return s == hub.StateReady }
 
 // loadWaiting notes every device with queued calls.
 func (q *Queue) loadWaiting(ctx context.Context) error {
