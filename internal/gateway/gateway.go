@@ -299,6 +299,9 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	qcfg := cfg.Queue
 	qcfg.Hub, qcfg.Store, qcfg.Logger, qcfg.Metrics, qcfg.Audit = h, cfg.Store, cfg.Logger, m, auditLog.Record
+	if qcfg.Authorize == nil {
+		qcfg.Authorize = queueAuthorize(cfg.Store, time.Now)
+	}
 	calls, err := queue.New(qcfg)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)

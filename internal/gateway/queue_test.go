@@ -461,6 +461,22 @@ func TestQueuedCallKeys(t *testing.T) {
 	if got, err := base.WithKey(admin).CancelCall(t.Context(), qc.ID); err != nil || got.State != "cancelled" {
 		t.Errorf("admin cancelling: %+v, %v", got, err)
 	}
+
+	// A key revoked after it queued a call: the call is not sent.
+	revoked := queueVolume(t, base.WithKey(caller), id, 2, "1h")
+	callerID, _ := auth.ParseSecret(caller)
+	if err := s.RevokeKey(t.Context(), callerID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	d, end := session(t, gw, devicetest.Config{ID: id})
+	got := waitCallState(t, base.WithKey(admin), revoked.ID, "failed")
+	end()
+	if got.Reason != "forbidden" || !strings.Contains(got.Error, "revoked") {
+		t.Errorf("call of a revoked key: %+v; want failed, forbidden", got)
+	}
+	if len(d.Calls()) != 0 {
+		t.Errorf("device received %+v; want nothing", d.Calls())
+	}
 }
 
 // TestQueueToolPolicies: an operator's "always" queues a plain call to an

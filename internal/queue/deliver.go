@@ -212,6 +212,12 @@ func (q *Queue) deliverAll(device string) {
 			q.sweep(ctx) // its TTL passed: expired, not sent
 			continue
 		}
+		if q.cfg.Authorize != nil {
+			if err := q.cfg.Authorize(ctx, c.Caller, c.Device, d.Alias, c.Tool); err != nil {
+				q.refuse(ctx, c, err)
+				continue
+			}
+		}
 		switch q.deliver(ctx, c) {
 		case retryLater:
 			return
@@ -219,6 +225,24 @@ func (q *Queue) deliverAll(device string) {
 			time.Sleep(busyPause)
 		}
 	}
+}
+
+// refuse fails a queued call whose caller may no longer make it, unsent.
+func (q *Queue) refuse(ctx context.Context, c store.QueuedCall, why error) {
+	fin := c
+	fin.State, fin.Reason, fin.FinishedAt = store.CallFailed, "forbidden", time.Now().UTC()
+	fin.Error = "not sent: its caller may no longer make this call: " + why.Error()
+	if fin.CallbackURL != "" {
+		fin.CallbackState = store.CallbackPending
+	}
+	if err := q.st.UpdateCall(ctx, fin, store.CallQueued); err != nil {
+		if !errors.Is(err, store.ErrStateChanged) {
+			q.log.Warn("failing a queued call", "call_id", c.ID, "error", err)
+		}
+		return
+	}
+	q.log.Info("queued call refused at delivery", "call_id", c.ID, "caller", c.Caller, "reason", why)
+	q.ended(fin)
 }
 
 type deliveryResult int

@@ -80,6 +80,11 @@ type Config struct {
 	// CallbackBackoff is the wait after the first failed try, doubled after
 	// each, up to 5 minutes. Default 1s.
 	CallbackBackoff time.Duration
+	// Authorize, when set, is asked just before a call is delivered whether
+	// its caller may still make it (a key revoked, expired or narrowed since
+	// it queued the call may not): an error fails the call, reason
+	// "forbidden", without sending it. alias is the device's alias now.
+	Authorize func(ctx context.Context, caller, device, alias, tool string) error
 	// Tools sets per-tool defaults by path.Match pattern ("self.camera.*"):
 	// PolicyAlways or PolicyNever. The most specific (longest) pattern wins.
 	Tools map[string]Policy
