@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/httpguard"
+	"github.com/mcpgate/mcpgate/internal/queue"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/transport/endpoint"
 )
@@ -145,24 +146,24 @@ func queueAuthorize(s store.Store, now func() time.Time) func(ctx context.Contex
 		key, err := s.Key(ctx, caller)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			return fmt.Errorf("API key %s no longer exists", caller)
+			return fmt.Errorf("%w: API key %s no longer exists", queue.ErrForbidden, caller)
 		case err != nil:
-			return fmt.Errorf("checking API key %s: %w", caller, err)
+			return fmt.Errorf("checking API key %s: %w", caller, err) // the store: try again later
 		case !key.RevokedAt.IsZero():
-			return fmt.Errorf("API key %s was revoked", caller)
+			return fmt.Errorf("%w: API key %s was revoked", queue.ErrForbidden, caller)
 		case !key.ExpiresAt.IsZero() && !now().Before(key.ExpiresAt):
-			return fmt.Errorf("API key %s expired", caller)
+			return fmt.Errorf("%w: API key %s expired", queue.ErrForbidden, caller)
 		}
 		scope, err := auth.ParseScope(key.Scope)
 		if err != nil {
-			return fmt.Errorf("API key %s: %w", caller, err)
+			return fmt.Errorf("%w: API key %s: %w", queue.ErrForbidden, caller, err)
 		}
 		p := &auth.Principal{KeyID: key.ID, Scope: scope, Devices: key.Devices, Tools: key.Tools}
 		switch {
 		case !p.Can(auth.ScopeCall):
-			return fmt.Errorf("API key %s no longer has the call scope", caller)
+			return fmt.Errorf("%w: API key %s no longer has the call scope", queue.ErrForbidden, caller)
 		case !p.CanSeeDevice(device, alias) || !p.CanSeeTool(tool):
-			return fmt.Errorf("API key %s no longer reaches %s on %s", caller, tool, device)
+			return fmt.Errorf("%w: API key %s no longer reaches %s on %s", queue.ErrForbidden, caller, tool, device)
 		}
 		return nil
 	}

@@ -71,7 +71,7 @@ func (q *Queue) Run(ctx context.Context) error {
 				}
 			}
 		case <-tick.C:
-			q.sweep(wctx)
+			_ = q.sweep(wctx) // logged; tried again on the next tick
 			// A device that became ready while its event was dropped
 			// (a slow subscriber loses events) is picked up here.
 			q.kickReady()
@@ -132,15 +132,16 @@ func (q *Queue) kickReady() {
 }
 
 // sweep expires calls past their time to live.
-func (q *Queue) sweep(ctx context.Context) {
+func (q *Queue) sweep(ctx context.Context) error {
 	expired, err := q.st.ExpireCalls(ctx, time.Now().UTC())
 	if err != nil {
 		q.log.Warn("expiring queued calls", "error", err)
-		return
+		return err
 	}
 	for _, c := range expired {
 		q.ended(c)
 	}
+	return nil
 }
 
 // kick makes sure a worker delivers the device's queued calls: it starts
@@ -209,12 +210,20 @@ func (q *Queue) deliverAll(device string) {
 		}
 		c := calls[0]
 		if !time.Now().Before(c.ExpiresAt) {
-			q.sweep(ctx) // its TTL passed: expired, not sent
+			if q.sweep(ctx) != nil { // its TTL passed: expired, not sent
+				return // the store fails: the next sweep or kick tries again
+			}
 			continue
 		}
 		if q.cfg.Authorize != nil {
 			if err := q.cfg.Authorize(ctx, c.Caller, c.Device, d.Alias, c.Tool); err != nil {
-				q.refuse(ctx, c, err)
+				if !errors.Is(err, ErrForbidden) {
+					q.log.Warn("checking a queued call's caller", "call_id", c.ID, "error", err)
+					return // the next sweep or kick tries again
+				}
+				if !q.refuse(ctx, c, err) {
+					return
+				}
 				continue
 			}
 		}
@@ -227,22 +236,25 @@ func (q *Queue) deliverAll(device string) {
 	}
 }
 
-// refuse fails a queued call whose caller may no longer make it, unsent.
-func (q *Queue) refuse(ctx context.Context, c store.QueuedCall, why error) {
+// refuse fails a queued call whose caller may no longer make it, unsent. It
+// reports false when the store failed, so the caller stops for now.
+func (q *Queue) refuse(ctx context.Context, c store.QueuedCall, why error) bool {
 	fin := c
 	fin.State, fin.Reason, fin.FinishedAt = store.CallFailed, "forbidden", time.Now().UTC()
-	fin.Error = "not sent: its caller may no longer make this call: " + why.Error()
+	fin.Error = "not sent: " + why.Error()
 	if fin.CallbackURL != "" {
 		fin.CallbackState = store.CallbackPending
 	}
 	if err := q.st.UpdateCall(ctx, fin, store.CallQueued); err != nil {
-		if !errors.Is(err, store.ErrStateChanged) {
-			q.log.Warn("failing a queued call", "call_id", c.ID, "error", err)
+		if errors.Is(err, store.ErrStateChanged) || errors.Is(err, store.ErrNotFound) {
+			return true // cancelled or expired meanwhile
 		}
-		return
+		q.log.Warn("failing a queued call", "call_id", c.ID, "error", err)
+		return false
 	}
 	q.log.Info("queued call refused at delivery", "call_id", c.ID, "caller", c.Caller, "reason", why)
 	q.ended(fin)
+	return true
 }
 
 type deliveryResult int

@@ -45,6 +45,9 @@ var (
 	ErrFull = errors.New("queue full")
 	// ErrBadRequest: a bad TTL or callback.
 	ErrBadRequest = errors.New("bad queued call")
+	// ErrForbidden is what Config.Authorize wraps when the caller may no
+	// longer make a call.
+	ErrForbidden = errors.New("caller may no longer make this call")
 )
 
 // Config configures a Queue. Hub and Store are required.
@@ -82,8 +85,10 @@ type Config struct {
 	CallbackBackoff time.Duration
 	// Authorize, when set, is asked just before a call is delivered whether
 	// its caller may still make it (a key revoked, expired or narrowed since
-	// it queued the call may not): an error fails the call, reason
-	// "forbidden", without sending it. alias is the device's alias now.
+	// it queued the call may not): an error wrapping ErrForbidden fails the
+	// call, reason "forbidden", without sending it; any other error (the
+	// store failing) leaves it queued for a later try. alias is the
+	// device's alias now.
 	Authorize func(ctx context.Context, caller, device, alias, tool string) error
 	// Tools sets per-tool defaults by path.Match pattern ("self.camera.*"):
 	// PolicyAlways or PolicyNever. The most specific (longest) pattern wins.
