@@ -571,3 +571,33 @@ func TestQueuedCallThroughMCP(t *testing.T) {
 		t.Errorf("get_call_result of an unknown call: %+v, %v", r, err)
 	}
 }
+
+// TestQueueLimits: a device's and a caller's queued calls are bounded.
+func TestQueueLimits(t *testing.T) {
+	gw, _ := runGateway(t, Config{DataDir: t.TempDir(), Queue: queue.Config{MaxPerDevice: 2, MaxPerKey: 3, MaxTTL: time.Hour}})
+	c, _ := api.NewClient("http://"+gw.Addr(), nil)
+	const a, b = "02:00:00:00:00:4a", "02:00:00:00:00:4b"
+	for _, id := range []string{a, b} {
+		_, end := session(t, gw, devicetest.Config{ID: id})
+		end()
+	}
+	var ae *api.APIError
+	refused := func(ref, ttl, code string) {
+		t.Helper()
+		_, _, err := c.CallOrQueue(t.Context(), ref, api.CallBody{Name: "self.audio_speaker.set_volume",
+			Arguments: json.RawMessage(`{"volume":1}`), Deliver: api.DeliverQueue, TTL: ttl})
+		if !errors.As(err, &ae) || ae.Code != code {
+			t.Errorf("queue to %s (ttl %q): %v, want %s", ref, ttl, err, code)
+		}
+	}
+	refused(a, "2h", "bad_request") // over the max TTL
+	refused(a, "soon", "bad_request")
+	queueVolume(t, c, a, 1, "1h")
+	queueVolume(t, c, a, 2, "1h")
+	refused(a, "1h", "queue_full") // the device's limit
+	queueVolume(t, c, b, 3, "1h")
+	refused(b, "1h", "queue_full") // the caller's limit (local: 3)
+	if ae != nil && ae.Status != http.StatusTooManyRequests {
+		t.Errorf("queue_full status %d, want 429", ae.Status)
+	}
+}
