@@ -601,3 +601,47 @@ func TestQueueLimits(t *testing.T) {
 		t.Errorf("queue_full status %d, want 429", ae.Status)
 	}
 }
+
+// TestForgetCancelsQueuedCalls: forgetting a device cancels what was queued
+// for it: if it comes back, it is a new device.
+func TestForgetCancelsQueuedCalls(t *testing.T) {
+	gw, _ := runGateway(t, Config{DataDir: t.TempDir()})
+	c, _ := api.NewClient("http://"+gw.Addr(), nil)
+	const id = "02:00:00:00:00:4c"
+	_, end := session(t, gw, devicetest.Config{ID: id})
+	end()
+	qc := queueVolume(t, c, id, 1, "1h")
+	if _, err := c.Forget(t.Context(), id, false); err != nil {
+		t.Fatal(err)
+	}
+	got := waitCallState(t, c, qc.ID, "cancelled")
+	if !strings.Contains(got.Error, "forgetting the device") {
+		t.Errorf("cancelled call: %+v", got)
+	}
+	d, end := session(t, gw, devicetest.Config{ID: id})
+	end()
+	if len(d.Calls()) != 0 {
+		t.Errorf("the device, back as a new one, received %+v", d.Calls())
+	}
+}
+
+// TestQueuedCallArgumentsNoLongerFit: arguments valid when queued but not
+// for the schema the device announces when it returns fail the call, unsent.
+func TestQueuedCallArgumentsNoLongerFit(t *testing.T) {
+	gw, _ := runGateway(t, Config{DataDir: t.TempDir()})
+	c, _ := api.NewClient("http://"+gw.Addr(), nil)
+	const id = "02:00:00:00:00:4d"
+	_, end := session(t, gw, devicetest.Config{ID: id})
+	end()
+	qc := queueVolume(t, c, id, 80, "1h")
+	narrower := json.RawMessage(`{"name":"self.audio_speaker.set_volume","description":"Set the volume","inputSchema":{"type":"object","properties":{"volume":{"type":"integer","minimum":0,"maximum":50}},"required":["volume"]}}`)
+	d, end := session(t, gw, devicetest.Config{ID: id, Tools: []json.RawMessage{narrower}})
+	got := waitCallState(t, c, qc.ID, "failed")
+	end()
+	if got.Reason != "invalid_arguments" || !strings.Contains(got.Error, "maximum") {
+		t.Errorf("call whose arguments no longer fit: %+v", got)
+	}
+	if len(d.Calls()) != 0 {
+		t.Errorf("device received %+v; want nothing", d.Calls())
+	}
+}

@@ -65,10 +65,15 @@ func (q *Queue) Run(ctx context.Context) error {
 				sub = q.hub.Subscribe() // closed by the hub: subscribe again
 				continue
 			}
-			if ev.Type == hub.EventState {
+			switch ev.Type {
+			case hub.EventState:
 				if data, ok := ev.Data.(hub.StateData); ok && deliverable(data.State) {
 					q.kick(ev.Device)
 				}
+			case hub.EventForgotten:
+				// If it comes back it is a new device: what was queued for
+				// the old one is not for it.
+				q.cancelDevice(wctx, ev.Device)
 			}
 		case <-tick.C:
 			_ = q.sweep(wctx) // logged; tried again on the next tick
@@ -83,6 +88,26 @@ func (q *Queue) Run(ctx context.Context) error {
 					q.log.Info("pruned finished calls", "calls", n)
 				}
 			}
+		}
+	}
+}
+
+// cancelDevice cancels every call queued for a device that was forgotten.
+func (q *Queue) cancelDevice(ctx context.Context, device string) {
+	for {
+		calls, err := q.st.QueuedCalls(ctx, store.CallQuery{Device: device, States: []store.CallState{store.CallQueued}, Limit: 1000})
+		if err != nil {
+			q.log.Warn("cancelling the queued calls of a forgotten device", "device_id", device, "error", err)
+			return
+		}
+		for _, c := range calls {
+			if _, err := q.Cancel(ctx, c.ID, "forgetting the device"); err != nil && !errors.Is(err, ErrNotCancellable) {
+				q.log.Warn("cancelling a queued call of a forgotten device", "call_id", c.ID, "error", err)
+				return
+			}
+		}
+		if len(calls) < 1000 {
+			return
 		}
 	}
 }

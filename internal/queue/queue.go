@@ -255,7 +255,8 @@ func (q *Queue) List(ctx context.Context, query store.CallQuery) ([]store.Queued
 }
 
 // Cancel cancels a queued call: ErrNotFound, or ErrNotCancellable when it
-// is no longer queued. by names who cancelled, for the call's error text.
+// is no longer queued. by names who cancelled (a caller, or why), for the
+// call's error text.
 func (q *Queue) Cancel(ctx context.Context, id, by string) (store.QueuedCall, error) {
 	c, err := q.Get(ctx, id)
 	if err != nil {
