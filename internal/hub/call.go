@@ -80,12 +80,12 @@ func (h *Hub) finish(ctx context.Context, req CallRequest, start time.Time, res 
 	if h.cfg.Audit != nil && req.QueuedID == "" {
 		h.cfg.Audit(h.callRecord(req, start, dev, outcome, res, err))
 	}
+	if dev != nil && (err == nil || errors.Is(err, ErrDeviceTimeout) || errors.Is(err, ErrDeviceDisconnected)) {
+		h.metrics.CallLatency.Observe(time.Since(start).Seconds())
+	}
 	// A queued call's call_completed comes from the queue, once its
 	// outcome is stored.
 	if dev != nil && req.QueuedID == "" {
-		if err == nil || errors.Is(err, ErrDeviceTimeout) || errors.Is(err, ErrDeviceDisconnected) {
-			h.metrics.CallLatency.Observe(time.Since(start).Seconds())
-		}
 		data := CallData{Tool: req.Tool, Caller: req.Caller, Door: req.Door, Outcome: outcome,
 			DurationMS: float64(time.Since(start).Microseconds()) / 1000}
 		data.CallID = backgroundID(ctx)
