@@ -42,7 +42,7 @@ func TestQueuedCallsOnNextSession(t *testing.T) {
 	defer sub.Close()
 	ctx, stop := context.WithCancel(testContext(t))
 	done := make(chan error, 1)
-	cfg := Config{URL: "ws://" + gw.Addr() + xiaozhi.Path, SessionsEvery: 1500 * time.Millisecond, SessionLength: 400 * time.Millisecond}
+	cfg := Config{URL: "ws://" + gw.Addr() + xiaozhi.Path, SessionsEvery: 4 * time.Second, SessionLength: time.Second}
 	go func() { done <- Run(ctx, cfg) }()
 	defer func() {
 		stop()
