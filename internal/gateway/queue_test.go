@@ -550,6 +550,20 @@ func TestQueuedCallThroughMCP(t *testing.T) {
 		t.Fatalf("queued call's answer: %q, meta %v", text, res.Meta)
 	}
 
+	// The device's own door queues too.
+	ds, err := mcp.NewClient(&mcp.Implementation{Name: "queue-test", Version: "1"}, nil).
+		Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://" + gw.Addr() + "/mcp/devices/porch"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	res, err = ds.CallTool(t.Context(), &mcp.CallToolParams{Name: "self.audio_speaker.set_volume",
+		Arguments: map[string]any{"volume": 5}, Meta: mcp.Meta{"mcpgate/queue": true}})
+	if err != nil || res.IsError || res.Meta["mcpgate/call_id"] == nil {
+		t.Fatalf("queued call through the device door: %+v, %v", res, err)
+	}
+	second, _ := res.Meta["mcpgate/call_id"].(string)
+
 	_, end = session(t, gw, devicetest.Config{ID: id})
 	defer end()
 	var got queue.Call
@@ -565,6 +579,10 @@ func TestQueuedCallThroughMCP(t *testing.T) {
 	})
 	if got.Door != "mcp" || got.Alias != "porch" || len(got.Result) == 0 {
 		t.Errorf("get_call_result: %+v", got)
+	}
+	c, _ := api.NewClient("http://"+gw.Addr(), nil)
+	if qc := waitCallState(t, c, second, "done"); qc.Door != "mcp-device" {
+		t.Errorf("call queued through the device door: %+v", qc)
 	}
 	r, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "get_call_result", Arguments: map[string]any{"call_id": "call_nope"}})
 	if err != nil || !r.IsError || r.Meta["mcpgate/error"] != "call_not_found" {
