@@ -190,16 +190,29 @@ func (a *API) listCalls(w http.ResponseWriter, r *http.Request) {
 			query.Limit = int(min(n, store.MaxAuditLimit))
 		}
 	}
-	calls, err := a.cfg.Queue.List(r.Context(), query)
-	if err != nil {
-		writeQueueError(w, err)
-		return
+	// A key limited to some devices or tools sees only theirs: read on past
+	// calls it may not see, so that a page is full unless the list ends.
+	want := query.Limit
+	if want <= 0 {
+		want = store.DefaultAuditLimit
 	}
-	out := CallList{Calls: make([]queue.Call, 0, len(calls))}
-	for _, c := range calls {
-		if alias, ok := a.visibleCall(p, c); ok {
-			out.Calls = append(out.Calls, queue.View(c, alias))
+	out := CallList{Calls: make([]queue.Call, 0)}
+	for len(out.Calls) < want {
+		query.Limit = want
+		calls, err := a.cfg.Queue.List(r.Context(), query)
+		if err != nil {
+			writeQueueError(w, err)
+			return
 		}
+		for _, c := range calls {
+			if alias, ok := a.visibleCall(p, c); ok && len(out.Calls) < want {
+				out.Calls = append(out.Calls, queue.View(c, alias))
+			}
+		}
+		if len(calls) < want {
+			break
+		}
+		query.After = calls[len(calls)-1].Seq
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -137,6 +137,10 @@ func TestQueuedCallsDeliveredInOrder(t *testing.T) {
 	if err != nil || len(list) != 5 {
 		t.Fatalf("queued calls: %d, %v; want 5", len(list), err)
 	}
+	page, err := c.Calls(t.Context(), api.CallQuery{Device: id, Limit: 2, After: list[1].Seq})
+	if err != nil || len(page) != 2 || page[0].ID != ids[2] || page[1].ID != ids[3] {
+		t.Fatalf("a page of 2 after the second call: %+v, %v", page, err)
+	}
 
 	d, end := session(t, gw, devicetest.Config{ID: id})
 	for _, cid := range ids {
@@ -161,12 +165,12 @@ func TestQueuedCallsDeliveredInOrder(t *testing.T) {
 	end()
 
 	// One audit record per queued call, naming it, with its queued time.
-	page, err := c.Audit(t.Context(), api.AuditQuery{Device: id, Limit: 1000})
+	audit, err := c.Audit(t.Context(), api.AuditQuery{Device: id, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	perCall := map[string]int{}
-	for _, r := range page.Records {
+	for _, r := range audit.Records {
 		if r.CallID != "" {
 			perCall[r.CallID]++
 			if r.QueuedAt == nil || r.QueuedAt.After(r.Time) || r.Outcome != "ok" {
@@ -181,7 +185,7 @@ func TestQueuedCallsDeliveredInOrder(t *testing.T) {
 	}
 	// Besides: the refused plain call and the live one; the deliveries
 	// are not audited again as live calls.
-	if n := len(page.Records); n != len(ids)+2 {
+	if n := len(audit.Records); n != len(ids)+2 {
 		t.Errorf("%d audit records, want %d", n, len(ids)+2)
 	}
 }
@@ -427,11 +431,25 @@ func TestQueuedCallKeys(t *testing.T) {
 	caller := mk(auth.ScopeCall, nil, nil)
 	other := mk(auth.ScopeCall, []string{"02:00:00:00:00:99"}, nil)
 	otherTool := mk(auth.ScopeCall, nil, []string{"self.get_*"})
+	onlyHere := mk(auth.ScopeRead, []string{"02:00:00:00:00:47"}, nil)
 	gw, _ := runGateway(t, Config{DataDir: dir, Store: s, RequireKeys: true})
 	base, _ := api.NewClient("http://"+gw.Addr(), nil)
-	const id = "02:00:00:00:00:47"
-	_, end := session(t, gw, devicetest.Config{ID: id})
-	end()
+	const id, elsewhere = "02:00:00:00:00:47", "02:00:00:00:00:4e"
+	for _, dev := range []string{elsewhere, id} {
+		_, end := session(t, gw, devicetest.Config{ID: dev})
+		end()
+	}
+	// A limited key's page is full of its own calls, read past others'.
+	for v := range 3 {
+		queueVolume(t, base.WithKey(admin), elsewhere, v, "1h")
+	}
+	mine := queueVolume(t, base.WithKey(admin), id, 9, "1h")
+	if list, err := base.WithKey(onlyHere).Calls(t.Context(), api.CallQuery{Limit: 1}); err != nil || len(list) != 1 || list[0].ID != mine.ID {
+		t.Errorf("limited key's first page of 1: %+v, %v; want %s", list, err, mine.ID)
+	}
+	if _, err := base.WithKey(admin).CancelCall(t.Context(), mine.ID); err != nil {
+		t.Fatal(err)
+	}
 
 	var ae *api.APIError
 	_, _, err := base.WithKey(reader).CallOrQueue(t.Context(), id, api.CallBody{Name: "self.audio_speaker.set_volume",
