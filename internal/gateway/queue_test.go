@@ -315,17 +315,17 @@ func TestQueuedCallCatalogChanged(t *testing.T) {
 	}
 }
 
-// TestQueuedBurstPacedToDeviceRate: 60 queued calls, beyond the device's
-// call burst, are all delivered, paced by its rate instead of refused.
+// TestQueuedBurstPacedToDeviceRate: 100 queued calls, beyond the device's
+// call burst (default 20/s, burst 40), are all delivered, paced by its rate
+// instead of refused by it.
 func TestQueuedBurstPacedToDeviceRate(t *testing.T) {
-	lim := Limits{DeviceCallRate: 50, DeviceCallBurst: 10}
-	gw, _ := runGateway(t, Config{DataDir: t.TempDir(), Limits: lim})
+	gw, _ := runGateway(t, Config{DataDir: t.TempDir()})
 	c, _ := api.NewClient("http://"+gw.Addr(), nil)
 	const id = "02:00:00:00:00:45"
 	_, end := session(t, gw, devicetest.Config{ID: id})
 	end()
 	var last *queue.Call
-	for v := range 60 {
+	for v := range 100 {
 		last = queueVolume(t, c, id, v, "1h")
 	}
 	d, end := session(t, gw, devicetest.Config{ID: id})
@@ -340,15 +340,15 @@ func TestQueuedBurstPacedToDeviceRate(t *testing.T) {
 			t.Errorf("%s: %s %s %s", qc.ID, qc.State, qc.Reason, qc.Error)
 		}
 	}
-	if n := len(d.Calls()); n != 60 {
-		t.Errorf("device received %d calls, want 60", n)
+	if n := len(d.Calls()); n != 100 {
+		t.Errorf("device received %d calls, want 100", n)
 	}
 	m := scrape(t, gw)
 	if hits := grepLines(m, `mcpgate_limit_hits_total{limit="device_rate"}`); hits != "" && !strings.HasSuffix(hits, " 0") {
 		t.Errorf("the queue tripped the device's rate limit: %s", hits)
 	}
-	if got := grepLines(m, `mcpgate_queued_calls_total{outcome="done"} 60`); got == "" {
-		t.Errorf("metrics: want 60 queued calls done:\n%s", grepLines(m, "mcpgate_queued_calls_total"))
+	if got := grepLines(m, `mcpgate_queued_calls_total{outcome="done"} 100`); got == "" {
+		t.Errorf("metrics: want 100 queued calls done:\n%s", grepLines(m, "mcpgate_queued_calls_total"))
 	}
 }
 
