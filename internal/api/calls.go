@@ -41,7 +41,7 @@ func (a *API) queueCall(w http.ResponseWriter, r *http.Request, body CallBody, p
 		}
 	}
 	req := queue.Request{CallRequest: hub.CallRequest{Device: r.PathValue("id"), Tool: body.Name, Arguments: body.Arguments,
-		Timeout: timeout, Caller: p.Caller(), Door: "rest"},
+		Timeout: timeout, Caller: p.Caller(), Door: "rest", Wait: body.Wait},
 		TTL: ttl, CallbackURL: body.CallbackURL, CallbackSecret: body.CallbackSecret}
 	if err := q.CheckOptions(req); err != nil {
 		writeQueueError(w, err)
