@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
+	"github.com/mcpgate/mcpgate/internal/queue"
 )
 
 func init() { extraCommands = append(extraCommands, newCallCmd) }
@@ -29,6 +30,9 @@ func newCallCmd(g *globals) *cobra.Command {
 		argsJSON string
 		timeout  time.Duration
 		wait     bool
+		queueTTL time.Duration
+		callback string
+		secret   string
 	)
 	cmd := &cobra.Command{
 		Use:   "call DEVICE TOOL [key=value | key:=json]...",
@@ -49,18 +53,30 @@ When the device reports a failure (isError), its text goes to stderr and the
 exit status is 1. Gateway errors print "error: <code>: <message>" and exit 1.
 
 A control tool of a registration-dialect device answers at once ("ok: ...
-not awaited"); --wait waits for the device's own answer.`,
+not awaited"); --wait waits for the device's own answer.
+
+--queue TTL runs the call now when the device is online, and otherwise
+stores it until the device's next session, for at most TTL: it prints
+"queued: CALL_ID" (see "mcpgate calls"). --callback-url gets the call's
+final state posted, signed with --callback-secret.`,
 		Example: `  mcpgate call kitchen self.audio_speaker.set_volume volume=30
   mcpgate call kitchen self.screen.set_theme theme=dark
   mcpgate call kitchen self.get_device_status --json
   mcpgate call kitchen self.audio_speaker.set_volume --args '{"volume":30}' --timeout 45s
-  mcpgate call kitchen some.tool list:='[1,2,3]' code:='"007"'`,
+  mcpgate call kitchen some.tool list:='[1,2,3]' code:='"007"'
+  mcpgate call --queue 2h kitchen self.audio_speaker.set_volume volume=20`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ref, tool, pairs := args[0], args[1], args[2:]
 			useArgs := cmd.Flags().Changed("args")
 			if useArgs && len(pairs) > 0 {
 				return errors.New("give arguments either as key=value pairs or with --args, not both")
+			}
+			if queueTTL < 0 || (cmd.Flags().Changed("queue") && queueTTL < time.Second) {
+				return fmt.Errorf("--queue %s: want a time to live of at least 1s, such as 2h", queueTTL)
+			}
+			if (callback != "" || secret != "") && queueTTL == 0 {
+				return errors.New("--callback-url and --callback-secret are for queued calls: add --queue TTL")
 			}
 			if timeout < 0 || (timeout > 0 && timeout < time.Millisecond) {
 				return fmt.Errorf("--timeout %s: want at least 1ms (or 0 for the gateway's default)", timeout)
@@ -105,7 +121,24 @@ not awaited"); --wait waits for the device's own answer.`,
 				ctx, cancel = context.WithTimeout(ctx, timeout+callGrace)
 				defer cancel()
 			}
-			res, err := c.Call(ctx, ref, api.CallBody{Name: tool, Arguments: arguments, TimeoutMS: timeout.Milliseconds(), Wait: wait})
+			body := api.CallBody{Name: tool, Arguments: arguments, TimeoutMS: timeout.Milliseconds(), Wait: wait}
+			var res *mcpclient.Result
+			if queueTTL > 0 {
+				body.Deliver, body.TTL, body.CallbackURL, body.CallbackSecret = api.DeliverQueue, queueTTL.String(), callback, secret
+				var qc *queue.Call
+				res, qc, err = c.CallOrQueue(ctx, ref, body)
+				if err == nil && qc != nil {
+					if g.json {
+						return printJSON(g.stdout, qc)
+					}
+					fmt.Fprintf(g.stdout, "queued: %s\n", qc.ID)
+					fmt.Fprintf(g.stderr, "%s is offline: the call runs on its next session, if that comes before %s (mcpgate calls get %s)\n",
+						ref, qc.ExpiresAt.Local().Format(time.RFC3339), qc.ID)
+					return nil
+				}
+			} else {
+				res, err = c.Call(ctx, ref, body)
+			}
 			if err != nil {
 				return reportNotFound(cmd.Context(), g, c, ref, tool, err)
 			}
@@ -129,6 +162,9 @@ not awaited"); --wait waits for the device's own answer.`,
 	f.StringVar(&argsJSON, "args", "", `the arguments as one JSON object, e.g. '{"volume":30}'`)
 	f.DurationVar(&timeout, "timeout", 0, "how long the device may take (default: the gateway's, 30s unless configured)")
 	f.BoolVar(&wait, "wait", false, "wait for the device's answer even for a control tool (registration dialect)")
+	f.DurationVar(&queueTTL, "queue", 0, "when the device is offline, queue the call for at most this long (e.g. 2h) instead of failing")
+	f.StringVar(&callback, "callback-url", "", "with --queue: URL that receives the call's final state")
+	f.StringVar(&secret, "callback-secret", "", "with --callback-url: secret of the X-Mcpgate-Signature HMAC")
 	return cmd
 }
 

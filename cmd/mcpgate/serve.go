@@ -28,6 +28,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	)
 	var applyProvisioning func(*slog.Logger) error // fills cfg.Provisioning once flags are parsed
 	var applyLLM func() error                      // fills cfg.LLM (the device agent) once flags are parsed
+	var applyQueue func() error                    // fills cfg.Queue.Tools once flags are parsed
 	var mqttNode string                            // INDEX/COUNT
 	var auditRetention string                      // an age: 30d, 720h, 0
 	cmd := &cobra.Command{
@@ -102,6 +103,9 @@ environment, which wins over the file.`,
 			if err := applyAuditFlags(&cfg, auditRetention); err != nil {
 				return err
 			}
+			if err := applyQueue(); err != nil {
+				return err
+			}
 			gw, err := gateway.New(cfg)
 			if err != nil {
 				return err
@@ -150,6 +154,7 @@ environment, which wins over the file.`,
 	f.DurationVar(&cfg.UpstreamInitWait, "upstream-init-wait", 3*time.Second, "with --upstream: how long to wait for the voice server's MCP initialize before mcpgate initializes the device itself")
 	applyProvisioning = provisioningFlags(f, &cfg.Provisioning, &cfg.DataDir)
 	applyLLM = llmFlags(f, &cfg.LLM)
+	applyQueue = queueFlags(f, &cfg.Queue)
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	return cmd

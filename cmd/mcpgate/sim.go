@@ -53,6 +53,7 @@ until interrupted.`,
   mcpgate sim --count 2 --extra-tools 60 --latency 200ms --failure-rate 0.1
   mcpgate sim --url ws://gateway.lan:8000/xiaozhi/v1/ --token secret
   mcpgate sim --count 100 --mqtt 127.0.0.1:1883
+  mcpgate sim --sessions-every 5s --session-length 2s   # online only during conversations
   mcpgate sim --ota http://127.0.0.1:8000/xiaozhi/ota/   # WebSocket or MQTT, as the reply says`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -113,6 +114,8 @@ until interrupted.`,
 	f.Uint8Var(&prefix, "mac-prefix", 0, "second octet of every MAC, to keep fleets apart")
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed for failure injection")
 	f.DurationVar(&cfg.Stagger, "stagger", time.Millisecond, "pause between two device connects")
+	f.DurationVar(&cfg.SessionsEvery, "sessions-every", 0, "connect each device for a conversation this often, offline in between, as XiaoZhi devices on WebSocket do (with --session-length)")
+	f.DurationVar(&cfg.SessionLength, "session-length", 0, "with --sessions-every: how long each conversation keeps the device connected")
 	f.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn, error")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	return cmd

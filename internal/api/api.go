@@ -24,6 +24,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/queue"
 )
 
 // Config configures the REST door. Hub and Metrics are required.
@@ -51,6 +52,10 @@ type Config struct {
 	// Audit answers GET /api/v1/audit (audit.go); nil answers 503
 	// audit_unavailable.
 	Audit AuditSource
+	// Queue stores calls for offline devices (calls.go,
+	// docs/queued-calls.md); nil answers 503 queue_unavailable to
+	// "deliver":"queue" and the /api/v1/calls routes.
+	Queue *queue.Queue
 }
 
 // DefaultWriteTimeout is Config.WriteTimeout's default: ample for any answer
@@ -104,6 +109,9 @@ func New(cfg Config) (*API, error) {
 	a.mux.HandleFunc("POST /api/v1/devices/{id}/tools/call", a.answered(a.callTool))
 	a.mux.HandleFunc("GET /api/v1/events", a.events)
 	a.mux.HandleFunc("GET /api/v1/audit", a.answered(a.audit))
+	a.mux.HandleFunc("GET /api/v1/calls", a.answered(a.listCalls))
+	a.mux.HandleFunc("GET /api/v1/calls/{call}", a.answered(a.getCall))
+	a.mux.HandleFunc("DELETE /api/v1/calls/{call}", a.answered(a.cancelCall))
 	a.mux.HandleFunc("POST /api/v1/devices/{id}/chat", a.chat)
 	a.mux.HandleFunc("GET /healthz", a.answered(a.healthz))
 	a.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{}))
@@ -330,6 +338,15 @@ type CallBody struct {
 	// Wait makes a call to a control tool of a registration-dialect device
 	// wait for the device's answer instead of returning success at once.
 	Wait bool `json:"wait,omitempty"`
+	// Deliver is "now" (the default) or "queue": run now when the device
+	// is online, else store the call until it is (docs/queued-calls.md).
+	Deliver string `json:"deliver,omitempty"`
+	// TTL is how long a queued call may wait, as a Go duration ("2h").
+	TTL string `json:"ttl,omitempty"`
+	// CallbackURL receives the queued call once it is final, signed with
+	// CallbackSecret (HMAC-SHA256) when that is set.
+	CallbackURL    string `json:"callback_url,omitempty"`
+	CallbackSecret string `json:"callback_secret,omitempty"`
 }
 
 func (a *API) callTool(w http.ResponseWriter, r *http.Request) {
@@ -356,6 +373,23 @@ func (a *API) callTool(w http.ResponseWriter, r *http.Request) {
 		// As for a tool the device does not have: a key learns nothing of
 		// tools beyond its patterns.
 		writeHubError(w, fmt.Errorf("%w: %q on device %s", hub.ErrToolNotFound, body.Name, r.PathValue("id")))
+		return
+	}
+	deliver := body.Deliver
+	if deliver == "" && a.cfg.Queue != nil && a.cfg.Queue.PolicyFor(body.Name) == queue.PolicyAlways {
+		deliver = DeliverQueue
+	}
+	switch deliver {
+	case "", DeliverNow:
+		if body.TTL != "" || body.CallbackURL != "" || body.CallbackSecret != "" {
+			writeError(w, http.StatusBadRequest, "bad_request", `"ttl" and "callback_url" are for queued calls: add "deliver": "queue"`, nil)
+			return
+		}
+	case DeliverQueue:
+		a.queueCall(w, r, body, p, timeout)
+		return
+	default:
+		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf(`"deliver" %q: want "now" or "queue"`, deliver), nil)
 		return
 	}
 	res, err := a.hub.Call(r.Context(), hub.CallRequest{

@@ -36,6 +36,10 @@ type AuditRecord struct {
 	LatencyMS float64         `json:"latency_ms"`
 	ErrorCode string          `json:"error_code,omitempty"`
 	Error     string          `json:"error,omitempty"`
+	// CallID and QueuedAt name a queued call and say when it was queued
+	// (docs/queued-calls.md); Time is then when it was delivered.
+	CallID   string     `json:"call_id,omitempty"`
+	QueuedAt *time.Time `json:"queued_at,omitempty"`
 }
 
 // AuditPage is the body of GET /api/v1/audit: records newest first, and
@@ -173,8 +177,14 @@ func auditJSON(r store.AuditRecord, alias string) AuditRecord {
 	if !json.Valid(args) {
 		args = json.RawMessage("null")
 	}
-	return AuditRecord{Seq: r.Seq, Time: r.Time.UTC(), Caller: r.Caller, Door: r.Door, Device: r.Device, Alias: alias,
-		Tool: r.Tool, Arguments: args, Outcome: r.Outcome, LatencyMS: r.LatencyMS, ErrorCode: r.ErrorCode, Error: r.Error}
+	rec := AuditRecord{Seq: r.Seq, Time: r.Time.UTC(), Caller: r.Caller, Door: r.Door, Device: r.Device, Alias: alias,
+		Tool: r.Tool, Arguments: args, Outcome: r.Outcome, LatencyMS: r.LatencyMS, ErrorCode: r.ErrorCode, Error: r.Error,
+		CallID: r.CallID}
+	if !r.QueuedAt.IsZero() {
+		t := r.QueuedAt.UTC()
+		rec.QueuedAt = &t
+	}
+	return rec
 }
 
 // AuditQuery selects audit records for [Client.Audit]. Every field is

@@ -52,8 +52,8 @@ func Authenticate(doors *auth.Doors, h *hub.Hub) func(http.Handler) http.Handler
 }
 
 // RequiredScope is the scope a REST request needs: read to look (GET, HEAD,
-// the event stream, /metrics), call to call a tool or talk to a device's
-// agent, admin for everything else (alias changes, revocations, forgetting a
+// the event stream, /metrics), call to call a tool (live or queued), cancel
+// a queued call or talk to a device's agent, admin for everything else (alias changes, revocations, forgetting a
 // device, and any route added later until it says otherwise: safe by default).
 func RequiredScope(method, path string) auth.Scope {
 	switch method {
@@ -61,6 +61,10 @@ func RequiredScope(method, path string) auth.Scope {
 		return auth.ScopeRead
 	case http.MethodPost:
 		if strings.HasPrefix(path, "/api/v1/devices/") && (strings.HasSuffix(path, "/tools/call") || strings.HasSuffix(path, "/chat")) {
+			return auth.ScopeCall
+		}
+	case http.MethodDelete:
+		if strings.HasPrefix(path, "/api/v1/calls/") {
 			return auth.ScopeCall
 		}
 	}
@@ -125,6 +129,8 @@ func visibleEvent(p *auth.Principal, h *hub.Hub, ev hub.Event) (hub.Event, bool)
 		return ev, p.CanSeeTool(data.Tool)
 	case *hub.CallData:
 		return ev, data != nil && p.CanSeeTool(data.Tool)
+	case hub.QueuedCallData:
+		return ev, p.CanSeeTool(data.Tool)
 	case hub.ToolsChangedData:
 		ev.Data = filterToolsChanged(p, h, ev.Device, data)
 	case *hub.ToolsChangedData:

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
+	"github.com/mcpgate/mcpgate/internal/queue"
 )
 
 // ErrUnreachable wraps a failure to connect to the gateway at all (refused,
@@ -239,6 +240,95 @@ func (c *Client) Call(ctx context.Context, ref string, body CallBody) (*mcpclien
 	return &res, nil
 }
 
+// statusOut makes do keep the answer's status and raw body.
+type statusOut struct {
+	status int
+	body   json.RawMessage
+}
+
+// CallOrQueue makes a call that may be queued (body.Deliver "queue"): it
+// returns the device's result when the call ran at once, or the queued call
+// (202 Accepted) when the device was offline.
+func (c *Client) CallOrQueue(ctx context.Context, ref string, body CallBody) (*mcpclient.Result, *queue.Call, error) {
+	p, err := devicePath(ref, "/tools/call")
+	if err != nil {
+		return nil, nil, err
+	}
+	if body.Name == "" {
+		return nil, nil, errors.New("api: call: empty tool name")
+	}
+	var out statusOut
+	if err := c.do(ctx, http.MethodPost, p, body, &out); err != nil {
+		return nil, nil, err
+	}
+	if out.status == http.StatusAccepted {
+		var qc queue.Call
+		if err := json.Unmarshal(out.body, &qc); err != nil {
+			return nil, nil, fmt.Errorf("api: call: unexpected answer from %s: %w", c.base, err)
+		}
+		return nil, &qc, nil
+	}
+	var res mcpclient.Result
+	if err := json.Unmarshal(out.body, &res); err != nil {
+		return nil, nil, fmt.Errorf("api: call: unexpected answer from %s: %w", c.base, err)
+	}
+	return &res, nil, nil
+}
+
+// CallQuery selects queued calls for Calls.
+type CallQuery struct {
+	Device string // id or alias
+	State  string
+	After  int64
+	Limit  int
+}
+
+// Calls lists queued calls in queue order.
+func (c *Client) Calls(ctx context.Context, q CallQuery) ([]queue.Call, error) {
+	v := url.Values{}
+	if q.Device != "" {
+		v.Set("device", q.Device)
+	}
+	if q.State != "" {
+		v.Set("state", q.State)
+	}
+	if q.After > 0 {
+		v.Set("after", fmt.Sprint(q.After))
+	}
+	if q.Limit > 0 {
+		v.Set("limit", fmt.Sprint(q.Limit))
+	}
+	path := "/api/v1/calls"
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var out CallList
+	if err := c.do(ctx, http.MethodGet, path, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Calls, nil
+}
+
+// QueuedCall returns one queued call.
+func (c *Client) QueuedCall(ctx context.Context, id string) (*queue.Call, error) {
+	var out queue.Call
+	if err := c.do(ctx, http.MethodGet, callPath(id), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// CancelCall cancels a queued call and returns it.
+func (c *Client) CancelCall(ctx context.Context, id string) (*queue.Call, error) {
+	var out queue.Call
+	if err := c.do(ctx, http.MethodDelete, callPath(id), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func callPath(id string) string { return "/api/v1/calls/" + url.PathEscape(id) }
+
 // Health returns the gateway's /healthz answer.
 func (c *Client) Health(ctx context.Context) (*Health, error) {
 	var h Health
@@ -291,6 +381,10 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return decodeAPIError(resp)
+	}
+	if sp, ok := out.(*statusOut); ok {
+		sp.status = resp.StatusCode
+		out = &sp.body
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		if ctx.Err() != nil {

@@ -162,6 +162,7 @@ func (w *Writer) Record(c hub.CallRecord) {
 		Time: c.Start, Caller: c.Caller, Door: c.Door, Device: c.Device, Tool: c.Tool,
 		Arguments: Digest(c.Arguments, w.cfg.MaxValueBytes), Outcome: c.Outcome,
 		LatencyMS: float64(c.Latency.Microseconds()) / 1000, ErrorCode: c.ErrorCode, Error: c.Error,
+		CallID: c.CallID, QueuedAt: c.QueuedAt,
 	})
 }
 

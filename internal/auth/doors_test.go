@@ -395,10 +395,10 @@ func TestMCPDoors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Each key's list, after the debounced sync.
-	want := []string{"kitchen-1.self.audio_speaker.set_volume", "list_devices"}
+	// Each key's list, after the debounced sync (with the two built-in tools).
+	want := []string{"get_call_result", "kitchen-1.self.audio_speaker.set_volume", "list_devices"}
 	waitFor(t, "the call key's aggregate list", func() bool { return slices.Equal(toolNames(t, caller), want) })
-	waitFor(t, "the admin key's aggregate list", func() bool { return len(toolNames(t, admin)) == 5 })
+	waitFor(t, "the admin key's aggregate list", func() bool { return len(toolNames(t, admin)) == 6 })
 	if got := toolNames(t, caller); !slices.Equal(got, want) {
 		t.Fatalf("call key lists %q, want %q", got, want)
 	}
@@ -602,7 +602,7 @@ func TestOpenLoopback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the local aggregate list", func() bool { return len(toolNames(t, cs)) == 5 })
+	waitFor(t, "the local aggregate list", func() bool { return len(toolNames(t, cs)) == 6 })
 	sub := f.gw.Hub().Subscribe()
 	defer sub.Close()
 	if got := callCode(t, cs, "bedroom.self.audio_speaker.set_volume", map[string]any{"volume": 3}); got != "" {

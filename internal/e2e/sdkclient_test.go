@@ -87,8 +87,9 @@ func TestTypeScriptSDKClient(t *testing.T) {
 		alias+".self.audio_speaker.set_volume", `{"volume":37}`,
 		alias+".self.get_device_status", `{}`)
 
-	// Every firmware tool under <alias>., plus list_devices; user-only tools stay hidden.
-	want := []string{"list_devices"}
+	// Every firmware tool under <alias>., plus list_devices and
+	// get_call_result; user-only tools stay hidden.
+	want := []string{"list_devices", "get_call_result"}
 	for _, name := range []string{"self.get_device_status", "self.audio_speaker.set_volume", "self.screen.set_brightness",
 		"self.screen.set_theme", "self.camera.take_photo", "self.lamp.get_state", "self.lamp.turn_on",
 		"self.lamp.turn_off", "self.led_strip.set_all_color"} {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/httpguard"
+	"github.com/mcpgate/mcpgate/internal/queue"
+	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/transport/endpoint"
 )
 
@@ -129,5 +131,40 @@ func endpointAuthorize(cfg Config, a *doorAuth) func(r *http.Request, token stri
 			}
 			return nil
 		}, nil
+	}
+}
+
+// queueAuthorize is the queue's check just before it delivers a call: the
+// API key that queued it must still be valid (not revoked, not expired),
+// have the call scope, and reach the device and the tool. Calls queued by
+// the local caller (open doors) are delivered.
+func queueAuthorize(s store.Store, now func() time.Time) func(ctx context.Context, caller, device, alias, tool string) error {
+	return func(ctx context.Context, caller, device, alias, tool string) error {
+		if caller == "" || caller == "local" {
+			return nil
+		}
+		key, err := s.Key(ctx, caller)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return fmt.Errorf("%w: API key %s no longer exists", queue.ErrForbidden, caller)
+		case err != nil:
+			return fmt.Errorf("checking API key %s: %w", caller, err) // the store: try again later
+		case !key.RevokedAt.IsZero():
+			return fmt.Errorf("%w: API key %s was revoked", queue.ErrForbidden, caller)
+		case !key.ExpiresAt.IsZero() && !now().Before(key.ExpiresAt):
+			return fmt.Errorf("%w: API key %s expired", queue.ErrForbidden, caller)
+		}
+		scope, err := auth.ParseScope(key.Scope)
+		if err != nil {
+			return fmt.Errorf("%w: API key %s: %w", queue.ErrForbidden, caller, err)
+		}
+		p := &auth.Principal{KeyID: key.ID, Scope: scope, Devices: key.Devices, Tools: key.Tools}
+		switch {
+		case !p.Can(auth.ScopeCall):
+			return fmt.Errorf("%w: API key %s no longer has the call scope", queue.ErrForbidden, caller)
+		case !p.CanSeeDevice(device, alias) || !p.CanSeeTool(tool):
+			return fmt.Errorf("%w: API key %s no longer reaches %s on %s", queue.ErrForbidden, caller, tool, device)
+		}
+		return nil
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/mcpserver"
 	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/queue"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/transport/endpoint"
 	"github.com/mcpgate/mcpgate/internal/transport/mqtt"
@@ -173,6 +174,10 @@ type Config struct {
 	// rates, connections per address, handshake deadlines); see
 	// docs/limits.md. Zero values get the defaults.
 	Limits Limits
+	// Queue configures queued calls, stored for offline devices
+	// (docs/queued-calls.md); Hub, Store, Logger, Metrics and Audit are
+	// filled in. Zero values get the defaults.
+	Queue queue.Config
 }
 
 // Gateway is a running or runnable gateway.
@@ -195,6 +200,7 @@ type Gateway struct {
 	// Config.Store was given.
 	pendingStore *store.Deferred
 	audit        *audit.Writer // the hub's audit hook; Run runs it
+	queue        *queue.Queue  // queued calls; Run runs it
 
 	mu       sync.Mutex
 	listener net.Listener  // set by Listen
@@ -319,7 +325,16 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version, Agent: chat, Audit: flushedAudit{auditLog, cfg.Store},
+	qcfg := cfg.Queue
+	qcfg.Hub, qcfg.Store, qcfg.Logger, qcfg.Metrics, qcfg.Audit = h, cfg.Store, cfg.Logger, m, auditLog.Record
+	if qcfg.Authorize == nil {
+		qcfg.Authorize = queueAuthorize(cfg.Store, time.Now)
+	}
+	calls, err := queue.New(qcfg)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version, Agent: chat, Audit: flushedAudit{auditLog, cfg.Store}, Queue: calls,
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes, WriteTimeout: cfg.Limits.WriteTimeout, Limits: lim})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -368,7 +383,7 @@ func New(cfg Config) (*Gateway, error) {
 		Hub: h, Logger: cfg.Logger, Version: cfg.Version, ExposeUserOnly: cfg.ExposeUserOnly,
 		ListenAddr: cfg.Addr, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins,
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes, Limits: lim,
-		MaxSessions: cfg.Limits.MaxMCPSessions, Metrics: m,
+		MaxSessions: cfg.Limits.MaxMCPSessions, Metrics: m, Queue: calls,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -400,6 +415,7 @@ func New(cfg Config) (*Gateway, error) {
 			return port
 		}
 	}
+	g.queue = calls
 	return g, nil
 }
 

@@ -44,6 +44,14 @@ func (g *Gateway) startBackground(ctx context.Context) (stop func()) {
 			g.log.Error("audit log incomplete", "error", err)
 		}
 	})
+	// Run's own ctx: queued calls stop being started when shutdown begins;
+	// a delivery in progress ends with its device, and is recorded, before
+	// the store closes.
+	wg.Go(func() {
+		if err := g.queue.Run(ctx); err != nil {
+			g.log.Error("queued calls are not delivered", "error", err)
+		}
+	})
 	var once sync.Once
 	return func() {
 		once.Do(func() {

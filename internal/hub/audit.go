@@ -38,6 +38,11 @@ type CallRecord struct {
 	// Error is the message of the gateway error or of the device's failure,
 	// cut to maxErrorText bytes.
 	Error string
+	// CallID and QueuedAt name a queued call and say when it was queued
+	// (docs/queued-calls.md); Start is then when it was delivered, or when
+	// it ended undelivered.
+	CallID   string
+	QueuedAt time.Time
 }
 
 // maxErrorText bounds the error text of a CallRecord: a device may send

@@ -36,6 +36,12 @@ type CallRequest struct {
 	// wait for the device's answer; without it the call returns success at
 	// once and the answer is awaited in the background (see kinds.go).
 	Wait bool
+	// QueuedID is set by the queue (internal/queue) when it delivers a
+	// stored call: the caller's rate was charged when the call was queued,
+	// the device's rate is waited for rather than refused, and the queue
+	// audits the call itself when it ends (so it is audited once), while
+	// the call_completed event names the call.
+	QueuedID string
 }
 
 // Call validates a call against the device's catalog and sends it. It
@@ -71,13 +77,15 @@ func (h *Hub) finish(ctx context.Context, req CallRequest, start time.Time, res 
 		outcome = "tool_error"
 	}
 	h.metrics.Calls.WithLabelValues(outcome).Inc()
-	if h.cfg.Audit != nil {
+	if h.cfg.Audit != nil && req.QueuedID == "" {
 		h.cfg.Audit(h.callRecord(req, start, dev, outcome, res, err))
 	}
-	if dev != nil {
-		if err == nil || errors.Is(err, ErrDeviceTimeout) || errors.Is(err, ErrDeviceDisconnected) {
-			h.metrics.CallLatency.Observe(time.Since(start).Seconds())
-		}
+	if dev != nil && (err == nil || errors.Is(err, ErrDeviceTimeout) || errors.Is(err, ErrDeviceDisconnected)) {
+		h.metrics.CallLatency.Observe(time.Since(start).Seconds())
+	}
+	// A queued call's call_completed comes from the queue, once its
+	// outcome is stored.
+	if dev != nil && req.QueuedID == "" {
 		data := CallData{Tool: req.Tool, Caller: req.Caller, Door: req.Door, Outcome: outcome,
 			DurationMS: float64(time.Since(start).Microseconds()) / 1000}
 		data.CallID = backgroundID(ctx)
@@ -102,7 +110,7 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 	}
 
 	// A background control call was charged when it was accepted.
-	charged := backgroundID(ctx) != ""
+	charged := backgroundID(ctx) != "" || req.QueuedID != ""
 	if !charged {
 		if err := h.checkKeyRate(req.Caller); err != nil {
 			return nil, nil, err
@@ -125,9 +133,9 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 	select {
 	case <-att.discovered:
 	case <-att.sess.Done():
-		return nil, d, fmt.Errorf("%w: %w", ErrDeviceDisconnected, att.sess.Err())
+		return nil, d, notSent{fmt.Errorf("%w: %w", ErrDeviceDisconnected, att.sess.Err())}
 	case <-ctx.Done():
-		return nil, d, fmt.Errorf("waiting for discovery of %s: %w", d.id, ctx.Err())
+		return nil, d, notSent{fmt.Errorf("waiting for discovery of %s: %w", d.id, ctx.Err())}
 	}
 
 	h.mu.RLock()
@@ -151,7 +159,12 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 	if timeout <= 0 {
 		timeout = h.toolTimeout(req.Tool)
 	}
-	if !charged {
+	switch {
+	case req.QueuedID != "":
+		if err := h.waitDeviceRate(ctx, d.id, att); err != nil {
+			return nil, d, err
+		}
+	case !charged:
 		if err := h.checkDeviceRate(d.id, req.Caller); err != nil {
 			return nil, d, err
 		}
@@ -188,6 +201,27 @@ func (h *Hub) checkDeviceRate(id, caller string) error {
 		Msg: fmt.Sprintf("device %s is over its %g calls/s; retry in %s", id, h.cfg.DeviceRate.PerSecond, wait.Round(time.Millisecond))}
 }
 
+// waitDeviceRate takes a token from the device's bucket, waiting for one:
+// queued calls are paced to the device's rate rather than refused by it.
+func (h *Hub) waitDeviceRate(ctx context.Context, id string, att *Attachment) error {
+	for {
+		ok, wait := h.devRate.Allow(id)
+		if ok {
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-att.sess.Done():
+			t.Stop()
+			return notSent{fmt.Errorf("%w: %w", ErrDeviceDisconnected, att.sess.Err())}
+		case <-ctx.Done():
+			t.Stop()
+			return notSent{fmt.Errorf("waiting for the call rate of %s: %w", id, ctx.Err())}
+		}
+	}
+}
+
 // busyRetryAfter is what a device_busy refusal suggests: a queue of calls
 // to a device that answers within a second or so drains in about that.
 const busyRetryAfter = time.Second
@@ -216,9 +250,71 @@ func (h *Hub) acquireSlot(ctx context.Context, id string, att *Attachment, timeo
 			Msg: fmt.Sprintf("%s has %d calls in flight and %d waiting (limits %d and %d); retry later", id, busy, queued, slots, queue)}
 	case errors.Is(err, limits.ErrWaitTimeout):
 		slots, _ := att.slots.Max()
-		return 0, fmt.Errorf("%w: waited %s in line for one of the %d call slots of %s; nothing was sent", ErrDeviceTimeout, limit, slots, id)
+		return 0, notSent{fmt.Errorf("%w: waited %s in line for one of the %d call slots of %s; nothing was sent", ErrDeviceTimeout, limit, slots, id)}
 	case errors.Is(err, limits.ErrAbandoned):
-		return 0, fmt.Errorf("%w: %w", ErrDeviceDisconnected, att.sess.Err())
+		return 0, notSent{fmt.Errorf("%w: %w", ErrDeviceDisconnected, att.sess.Err())}
 	}
-	return 0, fmt.Errorf("waiting for a call slot on %s: %w", id, err)
+	return 0, notSent{fmt.Errorf("waiting for a call slot on %s: %w", id, err)}
+}
+
+// notSent marks an error that ended a call before anything was sent to the
+// device, where the sentinel alone (device_disconnected, device_timeout)
+// does not say so.
+type notSent struct{ err error }
+
+func (e notSent) Error() string { return e.err.Error() }
+func (e notSent) Unwrap() error { return e.err }
+
+// NotSent reports whether a call that failed with err was refused before
+// anything reached the device, so that sending it later cannot run it
+// twice: the device was unknown, offline, busy or over a rate, the tool or
+// arguments were refused, or the connection ended while the call waited.
+func NotSent(err error) bool {
+	var ns notSent
+	switch {
+	case err == nil:
+		return false
+	case errors.As(err, &ns), errors.Is(err, ErrDeviceNotFound), errors.Is(err, ErrDeviceOffline),
+		errors.Is(err, ErrToolNotFound), errors.Is(err, ErrInvalidArgs),
+		errors.Is(err, ErrDeviceBusy), errors.Is(err, ErrRateLimited):
+		return true
+	}
+	return false
+}
+
+// CheckCall validates a call that is to be queued against the device's last
+// known catalog, whether the device is online or not, and charges the
+// caller's call rate. It returns the device, or ErrDeviceNotFound,
+// ErrToolNotFound (also when the device never completed a discovery), a
+// *ValidationError or a rate refusal.
+func (h *Hub) CheckCall(req CallRequest) (Device, error) {
+	args := bytes.TrimSpace(req.Arguments)
+	if len(args) == 0 || string(args) == "null" {
+		args = json.RawMessage("{}")
+	}
+	h.mu.RLock()
+	d, err := h.lookupLocked(req.Device)
+	var cat *Catalog
+	var snap Device
+	if err == nil {
+		cat, snap = d.catalog, d.snapshot()
+	}
+	h.mu.RUnlock()
+	if err != nil {
+		return Device{}, err
+	}
+	i, ok := -1, false
+	if cat != nil {
+		i, ok = cat.byName[req.Tool]
+	}
+	if !ok {
+		return snap, fmt.Errorf("%w: %q on device %s", ErrToolNotFound, req.Tool, snap.ID)
+	}
+	if err := cat.validate(i, args); err != nil {
+		return snap, err
+	}
+	if err := h.checkKeyRate(req.Caller); err != nil {
+		return snap, err
+	}
+	return snap, nil
 }

@@ -17,6 +17,12 @@ const (
 	EventCall         EventType = "call_completed"
 	EventAlias        EventType = "alias_changed"
 	EventForgotten    EventType = "device_forgotten"
+	// The events of queued calls (docs/queued-calls.md); a queued call that
+	// ends done or failed is an EventCall with CallData.Queued.
+	EventCallQueued    EventType = "call_queued"
+	EventCallStarted   EventType = "call_started"
+	EventCallExpired   EventType = "call_expired"
+	EventCallCancelled EventType = "call_cancelled"
 )
 
 // Event is one thing that happened to a device. Data is one of the *Data
@@ -72,6 +78,32 @@ type CallData struct {
 	// CallID the id the immediate result gave in _meta "mcpgate/call_id".
 	Background bool   `json:"background,omitempty"`
 	CallID     string `json:"call_id,omitempty"`
+	// Queued is set when the call was a queued call: CallID names it.
+	Queued bool `json:"queued,omitempty"`
+}
+
+// QueuedCallData comes with EventCallQueued, EventCallStarted,
+// EventCallExpired and EventCallCancelled.
+type QueuedCallData struct {
+	CallID    string     `json:"call_id"`
+	Tool      string     `json:"tool"`
+	Caller    string     `json:"caller,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Attempts  int        `json:"attempts,omitempty"`
+	Error     string     `json:"error,omitempty"`
+}
+
+// Publish sends an event to every subscriber, filling in the alias of a
+// known device. The queue uses it for its own events.
+func (h *Hub) Publish(e Event) {
+	if e.Alias == "" {
+		h.mu.RLock()
+		if d, ok := h.devices[e.Device]; ok {
+			e.Alias = d.alias
+		}
+		h.mu.RUnlock()
+	}
+	h.bus.publish(e)
 }
 
 // Subscription receives events on C until Close. A subscriber that falls

@@ -13,6 +13,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
+	"github.com/mcpgate/mcpgate/internal/queue"
 )
 
 // call routes a tools/call to the hub and turns the outcome into a result.
@@ -53,6 +54,18 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	}
 	cr := hub.CallRequest{Device: device, Tool: tool, Arguments: req.Params.Arguments, Caller: d.p.Caller(), Door: door}
 	cr.Wait, _ = req.Params.Meta[MetaWait].(bool) // control tools answer at once unless asked to wait
+	queued, ttl, err := d.queueTTL(req, tool)
+	if err != nil {
+		return gatewayError("bad_request", err.Error()), nil
+	}
+	if queued {
+		if err := d.s.cfg.Queue.CheckOptions(queue.Request{CallRequest: cr, TTL: ttl}); err != nil {
+			return gatewayError("bad_request", err.Error()), nil
+		}
+		if dev, err := d.s.hub.Device(device); err == nil && !dev.Online {
+			return d.submit(ctx, cr, ttl), nil
+		}
+	}
 	var fwd *callForwarder
 	if req.Session != nil {
 		token := req.Params.GetProgressToken()
@@ -65,6 +78,10 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	res, err := d.s.hub.Call(ctx, cr)
 	if fwd != nil {
 		fwd.close() // progress and logs are delivered before the result
+	}
+	if queued && errors.Is(err, hub.ErrDeviceOffline) && ctx.Err() == nil {
+		return d.submit(ctx, hub.CallRequest{Device: device, Tool: tool, Arguments: req.Params.Arguments,
+			Caller: d.p.Caller(), Door: door}, ttl), nil // gone offline since
 	}
 	if ctx.Err() != nil {
 		// The client cancelled (or went away): the hub has told the device

@@ -88,6 +88,11 @@ func (s *Server) newDoor(device string, p *auth.Principal) *door {
 		if raw, err := json.Marshal(d.builtin); err == nil { // a Tool always marshals
 			d.tools[listDevicesName] = listed{raw: raw}
 		}
+		if s.cfg.Queue != nil {
+			if raw, err := json.Marshal(getCallResultTool()); err == nil {
+				d.tools[getCallResultName] = listed{raw: raw}
+			}
+		}
 	} else {
 		d.builtin = &mcp.Tool{Name: placeholderName, InputSchema: json.RawMessage(`{"type":"object"}`)}
 		d.builtinHandler = unreachable
@@ -112,6 +117,9 @@ func (d *door) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		switch method {
 		case "tools/call":
 			if r, ok := req.(*mcp.CallToolRequest); ok && !(d.device == "" && r.Params.Name == listDevicesName) {
+				if d.device == "" && r.Params.Name == getCallResultName && d.s.cfg.Queue != nil {
+					return d.getCallResult(ctx, r), nil
+				}
 				return d.call(ctx, r)
 			}
 		case "tools/list":

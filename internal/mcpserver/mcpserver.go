@@ -63,6 +63,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/queue"
 )
 
 // Config configures the MCP door. Hub is required; zero values get the
@@ -109,6 +110,10 @@ type Config struct {
 	MaxSessions int
 	// Metrics, when set, gets the gauge mcpgate_mcp_sessions_open.
 	Metrics *metrics.Metrics
+	// Queue, when set, lets a call to an offline device be queued (_meta
+	// "mcpgate/queue", or a tool whose policy is always) and adds the
+	// aggregate tool get_call_result (queued.go).
+	Queue *queue.Queue
 }
 
 // DefaultMaxSessions is Config.MaxSessions's default: far more agents and

@@ -32,6 +32,7 @@ type Metrics struct {
 	UpstreamBytes        *prometheus.CounterVec   // by direction
 	SpliceLatency        *prometheus.HistogramVec // by direction, and "handshake"
 	UpstreamDialFailures prometheus.Counter
+	QueuedCalls          *prometheus.CounterVec // by outcome; see docs/queued-calls.md
 }
 
 // New builds the collectors and registers them, with the Go and process
@@ -103,6 +104,10 @@ func New() *Metrics {
 		UpstreamDialFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mcpgate_upstream_dial_failures_total", Help: "Device connections closed because the upstream voice server could not be reached or refused them.",
 		}),
+		QueuedCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcpgate_queued_calls_total",
+			Help: "Queued calls by outcome: queued when stored, then done, failed, expired or cancelled when they end (see docs/queued-calls.md).",
+		}, []string{"outcome"}),
 	}
 	m.Registry.MustRegister(
 		m.UpstreamSessions, m.UpstreamSessionsOpen, m.UpstreamFrames, m.UpstreamBytes, m.SpliceLatency, m.UpstreamDialFailures,
@@ -110,6 +115,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.DevicesOnline, m.DevicesKnown, m.Sessions, m.SessionsOpen, m.Calls, m.CallLatency,
 		m.DiscoveryFailures, m.DiscoveryLatency, m.Handshakes, m.DroppedFrames, m.EventsDropped, m.LimitHits, m.BadRequests,
+		m.QueuedCalls,
 	)
 	return m
 }

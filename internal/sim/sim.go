@@ -71,6 +71,12 @@ type Config struct {
 	HTTPClient *http.Client
 	// Logger receives the devices' logs; nil discards them.
 	Logger *slog.Logger
+	// SessionsEvery and SessionLength, when set, make each device behave as
+	// a XiaoZhi device on WebSocket does between conversations: it connects
+	// every SessionsEvery, stays SessionLength (a conversation), then
+	// closes its connection until the next one. Both or neither;
+	// SessionLength is shorter than SessionsEvery.
+	SessionsEvery, SessionLength time.Duration
 }
 
 // Reconnect bounds of simulated devices: quick enough for tests, jittered so
@@ -110,6 +116,10 @@ func (c Config) normalize() (Config, error) {
 	if c.Stagger == 0 {
 		c.Stagger = time.Millisecond
 	}
+	if (c.SessionsEvery == 0) != (c.SessionLength == 0) || c.SessionsEvery < 0 || c.SessionLength < 0 ||
+		(c.SessionsEvery > 0 && c.SessionLength >= c.SessionsEvery) {
+		return c, fmt.Errorf("sim: sessions every %s of %s: give both, with the length shorter than the period", c.SessionsEvery, c.SessionLength)
+	}
 	if c.HTTPClient == nil {
 		c.HTTPClient = &http.Client{Timeout: 30 * time.Second}
 	}
@@ -148,8 +158,12 @@ func Run(ctx context.Context, cfg Config) error {
 		if clients[i], err = d.Connector(); err != nil {
 			return err
 		}
+		if cfg.SessionsEvery > 0 {
+			clients[i] = sessions{r: clients[i], every: cfg.SessionsEvery, length: cfg.SessionLength}
+		}
 	}
-	cfg.Logger.Info("starting simulated fleet", "devices", cfg.Count, "profile", cfg.Profile, "url", cfg.URL, "mqtt_broker", cfg.MQTTBroker)
+	cfg.Logger.Info("starting simulated fleet", "devices", cfg.Count, "profile", cfg.Profile, "url", cfg.URL, "mqtt_broker", cfg.MQTTBroker,
+		"sessions_every", cfg.SessionsEvery, "session_length", cfg.SessionLength)
 
 	var wg sync.WaitGroup
 	defer wg.Wait()

@@ -190,3 +190,67 @@ func (d *Deferred) Close() error {
 	}
 	return nil
 }
+
+func (d *Deferred) CreateCall(ctx context.Context, c QueuedCall) (QueuedCall, error) {
+	s, err := d.get()
+	if err != nil {
+		return QueuedCall{}, err
+	}
+	return s.CreateCall(ctx, c)
+}
+
+func (d *Deferred) QueuedCall(ctx context.Context, id string) (QueuedCall, error) {
+	s, err := d.get()
+	if err != nil {
+		return QueuedCall{}, err
+	}
+	return s.QueuedCall(ctx, id)
+}
+
+func (d *Deferred) QueuedCalls(ctx context.Context, q CallQuery) ([]QueuedCall, error) {
+	s, err := d.get()
+	if err != nil {
+		return nil, err
+	}
+	return s.QueuedCalls(ctx, q)
+}
+
+func (d *Deferred) CountQueuedCalls(ctx context.Context, device, caller string) (int, int, error) {
+	s, err := d.get()
+	if err != nil {
+		return 0, 0, err
+	}
+	return s.CountQueuedCalls(ctx, device, caller)
+}
+
+func (d *Deferred) UpdateCall(ctx context.Context, c QueuedCall, from CallState) error {
+	s, err := d.get()
+	if err != nil {
+		return err
+	}
+	return s.UpdateCall(ctx, c, from)
+}
+
+func (d *Deferred) ExpireCalls(ctx context.Context, now time.Time) ([]QueuedCall, error) {
+	s, err := d.get()
+	if err != nil {
+		return nil, err
+	}
+	return s.ExpireCalls(ctx, now)
+}
+
+func (d *Deferred) InterruptCalls(ctx context.Context, now time.Time) ([]QueuedCall, error) {
+	s, err := d.get()
+	if err != nil {
+		return nil, err
+	}
+	return s.InterruptCalls(ctx, now)
+}
+
+func (d *Deferred) PruneCalls(ctx context.Context, finishedBefore time.Time) (int64, error) {
+	s, err := d.get()
+	if err != nil {
+		return 0, err
+	}
+	return s.PruneCalls(ctx, finishedBefore)
+}

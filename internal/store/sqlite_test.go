@@ -202,3 +202,46 @@ func TestOpenExisting(t *testing.T) {
 	}
 	s.Close()
 }
+
+// TestSQLiteUpgradeToCalls: a database of the first schema, with audit
+// records, opens with the queued-calls migration applied and its records
+// intact.
+func TestSQLiteUpgradeToCalls(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, DefaultFile)
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	known, err := migrations("sqlite")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`,
+		known[0].sql,
+		`INSERT INTO schema_migrations VALUES (1, '0001_init.sql', 0)`,
+		`INSERT INTO audit (time, caller, door, device, tool, outcome, latency_ms) VALUES (1, 'k1', 'rest', 'd', 't', 'ok', 1.5)`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+
+	ctx := context.Background()
+	s, err := Open(ctx, "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	recs, err := s.Audit(ctx, AuditQuery{})
+	if err != nil || len(recs) != 1 || recs[0].Caller != "k1" || recs[0].CallID != "" || !recs[0].QueuedAt.IsZero() {
+		t.Fatalf("old audit records after the upgrade: %+v, %v", recs, err)
+	}
+	now := time.Now()
+	if _, err := s.CreateCall(ctx, QueuedCall{ID: "call_1", Device: "d", Tool: "t", Arguments: []byte(`{}`),
+		Caller: "k1", Door: "rest", State: CallQueued, QueuedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatalf("CreateCall after the upgrade: %v", err)
+	}
+}

@@ -1,6 +1,6 @@
 // Package store keeps what must survive a restart: devices and their last
-// catalogs, API keys (hashed), device-credential revocations, settings and
-// the audit log. One interface, two backends: SQLite (the default, embedded,
+// catalogs, API keys (hashed), device-credential revocations, settings,
+// queued calls and the audit log. One interface, two backends: SQLite (the default, embedded,
 // at <data>/mcpgate.db) and PostgreSQL. Migrations are embedded and applied
 // by Open.
 //
@@ -75,6 +75,10 @@ type AuditRecord struct {
 	LatencyMS float64
 	ErrorCode string // the error's code; "" when the call succeeded
 	Error     string // message of a gateway or tool error, possibly truncated
+	// CallID and QueuedAt name a queued call (docs/queued-calls.md) and
+	// say when it was queued; "" and zero for a live call.
+	CallID   string
+	QueuedAt time.Time
 }
 
 // AuditQuery selects audit records, newest first.
@@ -85,6 +89,35 @@ type AuditQuery struct {
 	Since  time.Time // zero: no lower bound
 	Before int64     // only Seq < Before, for paging; 0: no bound
 	Limit  int       // default 100, at most 1000
+}
+
+// CallStore keeps queued calls (docs/queued-calls.md). A call's state only
+// moves forward, by compare-and-set: that is what makes delivery at most
+// once.
+type CallStore interface {
+	// CreateCall stores a new queued call and returns it with its Seq; an
+	// existing ID is ErrExists.
+	CreateCall(ctx context.Context, c QueuedCall) (QueuedCall, error)
+	// QueuedCall returns one call by ID; ErrNotFound when unknown.
+	QueuedCall(ctx context.Context, id string) (QueuedCall, error)
+	// QueuedCalls returns the calls matching q, in queue order.
+	QueuedCalls(ctx context.Context, q CallQuery) ([]QueuedCall, error)
+	// CountQueuedCalls counts the calls still queued for a device and for
+	// a caller.
+	CountQueuedCalls(ctx context.Context, device, caller string) (perDevice, perCaller int, err error)
+	// UpdateCall writes c's state, outcome, times and callback progress if
+	// the stored call is still in state from: ErrStateChanged when it is
+	// not, ErrNotFound when it does not exist.
+	UpdateCall(ctx context.Context, c QueuedCall, from CallState) error
+	// ExpireCalls moves every queued call whose expiry is at or before now
+	// to expired, and returns them.
+	ExpireCalls(ctx context.Context, now time.Time) ([]QueuedCall, error)
+	// InterruptCalls moves every running call to failed with reason
+	// ReasonInterrupted, and returns them: run once at start.
+	InterruptCalls(ctx context.Context, now time.Time) ([]QueuedCall, error)
+	// PruneCalls deletes calls that ended before finishedBefore and have no
+	// callback left to deliver; it returns how many.
+	PruneCalls(ctx context.Context, finishedBefore time.Time) (int64, error)
 }
 
 // Store is the persistence interface. Implementations are safe for
@@ -132,6 +165,8 @@ type Store interface {
 	// all but the newest keep records (when keep > 0); it returns how many
 	// were deleted.
 	PruneAudit(ctx context.Context, olderThan time.Time, keep int) (int64, error)
+
+	CallStore
 
 	// Kind is "sqlite" or "postgres"; Location names the database without
 	// any password, for logs.

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/devicetest"
+	"github.com/mcpgate/mcpgate/internal/queue"
+)
+
+// TestCallsCmd: call --queue prints the id of a call queued for an offline
+// device; calls lists it, get shows it, cancel cancels it; the next one is
+// delivered on the device's next session and get shows its result.
+func TestCallsCmd(t *testing.T) {
+	t.Parallel()
+	addr := startGateway(t)
+	d := connect(t, addr, devicetest.Config{ID: "02:00:00:00:00:07"})
+	run(t, addr, "devices", "alias", d.ID(), "kitchen").want(t, 0)
+	d.Close()
+	c, err := api.NewClient(addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for dev, _ := c.Device(t.Context(), "kitchen"); dev == nil || dev.Online; dev, _ = c.Device(t.Context(), "kitchen") {
+		if time.Now().After(deadline) {
+			t.Fatal("device still online after closing")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	r := run(t, addr, "call", "kitchen", "self.audio_speaker.set_volume", "volume=20")
+	r.want(t, 1)
+	if !strings.HasPrefix(r.stderr, "error: device_offline: ") {
+		t.Errorf("plain call to an offline device: stderr %q", r.stderr)
+	}
+	r = run(t, addr, "call", "--queue", "2h", "kitchen", "self.audio_speaker.set_volume", "volume=20")
+	r.want(t, 0)
+	idRE := regexp.MustCompile(`^queued: (call_[0-9a-f]{16})\n$`)
+	m := idRE.FindStringSubmatch(r.stdout)
+	if m == nil || !strings.Contains(r.stderr, "kitchen is offline") {
+		t.Fatalf("call --queue: stdout %q stderr %q", r.stdout, r.stderr)
+	}
+	first := m[1]
+	r = run(t, addr, "call", "--queue", "2h", "kitchen", "self.audio_speaker.set_volume", "volume=30", "--json")
+	r.want(t, 0)
+	var second queue.Call
+	if err := json.Unmarshal([]byte(r.stdout), &second); err != nil || second.State != "queued" {
+		t.Fatalf("call --queue --json: %v\n%s", err, r.stdout)
+	}
+	run(t, addr, "call", "--queue", "200ms", "kitchen", "self.audio_speaker.set_volume", "volume=30").want(t, 1)
+	run(t, addr, "call", "--callback-url", "http://x/", "kitchen", "self.audio_speaker.set_volume", "volume=30").want(t, 1)
+
+	r = run(t, addr, "calls", "--device", "kitchen", "--state", "queued")
+	r.want(t, 0)
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 3 || !strings.HasPrefix(lines[0], "ID ") ||
+		!strings.HasPrefix(lines[1], first+"  kitchen  self.audio_speaker.set_volume  queued") {
+		t.Errorf("calls:\n%s", r.stdout)
+	}
+	r = run(t, addr, "calls", "--state", "queud")
+	r.want(t, 1)
+	if !strings.Contains(r.stderr, "did you mean queued?") {
+		t.Errorf("calls --state typo: stderr %q", r.stderr)
+	}
+	r = run(t, addr, "calls", "--device", "kitchne")
+	r.want(t, 1)
+	if !strings.HasSuffix(r.stderr, "  did you mean kitchen?\n") {
+		t.Errorf("calls --device typo: stderr %q", r.stderr)
+	}
+
+	r = run(t, addr, "calls", "cancel", first)
+	r.want(t, 0)
+	if r.stdout != "cancelled: "+first+"\n" {
+		t.Errorf("calls cancel: stdout %q", r.stdout)
+	}
+	r = run(t, addr, "calls", "cancel", first)
+	r.want(t, 1)
+	if !strings.HasPrefix(r.stderr, "error: call_not_cancellable: ") {
+		t.Errorf("cancelling twice: stderr %q", r.stderr)
+	}
+	r = run(t, addr, "calls", "get", "call_0000000000000000")
+	r.want(t, 1)
+	if !strings.HasPrefix(r.stderr, "error: call_not_found: ") {
+		t.Errorf("get of an unknown call: stderr %q", r.stderr)
+	}
+
+	d2 := connect(t, addr, devicetest.Config{ID: "02:00:00:00:00:07"})
+	defer d2.Close()
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		r = run(t, addr, "calls", "get", second.ID)
+		r.want(t, 0)
+		if strings.Contains(r.stdout, "state:       done\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("second call not done:\n%s", r.stdout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(r.stdout, "device:      kitchen (02:00:00:00:00:07)\n") || !strings.HasSuffix(r.stdout, "result:\ntrue\n") {
+		t.Errorf("calls get:\n%s", r.stdout)
+	}
+	if calls := d2.Calls(); len(calls) != 1 || string(calls[0].Arguments) != `{"volume":30}` {
+		t.Errorf("device received %+v; want only the second call", calls)
+	}
+}
+
+func TestServeQueueToolFlag(t *testing.T) {
+	r := run(t, "unused", "serve", "--data", t.TempDir(), "--addr", "127.0.0.1:0", "--mqtt-addr", "", "--queue-tool", "self.camera.*=sometimes")
+	r.want(t, 1)
+	if !strings.Contains(r.stderr, "--queue-tool self.camera.*=sometimes: queue policy \"sometimes\": want always or never") {
+		t.Errorf("stderr %q", r.stderr)
+	}
+}

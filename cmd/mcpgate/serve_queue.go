@@ -1,0 +1,35 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/pflag"
+
+	"github.com/mcpgate/mcpgate/internal/queue"
+)
+
+// queueFlags registers the queued-call settings (docs/queued-calls.md) and
+// returns what fills in the per-tool policies once flags are parsed.
+func queueFlags(f *pflag.FlagSet, cfg *queue.Config) (apply func() error) {
+	var tools map[string]string
+	f.DurationVar(&cfg.MaxTTL, "queue-max-ttl", 0, "longest time to live a queued call may ask for (default 24h)")
+	f.DurationVar(&cfg.DefaultTTL, "queue-default-ttl", 0, "time to live of a queued call that gives none (default 1h)")
+	f.IntVar(&cfg.MaxPerDevice, "queue-max-per-device", 0, "most calls queued for one device (default 100)")
+	f.IntVar(&cfg.MaxPerKey, "queue-max-per-key", 0, "most calls queued by one API key, or by local callers together (default 1000)")
+	f.DurationVar(&cfg.Retention, "queue-retention", 0, "finished queued calls are deleted this long after they end (default 168h)")
+	f.StringToStringVar(&tools, "queue-tool", nil, "per-tool queuing default as PATTERN=always|never (path.Match patterns), e.g. 'self.camera.*=never'")
+	return func() error {
+		if len(tools) == 0 {
+			return nil
+		}
+		cfg.Tools = make(map[string]queue.Policy, len(tools))
+		for pattern, v := range tools {
+			p, err := queue.ParsePolicy(v)
+			if err != nil {
+				return fmt.Errorf("--queue-tool %s=%s: %w", pattern, v, err)
+			}
+			cfg.Tools[pattern] = p
+		}
+		return nil
+	}
+}

@@ -1,0 +1,218 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/queue"
+	"github.com/mcpgate/mcpgate/internal/store"
+)
+
+// The values of CallBody.Deliver.
+const (
+	DeliverNow   = "now"
+	DeliverQueue = "queue"
+)
+
+// CallList is the body of GET /api/v1/calls.
+type CallList struct {
+	Calls []queue.Call `json:"calls"`
+}
+
+// queueCall answers a call with "deliver":"queue" (or a tool whose policy
+// is always): live when the device is online, else stored, 202 Accepted.
+func (a *API) queueCall(w http.ResponseWriter, r *http.Request, body CallBody, p *auth.Principal, timeout time.Duration) {
+	q := a.cfg.Queue
+	if q == nil {
+		writeError(w, http.StatusServiceUnavailable, "queue_unavailable", "this gateway does not queue calls", nil)
+		return
+	}
+	var ttl time.Duration
+	if body.TTL != "" {
+		var err error
+		if ttl, err = time.ParseDuration(body.TTL); err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf(`"ttl" %q: want a duration such as "90s" or "2h"`, body.TTL), nil)
+			return
+		}
+	}
+	req := queue.Request{CallRequest: hub.CallRequest{Device: r.PathValue("id"), Tool: body.Name, Arguments: body.Arguments,
+		Timeout: timeout, Caller: p.Caller(), Door: "rest", Wait: body.Wait},
+		TTL: ttl, CallbackURL: body.CallbackURL, CallbackSecret: body.CallbackSecret}
+	if err := q.CheckOptions(req); err != nil {
+		writeQueueError(w, err)
+		return
+	}
+	d, err := a.hub.Device(req.Device)
+	if err != nil {
+		writeHubError(w, err)
+		return
+	}
+	if d.Online {
+		res, err := a.hub.Call(r.Context(), req.CallRequest)
+		switch {
+		case err == nil:
+			writeJSON(w, http.StatusOK, res)
+			return
+		case !errors.Is(err, hub.ErrDeviceOffline):
+			writeHubError(w, err)
+			return
+		}
+		// Gone offline since: queue it after all.
+	}
+	c, err := q.Submit(r.Context(), req)
+	if err != nil {
+		writeQueueError(w, err)
+		return
+	}
+	w.Header().Set("Location", "/api/v1/calls/"+c.ID)
+	writeJSON(w, http.StatusAccepted, queue.View(c, d.Alias))
+	return
+}
+
+// writeQueueError maps a queue error to its status and slug; hub errors as
+// writeHubError.
+func writeQueueError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, queue.ErrNotFound):
+		writeError(w, http.StatusNotFound, "call_not_found", err.Error(), nil)
+	case errors.Is(err, queue.ErrNotCancellable):
+		writeError(w, http.StatusConflict, "call_not_cancellable", err.Error(), nil)
+	case errors.Is(err, queue.ErrFull):
+		writeError(w, http.StatusTooManyRequests, "queue_full", err.Error(), nil)
+	case errors.Is(err, queue.ErrBadRequest):
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error(), nil)
+	case hub.Code(err) != "internal":
+		writeHubError(w, err)
+	default:
+		writeError(w, http.StatusServiceUnavailable, "store_error", err.Error(), nil)
+	}
+}
+
+// visibleCall reports whether the principal may see a call: its device and
+// tool must match the key's patterns.
+func (a *API) visibleCall(p *auth.Principal, c store.QueuedCall) (alias string, ok bool) {
+	if d, err := a.hub.Device(c.Device); err == nil {
+		alias = d.Alias
+	}
+	return alias, p.CanSeeDevice(c.Device, alias) && p.CanSeeTool(c.Tool)
+}
+
+// lookupCall finds a call the principal may see, answering 404 otherwise.
+func (a *API) lookupCall(w http.ResponseWriter, r *http.Request) (store.QueuedCall, string, bool) {
+	if a.cfg.Queue == nil {
+		writeError(w, http.StatusServiceUnavailable, "queue_unavailable", "this gateway does not queue calls", nil)
+		return store.QueuedCall{}, "", false
+	}
+	id := r.PathValue("call")
+	c, err := a.cfg.Queue.Get(r.Context(), id)
+	if err != nil {
+		writeQueueError(w, err)
+		return store.QueuedCall{}, "", false
+	}
+	alias, ok := a.visibleCall(principal(r), c)
+	if !ok {
+		// As for a call that does not exist: a key learns nothing beyond its reach.
+		writeQueueError(w, fmt.Errorf("%w: %q", queue.ErrNotFound, id))
+		return store.QueuedCall{}, "", false
+	}
+	return c, alias, true
+}
+
+func (a *API) getCall(w http.ResponseWriter, r *http.Request) {
+	c, alias, ok := a.lookupCall(w, r)
+	if ok {
+		writeJSON(w, http.StatusOK, queue.View(c, alias))
+	}
+}
+
+func (a *API) cancelCall(w http.ResponseWriter, r *http.Request) {
+	c, alias, ok := a.lookupCall(w, r)
+	if !ok {
+		return
+	}
+	c, err := a.cfg.Queue.Cancel(r.Context(), c.ID, principal(r).Caller())
+	if err != nil {
+		writeQueueError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, queue.View(c, alias))
+}
+
+func (a *API) listCalls(w http.ResponseWriter, r *http.Request) {
+	if a.cfg.Queue == nil {
+		writeError(w, http.StatusServiceUnavailable, "queue_unavailable", "this gateway does not queue calls", nil)
+		return
+	}
+	p := principal(r)
+	qv := r.URL.Query()
+	var query store.CallQuery
+	if ref := qv.Get("device"); ref != "" {
+		d, err := a.hub.Device(ref)
+		if err == nil && !p.CanSeeDevice(d.ID, d.Alias) {
+			err = fmt.Errorf("%w: %q", hub.ErrDeviceNotFound, ref)
+		}
+		if err != nil {
+			writeHubError(w, err)
+			return
+		}
+		query.Device = d.ID
+	}
+	if s := qv.Get("state"); s != "" {
+		st := store.CallState(s)
+		if !st.Valid() {
+			writeError(w, http.StatusBadRequest, "bad_request",
+				fmt.Sprintf("state %q: want queued, running, done, failed, expired or cancelled", s), nil)
+			return
+		}
+		query.States = []store.CallState{st}
+	}
+	for _, f := range []struct {
+		name string
+		dst  *int64
+	}{{"after", &query.After}, {"limit", nil}} {
+		s := qv.Get(f.name)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("%s %q: want a number of at least 0", f.name, s), nil)
+			return
+		}
+		if f.dst != nil {
+			*f.dst = n
+		} else {
+			query.Limit = int(min(n, store.MaxAuditLimit))
+		}
+	}
+	// A key limited to some devices or tools sees only theirs: read on past
+	// calls it may not see, so that a page is full unless the list ends.
+	want := query.Limit
+	if want <= 0 {
+		want = store.DefaultAuditLimit
+	}
+	out := CallList{Calls: make([]queue.Call, 0)}
+	for len(out.Calls) < want {
+		query.Limit = want
+		calls, err := a.cfg.Queue.List(r.Context(), query)
+		if err != nil {
+			writeQueueError(w, err)
+			return
+		}
+		for _, c := range calls {
+			if alias, ok := a.visibleCall(p, c); ok && len(out.Calls) < want {
+				out.Calls = append(out.Calls, queue.View(c, alias))
+			}
+		}
+		if len(calls) < want {
+			break
+		}
+		query.After = calls[len(calls)-1].Seq
+	}
+	writeJSON(w, http.StatusOK, out)
+}

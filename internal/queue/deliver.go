@@ -1,0 +1,349 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/store"
+)
+
+// Run delivers queued calls until ctx ends, then waits for the deliveries
+// in progress: a call on the device is not abandoned half way (it ends
+// with its device's session when the gateway closes it). First, every call
+// left running by a previous run is failed as interrupted.
+func (q *Queue) Run(ctx context.Context) error {
+	// Subscribed before anything else, so no device becoming ready is missed.
+	sub := q.hub.Subscribe()
+	defer func() { sub.Close() }() // the current one: it may be renewed below
+	// Store writes outlive ctx: a call that ends during shutdown is still
+	// recorded.
+	wctx := context.WithoutCancel(ctx)
+	interrupted, err := q.st.InterruptCalls(wctx, time.Now().UTC())
+	if err != nil {
+		return fmt.Errorf("queue: %w", err)
+	}
+	for _, c := range interrupted {
+		q.log.Warn("queued call was on the device when the gateway stopped: failed, not sent again",
+			"call_id", c.ID, "device_id", c.Device, "tool", c.Tool)
+		q.ended(c)
+	}
+	if err := q.loadWaiting(wctx); err != nil {
+		return fmt.Errorf("queue: %w", err)
+	}
+	q.runCtx = wctx
+	q.startOnce.Do(func() { close(q.started) })
+
+	var cbDone = make(chan struct{})
+	cbctx, cancelCallbacks := context.WithCancel(ctx)
+	go func() {
+		defer close(cbDone)
+		q.runCallbacks(cbctx)
+	}()
+	defer func() {
+		cancelCallbacks()
+		<-cbDone
+	}()
+
+	q.kickReady()
+	tick := time.NewTicker(q.cfg.SweepInterval)
+	defer tick.Stop()
+	lastPrune := time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			q.mu.Lock()
+			q.stopped = true
+			q.mu.Unlock()
+			q.wg.Wait()
+			return nil
+		case ev, ok := <-sub.C:
+			if !ok {
+				sub = q.hub.Subscribe() // closed by the hub: subscribe again
+				continue
+			}
+			switch ev.Type {
+			case hub.EventState:
+				if data, ok := ev.Data.(hub.StateData); ok && deliverable(data.State) {
+					q.kick(ev.Device)
+				}
+			case hub.EventForgotten:
+				// If it comes back it is a new device: what was queued for
+				// the old one is not for it.
+				q.cancelDevice(wctx, ev.Device)
+			}
+		case <-tick.C:
+			_ = q.sweep(wctx) // logged; tried again on the next tick
+			// A device that became ready while its event was dropped
+			// (a slow subscriber loses events) is picked up here.
+			q.kickReady()
+			if time.Since(lastPrune) > time.Hour {
+				lastPrune = time.Now()
+				if n, err := q.st.PruneCalls(wctx, time.Now().Add(-q.cfg.Retention)); err != nil {
+					q.log.Warn("pruning finished calls", "error", err)
+				} else if n > 0 {
+					q.log.Info("pruned finished calls", "calls", n)
+				}
+			}
+		}
+	}
+}
+
+// cancelDevice cancels every call queued for a device that was forgotten.
+func (q *Queue) cancelDevice(ctx context.Context, device string) {
+	for {
+		calls, err := q.st.QueuedCalls(ctx, store.CallQuery{Device: device, States: []store.CallState{store.CallQueued}, Limit: 1000})
+		if err != nil {
+			q.log.Warn("cancelling the queued calls of a forgotten device", "device_id", device, "error", err)
+			return
+		}
+		for _, c := range calls {
+			if _, err := q.Cancel(ctx, c.ID, "forgetting the device"); err != nil && !errors.Is(err, ErrNotCancellable) {
+				q.log.Warn("cancelling a queued call of a forgotten device", "call_id", c.ID, "error", err)
+				return
+			}
+		}
+		if len(calls) < 1000 {
+			return
+		}
+	}
+}
+
+// Started is closed once Run has failed the calls a previous run left
+// running: calls queued after that are safe to deliver.
+func (q *Queue) Started() <-chan struct{} { return q.started }
+
+// deliverable: only a device whose discovery succeeded gets queued calls; a
+// degraded one may hold a stale or partial catalog, against which a call
+// would be checked wrongly.
+func deliverable(s hub.State) bool { return s == hub.StateReady }
+
+// loadWaiting notes every device with queued calls.
+func (q *Queue) loadWaiting(ctx context.Context) error {
+	var after int64
+	for {
+		calls, err := q.st.QueuedCalls(ctx, store.CallQuery{States: []store.CallState{store.CallQueued}, After: after, Limit: 1000})
+		if err != nil {
+			return err
+		}
+		q.mu.Lock()
+		for _, c := range calls {
+			q.waiting[c.Device] = true
+		}
+		q.mu.Unlock()
+		if len(calls) < 1000 {
+			return nil
+		}
+		after = calls[len(calls)-1].Seq
+	}
+}
+
+// kickReady starts delivery for every waiting device that is ready.
+func (q *Queue) kickReady() {
+	q.mu.Lock()
+	ids := make([]string, 0, len(q.waiting))
+	for id := range q.waiting {
+		ids = append(ids, id)
+	}
+	q.mu.Unlock()
+	for _, id := range ids {
+		if d, err := q.hub.Device(id); err == nil && d.Online && deliverable(d.State) {
+			q.kick(id)
+		}
+	}
+}
+
+// sweep expires calls past their time to live.
+func (q *Queue) sweep(ctx context.Context) error {
+	expired, err := q.st.ExpireCalls(ctx, time.Now().UTC())
+	if err != nil {
+		q.log.Warn("expiring queued calls", "error", err)
+		return err
+	}
+	for _, c := range expired {
+		q.ended(c)
+	}
+	return nil
+}
+
+// kick makes sure a worker delivers the device's queued calls: it starts
+// one, or tells the running one to look again when done.
+func (q *Queue) kick(device string) {
+	select {
+	case <-q.started:
+	default:
+		return // Run has not failed stale calls yet; it kicks every ready device when it has
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stopped {
+		return
+	}
+	if w, ok := q.workers[device]; ok {
+		w.again = true
+		return
+	}
+	w := &worker{again: true}
+	q.workers[device] = w
+	q.wg.Go(func() {
+		for {
+			q.mu.Lock()
+			if !w.again || q.stopped {
+				delete(q.workers, device)
+				q.mu.Unlock()
+				return
+			}
+			w.again = false
+			q.mu.Unlock()
+			q.deliverAll(device)
+		}
+	})
+}
+
+// busyPause is how long delivery waits when the device's call slots are
+// full of live calls.
+const busyPause = time.Second
+
+// deliverAll delivers the device's queued calls in order, one at a time,
+// while it is online and ready.
+func (q *Queue) deliverAll(device string) {
+	ctx := q.runCtx
+	for {
+		q.mu.Lock()
+		stopped := q.stopped
+		q.mu.Unlock()
+		if stopped {
+			return
+		}
+		d, err := q.hub.Device(device)
+		if err != nil || !d.Online || !deliverable(d.State) {
+			return
+		}
+		calls, err := q.st.QueuedCalls(ctx, store.CallQuery{Device: device, States: []store.CallState{store.CallQueued}, Limit: 1})
+		if err != nil {
+			q.log.Warn("reading queued calls", "device_id", device, "error", err)
+			return
+		}
+		if len(calls) == 0 {
+			q.mu.Lock()
+			delete(q.waiting, device)
+			q.mu.Unlock()
+			return
+		}
+		c := calls[0]
+		if !time.Now().Before(c.ExpiresAt) {
+			if q.sweep(ctx) != nil { // its TTL passed: expired, not sent
+				return // the store fails: the next sweep or kick tries again
+			}
+			continue
+		}
+		if q.cfg.Authorize != nil {
+			if err := q.cfg.Authorize(ctx, c.Caller, c.Device, d.Alias, c.Tool); err != nil {
+				if !errors.Is(err, ErrForbidden) {
+					q.log.Warn("checking a queued call's caller", "call_id", c.ID, "error", err)
+					return // the next sweep or kick tries again
+				}
+				if !q.refuse(ctx, c, err) {
+					return
+				}
+				continue
+			}
+		}
+		switch q.deliver(ctx, c) {
+		case retryLater:
+			return
+		case retryBusy:
+			time.Sleep(busyPause)
+		}
+	}
+}
+
+// refuse fails a queued call whose caller may no longer make it, unsent. It
+// reports false when the store failed, so the caller stops for now.
+func (q *Queue) refuse(ctx context.Context, c store.QueuedCall, why error) bool {
+	fin := c
+	fin.State, fin.Reason, fin.FinishedAt = store.CallFailed, "forbidden", time.Now().UTC()
+	fin.Error = "not sent: " + why.Error()
+	if fin.CallbackURL != "" {
+		fin.CallbackState = store.CallbackPending
+	}
+	if err := q.st.UpdateCall(ctx, fin, store.CallQueued); err != nil {
+		if errors.Is(err, store.ErrStateChanged) || errors.Is(err, store.ErrNotFound) {
+			return true // cancelled or expired meanwhile
+		}
+		q.log.Warn("failing a queued call", "call_id", c.ID, "error", err)
+		return false
+	}
+	q.log.Info("queued call refused at delivery", "call_id", c.ID, "caller", c.Caller, "reason", why)
+	q.ended(fin)
+	return true
+}
+
+type deliveryResult int
+
+const (
+	delivered  deliveryResult = iota // ended (done or failed), or taken by someone else
+	retryLater                       // not sent: the device went away; back in line
+	retryBusy                        // not sent: the device's slots were full; back in line
+)
+
+// deliver sends one call: running is stored first, so that a crash after
+// sending it leaves it running, hence interrupted, never sent twice.
+func (q *Queue) deliver(ctx context.Context, c store.QueuedCall) deliveryResult {
+	run := c
+	run.State, run.Attempts, run.StartedAt = store.CallRunning, c.Attempts+1, time.Now().UTC()
+	if err := q.st.UpdateCall(ctx, run, store.CallQueued); err != nil {
+		if errors.Is(err, store.ErrStateChanged) || errors.Is(err, store.ErrNotFound) {
+			return delivered // cancelled or expired meanwhile
+		}
+		q.log.Warn("marking a queued call running", "call_id", c.ID, "error", err)
+		return retryLater
+	}
+	q.hub.Publish(hub.Event{Type: hub.EventCallStarted, Device: c.Device,
+		Data: hub.QueuedCallData{CallID: c.ID, Tool: c.Tool, Caller: c.Caller, Attempts: run.Attempts}})
+
+	res, err := q.hub.Call(ctx, hub.CallRequest{Device: c.Device, Tool: c.Tool, Arguments: c.Arguments,
+		Timeout: time.Duration(c.TimeoutMS) * time.Millisecond, Caller: c.Caller, Door: c.Door,
+		Wait: true, QueuedID: c.ID})
+
+	// Refused before sending for a passing reason: back in line, same place.
+	if err != nil && hub.NotSent(err) && !errors.Is(err, hub.ErrToolNotFound) &&
+		!errors.Is(err, hub.ErrInvalidArgs) && !errors.Is(err, hub.ErrDeviceNotFound) {
+		back := run
+		back.State, back.StartedAt = store.CallQueued, time.Time{}
+		if uerr := q.st.UpdateCall(ctx, back, store.CallRunning); uerr != nil {
+			q.log.Error("putting a queued call back in line", "call_id", c.ID, "error", uerr)
+		}
+		q.log.Debug("queued call not sent; back in line", "call_id", c.ID, "reason", err)
+		if errors.Is(err, hub.ErrDeviceBusy) || errors.Is(err, hub.ErrRateLimited) {
+			return retryBusy
+		}
+		return retryLater
+	}
+
+	fin := run
+	fin.FinishedAt = time.Now().UTC()
+	if err != nil {
+		fin.State, fin.Reason, fin.Error = store.CallFailed, hub.Code(err), err.Error()
+	} else {
+		b, merr := json.Marshal(res)
+		if merr != nil {
+			fin.State, fin.Reason, fin.Error = store.CallFailed, "internal", "could not encode the device's result: "+merr.Error()
+		} else {
+			fin.State, fin.Result = store.CallDone, b
+		}
+	}
+	if fin.CallbackURL != "" {
+		fin.CallbackState = store.CallbackPending
+	}
+	if err := q.st.UpdateCall(ctx, fin, store.CallRunning); err != nil {
+		// Left running: the next start reports it interrupted.
+		q.log.Error("recording a queued call's outcome", "call_id", c.ID, "error", err)
+		return delivered
+	}
+	q.ended(fin)
+	return delivered
+}

@@ -1,0 +1,9 @@
+package queue
+
+import (
+	"testing"
+
+	"github.com/mcpgate/mcpgate/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }

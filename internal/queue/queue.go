@@ -1,0 +1,482 @@
+// Package queue keeps tool calls for devices that are offline between
+// conversations and delivers them the next time the device is online
+// (docs/queued-calls.md).
+//
+// A call is stored queued ([Queue.Submit]), then, once its device has
+// finished discovery, marked running in the store before it is sent, so a
+// call is sent at most once even across a crash: a call found running when
+// the queue starts ([Queue.Run]) is failed as interrupted, never re-sent.
+// Each device's calls go one at a time in queue order, through [hub.Hub.Call]
+// (its call slots, its rate waited for rather than refused, the current
+// catalog checked again). Calls whose time to live passes are expired by a
+// sweep every second. Every call is audited once, when it ends, and its
+// final state may be posted to a callback URL.
+//
+// The queue assumes it is the only one using its store's calls.
+package queue
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/store"
+)
+
+// Errors callers branch on.
+var (
+	// ErrNotFound: no such call.
+	ErrNotFound = errors.New("call not found")
+	// ErrNotCancellable: the call is no longer queued.
+	ErrNotCancellable = errors.New("call is not queued any more")
+	// ErrFull: the device's or the caller's limit of queued calls is reached.
+	ErrFull = errors.New("queue full")
+	// ErrBadRequest: a bad TTL or callback.
+	ErrBadRequest = errors.New("bad queued call")
+	// ErrForbidden is what Config.Authorize wraps when the caller may no
+	// longer make a call.
+	ErrForbidden = errors.New("caller may no longer make this call")
+)
+
+// Config configures a Queue. Hub and Store are required.
+type Config struct {
+	Hub   *hub.Hub
+	Store store.CallStore
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Metrics; nil creates a private set.
+	Metrics *metrics.Metrics
+	// Audit receives one record per call when it ends; nil: none.
+	Audit func(hub.CallRecord)
+	// DefaultTTL is a call's time to live when the caller gives none.
+	// Default 1h.
+	DefaultTTL time.Duration
+	// MaxTTL is the longest a caller may ask for. Default 24h.
+	MaxTTL time.Duration
+	// MaxPerDevice and MaxPerKey bound the calls queued for one device and
+	// by one caller. Defaults 100 and 1000.
+	MaxPerDevice, MaxPerKey int
+	// Retention: finished calls are deleted this long after they end.
+	// Default 7 days.
+	Retention time.Duration
+	// SweepInterval is how often expiry and callbacks are checked.
+	// Default 1s.
+	SweepInterval time.Duration
+	// HTTPClient posts callbacks; nil: a client with CallbackTimeout.
+	HTTPClient *http.Client
+	// CallbackTimeout bounds one callback post. Default 10s.
+	CallbackTimeout time.Duration
+	// CallbackTries is how many times a callback is tried. Default 8.
+	CallbackTries int
+	// CallbackBackoff is the wait after the first failed try, doubled after
+	// each, up to 5 minutes. Default 1s.
+	CallbackBackoff time.Duration
+	// Authorize, when set, is asked just before a call is delivered whether
+	// its caller may still make it (a key revoked, expired or narrowed since
+	// it queued the call may not): an error wrapping ErrForbidden fails the
+	// call, reason "forbidden", without sending it; any other error (the
+	// store failing) leaves it queued for a later try. alias is the
+	// device's alias now.
+	Authorize func(ctx context.Context, caller, device, alias, tool string) error
+	// Tools sets per-tool defaults by path.Match pattern ("self.camera.*"):
+	// PolicyAlways or PolicyNever. The most specific (longest) pattern wins.
+	Tools map[string]Policy
+}
+
+// Queue stores and delivers queued calls. It is safe for concurrent use.
+type Queue struct {
+	cfg Config
+	hub *hub.Hub
+	st  store.CallStore
+	log *slog.Logger
+	m   *metrics.Metrics
+
+	// submitMu serialises the limit check and the insert of a new call, so
+	// that two submits cannot both take the last place.
+	submitMu sync.Mutex
+
+	mu      sync.Mutex
+	workers map[string]*worker // guarded by mu; by device id, while delivering
+	waiting map[string]bool    // guarded by mu; devices that may have queued calls
+	stopped bool               // guarded by mu; set when Run ends: no new workers
+	wg      sync.WaitGroup     // workers
+
+	callbacks chan struct{} // wakes the callback loop
+	started   chan struct{} // closed once Run has interrupted stale calls
+	startOnce sync.Once
+	runCtx    context.Context // Run's ctx, for workers started by Submit; set before started closes
+}
+
+type worker struct{ again bool }
+
+// New checks cfg and returns a Queue; Run makes it deliver.
+func New(cfg Config) (*Queue, error) {
+	if cfg.Hub == nil || cfg.Store == nil {
+		return nil, errors.New("queue: Config.Hub and Config.Store are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New()
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&cfg.DefaultTTL, time.Hour}, {&cfg.MaxTTL, 24 * time.Hour}, {&cfg.Retention, 7 * 24 * time.Hour},
+		{&cfg.SweepInterval, time.Second}, {&cfg.CallbackTimeout, 10 * time.Second}, {&cfg.CallbackBackoff, time.Second}} {
+		if *d.v < 0 {
+			return nil, fmt.Errorf("queue: durations must not be negative, got %s", *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if cfg.DefaultTTL > cfg.MaxTTL {
+		return nil, fmt.Errorf("queue: default TTL %s exceeds the maximum %s", cfg.DefaultTTL, cfg.MaxTTL)
+	}
+	if cfg.MaxPerDevice <= 0 {
+		cfg.MaxPerDevice = 100
+	}
+	if cfg.MaxPerKey <= 0 {
+		cfg.MaxPerKey = 1000
+	}
+	if cfg.CallbackTries <= 0 {
+		cfg.CallbackTries = 8
+	}
+	for pattern, p := range cfg.Tools {
+		if _, err := path.Match(pattern, ""); err != nil {
+			return nil, fmt.Errorf("queue: tool pattern %q: %w", pattern, err)
+		}
+		if _, err := ParsePolicy(string(p)); err != nil {
+			return nil, fmt.Errorf("queue: tool pattern %q: %w", pattern, err)
+		}
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: cfg.CallbackTimeout}
+	}
+	return &Queue{cfg: cfg, hub: cfg.Hub, st: cfg.Store, log: cfg.Logger.With("component", "queue"), m: cfg.Metrics,
+		workers: make(map[string]*worker), waiting: make(map[string]bool),
+		callbacks: make(chan struct{}, 1), started: make(chan struct{})}, nil
+}
+
+// Request is a call to queue.
+type Request struct {
+	hub.CallRequest
+	// TTL is how long the call may wait; 0: Config.DefaultTTL.
+	TTL time.Duration
+	// CallbackURL, when set, receives the call once it is final, signed
+	// with CallbackSecret when that is set.
+	CallbackURL, CallbackSecret string
+}
+
+// Submit validates req against the device's last known catalog and stores
+// it queued. It returns the call, or ErrBadRequest, ErrFull, or the hub's
+// errors (ErrDeviceNotFound, ErrToolNotFound, a *hub.ValidationError, a
+// rate refusal). It does not look at whether the device is online: the
+// caller runs a call to an online device live instead.
+func (q *Queue) Submit(ctx context.Context, req Request) (store.QueuedCall, error) {
+	ttl, err := q.ttl(req)
+	if err != nil {
+		return store.QueuedCall{}, err
+	}
+	dev, err := q.hub.CheckCall(req.CallRequest)
+	if err != nil {
+		return store.QueuedCall{}, err
+	}
+	args := normArgs(req.Arguments)
+	caller := req.Caller
+	if caller == "" {
+		caller = "local"
+	}
+	now := time.Now().UTC()
+	c := store.QueuedCall{ID: newID(), Device: dev.ID, Tool: req.Tool, Arguments: args,
+		TimeoutMS: req.Timeout.Milliseconds(), Caller: caller, Door: req.Door, State: store.CallQueued,
+		QueuedAt: now, ExpiresAt: now.Add(ttl), CallbackURL: req.CallbackURL, CallbackSecret: req.CallbackSecret}
+
+	q.submitMu.Lock()
+	perDevice, perKey, err := q.st.CountQueuedCalls(ctx, dev.ID, caller)
+	if err == nil {
+		switch {
+		case perDevice >= q.cfg.MaxPerDevice:
+			err = fmt.Errorf("%w: %s already has %d queued calls (the limit)", ErrFull, dev.ID, perDevice)
+		case perKey >= q.cfg.MaxPerKey:
+			err = fmt.Errorf("%w: caller %q already has %d queued calls (the limit)", ErrFull, caller, perKey)
+		default:
+			c, err = q.st.CreateCall(ctx, c)
+		}
+	}
+	q.submitMu.Unlock()
+	if err != nil {
+		return store.QueuedCall{}, err
+	}
+	q.m.QueuedCalls.WithLabelValues("queued").Inc()
+	exp := c.ExpiresAt
+	q.hub.Publish(hub.Event{Type: hub.EventCallQueued, Device: c.Device,
+		Data: hub.QueuedCallData{CallID: c.ID, Tool: c.Tool, Caller: c.Caller, ExpiresAt: &exp}})
+	q.log.Debug("call queued", "call_id", c.ID, "device_id", c.Device, "tool", c.Tool, "ttl", ttl)
+	q.mu.Lock()
+	q.waiting[c.Device] = true
+	q.mu.Unlock()
+	q.kick(c.Device) // the device may have come online meanwhile
+	return c, nil
+}
+
+// Get returns one call.
+func (q *Queue) Get(ctx context.Context, id string) (store.QueuedCall, error) {
+	c, err := q.st.QueuedCall(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.QueuedCall{}, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	return c, err
+}
+
+// List returns the calls matching query, in queue order. Query.Device is
+// an id or alias of a known device, or a normalised id.
+func (q *Queue) List(ctx context.Context, query store.CallQuery) ([]store.QueuedCall, error) {
+	if query.Device != "" {
+		if d, err := q.hub.Device(query.Device); err == nil {
+			query.Device = d.ID
+		}
+	}
+	return q.st.QueuedCalls(ctx, query)
+}
+
+// Cancel cancels a queued call: ErrNotFound, or ErrNotCancellable when it
+// is no longer queued. by names who cancelled (a caller, or why), for the
+// call's error text.
+func (q *Queue) Cancel(ctx context.Context, id, by string) (store.QueuedCall, error) {
+	c, err := q.Get(ctx, id)
+	if err != nil {
+		return store.QueuedCall{}, err
+	}
+	if c.State != store.CallQueued {
+		return c, fmt.Errorf("%w: %s is %s", ErrNotCancellable, id, c.State)
+	}
+	if by == "" {
+		by = "local"
+	}
+	c.State, c.FinishedAt, c.Error = store.CallCancelled, time.Now().UTC(), "cancelled by "+by
+	if c.CallbackURL != "" {
+		c.CallbackState = store.CallbackPending
+	}
+	if err := q.st.UpdateCall(ctx, c, store.CallQueued); err != nil {
+		if errors.Is(err, store.ErrStateChanged) {
+			if cur, gerr := q.Get(ctx, id); gerr == nil {
+				return cur, fmt.Errorf("%w: %s is %s", ErrNotCancellable, id, cur.State)
+			}
+			return c, fmt.Errorf("%w: %s", ErrNotCancellable, id)
+		}
+		return store.QueuedCall{}, err
+	}
+	q.ended(c)
+	return c, nil
+}
+
+// ended counts, audits and announces a call that reached a final state,
+// and wakes the callback loop when it has a callback.
+func (q *Queue) ended(c store.QueuedCall) {
+	outcome := Outcome(c)
+	label := string(c.State)
+	q.m.QueuedCalls.WithLabelValues(label).Inc()
+	if q.cfg.Audit != nil {
+		q.cfg.Audit(q.record(c, outcome))
+	}
+	switch c.State {
+	case store.CallExpired:
+		q.hub.Publish(hub.Event{Type: hub.EventCallExpired, Device: c.Device,
+			Data: hub.QueuedCallData{CallID: c.ID, Tool: c.Tool, Caller: c.Caller, Error: c.Error}})
+	case store.CallCancelled:
+		q.hub.Publish(hub.Event{Type: hub.EventCallCancelled, Device: c.Device,
+			Data: hub.QueuedCallData{CallID: c.ID, Tool: c.Tool, Caller: c.Caller, Error: c.Error}})
+	default:
+		data := hub.CallData{Tool: c.Tool, Caller: c.Caller, Door: c.Door, Outcome: outcome,
+			CallID: c.ID, Queued: true, Error: c.Error, IsError: outcome == "tool_error"}
+		if !c.StartedAt.IsZero() && !c.FinishedAt.IsZero() {
+			data.DurationMS = float64(c.FinishedAt.Sub(c.StartedAt).Microseconds()) / 1000
+		}
+		q.hub.Publish(hub.Event{Type: hub.EventCall, Device: c.Device, Data: data})
+	}
+	q.log.Debug("queued call ended", "call_id", c.ID, "device_id", c.Device, "state", c.State, "outcome", outcome)
+	if c.CallbackState == store.CallbackPending {
+		select {
+		case q.callbacks <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Outcome is a final call's outcome as the audit log and call_completed
+// events name it: "ok", "tool_error", the failure's reason, "expired" or
+// "cancelled"; "" while the call is not final.
+func Outcome(c store.QueuedCall) string {
+	switch c.State {
+	case store.CallDone:
+		var r struct {
+			IsError bool `json:"isError"`
+		}
+		if json.Unmarshal(c.Result, &r) == nil && r.IsError {
+			return "tool_error"
+		}
+		return "ok"
+	case store.CallFailed:
+		if c.Reason != "" {
+			return c.Reason
+		}
+		return "failed"
+	case store.CallExpired, store.CallCancelled:
+		return string(c.State)
+	}
+	return ""
+}
+
+// record is the audit record of a finished call: its time is when it was
+// delivered, or when it ended undelivered.
+func (q *Queue) record(c store.QueuedCall, outcome string) hub.CallRecord {
+	rec := hub.CallRecord{Start: c.FinishedAt, Caller: c.Caller, Door: c.Door, Device: c.Device, Tool: c.Tool,
+		Arguments: c.Arguments, Outcome: outcome, CallID: c.ID, QueuedAt: c.QueuedAt}
+	if !c.StartedAt.IsZero() {
+		rec.Start = c.StartedAt
+		rec.Latency = c.FinishedAt.Sub(c.StartedAt)
+	}
+	switch {
+	case outcome == "tool_error":
+		rec.ErrorCode, rec.Error = "tool_error", toolErrorText(c.Result)
+	case outcome != "ok":
+		rec.ErrorCode, rec.Error = outcome, c.Error
+	}
+	return rec
+}
+
+func toolErrorText(result json.RawMessage) string {
+	var r struct {
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+	}
+	if json.Unmarshal(result, &r) == nil {
+		for _, it := range r.Content {
+			if it.Type == "text" {
+				if len(it.Text) > 1024 {
+					return it.Text[:1024]
+				}
+				return it.Text
+			}
+		}
+	}
+	return ""
+}
+
+func checkCallbackURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%w: callback_url %q: want an absolute http or https URL", ErrBadRequest, s)
+	}
+	if len(s) > 2048 {
+		return fmt.Errorf("%w: callback_url is longer than 2048 bytes", ErrBadRequest)
+	}
+	return nil
+}
+
+func normArgs(a json.RawMessage) json.RawMessage {
+	a = bytes.TrimSpace(a)
+	if len(a) == 0 || string(a) == "null" {
+		return json.RawMessage("{}")
+	}
+	return a
+}
+
+// newID returns a call id: "call_" and 16 random hex digits.
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return "call_" + hex.EncodeToString(b[:])
+}
+
+// Policy is an operator's per-tool default for queuing (Config.Tools).
+type Policy string
+
+// The policies. The zero Policy leaves it to the caller.
+const (
+	// PolicyAlways queues a call to an offline device even when the
+	// caller did not ask for it.
+	PolicyAlways Policy = "always"
+	// PolicyNever refuses to queue: a call that is harmful to run late
+	// (a photo taken hours later).
+	PolicyNever Policy = "never"
+)
+
+// ParsePolicy reads "always" or "never".
+func ParsePolicy(s string) (Policy, error) {
+	switch p := Policy(s); p {
+	case PolicyAlways, PolicyNever:
+		return p, nil
+	}
+	return "", fmt.Errorf("queue policy %q: want always or never", s)
+}
+
+// PolicyFor returns the policy of the most specific Config.Tools pattern
+// matching tool (the longest; ties alphabetically), or "".
+func (q *Queue) PolicyFor(tool string) Policy {
+	best := ""
+	found := false
+	for pattern := range q.cfg.Tools {
+		if ok, _ := path.Match(pattern, tool); !ok {
+			continue
+		}
+		if !found || len(pattern) > len(best) || (len(pattern) == len(best) && pattern < best) {
+			best, found = pattern, true
+		}
+	}
+	if !found {
+		return ""
+	}
+	return q.cfg.Tools[best]
+}
+
+// CheckOptions checks a request's TTL and callback without queuing it, for
+// a door that runs the call live when the device is online.
+func (q *Queue) CheckOptions(req Request) error {
+	_, err := q.ttl(req)
+	return err
+}
+
+func (q *Queue) ttl(req Request) (time.Duration, error) {
+	ttl := req.TTL
+	switch {
+	case ttl < 0:
+		return 0, fmt.Errorf("%w: ttl %s is negative", ErrBadRequest, ttl)
+	case ttl == 0:
+		ttl = q.cfg.DefaultTTL
+	case ttl > q.cfg.MaxTTL:
+		return 0, fmt.Errorf("%w: ttl %s exceeds the maximum of %s", ErrBadRequest, ttl, q.cfg.MaxTTL)
+	case ttl < time.Second:
+		return 0, fmt.Errorf("%w: ttl %s: want at least 1s", ErrBadRequest, ttl)
+	}
+	if err := checkCallbackURL(req.CallbackURL); err != nil {
+		return 0, err
+	}
+	if req.CallbackSecret != "" && req.CallbackURL == "" {
+		return 0, fmt.Errorf("%w: a callback secret without a callback URL", ErrBadRequest)
+	}
+	if p := q.PolicyFor(req.Tool); p == PolicyNever {
+		return 0, fmt.Errorf("%w: %s is configured never to be queued (running it late could do harm)", ErrBadRequest, req.Tool)
+	}
+	return ttl, nil
+}

@@ -1,0 +1,141 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+)
+
+func newQueue(t *testing.T, cfg Config) (*Queue, store.Store) {
+	t.Helper()
+	s := storetest.Open(t, "", t.TempDir())
+	cfg.Hub, cfg.Store = hub.New(hub.Config{}), s
+	q, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q, s
+}
+
+func TestConfig(t *testing.T) {
+	h := hub.New(hub.Config{})
+	s := storetest.Open(t, "", t.TempDir())
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "required"},
+		{Config{Hub: h, Store: s, MaxTTL: -time.Second}, "negative"},
+		{Config{Hub: h, Store: s, DefaultTTL: 2 * time.Hour, MaxTTL: time.Hour}, "exceeds"},
+		{Config{Hub: h, Store: s, Tools: map[string]Policy{"self.*": "sometimes"}}, "want always or never"},
+		{Config{Hub: h, Store: s, Tools: map[string]Policy{"[": PolicyNever}}, "pattern"},
+	} {
+		if _, err := New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v): %v, want an error saying %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+func TestPolicyFor(t *testing.T) {
+	q, _ := newQueue(t, Config{Tools: map[string]Policy{
+		"self.*": PolicyAlways, "self.camera.*": PolicyNever, "self.camera.take_photo": PolicyAlways}})
+	for tool, want := range map[string]Policy{
+		"self.audio_speaker.set_volume": PolicyAlways,
+		"self.camera.explain":           PolicyNever,
+		"self.camera.take_photo":        PolicyAlways, // the most specific wins
+		"other.tool":                    "",
+	} {
+		if got := q.PolicyFor(tool); got != want {
+			t.Errorf("PolicyFor(%s) = %q, want %q", tool, got, want)
+		}
+	}
+}
+
+func TestSubmitRefusals(t *testing.T) {
+	q, _ := newQueue(t, Config{MaxTTL: time.Hour, Tools: map[string]Policy{"self.camera.*": PolicyNever}})
+	req := func(ttl time.Duration, tool, url, secret string) Request {
+		return Request{CallRequest: hub.CallRequest{Device: "02:00:00:00:00:01", Tool: tool}, TTL: ttl, CallbackURL: url, CallbackSecret: secret}
+	}
+	for _, tc := range []struct {
+		name string
+		req  Request
+		want error
+	}{
+		{"negative ttl", req(-time.Second, "t", "", ""), ErrBadRequest},
+		{"ttl over the max", req(2*time.Hour, "t", "", ""), ErrBadRequest},
+		{"ttl under a second", req(time.Millisecond, "t", "", ""), ErrBadRequest},
+		{"callback not http", req(0, "t", "ftp://x/", ""), ErrBadRequest},
+		{"callback relative", req(0, "t", "/hook", ""), ErrBadRequest},
+		{"secret alone", req(0, "t", "", "s"), ErrBadRequest},
+		{"never-queue tool", req(0, "self.camera.take_photo", "", ""), ErrBadRequest},
+		{"unknown device", req(0, "t", "https://example.com/hook", "s"), hub.ErrDeviceNotFound},
+	} {
+		if _, err := q.Submit(t.Context(), tc.req); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestOutcome(t *testing.T) {
+	for _, tc := range []struct {
+		c    store.QueuedCall
+		want string
+	}{
+		{store.QueuedCall{State: store.CallQueued}, ""},
+		{store.QueuedCall{State: store.CallDone, Result: []byte(`{"content":[],"isError":false}`)}, "ok"},
+		{store.QueuedCall{State: store.CallDone, Result: []byte(`{"content":[{"type":"text","text":"no"}],"isError":true}`)}, "tool_error"},
+		{store.QueuedCall{State: store.CallFailed, Reason: store.ReasonInterrupted}, "interrupted"},
+		{store.QueuedCall{State: store.CallExpired}, "expired"},
+		{store.QueuedCall{State: store.CallCancelled}, "cancelled"},
+	} {
+		if got := Outcome(tc.c); got != tc.want {
+			t.Errorf("Outcome(%+v) = %q, want %q", tc.c, got, tc.want)
+		}
+	}
+}
+
+// TestRunInterruptsAndStops: Run fails the calls a previous run left
+// running, keeps queued ones, and returns when its context ends.
+func TestRunInterruptsAndStops(t *testing.T) {
+	var audited []hub.CallRecord
+	q, s := newQueue(t, Config{Audit: func(r hub.CallRecord) { audited = append(audited, r) }})
+	now := time.Now()
+	for _, id := range []string{"call_a", "call_b"} {
+		if _, err := s.CreateCall(t.Context(), store.QueuedCall{ID: id, Device: "02:00:00:00:00:01", Tool: "t",
+			Arguments: []byte(`{}`), Caller: "k", Door: "rest", State: store.CallQueued, QueuedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, _ := s.QueuedCall(t.Context(), "call_a")
+	a.State, a.Attempts, a.StartedAt = store.CallRunning, 1, now
+	if err := s.UpdateCall(t.Context(), a, store.CallQueued); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- q.Run(ctx) }()
+	select {
+	case <-q.Started():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not start")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got, _ := s.QueuedCall(t.Context(), "call_a"); got.State != store.CallFailed || got.Reason != store.ReasonInterrupted {
+		t.Errorf("running call after Run started: %+v", got)
+	}
+	if got, _ := s.QueuedCall(t.Context(), "call_b"); got.State != store.CallQueued {
+		t.Errorf("queued call after Run started: %+v", got)
+	}
+	if len(audited) != 1 || audited[0].CallID != "call_a" || audited[0].Outcome != "interrupted" || audited[0].QueuedAt.IsZero() {
+		t.Errorf("audited %+v; want call_a once, interrupted", audited)
+	}
+}

@@ -1,0 +1,148 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func scanPgCall(row pgx.Row) (QueuedCall, error) {
+	var c QueuedCall
+	var args string
+	var result *string
+	var started, finished, next *time.Time
+	var state string
+	if err := row.Scan(&c.Seq, &c.ID, &c.Device, &c.Tool, &args, &c.TimeoutMS, &c.Caller, &c.Door, &state,
+		&c.Reason, &c.Error, &result, &c.Attempts, &c.QueuedAt, &c.ExpiresAt, &started, &finished,
+		&c.CallbackURL, &c.CallbackSecret, &c.CallbackState, &c.CallbackAttempts, &next); err != nil {
+		return QueuedCall{}, err
+	}
+	c.State = CallState(state)
+	c.Arguments = json.RawMessage(args)
+	if result != nil {
+		c.Result = json.RawMessage(*result)
+	}
+	c.QueuedAt, c.ExpiresAt = c.QueuedAt.UTC(), c.ExpiresAt.UTC()
+	c.StartedAt, c.FinishedAt, c.CallbackNext = fromTS(started), fromTS(finished), fromTS(next)
+	return c, nil
+}
+
+func collectPgCalls(rows pgx.Rows) ([]QueuedCall, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (QueuedCall, error) { return scanPgCall(row) })
+}
+
+func (s *pgStore) CreateCall(ctx context.Context, c QueuedCall) (QueuedCall, error) {
+	if err := validateCall(c); err != nil {
+		return QueuedCall{}, err
+	}
+	err := s.pool.QueryRow(ctx, `INSERT INTO calls
+		(id, device, tool, arguments, timeout_ms, caller, door, state, queued_at, expires_at, callback_url, callback_secret)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (id) DO NOTHING RETURNING seq`,
+		c.ID, c.Device, c.Tool, string(c.Arguments), c.TimeoutMS, c.Caller, c.Door, string(c.State),
+		c.QueuedAt, c.ExpiresAt, c.CallbackURL, c.CallbackSecret).Scan(&c.Seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return QueuedCall{}, fmt.Errorf("store: create call %s: %w", c.ID, ErrExists)
+	}
+	if err != nil {
+		return QueuedCall{}, fmt.Errorf("store: create call %s: %w", c.ID, err)
+	}
+	c.QueuedAt, c.ExpiresAt = c.QueuedAt.Truncate(time.Microsecond).UTC(), c.ExpiresAt.Truncate(time.Microsecond).UTC()
+	return c, nil
+}
+
+func (s *pgStore) QueuedCall(ctx context.Context, id string) (QueuedCall, error) {
+	c, err := scanPgCall(s.pool.QueryRow(ctx, `SELECT `+callColumns+` FROM calls WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return QueuedCall{}, fmt.Errorf("store: call %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return QueuedCall{}, fmt.Errorf("store: call %s: %w", id, err)
+	}
+	return c, nil
+}
+
+func (s *pgStore) QueuedCalls(ctx context.Context, q CallQuery) ([]QueuedCall, error) {
+	query, args := callsSQL(q, func(n int) string { return fmt.Sprintf("$%d", n) }, func(t time.Time) any { return t })
+	rows, err := s.pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: calls: %w", err)
+	}
+	out, err := collectPgCalls(rows)
+	if err != nil {
+		return nil, fmt.Errorf("store: calls: %w", err)
+	}
+	return out, nil
+}
+
+func (s *pgStore) CountQueuedCalls(ctx context.Context, device, caller string) (perDevice, perCaller int, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT
+		(SELECT COUNT(*) FROM calls WHERE device = $1 AND state = 'queued'),
+		(SELECT COUNT(*) FROM calls WHERE caller = $2 AND state = 'queued')`, device, caller).Scan(&perDevice, &perCaller)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: count calls: %w", err)
+	}
+	return perDevice, perCaller, nil
+}
+
+func (s *pgStore) UpdateCall(ctx context.Context, c QueuedCall, from CallState) error {
+	if !c.State.Valid() {
+		return fmt.Errorf("store: update call %s: bad state %q", c.ID, c.State)
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE calls SET state = $1, reason = $2, error = $3, result = $4, attempts = $5,
+		started_at = $6, finished_at = $7, callback_state = $8, callback_attempts = $9, callback_next = $10
+		WHERE id = $11 AND state = $12`,
+		string(c.State), c.Reason, c.Error, callResult(c.Result), c.Attempts, ts(c.StartedAt), ts(c.FinishedAt),
+		c.CallbackState, c.CallbackAttempts, ts(c.CallbackNext), c.ID, string(from))
+	if err != nil {
+		return fmt.Errorf("store: update call %s: %w", c.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		if _, err := s.QueuedCall(ctx, c.ID); err != nil {
+			return err
+		}
+		return fmt.Errorf("store: update call %s: %w: not %s any more", c.ID, ErrStateChanged, from)
+	}
+	return nil
+}
+
+const pgFinishSQL = `UPDATE calls SET state = $1, reason = $2, error = $3, finished_at = $4,
+	callback_state = CASE WHEN callback_url <> '' THEN 'pending' ELSE '' END
+	WHERE %s RETURNING ` + callColumns
+
+func (s *pgStore) ExpireCalls(ctx context.Context, now time.Time) ([]QueuedCall, error) {
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(pgFinishSQL, `state = 'queued' AND expires_at <= $4`),
+		string(CallExpired), "", "its time to live passed before it was delivered", now)
+	if err != nil {
+		return nil, fmt.Errorf("store: expire calls: %w", err)
+	}
+	out, err := collectPgCalls(rows)
+	if err != nil {
+		return nil, fmt.Errorf("store: expire calls: %w", err)
+	}
+	return out, nil
+}
+
+func (s *pgStore) InterruptCalls(ctx context.Context, now time.Time) ([]QueuedCall, error) {
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(pgFinishSQL, `state = 'running'`),
+		string(CallFailed), ReasonInterrupted, interruptedText, now)
+	if err != nil {
+		return nil, fmt.Errorf("store: interrupt calls: %w", err)
+	}
+	out, err := collectPgCalls(rows)
+	if err != nil {
+		return nil, fmt.Errorf("store: interrupt calls: %w", err)
+	}
+	return out, nil
+}
+
+func (s *pgStore) PruneCalls(ctx context.Context, finishedBefore time.Time) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM calls WHERE finished_at < $1 AND callback_state <> 'pending'`, finishedBefore)
+	if err != nil {
+		return 0, fmt.Errorf("store: prune calls: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,164 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+func scanSQLiteCall(row interface{ Scan(...any) error }) (QueuedCall, error) {
+	var c QueuedCall
+	var args string
+	var result sql.NullString
+	var queued, expires int64
+	var started, finished, next sql.NullInt64
+	if err := row.Scan(&c.Seq, &c.ID, &c.Device, &c.Tool, &args, &c.TimeoutMS, &c.Caller, &c.Door, &c.State,
+		&c.Reason, &c.Error, &result, &c.Attempts, &queued, &expires, &started, &finished,
+		&c.CallbackURL, &c.CallbackSecret, &c.CallbackState, &c.CallbackAttempts, &next); err != nil {
+		return QueuedCall{}, err
+	}
+	c.Arguments = json.RawMessage(args)
+	if result.Valid {
+		c.Result = json.RawMessage(result.String)
+	}
+	c.QueuedAt, c.ExpiresAt = time.UnixMicro(queued).UTC(), time.UnixMicro(expires).UTC()
+	c.StartedAt, c.FinishedAt, c.CallbackNext = fromMicros(started), fromMicros(finished), fromMicros(next)
+	return c, nil
+}
+
+func scanSQLiteCalls(rows *sql.Rows) ([]QueuedCall, error) {
+	defer rows.Close()
+	var out []QueuedCall
+	for rows.Next() {
+		c, err := scanSQLiteCall(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+func (s *sqliteStore) CreateCall(ctx context.Context, c QueuedCall) (QueuedCall, error) {
+	if err := validateCall(c); err != nil {
+		return QueuedCall{}, err
+	}
+	err := s.w.QueryRowContext(ctx, `INSERT INTO calls
+		(id, device, tool, arguments, timeout_ms, caller, door, state, queued_at, expires_at, callback_url, callback_secret)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING seq`,
+		c.ID, c.Device, c.Tool, string(c.Arguments), c.TimeoutMS, c.Caller, c.Door, string(c.State),
+		c.QueuedAt.UnixMicro(), c.ExpiresAt.UnixMicro(), c.CallbackURL, c.CallbackSecret).Scan(&c.Seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return QueuedCall{}, fmt.Errorf("store: create call %s: %w", c.ID, ErrExists)
+	}
+	if err != nil {
+		return QueuedCall{}, fmt.Errorf("store: create call %s: %w", c.ID, err)
+	}
+	c.QueuedAt, c.ExpiresAt = c.QueuedAt.Truncate(time.Microsecond).UTC(), c.ExpiresAt.Truncate(time.Microsecond).UTC()
+	return c, nil
+}
+
+func (s *sqliteStore) QueuedCall(ctx context.Context, id string) (QueuedCall, error) {
+	c, err := scanSQLiteCall(s.r.QueryRowContext(ctx, `SELECT `+callColumns+` FROM calls WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return QueuedCall{}, fmt.Errorf("store: call %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return QueuedCall{}, fmt.Errorf("store: call %s: %w", id, err)
+	}
+	return c, nil
+}
+
+func (s *sqliteStore) QueuedCalls(ctx context.Context, q CallQuery) ([]QueuedCall, error) {
+	query, args := callsSQL(q, func(int) string { return "?" }, func(t time.Time) any { return t.UnixMicro() })
+	rows, err := s.r.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: calls: %w", err)
+	}
+	out, err := scanSQLiteCalls(rows)
+	if err != nil {
+		return nil, fmt.Errorf("store: calls: %w", err)
+	}
+	return out, nil
+}
+
+func (s *sqliteStore) CountQueuedCalls(ctx context.Context, device, caller string) (perDevice, perCaller int, err error) {
+	err = s.r.QueryRowContext(ctx, `SELECT
+		(SELECT COUNT(*) FROM calls WHERE device = ? AND state = 'queued'),
+		(SELECT COUNT(*) FROM calls WHERE caller = ? AND state = 'queued')`, device, caller).Scan(&perDevice, &perCaller)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: count calls: %w", err)
+	}
+	return perDevice, perCaller, nil
+}
+
+func (s *sqliteStore) UpdateCall(ctx context.Context, c QueuedCall, from CallState) error {
+	if !c.State.Valid() {
+		return fmt.Errorf("store: update call %s: bad state %q", c.ID, c.State)
+	}
+	res, err := s.w.ExecContext(ctx, `UPDATE calls SET state = ?, reason = ?, error = ?, result = ?, attempts = ?,
+		started_at = ?, finished_at = ?, callback_state = ?, callback_attempts = ?, callback_next = ?
+		WHERE id = ? AND state = ?`,
+		string(c.State), c.Reason, c.Error, callResult(c.Result), c.Attempts, micros(c.StartedAt), micros(c.FinishedAt),
+		c.CallbackState, c.CallbackAttempts, micros(c.CallbackNext), c.ID, string(from))
+	if err != nil {
+		return fmt.Errorf("store: update call %s: %w", c.ID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("store: update call %s: %w", c.ID, err)
+	} else if n == 0 {
+		if _, err := s.QueuedCall(ctx, c.ID); err != nil {
+			return err
+		}
+		return fmt.Errorf("store: update call %s: %w: not %s any more", c.ID, ErrStateChanged, from)
+	}
+	return nil
+}
+
+// finishSQL moves every call matching where to state, at a time, with a
+// reason and error, and marks its callback pending when it has one.
+const sqliteFinishSQL = `UPDATE calls SET state = ?, reason = ?, error = ?, finished_at = ?,
+	callback_state = CASE WHEN callback_url <> '' THEN 'pending' ELSE '' END
+	WHERE %s RETURNING ` + callColumns
+
+func (s *sqliteStore) ExpireCalls(ctx context.Context, now time.Time) ([]QueuedCall, error) {
+	rows, err := s.w.QueryContext(ctx, fmt.Sprintf(sqliteFinishSQL, `state = 'queued' AND expires_at <= ?`),
+		string(CallExpired), "", "its time to live passed before it was delivered", now.UnixMicro(), now.UnixMicro())
+	if err != nil {
+		return nil, fmt.Errorf("store: expire calls: %w", err)
+	}
+	out, err := scanSQLiteCalls(rows)
+	if err != nil {
+		return nil, fmt.Errorf("store: expire calls: %w", err)
+	}
+	return out, nil
+}
+
+func (s *sqliteStore) InterruptCalls(ctx context.Context, now time.Time) ([]QueuedCall, error) {
+	rows, err := s.w.QueryContext(ctx, fmt.Sprintf(sqliteFinishSQL, `state = 'running'`),
+		string(CallFailed), ReasonInterrupted, interruptedText, now.UnixMicro())
+	if err != nil {
+		return nil, fmt.Errorf("store: interrupt calls: %w", err)
+	}
+	out, err := scanSQLiteCalls(rows)
+	if err != nil {
+		return nil, fmt.Errorf("store: interrupt calls: %w", err)
+	}
+	return out, nil
+}
+
+func (s *sqliteStore) PruneCalls(ctx context.Context, finishedBefore time.Time) (int64, error) {
+	res, err := s.w.ExecContext(ctx, `DELETE FROM calls WHERE finished_at < ? AND callback_state <> 'pending'`,
+		finishedBefore.UnixMicro())
+	if err != nil {
+		return 0, fmt.Errorf("store: prune calls: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("store: prune calls: %w", err)
+	}
+	return n, nil
+}

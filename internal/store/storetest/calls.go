@@ -1,0 +1,236 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/store"
+)
+
+func newCall(i int, device, caller string, queued time.Time, ttl time.Duration) store.QueuedCall {
+	return store.QueuedCall{ID: fmt.Sprintf("call_%03d", i), Device: device, Tool: "self.audio_speaker.set_volume",
+		Arguments: []byte(fmt.Sprintf(`{"volume":%d}`, i)), TimeoutMS: 5000, Caller: caller, Door: "rest",
+		State: store.CallQueued, QueuedAt: queued, ExpiresAt: queued.Add(ttl)}
+}
+
+func testCalls(t *testing.T, target Target) {
+	ctx := context.Background()
+	s := open(t, target)
+	t0 := now()
+	c := newCall(1, "aa:bb:cc:dd:ee:01", "k1", t0, time.Hour)
+	c.CallbackURL, c.CallbackSecret = "https://example.com/hook", "s3cret"
+	created, err := s.CreateCall(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created.Seq <= 0 {
+		t.Fatalf("CreateCall: seq %d, want > 0", created.Seq)
+	}
+	if _, err := s.CreateCall(ctx, c); !errors.Is(err, store.ErrExists) {
+		t.Errorf("CreateCall of an existing id: %v, want ErrExists", err)
+	}
+	got, err := s.QueuedCall(ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Seq != created.Seq || got.State != store.CallQueued || string(got.Arguments) != `{"volume":1}` ||
+		got.TimeoutMS != 5000 || got.Caller != "k1" || got.Door != "rest" || !sameTime(got.QueuedAt, t0) ||
+		!sameTime(got.ExpiresAt, t0.Add(time.Hour)) || !got.StartedAt.IsZero() || !got.FinishedAt.IsZero() ||
+		got.CallbackURL != c.CallbackURL || got.CallbackSecret != "s3cret" || got.Result != nil {
+		t.Errorf("QueuedCall = %+v\nwant what was created: %+v", got, created)
+	}
+	_, err = s.QueuedCall(ctx, "call_nope")
+	wantNotFound(t, "QueuedCall of an unknown id", err)
+
+	// queued -> running is a compare-and-set: only one of two racers wins.
+	running := got
+	running.State, running.Attempts, running.StartedAt = store.CallRunning, 1, t0.Add(time.Minute)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		wg.Go(func() { errs[i] = s.UpdateCall(ctx, running, store.CallQueued) })
+	}
+	wg.Wait()
+	if (errs[0] == nil) == (errs[1] == nil) {
+		t.Fatalf("two racing queued->running updates: %v and %v; want exactly one to win", errs[0], errs[1])
+	}
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, store.ErrStateChanged) {
+			t.Errorf("losing update: %v, want ErrStateChanged", err)
+		}
+	}
+	// A cancel that comes too late loses too.
+	cancelled := got
+	cancelled.State = store.CallCancelled
+	if err := s.UpdateCall(ctx, cancelled, store.CallQueued); !errors.Is(err, store.ErrStateChanged) {
+		t.Errorf("cancelling a running call: %v, want ErrStateChanged", err)
+	}
+	wantNotFound(t, "UpdateCall of an unknown id", s.UpdateCall(ctx, store.QueuedCall{ID: "call_nope", State: store.CallDone}, store.CallQueued))
+
+	done := running
+	done.State, done.FinishedAt = store.CallDone, t0.Add(2*time.Minute)
+	done.Result = []byte(`{"content":[{"type":"text","text":"true"}],"isError":false}`)
+	done.CallbackState, done.CallbackNext = store.CallbackPending, t0.Add(3*time.Minute)
+	if err := s.UpdateCall(ctx, done, store.CallRunning); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.QueuedCall(ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != store.CallDone || got.Attempts != 1 || string(got.Result) != string(done.Result) ||
+		!sameTime(got.StartedAt, running.StartedAt) || !sameTime(got.FinishedAt, done.FinishedAt) ||
+		got.CallbackState != store.CallbackPending || !sameTime(got.CallbackNext, done.CallbackNext) {
+		t.Errorf("after done: %+v", got)
+	}
+	// Callback progress is written with from = the final state itself.
+	if due, err := s.QueuedCalls(ctx, store.CallQuery{CallbackDue: t0.Add(time.Minute)}); err != nil || len(due) != 0 {
+		t.Errorf("callbacks due before their time: %v, %v", due, err)
+	}
+	if due, err := s.QueuedCalls(ctx, store.CallQuery{CallbackDue: t0.Add(5 * time.Minute)}); err != nil || len(due) != 1 {
+		t.Errorf("callbacks due: %v, %v; want the call", due, err)
+	}
+	got.CallbackState, got.CallbackAttempts = store.CallbackDelivered, 1
+	if err := s.UpdateCall(ctx, got, store.CallDone); err != nil {
+		t.Fatal(err)
+	}
+	if due, err := s.QueuedCalls(ctx, store.CallQuery{CallbackDue: t0.Add(5 * time.Minute)}); err != nil || len(due) != 0 {
+		t.Errorf("callbacks due after delivery: %v, %v", due, err)
+	}
+}
+
+func testCallQueries(t *testing.T, target Target) {
+	ctx := context.Background()
+	s := open(t, target)
+	t0 := now()
+	devA, devB := "aa:bb:cc:dd:ee:01", "aa:bb:cc:dd:ee:02"
+	var seqs []int64
+	for i := range 6 {
+		dev, caller := devA, "k1"
+		if i%2 == 1 {
+			dev, caller = devB, "k2"
+		}
+		c, err := s.CreateCall(ctx, newCall(i, dev, caller, t0.Add(time.Duration(i)*time.Second), time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, c.Seq)
+	}
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] <= seqs[i-1] {
+			t.Fatalf("seqs %v are not increasing", seqs)
+		}
+	}
+	ids := func(cs []store.QueuedCall) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.ID)
+		}
+		return out
+	}
+	check := func(what string, q store.CallQuery, want ...string) {
+		t.Helper()
+		got, err := s.QueuedCalls(ctx, q)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if fmt.Sprint(ids(got)) != fmt.Sprint(want) {
+			t.Errorf("%s: %v, want %v", what, ids(got), want)
+		}
+	}
+	check("all, in queue order", store.CallQuery{}, "call_000", "call_001", "call_002", "call_003", "call_004", "call_005")
+	check("device A", store.CallQuery{Device: devA}, "call_000", "call_002", "call_004")
+	check("caller k2", store.CallQuery{Caller: "k2"}, "call_001", "call_003", "call_005")
+	check("after, limit", store.CallQuery{After: seqs[1], Limit: 2}, "call_002", "call_003")
+
+	c2, _ := s.QueuedCall(ctx, "call_002")
+	c2.State = store.CallCancelled
+	if err := s.UpdateCall(ctx, c2, store.CallQueued); err != nil {
+		t.Fatal(err)
+	}
+	check("device A queued", store.CallQuery{Device: devA, States: []store.CallState{store.CallQueued}}, "call_000", "call_004")
+	check("cancelled or done", store.CallQuery{States: []store.CallState{store.CallCancelled, store.CallDone}}, "call_002")
+	if d, k, err := s.CountQueuedCalls(ctx, devA, "k2"); err != nil || d != 2 || k != 3 {
+		t.Errorf("CountQueuedCalls(A, k2) = %d, %d, %v; want 2, 3", d, k, err)
+	}
+}
+
+func testExpireAndInterrupt(t *testing.T, target Target) {
+	ctx := context.Background()
+	s := open(t, target)
+	t0 := now()
+	dev := "aa:bb:cc:dd:ee:01"
+	short := newCall(1, dev, "k1", t0, time.Second)
+	short.CallbackURL = "https://example.com/hook"
+	long := newCall(2, dev, "k1", t0, time.Hour)
+	run := newCall(3, dev, "k1", t0, time.Second) // expired, but running: not expired
+	for _, c := range []store.QueuedCall{short, long, run} {
+		if _, err := s.CreateCall(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run.State, run.Attempts, run.StartedAt = store.CallRunning, 1, t0
+	if err := s.UpdateCall(ctx, run, store.CallQueued); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ExpireCalls(ctx, t0.Add(500*time.Millisecond)); err != nil || len(got) != 0 {
+		t.Errorf("ExpireCalls before any TTL: %v, %v", got, err)
+	}
+	got, err := s.ExpireCalls(ctx, t0.Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].ID != short.ID || got[0].State != store.CallExpired ||
+		!sameTime(got[0].FinishedAt, t0.Add(time.Second)) || got[0].CallbackState != store.CallbackPending || got[0].Error == "" {
+		t.Errorf("ExpireCalls = %+v; want %s expired with its callback pending", got, short.ID)
+	}
+	if again, err := s.ExpireCalls(ctx, t0.Add(time.Second)); err != nil || len(again) != 0 {
+		t.Errorf("ExpireCalls again: %v, %v; want nothing", again, err)
+	}
+
+	got, err = s.InterruptCalls(ctx, t0.Add(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].ID != run.ID || got[0].State != store.CallFailed || got[0].Reason != store.ReasonInterrupted ||
+		got[0].CallbackState != "" || got[0].Attempts != 1 {
+		t.Errorf("InterruptCalls = %+v; want %s failed, interrupted", got, run.ID)
+	}
+	if l, _ := s.QueuedCall(ctx, long.ID); l.State != store.CallQueued {
+		t.Errorf("%s: %s, want still queued", long.ID, l.State)
+	}
+
+	// Pruning keeps calls with a callback still to deliver.
+	n, err := s.PruneCalls(ctx, t0.Add(time.Hour))
+	if err != nil || n != 1 {
+		t.Errorf("PruneCalls = %d, %v; want 1 (the interrupted call)", n, err)
+	}
+	if _, err := s.QueuedCall(ctx, short.ID); err != nil {
+		t.Errorf("the expired call with a pending callback was pruned: %v", err)
+	}
+}
+
+func testAuditCallFields(t *testing.T, target Target) {
+	ctx := context.Background()
+	s := open(t, target)
+	t0 := now().UTC()
+	r := rec(1, "aa:bb:cc:dd:ee:01", "self.x", "k1", t0)
+	r.CallID, r.QueuedAt = "call_001", t0.Add(-time.Hour)
+	if err := s.AppendAudit(ctx, []store.AuditRecord{r, rec(2, "aa:bb:cc:dd:ee:01", "self.x", "k1", t0)}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Audit(ctx, store.AuditQuery{})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("Audit = %v, %v", got, err)
+	}
+	if got[1].CallID != "call_001" || !sameTime(got[1].QueuedAt, r.QueuedAt) {
+		t.Errorf("queued call's record: call_id %q queued_at %v; want call_001 %v", got[1].CallID, got[1].QueuedAt, r.QueuedAt)
+	}
+	if got[0].CallID != "" || !got[0].QueuedAt.IsZero() {
+		t.Errorf("live call's record: call_id %q queued_at %v; want none", got[0].CallID, got[0].QueuedAt)
+	}
+}
