@@ -51,6 +51,9 @@ type Config struct {
 	// Audit answers GET /api/v1/audit (audit.go); nil answers 503
 	// audit_unavailable.
 	Audit AuditSource
+	// Keys answers the key routes under /api/v1/keys (keys.go); nil
+	// answers 503 keys_unavailable.
+	Keys KeyStore
 }
 
 // DefaultWriteTimeout is Config.WriteTimeout's default: ample for any answer
@@ -105,6 +108,10 @@ func New(cfg Config) (*API, error) {
 	a.mux.HandleFunc("GET /api/v1/events", a.events)
 	a.mux.HandleFunc("GET /api/v1/audit", a.answered(a.audit))
 	a.mux.HandleFunc("POST /api/v1/devices/{id}/chat", a.chat)
+	a.mux.HandleFunc("GET /api/v1/me", a.answered(a.me))
+	a.mux.HandleFunc("GET /api/v1/keys", a.answered(a.listKeys))
+	a.mux.HandleFunc("POST /api/v1/keys", a.answered(a.createKey))
+	a.mux.HandleFunc("DELETE /api/v1/keys/{id}", a.answered(a.revokeKey))
 	a.mux.HandleFunc("GET /healthz", a.answered(a.healthz))
 	a.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{}))
 	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {

@@ -20,6 +20,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/agent"
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/audit"
+	"github.com/mcpgate/mcpgate/internal/console"
 	"github.com/mcpgate/mcpgate/internal/httpguard"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/limits"
@@ -291,7 +292,7 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version, Agent: chat, Audit: flushedAudit{auditLog, cfg.Store},
+	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version, Agent: chat, Audit: flushedAudit{auditLog, cfg.Store}, Keys: cfg.Store,
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes, WriteTimeout: cfg.Limits.WriteTimeout, Limits: lim})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -359,6 +360,11 @@ func New(cfg Config) (*Gateway, error) {
 	door.Register(mux, da.doors.Wrap)
 	da.doors.RegisterOAuthRefusals(mux, guard.Wrap) // OAuth-first clients stop at once with the API-key hint
 	devices.register(mux, restWrap)
+	// The console's files are public (what it shows comes through REST with
+	// the user's key), but behind the guard: a rebound name gets nothing.
+	ui := guard.Wrap(console.Handler())
+	mux.Handle("GET /{$}", ui)
+	mux.Handle("GET "+console.Prefix, ui)
 	mux.Handle("/", restWrap(rest)) // a web page must not drive REST calls on a local gateway
 	g = &Gateway{cfg: cfg, log: cfg.Logger, metrics: m, hub: h, ws: wst, ep: ep, mqtt: mq, mqttExt: mqx, api: rest, auth: da, mcp: door, devices: devices, handler: mux, ready: make(chan struct{})}
 	g.limits = lim

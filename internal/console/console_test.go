@@ -1,0 +1,164 @@
+package console_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/hub"
+)
+
+// TestServed: the page at / and /console/, its modules under /console/,
+// with the console's security headers; unknown paths under /console/ get
+// the page (it routes by fragment); the API's own 404 is untouched.
+func TestServed(t *testing.T) {
+	gw := startGateway(t, gateway.Config{})
+	base := "http://" + gw.Addr()
+	for _, tc := range []struct{ path, ctype, contains string }{
+		{"/", "text/html", `src="/console/app.js"`},
+		{"/console/", "text/html", `src="/console/app.js"`},
+		{"/console/devices", "text/html", `src="/console/app.js"`},
+		{"/console/app.js", "text/javascript", "import"},
+		{"/console/app.css", "text/css", "prefers-color-scheme"},
+	} {
+		resp, err := http.Get(base + tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), tc.ctype) || !strings.Contains(string(b), tc.contains) {
+			t.Errorf("GET %s: %d %s, body has %q: %v", tc.path, resp.StatusCode, resp.Header.Get("Content-Type"), tc.contains, strings.Contains(string(b), tc.contains))
+		}
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") {
+			t.Errorf("GET %s: Content-Security-Policy %q", tc.path, csp)
+		}
+	}
+	resp, err := http.Get(base + "/api/v1/nope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("GET /api/v1/nope: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	// The Host guard applies to the console as to REST.
+	req, _ := http.NewRequest(http.MethodGet, base+"/", nil)
+	req.Host = "evil.example"
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("GET / with Host evil.example: %d, want 403", resp.StatusCode)
+	}
+}
+
+// TestConsoleOpen drives the console of an open loopback gateway (no keys)
+// in Chromium: simulated devices appear without a reload, a volume set
+// from the generated form shows its result and a new audit row, an
+// invalid argument shows the gateway's invalid_arguments message next to
+// the field, image results and the camera's photo show, and a device that
+// disconnects turns offline live. It leaves a screenshot of every page.
+func TestConsoleOpen(t *testing.T) {
+	ctx := browser(t, 1280, 900)
+	gw := startGateway(t, gateway.Config{})
+	base := "http://" + gw.Addr()
+
+	run(t, ctx, "open the console", chromedp.Navigate(base+"/"))
+	waitJS(t, ctx, "the devices table", `!!document.querySelector('#devices') && document.getElementById('count-online')?.textContent === '0'`)
+
+	// Three devices connect while the page is open: they appear, ready, without a reload.
+	d1, _ := simDevice(t, gw, device.ProfileESP32, 1)
+	d2, _ := simDevice(t, gw, device.ProfileSpec, 2)
+	d3, stop3 := simDevice(t, gw, device.ProfileESP32, 3)
+	for _, d := range []string{d1.MAC, d2.MAC, d3.MAC} {
+		waitJS(t, ctx, d+" ready in the table", rowState(d)+` === 'ready'`)
+	}
+	waitJS(t, ctx, "three online", `document.getElementById('count-online').textContent === '3'`)
+	screenshot(t, ctx, "devices")
+
+	// Search filters the table.
+	run(t, ctx, "search", chromedp.SendKeys(chromedp.CSS("#dev-search"), d3.MAC))
+	waitJS(t, ctx, "one row left", `document.querySelectorAll('#devices tbody tr').length === 1 && !!document.querySelector('#devices tr[data-id="`+d3.MAC+`"]')`)
+	do(t, ctx, `const q = document.getElementById('dev-search'); q.value = ''; q.dispatchEvent(new Event('input'))`)
+
+	// The device page: a volume from the generated form.
+	run(t, ctx, "device page", chromedp.Navigate(base+"/#/device/"+d1.MAC))
+	vol := `document.querySelector('details[data-tool="self.audio_speaker.set_volume"]')`
+	waitJS(t, ctx, "the volume form", vol+`?.querySelector('input[type=number][name=volume]')?.max === '100'`)
+	do(t, ctx, vol+`.open = true; `+vol+`.querySelector('input[name=volume]').value = '30'; `+vol+`.querySelector('button.primary').click()`)
+	waitJS(t, ctx, "the call's result", vol+`.querySelector('.result')?.dataset.outcome === 'ok' && `+vol+`.querySelector('.result').innerText.includes('true')`)
+	status := eval[string](t, ctx, `fetch('/api/v1/devices/`+d1.MAC+`/tools/call', {method: 'POST', body: JSON.stringify({name: 'self.get_device_status'})}).then(r => r.text())`)
+	if !strings.Contains(status, `\"volume\":30`) {
+		t.Errorf("device status after the form's call: %s", status)
+	}
+
+	// An invalid argument: the gateway's message next to the field.
+	do(t, ctx, vol+`.querySelector('input[name=volume]').value = '150'; `+vol+`.querySelector('button.primary').click()`)
+	waitJS(t, ctx, "invalid_arguments next to the field", vol+`.querySelector('.field .fielderr')?.textContent.includes('maximum') && `+vol+`.querySelector('.result')?.dataset.outcome === 'invalid_arguments'`)
+	screenshot(t, ctx, "device")
+
+	// The audit page has the call.
+	run(t, ctx, "audit page", chromedp.Navigate(base+"/#/audit"))
+	waitJS(t, ctx, "the audit row", `[...document.querySelectorAll('#audit tbody tr')].some(r => r.innerText.includes('self.audio_speaker.set_volume') && r.innerText.includes('{"volume":30}') && r.cells[5].innerText === 'ok')`)
+	screenshot(t, ctx, "audit")
+
+	// Images: every content type of the spec profile, and the camera's photo.
+	run(t, ctx, "spec device page", chromedp.Navigate(base+"/#/device/"+d2.MAC))
+	all := `document.querySelector('details[data-tool="self.sim.all_content"]')`
+	waitJS(t, ctx, "the all_content tool", all+` !== null`)
+	do(t, ctx, all+`.open = true; `+all+`.querySelector('button.primary').click()`)
+	waitJS(t, ctx, "an inline image and audio", all+`.querySelector('.result img')?.naturalWidth > 0 && !!`+all+`.querySelector('.result audio')`)
+	cam := `document.querySelector('details[data-tool="self.camera.take_photo"]')`
+	do(t, ctx, cam+`.open = true; `+cam+`.querySelector('textarea, input').value = 'what is it?'; `+cam+`.querySelector('button.primary').click()`)
+	waitJS(t, ctx, "the photo inline", cam+`.querySelector('.result img')?.naturalWidth > 0`)
+	screenshot(t, ctx, "device-camera")
+	run(t, ctx, "photos page", chromedp.Navigate(base+"/#/photos/"+d2.MAC))
+	waitJS(t, ctx, "the gallery", `document.querySelector('#photos img')?.naturalWidth > 0`)
+	screenshot(t, ctx, "photos")
+
+	// A device that disconnects turns offline live, greyed, with the reason.
+	run(t, ctx, "devices page", chromedp.Navigate(base+"/#/devices"))
+	waitJS(t, ctx, "devices again", rowState(d3.MAC)+` === 'ready'`)
+	stop3()
+	waitState(t, gw, d3.MAC, hub.StateOffline)
+	waitJS(t, ctx, d3.MAC+" offline", rowState(d3.MAC)+` === 'offline' && document.querySelector('#devices tr[data-id="`+d3.MAC+`"]').classList.contains('offline') && document.getElementById('count-offline').textContent === '1'`)
+
+	// Alias editing from the table.
+	row := `document.querySelector('#devices tr[data-id="` + d1.MAC + `"]')`
+	do(t, ctx, row+`.querySelector('button[aria-label^=Rename]').click()`)
+	do(t, ctx, row+`.querySelector('input').value = 'kitchen'; `+row+`.querySelector('form').requestSubmit()`)
+	waitJS(t, ctx, "the new alias", row+`?.cells[1].innerText.startsWith('kitchen')`)
+	if d, err := gw.Hub().Device(d1.MAC); err != nil || d.Alias != "kitchen" {
+		t.Errorf("alias after renaming in the console: %+v, %v", d, err)
+	}
+	screenshot(t, ctx, "devices-offline")
+
+	// The other pages render.
+	for _, p := range []struct{ page, ready string }{
+		{"events", `document.querySelectorAll('#events tbody tr[data-type]').length > 0`},
+		{"sources", `!!document.querySelector('#sources')`},
+		{"keys", `!!document.querySelector('#keys')`},
+		{"overview", `document.querySelectorAll('#charts .chart').length === 3`},
+	} {
+		run(t, ctx, p.page, chromedp.Navigate(base+"/#/"+p.page))
+		waitJS(t, ctx, "the "+p.page+" page", p.ready)
+		screenshot(t, ctx, p.page)
+	}
+
+	// A phone's width: the devices page still fits.
+	run(t, ctx, "phone", chromedp.EmulateViewport(375, 740), chromedp.Navigate(base+"/#/devices"))
+	waitJS(t, ctx, "devices on a phone", rowState(d1.MAC)+` === 'ready'`)
+	scrollW := eval[int](t, ctx, `document.documentElement.scrollWidth`)
+	if scrollW > 375 {
+		t.Errorf("the devices page is %d px wide on a 375 px phone", scrollW)
+	}
+	screenshot(t, ctx, "devices-phone")
+}
