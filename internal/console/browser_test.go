@@ -104,7 +104,7 @@ func waitJS(t *testing.T, ctx context.Context, what, expr string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('main').innerText.slice(0, 2000)`))
+			body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText.slice(0, 1500)`))
 			t.Fatalf("timed out waiting for %s (%s); the page shows:\n%s", what, expr, body)
 		}
 		time.Sleep(50 * time.Millisecond)

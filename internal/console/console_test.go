@@ -5,12 +5,16 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/store"
 )
 
 // TestServed: the page at / and /console/, its modules under /console/,
@@ -161,4 +165,132 @@ func TestConsoleOpen(t *testing.T) {
 		t.Errorf("the devices page is %d px wide on a 375 px phone", scrollW)
 	}
 	screenshot(t, ctx, "devices-phone")
+}
+
+// TestConsoleKeys drives the console of a gateway that requires keys: the
+// sign-in comes first and refuses a bad key; an admin key signs in and
+// creates keys from the Keys page (the secret shown once); a read key sees
+// no Call button and the API refuses its call; a key revoked while signed
+// in sends the page back to sign-in.
+func TestConsoleKeys(t *testing.T) {
+	ctx := browser(t, 1280, 900)
+	dir := t.TempDir()
+	st, err := store.Open(t.Context(), "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	k, admin, err := auth.NewKey("admin", auth.ScopeAdmin, nil, nil, 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateKey(t.Context(), k); err != nil {
+		t.Fatal(err)
+	}
+	gw := startGateway(t, gateway.Config{DataDir: dir, Store: st, RequireKeys: true})
+	base := "http://" + gw.Addr()
+	d1, _ := simDevice(t, gw, device.ProfileESP32, 1)
+	waitState(t, gw, d1.MAC, hub.StateReady)
+
+	signIn := func(secret string) {
+		t.Helper()
+		waitJS(t, ctx, "the sign-in form", `!!document.querySelector('#signin #key')`)
+		do(t, ctx, `document.getElementById('key').value = `+jsString(secret)+`; document.getElementById('signin').requestSubmit()`)
+	}
+	run(t, ctx, "open the console", chromedp.Navigate(base+"/"))
+	signIn("mgk_nonsense")
+	waitJS(t, ctx, "a refused key", `document.getElementById('signin-err')?.textContent.includes('refused')`)
+	screenshot(t, ctx, "signin")
+	signIn(admin)
+	waitJS(t, ctx, "the devices page", rowState(d1.MAC)+` === 'ready'`)
+	if key := eval[string](t, ctx, `sessionStorage.getItem('mcpgate.key')`); key != admin {
+		t.Errorf("the key is not kept for the tab: %q", key)
+	}
+
+	// Keys: create a read key and a call key from the page.
+	create := func(name, scope string) string {
+		t.Helper()
+		run(t, ctx, "keys page", chromedp.Navigate(base+"/#/keys"))
+		waitJS(t, ctx, "the keys table", `document.querySelectorAll('#keys tbody tr').length > 0`)
+		do(t, ctx, `document.getElementById('k-name').value = `+jsString(name)+`; document.getElementById('k-scope').value = `+jsString(scope)+`; document.getElementById('key-create').requestSubmit()`)
+		waitJS(t, ctx, "the new secret", `document.querySelector('#new-secret')?.dataset.name === `+jsString(name))
+		return eval[string](t, ctx, `document.getElementById('new-secret').textContent`)
+	}
+	reader := create("reader", "read")
+	caller := create("caller", "call")
+	waitJS(t, ctx, "three keys listed", `document.querySelectorAll('#keys tbody tr').length === 3`)
+	screenshot(t, ctx, "keys-created")
+	c, err := api.NewClient(base, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := c.WithKey(admin).Keys(t.Context())
+	if err != nil || len(keys) != 3 {
+		t.Fatalf("keys after creating two in the console: %+v, %v", keys, err)
+	}
+
+	// A read key: no Call button, and the API refuses the call.
+	do(t, ctx, `document.getElementById('signout').click()`)
+	signIn(reader)
+	run(t, ctx, "device page", chromedp.Navigate(base+"/#/device/"+d1.MAC))
+	vol := `document.querySelector('details[data-tool="self.audio_speaker.set_volume"]')`
+	waitJS(t, ctx, "the volume tool", vol+` !== null`)
+	if n := eval[int](t, ctx, `document.querySelectorAll('details.tool button.primary').length`); n != 0 {
+		t.Errorf("a read key sees %d Call buttons", n)
+	}
+	if n := eval[int](t, ctx, `document.querySelectorAll('#nav a[data-page=keys]').length`); n != 0 {
+		t.Errorf("a read key sees the Keys page in the menu")
+	}
+	status := eval[int](t, ctx, `fetch('/api/v1/devices/`+d1.MAC+`/tools/call', {method: 'POST', headers: {Authorization: 'Bearer ' + sessionStorage.getItem('mcpgate.key')}, body: JSON.stringify({name: 'self.audio_speaker.set_volume', arguments: {volume: 10}})}).then(r => r.status)`)
+	if status != 403 {
+		t.Errorf("a read key's call from the page: %d, want 403", status)
+	}
+	screenshot(t, ctx, "device-read-key")
+
+	// A call key revoked while signed in: the next request goes back to sign-in.
+	do(t, ctx, `document.getElementById('signout').click()`)
+	signIn(caller)
+	waitJS(t, ctx, "signed in with the call key", `document.getElementById('who').textContent.includes('caller')`)
+	var callerID string
+	for _, k := range keys {
+		if k.Name == "caller" {
+			callerID = k.ID
+		}
+	}
+	if _, err := c.WithKey(admin).RevokeKey(t.Context(), callerID); err != nil {
+		t.Fatal(err)
+	}
+	// The gateway notices within its key cache's second; the page at its
+	// next request.
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; !eval[bool](t, ctx, `!!document.querySelector('#signin')`); i++ {
+		if time.Now().After(deadline) {
+			t.Fatal("a revoked key did not return to sign-in")
+		}
+		run(t, ctx, "another page", chromedp.Navigate(base+"/#/"+[]string{"audit", "overview"}[i%2]))
+		time.Sleep(300 * time.Millisecond)
+	}
+	waitJS(t, ctx, "why", `document.getElementById('signin-err').textContent.includes('refused')`)
+	screenshot(t, ctx, "signin-revoked")
+	if key := eval[string](t, ctx, `sessionStorage.getItem('mcpgate.key') || ''`); key != "" {
+		t.Errorf("the revoked key is still kept: %q", key)
+	}
+
+	// The key actions are in the audit log.
+	page, err := c.WithKey(admin).Audit(t.Context(), api.AuditQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var creates, revokes int
+	for _, r := range page.Records {
+		switch r.Tool {
+		case api.AuditKeyCreate:
+			creates++
+		case api.AuditKeyRevoke:
+			revokes++
+		}
+	}
+	if creates != 2 || revokes != 1 {
+		t.Errorf("audit: %d key creations and %d revocations, want 2 and 1", creates, revokes)
+	}
 }

@@ -34,6 +34,7 @@ const NAV = [
 ];
 
 let cleanup = null;
+let heartbeat = 0; // asks who we are every 30 s: an idle tab notices a revoked key
 
 function route() {
   if (!app.me) return;
@@ -60,6 +61,8 @@ function showNav() {
 
 async function start() {
   showNav();
+  clearInterval(heartbeat);
+  heartbeat = setInterval(() => api('GET', '/api/v1/me').catch(() => {}), 30000);
   app.events.start();
   app.devices.load().catch(() => {});
   route();
@@ -68,6 +71,7 @@ async function start() {
 function signin(message) {
   if (cleanup) { cleanup(); cleanup = null; }
   app.me = null;
+  clearInterval(heartbeat);
   app.events.stop();
   top.hidden = true;
   const input = h('input', { id: 'key', name: 'key', type: 'password', autocomplete: 'off', spellcheck: false, required: true, placeholder: 'mgk_…', 'aria-describedby': 'signin-err' });
@@ -94,9 +98,12 @@ function signin(message) {
   input.focus();
 }
 
+// A 401 while signed in (a revoked or expired key) ends the session; the
+// sign-in form and the first request handle their own.
 onUnauthorized((e) => {
+  if (!app.me) return;
   key.set('');
-  signin(app.me ? 'Signed out: the gateway refused the key (' + e.message + ').' : '');
+  signin('Signed out: the gateway refused the key (' + e.message + ').');
 });
 
 document.getElementById('signout').addEventListener('click', () => { key.set(''); signin('Signed out.'); });
@@ -106,7 +113,12 @@ window.addEventListener('hashchange', route);
   try {
     app.me = await api('GET', '/api/v1/me');
   } catch (e) {
-    if (e.status === 401) return; // onUnauthorized shows the sign-in
+    if (e.status === 401) {
+      const had = key.get();
+      key.set('');
+      signin(had ? 'The key of this tab was refused: ' + e.message : '');
+      return;
+    }
     main.replaceChildren(h('p', { class: 'err', text: 'Cannot reach the gateway: ' + e.message }));
     return;
   }

@@ -391,7 +391,7 @@ function keysPage(main) {
       const k = await api('POST', '/api/v1/keys', { name: name.value, scope: scope.value, devices: split(devices.value), tools: split(tools.value), expires: expires.value.trim() });
       const btn = h('button', { type: 'button', onclick: (ev) => copy(k.secret, ev.currentTarget) }, 'Copy');
       out.replaceChildren(h('div', { class: 'card' }, h('p', {}, h('strong', { text: `Key ${k.id} (${k.name}, ${k.scope}) created.` }), ' Its secret is shown only now:'),
-        h('p', { class: 'secret', id: 'new-secret', text: k.secret }), btn));
+        h('p', { class: 'secret', id: 'new-secret', 'data-name': k.name, text: k.secret }), btn));
       form.reset();
       load();
     } catch (e2) { out.replaceChildren(renderError(e2)); }
