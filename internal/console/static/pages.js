@@ -101,6 +101,7 @@ function devicesPage(main) {
   function render() {
     if (editing) { dirty = true; return; }
     dirty = false;
+    const t0 = performance.now();
     const all = app.devices.list();
     const online = all.reduce((n, d) => n + (d.online ? 1 : 0), 0);
     const text = q.value.trim().toLowerCase();
@@ -118,6 +119,13 @@ function devicesPage(main) {
       h('button', { type: 'button', disabled: page === 0, onclick: () => { page--; render(); } }, 'Previous'),
       h('span', { text: `Page ${page + 1} of ${pages}` }),
       h('button', { type: 'button', disabled: page >= pages - 1, onclick: () => { page++; render(); } }, 'Next'));
+    // What the browser tests measure: the time to the first full table
+    // (since the page started loading) and the cost of each render.
+    const ms = performance.now() - t0;
+    const st = app.stats;
+    st.renders++;
+    st.maxRenderMs = Math.max(st.maxRenderMs, ms);
+    if (app.devices.loaded && st.firstTableMs === null) st.firstTableMs = performance.now();
   }
   q.addEventListener('input', () => { page = 0; render(); });
   state.addEventListener('change', () => { page = 0; render(); });
