@@ -219,3 +219,29 @@ func waitState(t *testing.T, gw *gateway.Gateway, id string, want hub.State) {
 func rowState(id string) string {
 	return fmt.Sprintf(`document.querySelector('#devices tr[data-id="%s"]')?.dataset.state`, id)
 }
+
+// checkPage checks what every page must hold to: each table has one body
+// and rows as wide as its header, and every form control has a label.
+func checkPage(t *testing.T, ctx context.Context, page string) {
+	t.Helper()
+	problems := eval[[]string](t, ctx, `(() => {
+		const out = [];
+		for (const tb of document.querySelectorAll('main table')) {
+			const heads = tb.tHead ? tb.tHead.rows[0].cells.length : 0;
+			if (tb.tBodies.length !== 1 || tb.querySelector('tbody tbody')) out.push('table #' + tb.id + ': not one body');
+			for (const r of tb.tBodies[0]?.rows || []) {
+				const cells = [...r.cells].reduce((n, c) => n + c.colSpan, 0);
+				if (cells !== heads) { out.push('table #' + tb.id + ': a row of ' + cells + ' cells under ' + heads + ' headers'); break; }
+			}
+		}
+		for (const el of document.querySelectorAll('main input, main select, main textarea')) {
+			if (el.type === 'hidden') continue;
+			const named = el.labels?.length || el.getAttribute('aria-label') || el.getAttribute('aria-labelledby');
+			if (!named) out.push('unlabelled ' + el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') + (el.name ? '[name=' + el.name + ']' : ''));
+		}
+		return out;
+	})()`)
+	for _, p := range problems {
+		t.Errorf("%s page: %s", page, p)
+	}
+}

@@ -37,7 +37,7 @@ const NAV = [
 let cleanup = null;
 let heartbeat = 0; // asks who we are every 30 s: an idle tab notices a revoked key
 
-function route() {
+function route(ev) {
   if (!app.me) return;
   if (cleanup) { cleanup(); cleanup = null; }
   const hash = location.hash.replace(/^#\/?/, '');
@@ -50,6 +50,8 @@ function route() {
   main.replaceChildren();
   document.title = 'mcpgate · ' + (NAV.find((n) => n[0] === page)?.[1] || 'Device');
   cleanup = pages[page](main, rest.map(decodeURIComponent)) || null;
+  // A keyboard or screen-reader user lands on the new page, not the old link.
+  if (ev) main.focus({ preventScroll: true });
 }
 
 function showNav() {
@@ -75,7 +77,7 @@ function signin(message) {
   clearInterval(heartbeat);
   app.events.stop();
   top.hidden = true;
-  const input = h('input', { id: 'key', name: 'key', type: 'password', autocomplete: 'off', spellcheck: false, required: true, placeholder: 'mgk_…', 'aria-describedby': 'signin-err' });
+  const input = h('input', { id: 'key', name: 'key', type: 'password', autocomplete: 'off', spellcheck: 'false', required: true, placeholder: 'mgk_…', 'aria-describedby': 'signin-err' });
   const err = h('p', { class: 'err', id: 'signin-err', role: 'alert', text: message || '' });
   const button = h('button', { class: 'primary', type: 'submit' }, 'Sign in');
   const form = h('form', { class: 'signin card', id: 'signin', onsubmit: async (e) => {

@@ -71,7 +71,7 @@ function field(name, s, required) {
     get = () => (input.value === '' && !required ? undefined : input.value);
   } else {
     const want = s && s.type;
-    input = h('textarea', { id, name, spellcheck: false, 'aria-describedby': described, placeholder: want === 'array' ? '[]' : want === 'object' ? '{}' : 'JSON' });
+    input = h('textarea', { id, name, spellcheck: 'false', 'aria-describedby': described, placeholder: want === 'array' ? '[]' : want === 'object' ? '{}' : 'JSON' });
     if (def !== undefined) input.value = JSON.stringify(def, null, 2);
     const check = () => {
       if (input.value.trim() === '') { err.textContent = ''; return undefined; }

@@ -23,10 +23,10 @@ function firmware(d) {
   return d.server_info ? `${d.server_info.name || ''} ${d.server_info.version || ''}`.trim() : '';
 }
 
-function table(headers, rows, attrs) {
+// table wraps a <tbody> the page fills in a table with a header row.
+function table(headers, body, attrs) {
   return h('div', { class: 'tablewrap' }, h('table', attrs || {},
-    h('thead', {}, h('tr', {}, headers.map((t) => (typeof t === 'string' ? h('th', { scope: 'col', text: t }) : t)))),
-    h('tbody', {}, rows)));
+    h('thead', {}, h('tr', {}, headers.map((t) => h('th', { scope: 'col', text: t })))), body));
 }
 
 // ---- Devices
@@ -509,8 +509,9 @@ function overviewPage(main) {
   api('GET', '/healthz').then((r) => { info.textContent = `mcpgate ${r.version} · ${r.devices} devices known, ${r.online} online · sampled every 5 s`; }).catch(() => {});
   render();
   sample();
+  const first = setTimeout(sample, 1000); // a first rate after a second, not five
   const t = setInterval(sample, 5000);
-  return () => clearInterval(t);
+  return () => { clearTimeout(first); clearInterval(t); };
 }
 
 export const pages = {
