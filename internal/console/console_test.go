@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	"github.com/mcpgate/mcpgate/device"
@@ -161,6 +162,31 @@ func TestConsoleOpen(t *testing.T) {
 		checkPage(t, ctx, p.page)
 		screenshot(t, ctx, p.page)
 	}
+
+	// The keyboard alone: open the tool, Tab to the volume, type, Enter.
+	run(t, ctx, "kitchen's page", chromedp.Navigate(base+"/#/device/kitchen"))
+	waitJS(t, ctx, "the volume tool", vol+` !== null && !`+vol+`.open`)
+	run(t, ctx, "keyboard",
+		chromedp.Focus(chromedp.CSS(`details[data-tool="self.audio_speaker.set_volume"] summary`)),
+		chromedp.KeyEvent("\r"), // opens the tool
+		chromedp.KeyEvent("\t"), // the slider is skipped: the number box
+		chromedp.KeyEvent("55"),
+		chromedp.KeyEvent("\r")) // submits
+	waitJS(t, ctx, "the keyboard's call", vol+`.querySelector('.result')?.dataset.outcome === 'ok'`)
+	status = eval[string](t, ctx, `fetch('/api/v1/devices/kitchen/tools/call', {method: 'POST', body: JSON.stringify({name: 'self.get_device_status'})}).then(r => r.text())`)
+	if !strings.Contains(status, `\"volume\":55`) {
+		t.Errorf("device status after the keyboard's call: %s", status)
+	}
+
+	// Dark.
+	if _, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+		Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if bg := eval[string](t, ctx, `getComputedStyle(document.body).backgroundColor`); bg != "rgb(21, 23, 27)" {
+		t.Errorf("background in the dark scheme: %s", bg)
+	}
+	screenshot(t, ctx, "device-dark")
 
 	// A phone's width: the devices page still fits.
 	run(t, ctx, "phone", chromedp.EmulateViewport(375, 740), chromedp.Navigate(base+"/#/devices"))
