@@ -57,8 +57,8 @@ func Authenticate(doors *auth.Doors, h *hub.Hub) func(http.Handler) http.Handler
 // device, and any route added later until it says otherwise: safe by default)
 // and for every key route, listing included.
 func RequiredScope(method, path string) auth.Scope {
-	if path == "/api/v1/keys" || strings.HasPrefix(path, "/api/v1/keys/") {
-		return auth.ScopeAdmin // even listing them
+	if path == "/api/v1/keys" || strings.HasPrefix(path, "/api/v1/keys/") || strings.HasPrefix(path, "/api/v1/oauth/") {
+		return auth.ScopeAdmin // even listing them; OAuth consent creates keys
 	}
 	switch method {
 	case http.MethodGet, http.MethodHead:

@@ -112,19 +112,25 @@ func (a *API) me(w http.ResponseWriter, r *http.Request) {
 }
 
 // keyAdmin checks what every key route needs beyond the admin scope
-// (Authenticate checked that): a store, and a caller limited to no devices
-// or tools, since a key it creates could otherwise reach beyond its own.
+// (Authenticate checked that): a store, and a key manager.
 func (a *API) keyAdmin(w http.ResponseWriter, r *http.Request) bool {
 	if a.cfg.Keys == nil {
 		writeError(w, http.StatusServiceUnavailable, "keys_unavailable", "this gateway keeps no API keys (it runs without a store)", nil)
 		return false
 	}
-	if p := principal(r); p == nil || len(p.Devices) > 0 || len(p.Tools) > 0 {
+	if !KeyManager(principal(r)) {
 		writeError(w, http.StatusForbidden, "forbidden",
 			"managing API keys needs an admin key limited to no devices and no tools", nil)
 		return false
 	}
 	return true
+}
+
+// KeyManager reports whether p may create and revoke keys (and grant OAuth
+// access, which creates one): admin, limited to no devices or tools, since
+// a key it creates could otherwise reach beyond its own.
+func KeyManager(p *auth.Principal) bool {
+	return p.Can(auth.ScopeAdmin) && len(p.Devices) == 0 && len(p.Tools) == 0
 }
 
 func (a *API) listKeys(w http.ResponseWriter, r *http.Request) {
@@ -162,7 +168,7 @@ func (a *API) createKey(w http.ResponseWriter, r *http.Request) {
 		a.hub.AuditAction(act)
 		writeError(w, status, code, msg, nil)
 	}
-	k, secret, err := newKeyFromBody(body, act.Start)
+	k, secret, err := NewKey(body, act.Start)
 	if err != nil {
 		fail(http.StatusBadRequest, "bad_request", err.Error(), err)
 		return
@@ -179,7 +185,9 @@ func (a *API) createKey(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, out)
 }
 
-func newKeyFromBody(b CreateKeyBody, now time.Time) (store.APIKey, string, error) {
+// NewKey checks a key's description as POST /api/v1/keys takes it and
+// builds the key to store, with its secret (shown once, never stored).
+func NewKey(b CreateKeyBody, now time.Time) (store.APIKey, string, error) {
 	name := strings.TrimSpace(b.Name)
 	if name == "" {
 		return store.APIKey{}, "", errors.New(`"name" is required: who or what uses the key`)

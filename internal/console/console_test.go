@@ -1,9 +1,14 @@
 package console_test
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +21,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/oauth"
 	"github.com/mcpgate/mcpgate/internal/sim"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
@@ -406,5 +412,89 @@ func TestConsoleTenThousand(t *testing.T) {
 	waitJS(t, ctx, "ten matches", `document.querySelectorAll('#devices tbody tr').length === 10`)
 	if worst := eval[float64](t, ctx, `window.mcpgate.stats.maxRenderMs`); worst > renderBound {
 		t.Errorf("searching 10,000 devices took %.1f ms, want under %.0f ms", worst, renderBound)
+	}
+}
+
+// TestConsoleOAuthConsent: an MCP client's authorization goes through the
+// console. The browser lands on the consent page, signs in with an admin
+// key, approves with a scope and a device pattern, and is sent back to the
+// client's redirect URI with a code that the client exchanges for a token
+// with those limits.
+func TestConsoleOAuthConsent(t *testing.T) {
+	ctx := browser(t, 1280, 900)
+	dir := t.TempDir()
+	st, err := store.Open(t.Context(), "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	k, admin, err := auth.NewKey("admin", auth.ScopeAdmin, nil, nil, 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateKey(t.Context(), k); err != nil {
+		t.Fatal(err)
+	}
+	gw := startGateway(t, gateway.Config{DataDir: dir, Store: st, RequireKeys: true, OAuth: true})
+	base := "http://" + gw.Addr()
+
+	// The client: a loopback listener for the redirect.
+	codes := make(chan url.Values, 1)
+	cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		codes <- r.URL.Query()
+		io.WriteString(w, "you may close this window")
+	}))
+	t.Cleanup(cb.Close)
+	redirect := cb.URL + "/callback"
+	resp, err := http.Post(base+oauth.RegisterPath, "application/json", strings.NewReader(`{"redirect_uris":["`+redirect+`"],"client_name":"Test client"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reg struct {
+		ClientID string `json:"client_id"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&reg)
+	resp.Body.Close()
+	if err != nil || reg.ClientID == "" {
+		t.Fatalf("register: %v", err)
+	}
+	verifier := strings.Repeat("x", 64)
+	sum := sha256.Sum256([]byte(verifier))
+	q := url.Values{"response_type": {"code"}, "client_id": {reg.ClientID}, "redirect_uri": {redirect}, "state": {"s1"},
+		"code_challenge": {base64.RawURLEncoding.EncodeToString(sum[:])}, "code_challenge_method": {"S256"}, "scope": {"call"}}
+
+	run(t, ctx, "authorize", chromedp.Navigate(base+oauth.AuthorizePath+"?"+q.Encode()))
+	waitJS(t, ctx, "the sign-in form", `!!document.querySelector('#signin #key') && location.hash.startsWith('#/consent/')`)
+	do(t, ctx, `document.getElementById('key').value = `+jsString(admin)+`; document.getElementById('signin').requestSubmit()`)
+	waitJS(t, ctx, "the consent", `document.querySelector('#consent')?.innerText.includes('Test client') && document.getElementById('c-scope').value === 'call'`)
+	checkPage(t, ctx, "consent")
+	screenshot(t, ctx, "consent")
+	do(t, ctx, `document.getElementById('c-devices').value = 'kitchen*'; document.getElementById('c-approve').click()`)
+	var got url.Values
+	select {
+	case got = <-codes:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the browser did not come back to the client")
+	}
+	if got.Get("state") != "s1" || got.Get("code") == "" {
+		t.Fatalf("redirect: %v", got)
+	}
+	resp, err = http.PostForm(base+oauth.TokenPath, url.Values{"grant_type": {"authorization_code"}, "code": {got.Get("code")},
+		"redirect_uri": {redirect}, "client_id": {reg.ClientID}, "code_verifier": {verifier}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tok struct {
+		AccessToken string `json:"access_token"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&tok)
+	resp.Body.Close()
+	if err != nil || tok.AccessToken == "" {
+		t.Fatalf("token: %d %v", resp.StatusCode, err)
+	}
+	c, _ := api.NewClient(base, nil)
+	me, err := c.WithKey(tok.AccessToken).Me(t.Context())
+	if err != nil || me.Scope != "call" || len(me.Devices) != 1 || me.Devices[0] != "kitchen*" || me.Name != "oauth: Test client" {
+		t.Fatalf("the token's key: %+v, %v", me, err)
 	}
 }

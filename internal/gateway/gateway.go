@@ -27,6 +27,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/mcpserver"
 	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/oauth"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/transport/endpoint"
 	"github.com/mcpgate/mcpgate/internal/transport/mqtt"
@@ -104,6 +105,10 @@ type Config struct {
 	// Insecure; and Run refuses to start when the store holds no usable key.
 	// See docs/security.md.
 	RequireKeys bool
+	// OAuth serves an OAuth 2.1 authorization server for MCP clients that
+	// accept only OAuth (internal/oauth): its tokens are API keys made on
+	// an admin's consent in the console. Needs keys required and a store.
+	OAuth bool
 	// Insecure leaves REST and the MCP doors open (no key needed) on a
 	// non-loopback address, with a warning at start.
 	Insecure bool
@@ -358,7 +363,15 @@ func New(cfg Config) (*Gateway, error) {
 	restAuth := api.Authenticate(da.doors, h)
 	restWrap := func(next http.Handler) http.Handler { return guard.Wrap(restAuth(next)) }
 	door.Register(mux, da.doors.Wrap)
-	da.doors.RegisterOAuthRefusals(mux, guard.Wrap) // OAuth-first clients stop at once with the API-key hint
+	if cfg.OAuth {
+		as, err := oauth.New(oauth.Config{Keys: cfg.Store, Audit: h.AuditAction, Logger: cfg.Logger, PublicURL: cfg.Provisioning.OTA.PublicURL})
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		as.Register(mux, guard.Wrap, restWrap)
+	} else {
+		da.doors.RegisterOAuthRefusals(mux, guard.Wrap) // OAuth-first clients stop at once with the API-key hint
+	}
 	devices.register(mux, restWrap)
 	// The console's files are public (what it shows comes through REST with
 	// the user's key), but behind the guard: a rebound name gets nothing.

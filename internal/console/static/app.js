@@ -48,7 +48,7 @@ function route(ev) {
     else a.removeAttribute('aria-current');
   }
   main.replaceChildren();
-  document.title = 'mcpgate · ' + (NAV.find((n) => n[0] === page)?.[1] || 'Device');
+  document.title = 'mcpgate · ' + (NAV.find((n) => n[0] === page)?.[1] || (page === 'consent' ? 'Authorize' : 'Device'));
   cleanup = pages[page](main, rest.map(decodeURIComponent)) || null;
   // A keyboard or screen-reader user lands on the new page, not the old link.
   if (ev) main.focus({ preventScroll: true });

@@ -514,7 +514,46 @@ function overviewPage(main) {
   return () => { clearTimeout(first); clearInterval(t); };
 }
 
+// ---- OAuth consent: an MCP client asks for access (internal/oauth); an
+// admin chooses what its token may do, or denies.
+
+function consentPage(main, [id]) {
+  main.append(h('h1', { text: 'Authorize an MCP client' }));
+  const out = h('div', { 'aria-live': 'polite' });
+  if (!app.keyAdmin()) {
+    main.append(h('p', { class: 'err', text: 'Granting access makes an API key: sign in with an admin key limited to no devices and no tools.' }));
+    return;
+  }
+  const scope = h('select', { id: 'c-scope' }, ['read', 'call', 'admin'].map((s) => h('option', { value: s }, s)));
+  const devices = h('input', { id: 'c-devices', placeholder: 'all; or kitchen*,aa:bb:*' });
+  const tools = h('input', { id: 'c-tools', placeholder: 'all; or self.audio_speaker.*' });
+  const expires = h('input', { id: 'c-expires', value: '30d', placeholder: '30d (empty: never)' });
+  const split = (s) => s.split(',').map((x) => x.trim()).filter(Boolean);
+  const decide = async (approve) => {
+    try {
+      const body = approve ? { approve, scope: scope.value, devices: split(devices.value), tools: split(tools.value), expires: expires.value.trim() } : { approve };
+      const r = await api('POST', '/api/v1/oauth/requests/' + encodeURIComponent(id), body);
+      out.replaceChildren(h('p', { text: approve ? 'Access granted: returning to the client…' : 'Access denied: returning to the client…' }));
+      location.assign(r.redirect);
+    } catch (e) { out.replaceChildren(renderError(e)); }
+  };
+  api('GET', '/api/v1/oauth/requests/' + encodeURIComponent(id)).then((r) => {
+    scope.value = r.scope || 'call';
+    let host = r.redirect_uri;
+    try { host = new URL(r.redirect_uri).origin; } catch {}
+    main.append(h('div', { class: 'card', id: 'consent' },
+      h('p', {}, h('strong', { text: r.client_name }), ' asks to use this gateway\'s MCP doors.'),
+      h('p', { class: 'muted' }, 'It will be sent back to ', h('code', { text: host }), '. Client id ', h('code', { text: r.client_id }), r.resource ? ', for ' : '', r.resource ? h('code', { text: r.resource }) : ''),
+      h('p', { class: 'muted', text: 'Its token is an API key with what you choose here, listed on the Keys page, where you can revoke it.' }),
+      h('form', { class: 'row', onsubmit: (e) => { e.preventDefault(); decide(true); } },
+        h('label', { for: 'c-scope' }, 'Scope', scope), h('label', { for: 'c-devices' }, 'Devices', devices),
+        h('label', { for: 'c-tools' }, 'Tools', tools), h('label', { for: 'c-expires' }, 'Expires', expires),
+        h('button', { class: 'primary', type: 'submit', id: 'c-approve' }, 'Approve'),
+        h('button', { type: 'button', class: 'danger', id: 'c-deny', onclick: () => decide(false) }, 'Deny'))), out);
+  }).catch((e) => main.append(renderError(e)));
+}
+
 export const pages = {
   overview: overviewPage, devices: devicesPage, device: devicePage, events: eventsPage,
-  audit: auditPage, photos: photosPage, sources: sourcesPage, keys: keysPage,
+  audit: auditPage, photos: photosPage, sources: sourcesPage, keys: keysPage, consent: consentPage,
 };
