@@ -99,6 +99,10 @@ func TestOAuth(t *testing.T) {
 		t.Fatalf("authorization server metadata: %s", body)
 	}
 
+	if status, _, body := do("GET", "/.well-known/openid-configuration/mcp", "", "", ""); status != http.StatusNotFound || !strings.Contains(body, "invalid_request") {
+		t.Errorf("OpenID discovery: %d %s, want a 404 in the OAuth error shape", status, body)
+	}
+
 	// Registration.
 	for _, bad := range []string{`{"redirect_uris":["http://evil.example/cb"]}`, `{"redirect_uris":["javascript:alert(1)"]}`,
 		`{"redirect_uris":[]}`, `{"redirect_uris":["https://app.example/cb#x"]}`} {

@@ -141,6 +141,12 @@ func (s *Server) Register(mux *http.ServeMux, guard, rest func(http.Handler) htt
 	mux.Handle("GET /.well-known/oauth-protected-resource/", guard(http.HandlerFunc(s.protectedResource)))
 	mux.Handle("GET /.well-known/oauth-authorization-server", guard(http.HandlerFunc(s.metadata)))
 	mux.Handle("GET /.well-known/oauth-authorization-server/", guard(http.HandlerFunc(s.metadata)))
+	// Not an OpenID provider: a clear 404 rather than the REST door's 401.
+	noOIDC := guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeOAuthError(w, http.StatusNotFound, "invalid_request", "not an OpenID provider: see /.well-known/oauth-authorization-server")
+	}))
+	mux.Handle("GET /.well-known/openid-configuration", noOIDC)
+	mux.Handle("GET /.well-known/openid-configuration/", noOIDC)
 	mux.Handle("POST "+RegisterPath, guard(http.HandlerFunc(s.register)))
 	mux.Handle("GET "+AuthorizePath, guard(http.HandlerFunc(s.authorize)))
 	mux.Handle("POST "+TokenPath, guard(http.HandlerFunc(s.token)))
