@@ -202,6 +202,15 @@ func TestConsoleOpen(t *testing.T) {
 		t.Errorf("the devices page is %d px wide on a 375 px phone", scrollW)
 	}
 	screenshot(t, ctx, "devices-phone")
+
+	// Forget the offline device from its page: two clicks, and it is gone.
+	run(t, ctx, "desktop", chromedp.EmulateViewport(1280, 900), chromedp.Navigate(base+"/#/device/"+d3.MAC))
+	waitJS(t, ctx, "the admin actions", `document.querySelectorAll('#device-admin button').length === 2`)
+	do(t, ctx, `const b = [...document.querySelectorAll('#device-admin button')].find(b => b.textContent === 'Forget'); b.click(); b.click()`)
+	waitJS(t, ctx, "back on the devices, without it", `location.hash === '#/devices' && !!document.querySelector('#devices tbody tr') && !document.querySelector('#devices tr[data-id="`+d3.MAC+`"]')`)
+	if _, err := gw.Hub().Device(d3.MAC); err == nil {
+		t.Errorf("%s is still known after forgetting it in the console", d3.MAC)
+	}
 }
 
 // TestConsoleKeys drives the console of a gateway that requires keys: the

@@ -185,7 +185,7 @@ function devicePage(main, [ref]) {
   const head = h('div');
   const tools = h('div', { id: 'tools' });
   const note = h('div', { 'aria-live': 'polite' });
-  main.append(h('p', {}, h('a', { href: '#/devices', text: '← Devices' })), head, note, tools);
+  main.append(h('p', {}, h('a', { href: '#/devices', text: '← Devices' })), head, app.can('admin') ? adminActions() : '', note, tools);
   let id = ref;
   function header() {
     const d = app.devices.get(id);
@@ -196,6 +196,30 @@ function devicePage(main, [ref]) {
       h('p', { class: 'muted' }, h('span', { class: 'mono', text: d.id }), ` · ${d.kind} · ${d.transport || ''} · ${firmware(d)} · ${d.tools} tools · last seen ${ago(d.last_seen)}`),
       reason ? h('p', { class: d.online ? 'err' : 'muted', text: (d.online ? 'Error: ' : 'Offline: ') + reason }) : '',
       h('p', {}, h('a', { href: '#/photos/' + encodeURIComponent(d.id), text: 'Photos' }), ' · ', h('a', { href: '#/audit/' + encodeURIComponent(d.id), text: 'Audit' }), ' · ', h('a', { href: '#/events/' + encodeURIComponent(d.id), text: 'Events' })));
+  }
+  // Two-step buttons: the first click arms, the second acts.
+  function armed(label, confirm, act) {
+    const b = h('button', { type: 'button', class: 'danger' }, label);
+    b.addEventListener('click', async () => {
+      if (b.dataset.armed !== '1') { b.dataset.armed = '1'; b.textContent = confirm; return; }
+      b.disabled = true;
+      try { await act(); } catch (e) { note.replaceChildren(renderError(e)); b.disabled = false; }
+    });
+    return b;
+  }
+  // Drawn once, not with the header, so an armed button stays armed while events stream.
+  function adminActions() {
+    return h('div', { class: 'row', id: 'device-admin' },
+      armed('Revoke credentials', 'Confirm: revoke its tokens and disconnect', async () => {
+        const r = await api('POST', dev(id) + '/revoke');
+        note.replaceChildren(h('p', { text: `Credentials revoked${r.disconnected ? '; disconnected' : ''}: it must be provisioned again.` }));
+      }),
+      armed('Forget', 'Confirm: forget (disconnecting it if online)', async () => {
+        await api('DELETE', dev(id) + '?force=true');
+        app.devices.map.delete(id);
+        app.devices.changed();
+        location.hash = '#/devices';
+      }));
   }
   async function load() {
     try {
