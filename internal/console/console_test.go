@@ -121,6 +121,9 @@ func TestConsoleOpen(t *testing.T) {
 	// The audit page has the call.
 	run(t, ctx, "audit page", chromedp.Navigate(base+"/#/audit"))
 	waitJS(t, ctx, "the audit row", `[...document.querySelectorAll('#audit tbody tr')].some(r => r.innerText.includes('self.audio_speaker.set_volume') && r.innerText.includes('{"volume":30}') && r.cells[5].innerText === 'ok')`)
+	// Filtered on the gateway by outcome: only the invalid call.
+	do(t, ctx, `document.getElementById('au-outcome').value = 'invalid_arguments'; document.querySelector('form[role=search]').requestSubmit()`)
+	waitJS(t, ctx, "only invalid calls", `(() => { const rows = [...document.querySelectorAll('#audit tbody tr[data-seq]')]; return rows.length === 1 && rows[0].cells[5].innerText.startsWith('invalid_arguments'); })()`)
 	checkPage(t, ctx, "audit")
 	screenshot(t, ctx, "audit")
 

@@ -238,7 +238,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 	s.clients[c.ID] = c
 	s.order = append(s.order, c.ID)
 	s.mu.Unlock()
-	s.log.Info("OAuth client registered", "client_id", c.ID, "client_name", c.Name, "remote", r.RemoteAddr)
+	s.log.Debug("OAuth client registered", "client_id", c.ID, "client_name", c.Name, "remote", r.RemoteAddr)
 	writeJSON(w, http.StatusCreated, map[string]any{
 		"client_id": c.ID, "client_id_issued_at": c.Issued.Unix(), "client_name": c.Name,
 		"redirect_uris": c.RedirectURIs, "token_endpoint_auth_method": "none",

@@ -298,7 +298,9 @@ function auditPage(main, [ref]) {
     caller: h('input', { id: 'au-caller', placeholder: 'key id or local' }),
     since: h('input', { id: 'au-since', placeholder: '1h, 7d or a time' }),
   };
-  const outcome = h('select', { id: 'au-outcome' }, ['', 'ok', 'tool_error', 'gateway errors'].map((o) => h('option', { value: o }, o || 'any')));
+  const outcome = h('select', { id: 'au-outcome' }, [['', 'any'], ['ok', 'ok'], ['error', 'any failure'], ['tool_error', 'tool_error (the device failed)'],
+    ...['invalid_arguments', 'tool_not_found', 'device_not_found', 'device_offline', 'device_timeout', 'device_disconnected', 'device_busy', 'rate_limited', 'forbidden', 'denied'].map((c) => [c, c])]
+    .map(([v, label]) => h('option', { value: v }, label)));
   const body = h('tbody');
   const pager = h('div', { class: 'pager' });
   const err = h('div');
@@ -313,13 +315,13 @@ function auditPage(main, [ref]) {
   async function load(before) {
     const p = new URLSearchParams({ limit: '50' });
     for (const [k, el] of Object.entries(fields)) if (el.value.trim()) p.set(k, el.value.trim());
+    if (outcome.value) p.set('outcome', outcome.value);
     if (before) p.set('before', before);
     err.replaceChildren();
     try {
       const r = await api('GET', '/api/v1/audit?' + p);
       cursor = before;
-      const o = outcome.value;
-      const recs = r.records.filter((x) => !o || (o === 'gateway errors' ? x.outcome !== 'ok' && x.outcome !== 'tool_error' : x.outcome === o));
+      const recs = r.records;
       body.replaceChildren(...recs.map((x) => h('tr', { class: x.outcome === 'ok' ? '' : 'bad', 'data-seq': x.seq },
         h('td', { title: x.time, text: when(x.time) }),
         h('td', { text: x.alias || x.device }),
@@ -329,11 +331,10 @@ function auditPage(main, [ref]) {
         h('td', { class: x.outcome === 'ok' ? '' : 'err', title: x.error || '', text: x.outcome + (x.error ? ': ' + x.error : '') }),
         h('td', { text: x.latency_ms.toFixed(1) + ' ms' }),
         h('td', { class: 'mono', text: JSON.stringify(x.arguments) }))));
-      if (!recs.length) body.append(h('tr', {}, h('td', { colSpan: 8, class: 'muted', text: 'No records on this page.' })));
+      if (!recs.length) body.append(h('tr', {}, h('td', { colSpan: 8, class: 'muted', text: 'No records match.' })));
       pager.replaceChildren(
         h('button', { type: 'button', disabled: !stack.length, onclick: () => load(stack.pop()) }, 'Newer'),
-        h('button', { type: 'button', disabled: !r.next, onclick: () => { stack.push(cursor); load(r.next); } }, 'Older'),
-        o ? h('span', { class: 'muted', text: 'The outcome filter applies to each page of 50.' }) : '');
+        h('button', { type: 'button', disabled: !r.next, onclick: () => { stack.push(cursor); load(r.next); } }, 'Older'));
     } catch (e) {
       err.replaceChildren(renderError(e));
     }
