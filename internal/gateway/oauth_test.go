@@ -185,11 +185,21 @@ func TestOAuth(t *testing.T) {
 	if status, body := exchange(code, verifier); status != http.StatusBadRequest || !strings.Contains(body, "invalid_grant") {
 		t.Fatalf("a code after a wrong try: %d %s", status, body)
 	}
-	id = consent()
-	_, _, body = do("POST", oauth.ConsentAPI+id, admin, "application/json", `{"approve":true,"scope":"call","devices":["kitchen*"],"expires":"30d"}`)
-	decode(body, &rd)
-	u, _ = url.Parse(rd.Redirect)
-	status, body = exchange(u.Query().Get("code"), verifier)
+	approve := func() string {
+		t.Helper()
+		_, _, body := do("POST", oauth.ConsentAPI+consent(), admin, "application/json", `{"approve":true,"scope":"call","devices":["kitchen*"],"expires":"30d"}`)
+		decode(body, &rd)
+		u, _ := url.Parse(rd.Redirect)
+		return u.Query().Get("code")
+	}
+	// The authorization named its redirect_uri: the exchange must repeat it.
+	f := url.Values{"grant_type": {"authorization_code"}, "code": {approve()}, "client_id": {reg.ClientID}, "code_verifier": {verifier}}
+	if status, _, body := do("POST", oauth.TokenPath, "", "application/x-www-form-urlencoded", f.Encode()); status != http.StatusBadRequest || !strings.Contains(body, "invalid_grant") {
+		t.Errorf("an exchange without the redirect_uri: %d %s", status, body)
+	}
+	code = approve()
+	u, _ = url.Parse(redirect + "?code=" + url.QueryEscape(code))
+	status, body = exchange(code, verifier)
 	var tok struct {
 		AccessToken string `json:"access_token"`
 		TokenType   string `json:"token_type"`
@@ -245,7 +255,7 @@ func TestOAuth(t *testing.T) {
 			}
 		}
 	}
-	wantAudit := "mcpgate:oauth_grant denied rest\nmcpgate:key_create ok oauth\nmcpgate:oauth_grant ok rest\nmcpgate:oauth_grant ok rest"
+	wantAudit := "mcpgate:oauth_grant denied rest\nmcpgate:key_create ok oauth\nmcpgate:oauth_grant ok rest\nmcpgate:oauth_grant ok rest\nmcpgate:oauth_grant ok rest"
 	if strings.Join(got, "\n") != wantAudit {
 		t.Errorf("audit:\n%s\nwant:\n%s", strings.Join(got, "\n"), wantAudit)
 	}

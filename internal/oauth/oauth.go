@@ -104,12 +104,14 @@ type client struct {
 // request is an authorization waiting for consent.
 type request struct {
 	ID, ClientID, ClientName, RedirectURI, State, Challenge, Scope, Resource string
+	RedirectGiven                                                            bool // the authorization named its redirect_uri
 	Expires                                                                  time.Time
 }
 
 // grant is an approved request: its code, until exchanged once.
 type grant struct {
 	ClientID, ClientName, RedirectURI, Challenge, Approver string
+	RedirectGiven                                          bool
 	Key                                                    api.CreateKeyBody
 	Expires                                                time.Time
 }
@@ -284,7 +286,8 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	redirect := q.Get("redirect_uri")
-	if redirect == "" && len(c.RedirectURIs) == 1 {
+	redirectGiven := redirect != ""
+	if !redirectGiven && len(c.RedirectURIs) == 1 {
 		redirect = c.RedirectURIs[0]
 	}
 	if !contains(c.RedirectURIs, redirect) {
@@ -310,7 +313,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 			scope = sc
 		}
 	}
-	req := &request{ID: random(16), ClientID: c.ID, ClientName: c.Name, RedirectURI: redirect, State: state,
+	req := &request{ID: random(16), ClientID: c.ID, ClientName: c.Name, RedirectURI: redirect, RedirectGiven: redirectGiven, State: state,
 		Challenge: challenge, Scope: scope, Resource: q.Get("resource"), Expires: s.cfg.Now().Add(pendingLife)}
 	s.mu.Lock()
 	s.pruneLocked()
@@ -339,7 +342,7 @@ type ConsentRequest struct {
 	ClientID    string `json:"client_id"`
 	ClientName  string `json:"client_name"`
 	RedirectURI string `json:"redirect_uri"`
-	Scope       string `json:"scope"` // the highest scope asked for; "" when none
+	Scope       string `json:"scope"` // the highest scope asked for; "" when none (the console presets call, or read if only read was asked)
 	Resource    string `json:"resource,omitempty"`
 	ExpiresAt   string `json:"expires_at"`
 }
@@ -424,7 +427,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	delete(s.requests, req.ID)
-	s.codes[code] = &grant{ClientID: req.ClientID, ClientName: req.ClientName, RedirectURI: req.RedirectURI,
+	s.codes[code] = &grant{ClientID: req.ClientID, ClientName: req.ClientName, RedirectURI: req.RedirectURI, RedirectGiven: req.RedirectGiven,
 		Challenge: req.Challenge, Approver: p.Caller(), Key: key, Expires: s.cfg.Now().Add(pendingLife)}
 	s.mu.Unlock()
 	act.Outcome = "ok"
@@ -456,7 +459,10 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 	}
 	sum := sha256.Sum256([]byte(f.Get("code_verifier")))
 	verifier := base64.RawURLEncoding.EncodeToString(sum[:])
-	if f.Get("client_id") != g.ClientID || f.Get("redirect_uri") != g.RedirectURI ||
+	// redirect_uri must repeat the authorization's, when that named one
+	// (RFC 6749 section 4.1.3); one given must match in any case.
+	redirectBad := (g.RedirectGiven || f.Has("redirect_uri")) && f.Get("redirect_uri") != g.RedirectURI
+	if f.Get("client_id") != g.ClientID || redirectBad ||
 		subtle.ConstantTimeCompare([]byte(verifier), []byte(g.Challenge)) != 1 {
 		writeOAuthError(w, http.StatusBadRequest, "invalid_grant", "the code was not issued to this client, redirect_uri and code_verifier")
 		return

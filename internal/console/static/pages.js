@@ -563,13 +563,14 @@ function consentPage(main, [id]) {
     } catch (e) { out.replaceChildren(renderError(e)); }
   };
   api('GET', '/api/v1/oauth/requests/' + encodeURIComponent(id)).then((r) => {
-    scope.value = r.scope || 'call';
+    // Clients often ask for every scope offered: admin is never preset.
+    scope.value = r.scope === 'read' ? 'read' : 'call';
     let host = r.redirect_uri;
     try { host = new URL(r.redirect_uri).origin; } catch {}
     main.append(h('div', { class: 'card', id: 'consent' },
       h('p', {}, h('strong', { text: r.client_name }), ' asks to use this gateway\'s MCP doors.'),
       h('p', { class: 'muted' }, 'It will be sent back to ', h('code', { text: host }), '. Client id ', h('code', { text: r.client_id }), r.resource ? ', for ' : '', r.resource ? h('code', { text: r.resource }) : ''),
-      h('p', { class: 'muted', text: 'Its token is an API key with what you choose here, listed on the Keys page, where you can revoke it.' }),
+      h('p', { class: 'muted', text: `It asks for scope ${r.scope || '(none named)'}. Its token is an API key with what you choose here, listed on the Keys page, where you can revoke it.` }),
       h('form', { class: 'row', onsubmit: (e) => { e.preventDefault(); decide(true); } },
         h('label', { for: 'c-scope' }, 'Scope', scope), h('label', { for: 'c-devices' }, 'Devices', devices),
         h('label', { for: 'c-tools' }, 'Tools', tools), h('label', { for: 'c-expires' }, 'Expires', expires),
