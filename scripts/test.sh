@@ -48,6 +48,27 @@ if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ] && [ "
 fi
 # No skip when it is missing: the tests fail and say how to install it.
 
+echo "== chromium (internal/console drives the web console in a real, headless browser)"
+# Debian's package, never a browser downloaded at test time. The tests look
+# for chromium, chromium-browser or google-chrome on PATH, or the binary
+# named by MCPGATE_TEST_CHROMIUM; they skip without one, and fail under CI.
+if [ -z "${MCPGATE_TEST_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 &&
+  ! command -v google-chrome >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "-- installing chromium from Debian's packages"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+if [ -z "${MCPGATE_TEST_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 &&
+  ! command -v google-chrome >/dev/null 2>&1; then
+  if [ -n "${CI:-}" ]; then
+    echo "error: CI is set and no Chromium was found on PATH (chromium, chromium-browser, google-chrome), nor could it be" >&2
+    echo "installed (that needs root and apt-get). Install it (apt-get install chromium) or set MCPGATE_TEST_CHROMIUM." >&2
+    exit 1
+  fi
+  echo "warning: Chromium not found (apt-get install chromium); the console's browser tests will skip" >&2
+fi
+# Their screenshots of every page: internal/console/testdata/screenshots/
+# (ignored by git; CI keeps it as an artefact), or $MCPGATE_SCREENSHOTS.
+
 echo "== postgresql (internal/store runs its conformance suite against a throwaway server)"
 # Debian's server binaries live in /usr/lib/postgresql/<version>/bin, off
 # PATH; take the newest installed.

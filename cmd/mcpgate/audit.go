@@ -75,6 +75,7 @@ match than --limit, the last line says how to get the next page (--before).`,
 	f.StringVar(&q.Device, "device", "", "only calls to this device (id or alias)")
 	f.StringVar(&q.Tool, "tool", "", "only calls of this tool")
 	f.StringVar(&q.Caller, "caller", "", `only calls by this caller (an API key id, or "local")`)
+	f.StringVar(&q.Outcome, "outcome", "", `only calls with this outcome (ok, tool_error, a gateway error code such as invalid_arguments), or "error" for every failure`)
 	f.StringVar(&q.Since, "since", "", "only calls since this time (RFC 3339) or for this long (90m, 1h, 7d)")
 	f.StringVar(&q.Before, "before", "", "only records before this cursor (the next page of a previous listing)")
 	f.IntVar(&q.Limit, "limit", 100, "most records shown (1-1000)")

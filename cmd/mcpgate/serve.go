@@ -132,6 +132,7 @@ environment, which wins over the file.`,
 	f.DurationVar(&cfg.PongTimeout, "pong-timeout", 0, "how long a device has to answer a keepalive ping (0 = the ping interval)")
 	f.StringSliceVar(&cfg.AllowedOrigins, "allowed-origins", nil, "browser origins allowed on every door besides loopback and same-origin, e.g. https://app.example.com or '*.example.com'")
 	f.BoolVar(&cfg.RequireKeys, "require-keys", false, "require an API key on REST and MCP on a loopback address too (always required on other addresses unless --insecure)")
+	f.BoolVar(&cfg.OAuth, "oauth", false, "let MCP clients that accept only OAuth connect: they are granted an API key on an admin's consent in the web console (needs keys required)")
 	f.BoolVar(&cfg.Insecure, "insecure", false, "leave REST and MCP open without API keys on a non-loopback address (anyone who reaches it can list and call every device)")
 	f.StringArrayVar(&cfg.EndpointTokens, "endpoint-token", nil, "token MCP servers present at /mcp/endpoint (repeatable; none: only when listening on loopback)")
 	f.StringVar(&cfg.DebugAddr, "pprof-addr", "", "serve Go pprof profiles on this address, e.g. 127.0.0.1:6060 (off when empty)")

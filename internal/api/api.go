@@ -56,6 +56,9 @@ type Config struct {
 	// docs/queued-calls.md); nil answers 503 queue_unavailable to
 	// "deliver":"queue" and the /api/v1/calls routes.
 	Queue *queue.Queue
+	// Keys answers the key routes under /api/v1/keys (keys.go); nil
+	// answers 503 keys_unavailable.
+	Keys KeyStore
 }
 
 // DefaultWriteTimeout is Config.WriteTimeout's default: ample for any answer
@@ -113,6 +116,10 @@ func New(cfg Config) (*API, error) {
 	a.mux.HandleFunc("GET /api/v1/calls/{call}", a.answered(a.getCall))
 	a.mux.HandleFunc("DELETE /api/v1/calls/{call}", a.answered(a.cancelCall))
 	a.mux.HandleFunc("POST /api/v1/devices/{id}/chat", a.chat)
+	a.mux.HandleFunc("GET /api/v1/me", a.answered(a.me))
+	a.mux.HandleFunc("GET /api/v1/keys", a.answered(a.listKeys))
+	a.mux.HandleFunc("POST /api/v1/keys", a.answered(a.createKey))
+	a.mux.HandleFunc("DELETE /api/v1/keys/{id}", a.answered(a.revokeKey))
 	a.mux.HandleFunc("GET /healthz", a.answered(a.healthz))
 	a.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{}))
 	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {

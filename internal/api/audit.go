@@ -86,7 +86,7 @@ func (a *API) audit(w http.ResponseWriter, r *http.Request) {
 // alias; one the gateway no longer knows is matched by its normalised id, or
 // exactly as given.
 func (a *API) auditQuery(v url.Values, now time.Time) (store.AuditQuery, error) {
-	q := store.AuditQuery{Tool: v.Get("tool"), Caller: v.Get("caller"), Limit: auditDefaultLimit}
+	q := store.AuditQuery{Tool: v.Get("tool"), Caller: v.Get("caller"), Outcome: v.Get("outcome"), Limit: auditDefaultLimit}
 	if ref := v.Get("device"); ref != "" {
 		if d, err := a.hub.Device(ref); err == nil {
 			q.Device = d.ID
@@ -193,15 +193,18 @@ type AuditQuery struct {
 	Device string // id in any form, or alias
 	Tool   string
 	Caller string // API key id, or "local"
-	Since  string // RFC 3339 time, or an age such as 1h or 7d
-	Before string // the Next of a previous page
-	Limit  int    // default 100, at most 1000
+	// Outcome is an exact outcome (ok, tool_error, a gateway error code),
+	// or "error" for every outcome but ok.
+	Outcome string
+	Since   string // RFC 3339 time, or an age such as 1h or 7d
+	Before  string // the Next of a previous page
+	Limit   int    // default 100, at most 1000
 }
 
 // Audit reads one page of the audit log, newest first.
 func (c *Client) Audit(ctx context.Context, q AuditQuery) (*AuditPage, error) {
 	v := url.Values{}
-	for k, s := range map[string]string{"device": q.Device, "tool": q.Tool, "caller": q.Caller, "since": q.Since, "before": q.Before} {
+	for k, s := range map[string]string{"device": q.Device, "tool": q.Tool, "caller": q.Caller, "outcome": q.Outcome, "since": q.Since, "before": q.Before} {
 		if s != "" {
 			v.Set(k, s)
 		}

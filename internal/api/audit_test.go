@@ -87,6 +87,9 @@ func TestAuditEndpoint(t *testing.T) {
 		{"since", api.AuditQuery{Since: "1h"}, want},
 		{"since the future", api.AuditQuery{Since: time.Now().Add(time.Hour).Format(time.RFC3339)}, nil},
 		{"caller", api.AuditQuery{Caller: "someone-else"}, nil},
+		{"outcome ok", api.AuditQuery{Outcome: "ok"}, want},
+		{"any failure", api.AuditQuery{Outcome: "error"}, nil},
+		{"outcome and device", api.AuditQuery{Outcome: "ok", Device: "hall"}, []string{want[0], want[2]}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			page, err := tg.client.Audit(ctx, tc.q)

@@ -54,8 +54,12 @@ func Authenticate(doors *auth.Doors, h *hub.Hub) func(http.Handler) http.Handler
 // RequiredScope is the scope a REST request needs: read to look (GET, HEAD,
 // the event stream, /metrics), call to call a tool (live or queued), cancel
 // a queued call or talk to a device's agent, admin for everything else (alias changes, revocations, forgetting a
-// device, and any route added later until it says otherwise: safe by default).
+// device, and any route added later until it says otherwise: safe by default)
+// and for every key route, listing included.
 func RequiredScope(method, path string) auth.Scope {
+	if path == "/api/v1/keys" || strings.HasPrefix(path, "/api/v1/keys/") || strings.HasPrefix(path, "/api/v1/oauth/") {
+		return auth.ScopeAdmin // even listing them; OAuth consent creates keys
+	}
 	switch method {
 	case http.MethodGet, http.MethodHead:
 		return auth.ScopeRead

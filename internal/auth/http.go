@@ -49,7 +49,11 @@ type DoorsConfig struct {
 	// without one is the local caller ([Local]), and a request with one is
 	// still checked and gets that key's limits.
 	Require bool
-	Logger  *slog.Logger
+	// ResourceMetadata, when set, gives the URL of the OAuth protected
+	// resource metadata a 401's challenge names (resource_metadata), so
+	// OAuth clients find the gateway's authorization server.
+	ResourceMetadata func(r *http.Request) string
+	Logger           *slog.Logger
 }
 
 // Doors authenticates the HTTP doors' requests (REST, MCP). It is safe for
@@ -127,6 +131,9 @@ func (d *Doors) Refuse(w http.ResponseWriter, r *http.Request, err error) {
 		challenge := `Bearer realm="mcpgate"`
 		if !errors.Is(err, ErrNoKey) {
 			challenge += `, error="invalid_token"`
+		}
+		if d.cfg.ResourceMetadata != nil {
+			challenge += `, resource_metadata="` + strings.ReplaceAll(d.cfg.ResourceMetadata(r), `"`, `%22`) + `"`
 		}
 		w.Header().Set("WWW-Authenticate", challenge)
 		WriteError(w, http.StatusUnauthorized, "unauthorized", message(err))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/httpguard"
+	"github.com/mcpgate/mcpgate/internal/oauth"
 	"github.com/mcpgate/mcpgate/internal/queue"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/transport/endpoint"
@@ -45,7 +46,18 @@ func newDoorAuth(cfg Config) (*doorAuth, error) {
 			return nil, err
 		}
 	}
-	a.doors = auth.NewDoors(auth.DoorsConfig{Keys: a.keys, Require: a.require, Logger: cfg.Logger})
+	dc := auth.DoorsConfig{Keys: a.keys, Require: a.require, Logger: cfg.Logger}
+	if cfg.OAuth {
+		if !a.require {
+			return nil, errors.New("oauth needs API keys required (a non-loopback address, or require-keys): on open doors no client is asked to authorize")
+		}
+		if a.keys == nil {
+			return nil, errors.New("oauth needs a store for the keys it issues")
+		}
+		public := cfg.Provisioning.OTA.PublicURL
+		dc.ResourceMetadata = func(r *http.Request) string { return oauth.ResourceMetadata(r, public) }
+	}
+	a.doors = auth.NewDoors(dc)
 	return a, nil
 }
 

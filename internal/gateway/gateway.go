@@ -21,12 +21,14 @@ import (
 	"github.com/mcpgate/mcpgate/internal/agent"
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/audit"
+	"github.com/mcpgate/mcpgate/internal/console"
 	"github.com/mcpgate/mcpgate/internal/httpguard"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/mcpserver"
 	"github.com/mcpgate/mcpgate/internal/metrics"
+	"github.com/mcpgate/mcpgate/internal/oauth"
 	"github.com/mcpgate/mcpgate/internal/queue"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/transport/endpoint"
@@ -105,6 +107,10 @@ type Config struct {
 	// Insecure; and Run refuses to start when the store holds no usable key.
 	// See docs/security.md.
 	RequireKeys bool
+	// OAuth serves an OAuth 2.1 authorization server for MCP clients that
+	// accept only OAuth (internal/oauth): its tokens are API keys made on
+	// an admin's consent in the console. Needs keys required and a store.
+	OAuth bool
 	// Insecure leaves REST and the MCP doors open (no key needed) on a
 	// non-loopback address, with a warning at start.
 	Insecure bool
@@ -334,7 +340,7 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version, Agent: chat, Audit: flushedAudit{auditLog, cfg.Store}, Queue: calls,
+	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version, Agent: chat, Audit: flushedAudit{auditLog, cfg.Store}, Queue: calls, Keys: cfg.Store,
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes, WriteTimeout: cfg.Limits.WriteTimeout, Limits: lim})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -400,8 +406,21 @@ func New(cfg Config) (*Gateway, error) {
 	restAuth := api.Authenticate(da.doors, h)
 	restWrap := func(next http.Handler) http.Handler { return guard.Wrap(restAuth(next)) }
 	door.Register(mux, da.doors.Wrap)
-	da.doors.RegisterOAuthRefusals(mux, guard.Wrap) // OAuth-first clients stop at once with the API-key hint
+	if cfg.OAuth {
+		as, err := oauth.New(oauth.Config{Keys: cfg.Store, Audit: h.AuditAction, Logger: cfg.Logger, PublicURL: cfg.Provisioning.OTA.PublicURL})
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		as.Register(mux, guard.Wrap, restWrap)
+	} else {
+		da.doors.RegisterOAuthRefusals(mux, guard.Wrap) // OAuth-first clients stop at once with the API-key hint
+	}
 	devices.register(mux, restWrap)
+	// The console's files are public (what it shows comes through REST with
+	// the user's key), but behind the guard: a rebound name gets nothing.
+	ui := guard.Wrap(console.Handler())
+	mux.Handle("GET /{$}", ui)
+	mux.Handle("GET "+console.Prefix, ui)
 	mux.Handle("/", restWrap(rest)) // a web page must not drive REST calls on a local gateway
 	g = &Gateway{cfg: cfg, log: cfg.Logger, metrics: m, hub: h, ws: wst, ep: ep, mqtt: mq, mqttExt: mqx, api: rest, auth: da, mcp: door, devices: devices, handler: mux, ready: make(chan struct{})}
 	g.limits = lim

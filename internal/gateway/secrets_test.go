@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/devauth"
 	"github.com/mcpgate/mcpgate/internal/hostiletest"
@@ -282,6 +283,25 @@ func TestSecretsNeverLogged(t *testing.T) {
 				t.Fatalf("%s: %d %s, want 401", name, status, body)
 			}
 			secrets.check(t, "a REST refusal", body)
+		}
+		// A key created and revoked through REST: its secret is in the
+		// answer, and nowhere else (logs, audit records).
+		status, body := rest(t, base, admin, "POST", "/api/v1/keys", `{"name":"made-over-rest","scope":"read"}`)
+		var made api.Key
+		if err := json.Unmarshal([]byte(body), &made); status != http.StatusCreated || err != nil || made.Secret == "" {
+			t.Fatalf("create a key over REST: %d %s", status, body)
+		}
+		secrets.add("API key made over REST", made.Secret)
+		if status, body := rest(t, base, made.Secret, "GET", "/api/v1/devices", ""); status != 200 {
+			t.Fatalf("list with the key made over REST: %d %s", status, body)
+		}
+		if status, body := rest(t, base, admin, "DELETE", "/api/v1/keys/"+made.ID, ""); status != 200 {
+			t.Fatalf("revoke the key made over REST: %d %s", status, body)
+		}
+		if status, body := rest(t, base, admin, "GET", "/api/v1/audit", ""); status != 200 {
+			t.Fatalf("audit: %d %s", status, body)
+		} else {
+			secrets.check(t, "the audit log", body)
 		}
 	}
 	{ // API keys at /mcp

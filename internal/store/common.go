@@ -46,6 +46,13 @@ func auditSQL(q AuditQuery, ph func(n int) string, timeArg func(time.Time) any) 
 	if q.Caller != "" {
 		add("caller = %s", q.Caller)
 	}
+	switch q.Outcome {
+	case "":
+	case "error":
+		add("outcome <> %s", "ok")
+	default:
+		add("outcome = %s", q.Outcome)
+	}
 	if !q.Since.IsZero() {
 		add("time >= %s", timeArg(q.Since))
 	}

@@ -83,12 +83,15 @@ type AuditRecord struct {
 
 // AuditQuery selects audit records, newest first.
 type AuditQuery struct {
-	Device string    // exact normalised id; "" for all
-	Tool   string    // exact tool name; "" for all
-	Caller string    // exact caller; "" for all
-	Since  time.Time // zero: no lower bound
-	Before int64     // only Seq < Before, for paging; 0: no bound
-	Limit  int       // default 100, at most 1000
+	Device string // exact normalised id; "" for all
+	Tool   string // exact tool name; "" for all
+	Caller string // exact caller; "" for all
+	// Outcome is an exact outcome ("ok", "tool_error", a gateway error
+	// code); "error" is every outcome but "ok"; "" for all.
+	Outcome string
+	Since   time.Time // zero: no lower bound
+	Before  int64     // only Seq < Before, for paging; 0: no bound
+	Limit   int       // default 100, at most 1000
 }
 
 // CallStore keeps queued calls (docs/queued-calls.md). A call's state only

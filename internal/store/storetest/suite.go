@@ -392,6 +392,9 @@ func testAuditQuery(t *testing.T, target Target) {
 	count(store.AuditQuery{Caller: "k1"}, 15, func(r store.AuditRecord) bool { return r.Caller == "k1" })
 	count(store.AuditQuery{Device: "d1", Tool: "t.a"}, 5, func(r store.AuditRecord) bool { return r.Device == "d1" && r.Tool == "t.a" })
 	count(store.AuditQuery{Device: "nope"}, 0, nil)
+	count(store.AuditQuery{Outcome: "device_offline"}, 1, func(r store.AuditRecord) bool { return r.Outcome == "device_offline" })
+	count(store.AuditQuery{Outcome: "error"}, 1, func(r store.AuditRecord) bool { return r.Outcome == "device_offline" })
+	count(store.AuditQuery{Outcome: "ok", Device: "d3"}, 9, func(r store.AuditRecord) bool { return r.Outcome == "ok" && r.Device == "d3" })
 	// Since is inclusive.
 	since := t0.Add(20 * time.Minute)
 	count(store.AuditQuery{Since: since}, 10, func(r store.AuditRecord) bool { return !r.Time.Before(since) })

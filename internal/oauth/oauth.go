@@ -1,0 +1,550 @@
+// Package oauth is the gateway's OAuth 2.1 authorization server, for MCP
+// clients that accept only OAuth (the MCP authorization spec): protected
+// resource metadata (RFC 9728), authorization server metadata (RFC 8414),
+// dynamic client registration (RFC 7591), the authorization code grant with
+// PKCE S256, and a consent step in the web console.
+//
+// The access token it issues is an API key, made when the code is
+// exchanged, with the scope, device and tool patterns and lifetime the
+// approving admin chose on the consent page. So a token is checked, limited,
+// audited and revoked (Keys page, DELETE /api/v1/keys/{id}, mcpgate keys
+// revoke) exactly as any key; there are no refresh tokens: when it expires,
+// the client asks again.
+//
+// Registered clients, pending consents and codes live in memory only
+// (bounded, and codes and consents for ten minutes): a restart forgets
+// them, and a client registers again. Issued tokens are keys in the store.
+//
+// # Flow
+//
+//	client → GET /mcp                                 401, WWW-Authenticate: resource_metadata=…
+//	client → GET /.well-known/oauth-protected-resource/mcp   the authorization server is the gateway
+//	client → GET /.well-known/oauth-authorization-server     endpoints below
+//	client → POST /oauth/register                     client_id
+//	browser → GET /oauth/authorize?…&code_challenge=… 302 to the console: /#/consent/{request}
+//	console → GET, POST /api/v1/oauth/requests/{id}   an admin approves: a redirect with the code
+//	client → POST /oauth/token (code, code_verifier)  access_token: a new API key's secret
+package oauth
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/hub"
+)
+
+// Paths of the authorization server's endpoints.
+const (
+	RegisterPath  = "/oauth/register"
+	AuthorizePath = "/oauth/authorize"
+	TokenPath     = "/oauth/token"
+	// ConsentAPI is where the console reads and answers a consent request.
+	ConsentAPI = "/api/v1/oauth/requests/"
+)
+
+// The tool of the audit record of a grant (beside api.AuditKeyCreate when
+// its code is exchanged).
+const AuditGrant = "mcpgate:oauth_grant"
+
+// Bounds of what unauthenticated clients can make the server hold.
+const (
+	maxClients  = 1000
+	maxPending  = 1000
+	maxBody     = 64 << 10
+	pendingLife = 10 * time.Minute
+)
+
+// Config configures the server. Keys is required.
+type Config struct {
+	Keys api.KeyStore
+	// Audit records grants and the keys made for them (hub.Hub.AuditAction).
+	Audit  func(hub.Action)
+	Logger *slog.Logger
+	// PublicURL is the gateway's base URL as clients reach it
+	// ("https://gw.example.com"); empty: from each request's Host (and
+	// TLS or X-Forwarded-Proto).
+	PublicURL string
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+// Server is the authorization server. It is safe for concurrent use.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	clients  map[string]*client  // guarded by mu; by client_id
+	order    []string            // guarded by mu; client ids, oldest first, for eviction
+	requests map[string]*request // guarded by mu; consents waiting for an admin, by id
+	codes    map[string]*grant   // guarded by mu; issued codes, by code
+}
+
+type client struct {
+	ID           string
+	Name         string
+	RedirectURIs []string
+	Issued       time.Time
+}
+
+// request is an authorization waiting for consent.
+type request struct {
+	ID, ClientID, ClientName, RedirectURI, State, Challenge, Scope, Resource string
+	RedirectGiven                                                            bool // the authorization named its redirect_uri
+	Expires                                                                  time.Time
+}
+
+// grant is an approved request: its code, until exchanged once.
+type grant struct {
+	ClientID, ClientName, RedirectURI, Challenge, Approver string
+	RedirectGiven                                          bool
+	Key                                                    api.CreateKeyBody
+	Expires                                                time.Time
+}
+
+// New returns a server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Keys == nil {
+		return nil, errors.New("oauth: Config.Keys is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Audit == nil {
+		cfg.Audit = func(hub.Action) {}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	cfg.PublicURL = strings.TrimRight(cfg.PublicURL, "/")
+	return &Server{cfg: cfg, log: cfg.Logger.With("component", "oauth"), clients: map[string]*client{},
+		requests: map[string]*request{}, codes: map[string]*grant{}}, nil
+}
+
+// Register adds the server's routes to mux: the public ones through guard
+// (the Host/Origin guard), the console's consent API through rest (guard
+// and authentication).
+func (s *Server) Register(mux *http.ServeMux, guard, rest func(http.Handler) http.Handler) {
+	mux.Handle("GET /.well-known/oauth-protected-resource", guard(http.HandlerFunc(s.protectedResource)))
+	mux.Handle("GET /.well-known/oauth-protected-resource/", guard(http.HandlerFunc(s.protectedResource)))
+	mux.Handle("GET /.well-known/oauth-authorization-server", guard(http.HandlerFunc(s.metadata)))
+	mux.Handle("GET /.well-known/oauth-authorization-server/", guard(http.HandlerFunc(s.metadata)))
+	// Not an OpenID provider: a clear 404 rather than the REST door's 401.
+	noOIDC := guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeOAuthError(w, http.StatusNotFound, "invalid_request", "not an OpenID provider: see /.well-known/oauth-authorization-server")
+	}))
+	mux.Handle("GET /.well-known/openid-configuration", noOIDC)
+	mux.Handle("GET /.well-known/openid-configuration/", noOIDC)
+	mux.Handle("POST "+RegisterPath, guard(http.HandlerFunc(s.register)))
+	mux.Handle("GET "+AuthorizePath, guard(http.HandlerFunc(s.authorize)))
+	mux.Handle("POST "+TokenPath, guard(http.HandlerFunc(s.token)))
+	mux.Handle("GET "+ConsentAPI+"{id}", rest(http.HandlerFunc(s.consentRequest)))
+	mux.Handle("POST "+ConsentAPI+"{id}", rest(http.HandlerFunc(s.decide)))
+}
+
+// BaseURL is the gateway's base URL for r: PublicURL, else from r.
+func BaseURL(r *http.Request, publicURL string) string {
+	if publicURL != "" {
+		return strings.TrimRight(publicURL, "/")
+	}
+	scheme := "http"
+	if r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+// ResourceMetadata is the URL of the protected resource metadata of the
+// resource r asked for, for the WWW-Authenticate challenge of a 401.
+func ResourceMetadata(r *http.Request, publicURL string) string {
+	return BaseURL(r, publicURL) + "/.well-known/oauth-protected-resource" + r.URL.EscapedPath()
+}
+
+func (s *Server) base(r *http.Request) string { return BaseURL(r, s.cfg.PublicURL) }
+
+var scopes = []string{"read", "call", "admin"}
+
+func (s *Server) protectedResource(w http.ResponseWriter, r *http.Request) {
+	suffix := strings.TrimPrefix(r.URL.EscapedPath(), "/.well-known/oauth-protected-resource")
+	writeJSON(w, http.StatusOK, map[string]any{
+		"resource":                 s.base(r) + suffix,
+		"authorization_servers":    []string{s.base(r)},
+		"bearer_methods_supported": []string{"header"},
+		"scopes_supported":         scopes,
+		"resource_name":            "mcpgate",
+	})
+}
+
+func (s *Server) metadata(w http.ResponseWriter, r *http.Request) {
+	b := s.base(r)
+	writeJSON(w, http.StatusOK, map[string]any{
+		"issuer":                                b,
+		"authorization_endpoint":                b + AuthorizePath,
+		"token_endpoint":                        b + TokenPath,
+		"registration_endpoint":                 b + RegisterPath,
+		"response_types_supported":              []string{"code"},
+		"grant_types_supported":                 []string{"authorization_code"},
+		"code_challenge_methods_supported":      []string{"S256"},
+		"token_endpoint_auth_methods_supported": []string{"none"},
+		"scopes_supported":                      scopes,
+	})
+}
+
+// register is dynamic client registration (RFC 7591) for public clients.
+func (s *Server) register(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		RedirectURIs []string `json:"redirect_uris"`
+		ClientName   string   `json:"client_name"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(&body); err != nil {
+		writeOAuthError(w, http.StatusBadRequest, "invalid_client_metadata", "the body is not a JSON client description: "+err.Error())
+		return
+	}
+	if len(body.RedirectURIs) == 0 || len(body.RedirectURIs) > 10 {
+		writeOAuthError(w, http.StatusBadRequest, "invalid_redirect_uri", "give 1 to 10 redirect_uris")
+		return
+	}
+	for _, u := range body.RedirectURIs {
+		if err := checkRedirect(u); err != nil {
+			writeOAuthError(w, http.StatusBadRequest, "invalid_redirect_uri", err.Error())
+			return
+		}
+	}
+	name := strings.TrimSpace(body.ClientName)
+	if name == "" {
+		name = "an MCP client"
+	}
+	if len(name) > 100 {
+		name = name[:100]
+	}
+	c := &client{ID: "mcpc_" + random(16), Name: name, RedirectURIs: body.RedirectURIs, Issued: s.cfg.Now()}
+	s.mu.Lock()
+	for len(s.order) >= maxClients { // the oldest registration goes: it registers again
+		delete(s.clients, s.order[0])
+		s.order = s.order[1:]
+	}
+	s.clients[c.ID] = c
+	s.order = append(s.order, c.ID)
+	s.mu.Unlock()
+	s.log.Debug("OAuth client registered", "client_id", c.ID, "client_name", c.Name, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusCreated, map[string]any{
+		"client_id": c.ID, "client_id_issued_at": c.Issued.Unix(), "client_name": c.Name,
+		"redirect_uris": c.RedirectURIs, "token_endpoint_auth_method": "none",
+		"grant_types": []string{"authorization_code"}, "response_types": []string{"code"},
+	})
+}
+
+// checkRedirect admits https, http to a loopback host (a native client's
+// local listener), and private-use schemes of native apps (RFC 8252);
+// never a fragment, nor a scheme a browser would run.
+func checkRedirect(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || !u.IsAbs() {
+		return fmt.Errorf("redirect_uri %q is not an absolute URL", raw)
+	}
+	if u.Fragment != "" {
+		return fmt.Errorf("redirect_uri %q has a fragment", raw)
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "https":
+		return nil
+	case "http":
+		if h := u.Hostname(); h == "localhost" || net.ParseIP(h).IsLoopback() {
+			return nil
+		}
+		return fmt.Errorf("redirect_uri %q: http is allowed to a loopback host only", raw)
+	case "javascript", "data", "file", "vbscript", "blob", "about":
+		return fmt.Errorf("redirect_uri %q: scheme %s is not allowed", raw, u.Scheme)
+	}
+	return nil
+}
+
+// authorize validates the request and sends the browser to the console's
+// consent page. Before the client and redirect URI are known good, errors
+// are shown, never redirected (RFC 6749 section 4.1.2.1).
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	s.mu.Lock()
+	c := s.clients[q.Get("client_id")]
+	s.mu.Unlock()
+	if c == nil {
+		http.Error(w, "unknown client_id: register the client first (POST "+RegisterPath+"); a restarted gateway forgets registrations", http.StatusBadRequest)
+		return
+	}
+	redirect := q.Get("redirect_uri")
+	redirectGiven := redirect != ""
+	if !redirectGiven && len(c.RedirectURIs) == 1 {
+		redirect = c.RedirectURIs[0]
+	}
+	if !contains(c.RedirectURIs, redirect) {
+		http.Error(w, "redirect_uri is not one the client registered", http.StatusBadRequest)
+		return
+	}
+	state := q.Get("state")
+	fail := func(code, desc string) {
+		http.Redirect(w, r, withParams(redirect, url.Values{"error": {code}, "error_description": {desc}, "state": {state}}), http.StatusFound)
+	}
+	if q.Get("response_type") != "code" {
+		fail("unsupported_response_type", "only response_type=code is supported")
+		return
+	}
+	challenge := q.Get("code_challenge")
+	if q.Get("code_challenge_method") != "S256" || len(challenge) < 43 || len(challenge) > 128 {
+		fail("invalid_request", "PKCE is required: code_challenge (43-128 characters) with code_challenge_method=S256")
+		return
+	}
+	scope := ""
+	for _, sc := range strings.Fields(q.Get("scope")) {
+		if contains(scopes, sc) && rank(sc) > rank(scope) {
+			scope = sc
+		}
+	}
+	req := &request{ID: random(16), ClientID: c.ID, ClientName: c.Name, RedirectURI: redirect, RedirectGiven: redirectGiven, State: state,
+		Challenge: challenge, Scope: scope, Resource: q.Get("resource"), Expires: s.cfg.Now().Add(pendingLife)}
+	s.mu.Lock()
+	s.pruneLocked()
+	if len(s.requests) >= maxPending {
+		s.mu.Unlock()
+		fail("temporarily_unavailable", "too many authorizations are waiting for consent; try again later")
+		return
+	}
+	s.requests[req.ID] = req
+	s.mu.Unlock()
+	http.Redirect(w, r, "/#/consent/"+req.ID, http.StatusFound)
+}
+
+func rank(scope string) int {
+	for i, s := range scopes {
+		if s == scope {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// ConsentRequest is what the console shows an admin before approving.
+type ConsentRequest struct {
+	ID          string `json:"id"`
+	ClientID    string `json:"client_id"`
+	ClientName  string `json:"client_name"`
+	RedirectURI string `json:"redirect_uri"`
+	Scope       string `json:"scope"` // the highest scope asked for; "" when none (the console presets call, or read if only read was asked)
+	Resource    string `json:"resource,omitempty"`
+	ExpiresAt   string `json:"expires_at"`
+}
+
+// Decision is the body of POST /api/v1/oauth/requests/{id}: approve with
+// what the token may do (a key's description; name is set by the server),
+// or deny.
+type Decision struct {
+	Approve bool     `json:"approve"`
+	Scope   string   `json:"scope,omitempty"`
+	Devices []string `json:"devices,omitempty"`
+	Tools   []string `json:"tools,omitempty"`
+	Expires string   `json:"expires,omitempty"`
+}
+
+// Redirect is the answer to a decision: where the console sends the browser.
+type Redirect struct {
+	Redirect string `json:"redirect"`
+}
+
+func (s *Server) pending(w http.ResponseWriter, r *http.Request) *request {
+	if !api.KeyManager(auth.FromContext(r.Context())) {
+		writeAPIError(w, http.StatusForbidden, "forbidden", "granting OAuth access makes an API key: it needs an admin key limited to no devices and no tools")
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pruneLocked()
+	req := s.requests[r.PathValue("id")]
+	if req == nil {
+		writeAPIError(w, http.StatusNotFound, "request_not_found", "no such authorization request: it was answered, or is over 10 minutes old; start again from the client")
+	}
+	return req
+}
+
+func (s *Server) consentRequest(w http.ResponseWriter, r *http.Request) {
+	req := s.pending(w, r)
+	if req == nil {
+		return
+	}
+	writeJSON(w, http.StatusOK, ConsentRequest{ID: req.ID, ClientID: req.ClientID, ClientName: req.ClientName,
+		RedirectURI: req.RedirectURI, Scope: req.Scope, Resource: req.Resource, ExpiresAt: req.Expires.UTC().Format(time.RFC3339)})
+}
+
+// decide answers a consent request. Approving checks the key description
+// now (so mistakes show on the consent page) and issues a code for it;
+// the key itself is made when the code is exchanged.
+func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
+	var d Decision
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(&d); err != nil {
+		writeAPIError(w, http.StatusBadRequest, "bad_request", "request body is not valid JSON: "+err.Error())
+		return
+	}
+	req := s.pending(w, r)
+	if req == nil {
+		return
+	}
+	p := auth.FromContext(r.Context())
+	args, _ := json.Marshal(map[string]any{"client_id": req.ClientID, "client_name": req.ClientName, "approve": d.Approve,
+		"scope": d.Scope, "devices": d.Devices, "tools": d.Tools, "expires": d.Expires})
+	act := hub.Action{Tool: AuditGrant, Caller: p.Caller(), Door: "rest", Device: req.ClientID, Arguments: args, Start: s.cfg.Now()}
+	if !d.Approve {
+		s.mu.Lock()
+		delete(s.requests, req.ID)
+		s.mu.Unlock()
+		act.Outcome = "denied"
+		s.cfg.Audit(act)
+		writeJSON(w, http.StatusOK, Redirect{withParams(req.RedirectURI, url.Values{"error": {"access_denied"},
+			"error_description": {"the gateway's admin denied access"}, "state": {req.State}})})
+		return
+	}
+	key := api.CreateKeyBody{Name: "oauth: " + req.ClientName, Scope: d.Scope, Devices: d.Devices, Tools: d.Tools, Expires: d.Expires}
+	if _, _, err := api.NewKey(key, s.cfg.Now()); err != nil {
+		writeAPIError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	code := random(32)
+	s.mu.Lock()
+	if s.requests[req.ID] != req { // answered meanwhile
+		s.mu.Unlock()
+		writeAPIError(w, http.StatusNotFound, "request_not_found", "this authorization request was answered already")
+		return
+	}
+	delete(s.requests, req.ID)
+	s.codes[code] = &grant{ClientID: req.ClientID, ClientName: req.ClientName, RedirectURI: req.RedirectURI, RedirectGiven: req.RedirectGiven,
+		Challenge: req.Challenge, Approver: p.Caller(), Key: key, Expires: s.cfg.Now().Add(pendingLife)}
+	s.mu.Unlock()
+	act.Outcome = "ok"
+	s.cfg.Audit(act)
+	s.log.Info("OAuth access granted", "client_id", req.ClientID, "client_name", req.ClientName, "scope", d.Scope, "caller", p.Caller())
+	writeJSON(w, http.StatusOK, Redirect{withParams(req.RedirectURI, url.Values{"code": {code}, "state": {req.State}})})
+}
+
+// token exchanges a code, once, for an access token: a new API key.
+func (s *Server) token(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	if err := r.ParseForm(); err != nil {
+		writeOAuthError(w, http.StatusBadRequest, "invalid_request", "the body is not a form: "+err.Error())
+		return
+	}
+	f := r.PostForm
+	if f.Get("grant_type") != "authorization_code" {
+		writeOAuthError(w, http.StatusBadRequest, "unsupported_grant_type", "only grant_type=authorization_code is supported (no refresh tokens: authorize again)")
+		return
+	}
+	s.mu.Lock()
+	s.pruneLocked()
+	g := s.codes[f.Get("code")]
+	delete(s.codes, f.Get("code")) // one try per code, right or wrong
+	s.mu.Unlock()
+	if g == nil {
+		writeOAuthError(w, http.StatusBadRequest, "invalid_grant", "unknown, used or expired code")
+		return
+	}
+	sum := sha256.Sum256([]byte(f.Get("code_verifier")))
+	verifier := base64.RawURLEncoding.EncodeToString(sum[:])
+	// redirect_uri must repeat the authorization's, when that named one
+	// (RFC 6749 section 4.1.3); one given must match in any case.
+	redirectBad := (g.RedirectGiven || f.Has("redirect_uri")) && f.Get("redirect_uri") != g.RedirectURI
+	if f.Get("client_id") != g.ClientID || redirectBad ||
+		subtle.ConstantTimeCompare([]byte(verifier), []byte(g.Challenge)) != 1 {
+		writeOAuthError(w, http.StatusBadRequest, "invalid_grant", "the code was not issued to this client, redirect_uri and code_verifier")
+		return
+	}
+	now := s.cfg.Now()
+	k, secret, err := api.NewKey(g.Key, now)
+	if err == nil {
+		err = s.cfg.Keys.CreateKey(r.Context(), k)
+	}
+	args, _ := json.Marshal(g.Key)
+	act := hub.Action{Tool: api.AuditKeyCreate, Caller: g.Approver, Door: "oauth", Device: k.ID, Arguments: args, Start: now, Err: err}
+	if err != nil {
+		act.Device, act.Outcome = "", "store_error"
+		s.cfg.Audit(act)
+		s.log.Error("could not store an OAuth client's key", "client_id", g.ClientID, "error", err)
+		writeOAuthError(w, http.StatusInternalServerError, "server_error", "could not store the token")
+		return
+	}
+	s.cfg.Audit(act)
+	s.log.Info("OAuth token issued", "client_id", g.ClientID, "key_id", k.ID, "scope", k.Scope)
+	out := map[string]any{"access_token": secret, "token_type": "Bearer", "scope": k.Scope}
+	if !k.ExpiresAt.IsZero() {
+		out["expires_in"] = int64(k.ExpiresAt.Sub(now).Seconds())
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) pruneLocked() {
+	now := s.cfg.Now()
+	for id, r := range s.requests {
+		if now.After(r.Expires) {
+			delete(s.requests, id)
+		}
+	}
+	for c, g := range s.codes {
+		if now.After(g.Expires) {
+			delete(s.codes, c)
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func withParams(raw string, v url.Values) string {
+	for k := range v {
+		if v.Get(k) == "" {
+			v.Del(k)
+		}
+	}
+	sep := "?"
+	if strings.Contains(raw, "?") {
+		sep = "&"
+	}
+	return raw + sep + v.Encode()
+}
+
+func random(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeOAuthError is the OAuth error shape (RFC 6749 section 5.2).
+func writeOAuthError(w http.ResponseWriter, status int, code, desc string) {
+	writeJSON(w, status, map[string]string{"error": code, "error_description": desc})
+}
+
+// writeAPIError is the REST error shape, for the console's routes.
+func writeAPIError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, api.ErrorBody{Error: api.ErrorInfo{Code: code, Message: msg}})
+}
