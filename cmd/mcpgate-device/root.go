@@ -11,11 +11,11 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"gopkg.in/yaml.v3"
 
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/device/packs/ir"
 	"github.com/mcpgate/mcpgate/internal/devagent"
+	"github.com/mcpgate/mcpgate/internal/flagconfig"
 )
 
 // version is set with -ldflags "-X main.version=...".
@@ -110,7 +110,7 @@ There is no shell or command tool, on purpose. See docs/device-agent.md.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			return applyConfig(cmd.Flags(), o.config)
+			return flagconfig.Apply(cmd.Flags(), o.config, "MCPGATE_DEVICE_", "this command's --help")
 		},
 	}
 	root.SetIn(stdin)
@@ -243,53 +243,6 @@ func newVersionCmd(stdout io.Writer) *cobra.Command {
 			return nil
 		},
 	}
-}
-
-// applyConfig fills every flag not set on the command line from the
-// environment (MCPGATE_DEVICE_<FLAG>, dashes as underscores), then from the
-// YAML file, whose keys are the flag names.
-func applyConfig(fs *pflag.FlagSet, file string) error {
-	var fromFile map[string]any
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return fmt.Errorf("config file: %w", err)
-		}
-		if err := yaml.Unmarshal(b, &fromFile); err != nil {
-			return fmt.Errorf("config file %s: %w", file, err)
-		}
-		for k := range fromFile {
-			if fs.Lookup(k) == nil || k == "config" {
-				return fmt.Errorf("config file %s: unknown setting %q (settings are the flag names of this command's --help)", file, k)
-			}
-		}
-	}
-	var firstErr error
-	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Changed || firstErr != nil || f.Name == "config" {
-			return
-		}
-		env := "MCPGATE_DEVICE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(env); ok {
-			if err := fs.Set(f.Name, v); err != nil {
-				firstErr = fmt.Errorf("environment %s: %w", env, err)
-			}
-			return
-		}
-		if v, ok := fromFile[f.Name]; ok {
-			if list, isList := v.([]any); isList { // packs: [ir, system]
-				parts := make([]string, len(list))
-				for i, x := range list {
-					parts[i] = fmt.Sprint(x)
-				}
-				v = strings.Join(parts, ",")
-			}
-			if err := fs.Set(f.Name, fmt.Sprint(v)); err != nil {
-				firstErr = fmt.Errorf("config file %s: %s: %w", file, f.Name, err)
-			}
-		}
-	})
-	return firstErr
 }
 
 func envOr(key, def string) string {

@@ -12,6 +12,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/queue"
+	"github.com/mcpgate/mcpgate/internal/suggest"
 )
 
 func init() { extraCommands = append(extraCommands, newCallsCmd) }
@@ -36,7 +37,7 @@ docs/queued-calls.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if state != "" && !contains(callStates, state) {
-				return fmt.Errorf("--state %q: want one of %s%s", state, strings.Join(callStates, ", "), didYouMean(state, callStates))
+				return fmt.Errorf("--state %q: want one of %s%s", state, strings.Join(callStates, ", "), suggest.DidYouMean(state, callStates))
 			}
 			c, err := newClient(g)
 			if err != nil {

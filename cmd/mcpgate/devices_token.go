@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/devauth"
 	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/suggest"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
@@ -123,5 +124,5 @@ func tokenDeviceID(ctx context.Context, st store.Store, ref string, newID bool) 
 		return id, nil
 	}
 	return "", fmt.Errorf("no device %q in %s%s: DEVICE is a MAC, or the id or alias of a device that has connected (--new issues a token for a new device whose id is not a MAC)",
-		ref, st.Location(), didYouMean(ref, names))
+		ref, st.Location(), suggest.DidYouMean(ref, names))
 }

@@ -9,7 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"gopkg.in/yaml.v3"
+
+	"github.com/mcpgate/mcpgate/internal/suggest"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3".
@@ -85,7 +86,7 @@ func suggestFlag(c *cobra.Command, err error) error {
 	}
 	var names []string
 	c.Flags().VisitAll(func(f *pflag.Flag) { names = append(names, "--"+f.Name) })
-	return fmt.Errorf("%w%s", err, didYouMean(name, names))
+	return fmt.Errorf("%w%s", err, suggest.DidYouMean(name, names))
 }
 
 // withUsageLine makes every command's argument check say which command
@@ -130,72 +131,4 @@ func newVersionCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-}
-
-// applyConfig fills every flag the user did not set on the command line from
-// the environment (MCPGATE_<FLAG_NAME>, dashes as underscores) and then from
-// the YAML config file, whose keys are the flag names. Command-line flags win
-// over the environment, which wins over the file.
-func applyConfig(fs *pflag.FlagSet, file string) error {
-	var fromFile map[string]any
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return fmt.Errorf("config file: %w", err)
-		}
-		if err := yaml.Unmarshal(b, &fromFile); err != nil {
-			return fmt.Errorf("config file %s: %w", file, err)
-		}
-		var names []string
-		fs.VisitAll(func(f *pflag.Flag) {
-			if f.Name != "config" {
-				names = append(names, f.Name)
-			}
-		})
-		for k := range fromFile {
-			if fs.Lookup(k) == nil || k == "config" {
-				return fmt.Errorf("config file %s: unknown setting %q%s (settings are the flag names of 'mcpgate serve --help')", file, k, didYouMean(k, names))
-			}
-		}
-	}
-	var firstErr error
-	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Changed || firstErr != nil || f.Name == "config" {
-			return
-		}
-		env := "MCPGATE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(env); ok {
-			if err := fs.Set(f.Name, v); err != nil {
-				firstErr = fmt.Errorf("environment %s: %w", env, err)
-			}
-			return
-		}
-		if v, ok := fromFile[f.Name]; ok {
-			if err := setFromYAML(fs, f, v); err != nil {
-				firstErr = fmt.Errorf("config file %s: %s: %w", file, f.Name, err)
-			}
-		}
-	})
-	return firstErr
-}
-
-func setFromYAML(fs *pflag.FlagSet, f *pflag.Flag, v any) error {
-	switch v := v.(type) {
-	case map[string]any:
-		// A map setting such as tool-timeout: {"self.camera.*": 90s}.
-		for k, val := range v {
-			if err := fs.Set(f.Name, fmt.Sprintf("%s=%v", k, val)); err != nil {
-				return err
-			}
-		}
-		return nil
-	case []any:
-		for _, val := range v {
-			if err := fs.Set(f.Name, fmt.Sprint(val)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	return fs.Set(f.Name, fmt.Sprint(v))
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mcpgate/mcpgate/internal/flagconfig"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
@@ -44,7 +45,7 @@ environment, which wins over the file.`,
   mcpgate serve --config mcpgate.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := applyConfig(cmd.Flags(), configFile); err != nil {
+			if err := flagconfig.Apply(cmd.Flags(), configFile, "MCPGATE_", "'mcpgate serve --help'"); err != nil {
 				return err
 			}
 			logger, err := newLogger(g.stderr, logLevel, logFormat)

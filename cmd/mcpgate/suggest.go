@@ -4,72 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/suggest"
 )
-
-// closest returns the candidate nearest to name, for a "did you mean": the
-// one at the smallest edit distance (ignoring case) within a typo's reach
-// (2, or a quarter of name's length if more), or one whose last dotted
-// segment is name's ("set_volume" for "self.audio_speaker.set_volume").
-// It returns "" when nothing is near, name is empty, or name itself is a
-// candidate.
-func closest(name string, candidates []string) string {
-	if name == "" {
-		return ""
-	}
-	lname := strings.ToLower(name)
-	limit := max(2, len([]rune(name))/4)
-	best, bestD := "", limit+1
-	for _, c := range candidates {
-		if c == name {
-			return ""
-		}
-		d := editDistance(lname, strings.ToLower(c))
-		if d > limit && lastSegment(c) == lastSegment(name) && lastSegment(name) != "" {
-			d = limit // a tool named by its last segment, or with another prefix
-		}
-		if d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best
-}
-
-func lastSegment(s string) string {
-	return s[strings.LastIndexByte(s, '.')+1:]
-}
-
-// editDistance is the Levenshtein distance between a and b, in runes.
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(rb)]
-}
-
-// didYouMean is " (did you mean X?)" for the candidate closest to name, or "".
-func didYouMean(name string, candidates []string) string {
-	if near := closest(name, candidates); near != "" {
-		return fmt.Sprintf(" (did you mean %s?)", near)
-	}
-	return ""
-}
 
 // reportNotFound is reportError for a command that names a device (and a
 // tool, when tool is not ""): when the gateway knows no such device or
@@ -91,7 +29,7 @@ func reportNotFound(ctx context.Context, g *globals, c *api.Client, device, tool
 					names = append(names, d.Alias)
 				}
 			}
-			near = closest(device, names)
+			near = suggest.Closest(device, names)
 		}
 	case ae.Code == "tool_not_found" && tool != "":
 		if tl, err := c.Tools(ctx, device); err == nil {
@@ -99,7 +37,7 @@ func reportNotFound(ctx context.Context, g *globals, c *api.Client, device, tool
 			for i, t := range tl.Tools {
 				names[i] = t.Name
 			}
-			near = closest(tool, names)
+			near = suggest.Closest(tool, names)
 		}
 	}
 	if near != "" {
