@@ -81,6 +81,9 @@ type Config struct {
 	// restarts: see [Hub.Load] and [Hub.RunPersistence]. Writes happen off
 	// the hot path; no call ever waits on the store.
 	Store DeviceStore
+	// Cluster, when set, routes calls for devices held by other nodes and
+	// hears of this node's attachments (cluster.go); nil: a single node.
+	Cluster Cluster
 }
 
 // Hub is the registry of devices. It is safe for concurrent use.
@@ -427,6 +430,9 @@ func (h *Hub) Attach(info ConnInfo, sess *mcpclient.Session) *Attachment {
 	d.lastSeen.Store(now.UnixNano())
 	a.dev = d
 	alias := d.alias
+	if h.cfg.Cluster != nil {
+		h.cfg.Cluster.Attached(d.id, now)
+	}
 	h.mu.Unlock()
 	h.persist.markDirty(info.DeviceID)
 
@@ -602,6 +608,9 @@ func (a *Attachment) detach() {
 	d.state = StateOffline
 	d.offlineAt = time.Now().UTC()
 	id, alias := d.id, d.alias
+	if h.cfg.Cluster != nil {
+		h.cfg.Cluster.Detached(id)
+	}
 	h.mu.Unlock()
 	h.persist.markDirty(id)
 	h.metrics.DevicesOnline.Dec()
