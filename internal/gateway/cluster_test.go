@@ -53,6 +53,14 @@ func TestClusterCallsAcrossGateways(t *testing.T) {
 		return err == nil && res.Text() == "on a"
 	})
 
+	// Node ids: in the device listing of the node holding it, and /healthz.
+	if d, err := a.Hub().Device(mac); err != nil || d.Node != "a" {
+		t.Errorf("device on node a: %+v, %v", d, err)
+	}
+	if h, err := c.Health(t.Context()); err != nil || h.Node != "b" {
+		t.Errorf("healthz of node b: %+v, %v", h, err)
+	}
+
 	start := time.Now()
 	_, err = c.Call(t.Context(), "02:00:00:00:0d:99", api.CallBody{Name: "self.echo"})
 	var ae *api.APIError

@@ -288,11 +288,16 @@ func New(cfg Config) (*Gateway, error) {
 	connLimit := limits.NewConnLimiter(cfg.Limits.MaxConnsPerIP, cfg.Limits.MaxConnsLoopback)
 	link := &clusterLink{}
 	var hubCluster hub.Cluster // nil interface on a single node
+	nodeID := ""
 	if cfg.Cluster != nil {
-		hubCluster = link
+		c := *cfg.Cluster // the caller's stays as given
+		if c.NodeID == "" {
+			c.NodeID = cluster.DefaultNodeID()
+		}
+		cfg.Cluster, nodeID, hubCluster = &c, c.NodeID, link
 	}
 	h := hub.New(hub.Config{Logger: cfg.Logger, Metrics: m, ToolTimeouts: cfg.ToolTimeouts,
-		Audit: auditLog.Record, Store: cfg.Store, Cluster: hubCluster,
+		Audit: auditLog.Record, Store: cfg.Store, Cluster: hubCluster, NodeID: nodeID,
 		MaxInFlight: cfg.Limits.DeviceMaxInFlight, MaxQueue: cfg.Limits.DeviceMaxQueue, Limits: lim,
 		KeyRate:    limits.Rate{PerSecond: cfg.Limits.KeyCallRate, Burst: cfg.Limits.KeyCallBurst},
 		DeviceRate: limits.Rate{PerSecond: cfg.Limits.DeviceCallRate, Burst: cfg.Limits.DeviceCallBurst}})
