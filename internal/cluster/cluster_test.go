@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/jsonrpc"
@@ -373,4 +375,44 @@ func TestNodeLoss(t *testing.T) {
 	if got := text(t, res); !strings.HasPrefix(got, "back ") {
 		t.Errorf("after reconnecting: %q", got)
 	}
+}
+
+// With an operator's NATS (here a separate server on a free loopback
+// port) the nodes are its clients, and calls route the same way.
+func TestExternalNATS(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server did not start")
+	}
+	var hubs []*hub.Hub
+	for i := range 2 {
+		node, err := Start(Config{Name: "ext", NodeID: fmt.Sprintf("x%d", i), NATS: []string{srv.ClientURL()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if node.RouteURL() != "" || node.Routes() != 0 {
+			t.Errorf("a client node reports routes: %q, %d", node.RouteURL(), node.Routes())
+		}
+		h := hub.New(hub.Config{Cluster: node})
+		if err := node.Bind(h); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Shutdown(); node.Close() })
+		hubs = append(hubs, h)
+	}
+	connect(t, hubs[0], "dev-x", "x0")
+	res := callUntil(t, hubs[1], hub.CallRequest{Device: "dev-x", Tool: "echo"})
+	if got := text(t, res); !strings.HasPrefix(got, "x0 ") {
+		t.Errorf("call through the other client node: %q", got)
+	}
+	connect(t, hubs[1], "dev-x", "x1")
+	waitFor(t, "the older session to close", func() bool {
+		d, err := hubs[0].Device("dev-x")
+		return err == nil && !d.Online
+	})
 }
