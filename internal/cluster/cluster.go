@@ -260,7 +260,10 @@ type claimMsg struct {
 func (n *Node) Attached(id string, at time.Time) {
 	n.mu.Lock()
 	if _, ok := n.devs[id]; !ok {
-		sub, err := n.nc.Subscribe(n.callSubject(id), n.onCall)
+		// A queue group: while a device moves, its old and new nodes both
+		// hold the subject for a moment, and a call must reach one of them,
+		// never run on both.
+		sub, err := n.nc.QueueSubscribe(n.callSubject(id), "holder", n.onCall)
 		if err != nil {
 			n.log.Error("cluster: cannot take calls for a device", "device_id", id, "error", err)
 		} else {
