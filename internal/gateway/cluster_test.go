@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/cluster"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
@@ -33,9 +34,20 @@ func TestClusterCallsAcrossGateways(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	a := startGateway(t, Config{DataDir: t.TempDir(), Store: st,
+	newKey := func(name string, devices []string) string {
+		k, secret, err := auth.NewKey(name, auth.ScopeCall, devices, nil, 0, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.CreateKey(t.Context(), k); err != nil {
+			t.Fatal(err)
+		}
+		return secret
+	}
+	caller, kitchen := newKey("caller", nil), newKey("kitchen", []string{"kitchen*"})
+	a := startGateway(t, Config{DataDir: t.TempDir(), Store: st, RequireKeys: true,
 		Cluster: &cluster.Config{Name: "t", NodeID: "a", Listen: "127.0.0.1:0"}})
-	b := startGateway(t, Config{DataDir: t.TempDir(), Store: st,
+	b := startGateway(t, Config{DataDir: t.TempDir(), Store: st, RequireKeys: true,
 		Cluster: &cluster.Config{Name: "t", NodeID: "b", Listen: "127.0.0.1:0", Routes: []string{a.ClusterRoute()}}})
 
 	srv := newServer(t, device.ProfileESP32, device.Tool{
@@ -44,14 +56,22 @@ func TestClusterCallsAcrossGateways(t *testing.T) {
 	})
 	mac := "02:00:00:00:0d:01"
 	runDevice(t, a, mac, srv)
-	c, err := api.NewClient("http://"+b.Addr(), nil)
+	anon, err := api.NewClient("http://"+b.Addr(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := anon.WithKey(caller)
 	waitFor(t, "a call through the other node", 10*time.Second, func() bool {
 		res, err := c.Call(t.Context(), mac, api.CallBody{Name: "self.echo"})
 		return err == nil && res.Text() == "on a"
 	})
+
+	// A key limited to other devices does not reach it on another node
+	// either, though that node does not know the device.
+	var ae *api.APIError
+	if _, err := anon.WithKey(kitchen).Call(t.Context(), mac, api.CallBody{Name: "self.echo"}); !errors.As(err, &ae) || ae.Code != "device_not_found" {
+		t.Errorf("a key limited to kitchen* calling %s on another node: %v, want device_not_found", mac, err)
+	}
 
 	// Node ids: in the device listing of the node holding it, and /healthz.
 	if d, err := a.Hub().Device(mac); err != nil || d.Node != "a" {
@@ -63,7 +83,6 @@ func TestClusterCallsAcrossGateways(t *testing.T) {
 
 	start := time.Now()
 	_, err = c.Call(t.Context(), "02:00:00:00:0d:99", api.CallBody{Name: "self.echo"})
-	var ae *api.APIError
 	if !errors.As(err, &ae) || ae.Code != "device_offline" || time.Since(start) > time.Second {
 		t.Errorf("device connected nowhere: %v after %s, want device_offline at once", err, time.Since(start))
 	}

@@ -72,3 +72,25 @@ func (h *Hub) CloseOlderThan(id string, at time.Time, orEqual bool) bool {
 // NotSentError marks err as ending a call before anything reached the
 // device (see [NotSent]), for an error that crossed the network.
 func NotSentError(err error) error { return notSent{err} }
+
+// Identify returns the id and alias a call naming ref would reach, for the
+// doors' key checks: those of a device this node knows, else in cluster
+// mode ref as a normalised id with no alias (another node may hold it, and
+// a key limited to aliases must not reach it unseen). ok is false when ref
+// names nothing a call could reach.
+func (h *Hub) Identify(ref string) (id, alias string, ok bool) {
+	h.mu.RLock()
+	d, err := h.lookupLocked(ref)
+	if err == nil {
+		id, alias = d.id, d.alias
+	}
+	h.mu.RUnlock()
+	if err == nil {
+		return id, alias, true
+	}
+	if h.cfg.Cluster == nil {
+		return "", "", false
+	}
+	id, ok = remoteID(ref)
+	return id, "", ok
+}
