@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/jsonrpc"
 )
@@ -143,6 +144,11 @@ func startCluster(t *testing.T, n int) []*testNode {
 
 func startClusterTimed(t *testing.T, n int, keepalive, silence time.Duration) []*testNode {
 	t.Helper()
+	return startClusterWith(t, n, keepalive, silence, limits.Rate{})
+}
+
+func startClusterWith(t *testing.T, n int, keepalive, silence time.Duration, deviceRate limits.Rate) []*testNode {
+	t.Helper()
 	nodes := make([]*testNode, n)
 	var seed string
 	for i := range nodes {
@@ -158,7 +164,7 @@ func startClusterTimed(t *testing.T, n int, keepalive, silence time.Duration) []
 			seed = node.RouteURL()
 		}
 		tn := &testNode{node: node}
-		tn.hub = hub.New(hub.Config{Cluster: node, Audit: func(r hub.CallRecord) {
+		tn.hub = hub.New(hub.Config{Cluster: node, DeviceRate: deviceRate, Audit: func(r hub.CallRecord) {
 			tn.mu.Lock()
 			tn.audits = append(tn.audits, r)
 			tn.mu.Unlock()
@@ -415,4 +421,22 @@ func TestExternalNATS(t *testing.T) {
 		d, err := hubs[0].Device("dev-x")
 		return err == nil && !d.Online
 	})
+}
+
+// The device's call rate is charged by the node holding the device, for
+// calls from every node; the refusal crosses back with its retry-after.
+func TestDeviceRateAcrossNodes(t *testing.T) {
+	nodes := startClusterWith(t, 2, 0, 0, limits.Rate{PerSecond: 0.5, Burst: 1})
+	connect(t, nodes[0].hub, "dev-r", "r")
+	// Calls refused before the device's subscription spread charge nothing.
+	callUntil(t, nodes[1].hub, hub.CallRequest{Device: "dev-r", Tool: "echo"})
+	_, err := nodes[1].hub.Call(t.Context(), hub.CallRequest{Device: "dev-r", Tool: "echo"})
+	var le *hub.LimitError
+	if !errors.As(err, &le) || le.Limit != limits.DeviceRate {
+		t.Fatalf("second call within the device's rate: %v, want a refusal by the device rate", err)
+	}
+	wait, ok := hub.RetryAfter(err)
+	if !ok || wait <= 0 || !hub.NotSent(err) {
+		t.Errorf("refusal %v: retry after %s (%v), not sent %v", err, wait, ok, hub.NotSent(err))
+	}
 }

@@ -113,8 +113,10 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 	}
 
 	// A background control call was charged when it was accepted.
-	charged := backgroundID(ctx) != "" || req.QueuedID != "" || req.remote
-	if !charged {
+	charged := backgroundID(ctx) != "" || req.QueuedID != ""
+	// A call routed here had the caller's rate charged by the node that
+	// took it; the device's rate is this node's to charge.
+	if !charged && !req.remote {
 		if err := h.checkKeyRate(req.Caller); err != nil {
 			return nil, nil, err
 		}
