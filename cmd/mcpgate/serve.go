@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mcpgate/mcpgate/internal/cluster"
 	"github.com/mcpgate/mcpgate/internal/flagconfig"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/store"
@@ -32,6 +33,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	var applyQueue func() error                    // fills cfg.Queue.Tools once flags are parsed
 	var mqttNode string                            // INDEX/COUNT
 	var auditRetention string                      // an age: 30d, 720h, 0
+	var clusterCfg cluster.Config                  // cluster mode when Name or NATS is set
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the gateway",
@@ -107,6 +109,13 @@ environment, which wins over the file.`,
 			if err := applyQueue(); err != nil {
 				return err
 			}
+			if clusterCfg.Name != "" || len(clusterCfg.NATS) > 0 {
+				if clusterCfg.Name == "" {
+					return errors.New("--nats needs --cluster-name: the nodes of one cluster share a name")
+				}
+				c := clusterCfg
+				cfg.Cluster = &c
+			}
 			gw, err := gateway.New(cfg)
 			if err != nil {
 				return err
@@ -119,6 +128,12 @@ environment, which wins over the file.`,
 	f.StringVar(&cfg.Addr, "addr", "127.0.0.1:8000", "HTTP listen address for devices and clients (port 0 picks a free one)")
 	f.StringVar(&cfg.DataDir, "data", defaultDataDir(os.Getenv, os.Geteuid()), "directory for the gateway's files: the SQLite store, the device secret, photos")
 	f.StringVar(&cfg.StoreDSN, "store", "", "the store: empty for SQLite at DATA/mcpgate.db, sqlite:PATH, or postgres://USER:PASSWORD@HOST:PORT/DB")
+	f.StringVar(&clusterCfg.Name, "cluster-name", "", "cluster mode (docs/cluster.md): the cluster's name, the same on every node; needs --store postgres://...")
+	f.StringVar(&clusterCfg.Listen, "cluster-listen", "", "cluster mode, embedded NATS: where this node's routes listen, e.g. 0.0.0.0:6222")
+	f.StringSliceVar(&clusterCfg.Routes, "cluster-routes", nil, "cluster mode, embedded NATS: the other nodes' routes, e.g. nats://n2:6222,nats://n3:6222")
+	f.StringSliceVar(&clusterCfg.NATS, "nats", nil, "cluster mode on your own NATS instead of an embedded server: its URLs, e.g. nats://a:4222,nats://b:4222")
+	f.StringVar(&clusterCfg.Creds, "nats-creds", "", "credentials file for --nats")
+	f.StringVar(&clusterCfg.NodeID, "node-id", "", "this node's id in the cluster (default: the host name)")
 	f.DurationVar(&cfg.CallTimeout, "call-timeout", 30*time.Second, "default timeout of a tool call")
 	f.StringToStringVar(&toolTimeouts, "tool-timeout", nil, "per-tool call timeouts as PATTERN=DURATION (path.Match patterns; default self.camera.*=90s)")
 	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 10*time.Second, "timeout of initialize and of each tools/list page")

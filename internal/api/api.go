@@ -474,13 +474,16 @@ func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
 			online++
 		}
 	}
-	writeJSON(w, http.StatusOK, Health{Status: "ok", Version: a.cfg.Version, Devices: len(devs), Online: online})
+	writeJSON(w, http.StatusOK, Health{Status: "ok", Version: a.cfg.Version, Node: a.hub.NodeID(), Devices: len(devs), Online: online})
 }
 
 // Health is the body of GET /healthz.
 type Health struct {
 	Status  string `json:"status"`
 	Version string `json:"version"`
+	// Node is this gateway's cluster node id (docs/cluster.md); empty on a
+	// single node.
+	Node string `json:"node,omitempty"`
 	// Devices counts every known device, Online those with a live session.
 	Devices int `json:"devices"`
 	Online  int `json:"online"`

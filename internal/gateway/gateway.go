@@ -21,6 +21,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/agent"
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/audit"
+	"github.com/mcpgate/mcpgate/internal/cluster"
 	"github.com/mcpgate/mcpgate/internal/console"
 	"github.com/mcpgate/mcpgate/internal/httpguard"
 	"github.com/mcpgate/mcpgate/internal/hub"
@@ -102,6 +103,9 @@ type Config struct {
 	// "postgres://USER:PASSWORD@HOST/DB". Checked by New, opened by Run, so
 	// that New stays cheap and a failed New leaves nothing open.
 	StoreDSN string
+	// Cluster, when set, makes this gateway one node of a cluster on NATS
+	// (docs/cluster.md); it then needs a PostgreSQL store. nil: one node.
+	Cluster *cluster.Config
 	// RequireKeys makes REST and the MCP doors require an API key on a
 	// loopback address too. On any other address they always do, unless
 	// Insecure; and Run refuses to start when the store holds no usable key.
@@ -189,6 +193,7 @@ type Config struct {
 // Gateway is a running or runnable gateway.
 type Gateway struct {
 	cfg     Config
+	cluster *clusterLink
 	log     *slog.Logger
 	metrics *metrics.Metrics
 	hub     *hub.Hub
@@ -257,6 +262,9 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: listen address %q: %w (want host:port, e.g. 127.0.0.1:8000)", cfg.Addr, err)
 	}
 
+	if err := checkCluster(cfg); err != nil {
+		return nil, err
+	}
 	// Until Run opens the store, what New builds holds a Deferred bound
 	// to it then (see store.go).
 	var pendingStore *store.Deferred
@@ -278,8 +286,18 @@ func New(cfg Config) (*Gateway, error) {
 	lim := limits.NewReporter(m, cfg.Logger)
 	// One count of connections per source address across every transport.
 	connLimit := limits.NewConnLimiter(cfg.Limits.MaxConnsPerIP, cfg.Limits.MaxConnsLoopback)
+	link := &clusterLink{}
+	var hubCluster hub.Cluster // nil interface on a single node
+	nodeID := ""
+	if cfg.Cluster != nil {
+		c := *cfg.Cluster // the caller's stays as given
+		if c.NodeID == "" {
+			c.NodeID = cluster.DefaultNodeID()
+		}
+		cfg.Cluster, nodeID, hubCluster = &c, c.NodeID, link
+	}
 	h := hub.New(hub.Config{Logger: cfg.Logger, Metrics: m, ToolTimeouts: cfg.ToolTimeouts,
-		Audit: auditLog.Record, Store: cfg.Store,
+		Audit: auditLog.Record, Store: cfg.Store, Cluster: hubCluster, NodeID: nodeID,
 		MaxInFlight: cfg.Limits.DeviceMaxInFlight, MaxQueue: cfg.Limits.DeviceMaxQueue, Limits: lim,
 		KeyRate:    limits.Rate{PerSecond: cfg.Limits.KeyCallRate, Burst: cfg.Limits.KeyCallBurst},
 		DeviceRate: limits.Rate{PerSecond: cfg.Limits.DeviceCallRate, Burst: cfg.Limits.DeviceCallBurst}})
@@ -422,7 +440,7 @@ func New(cfg Config) (*Gateway, error) {
 	mux.Handle("GET /{$}", ui)
 	mux.Handle("GET "+console.Prefix, ui)
 	mux.Handle("/", restWrap(rest)) // a web page must not drive REST calls on a local gateway
-	g = &Gateway{cfg: cfg, log: cfg.Logger, metrics: m, hub: h, ws: wst, ep: ep, mqtt: mq, mqttExt: mqx, api: rest, auth: da, mcp: door, devices: devices, handler: mux, ready: make(chan struct{})}
+	g = &Gateway{cfg: cfg, cluster: link, log: cfg.Logger, metrics: m, hub: h, ws: wst, ep: ep, mqtt: mq, mqttExt: mqx, api: rest, auth: da, mcp: door, devices: devices, handler: mux, ready: make(chan struct{})}
 	g.limits = lim
 	g.pendingStore = pendingStore
 	g.audit = auditLog
@@ -510,6 +528,13 @@ func (g *Gateway) Run(ctx context.Context) error {
 	// store closes: defers run last in, first out.
 	stopBackground := g.startBackground(ctx)
 	defer stopBackground()
+	// Left after the transports close, so devices detach while calls
+	// routed here can still be answered.
+	leave, err := g.joinCluster()
+	if err != nil {
+		return err
+	}
+	defer leave()
 	if err := os.MkdirAll(g.cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}

@@ -42,6 +42,9 @@ type CallRequest struct {
 	// audits the call itself when it ends (so it is audited once), while
 	// the call_completed event names the call.
 	QueuedID string
+
+	// remote is set by ServeRemote: another node took the call.
+	remote bool
 }
 
 // Call validates a call against the device's catalog and sends it. It
@@ -111,7 +114,9 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 
 	// A background control call was charged when it was accepted.
 	charged := backgroundID(ctx) != "" || req.QueuedID != ""
-	if !charged {
+	// A call routed here had the caller's rate charged by the node that
+	// took it; the device's rate is this node's to charge.
+	if !charged && !req.remote {
 		if err := h.checkKeyRate(req.Caller); err != nil {
 			return nil, nil, err
 		}
@@ -123,6 +128,20 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 		att = d.att
 	}
 	h.mu.RUnlock()
+	// Not held here: another node may hold it (docs/cluster.md). A call
+	// routed here is never routed on.
+	if h.cfg.Cluster != nil && !req.remote {
+		switch {
+		case err != nil:
+			if id, ok := remoteID(req.Device); ok && errors.Is(err, ErrDeviceNotFound) {
+				res, err := h.callRemote(ctx, id, req)
+				return res, nil, err
+			}
+		case att == nil:
+			res, err := h.callRemote(ctx, d.id, req)
+			return res, d, err
+		}
+	}
 	if err != nil {
 		return nil, nil, err
 	}

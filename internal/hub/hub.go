@@ -81,6 +81,12 @@ type Config struct {
 	// restarts: see [Hub.Load] and [Hub.RunPersistence]. Writes happen off
 	// the hot path; no call ever waits on the store.
 	Store DeviceStore
+	// Cluster, when set, routes calls for devices held by other nodes and
+	// hears of this node's attachments (cluster.go); nil: a single node.
+	Cluster Cluster
+	// NodeID names this gateway in a cluster; device snapshots carry it
+	// while the device is connected here. Empty on a single node.
+	NodeID string
 }
 
 // Hub is the registry of devices. It is safe for concurrent use.
@@ -177,6 +183,7 @@ type device struct {
 	connectedAt time.Time
 	offlineAt   time.Time
 	att         *Attachment // the live connection, nil when offline
+	node        string      // Config.NodeID, for snapshots
 
 	lastSeen atomic.Int64 // unix nanos; written by the transport's reader
 }
@@ -195,16 +202,22 @@ type Device struct {
 	Remote          string                `json:"remote,omitempty"`
 	ProtocolVersion string                `json:"protocol_version,omitempty"`
 	ServerInfo      *mcpclient.ServerInfo `json:"server_info,omitempty"`
-	Tools           int                   `json:"tools"`
-	CatalogHash     string                `json:"catalog_hash,omitempty"`
-	FirstSeen       time.Time             `json:"first_seen"`
-	ConnectedAt     *time.Time            `json:"connected_at,omitempty"`
-	LastSeen        *time.Time            `json:"last_seen,omitempty"`
-	PendingCalls    int                   `json:"pending_calls"`
+	// Node is the cluster node the device is connected to (docs/cluster.md);
+	// empty on a single node and while offline.
+	Node         string     `json:"node,omitempty"`
+	Tools        int        `json:"tools"`
+	CatalogHash  string     `json:"catalog_hash,omitempty"`
+	FirstSeen    time.Time  `json:"first_seen"`
+	ConnectedAt  *time.Time `json:"connected_at,omitempty"`
+	LastSeen     *time.Time `json:"last_seen,omitempty"`
+	PendingCalls int        `json:"pending_calls"`
 	// QueuedCalls are calls waiting for one of the device's call slots
 	// (docs/limits.md); they are not in PendingCalls yet.
 	QueuedCalls int `json:"queued_calls"`
 }
+
+// NodeID returns the node id of Config.NodeID ("" on a single node).
+func (h *Hub) NodeID() string { return h.cfg.NodeID }
 
 func (d *device) snapshot() Device {
 	s := Device{
@@ -228,6 +241,7 @@ func (d *device) snapshot() Device {
 		s.LastSeen = &t
 	}
 	if d.att != nil {
+		s.Node = d.node
 		s.PendingCalls = d.att.sess.Pending()
 		_, s.QueuedCalls = d.att.slots.Stats()
 	}
@@ -420,6 +434,7 @@ func (h *Hub) Attach(info ConnInfo, sess *mcpclient.Session) *Attachment {
 	old := d.att
 	wasOnline := old != nil
 	d.att = a
+	d.node = h.cfg.NodeID
 	d.kind, d.clientID, d.transport, d.sessionID = info.Kind, info.ClientID, info.Transport, info.SessionID
 	d.remote, d.protoVer = info.Remote, info.ProtocolVersion
 	d.connectedAt = now
@@ -427,6 +442,9 @@ func (h *Hub) Attach(info ConnInfo, sess *mcpclient.Session) *Attachment {
 	d.lastSeen.Store(now.UnixNano())
 	a.dev = d
 	alias := d.alias
+	if h.cfg.Cluster != nil {
+		h.cfg.Cluster.Attached(d.id, now)
+	}
 	h.mu.Unlock()
 	h.persist.markDirty(info.DeviceID)
 
@@ -602,6 +620,9 @@ func (a *Attachment) detach() {
 	d.state = StateOffline
 	d.offlineAt = time.Now().UTC()
 	id, alias := d.id, d.alias
+	if h.cfg.Cluster != nil {
+		h.cfg.Cluster.Detached(id)
+	}
 	h.mu.Unlock()
 	h.persist.markDirty(id)
 	h.metrics.DevicesOnline.Dec()

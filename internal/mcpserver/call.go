@@ -31,7 +31,7 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	}
 	// What the caller may not see does not exist for it; what it sees but
 	// may not call is forbidden.
-	if dev, err := d.s.hub.Device(device); err == nil && !d.p.CanSeeDevice(dev.ID, dev.Alias) {
+	if id, alias, ok := d.s.hub.Identify(device); ok && !d.p.CanSeeDevice(id, alias) {
 		return gatewayError("device_not_found", fmt.Errorf("%w: %q", hub.ErrDeviceNotFound, device).Error()), nil
 	}
 	if !d.p.CanSeeTool(tool) {

@@ -1,0 +1,25 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// Cluster mode needs a store every node shares, and --nats a cluster name:
+// serve refuses both mistakes before opening anything.
+func TestServeClusterFlagsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cluster-name", "prod"}, "postgres://"},
+		{[]string{"--cluster-name", "prod", "--store", "sqlite:" + t.TempDir() + "/x.db"}, "postgres://"},
+		{[]string{"--nats", "nats://127.0.0.1:1", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--cluster-name"},
+	} {
+		args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data", t.TempDir()}, tc.args...)
+		r := run(t, "http://127.0.0.1:1", args...)
+		if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("serve %v: exit %d, stderr %q; want a refusal naming %s", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+}

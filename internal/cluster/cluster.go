@@ -1,0 +1,323 @@
+// Package cluster joins gateway nodes over NATS (docs/cluster.md): it routes
+// calls to the node holding a device, answers calls routed to this node, and
+// makes a device's newest connection in the cluster its only one.
+//
+// A node either embeds a NATS server (routed to the other nodes' servers)
+// and reaches it in process, or is a client of an operator's NATS; both give
+// one *nats.Conn and everything else is the same.
+package cluster
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+)
+
+// Config configures a node.
+type Config struct {
+	// Name is the cluster's name; it prefixes every subject. Required.
+	Name string
+	// NodeID names this node; empty: DefaultNodeID.
+	NodeID string
+	// Listen is where the embedded server's cluster routes listen
+	// (host:port; port 0 picks a free one). Unused with NATS.
+	Listen string
+	// Routes are the other nodes' route URLs (nats://host:port). Unused
+	// with NATS.
+	Routes []string
+	// NATS, when set, are the URLs of an operator's NATS: the node connects
+	// to it instead of embedding a server.
+	NATS []string
+	// Creds is a NATS credentials file, for NATS.
+	Creds string
+	// Logger; nil discards.
+	Logger *slog.Logger
+
+	// Timing of routed calls (tests shorten it): the serving node sends a
+	// keepalive every keepalive while a call runs; a caller hearing nothing
+	// for silence gives the call up as device_disconnected (the serving
+	// node is gone). Defaults 2s and 5s.
+	keepalive, silence time.Duration
+}
+
+// Node is this gateway's membership in the cluster. It implements
+// hub.Cluster.
+type Node struct {
+	cfg Config
+	log *slog.Logger
+	srv *server.Server // nil with Config.NATS
+	nc  *nats.Conn
+
+	ctx    context.Context // ends with Close: routed calls served here end with it
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	hub   *hub.Hub
+	devs  map[string]*nats.Subscription // call subscription per held device
+	calls map[string]context.CancelFunc // routed calls served here, by call id
+	subs  []*nats.Subscription          // claim and cancel
+}
+
+// DefaultNodeID derives a node id from the host name.
+func DefaultNodeID() string {
+	name, err := os.Hostname()
+	if err != nil || name == "" {
+		name = "node"
+	}
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + ('a' - 'A')
+		}
+		return '-'
+	}, name)
+}
+
+// Start starts the embedded NATS server (unless cfg.NATS is set) and
+// connects to NATS. Call Bind before any device attaches, Close at the end.
+func Start(cfg Config) (*Node, error) {
+	if cfg.Name == "" || strings.ContainsAny(cfg.Name, ".*> \t") {
+		return nil, fmt.Errorf("cluster: name %q: need a non-empty name without '.', '*', '>' or spaces", cfg.Name)
+	}
+	if cfg.NodeID == "" {
+		cfg.NodeID = DefaultNodeID()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.keepalive <= 0 {
+		cfg.keepalive = 2 * time.Second
+	}
+	if cfg.silence <= 0 {
+		cfg.silence = 5 * time.Second
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), devs: map[string]*nats.Subscription{},
+		calls: map[string]context.CancelFunc{}}
+	opts := []nats.Option{nats.Name("mcpgate " + cfg.NodeID), nats.MaxReconnects(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { n.log.Warn("cluster: NATS connection lost", "error", err) }),
+		nats.ReconnectHandler(func(*nats.Conn) { n.log.Info("cluster: NATS connection back") })}
+	url := strings.Join(cfg.NATS, ",")
+	if len(cfg.NATS) == 0 {
+		srv, err := embedded(cfg)
+		if err != nil {
+			return nil, err
+		}
+		n.srv = srv
+		opts = append(opts, nats.InProcessServer(srv))
+	} else if cfg.Creds != "" {
+		opts = append(opts, nats.UserCredentials(cfg.Creds))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		if n.srv != nil {
+			n.srv.Shutdown()
+		}
+		return nil, fmt.Errorf("cluster: connecting to NATS: %w", err)
+	}
+	n.nc = nc
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	return n, nil
+}
+
+// embedded starts a NATS server with a cluster port routed to the other
+// nodes. The gateway reaches it in process; its client port listens on a
+// random loopback port only because the server does not start its routes
+// without one (DontListen).
+func embedded(cfg Config) (*server.Server, error) {
+	opts := &server.Options{ServerName: cfg.NodeID, Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true}
+	opts.Cluster.Name = cfg.Name
+	if cfg.Listen != "" {
+		host, port, err := net.SplitHostPort(cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: --cluster-listen %q: %w", cfg.Listen, err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil || p < 0 || p > 65535 {
+			return nil, fmt.Errorf("cluster: --cluster-listen %q: bad port", cfg.Listen)
+		}
+		if p == 0 {
+			p = server.RANDOM_PORT
+		}
+		opts.Cluster.Host, opts.Cluster.Port = host, p
+	}
+	if len(cfg.Routes) > 0 {
+		opts.Routes = server.RoutesFromStr(strings.Join(cfg.Routes, ","))
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: embedded NATS server: %w", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return nil, errors.New("cluster: embedded NATS server did not start within 10s")
+	}
+	return srv, nil
+}
+
+// ID returns the node's id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// RouteURL returns the embedded server's route URL, for other nodes'
+// Routes ("" with an external NATS).
+func (n *Node) RouteURL() string {
+	if n.srv == nil {
+		return ""
+	}
+	addr := n.srv.ClusterAddr()
+	if addr == nil {
+		return ""
+	}
+	return "nats://" + addr.String()
+}
+
+// Routes returns how many routes the embedded server has to other nodes.
+func (n *Node) Routes() int {
+	if n.srv == nil {
+		return 0
+	}
+	return n.srv.NumRoutes()
+}
+
+// Bind makes h this node's hub: calls routed here run through it, and
+// claims from other nodes close its older connections.
+func (n *Node) Bind(h *hub.Hub) error {
+	n.mu.Lock()
+	n.hub = h
+	n.mu.Unlock()
+	claim, err := n.nc.Subscribe(n.subject("claim"), n.onClaim)
+	if err != nil {
+		return fmt.Errorf("cluster: subscribing to claims: %w", err)
+	}
+	cancel, err := n.nc.Subscribe(n.subject("cancel"), n.onCancel)
+	if err != nil {
+		_ = claim.Unsubscribe()
+		return fmt.Errorf("cluster: subscribing to cancellations: %w", err)
+	}
+	n.mu.Lock()
+	n.subs = append(n.subs, claim, cancel)
+	n.mu.Unlock()
+	// The subscriptions are in place on the server before any claim of ours.
+	if err := n.nc.Flush(); err != nil {
+		return fmt.Errorf("cluster: NATS: %w", err)
+	}
+	return nil
+}
+
+// Close ends routed calls served here, leaves NATS and stops the embedded
+// server.
+func (n *Node) Close() {
+	n.cancel()
+	n.nc.Close()
+	if n.srv != nil {
+		n.srv.Shutdown()
+		n.srv.WaitForShutdown()
+	}
+}
+
+func (n *Node) subject(parts ...string) string {
+	return "mcpgate." + n.cfg.Name + "." + strings.Join(parts, ".")
+}
+
+// callSubject is where calls to device id go.
+func (n *Node) callSubject(id string) string { return n.subject("dev", token(id), "call") }
+
+// token makes a device id a subject token: as is when it has only
+// A-Za-z0-9_:-, else "~" and its hex.
+func token(id string) string {
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == ':' || r == '-') {
+			return "~" + hex.EncodeToString([]byte(id))
+		}
+	}
+	return id
+}
+
+// claimMsg says node Node attached device Device at At (unix nanoseconds).
+type claimMsg struct {
+	Node   string `json:"node"`
+	Device string `json:"device"`
+	At     int64  `json:"at"`
+}
+
+// Attached subscribes to the device's calls and claims it (hub.Cluster).
+func (n *Node) Attached(id string, at time.Time) {
+	n.mu.Lock()
+	if _, ok := n.devs[id]; !ok {
+		// A queue group: while a device moves, its old and new nodes both
+		// hold the subject for a moment, and a call must reach one of them,
+		// never run on both.
+		sub, err := n.nc.QueueSubscribe(n.callSubject(id), "holder", n.onCall)
+		if err != nil {
+			n.log.Error("cluster: cannot take calls for a device", "device_id", id, "error", err)
+		} else {
+			n.devs[id] = sub
+		}
+	}
+	n.mu.Unlock()
+	b, _ := json.Marshal(claimMsg{Node: n.cfg.NodeID, Device: id, At: at.UnixNano()})
+	if err := n.nc.Publish(n.subject("claim"), b); err != nil {
+		n.log.Error("cluster: cannot claim a device", "device_id", id, "error", err)
+	}
+}
+
+// Detached stops taking the device's calls (hub.Cluster).
+func (n *Node) Detached(id string) {
+	n.mu.Lock()
+	sub := n.devs[id]
+	delete(n.devs, id)
+	n.mu.Unlock()
+	if sub != nil {
+		_ = sub.Unsubscribe()
+	}
+}
+
+func (n *Node) onClaim(m *nats.Msg) {
+	var c claimMsg
+	if err := json.Unmarshal(m.Data, &c); err != nil || c.Node == n.cfg.NodeID {
+		return
+	}
+	n.mu.Lock()
+	h := n.hub
+	n.mu.Unlock()
+	if h == nil {
+		return
+	}
+	// Equal times: the smaller node id gives way, on both nodes alike.
+	if h.CloseOlderThan(c.Device, time.Unix(0, c.At), n.cfg.NodeID < c.Node) {
+		n.log.Info("cluster: device moved to another node", "device_id", c.Device, "to", c.Node)
+	}
+}
+
+type cancelMsg struct {
+	Call string `json:"call"`
+}
+
+func (n *Node) onCancel(m *nats.Msg) {
+	var c cancelMsg
+	if json.Unmarshal(m.Data, &c) != nil {
+		return
+	}
+	n.mu.Lock()
+	cancel := n.calls[c.Call]
+	n.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}

@@ -1,0 +1,442 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/limits"
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
+	"github.com/mcpgate/mcpgate/jsonrpc"
+)
+
+const (
+	echoTool   = `{"name":"echo","description":"Echo","inputSchema":{"type":"object","properties":{"n":{"type":"integer","maximum":100}}}}`
+	slowTool   = `{"name":"slow","description":"Answers when released","inputSchema":{"type":"object","properties":{}}}`
+	testTiming = 300 * time.Millisecond
+)
+
+// memDevice is an in-memory device: echo answers its arguments with the
+// device's name, slow sends one progress notification and answers when
+// release is closed.
+type memDevice struct {
+	name    string
+	release chan struct{}
+	slow    atomic.Int64 // slow calls received
+	sess    *mcpclient.Session
+	in      chan []byte
+}
+
+func (d *memDevice) Send(ctx context.Context, payload []byte) error {
+	select {
+	case d.in <- payload:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (d *memDevice) serve(ctx context.Context) {
+	for {
+		var b []byte
+		select {
+		case b = <-d.in:
+		case <-ctx.Done():
+			return
+		}
+		m, err := jsonrpc.Decode(b)
+		if err != nil || m.Kind() != jsonrpc.KindRequest {
+			continue
+		}
+		var res string
+		switch m.Method {
+		case "initialize":
+			res = `{"protocolVersion":"2024-11-05","capabilities":{"tools":{}},"serverInfo":{"name":"mem","version":"1.0"}}`
+		case "tools/list":
+			res = `{"tools":[` + echoTool + `,` + slowTool + `]}`
+		case "tools/call":
+			var p struct {
+				Name string          `json:"name"`
+				Args json.RawMessage `json:"arguments"`
+				Meta struct {
+					Token json.RawMessage `json:"progressToken"`
+				} `json:"_meta"`
+			}
+			_ = json.Unmarshal(m.Params, &p)
+			if p.Name == "slow" {
+				d.slow.Add(1)
+				if p.Meta.Token != nil {
+					d.sess.Handle(fmt.Appendf(nil, `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":%s,"progress":1}}`, p.Meta.Token))
+				}
+				go func(id jsonrpc.ID) {
+					select {
+					case <-d.release:
+					case <-ctx.Done():
+						return
+					}
+					d.sess.Handle(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"slow done"}]}}`, id))
+				}(m.ID)
+				continue
+			}
+			res = fmt.Sprintf(`{"content":[{"type":"text","text":%q}]}`, d.name+" "+string(p.Args))
+		}
+		d.sess.Handle(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":%s}`, m.ID, res))
+	}
+}
+
+// connect attaches a new memDevice named name to h as device id.
+func connect(t *testing.T, h *hub.Hub, id, name string) *memDevice {
+	t.Helper()
+	d := &memDevice{name: name, release: make(chan struct{}), in: make(chan []byte, 16)}
+	d.sess = mcpclient.New(t.Context(), d, mcpclient.Config{RequestTimeout: 10 * time.Second})
+	ctx, cancel := context.WithCancel(t.Context())
+	att := h.Attach(hub.ConnInfo{DeviceID: id, Transport: "mem", SessionID: "s-" + name}, d.sess)
+	var wg sync.WaitGroup
+	wg.Go(func() { d.serve(ctx) })
+	wg.Go(func() { att.Run(ctx) })
+	t.Cleanup(func() { d.sess.Close(errors.New("test over")); cancel(); wg.Wait() })
+	waitFor(t, "device "+id+" ready", func() bool {
+		dev, err := h.Device(id)
+		return err == nil && dev.State == hub.StateReady && dev.SessionID == "s-"+name
+	})
+	return d
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+type testNode struct {
+	node   *Node
+	hub    *hub.Hub
+	mu     sync.Mutex
+	audits []hub.CallRecord
+}
+
+func (tn *testNode) audited() []hub.CallRecord {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	return append([]hub.CallRecord(nil), tn.audits...)
+}
+
+// startCluster starts n nodes, each with an embedded NATS server on a free
+// loopback port routed to the first, and waits for the full mesh.
+func startCluster(t *testing.T, n int) []*testNode {
+	t.Helper()
+	return startClusterTimed(t, n, 0, 0)
+}
+
+func startClusterTimed(t *testing.T, n int, keepalive, silence time.Duration) []*testNode {
+	t.Helper()
+	return startClusterWith(t, n, keepalive, silence, limits.Rate{})
+}
+
+func startClusterWith(t *testing.T, n int, keepalive, silence time.Duration, deviceRate limits.Rate) []*testNode {
+	t.Helper()
+	nodes := make([]*testNode, n)
+	var seed string
+	for i := range nodes {
+		cfg := Config{Name: "test", NodeID: fmt.Sprintf("n%d", i), Listen: "127.0.0.1:0", keepalive: keepalive, silence: silence}
+		if seed != "" {
+			cfg.Routes = []string{seed}
+		}
+		node, err := Start(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			seed = node.RouteURL()
+		}
+		tn := &testNode{node: node}
+		tn.hub = hub.New(hub.Config{Cluster: node, DeviceRate: deviceRate, Audit: func(r hub.CallRecord) {
+			tn.mu.Lock()
+			tn.audits = append(tn.audits, r)
+			tn.mu.Unlock()
+		}})
+		if err := node.Bind(tn.hub); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tn.hub.Shutdown(); node.Close() })
+		nodes[i] = tn
+	}
+	waitFor(t, "routes between the nodes", func() bool {
+		for _, tn := range nodes {
+			if tn.node.Routes() < n-1 {
+				return false
+			}
+		}
+		return true
+	})
+	return nodes
+}
+
+func text(t *testing.T, res *mcpclient.Result) string {
+	t.Helper()
+	var c struct {
+		Text string `json:"text"`
+	}
+	if res == nil || len(res.Content) == 0 || json.Unmarshal(res.Content[0], &c) != nil {
+		t.Fatalf("result %+v: no text", res)
+	}
+	return c.Text
+}
+
+// callUntil calls until the call succeeds: a device's call subscription
+// reaches the other servers shortly after it attaches.
+func callUntil(t *testing.T, h *hub.Hub, req hub.CallRequest) *mcpclient.Result {
+	t.Helper()
+	var res *mcpclient.Result
+	var err error
+	waitFor(t, "a call to "+req.Device, func() bool {
+		res, err = h.Call(t.Context(), req)
+		return err == nil
+	})
+	return res
+}
+
+func TestEveryNodeCallsEveryDevice(t *testing.T) {
+	nodes := startCluster(t, 3)
+	ids := []string{"dev-a", "dev-b", "dev-c"}
+	for i, id := range ids {
+		connect(t, nodes[i].hub, id, nodes[i].node.ID())
+	}
+	for _, tn := range nodes {
+		for i, id := range ids {
+			res := callUntil(t, tn.hub, hub.CallRequest{Device: id, Tool: "echo", Arguments: json.RawMessage(`{"n":7}`), Caller: "k", Door: "rest"})
+			if got, want := text(t, res), fmt.Sprintf(`n%d {"n":7}`, i); got != want {
+				t.Errorf("%s calling %s: %q, want %q", tn.node.ID(), id, got, want)
+			}
+		}
+	}
+
+	// Errors come back with their codes and details.
+	_, err := nodes[0].hub.Call(t.Context(), hub.CallRequest{Device: "dev-c", Tool: "echo", Arguments: json.RawMessage(`{"n":1000}`)})
+	var ve *hub.ValidationError
+	if !errors.As(err, &ve) || len(ve.Problems) == 0 || hub.Code(err) != "invalid_arguments" || !hub.NotSent(err) {
+		t.Errorf("invalid arguments across nodes: %v (%T)", err, err)
+	}
+	_, err = nodes[0].hub.Call(t.Context(), hub.CallRequest{Device: "dev-c", Tool: "nope"})
+	if hub.Code(err) != "tool_not_found" {
+		t.Errorf("unknown tool across nodes: %v", err)
+	}
+
+	// A device connected nowhere is offline at once, not after a timeout.
+	start := time.Now()
+	_, err = nodes[1].hub.Call(t.Context(), hub.CallRequest{Device: "dev-nowhere", Tool: "echo"})
+	if !errors.Is(err, hub.ErrDeviceOffline) || time.Since(start) > time.Second {
+		t.Errorf("device connected nowhere: %v after %s, want device_offline at once", err, time.Since(start))
+	}
+
+	// Each call is audited once, by the node that took it.
+	for _, tn := range nodes {
+		for _, r := range tn.audited() {
+			if r.Outcome == "ok" && r.Caller != "k" {
+				t.Errorf("%s audited a call it did not take: %+v", tn.node.ID(), r)
+			}
+		}
+	}
+	okCalls := 0
+	for _, tn := range nodes {
+		for _, r := range tn.audited() {
+			if r.Outcome == "ok" {
+				okCalls++
+			}
+		}
+	}
+	// callUntil may retry a call that failed before its device's
+	// subscription spread, but each success is audited exactly once.
+	if okCalls != 9 {
+		t.Errorf("%d successful calls audited, want 9", okCalls)
+	}
+}
+
+func TestDeviceMovesBetweenNodes(t *testing.T) {
+	nodes := startCluster(t, 3)
+	old := connect(t, nodes[0].hub, "dev-m", "first")
+	callUntil(t, nodes[2].hub, hub.CallRequest{Device: "dev-m", Tool: "echo"})
+
+	// A call pending on the old session, taken by a third node.
+	pending := make(chan error, 1)
+	go func() {
+		_, err := nodes[2].hub.Call(t.Context(), hub.CallRequest{Device: "dev-m", Tool: "slow"})
+		pending <- err
+	}()
+	waitFor(t, "the slow call to reach the device", func() bool { return old.slow.Load() == 1 })
+
+	moved := time.Now()
+	connect(t, nodes[1].hub, "dev-m", "second")
+	waitFor(t, "the old session to close", func() bool {
+		d, err := nodes[0].hub.Device("dev-m")
+		return err == nil && !d.Online
+	})
+	if d := time.Since(moved); d > time.Second {
+		t.Errorf("the older session closed after %s, want within 1s", d)
+	}
+	select {
+	case err := <-pending:
+		if !errors.Is(err, hub.ErrDeviceDisconnected) {
+			t.Errorf("call pending on the replaced session: %v, want device_disconnected", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("call pending on the replaced session hangs")
+	}
+	// Every node now reaches the new session.
+	for _, tn := range nodes {
+		res := callUntil(t, tn.hub, hub.CallRequest{Device: "dev-m", Tool: "echo"})
+		if got := text(t, res); !strings.HasPrefix(got, "second ") {
+			t.Errorf("%s reached %q, want the new session", tn.node.ID(), got)
+		}
+	}
+}
+
+func TestProgressAndCancellationCrossNodes(t *testing.T) {
+	nodes := startCluster(t, 2)
+	d := connect(t, nodes[0].hub, "dev-p", "p")
+	callUntil(t, nodes[1].hub, hub.CallRequest{Device: "dev-p", Tool: "echo"})
+
+	ctx, cancel := context.WithCancel(t.Context())
+	progress := make(chan json.RawMessage, 4)
+	done := make(chan error, 1)
+	go func() {
+		_, err := nodes[1].hub.Call(ctx, hub.CallRequest{Device: "dev-p", Tool: "slow",
+			OnProgress: func(p json.RawMessage) { progress <- p }})
+		done <- err
+	}()
+	select {
+	case p := <-progress:
+		if !strings.Contains(string(p), `"progress":1`) {
+			t.Errorf("progress %s", p)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no progress notification crossed the nodes")
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled call: %v", err)
+	}
+	// The serving node cancels the call on the device's session.
+	waitFor(t, "the call to end on the serving node", func() bool {
+		dev, err := nodes[0].hub.Device("dev-p")
+		return err == nil && dev.PendingCalls == 0
+	})
+	_ = d
+}
+
+func TestNodeLoss(t *testing.T) {
+	nodes := startClusterTimed(t, 3, 100*time.Millisecond, testTiming)
+	d := connect(t, nodes[2].hub, "dev-l", "l")
+	callUntil(t, nodes[0].hub, hub.CallRequest{Device: "dev-l", Tool: "echo"})
+
+	// A slow call runs long past the keepalive interval while the node lives.
+	slow := make(chan error, 1)
+	go func() {
+		_, err := nodes[0].hub.Call(t.Context(), hub.CallRequest{Device: "dev-l", Tool: "slow"})
+		slow <- err
+	}()
+	waitFor(t, "the slow call to reach the device", func() bool { return d.slow.Load() == 1 })
+	time.Sleep(3 * testTiming)
+	select {
+	case err := <-slow:
+		t.Fatalf("slow call on a live node ended: %v", err)
+	default:
+	}
+
+	// The node leaves the cluster abruptly (its NATS server goes with it).
+	nodes[2].node.srv.Shutdown()
+	lost := time.Now()
+	select {
+	case err := <-slow:
+		if !errors.Is(err, hub.ErrDeviceDisconnected) {
+			t.Errorf("call in flight through the lost node: %v, want device_disconnected", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("call in flight through the lost node hangs")
+	}
+	waitFor(t, "device_offline from the surviving nodes", func() bool {
+		_, err := nodes[1].hub.Call(t.Context(), hub.CallRequest{Device: "dev-l", Tool: "echo"})
+		return errors.Is(err, hub.ErrDeviceOffline)
+	})
+	if time.Since(lost) > 10*time.Second {
+		t.Errorf("device_offline after %s, want within 10s", time.Since(lost))
+	}
+	// The device reconnects to a surviving node and is callable at once.
+	connect(t, nodes[1].hub, "dev-l", "back")
+	res := callUntil(t, nodes[0].hub, hub.CallRequest{Device: "dev-l", Tool: "echo"})
+	if got := text(t, res); !strings.HasPrefix(got, "back ") {
+		t.Errorf("after reconnecting: %q", got)
+	}
+}
+
+// With an operator's NATS (here a separate server on a free loopback
+// port) the nodes are its clients, and calls route the same way.
+func TestExternalNATS(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server did not start")
+	}
+	var hubs []*hub.Hub
+	for i := range 2 {
+		node, err := Start(Config{Name: "ext", NodeID: fmt.Sprintf("x%d", i), NATS: []string{srv.ClientURL()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if node.RouteURL() != "" || node.Routes() != 0 {
+			t.Errorf("a client node reports routes: %q, %d", node.RouteURL(), node.Routes())
+		}
+		h := hub.New(hub.Config{Cluster: node})
+		if err := node.Bind(h); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Shutdown(); node.Close() })
+		hubs = append(hubs, h)
+	}
+	connect(t, hubs[0], "dev-x", "x0")
+	res := callUntil(t, hubs[1], hub.CallRequest{Device: "dev-x", Tool: "echo"})
+	if got := text(t, res); !strings.HasPrefix(got, "x0 ") {
+		t.Errorf("call through the other client node: %q", got)
+	}
+	connect(t, hubs[1], "dev-x", "x1")
+	waitFor(t, "the older session to close", func() bool {
+		d, err := hubs[0].Device("dev-x")
+		return err == nil && !d.Online
+	})
+}
+
+// The device's call rate is charged by the node holding the device, for
+// calls from every node; the refusal crosses back with its retry-after.
+func TestDeviceRateAcrossNodes(t *testing.T) {
+	nodes := startClusterWith(t, 2, 0, 0, limits.Rate{PerSecond: 0.5, Burst: 1})
+	connect(t, nodes[0].hub, "dev-r", "r")
+	// Calls refused before the device's subscription spread charge nothing.
+	callUntil(t, nodes[1].hub, hub.CallRequest{Device: "dev-r", Tool: "echo"})
+	_, err := nodes[1].hub.Call(t.Context(), hub.CallRequest{Device: "dev-r", Tool: "echo"})
+	var le *hub.LimitError
+	if !errors.As(err, &le) || le.Limit != limits.DeviceRate {
+		t.Fatalf("second call within the device's rate: %v, want a refusal by the device rate", err)
+	}
+	wait, ok := hub.RetryAfter(err)
+	if !ok || wait <= 0 || !hub.NotSent(err) {
+		t.Errorf("refusal %v: retry after %s (%v), not sent %v", err, wait, ok, hub.NotSent(err))
+	}
+}

@@ -1,0 +1,238 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
+)
+
+// callMsg is a call routed to the node holding the device.
+type callMsg struct {
+	ID        string          `json:"id"`
+	Node      string          `json:"node"` // the taking node
+	Device    string          `json:"device"`
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+	TimeoutMS int64           `json:"timeout_ms,omitempty"`
+	Caller    string          `json:"caller,omitempty"`
+	Door      string          `json:"door,omitempty"`
+	Meta      json.RawMessage `json:"meta,omitempty"`
+	Progress  bool            `json:"progress,omitempty"` // the caller wants progress
+}
+
+// Kinds of replyMsg.
+const (
+	kindProgress = "progress"
+	kindAlive    = "alive"
+	kindResult   = "result"
+)
+
+// replyMsg is one message on a routed call's reply inbox.
+type replyMsg struct {
+	Kind     string            `json:"kind"`
+	Node     string            `json:"node,omitempty"` // the serving node
+	Progress json.RawMessage   `json:"progress,omitempty"`
+	Result   *mcpclient.Result `json:"result,omitempty"`
+	// A gateway error: its code (hub.Code), message, and what some codes carry.
+	Code         string        `json:"code,omitempty"`
+	Error        string        `json:"error,omitempty"`
+	NotSent      bool          `json:"not_sent,omitempty"`
+	Limit        string        `json:"limit,omitempty"`
+	RetryAfterMS int64         `json:"retry_after_ms,omitempty"`
+	Tool         string        `json:"tool,omitempty"`
+	Problems     []hub.Problem `json:"problems,omitempty"`
+}
+
+// Call sends a call to the node holding device id and waits for its answer
+// (hub.Cluster). No node holding it: ErrDeviceOffline at once.
+func (n *Node) Call(ctx context.Context, id string, req hub.CallRequest) (*mcpclient.Result, error) {
+	msg := callMsg{ID: nuid.Next(), Node: n.cfg.NodeID, Device: id, Tool: req.Tool, Arguments: req.Arguments,
+		TimeoutMS: req.Timeout.Milliseconds(), Caller: req.Caller, Door: req.Door, Meta: req.Meta,
+		Progress: req.OnProgress != nil}
+	data, err := json.Marshal(msg)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: encoding a call: %w", err)
+	}
+	inbox := n.nc.NewRespInbox()
+	replies := make(chan *nats.Msg, 64)
+	sub, err := n.nc.ChanSubscribe(inbox, replies)
+	if err != nil {
+		return nil, hub.NotSentError(fmt.Errorf("%w: cluster: %w", hub.ErrDeviceOffline, err))
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	out := nats.NewMsg(n.callSubject(id))
+	out.Reply, out.Data = inbox, data
+	if err := n.nc.PublishMsg(out); err != nil {
+		return nil, hub.NotSentError(fmt.Errorf("%w: cluster: %w", hub.ErrDeviceOffline, err))
+	}
+	quiet := time.NewTimer(n.cfg.silence)
+	defer quiet.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			b, _ := json.Marshal(cancelMsg{Call: msg.ID})
+			_ = n.nc.Publish(n.subject("cancel"), b)
+			return nil, ctx.Err()
+		case <-quiet.C:
+			return nil, fmt.Errorf("%w: the node serving %s went silent for %s", hub.ErrDeviceDisconnected, id, n.cfg.silence)
+		case m := <-replies:
+			if m.Header.Get("Status") == "503" { // NATS: no responders
+				return nil, hub.NotSentError(fmt.Errorf("%w: %s (connected to no node)", hub.ErrDeviceOffline, id))
+			}
+			var r replyMsg
+			if err := json.Unmarshal(m.Data, &r); err != nil {
+				return nil, fmt.Errorf("%w: cluster: bad reply: %w", mcpclient.ErrMalformedResponse, err)
+			}
+			switch r.Kind {
+			case kindProgress:
+				if req.OnProgress != nil {
+					req.OnProgress(r.Progress)
+				}
+			case kindResult:
+				if r.Code != "" {
+					return nil, remoteError(r)
+				}
+				if r.Result == nil {
+					return nil, fmt.Errorf("%w: cluster: reply without a result", mcpclient.ErrMalformedResponse)
+				}
+				return r.Result, nil
+			}
+			quiet.Reset(n.cfg.silence)
+		}
+	}
+}
+
+// codes maps hub.Code slugs back to the sentinels they came from.
+var codes = map[string]error{
+	"device_not_found":    hub.ErrDeviceNotFound,
+	"tool_not_found":      hub.ErrToolNotFound,
+	"invalid_arguments":   hub.ErrInvalidArgs,
+	"device_offline":      hub.ErrDeviceOffline,
+	"device_timeout":      hub.ErrDeviceTimeout,
+	"device_disconnected": hub.ErrDeviceDisconnected,
+	"device_busy":         hub.ErrDeviceBusy,
+	"rate_limited":        hub.ErrRateLimited,
+	"device_bad_response": mcpclient.ErrMalformedResponse,
+	"client_closed":       context.Canceled,
+}
+
+// wireError is a gateway error from another node: its message as sent,
+// matching the sentinel of its code with errors.Is.
+type wireError struct {
+	msg string
+	err error
+}
+
+func (e *wireError) Error() string { return e.msg }
+func (e *wireError) Unwrap() error { return e.err }
+
+// remoteError rebuilds the error a serving node sent, so that doors map it
+// exactly as a local one.
+func remoteError(r replyMsg) error {
+	var err error
+	sentinel := codes[r.Code]
+	switch {
+	case r.Code == "invalid_arguments" && len(r.Problems) > 0:
+		err = &hub.ValidationError{Tool: r.Tool, Problems: r.Problems}
+	case r.Code == "device_busy" || r.Code == "rate_limited":
+		msg := r.Error
+		if prefix := sentinel.Error() + ": "; len(msg) > len(prefix) && msg[:len(prefix)] == prefix {
+			msg = msg[len(prefix):]
+		}
+		err = &hub.LimitError{Err: sentinel, Limit: r.Limit, RetryAfter: time.Duration(r.RetryAfterMS) * time.Millisecond, Msg: msg}
+	case sentinel != nil:
+		err = &wireError{msg: r.Error, err: sentinel}
+	default:
+		err = errors.New(r.Error)
+	}
+	if r.NotSent {
+		err = hub.NotSentError(err)
+	}
+	return err
+}
+
+// onCall serves a call routed to this node.
+func (n *Node) onCall(m *nats.Msg) {
+	if m.Reply == "" {
+		return
+	}
+	go n.serve(m.Reply, m.Data)
+}
+
+func (n *Node) serve(reply string, data []byte) {
+	var msg callMsg
+	if err := json.Unmarshal(data, &msg); err != nil {
+		n.answer(reply, replyMsg{Kind: kindResult, Code: "bad_request", Error: "cluster: bad call: " + err.Error()})
+		return
+	}
+	n.mu.Lock()
+	h := n.hub
+	ctx, cancel := context.WithCancel(n.ctx)
+	n.calls[msg.ID] = cancel
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		delete(n.calls, msg.ID)
+		n.mu.Unlock()
+		cancel()
+	}()
+	if h == nil {
+		n.answer(reply, replyMsg{Kind: kindResult, Code: "device_offline", Error: hub.ErrDeviceOffline.Error(), NotSent: true})
+		return
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(n.cfg.keepalive)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				n.answer(reply, replyMsg{Kind: kindAlive})
+			}
+		}
+	}()
+	req := hub.CallRequest{Device: msg.Device, Tool: msg.Tool, Arguments: msg.Arguments,
+		Timeout: time.Duration(msg.TimeoutMS) * time.Millisecond, Caller: msg.Caller, Door: msg.Door, Meta: msg.Meta}
+	if msg.Progress {
+		req.OnProgress = func(p json.RawMessage) {
+			n.answer(reply, replyMsg{Kind: kindProgress, Progress: p})
+		}
+	}
+	res, err := h.ServeRemote(ctx, req)
+	r := replyMsg{Kind: kindResult, Node: n.cfg.NodeID, Result: res}
+	if err != nil {
+		r.Result = nil
+		r.Code, r.Error, r.NotSent = hub.Code(err), err.Error(), hub.NotSent(err)
+		var le *hub.LimitError
+		if errors.As(err, &le) {
+			r.Limit, r.RetryAfterMS = le.Limit, le.RetryAfter.Milliseconds()
+		}
+		var ve *hub.ValidationError
+		if errors.As(err, &ve) {
+			r.Tool, r.Problems = ve.Tool, ve.Problems
+		}
+	}
+	n.answer(reply, r)
+}
+
+func (n *Node) answer(reply string, r replyMsg) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		n.log.Error("cluster: encoding a reply", "error", err)
+		return
+	}
+	if err := n.nc.Publish(reply, b); err != nil {
+		n.log.Warn("cluster: sending a reply", "error", err)
+	}
+}

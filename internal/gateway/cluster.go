@@ -1,0 +1,89 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/cluster"
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
+)
+
+// errClusterNeedsShared: cluster nodes share devices, keys and the audit
+// log through the store, which SQLite (one file per machine) cannot be.
+var errClusterNeedsShared = errors.New("cluster mode needs a store every node shares: use --store postgres://USER:PASSWORD@HOST:PORT/DB (SQLite is one node's file)")
+
+// checkCluster refuses cluster mode on a store the nodes cannot share.
+func checkCluster(cfg Config) error {
+	if cfg.Cluster == nil {
+		return nil
+	}
+	if cfg.Cluster.Name == "" {
+		return errors.New("gateway: cluster mode needs a cluster name (--cluster-name)")
+	}
+	dsn := cfg.StoreDSN
+	if cfg.Store == nil && !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
+		return fmt.Errorf("gateway: %w", errClusterNeedsShared)
+	}
+	return nil
+}
+
+// clusterLink is the hub's hub.Cluster until Run has joined the cluster:
+// New stays cheap and opens nothing, and no device attaches before Run.
+type clusterLink struct{ node atomic.Pointer[cluster.Node] }
+
+func (l *clusterLink) Call(ctx context.Context, id string, req hub.CallRequest) (*mcpclient.Result, error) {
+	if n := l.node.Load(); n != nil {
+		return n.Call(ctx, id, req)
+	}
+	return nil, hub.NotSentError(fmt.Errorf("%w: %s (not joined to the cluster yet)", hub.ErrDeviceOffline, id))
+}
+
+func (l *clusterLink) Attached(id string, at time.Time) {
+	if n := l.node.Load(); n != nil {
+		n.Attached(id, at)
+	}
+}
+
+func (l *clusterLink) Detached(id string) {
+	if n := l.node.Load(); n != nil {
+		n.Detached(id)
+	}
+}
+
+// joinCluster starts this node's NATS membership and binds the hub to it;
+// the returned func leaves the cluster.
+func (g *Gateway) joinCluster() (leave func(), err error) {
+	if g.cfg.Cluster == nil {
+		return func() {}, nil
+	}
+	cfg := *g.cfg.Cluster
+	cfg.Logger = g.log
+	node, err := cluster.Start(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := node.Bind(g.hub); err != nil {
+		node.Close()
+		return nil, err
+	}
+	g.cluster.node.Store(node)
+	g.log.Info("joined the cluster", "cluster", cfg.Name, "node", node.ID(), "routes", node.RouteURL())
+	return func() {
+		g.cluster.node.Store(nil)
+		node.Close()
+	}, nil
+}
+
+// ClusterRoute returns this node's embedded NATS route URL, for other
+// nodes' routes ("" on a single node or with an external NATS).
+func (g *Gateway) ClusterRoute() string {
+	if n := g.cluster.node.Load(); n != nil {
+		return n.RouteURL()
+	}
+	return ""
+}

@@ -1,0 +1,89 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/cluster"
+	"github.com/mcpgate/mcpgate/internal/store"
+)
+
+// Cluster mode refuses a store the nodes cannot share.
+func TestClusterRefusesSQLite(t *testing.T) {
+	for _, dsn := range []string{"", "sqlite:" + t.TempDir() + "/x.db"} {
+		_, err := New(Config{DataDir: t.TempDir(), StoreDSN: dsn, Cluster: &cluster.Config{Name: "c"}})
+		if !errors.Is(err, errClusterNeedsShared) || !strings.Contains(err.Error(), "postgres://") {
+			t.Errorf("store %q in cluster mode: %v, want a refusal naming postgres://", dsn, err)
+		}
+	}
+}
+
+// Two gateways in cluster mode (embedded NATS routed on loopback, one
+// store): a device connected to one is called through the other's REST
+// door; a device connected nowhere is offline at once.
+func TestClusterCallsAcrossGateways(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(t.Context(), "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	newKey := func(name string, devices []string) string {
+		k, secret, err := auth.NewKey(name, auth.ScopeCall, devices, nil, 0, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.CreateKey(t.Context(), k); err != nil {
+			t.Fatal(err)
+		}
+		return secret
+	}
+	caller, kitchen := newKey("caller", nil), newKey("kitchen", []string{"kitchen*"})
+	a := startGateway(t, Config{DataDir: t.TempDir(), Store: st, RequireKeys: true,
+		Cluster: &cluster.Config{Name: "t", NodeID: "a", Listen: "127.0.0.1:0"}})
+	b := startGateway(t, Config{DataDir: t.TempDir(), Store: st, RequireKeys: true,
+		Cluster: &cluster.Config{Name: "t", NodeID: "b", Listen: "127.0.0.1:0", Routes: []string{a.ClusterRoute()}}})
+
+	srv := newServer(t, device.ProfileESP32, device.Tool{
+		Name: "self.echo", Description: "echo",
+		Handler: func(ctx context.Context, args device.Args) (any, error) { return "on a", nil },
+	})
+	mac := "02:00:00:00:0d:01"
+	runDevice(t, a, mac, srv)
+	anon, err := api.NewClient("http://"+b.Addr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := anon.WithKey(caller)
+	waitFor(t, "a call through the other node", 10*time.Second, func() bool {
+		res, err := c.Call(t.Context(), mac, api.CallBody{Name: "self.echo"})
+		return err == nil && res.Text() == "on a"
+	})
+
+	// A key limited to other devices does not reach it on another node
+	// either, though that node does not know the device.
+	var ae *api.APIError
+	if _, err := anon.WithKey(kitchen).Call(t.Context(), mac, api.CallBody{Name: "self.echo"}); !errors.As(err, &ae) || ae.Code != "device_not_found" {
+		t.Errorf("a key limited to kitchen* calling %s on another node: %v, want device_not_found", mac, err)
+	}
+
+	// Node ids: in the device listing of the node holding it, and /healthz.
+	if d, err := a.Hub().Device(mac); err != nil || d.Node != "a" {
+		t.Errorf("device on node a: %+v, %v", d, err)
+	}
+	if h, err := c.Health(t.Context()); err != nil || h.Node != "b" {
+		t.Errorf("healthz of node b: %+v, %v", h, err)
+	}
+
+	start := time.Now()
+	_, err = c.Call(t.Context(), "02:00:00:00:0d:99", api.CallBody{Name: "self.echo"})
+	if !errors.As(err, &ae) || ae.Code != "device_offline" || time.Since(start) > time.Second {
+		t.Errorf("device connected nowhere: %v after %s, want device_offline at once", err, time.Since(start))
+	}
+}
