@@ -5,7 +5,11 @@
 // return nonsense, never panic.
 package jsonscan
 
-import "encoding/json"
+import (
+	"bytes"
+	"encoding/json"
+	"unicode/utf8"
+)
 
 // Members calls fn with each member's raw key (between its quotes, escapes
 // not undone) and raw value of the object data, in order. data must be a
@@ -202,18 +206,30 @@ func String(v []byte) (s string, ok bool) {
 		return "", false
 	}
 	inner := v[1 : len(v)-1]
-	plain := true
-	for _, c := range inner {
-		if c == '\\' || c >= 0x80 {
-			plain = false
-			break
-		}
-	}
-	if plain {
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		// What encoding/json returns too; invalid UTF-8 it replaces.
 		return string(inner), true
 	}
 	if err := json.Unmarshal(v, &s); err != nil {
 		return "", false
 	}
 	return s, true
+}
+
+// Compact reports whether data has no whitespace outside its strings, so
+// json.Compact would return it unchanged. Unterminated strings report false.
+func Compact(data []byte) bool {
+	for i := 0; i < len(data); i++ {
+		switch data[i] {
+		case '"':
+			end := skipString(data, i)
+			if end < 0 {
+				return false
+			}
+			i = end - 1
+		case ' ', '\t', '\n', '\r':
+			return false
+		}
+	}
+	return true
 }

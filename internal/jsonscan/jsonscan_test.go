@@ -1,6 +1,7 @@
 package jsonscan
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 	"unicode/utf8"
@@ -54,6 +55,26 @@ func FuzzMembers(f *testing.F) {
 		}
 		if len(last) != len(obj) {
 			t.Fatalf("%s: %d members, encoding/json says %d", data, len(last), len(obj))
+		}
+	})
+}
+
+// FuzzCompact: Compact is true exactly when json.Compact would change nothing.
+func FuzzCompact(f *testing.F) {
+	for _, s := range []string{`{"a":"b c","d":[1,2]}`, `{"a": 1}`, "{\"a\":\"\\\" \"}", `[1 ]`, `"x`, ``} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !json.Valid(data) {
+			Compact(data) // no panic
+			return
+		}
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, data); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := Compact(data), bytes.Equal(buf.Bytes(), data); got != want {
+			t.Fatalf("%q: Compact = %v, json.Compact leaves it unchanged: %v", data, got, want)
 		}
 	})
 }
