@@ -113,13 +113,22 @@ func skipSpace(data []byte, i int) int {
 
 // skipString returns the index after the string that starts at data[i], or -1.
 func skipString(data []byte, i int) int {
-	for j := i + 1; j < len(data); j++ {
-		switch data[j] {
-		case '\\':
-			j++
-		case '"':
+	for j := i + 1; j < len(data); {
+		// IndexByte is vectorised; a quote ends the string unless an odd
+		// run of backslashes escapes it.
+		q := bytes.IndexByte(data[j:], '"')
+		if q < 0 {
+			return -1
+		}
+		j += q
+		n := 0
+		for k := j - 1; k > i && data[k] == '\\'; k-- {
+			n++
+		}
+		if n%2 == 0 {
 			return j + 1
 		}
+		j++
 	}
 	return -1
 }
