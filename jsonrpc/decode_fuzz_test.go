@@ -1,12 +1,13 @@
 package jsonrpc
 
 import (
+	"encoding/json"
 	"reflect"
 	"testing"
 )
 
-// FuzzDecodeMatchesUnmarshal holds Decode's fast path to encoding/json's
-// answer on every input: same message, same error text.
+// FuzzDecodeMatchesUnmarshal holds Decode's fast path, and DecodeValid on
+// valid JSON, to encoding/json's answer: same message, same error text.
 func FuzzDecodeMatchesUnmarshal(f *testing.F) {
 	for _, s := range []string{
 		`{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","inputSchema":{}}],"nextCursor":""}}`,
@@ -42,6 +43,13 @@ func FuzzDecodeMatchesUnmarshal(f *testing.F) {
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%q: got %+v, encoding/json says %+v", data, got, want)
+		}
+		if !json.Valid(data) {
+			return
+		}
+		got, gerr = DecodeValid(data)
+		if (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: DecodeValid gives %+v, %v; encoding/json says %+v, %v", data, got, gerr, want, werr)
 		}
 	})
 }

@@ -329,6 +329,19 @@ func marshal(v any) ([]byte, error) {
 // leave it out.
 func Decode(data []byte) (*Message, error) { return decode(data, decodeMessage) }
 
+// DecodeValid is [Decode] for data already known to be valid JSON, such as
+// the payload of an envelope from xiaozhi.DecodeEnvelope, which validated the
+// whole frame: it skips the validating pass over the text. Given anything
+// json.Valid rejects, its result is undefined (but it does not panic).
+func DecodeValid(data []byte) (*Message, error) {
+	return decode(data, func(data []byte) (*Message, error) {
+		if m, ok := scanMessage(data); ok {
+			return m, nil
+		}
+		return unmarshalMessage(data)
+	})
+}
+
 // decode is Decode with the object decoder a parameter, so a test can hold
 // the fast one to encoding/json's.
 func decode(data []byte, decodeObject func([]byte) (*Message, error)) (*Message, error) {

@@ -40,7 +40,7 @@ func (l *replayLink) Send(ctx context.Context, payload []byte) error {
 	if err != nil {
 		l.b.Fatal(err)
 	}
-	l.s.Handle(env.Payload)
+	l.s.HandleValid(env.Payload) // as the WebSocket transport does
 	return nil
 }
 
