@@ -24,9 +24,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/mcpgate/mcpgate/internal/jsonscan"
 )
 
 // Version is the only value of the "jsonrpc" member this package sends.
@@ -324,7 +327,24 @@ func marshal(v any) ([]byte, error) {
 // (say, no method and no id) is returned with [ErrInvalid] so a caller can
 // still log what it was. A missing "jsonrpc" member is tolerated: some peers
 // leave it out.
-func Decode(data []byte) (*Message, error) {
+func Decode(data []byte) (*Message, error) { return decode(data, decodeMessage) }
+
+// DecodeValid is [Decode] for data already known to be valid JSON, such as
+// the payload of an envelope from xiaozhi.DecodeEnvelope, which validated the
+// whole frame: it skips the validating pass over the text. Given anything
+// json.Valid rejects, its result is undefined (but it does not panic).
+func DecodeValid(data []byte) (*Message, error) {
+	return decode(data, func(data []byte) (*Message, error) {
+		if m, ok := scanMessage(data); ok {
+			return m, nil
+		}
+		return unmarshalMessage(data)
+	})
+}
+
+// decode is Decode with the object decoder a parameter, so a test can hold
+// the fast one to encoding/json's.
+func decode(data []byte, decodeObject func([]byte) (*Message, error)) (*Message, error) {
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 {
 		return nil, ErrEmptyMsg
@@ -340,6 +360,79 @@ func Decode(data []byte) (*Message, error) {
 		// encoding/json would silently turn the bad bytes into U+FFFD.
 		return nil, fmt.Errorf("%w: invalid UTF-8", ErrNotJSON)
 	}
+	m, err := decodeObject(data)
+	if err != nil {
+		return m, err
+	}
+	if m.JSONRPC != "" && m.JSONRPC != Version {
+		return m, fmt.Errorf("%w: jsonrpc version %q", ErrInvalid, m.JSONRPC)
+	}
+	if m.Kind() == KindInvalid {
+		return m, fmt.Errorf("%w: neither request, notification nor response", ErrInvalid)
+	}
+	return m, nil
+}
+
+// decodeMessage decodes valid UTF-8 text that starts with '{'. One
+// validating pass and a cheap walk of the members replace json.Unmarshal's
+// two scans of the whole text (a tools/list page is kilobytes of result);
+// anything unusual takes encoding/json's path, so errors and odd inputs
+// decode exactly as they always did.
+func decodeMessage(data []byte) (*Message, error) {
+	if json.Valid(data) {
+		if m, ok := scanMessage(data); ok {
+			return m, nil
+		}
+	}
+	return unmarshalMessage(data)
+}
+
+var memberNames = []string{"jsonrpc", "id", "method", "params", "result", "error"}
+
+// scanMessage decodes a valid message without encoding/json when no member
+// is duplicated, null where a string is wanted, wrongly typed, or matched by
+// encoding/json only case-insensitively. Raw members share one copy of data.
+func scanMessage(data []byte) (*Message, bool) {
+	data = bytes.Clone(data)
+	m := &Message{}
+	var seen [6]bool
+	ok := jsonscan.Members(data, func(key, v []byte) bool {
+		i := slices.Index(memberNames, string(key))
+		if i < 0 {
+			return !jsonscan.Folds(key, memberNames...)
+		}
+		if seen[i] {
+			return false
+		}
+		seen[i] = true
+		var ok bool
+		switch i {
+		case 0:
+			m.JSONRPC, ok = jsonscan.String(v)
+		case 1:
+			c := v[0]
+			ok = c == '"' || c == '-' || (c >= '0' && c <= '9') || string(v) == "null"
+			m.ID = ID{raw: v}
+		case 2:
+			m.Method, ok = jsonscan.String(v)
+		case 3:
+			m.Params, ok = v, true
+		case 4:
+			m.Result, ok = v, true
+		case 5:
+			if string(v) == "null" {
+				return true
+			}
+			m.Error = &Error{}
+			ok = json.Unmarshal(v, m.Error) == nil
+		}
+		return ok
+	})
+	return m, ok
+}
+
+// unmarshalMessage is decodeMessage by encoding/json.
+func unmarshalMessage(data []byte) (*Message, error) {
 	var m Message
 	if err := json.Unmarshal(data, &m); err != nil {
 		// Unmarshal checks the syntax of the whole text before decoding, so a
@@ -352,12 +445,6 @@ func Decode(data []byte) (*Message, error) {
 			return &m, err // a bad id, already explained by ID.UnmarshalJSON
 		}
 		return &m, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	if m.JSONRPC != "" && m.JSONRPC != Version {
-		return &m, fmt.Errorf("%w: jsonrpc version %q", ErrInvalid, m.JSONRPC)
-	}
-	if m.Kind() == KindInvalid {
-		return &m, fmt.Errorf("%w: neither request, notification nor response", ErrInvalid)
 	}
 	return &m, nil
 }

@@ -27,6 +27,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/mcpgate/mcpgate/internal/jsonscan"
 )
 
 // Path is where devices of the ecosystem dial the gateway's WebSocket.
@@ -93,6 +95,57 @@ func DecodeEnvelope(data []byte) (*Envelope, error) {
 	if len(data) == 0 || data[0] != '{' {
 		return nil, ErrNotEnvelope
 	}
+	// One validating pass, then a cheap walk of the members: an mcp frame
+	// is mostly its payload, which json.Unmarshal would scan twice more
+	// (and copy). Anything unusual takes encoding/json's path, so errors
+	// and odd inputs decode exactly as they always did.
+	if json.Valid(data) {
+		if e, ok := scanEnvelope(data); ok {
+			return e, nil
+		}
+	}
+	return decodeEnvelope(data)
+}
+
+// scanEnvelope decodes a valid envelope without encoding/json when it has
+// no duplicate, null or wrongly typed common member, no key that
+// encoding/json would match only case-insensitively, and a type.
+func scanEnvelope(data []byte) (*Envelope, bool) {
+	e := &Envelope{Raw: append(json.RawMessage(nil), data...)}
+	var seen [3]bool
+	ok := jsonscan.Members(e.Raw, func(key, v []byte) bool {
+		var i int
+		switch string(key) {
+		case "session_id":
+			i = 0
+		case "type":
+			i = 1
+		case "payload":
+			i = 2
+		default:
+			return !jsonscan.Folds(key, "session_id", "type", "payload")
+		}
+		if seen[i] {
+			return false
+		}
+		seen[i] = true
+		if i == 2 {
+			e.Payload = v // shares Raw's copy
+			return true
+		}
+		s, ok := jsonscan.String(v)
+		if i == 0 {
+			e.SessionID = s
+		} else {
+			e.Type = s
+		}
+		return ok
+	})
+	return e, ok && e.Type != ""
+}
+
+// decodeEnvelope is DecodeEnvelope by encoding/json.
+func decodeEnvelope(data []byte) (*Envelope, error) {
 	var e Envelope
 	if err := json.Unmarshal(data, &e); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotEnvelope, err)

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
+	"github.com/mcpgate/mcpgate/internal/jsonscan"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 )
 
@@ -58,9 +59,11 @@ func catalogHash(tools []mcpclient.Tool) string {
 		if raw == nil {
 			raw, _ = json.Marshal(t)
 		}
-		var buf bytes.Buffer
-		if json.Compact(&buf, raw) == nil {
-			raw = buf.Bytes()
+		if !jsonscan.Compact(raw) { // devices send compact JSON: usually nothing to do
+			var buf bytes.Buffer
+			if json.Compact(&buf, raw) == nil {
+				raw = buf.Bytes()
+			}
 		}
 		fmt.Fprintf(h, "%d:", len(raw))
 		h.Write(raw)

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
+	"github.com/mcpgate/mcpgate/internal/jsonscan"
 	"github.com/mcpgate/mcpgate/internal/limits"
 )
 
@@ -148,13 +150,10 @@ func (s *Session) ListTools(ctx context.Context) (tools []Tool, pages int, trunc
 		if err == nil && reply.Error != nil {
 			err = &RPCError{Method: "tools/list", Err: reply.Error}
 		}
-		var page struct {
-			Tools      []json.RawMessage `json:"tools"`
-			NextCursor *string           `json:"nextCursor"`
-		}
+		var page toolsPage
 		if err == nil {
-			if uerr := json.Unmarshal(reply.Result, &page); uerr != nil {
-				err = fmt.Errorf("%w: tools/list: %w", ErrMalformedResponse, uerr)
+			if page, err = decodeToolsPage(reply.Result); err != nil {
+				err = fmt.Errorf("%w: tools/list: %w", ErrMalformedResponse, err)
 			}
 		}
 		if err != nil {
@@ -165,8 +164,8 @@ func (s *Session) ListTools(ctx context.Context) (tools []Tool, pages int, trunc
 		}
 		pages++
 		for _, raw := range page.Tools {
-			var t Tool
-			if err := json.Unmarshal(raw, &t); err != nil || t.Name == "" {
+			t, err := decodeTool(raw)
+			if err != nil || t.Name == "" {
 				s.log.Warn("skipped malformed tool in tools/list", "page", pages, "error", err, "tool", truncate(raw, 200))
 				continue
 			}
@@ -218,4 +217,84 @@ func (s *Session) Discover(ctx context.Context) (*Discovery, error) {
 		return &Discovery{Init: *init}, fmt.Errorf("%w: tools/list: %w", ErrDiscovery, err)
 	}
 	return &Discovery{Init: *init, Tools: tools, Pages: pages, Truncated: truncated}, nil
+}
+
+// toolsPage is a tools/list result.
+type toolsPage struct {
+	Tools      []json.RawMessage `json:"tools"`
+	NextCursor *string           `json:"nextCursor"`
+}
+
+// decodeToolsPage decodes a tools/list result. Handle has validated the
+// reply whole, so a walk of the members replaces json.Unmarshal's two more
+// scans of the page; anything unusual takes encoding/json's path, so odd
+// pages decode exactly as they always did. The tools share result's memory.
+func decodeToolsPage(result json.RawMessage) (toolsPage, error) {
+	var p toolsPage
+	var seen [2]bool
+	ok := jsonscan.Members(result, func(key, v []byte) bool {
+		switch string(key) {
+		case "tools":
+			if seen[0] || string(v) == "null" {
+				return false
+			}
+			seen[0] = true
+			p.Tools = []json.RawMessage{}
+			return jsonscan.Elements(v, func(e []byte) bool {
+				p.Tools = append(p.Tools, e)
+				return true
+			})
+		case "nextCursor":
+			if seen[1] || string(v) == "null" {
+				return false
+			}
+			seen[1] = true
+			s, ok := jsonscan.String(v)
+			p.NextCursor = &s
+			return ok
+		}
+		return !jsonscan.Folds(key, "tools", "nextCursor")
+	})
+	if ok {
+		return p, nil
+	}
+	p = toolsPage{}
+	err := json.Unmarshal(result, &p)
+	return p, err
+}
+
+// decodeTool decodes one tool of a validated page, the way decodeToolsPage
+// does its page.
+func decodeTool(raw json.RawMessage) (Tool, error) {
+	var t Tool
+	var seen [4]bool
+	names := []string{"name", "description", "inputSchema", "annotations"}
+	ok := jsonscan.Members(raw, func(key, v []byte) bool {
+		i := slices.Index(names, string(key))
+		if i < 0 {
+			return !jsonscan.Folds(key, names...)
+		}
+		if seen[i] {
+			return false
+		}
+		seen[i] = true
+		var ok bool
+		switch i {
+		case 0:
+			t.Name, ok = jsonscan.String(v)
+		case 1:
+			t.Description, ok = jsonscan.String(v)
+		case 2:
+			t.InputSchema, ok = v, true
+		case 3:
+			t.Annotations, ok = v, true
+		}
+		return ok
+	})
+	if ok {
+		return t, nil
+	}
+	t = Tool{}
+	err := json.Unmarshal(raw, &t)
+	return t, err
 }

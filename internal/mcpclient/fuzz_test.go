@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -152,6 +153,43 @@ func FuzzNormalizeContent(f *testing.F) {
 			}
 		default:
 			t.Fatalf("%q became %s", item, got)
+		}
+	})
+}
+
+// FuzzToolsPageMatchesUnmarshal holds the fast decoders of a tools/list page
+// and of its tools to encoding/json's answer on every valid page.
+func FuzzToolsPageMatchesUnmarshal(f *testing.F) {
+	for _, seed := range []string{
+		`{"tools":[{"name":"a","description":"d","inputSchema":{"type":"object"},"annotations":{"audience":["user"]}}],"nextCursor":"a"}`,
+		`{"tools":[{"name":"a"},{"name":"a"},{"name":""},{"description":"no name"},1,null],"nextCursor":"c"}`,
+		`{"tools":[],"nextCursor":""}`,
+		`{"tools":null,"nextCursor":null}`,
+		`{"tools":[{"name":null},{"Name":"x"},{"name":"a","name":"b"},{"name":5}],"NEXTCURSOR":"x"}`,
+		`{"tools":[{"name":"\u0061","description":"\u00e9"}],"tools":[]}`,
+		`{"tools":"x"}`,
+		`{"nextCursor":5}`,
+		`[]`, `null`, `"str"`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, page []byte) {
+		if !json.Valid(page) {
+			return // Handle validates every reply before ListTools sees it
+		}
+		got, gerr := decodeToolsPage(page)
+		var want toolsPage
+		werr := json.Unmarshal(page, &want)
+		if (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: got %+v, %v; encoding/json says %+v, %v", page, got, gerr, want, werr)
+		}
+		for _, raw := range got.Tools {
+			gt, gerr := decodeTool(raw)
+			var wt Tool
+			werr := json.Unmarshal(raw, &wt)
+			if (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) || !reflect.DeepEqual(gt, wt) {
+				t.Fatalf("%s: got %+v, %v; encoding/json says %+v, %v", raw, gt, gerr, wt, werr)
+			}
 		}
 	})
 }

@@ -259,8 +259,15 @@ func (s *Session) Pending() int {
 // requests by id; replies with unknown ids, requests and notifications from
 // the device, and unparseable payloads are dropped with a debug log: a call
 // whose reply cannot be parsed ends by its own timeout. Handle never blocks.
-func (s *Session) Handle(payload []byte) {
-	msg, err := jsonrpc.Decode(payload)
+func (s *Session) Handle(payload []byte) { s.handle(payload, jsonrpc.Decode) }
+
+// HandleValid is [Session.Handle] for a payload already known to be valid
+// JSON, such as an envelope's from xiaozhi.DecodeEnvelope: it is not
+// validated a second time (see [jsonrpc.DecodeValid]).
+func (s *Session) HandleValid(payload []byte) { s.handle(payload, jsonrpc.DecodeValid) }
+
+func (s *Session) handle(payload []byte, decode func([]byte) (*jsonrpc.Message, error)) {
+	msg, err := decode(payload)
 	if err != nil {
 		s.cfg.OnDrop(DropUnparseable)
 		s.log.Debug("dropped unparseable MCP payload", "error", err, "payload", truncate(payload, 256))

@@ -179,7 +179,10 @@ func (q *Queue) kick(device string) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.stopped {
+	// Waiting holds every device with queued calls (loaded at start, added
+	// to by Enqueue before it kicks): a device without any, the usual case
+	// when one comes online, costs no store query.
+	if q.stopped || !q.waiting[device] {
 		return
 	}
 	if w, ok := q.workers[device]; ok {

@@ -443,7 +443,7 @@ func (c *connection) uplink(payload []byte) {
 			c.log.Debug("dropped mcp message without payload") // as the WebSocket door
 			return
 		}
-		c.sess.Handle(env.Payload)
+		c.sess.HandleValid(env.Payload) // DecodeEnvelope validated the message
 	case xiaozhi.TypeHello:
 		c.refuseAudio(env)
 	case xiaozhi.TypeGoodbye:

@@ -394,7 +394,7 @@ func (t *Transport) onPublish(pr paho.PublishReceived) (bool, error) {
 			s.log.Debug("dropped mcp message without payload") // as the other doors
 			return true, nil
 		}
-		s.sess.Handle(env.Payload)
+		s.sess.HandleValid(env.Payload) // DecodeEnvelope validated the message
 	case xiaozhi.TypeHello:
 		s.refuseAudio(env.SessionID)
 	default:

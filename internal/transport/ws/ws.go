@@ -694,7 +694,7 @@ func (c *connection) handleText(ctx context.Context, data []byte, sess *mcpclien
 			c.log.Debug("dropped mcp message without payload")
 			return
 		}
-		sess.Handle(env.Payload)
+		sess.HandleValid(env.Payload) // DecodeEnvelope validated the frame
 	case xiaozhi.TypeHello:
 		// A device may open a new audio channel on the same socket: answer
 		// again with the same session id.
