@@ -352,7 +352,7 @@ func (s *splice) fromUpstream(data []byte) []byte {
 		}
 		return data
 	}
-	msg, err := jsonrpc.Decode(env.Payload)
+	msg, err := jsonrpc.DecodeValid(env.Payload) // DecodeEnvelope validated the frame
 	if err != nil {
 		return data // the device decides what to make of it
 	}
@@ -487,17 +487,17 @@ func (s *splice) fromDevice(data []byte, start time.Time) error {
 	if err != nil || env.Type != xiaozhi.TypeMCP {
 		return s.toUpstream(websocket.MessageText, data, start)
 	}
-	msg, err := jsonrpc.Decode(env.Payload)
+	msg, err := jsonrpc.DecodeValid(env.Payload) // DecodeEnvelope validated the frame
 	if err != nil {
 		// Without mcpgate the upstream would get it; mcpgate counts it.
-		s.c.sess.Handle(env.Payload)
+		s.c.sess.HandleValid(env.Payload)
 		return s.toUpstream(websocket.MessageText, data, start)
 	}
 	switch msg.Kind() {
 	case jsonrpc.KindResponse:
 		id, ok := msg.ID.Int32()
 		if !ok || id < upstreamIDBase {
-			s.c.sess.Handle(env.Payload)
+			s.c.sess.HandleValid(env.Payload)
 			return nil
 		}
 		req, ok := s.take(id)
@@ -516,7 +516,7 @@ func (s *splice) fromDevice(data []byte, start time.Time) error {
 		return s.toUpstream(websocket.MessageText, out, start)
 	case jsonrpc.KindNotification:
 		if msg.Method != "notifications/progress" {
-			s.c.sess.Handle(env.Payload) // tools/list_changed and logs: both clients
+			s.c.sess.HandleValid(env.Payload) // tools/list_changed and logs: both clients
 			break
 		}
 		var p struct {
@@ -525,7 +525,7 @@ func (s *splice) fromDevice(data []byte, start time.Time) error {
 		_ = json.Unmarshal(msg.Params, &p) // a token that does not parse is no one's
 		id, isInt := p.Token.Int32()
 		if !isInt || id < upstreamIDBase {
-			s.c.sess.Handle(env.Payload) // mcpgate's token, or one nobody owns: dropped and counted there
+			s.c.sess.HandleValid(env.Payload) // mcpgate's token, or one nobody owns: dropped and counted there
 			return nil
 		}
 		s.mu.Lock()
