@@ -52,6 +52,9 @@ type Config struct {
 	// for silence gives the call up as device_disconnected (the serving
 	// node is gone). Defaults 2s and 5s.
 	keepalive, silence time.Duration
+	// Timing of the view (view.go): a beat every beat; a node silent for
+	// deadAfter is lost. Defaults 1s and 5s.
+	beat, deadAfter time.Duration
 }
 
 // Node is this gateway's membership in the cluster. It implements
@@ -70,6 +73,7 @@ type Node struct {
 	devs  map[string]*nats.Subscription // call subscription per held device
 	calls map[string]context.CancelFunc // routed calls served here, by call id
 	subs  []*nats.Subscription          // claim and cancel
+	view  *view                         // set by Bind (view.go)
 }
 
 // DefaultNodeID derives a node id from the host name.
@@ -106,6 +110,12 @@ func Start(cfg Config) (*Node, error) {
 	}
 	if cfg.silence <= 0 {
 		cfg.silence = 5 * time.Second
+	}
+	if cfg.beat <= 0 {
+		cfg.beat = time.Second
+	}
+	if cfg.deadAfter <= 0 {
+		cfg.deadAfter = 5 * cfg.beat
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), devs: map[string]*nats.Subscription{},
 		calls: map[string]context.CancelFunc{}}
@@ -217,12 +227,15 @@ func (n *Node) Bind(h *hub.Hub) error {
 	if err := n.nc.Flush(); err != nil {
 		return fmt.Errorf("cluster: NATS: %w", err)
 	}
-	return nil
+	return n.startView(h)
 }
 
 // Close ends routed calls served here, leaves NATS and stops the embedded
 // server.
 func (n *Node) Close() {
+	if n.view != nil {
+		n.view.stop()
+	}
 	n.cancel()
 	n.nc.Close()
 	if n.srv != nil {

@@ -164,7 +164,7 @@ func startClusterWith(t *testing.T, n int, keepalive, silence time.Duration, dev
 			seed = node.RouteURL()
 		}
 		tn := &testNode{node: node}
-		tn.hub = hub.New(hub.Config{Cluster: node, DeviceRate: deviceRate, Audit: func(r hub.CallRecord) {
+		tn.hub = hub.New(hub.Config{Cluster: node, NodeID: cfg.NodeID, DeviceRate: deviceRate, Audit: func(r hub.CallRecord) {
 			tn.mu.Lock()
 			tn.audits = append(tn.audits, r)
 			tn.mu.Unlock()
@@ -236,11 +236,11 @@ func TestEveryNodeCallsEveryDevice(t *testing.T) {
 		t.Errorf("unknown tool across nodes: %v", err)
 	}
 
-	// A device connected nowhere is offline at once, not after a timeout.
+	// A device known nowhere is not found, at once, not after a timeout.
 	start := time.Now()
 	_, err = nodes[1].hub.Call(t.Context(), hub.CallRequest{Device: "dev-nowhere", Tool: "echo"})
-	if !errors.Is(err, hub.ErrDeviceOffline) || time.Since(start) > time.Second {
-		t.Errorf("device connected nowhere: %v after %s, want device_offline at once", err, time.Since(start))
+	if !errors.Is(err, hub.ErrDeviceNotFound) || time.Since(start) > time.Second {
+		t.Errorf("device known nowhere: %v after %s, want device_not_found at once", err, time.Since(start))
 	}
 
 	// Each call is audited once, by the node that took it.
@@ -282,8 +282,8 @@ func TestDeviceMovesBetweenNodes(t *testing.T) {
 	moved := time.Now()
 	connect(t, nodes[1].hub, "dev-m", "second")
 	waitFor(t, "the old session to close", func() bool {
-		d, err := nodes[0].hub.Device("dev-m")
-		return err == nil && !d.Online
+		_, held := nodes[0].hub.Held("dev-m")
+		return !held
 	})
 	if d := time.Since(moved); d > time.Second {
 		t.Errorf("the older session closed after %s, want within 1s", d)
@@ -418,8 +418,8 @@ func TestExternalNATS(t *testing.T) {
 	}
 	connect(t, hubs[1], "dev-x", "x1")
 	waitFor(t, "the older session to close", func() bool {
-		d, err := hubs[0].Device("dev-x")
-		return err == nil && !d.Online
+		_, held := hubs[0].Held("dev-x")
+		return !held
 	})
 }
 

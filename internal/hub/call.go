@@ -133,9 +133,15 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 	if h.cfg.Cluster != nil && !req.remote {
 		switch {
 		case err != nil:
+			// Unknown here, though every node's devices are in this hub
+			// (remote.go): routed anyway, for one that attached a moment
+			// ago, but known nowhere if no node holds it.
 			if id, ok := remoteID(req.Device); ok && errors.Is(err, ErrDeviceNotFound) {
-				res, err := h.callRemote(ctx, id, req)
-				return res, nil, err
+				res, rerr := h.callRemote(ctx, id, req)
+				if errors.Is(rerr, ErrDeviceOffline) {
+					rerr = NotSentError(err)
+				}
+				return res, nil, rerr
 			}
 		case att == nil:
 			res, err := h.callRemote(ctx, d.id, req)

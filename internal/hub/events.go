@@ -33,7 +33,10 @@ type Event struct {
 	Time   time.Time `json:"time"`
 	Device string    `json:"device"`
 	Alias  string    `json:"alias,omitempty"`
-	Data   any       `json:"data,omitempty"`
+	// Node is the cluster node where it happened (docs/cluster.md); empty
+	// on a single node.
+	Node string `json:"node,omitempty"`
+	Data any    `json:"data,omitempty"`
 }
 
 // OnlineData comes with EventOnline.
@@ -131,7 +134,9 @@ func (s *Subscription) Close() { s.bus.unsubscribe(s) }
 // bus fans events out to subscribers without blocking the publisher.
 type bus struct {
 	onDrop func()
+	node   string // Event.Node of events without one
 
+	tap  func(Event) // guarded by mu; sees every event, in order (Hub.Tap)
 	mu   sync.Mutex
 	seq  uint64                 // guarded by mu
 	subs map[*Subscription]bool // guarded by mu
@@ -168,6 +173,12 @@ func (b *bus) publish(e Event) {
 	e.Seq = b.seq
 	if e.Time.IsZero() {
 		e.Time = time.Now()
+	}
+	if e.Node == "" {
+		e.Node = b.node
+	}
+	if b.tap != nil {
+		b.tap(e)
 	}
 	for s := range b.subs {
 		select {

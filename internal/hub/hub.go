@@ -154,6 +154,7 @@ func New(cfg Config) *Hub {
 		aliases:         make(map[string]string),
 	}
 	h.bus = newBus(cfg.Metrics.EventsDropped.Inc)
+	h.bus.node = cfg.NodeID
 	h.logs = &logSinks{sinks: make(map[int]func(DeviceLog))}
 	if cfg.Store != nil {
 		h.persist = newPersister(cfg.Store)
@@ -184,6 +185,9 @@ type device struct {
 	offlineAt   time.Time
 	att         *Attachment // the live connection, nil when offline
 	node        string      // Config.NodeID, for snapshots
+	// remoteNode is the other cluster node holding the device while att is
+	// nil (remote.go); empty when no other node holds it.
+	remoteNode string
 
 	lastSeen atomic.Int64 // unix nanos; written by the transport's reader
 }
@@ -221,7 +225,7 @@ func (h *Hub) NodeID() string { return h.cfg.NodeID }
 
 func (d *device) snapshot() Device {
 	s := Device{
-		ID: d.id, Alias: d.alias, Kind: d.kind, Online: d.att != nil, State: d.state,
+		ID: d.id, Alias: d.alias, Kind: d.kind, Online: d.att != nil || d.remoteNode != "", State: d.state,
 		LastError: d.lastError, Transport: d.transport, ClientID: d.clientID, SessionID: d.sessionID,
 		Remote: d.remote, ProtocolVersion: d.protoVer, Tools: d.catalog.Len(), FirstSeen: d.firstSeen,
 	}
@@ -244,6 +248,8 @@ func (d *device) snapshot() Device {
 		s.Node = d.node
 		s.PendingCalls = d.att.sess.Pending()
 		_, s.QueuedCalls = d.att.slots.Stats()
+	} else if d.remoteNode != "" {
+		s.Node = d.remoteNode
 	}
 	return s
 }
@@ -435,6 +441,7 @@ func (h *Hub) Attach(info ConnInfo, sess *mcpclient.Session) *Attachment {
 	wasOnline := old != nil
 	d.att = a
 	d.node = h.cfg.NodeID
+	d.remoteNode = ""
 	d.kind, d.clientID, d.transport, d.sessionID = info.Kind, info.ClientID, info.Transport, info.SessionID
 	d.remote, d.protoVer = info.Remote, info.ProtocolVersion
 	d.connectedAt = now

@@ -1,0 +1,494 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
+)
+
+// The cluster-wide view (docs/cluster.md, "One view"): every node tells the
+// others, on one subject, what happens to the devices it holds and every
+// event it publishes; each node applies what it hears to its hub, so that
+// every door of every node shows the whole fleet. No leader: each node is
+// the only authority on the devices it holds.
+//
+// Every message a node sends on the view subject has the next sequence
+// number of that node; a receiver that sees a gap, or hears a node it does
+// not know, asks that node for a snapshot of its held devices. A node beats
+// every second; one silent for longer than deadAfter is lost, and its
+// devices go offline everywhere.
+
+// viewMsg is one message on the view subject.
+type viewMsg struct {
+	Node string `json:"node"`
+	// Seq numbers the node's messages from 1; a beat, hello or bye carries
+	// the last number sent.
+	Seq   uint64 `json:"seq"`
+	Beat  bool   `json:"beat,omitempty"`
+	Hello bool   `json:"hello,omitempty"` // a node joined: beat at once, so it learns of you
+	Bye   bool   `json:"bye,omitempty"`   // the node leaves: its devices are offline
+	// Held is the record of a device the node holds, as it is now; Gone a
+	// device it held and no longer does.
+	Held  *hub.RemoteDevice `json:"held,omitempty"`
+	Gone  string            `json:"gone,omitempty"`
+	Event *wireEvent        `json:"event,omitempty"`
+}
+
+// wireEvent is a hub.Event with its data still encoded.
+type wireEvent struct {
+	Type   hub.EventType   `json:"type"`
+	Time   time.Time       `json:"time"`
+	Device string          `json:"device"`
+	Alias  string          `json:"alias,omitempty"`
+	Data   json.RawMessage `json:"data,omitempty"`
+}
+
+// snapshotMsg answers a snapshot request.
+type snapshotMsg struct {
+	Seq     uint64             `json:"seq"`
+	Devices []hub.RemoteDevice `json:"devices"`
+}
+
+// peer is what this node knows of another.
+type peer struct {
+	seq   uint64
+	heard time.Time
+	devs  map[string]hub.RemoteDevice // held by the peer, by id
+}
+
+type view struct {
+	n  *Node
+	h  *hub.Hub
+	nc *nats.Conn
+
+	// pubMu orders what this node sends: a record read and its sequence
+	// number together, so a snapshot and the messages agree.
+	pubMu sync.Mutex
+	seq   uint64 // guarded by pubMu
+
+	qmu    sync.Mutex
+	queue  []hub.Event // this node's events, to send; guarded by qmu
+	wake   chan struct{}
+	done   chan struct{}
+	closed bool // guarded by qmu
+
+	mu    sync.Mutex // guards peers; held while applying to the hub
+	peers map[string]*peer
+
+	subs []*nats.Subscription
+	wg   sync.WaitGroup
+
+	// Counters for docs and tests.
+	catalogFetches, catalogBytes int64 // guarded by mu
+}
+
+func (n *Node) viewSubject() string { return n.subject("view") }
+
+func (n *Node) peerSubject(node, what string) string { return n.subject("node", token(node), what) }
+
+// startView joins the view: it answers snapshot and catalog requests, hears
+// the others, says hello and starts beating.
+func (n *Node) startView(h *hub.Hub) error {
+	v := &view{n: n, h: h, nc: n.nc, wake: make(chan struct{}, 1), done: make(chan struct{}), peers: map[string]*peer{}}
+	for _, s := range []struct {
+		subj string
+		f    nats.MsgHandler
+	}{
+		{n.viewSubject(), v.onView},
+		{n.peerSubject(n.cfg.NodeID, "snapshot"), v.onSnapshot},
+		{n.peerSubject(n.cfg.NodeID, "catalog"), v.onCatalog},
+	} {
+		sub, err := n.nc.Subscribe(s.subj, s.f)
+		if err != nil {
+			v.unsubscribe()
+			return fmt.Errorf("cluster: subscribing to %s: %w", s.subj, err)
+		}
+		// A slow hub must not lose view messages to NATS' default limit:
+		// a gap costs a snapshot.
+		_ = sub.SetPendingLimits(-1, 256<<20)
+		v.subs = append(v.subs, sub)
+	}
+	if err := n.nc.Flush(); err != nil {
+		v.unsubscribe()
+		return fmt.Errorf("cluster: NATS: %w", err)
+	}
+	n.view = v
+	h.Tap(v.tap)
+	v.send(viewMsg{Hello: true})
+	v.wg.Go(v.forward)
+	v.wg.Go(v.beat)
+	return nil
+}
+
+func (v *view) unsubscribe() {
+	for _, s := range v.subs {
+		_ = s.Unsubscribe()
+	}
+}
+
+// stop sends what is queued and a bye, and leaves the view.
+func (v *view) stop() {
+	v.h.Tap(nil)
+	v.qmu.Lock()
+	v.closed = true
+	v.qmu.Unlock()
+	close(v.done)
+	v.wg.Wait()
+	v.send(viewMsg{Bye: true})
+	v.unsubscribe()
+	_ = v.nc.FlushTimeout(time.Second)
+}
+
+// tap queues this node's own events; it runs under the hub's event lock.
+func (v *view) tap(e hub.Event) {
+	if e.Node != "" && e.Node != v.n.cfg.NodeID {
+		return // another node's, or one this node derived from another's state
+	}
+	v.qmu.Lock()
+	if !v.closed {
+		v.queue = append(v.queue, e)
+	}
+	v.qmu.Unlock()
+	select {
+	case v.wake <- struct{}{}:
+	default:
+	}
+}
+
+// forward sends this node's events in order, each with the record of its
+// device when the event is about one held here.
+func (v *view) forward() {
+	for {
+		v.qmu.Lock()
+		batch := v.queue
+		v.queue = nil
+		v.qmu.Unlock()
+		for _, e := range batch {
+			v.forwardOne(e)
+		}
+		if len(batch) > 0 {
+			continue
+		}
+		select {
+		case <-v.wake:
+		case <-v.done:
+			v.qmu.Lock()
+			left := v.queue
+			v.queue = nil
+			v.qmu.Unlock()
+			for _, e := range left {
+				v.forwardOne(e)
+			}
+			return
+		}
+	}
+}
+
+func (v *view) forwardOne(e hub.Event) {
+	data, err := json.Marshal(e.Data)
+	if err != nil {
+		v.n.log.Error("cluster: encoding an event", "type", e.Type, "error", err)
+		return
+	}
+	msg := viewMsg{Event: &wireEvent{Type: e.Type, Time: e.Time, Device: e.Device, Alias: e.Alias, Data: data}}
+	lifecycle := false
+	switch e.Type {
+	case hub.EventOnline, hub.EventOffline, hub.EventState, hub.EventToolsChanged, hub.EventAlias:
+		lifecycle = true
+	}
+	v.pubMu.Lock()
+	if lifecycle {
+		if r, ok := v.h.Held(e.Device); ok {
+			msg.Held = &r
+		} else if e.Type != hub.EventAlias {
+			msg.Gone = e.Device
+		}
+	}
+	v.sendLocked(msg)
+	v.pubMu.Unlock()
+	if msg.Gone != "" {
+		// Gone from here: another node may hold it now (a newer claim).
+		v.mu.Lock()
+		v.reconcile(msg.Gone)
+		v.mu.Unlock()
+	}
+}
+
+func (v *view) send(msg viewMsg) {
+	v.pubMu.Lock()
+	defer v.pubMu.Unlock()
+	v.sendLocked(msg)
+}
+
+// sendLocked numbers and publishes msg. pubMu must be held.
+func (v *view) sendLocked(msg viewMsg) {
+	msg.Node = v.n.cfg.NodeID
+	if msg.Held != nil || msg.Gone != "" || msg.Event != nil {
+		v.seq++
+	}
+	msg.Seq = v.seq
+	b, err := json.Marshal(msg)
+	if err != nil {
+		v.n.log.Error("cluster: encoding a view message", "error", err)
+		return
+	}
+	if err := v.nc.Publish(v.n.viewSubject(), b); err != nil {
+		v.n.log.Warn("cluster: publishing to the view", "error", err)
+	}
+}
+
+// beat says this node is alive, and drops the nodes that are not.
+func (v *view) beat() {
+	t := time.NewTicker(v.n.cfg.beat)
+	defer t.Stop()
+	for {
+		select {
+		case <-v.done:
+			return
+		case <-t.C:
+		}
+		v.send(viewMsg{Beat: true})
+		v.mu.Lock()
+		for id, p := range v.peers {
+			if time.Since(p.heard) > v.n.cfg.deadAfter {
+				v.n.log.Warn("cluster: node lost: its devices are offline", "lost", id, "silent_for", time.Since(p.heard).Round(time.Millisecond))
+				v.dropPeer(id, "node "+id+" lost")
+			}
+		}
+		v.mu.Unlock()
+	}
+}
+
+func (v *view) onSnapshot(m *nats.Msg) {
+	v.pubMu.Lock()
+	snap := snapshotMsg{Seq: v.seq, Devices: v.h.HeldDevices()}
+	v.pubMu.Unlock()
+	b, _ := json.Marshal(snap)
+	_ = m.Respond(b)
+}
+
+func (v *view) onCatalog(m *nats.Msg) {
+	raw, ok := v.h.CatalogJSON(string(m.Data))
+	if !ok {
+		raw = nil // an empty answer: not here (any more)
+	}
+	_ = m.Respond(raw)
+}
+
+// onView applies another node's message. NATS delivers one subscription's
+// messages in order on one goroutine, so each node's are applied in the
+// order it sent them.
+func (v *view) onView(m *nats.Msg) {
+	var msg viewMsg
+	if err := json.Unmarshal(m.Data, &msg); err != nil || msg.Node == "" || msg.Node == v.n.cfg.NodeID {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if msg.Bye {
+		if _, ok := v.peers[msg.Node]; ok {
+			v.dropPeer(msg.Node, "node "+msg.Node+" left the cluster")
+		}
+		return
+	}
+	p := v.peers[msg.Node]
+	counted := msg.Held != nil || msg.Gone != "" || msg.Event != nil
+	if p == nil || (counted && msg.Seq > p.seq+1) || (!counted && msg.Seq > p.seq) {
+		// A node not known yet, or messages missed: start from its snapshot.
+		if !v.sync(msg.Node) {
+			return
+		}
+		p = v.peers[msg.Node]
+	}
+	p.heard = time.Now()
+	if msg.Hello {
+		go v.send(viewMsg{Beat: true}) // not under mu: the forwarder takes mu under pubMu
+	}
+	if !counted || msg.Seq <= p.seq {
+		return // in the snapshot already
+	}
+	p.seq = msg.Seq
+	if msg.Held != nil {
+		r := *msg.Held
+		r.Node = msg.Node
+		p.devs[r.ID] = r
+		v.reconcile(r.ID)
+	}
+	if msg.Gone != "" {
+		delete(p.devs, msg.Gone)
+		v.h.ApplyRemoteGone(msg.Gone, msg.Node)
+		v.reconcile(msg.Gone)
+	}
+	if msg.Event != nil {
+		e := decodeEvent(msg.Event, msg.Node)
+		if e.Type == hub.EventAlias && e.Alias != "" {
+			v.h.ApplyAlias(e.Device, e.Alias)
+		}
+		v.h.PublishRemote(e)
+	}
+}
+
+// sync replaces what this node knows of node by its snapshot, publishing
+// here the changes it shows (the events that told them were missed). mu
+// must be held.
+func (v *view) sync(node string) bool {
+	reply, err := v.nc.Request(v.n.peerSubject(node, "snapshot"), nil, 2*time.Second)
+	if err != nil {
+		v.n.log.Warn("cluster: no snapshot from a node", "from", node, "error", err)
+		return false
+	}
+	var snap snapshotMsg
+	if err := json.Unmarshal(reply.Data, &snap); err != nil {
+		v.n.log.Warn("cluster: bad snapshot from a node", "from", node, "error", err)
+		return false
+	}
+	p := v.peers[node]
+	if p == nil {
+		p = &peer{devs: map[string]hub.RemoteDevice{}}
+		v.peers[node] = p
+	}
+	old := p.devs
+	p.devs = make(map[string]hub.RemoteDevice, len(snap.Devices))
+	p.seq, p.heard = snap.Seq, time.Now()
+	for _, r := range snap.Devices {
+		r.Node = node
+		p.devs[r.ID] = r
+		v.reconcile(r.ID)
+		prev, was := old[r.ID]
+		switch {
+		case !was || prev.ConnectedAt != r.ConnectedAt:
+			v.h.PublishRemote(hub.Event{Type: hub.EventOnline, Device: r.ID, Alias: r.Alias, Node: node,
+				Data: hub.OnlineData{Transport: r.Transport, SessionID: r.SessionID, Remote: r.Remote}})
+		case prev.CatalogHash != r.CatalogHash:
+			_, cat, _ := v.h.Tools(r.ID)
+			v.h.PublishRemote(hub.Event{Type: hub.EventToolsChanged, Device: r.ID, Alias: r.Alias, Node: node,
+				Data: hub.ToolsChangedData{Hash: r.CatalogHash, Count: cat.Len()}})
+		}
+	}
+	for id := range old {
+		if _, ok := p.devs[id]; !ok {
+			v.gone(id, node, "no longer on node "+node)
+		}
+	}
+	return true
+}
+
+// dropPeer forgets a node: its devices go offline here, each with an event
+// of this node's own (the lost node cannot send one). mu must be held.
+func (v *view) dropPeer(node, reason string) {
+	p := v.peers[node]
+	delete(v.peers, node)
+	if p == nil {
+		return
+	}
+	ids := make([]string, 0, len(p.devs))
+	for id := range p.devs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		v.gone(id, node, reason)
+	}
+}
+
+// gone marks a device node held offline here, publishing the event, unless
+// another node holds it. mu must be held.
+func (v *view) gone(id, node, reason string) {
+	if alias, ok := v.h.ApplyRemoteGone(id, node); ok {
+		v.h.PublishRemote(hub.Event{Type: hub.EventOffline, Device: id, Alias: alias, Node: node,
+			Data: hub.OfflineData{Reason: reason}})
+	}
+	v.reconcile(id)
+}
+
+// reconcile applies the newest record of device id among the other nodes,
+// if any holds it. mu must be held.
+func (v *view) reconcile(id string) {
+	var best *hub.RemoteDevice
+	for _, p := range v.peers {
+		if r, ok := p.devs[id]; ok {
+			if best == nil || r.ConnectedAt.After(best.ConnectedAt) || (r.ConnectedAt.Equal(best.ConnectedAt) && r.Node > best.Node) {
+				best = &r
+			}
+		}
+	}
+	if best == nil {
+		return
+	}
+	var tools []mcpclient.Tool
+	if best.CatalogHash != "" && !v.h.HasCatalog(best.CatalogHash) {
+		tools = v.fetchCatalog(best.Node, best.CatalogHash)
+	}
+	if v.h.ApplyRemote(*best, tools) && tools == nil {
+		// Dropped here between the check and the apply: fetch it.
+		if tools = v.fetchCatalog(best.Node, best.CatalogHash); tools != nil {
+			v.h.ApplyRemote(*best, tools)
+		}
+	}
+}
+
+// fetchCatalog asks node for the catalog of hash. mu must be held.
+func (v *view) fetchCatalog(node, hash string) []mcpclient.Tool {
+	reply, err := v.nc.Request(v.n.peerSubject(node, "catalog"), []byte(hash), 2*time.Second)
+	if err != nil || len(reply.Data) == 0 {
+		v.n.log.Warn("cluster: cannot fetch a catalog", "from", node, "hash", hash, "error", err)
+		return nil
+	}
+	tools, err := hub.ParseCatalog(reply.Data)
+	if err != nil {
+		v.n.log.Warn("cluster: bad catalog", "from", node, "hash", hash, "error", err)
+		return nil
+	}
+	v.catalogFetches++
+	v.catalogBytes += int64(len(reply.Data))
+	return tools
+}
+
+// decodeEvent rebuilds another node's event with its data typed as the
+// hub's own, so that the doors filter it as a local one.
+func decodeEvent(w *wireEvent, node string) hub.Event {
+	e := hub.Event{Type: w.Type, Time: w.Time, Device: w.Device, Alias: w.Alias, Node: node}
+	var data any
+	switch w.Type {
+	case hub.EventOnline:
+		data = decodeAs[hub.OnlineData](w.Data)
+	case hub.EventOffline:
+		data = decodeAs[hub.OfflineData](w.Data)
+	case hub.EventState:
+		data = decodeAs[hub.StateData](w.Data)
+	case hub.EventToolsChanged:
+		data = decodeAs[hub.ToolsChangedData](w.Data)
+	case hub.EventCall:
+		data = decodeAs[hub.CallData](w.Data)
+	case hub.EventAlias:
+		data = decodeAs[map[string]string](w.Data)
+	case hub.EventForgotten:
+		data = decodeAs[hub.ForgottenData](w.Data)
+	case hub.EventCallQueued, hub.EventCallStarted, hub.EventCallExpired, hub.EventCallCancelled:
+		data = decodeAs[hub.QueuedCallData](w.Data)
+	default:
+		if len(w.Data) > 0 && string(w.Data) != "null" {
+			data = w.Data
+		}
+	}
+	e.Data = data
+	return e
+}
+
+func decodeAs[T any](raw json.RawMessage) any {
+	var v T
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	if json.Unmarshal(raw, &v) != nil {
+		return raw
+	}
+	return v
+}
