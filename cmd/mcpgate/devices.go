@@ -62,11 +62,22 @@ func listDevices(cmd *cobra.Command, g *globals) error {
 		return nil
 	}
 	now := time.Now()
+	// A cluster names the node holding each device (docs/cluster.md); a
+	// single node's table is unchanged.
+	clustered := slices.ContainsFunc(devs, func(d hub.Device) bool { return d.Node != "" })
 	rows := make([][]string, 0, len(devs))
 	for _, d := range devs {
-		rows = append(rows, []string{d.Alias, d.ID, string(d.State), orDash(d.Transport), strconv.Itoa(d.Tools), ago(now, d.LastSeen)})
+		row := []string{d.Alias, d.ID, string(d.State), orDash(d.Transport), strconv.Itoa(d.Tools), ago(now, d.LastSeen)}
+		if clustered {
+			row = append(row, orDash(d.Node))
+		}
+		rows = append(rows, row)
 	}
-	return printTable(g.stdout, []string{"ALIAS", "ID", "STATE", "TRANSPORT", "TOOLS", "LAST SEEN"}, rows)
+	header := []string{"ALIAS", "ID", "STATE", "TRANSPORT", "TOOLS", "LAST SEEN"}
+	if clustered {
+		header = append(header, "NODE")
+	}
+	return printTable(g.stdout, header, rows)
 }
 
 func newDevicesShowCmd(g *globals) *cobra.Command {
@@ -124,6 +135,9 @@ func printDevice(g *globals, d *hub.Device, now time.Time) error {
 		{"connected at", when(d.ConnectedAt)},
 		{"last seen", when(d.LastSeen)},
 		{"pending calls", strconv.Itoa(d.PendingCalls)},
+	}
+	if d.Node != "" {
+		fields = append(fields, [2]string{"node", d.Node})
 	}
 	rows := make([][]string, len(fields))
 	for i, f := range fields {

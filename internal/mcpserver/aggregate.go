@@ -28,6 +28,8 @@ type deviceInfo struct {
 	Online    bool   `json:"online"`
 	Tools     int    `json:"tools"`
 	LastError string `json:"last_error,omitempty"`
+	// Node holds the device in a cluster (docs/cluster.md).
+	Node string `json:"node,omitempty"`
 }
 
 // listDevices answers list_devices from the hub's current state: the devices
@@ -52,7 +54,7 @@ func (d *door) listDevices() *mcp.CallToolResult {
 			}
 		}
 		out.Devices = append(out.Devices, deviceInfo{ID: dev.ID, Alias: dev.Alias, Kind: dev.Kind, State: string(dev.State),
-			Online: dev.Online, Tools: n, LastError: dev.LastError})
+			Online: dev.Online, Tools: n, LastError: dev.LastError, Node: dev.Node})
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
