@@ -55,6 +55,9 @@ type Config struct {
 	// Timing of the view (view.go): a beat every beat; a node silent for
 	// deadAfter is lost. Defaults 1s and 5s.
 	beat, deadAfter time.Duration
+	// snapshotPage is the most devices per snapshot reply (view.go): a
+	// NATS message stays under 1 MB. Default 500.
+	snapshotPage int
 }
 
 // Node is this gateway's membership in the cluster. It implements
@@ -116,6 +119,9 @@ func Start(cfg Config) (*Node, error) {
 	}
 	if cfg.deadAfter <= 0 {
 		cfg.deadAfter = 5 * cfg.beat
+	}
+	if cfg.snapshotPage <= 0 {
+		cfg.snapshotPage = 500
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), devs: map[string]*nats.Subscription{},
 		calls: map[string]context.CancelFunc{}}

@@ -30,10 +30,13 @@ type viewMsg struct {
 	Node string `json:"node"`
 	// Seq numbers the node's messages from 1; a beat, hello or bye carries
 	// the last number sent.
-	Seq   uint64 `json:"seq"`
-	Beat  bool   `json:"beat,omitempty"`
-	Hello bool   `json:"hello,omitempty"` // a node joined: beat at once, so it learns of you
-	Bye   bool   `json:"bye,omitempty"`   // the node leaves: its devices are offline
+	Seq uint64 `json:"seq"`
+	// Epoch is when the node joined: a node restarted under the same id
+	// numbers from 1 again, and is synced again.
+	Epoch int64 `json:"epoch"`
+	Beat  bool  `json:"beat,omitempty"`
+	Hello bool  `json:"hello,omitempty"` // a node joined: beat at once, so it learns of you
+	Bye   bool  `json:"bye,omitempty"`   // the node leaves: its devices are offline
 	// Held is the record of a device the node holds, as it is now; Gone a
 	// device it held and no longer does.
 	Held  *hub.RemoteDevice `json:"held,omitempty"`
@@ -50,15 +53,25 @@ type wireEvent struct {
 	Data   json.RawMessage `json:"data,omitempty"`
 }
 
-// snapshotMsg answers a snapshot request.
+// snapshotReq asks for a page of a node's held devices, by id after After.
+type snapshotReq struct {
+	After string `json:"after,omitempty"`
+}
+
+// snapshotMsg answers a snapshot request: a page of at most
+// Config.snapshotPage devices (a reply must stay under NATS' 1 MB message limit), More when
+// there are others.
 type snapshotMsg struct {
 	Seq     uint64             `json:"seq"`
+	Epoch   int64              `json:"epoch"`
 	Devices []hub.RemoteDevice `json:"devices"`
+	More    bool               `json:"more,omitempty"`
 }
 
 // peer is what this node knows of another.
 type peer struct {
 	seq   uint64
+	epoch int64
 	heard time.Time
 	devs  map[string]hub.RemoteDevice // held by the peer, by id
 }
@@ -72,6 +85,7 @@ type view struct {
 	// number together, so a snapshot and the messages agree.
 	pubMu sync.Mutex
 	seq   uint64 // guarded by pubMu
+	epoch int64
 
 	qmu    sync.Mutex
 	queue  []hub.Event // this node's events, to send; guarded by qmu
@@ -96,7 +110,8 @@ func (n *Node) peerSubject(node, what string) string { return n.subject("node", 
 // startView joins the view: it answers snapshot and catalog requests, hears
 // the others, says hello and starts beating.
 func (n *Node) startView(h *hub.Hub) error {
-	v := &view{n: n, h: h, nc: n.nc, wake: make(chan struct{}, 1), done: make(chan struct{}), peers: map[string]*peer{}}
+	v := &view{n: n, h: h, nc: n.nc, epoch: time.Now().UnixNano(), wake: make(chan struct{}, 1), done: make(chan struct{}),
+		peers: map[string]*peer{}}
 	for _, s := range []struct {
 		subj string
 		f    nats.MsgHandler
@@ -151,6 +166,15 @@ func (v *view) tap(e hub.Event) {
 	if e.Node != "" && e.Node != v.n.cfg.NodeID {
 		return // another node's, or one this node derived from another's state
 	}
+	v.enqueue(e)
+}
+
+// refresh sends the record of device id, if held here, with no event: after
+// another node renamed it, so that no older record of ours, crossing that
+// node's event, leaves the old alias anywhere.
+func (v *view) refresh(id string) { v.enqueue(hub.Event{Device: id}) }
+
+func (v *view) enqueue(e hub.Event) {
 	v.qmu.Lock()
 	if !v.closed {
 		v.queue = append(v.queue, e)
@@ -192,26 +216,31 @@ func (v *view) forward() {
 }
 
 func (v *view) forwardOne(e hub.Event) {
-	data, err := json.Marshal(e.Data)
-	if err != nil {
-		v.n.log.Error("cluster: encoding an event", "type", e.Type, "error", err)
-		return
+	var msg viewMsg
+	if e.Type != "" { // "": the device's record only (refresh)
+		data, err := json.Marshal(e.Data)
+		if err != nil {
+			v.n.log.Error("cluster: encoding an event", "type", e.Type, "error", err)
+			return
+		}
+		msg.Event = &wireEvent{Type: e.Type, Time: e.Time, Device: e.Device, Alias: e.Alias, Data: data}
 	}
-	msg := viewMsg{Event: &wireEvent{Type: e.Type, Time: e.Time, Device: e.Device, Alias: e.Alias, Data: data}}
 	lifecycle := false
 	switch e.Type {
-	case hub.EventOnline, hub.EventOffline, hub.EventState, hub.EventToolsChanged, hub.EventAlias:
+	case "", hub.EventOnline, hub.EventOffline, hub.EventState, hub.EventToolsChanged, hub.EventAlias:
 		lifecycle = true
 	}
 	v.pubMu.Lock()
 	if lifecycle {
 		if r, ok := v.h.Held(e.Device); ok {
 			msg.Held = &r
-		} else if e.Type != hub.EventAlias {
+		} else if e.Type != hub.EventAlias && e.Type != "" {
 			msg.Gone = e.Device
 		}
 	}
-	v.sendLocked(msg)
+	if msg.Held != nil || msg.Gone != "" || msg.Event != nil {
+		v.sendLocked(msg)
+	}
 	v.pubMu.Unlock()
 	if msg.Gone != "" {
 		// Gone from here: another node may hold it now (a newer claim).
@@ -229,7 +258,7 @@ func (v *view) send(msg viewMsg) {
 
 // sendLocked numbers and publishes msg. pubMu must be held.
 func (v *view) sendLocked(msg viewMsg) {
-	msg.Node = v.n.cfg.NodeID
+	msg.Node, msg.Epoch = v.n.cfg.NodeID, v.epoch
 	if msg.Held != nil || msg.Gone != "" || msg.Event != nil {
 		v.seq++
 	}
@@ -267,9 +296,19 @@ func (v *view) beat() {
 }
 
 func (v *view) onSnapshot(m *nats.Msg) {
+	var req snapshotReq
+	_ = json.Unmarshal(m.Data, &req) // empty: the first page
 	v.pubMu.Lock()
-	snap := snapshotMsg{Seq: v.seq, Devices: v.h.HeldDevices()}
+	snap := snapshotMsg{Seq: v.seq, Epoch: v.epoch}
+	held := v.h.HeldDevices()
 	v.pubMu.Unlock()
+	sort.Slice(held, func(i, j int) bool { return held[i].ID < held[j].ID })
+	i := sort.Search(len(held), func(i int) bool { return held[i].ID > req.After })
+	held = held[i:]
+	if len(held) > v.n.cfg.snapshotPage {
+		held, snap.More = held[:v.n.cfg.snapshotPage], true
+	}
+	snap.Devices = held
 	b, _ := json.Marshal(snap)
 	_ = m.Respond(b)
 }
@@ -300,12 +339,16 @@ func (v *view) onView(m *nats.Msg) {
 	}
 	p := v.peers[msg.Node]
 	counted := msg.Held != nil || msg.Gone != "" || msg.Event != nil
-	if p == nil || (counted && msg.Seq > p.seq+1) || (!counted && msg.Seq > p.seq) {
-		// A node not known yet, or messages missed: start from its snapshot.
+	if p == nil || msg.Epoch != p.epoch || (counted && msg.Seq > p.seq+1) || (!counted && msg.Seq > p.seq) {
+		// A node not known yet, restarted, or messages missed: start from
+		// its snapshot.
 		if !v.sync(msg.Node) {
 			return
 		}
 		p = v.peers[msg.Node]
+		if msg.Epoch != p.epoch {
+			return // from before a restart: the snapshot is newer
+		}
 	}
 	p.heard = time.Now()
 	if msg.Hello {
@@ -330,6 +373,7 @@ func (v *view) onView(m *nats.Msg) {
 		e := decodeEvent(msg.Event, msg.Node)
 		if e.Type == hub.EventAlias && e.Alias != "" {
 			v.h.ApplyAlias(e.Device, e.Alias)
+			v.refresh(e.Device)
 		}
 		v.h.PublishRemote(e)
 	}
@@ -338,16 +382,36 @@ func (v *view) onView(m *nats.Msg) {
 // sync replaces what this node knows of node by its snapshot, publishing
 // here the changes it shows (the events that told them were missed). mu
 // must be held.
+//
+// The snapshot comes in pages. Its sequence number is the first page's:
+// the messages after it, applied after the last page, carry each device's
+// record as it was when sent, so what a later page showed newer is shown
+// again by a later message.
 func (v *view) sync(node string) bool {
-	reply, err := v.nc.Request(v.n.peerSubject(node, "snapshot"), nil, 2*time.Second)
-	if err != nil {
-		v.n.log.Warn("cluster: no snapshot from a node", "from", node, "error", err)
-		return false
-	}
 	var snap snapshotMsg
-	if err := json.Unmarshal(reply.Data, &snap); err != nil {
-		v.n.log.Warn("cluster: bad snapshot from a node", "from", node, "error", err)
-		return false
+	after := ""
+	for {
+		req, _ := json.Marshal(snapshotReq{After: after})
+		reply, err := v.nc.Request(v.n.peerSubject(node, "snapshot"), req, 2*time.Second)
+		if err != nil {
+			v.n.log.Warn("cluster: no snapshot from a node", "from", node, "error", err)
+			return false
+		}
+		var page snapshotMsg
+		if err := json.Unmarshal(reply.Data, &page); err != nil {
+			v.n.log.Warn("cluster: bad snapshot from a node", "from", node, "error", err)
+			return false
+		}
+		if after == "" {
+			snap.Seq, snap.Epoch = page.Seq, page.Epoch
+		} else if page.Epoch != snap.Epoch {
+			return false // restarted meanwhile: its next beat starts again
+		}
+		snap.Devices = append(snap.Devices, page.Devices...)
+		if !page.More || len(page.Devices) == 0 {
+			break
+		}
+		after = page.Devices[len(page.Devices)-1].ID
 	}
 	p := v.peers[node]
 	if p == nil {
@@ -356,7 +420,7 @@ func (v *view) sync(node string) bool {
 	}
 	old := p.devs
 	p.devs = make(map[string]hub.RemoteDevice, len(snap.Devices))
-	p.seq, p.heard = snap.Seq, time.Now()
+	p.seq, p.epoch, p.heard = snap.Seq, snap.Epoch, time.Now()
 	for _, r := range snap.Devices {
 		r.Node = node
 		p.devs[r.ID] = r
