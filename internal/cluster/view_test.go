@@ -153,10 +153,16 @@ func TestViewEventsCrossNodes(t *testing.T) {
 	}
 	for _, s := range []*hub.Subscription{sub, sub0} {
 		calls := map[string]string{}
-		deadline := time.After(time.Second)
+		deadline := time.After(5 * time.Second)
+		var settle <-chan time.Time // once both are in: a moment more, for a duplicate
 	collect:
 		for {
+			if len(calls) == 2 && settle == nil {
+				settle = time.After(200 * time.Millisecond)
+			}
 			select {
+			case <-settle:
+				break collect
 			case e := <-s.C:
 				if e.Type != hub.EventCall {
 					continue
