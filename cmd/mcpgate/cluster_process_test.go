@@ -238,7 +238,10 @@ func TestClusterProcesses(t *testing.T) {
 
 	t.Run("device moves with calls in flight", func(t *testing.T) {
 		const id = "02:20:00:00:00:01"
-		slow := func(devicetest.Call) devicetest.Answer { time.Sleep(100 * time.Millisecond); return devicetest.Answer{} }
+		slow := func(devicetest.Call) devicetest.Answer {
+			time.Sleep(100 * time.Millisecond)
+			return devicetest.Answer{}
+		}
 		old := connectReady(t, nodes[0].addr, devicetest.Config{ID: id, OnCall: slow})
 		for _, nd := range nodes[1:] {
 			waitCallable(t, nd, id, clusterWait)
