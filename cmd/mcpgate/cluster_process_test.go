@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/devicetest"
 	"github.com/mcpgate/mcpgate/internal/hub"
@@ -476,4 +478,99 @@ func TestClusterProcesses(t *testing.T) {
 		waitCallable(t, victim, ids[0], clusterWait)
 	})
 	t.Logf("whole test %s", time.Since(start).Round(time.Millisecond))
+}
+
+// TestClusterExternalNATS: two `mcpgate serve --nats` nodes on a separately
+// started nats-server process (the Go module's server, run as its main
+// does): a device on one is called through the other, and a device connected
+// nowhere is offline at once.
+func TestClusterExternalNATS(t *testing.T) {
+	dsn := storetest.PostgresDSN(t)
+	natsAddr := freeAddr(t)
+	host, port, _ := net.SplitHostPort(natsAddr)
+	startChildEnv(t, natsChildEnv, []string{"-a", host, "-p", port})
+	waitFor(t, "nats-server listening", clusterWait, func() bool {
+		c, err := net.Dial("tcp", natsAddr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	nodes := newClusterNodes(t, 2, dsn, "nats://"+natsAddr)
+	startCluster(t, nodes)
+	d := connectReady(t, nodes[0].addr, devicetest.Config{ID: "02:40:00:00:00:01"})
+	waitCallable(t, nodes[1], d.ID(), clusterWait)
+	if n := len(d.Calls()); n == 0 {
+		t.Error("the device got no call")
+	}
+	start := time.Now()
+	if code := callCode(nodes[1].c, "02:40:00:00:00:99", setVolume, `{"volume":1}`, clusterWait); code != "device_offline" || time.Since(start) > time.Second {
+		t.Errorf("a device connected nowhere: %q after %s, want device_offline at once", code, time.Since(start))
+	}
+}
+
+// TestClusterProcessesMCP: the MCP doors of one node reach a device held by
+// another: the aggregate door (/mcp) and the device's own door
+// (/mcp/devices/{id}).
+func TestClusterProcessesMCP(t *testing.T) {
+	// WAITING FOR THE CLUSTER-WIDE REGISTRY (h-view): a node's MCP doors know
+	// only devices it has seen, so through the other node /mcp/devices/{id}
+	// answers 404 and list_devices omits the device. Pointed at the holding
+	// node the test passes. Remove this skip when merging the registry.
+	t.Skip("needs the cluster-wide registry (remote devices on the MCP doors); see the comment above")
+	dsn := storetest.PostgresDSN(t)
+	nodes := newClusterNodes(t, 2, dsn, "")
+	startCluster(t, nodes)
+	d := connectReady(t, nodes[0].addr, devicetest.Config{ID: "02:50:00:00:00:01"})
+	waitCallable(t, nodes[1], d.ID(), clusterWait)
+	before := len(d.Calls())
+
+	connect := func(path string) *mcp.ClientSession {
+		t.Helper()
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "cluster-process-test", Version: "1"}, nil).
+			Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://" + nodes[1].addr + path}, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	call := func(cs *mcp.ClientSession, door, name string) {
+		t.Helper()
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: map[string]any{"volume": 7}})
+		if err != nil || res.IsError {
+			t.Errorf("%s on node %s, %s: %+v, %v", door, nodes[1].id, name, res, err)
+		}
+	}
+
+	// The device's own door.
+	call(connect("/mcp/devices/"+d.ID()), "/mcp/devices/{id}", setVolume)
+
+	// The aggregate door: the device is listed (list_devices) and its tool
+	// callable under <alias>.<tool>.
+	agg := connect("/mcp")
+	alias := ""
+	waitFor(t, "the remote device in the aggregate's list_devices", 10*time.Second, func() bool {
+		res, err := agg.CallTool(t.Context(), &mcp.CallToolParams{Name: "list_devices"})
+		if err != nil || res.IsError || len(res.Content) != 1 {
+			return false
+		}
+		tc, _ := res.Content[0].(*mcp.TextContent)
+		var list struct {
+			Devices []struct{ ID, Alias string }
+		}
+		if tc == nil || json.Unmarshal([]byte(tc.Text), &list) != nil {
+			return false
+		}
+		for _, x := range list.Devices {
+			if x.ID == d.ID() {
+				alias = x.Alias
+			}
+		}
+		return alias != ""
+	})
+	call(agg, "/mcp", alias+"."+setVolume)
+	if got := len(d.Calls()) - before; got != 2 {
+		t.Errorf("the device got %d calls through the MCP doors of another node, want 2", got)
+	}
 }
