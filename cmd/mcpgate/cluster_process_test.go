@@ -430,6 +430,21 @@ func TestClusterProcesses(t *testing.T) {
 		if codes[""] == 0 {
 			t.Error("no call of the load succeeded")
 		}
+		// No survivor lists a device as online on the dead node.
+		waitFor(t, "no device listed online on the killed node", 10*time.Second, func() bool {
+			for _, nd := range survivors {
+				devs, err := nd.c.Devices(t.Context())
+				if err != nil {
+					return false
+				}
+				for _, d := range devs {
+					if d.Online && d.Node == victim.id {
+						return false
+					}
+				}
+			}
+			return true
+		})
 		held := append(nodes[0].held(t), nodes[1].held(t)...)
 		slices.Sort(held)
 		if !slices.Equal(held, ids) {
