@@ -92,7 +92,11 @@ func startChildEnv(t *testing.T, env string, args []string) *child {
 	t.Cleanup(func() {
 		c.kill()
 		if t.Failed() {
-			t.Logf("log of %s %s:\n%s", args[0], strings.Join(args[1:], " "), c.logs)
+			name := "mcpgate"
+			if env == natsChildEnv {
+				name = "nats-server"
+			}
+			t.Logf("log of %s %s:\n%s", name, strings.Join(args, " "), c.logs)
 		}
 	})
 	return c
