@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestDeviceURL(t *testing.T) {
 	for in, want := range map[string]string{
@@ -14,5 +17,32 @@ func TestDeviceURL(t *testing.T) {
 	}
 	if _, err := deviceURL("ftp://x"); err == nil {
 		t.Error("ftp accepted")
+	}
+}
+
+// --servers takes gateway addresses (as --server) or device URLs (as --url).
+func TestServerURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://127.0.0.1:8001":               "ws://127.0.0.1:8001/xiaozhi/v1/",
+		"127.0.0.1:8002":                      "ws://127.0.0.1:8002/xiaozhi/v1/",
+		"ws://127.0.0.1:8003/xiaozhi/v1/":     "ws://127.0.0.1:8003/xiaozhi/v1/",
+		"wss://gw.example/custom/xiaozhi/v1/": "wss://gw.example/custom/xiaozhi/v1/",
+	} {
+		if got, err := serverURL(in); err != nil || got != want {
+			t.Errorf("serverURL(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := serverURL("ftp://x"); err == nil {
+		t.Error("ftp accepted")
+	}
+}
+
+// --servers replaces --url and is WebSocket only.
+func TestSimServersExclusive(t *testing.T) {
+	for _, other := range [][]string{{"--url", "ws://127.0.0.1:1/xiaozhi/v1/"}, {"--mqtt", "127.0.0.1:1"}, {"--ota", "http://127.0.0.1:1/xiaozhi/ota/"}} {
+		r := run(t, "http://127.0.0.1:1", append([]string{"sim", "--servers", "http://127.0.0.1:1"}, other...)...)
+		if r.code == 0 || !strings.Contains(r.stderr, "--servers") {
+			t.Errorf("sim --servers with %v: exit %d, stderr %q; want a refusal", other, r.code, r.stderr)
+		}
 	}
 }

@@ -3,13 +3,9 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"net/http"
-	"os"
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,61 +14,13 @@ import (
 	"github.com/mcpgate/mcpgate/internal/hub"
 )
 
-// serveChild runs "mcpgate serve" on data in a child process (this test
-// binary, see TestMain) and returns its HTTP address and the process.
-func serveChild(t *testing.T, data string) (string, *exec.Cmd, <-chan error) {
+// serveChild runs "mcpgate serve" on data in a child process and returns
+// its HTTP address and the process.
+func serveChild(t *testing.T, data string) (string, *child) {
 	t.Helper()
-	args, _ := json.Marshal([]string{"serve", "--addr", "127.0.0.1:0", "--mqtt-addr", "", "--data", data, "--log-format", "json"})
-	child := exec.Command(os.Args[0])
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "MCPGATE_") {
-			child.Env = append(child.Env, kv)
-		}
-	}
-	child.Env = append(child.Env, serveChildEnv+"="+string(args))
-	stderr, err := child.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &logLines{}
-	readDone := make(chan struct{})
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(readDone)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			logs.add(sc.Text())
-		}
-	}()
-	exited := make(chan error, 1)
-	go func() {
-		<-readDone
-		exited <- child.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = child.Process.Kill()
-		if t.Failed() {
-			t.Logf("gateway log:\n%s", logs)
-		}
-	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if r := logs.find("gateway listening"); r != nil {
-			addr, _ := r["addr"].(string)
-			return addr, child, exited
-		}
-		select {
-		case err := <-exited:
-			t.Fatalf("the gateway exited (%v) before listening:\n%s", err, logs)
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the gateway did not start")
-		}
-	}
+	c := startChild(t, "serve", "--addr", "127.0.0.1:0", "--mqtt-addr", "", "--data", data, "--log-format", "json")
+	addr, _ := c.waitLog(t, "gateway listening", 60*time.Second)["addr"].(string)
+	return addr, c
 }
 
 func connectReady(t *testing.T, addr string, cfg devicetest.Config) *devicetest.Device {
@@ -104,7 +52,7 @@ func connectReady(t *testing.T, addr string, cfg devicetest.Config) *devicetest.
 func TestQueuedCallKilledGateway(t *testing.T) {
 	const id = "02:00:00:61:00:01"
 	data := t.TempDir()
-	addr, child, exited := serveChild(t, data)
+	addr, child := serveChild(t, data)
 	c, _ := api.NewClient("http://"+addr, &http.Client{})
 
 	first := connectReady(t, addr, devicetest.Config{ID: id})
@@ -148,12 +96,9 @@ func TestQueuedCallKilledGateway(t *testing.T) {
 	if qc, err := c.QueuedCall(t.Context(), doomed); err != nil || qc.State != "running" {
 		t.Fatalf("call on the device: %+v, %v; want running", qc, err)
 	}
-	if err := child.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	<-exited
+	child.kill()
 
-	addr2, _, _ := serveChild(t, data)
+	addr2, _ := serveChild(t, data)
 	c2, _ := api.NewClient("http://"+addr2, &http.Client{})
 	deadline := time.Now().Add(30 * time.Second)
 	for {

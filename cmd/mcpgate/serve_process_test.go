@@ -3,17 +3,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -24,63 +19,6 @@ import (
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
-
-// serveChildEnv holds the JSON arguments with which the test binary runs
-// main instead of its tests (TestMain): it is set only in the child process
-// TestServeSIGTERM starts.
-const serveChildEnv = "MCPGATE_TEST_SERVE_CHILD_ARGS"
-
-// TestMain runs main when the binary is the gateway process of
-// TestServeSIGTERM: this test binary re-run to execute main as the mcpgate
-// binary does (signal handling and exit code included), without building it.
-func TestMain(m *testing.M) {
-	if raw := os.Getenv(serveChildEnv); raw != "" {
-		var args []string
-		if err := json.Unmarshal([]byte(raw), &args); err != nil {
-			fmt.Fprintln(os.Stderr, "serve child:", err)
-			os.Exit(2)
-		}
-		os.Args = append([]string{"mcpgate"}, args...)
-		main()     // exits 1 itself on error
-		os.Exit(0) // main returned: success
-	}
-	os.Exit(m.Run())
-}
-
-// logLines collects a child's JSON log lines and tells when a message shows.
-type logLines struct {
-	mu    sync.Mutex
-	lines []string
-	recs  []map[string]any
-}
-
-func (l *logLines) add(line string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, line)
-	var rec map[string]any
-	if json.Unmarshal([]byte(line), &rec) == nil {
-		l.recs = append(l.recs, rec)
-	}
-}
-
-// find returns the first record whose msg is msg.
-func (l *logLines) find(msg string) map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, r := range l.recs {
-		if r["msg"] == msg {
-			return r
-		}
-	}
-	return nil
-}
-
-func (l *logLines) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
-}
 
 // TestServeSIGTERM runs `mcpgate serve` as a process, with a device on the
 // embedded MQTT broker and a call pending on a slow tool, and sends it
@@ -96,61 +34,11 @@ func TestServeSIGTERM(t *testing.T) {
 		mac             = "02:00:00:60:00:01"
 	)
 	data := t.TempDir()
-	args, _ := json.Marshal([]string{"serve", "--addr", "127.0.0.1:0", "--mqtt-addr", "127.0.0.1:0", "--data", data,
-		"--shutdown-timeout", shutdownTimeout.String(), "--call-timeout", "5m", "--log-format", "json"})
-	child := exec.Command(os.Args[0])
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "MCPGATE_") { // the environment sets serve's flags
-			child.Env = append(child.Env, kv)
-		}
-	}
-	child.Env = append(child.Env, serveChildEnv+"="+string(args))
-	stderr, err := child.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &logLines{}
-	readDone := make(chan struct{})
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(readDone)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			logs.add(sc.Text())
-		}
-	}()
-	exited := make(chan error, 1)
-	go func() {
-		<-readDone // Wait closes the pipe: read it all first
-		exited <- child.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = child.Process.Kill() // a no-op once it has exited
-		<-exited
-		if t.Failed() {
-			t.Logf("gateway log:\n%s", logs)
-		}
-	})
+	child := startChild(t, "serve", "--addr", "127.0.0.1:0", "--mqtt-addr", "127.0.0.1:0", "--data", data,
+		"--shutdown-timeout", shutdownTimeout.String(), "--call-timeout", "5m", "--log-format", "json")
 	waitLog := func(msg string) map[string]any {
 		t.Helper()
-		deadline := time.Now().Add(wait)
-		for {
-			if r := logs.find(msg); r != nil {
-				return r
-			}
-			select {
-			case err := <-exited:
-				exited <- err
-				t.Fatalf("the gateway exited (%v) before logging %q", err, msg)
-			case <-time.After(10 * time.Millisecond):
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the gateway did not log %q", msg)
-			}
-		}
+		return child.waitLog(t, msg, wait)
 	}
 	start := waitLog("gateway listening")
 	addr, _ := start["addr"].(string)
@@ -224,7 +112,7 @@ func TestServeSIGTERM(t *testing.T) {
 		t.Fatal("the call did not reach the device")
 	}
 
-	if err := child.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := child.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	signalled := time.Now()
@@ -245,9 +133,8 @@ func TestServeSIGTERM(t *testing.T) {
 	select {
 	case r := <-res:
 		t.Fatalf("the call ended before the device answered: %+v", r)
-	case err := <-exited:
-		exited <- err
-		t.Fatalf("the gateway exited (%v) with a call pending", err)
+	case <-child.done:
+		t.Fatalf("the gateway exited (%v) with a call pending", child.err)
 	default:
 	}
 	releaseFn()
@@ -261,8 +148,8 @@ func TestServeSIGTERM(t *testing.T) {
 	}
 
 	select {
-	case err := <-exited:
-		exited <- err // for the cleanup
+	case <-child.done:
+		err := child.err
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
 			t.Fatalf("exit code %d, want 0", ee.ExitCode())
@@ -272,7 +159,7 @@ func TestServeSIGTERM(t *testing.T) {
 	case <-time.After(time.Until(signalled.Add(shutdownTimeout))):
 		t.Fatalf("the gateway did not exit within the shutdown timeout (%s)", shutdownTimeout)
 	}
-	if logs.find("gateway stopped") == nil {
+	if child.logs.find("gateway stopped") == nil {
 		t.Error(`no "gateway stopped" in the log`)
 	}
 

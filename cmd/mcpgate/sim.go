@@ -21,6 +21,7 @@ func newSimCmd(g *globals) *cobra.Command {
 	var (
 		cfg       sim.Config
 		wsURL     string
+		servers   []string
 		profile   string
 		prefix    uint8
 		logLevel  string
@@ -46,13 +47,19 @@ get_volume (query), and get_time run by the gateway). Device i has MAC 02:PP:00:
 Devices connect over WebSocket (--url, default derived from --server), over
 MQTT (--mqtt, client id GID_mcpgate@@@<mac_with_underscores>@@@<uuid>), or as
 the OTA endpoint tells them (--ota). They reconnect with jittered backoff
-until interrupted.`,
+until interrupted.
+
+--servers stands in for a load balancer in front of several gateways (cluster
+nodes): device i starts on the (i mod N)-th URL, reconnects to the gateway it
+was on after a session ends, and moves on to the next URL when it cannot
+connect (that gateway is down).`,
 		Example: `  mcpgate sim --count 3 --profile esp32
   mcpgate sim --count 2 --profile register
   mcpgate sim --count 1000 --mac-prefix 1
   mcpgate sim --count 2 --extra-tools 60 --latency 200ms --failure-rate 0.1
   mcpgate sim --url ws://gateway.lan:8000/xiaozhi/v1/ --token secret
   mcpgate sim --count 100 --mqtt 127.0.0.1:1883
+  mcpgate sim --count 30 --servers http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003
   mcpgate sim --sessions-every 5s --session-length 2s   # online only during conversations
   mcpgate sim --ota http://127.0.0.1:8000/xiaozhi/ota/   # WebSocket or MQTT, as the reply says`,
 		Args: cobra.NoArgs,
@@ -72,7 +79,18 @@ until interrupted.`,
 			if wsURL != "" && cfg.MQTTBroker != "" {
 				return errors.New("--url and --mqtt are exclusive: a device uses one transport")
 			}
-			if wsURL == "" && cfg.OTAURL == "" && cfg.MQTTBroker == "" {
+			if len(servers) > 0 {
+				if wsURL != "" || cfg.MQTTBroker != "" || cfg.OTAURL != "" {
+					return errors.New("--servers replaces --url, and is WebSocket only: not with --url, --mqtt or --ota")
+				}
+				for _, s := range servers {
+					u, err := serverURL(s)
+					if err != nil {
+						return err
+					}
+					cfg.Servers = append(cfg.Servers, u)
+				}
+			} else if wsURL == "" && cfg.OTAURL == "" && cfg.MQTTBroker == "" {
 				wsURL, err = deviceURL(g.server)
 				if err != nil {
 					return err
@@ -91,6 +109,9 @@ until interrupted.`,
 			if cfg.OTAURL != "" {
 				target = "OTA " + cfg.OTAURL
 			}
+			if len(cfg.Servers) > 0 {
+				target = strings.Join(cfg.Servers, ", ")
+			}
 			fmt.Fprintf(g.stderr, "simulating %d %s device(s) against %s: %s .. %s (Ctrl-C to stop)\n",
 				cfg.Count, cfg.Profile, target, sim.MAC(prefix, cfg.Start), sim.MAC(prefix, cfg.Start+cfg.Count-1))
 			err = sim.Run(cmd.Context(), cfg)
@@ -105,6 +126,7 @@ until interrupted.`,
 	f.IntVar(&cfg.Start, "start", 0, "index of the first device (offsets MACs)")
 	f.StringVar(&profile, "profile", "esp32", "wire behaviour: esp32, pyxiaozhi, spec or register")
 	f.StringVar(&wsURL, "url", "", "device WebSocket URL (default: derived from --server, e.g. ws://127.0.0.1:8000/xiaozhi/v1/)")
+	f.StringSliceVar(&servers, "servers", nil, "spread the devices over several gateways, failing over to the next when one is down: their URLs (http://host:port, or ws://host:port/xiaozhi/v1/ as --url)")
 	f.StringVar(&cfg.MQTTBroker, "mqtt", "", "connect over MQTT to this broker (HOST:PORT, e.g. 127.0.0.1:1883) instead of WebSocket")
 	f.StringVar(&cfg.Token, "token", "", "access token the devices send as a bearer token (with --mqtt: as MQTT password, username = device id)")
 	f.StringVar(&cfg.OTAURL, "ota", "", "provision each device through this OTA URL first (e.g. http://127.0.0.1:8000/xiaozhi/ota/) and connect as it says")
@@ -119,6 +141,20 @@ until interrupted.`,
 	f.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn, error")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	return cmd
+}
+
+// serverURL is one --servers entry as a device WebSocket URL: a ws:// or
+// wss:// URL is taken as is (as --url), an http:// or https:// one (or a
+// bare host:port) is a gateway's address (as --server).
+func serverURL(s string) (string, error) {
+	if strings.HasPrefix(s, "ws://") || strings.HasPrefix(s, "wss://") {
+		return s, nil
+	}
+	u, err := deviceURL(s)
+	if err != nil {
+		return "", fmt.Errorf("--servers: %w", err)
+	}
+	return u, nil
 }
 
 // deviceURL turns a gateway's HTTP URL into its device WebSocket URL.

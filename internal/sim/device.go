@@ -95,10 +95,13 @@ type Runner interface {
 
 // Connector returns what connects the device the way it was told to: the
 // MQTT settings of Provision, else the WebSocket URL of Provision, else
-// cfg.MQTTBroker, else cfg.URL.
+// cfg.MQTTBroker, else cfg.Servers (with failover), else cfg.URL.
 func (d *Device) Connector() (Runner, error) {
 	if d.cfg.Profile == device.ProfileRegister && (d.mqtt != nil || (d.url == "" && d.cfg.MQTTBroker != "")) {
 		return nil, errRegisterMQTT
+	}
+	if d.mqtt == nil && d.url == "" && d.cfg.MQTTBroker == "" && len(d.cfg.Servers) > 0 {
+		return d.failover()
 	}
 	if d.mqtt == nil && (d.url != "" || d.cfg.MQTTBroker == "") {
 		return d.Client()
@@ -141,6 +144,24 @@ func (d *Device) Client() (*device.Client, error) {
 	if d.url != "" {
 		url, token = d.url, d.token
 	}
+	return d.clientTo(url, token)
+}
+
+// failover returns a runner that connects the device to cfg.Servers,
+// starting with its own share of them.
+func (d *Device) failover() (*failover, error) {
+	f := &failover{urls: d.cfg.Servers, first: d.Index % len(d.cfg.Servers), log: d.log, onState: d.onState}
+	for _, u := range d.cfg.Servers {
+		c, err := d.clientTo(u, d.cfg.Token)
+		if err != nil {
+			return nil, err
+		}
+		f.clients = append(f.clients, c)
+	}
+	return f, nil
+}
+
+func (d *Device) clientTo(url, token string) (*device.Client, error) {
 	if url == "" {
 		return nil, ErrNoURL
 	}

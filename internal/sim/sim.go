@@ -27,8 +27,16 @@ import (
 
 // Config describes a fleet. The zero value of every field but URL is usable.
 type Config struct {
-	// URL is the gateway's WebSocket endpoint; required by Run.
+	// URL is the gateway's WebSocket endpoint; Run needs it, Servers,
+	// MQTTBroker or OTAURL.
 	URL string
+	// Servers, when set, are the WebSocket endpoints of several gateways
+	// (cluster nodes, docs/cluster.md) used instead of URL, as devices
+	// behind a load balancer reach them: device number n starts on
+	// Servers[n % len(Servers)], reconnects to the same gateway after a
+	// session ends, and moves on to the next one in the list when a
+	// connection attempt fails.
+	Servers []string
 	// Count is the number of devices; 0 means 1.
 	Count int
 	// Start offsets device indexes, so that several fleets (or processes)
@@ -86,9 +94,9 @@ const (
 	maxBackoff = 15 * time.Second
 )
 
-// ErrNoURL is returned by Run when Config.URL, Config.MQTTBroker and
-// Config.OTAURL are all empty.
-var ErrNoURL = errors.New("sim: Config.URL, MQTTBroker or OTAURL is required")
+// ErrNoURL is returned by Run when Config.URL, Config.Servers,
+// Config.MQTTBroker and Config.OTAURL are all empty.
+var ErrNoURL = errors.New("sim: Config.URL, Servers, MQTTBroker or OTAURL is required")
 
 // normalize validates the configuration and fills in defaults.
 func (c Config) normalize() (Config, error) {
@@ -112,6 +120,9 @@ func (c Config) normalize() (Config, error) {
 	}
 	if c.FailureRate < 0 || c.FailureRate > 1 || c.FailureRate != c.FailureRate {
 		return c, fmt.Errorf("sim: FailureRate %v outside 0..1", c.FailureRate)
+	}
+	if len(c.Servers) > 0 && (c.URL != "" || c.MQTTBroker != "" || c.OTAURL != "") {
+		return c, errors.New("sim: Servers replaces URL, and is WebSocket only: not with MQTTBroker or OTAURL")
 	}
 	if c.Stagger == 0 {
 		c.Stagger = time.Millisecond
@@ -137,7 +148,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if cfg.URL == "" && cfg.MQTTBroker == "" && cfg.OTAURL == "" {
+	if cfg.URL == "" && len(cfg.Servers) == 0 && cfg.MQTTBroker == "" && cfg.OTAURL == "" {
 		return ErrNoURL
 	}
 	// Build every device first, so a bad configuration fails before any
@@ -162,7 +173,7 @@ func Run(ctx context.Context, cfg Config) error {
 			clients[i] = sessions{r: clients[i], every: cfg.SessionsEvery, length: cfg.SessionLength}
 		}
 	}
-	cfg.Logger.Info("starting simulated fleet", "devices", cfg.Count, "profile", cfg.Profile, "url", cfg.URL, "mqtt_broker", cfg.MQTTBroker,
+	cfg.Logger.Info("starting simulated fleet", "devices", cfg.Count, "profile", cfg.Profile, "url", cfg.URL, "servers", cfg.Servers, "mqtt_broker", cfg.MQTTBroker,
 		"sessions_every", cfg.SessionsEvery, "session_length", cfg.SessionLength)
 
 	var wg sync.WaitGroup
