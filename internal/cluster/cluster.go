@@ -44,6 +44,13 @@ type Config struct {
 	NATS []string
 	// Creds is a NATS credentials file, for NATS.
 	Creds string
+	// Token is the embedded server's shared route secret: routes without
+	// it are refused (auth.go). Unused with NATS.
+	Token string
+	// TLSCert, TLSKey and TLSCA (PEM files) turn on mutual TLS on routes:
+	// every node presents its certificate and checks the others' against
+	// the CA. Unused with NATS.
+	TLSCert, TLSKey, TLSCA string
 	// Logger; nil discards.
 	Logger *slog.Logger
 
@@ -114,12 +121,12 @@ func Start(cfg Config) (*Node, error) {
 		nats.ReconnectHandler(func(*nats.Conn) { n.log.Info("cluster: NATS connection back") })}
 	url := strings.Join(cfg.NATS, ",")
 	if len(cfg.NATS) == 0 {
-		srv, err := embedded(cfg)
+		srv, token, err := embedded(cfg)
 		if err != nil {
 			return nil, err
 		}
 		n.srv = srv
-		opts = append(opts, nats.InProcessServer(srv))
+		opts = append(opts, nats.InProcessServer(srv), nats.Token(token))
 	} else if cfg.Creds != "" {
 		opts = append(opts, nats.UserCredentials(cfg.Creds))
 	}
@@ -136,20 +143,21 @@ func Start(cfg Config) (*Node, error) {
 }
 
 // embedded starts a NATS server with a cluster port routed to the other
-// nodes. The gateway reaches it in process; its client port listens on a
-// random loopback port only because the server does not start its routes
-// without one (DontListen).
-func embedded(cfg Config) (*server.Server, error) {
+// nodes. The gateway reaches it in process, with the returned token; its
+// client port listens on a random loopback port only because the server
+// does not start its routes without one (DontListen), and takes no client
+// without that token.
+func embedded(cfg Config) (*server.Server, string, error) {
 	opts := &server.Options{ServerName: cfg.NodeID, Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true}
 	opts.Cluster.Name = cfg.Name
 	if cfg.Listen != "" {
 		host, port, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
-			return nil, fmt.Errorf("cluster: --cluster-listen %q: %w", cfg.Listen, err)
+			return nil, "", fmt.Errorf("cluster: --cluster-listen %q: %w", cfg.Listen, err)
 		}
 		p, err := strconv.Atoi(port)
 		if err != nil || p < 0 || p > 65535 {
-			return nil, fmt.Errorf("cluster: --cluster-listen %q: bad port", cfg.Listen)
+			return nil, "", fmt.Errorf("cluster: --cluster-listen %q: bad port", cfg.Listen)
 		}
 		if p == 0 {
 			p = server.RANDOM_PORT
@@ -159,16 +167,20 @@ func embedded(cfg Config) (*server.Server, error) {
 	if len(cfg.Routes) > 0 {
 		opts.Routes = server.RoutesFromStr(strings.Join(cfg.Routes, ","))
 	}
+	token, err := secure(cfg, opts)
+	if err != nil {
+		return nil, "", err
+	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: embedded NATS server: %w", err)
+		return nil, "", fmt.Errorf("cluster: embedded NATS server: %w", err)
 	}
 	srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
-		return nil, errors.New("cluster: embedded NATS server did not start within 10s")
+		return nil, "", errors.New("cluster: embedded NATS server did not start within 10s")
 	}
-	return srv, nil
+	return srv, token, nil
 }
 
 // ID returns the node's id.
