@@ -222,8 +222,15 @@ func (n *Node) Bind(h *hub.Hub) error {
 		_ = claim.Unsubscribe()
 		return fmt.Errorf("cluster: subscribing to cancellations: %w", err)
 	}
+	admin, err := n.bindAdmin()
+	if err != nil {
+		_ = claim.Unsubscribe()
+		_ = cancel.Unsubscribe()
+		return err
+	}
 	n.mu.Lock()
 	n.subs = append(n.subs, claim, cancel)
+	n.subs = append(n.subs, admin...)
 	n.mu.Unlock()
 	// The subscriptions are in place on the server before any claim of ours.
 	if err := n.nc.Flush(); err != nil {
@@ -275,7 +282,8 @@ func (n *Node) Attached(id string, at time.Time) {
 		// A queue group: while a device moves, its old and new nodes both
 		// hold the subject for a moment, and a call must reach one of them,
 		// never run on both.
-		sub, err := n.nc.QueueSubscribe(n.callSubject(id), "holder", n.onCall)
+		// The wildcard takes its administrative requests too (admin.go).
+		sub, err := n.nc.QueueSubscribe(n.subject("dev", token(id), "*"), "holder", n.onDevice)
 		if err != nil {
 			n.log.Error("cluster: cannot take calls for a device", "device_id", id, "error", err)
 		} else {

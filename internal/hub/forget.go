@@ -73,6 +73,10 @@ type ForgetRequest struct {
 	Force bool
 	// Caller and Door identify who asked, for the event and the audit log.
 	Caller, Door string
+
+	// memoryOnly: another node forgot the device and its store row; drop
+	// it from memory only (DropForgotten).
+	memoryOnly bool
 }
 
 // Forgotten describes a forgotten device.
@@ -104,7 +108,7 @@ type ForgottenData struct {
 // (when it was online) and device_forgotten.
 func (h *Hub) Forget(ctx context.Context, req ForgetRequest) (Forgotten, error) {
 	start := time.Now()
-	res, err := h.forget(ctx, req)
+	res, err := h.forgetCluster(ctx, req)
 	dev := res.ID
 	if dev == "" {
 		dev = req.Device
@@ -136,7 +140,7 @@ func (h *Hub) forget(ctx context.Context, req ForgetRequest) (Forgotten, error) 
 	if online && !req.Force {
 		return Forgotten{ID: id}, fmt.Errorf("%w: %s: pass force to disconnect and forget it", ErrDeviceOnline, id)
 	}
-	if p := h.persist; p != nil {
+	if p := h.persist; p != nil && !req.memoryOnly {
 		if err := p.st.DeleteDevice(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return Forgotten{ID: id}, fmt.Errorf("%w: %s was not forgotten: %w", ErrStore, id, err)
 		}

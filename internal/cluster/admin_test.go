@@ -1,0 +1,147 @@
+package cluster
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+)
+
+// moved connects device id to nodes[from], then to nodes[to]: nodes[from]
+// knows it offline, nodes[to] holds it, the others have never seen it.
+func moved(t *testing.T, nodes []*testNode, id string, from, to int) *memDevice {
+	t.Helper()
+	connect(t, nodes[from].hub, id, "first")
+	d := connect(t, nodes[to].hub, id, "second")
+	waitFor(t, "the older session to close", func() bool {
+		dev, err := nodes[from].hub.Device(id)
+		return err == nil && !dev.Online
+	})
+	callUntil(t, nodes[from].hub, hub.CallRequest{Device: id, Tool: "echo"})
+	return d
+}
+
+func TestDisconnectAcrossNodes(t *testing.T) {
+	nodes := startCluster(t, 2)
+	d := connect(t, nodes[0].hub, "dev-a", "a")
+	callUntil(t, nodes[1].hub, hub.CallRequest{Device: "dev-a", Tool: "echo"})
+
+	pending := make(chan error, 1)
+	go func() {
+		_, err := nodes[1].hub.Call(t.Context(), hub.CallRequest{Device: "dev-a", Tool: "slow"})
+		pending <- err
+	}()
+	waitFor(t, "the slow call to reach the device", func() bool { return d.slow.Load() == 1 })
+
+	dev, held, err := nodes[1].hub.Disconnect("dev-a", errors.New("credentials revoked"))
+	if err != nil || !held || dev.ID != "dev-a" {
+		t.Fatalf("disconnect from another node: %+v, %v, %v", dev, held, err)
+	}
+	waitFor(t, "the holder to close the session", func() bool {
+		dev, err := nodes[0].hub.Device("dev-a")
+		return err == nil && !dev.Online
+	})
+	select {
+	case err := <-pending:
+		if !errors.Is(err, hub.ErrDeviceDisconnected) {
+			t.Errorf("call pending on the disconnected session: %v, want device_disconnected", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("call pending on the disconnected session hangs")
+	}
+
+	// Connected nowhere: nothing to disconnect; unknown here: not found.
+	if _, held, err := nodes[0].hub.Disconnect("dev-a", errors.New("again")); err != nil || held {
+		t.Errorf("disconnecting an offline device: %v, %v", held, err)
+	}
+	if _, _, err := nodes[1].hub.Disconnect("dev-zz", errors.New("x")); !errors.Is(err, hub.ErrDeviceNotFound) {
+		t.Errorf("disconnecting a device connected nowhere, unknown here: %v, want device_not_found", err)
+	}
+}
+
+func TestForgetAcrossNodes(t *testing.T) {
+	nodes := startCluster(t, 3)
+	moved(t, nodes, "dev-f", 2, 0) // n2 knows it offline, n0 holds it, n1 never saw it
+
+	_, err := nodes[1].hub.Forget(t.Context(), hub.ForgetRequest{Device: "dev-f"})
+	if !errors.Is(err, hub.ErrDeviceOnline) {
+		t.Fatalf("forgetting a device online on another node without force: %v, want device_online", err)
+	}
+	_, err = nodes[2].hub.Forget(t.Context(), hub.ForgetRequest{Device: "dev-f"})
+	if !errors.Is(err, hub.ErrDeviceOnline) {
+		t.Fatalf("forgetting, on a node that knows it offline, a device online elsewhere: %v, want device_online", err)
+	}
+	if dev, err := nodes[0].hub.Device("dev-f"); err != nil || !dev.Online {
+		t.Fatalf("after refused forgets: %+v, %v", dev, err)
+	}
+
+	f, err := nodes[1].hub.Forget(t.Context(), hub.ForgetRequest{Device: "dev-f", Force: true})
+	if err != nil || f.ID != "dev-f" || !f.Disconnected {
+		t.Fatalf("forced forget from another node: %+v, %v", f, err)
+	}
+	waitFor(t, "every node to drop the device", func() bool {
+		for _, tn := range nodes {
+			if _, err := tn.hub.Device("dev-f"); !errors.Is(err, hub.ErrDeviceNotFound) {
+				return false
+			}
+		}
+		return true
+	})
+	// Audited once, by the node that took it.
+	for i, tn := range nodes {
+		n := 0
+		for _, r := range tn.audited() {
+			if r.Tool == hub.AuditForget && r.Outcome == "ok" {
+				n++
+			}
+		}
+		if want := map[bool]int{true: 1}[i == 1]; n != want {
+			t.Errorf("node %d audited %d successful forgets, want %d", i, n, want)
+		}
+	}
+}
+
+func TestAliasAcrossNodes(t *testing.T) {
+	nodes := startCluster(t, 3)
+	moved(t, nodes, "dev-l", 2, 0)
+
+	// Set on a node that has never seen the device: the holder sets it,
+	// and the other node that knows the device learns it at once.
+	dev, err := nodes[1].hub.SetAlias("dev-l", "kitchen")
+	if err != nil || dev.Alias != "kitchen" || dev.ID != "dev-l" {
+		t.Fatalf("alias set from another node: %+v, %v", dev, err)
+	}
+	for _, i := range []int{0, 2} {
+		waitFor(t, "the alias on every node knowing the device", func() bool {
+			d, err := nodes[i].hub.Device("kitchen")
+			return err == nil && d.ID == "dev-l"
+		})
+		res, err := nodes[i].hub.Call(t.Context(), hub.CallRequest{Device: "kitchen", Tool: "echo"})
+		if err != nil || !strings.HasPrefix(text(t, res), "second ") {
+			t.Errorf("call by the new alias on node %d: %v", i, err)
+		}
+	}
+
+	// Set on a node that knows it offline: set there, learnt by the holder.
+	if _, err := nodes[2].hub.SetAlias("kitchen", "den"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the holder to learn the alias", func() bool {
+		d, err := nodes[0].hub.Device("den")
+		return err == nil && d.ID == "dev-l"
+	})
+	if _, err := nodes[0].hub.Device("kitchen"); !errors.Is(err, hub.ErrDeviceNotFound) {
+		t.Errorf("the old alias still names the device on the holder: %v", err)
+	}
+
+	// Refusals cross back; a device connected nowhere and unknown is not found.
+	connect(t, nodes[0].hub, "dev-o", "o")
+	if _, err := nodes[1].hub.SetAlias("dev-o", "den"); !errors.Is(err, hub.ErrAliasTaken) {
+		t.Errorf("an alias taken on the holder: %v, want alias_taken", err)
+	}
+	if _, err := nodes[1].hub.SetAlias("dev-zz", "x"); !errors.Is(err, hub.ErrDeviceNotFound) {
+		t.Errorf("alias of a device connected nowhere: %v, want device_not_found", err)
+	}
+}
