@@ -145,3 +145,60 @@ func TestAliasAcrossNodes(t *testing.T) {
 		t.Errorf("alias of a device connected nowhere: %v, want device_not_found", err)
 	}
 }
+
+// A call's audit record and event name the node that took it and the node
+// that served it.
+func TestAuditNamesServingNode(t *testing.T) {
+	nodes := startCluster(t, 2)
+	moved(t, nodes, "dev-s", 1, 0) // n1 knows it (it publishes events of known devices only)
+	sub := nodes[1].hub.Subscribe()
+	defer sub.Close()
+	if _, err := nodes[1].hub.Call(t.Context(), hub.CallRequest{Device: "dev-s", Tool: "echo"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodes[0].hub.Call(t.Context(), hub.CallRequest{Device: "dev-s", Tool: "echo"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodes[1].hub.Call(t.Context(), hub.CallRequest{Device: "dev-nowhere", Tool: "echo"}); !errors.Is(err, hub.ErrDeviceOffline) {
+		t.Fatalf("call to a device connected nowhere: %v", err)
+	}
+	last := func(tn *testNode) hub.CallRecord {
+		recs := tn.audited()
+		if len(recs) == 0 {
+			t.Fatalf("node %s audited nothing", tn.node.ID())
+		}
+		return recs[len(recs)-1]
+	}
+	recs := nodes[1].audited()
+	var routed hub.CallRecord
+	for _, r := range recs {
+		if r.Device == "dev-s" && r.Outcome == "ok" {
+			routed = r
+		}
+	}
+	if routed.Node != "n1" || routed.ServedBy != "n0" {
+		t.Errorf("routed call's record: node %q served_by %q, want n1 n0", routed.Node, routed.ServedBy)
+	}
+	if r := last(nodes[0]); r.Node != "n0" || r.ServedBy != "n0" {
+		t.Errorf("local call's record: node %q served_by %q, want n0 n0", r.Node, r.ServedBy)
+	}
+	if r := last(nodes[1]); r.Device != "dev-nowhere" || r.Node != "n1" || r.ServedBy != "n1" {
+		t.Errorf("record of a call no node served: %+v, want n1 n1", r)
+	}
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case ev := <-sub.C:
+			if ev.Type != hub.EventCall {
+				continue
+			}
+			data, _ := ev.Data.(hub.CallData)
+			if ev.Node != "n1" || data.ServedBy != "n0" || data.Outcome != "ok" {
+				t.Errorf("call_completed: node %q served_by %q outcome %q, want n1 n0 ok", ev.Node, data.ServedBy, data.Outcome)
+			}
+			return
+		case <-deadline:
+			t.Fatal("no call_completed event")
+		}
+	}
+}

@@ -199,12 +199,21 @@ func (n *Node) RouteURL() string {
 	return "nats://" + addr.String()
 }
 
-// Routes returns how many routes the embedded server has to other nodes.
+// Routes returns how many other nodes the embedded server has routes to
+// (a pool of several routes to one node counts once).
 func (n *Node) Routes() int {
 	if n.srv == nil {
 		return 0
 	}
-	return n.srv.NumRoutes()
+	rz, err := n.srv.Routez(nil)
+	if err != nil {
+		return 0
+	}
+	peers := map[string]bool{}
+	for _, r := range rz.Routes {
+		peers[r.RemoteID] = true
+	}
+	return len(peers)
 }
 
 // Bind makes h this node's hub: calls routed here run through it, and

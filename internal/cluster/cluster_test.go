@@ -164,7 +164,7 @@ func startClusterWith(t *testing.T, n int, keepalive, silence time.Duration, dev
 			seed = node.RouteURL()
 		}
 		tn := &testNode{node: node}
-		tn.hub = hub.New(hub.Config{Cluster: node, DeviceRate: deviceRate, Audit: func(r hub.CallRecord) {
+		tn.hub = hub.New(hub.Config{Cluster: node, NodeID: cfg.NodeID, DeviceRate: deviceRate, Audit: func(r hub.CallRecord) {
 			tn.mu.Lock()
 			tn.audits = append(tn.audits, r)
 			tn.mu.Unlock()

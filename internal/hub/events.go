@@ -33,7 +33,10 @@ type Event struct {
 	Time   time.Time `json:"time"`
 	Device string    `json:"device"`
 	Alias  string    `json:"alias,omitempty"`
-	Data   any       `json:"data,omitempty"`
+	// Node is the cluster node that published the event (docs/cluster.md);
+	// empty on a single node.
+	Node string `json:"node,omitempty"`
+	Data any    `json:"data,omitempty"`
 }
 
 // OnlineData comes with EventOnline.
@@ -80,6 +83,9 @@ type CallData struct {
 	CallID     string `json:"call_id,omitempty"`
 	// Queued is set when the call was a queued call: CallID names it.
 	Queued bool `json:"queued,omitempty"`
+	// ServedBy is the cluster node that ran the call (or refused it): the
+	// one holding the device for a call routed there; Event.Node took it.
+	ServedBy string `json:"served_by,omitempty"`
 }
 
 // QueuedCallData comes with EventCallQueued, EventCallStarted,
@@ -131,6 +137,7 @@ func (s *Subscription) Close() { s.bus.unsubscribe(s) }
 // bus fans events out to subscribers without blocking the publisher.
 type bus struct {
 	onDrop func()
+	node   string // Event.Node of every event
 
 	mu   sync.Mutex
 	seq  uint64                 // guarded by mu
@@ -166,6 +173,9 @@ func (b *bus) publish(e Event) {
 	defer b.mu.Unlock()
 	b.seq++
 	e.Seq = b.seq
+	if e.Node == "" {
+		e.Node = b.node
+	}
 	if e.Time.IsZero() {
 		e.Time = time.Now()
 	}

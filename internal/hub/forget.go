@@ -49,7 +49,7 @@ func (h *Hub) AuditAction(a Action) {
 		outcome = Code(a.Err)
 	}
 	rec := CallRecord{Start: a.Start.UTC(), Caller: a.Caller, Door: a.Door, Device: a.Device, Tool: a.Tool,
-		Arguments: args, Outcome: outcome, Latency: time.Since(a.Start)}
+		Arguments: args, Outcome: outcome, Latency: time.Since(a.Start), Node: h.cfg.NodeID, ServedBy: h.cfg.NodeID}
 	if rec.Caller == "" {
 		rec.Caller = "local"
 	}

@@ -154,6 +154,7 @@ func New(cfg Config) *Hub {
 		aliases:         make(map[string]string),
 	}
 	h.bus = newBus(cfg.Metrics.EventsDropped.Inc)
+	h.bus.node = cfg.NodeID
 	h.logs = &logSinks{sinks: make(map[int]func(DeviceLog))}
 	if cfg.Store != nil {
 		h.persist = newPersister(cfg.Store)
