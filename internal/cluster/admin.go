@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/store"
 )
 
 // Administrative actions on a device held by another node (hub.ClusterAdmin):
@@ -67,7 +68,13 @@ func (n *Node) bindAdmin() ([]*nats.Subscription, error) {
 		_ = forgot.Unsubscribe()
 		return nil, fmt.Errorf("cluster: subscribing to aliases: %w", err)
 	}
-	return []*nats.Subscription{forgot, alias}, nil
+	revoked, err := n.nc.Subscribe(n.subject("revoked"), n.onRevocation)
+	if err != nil {
+		_ = forgot.Unsubscribe()
+		_ = alias.Unsubscribe()
+		return nil, fmt.Errorf("cluster: subscribing to revocations: %w", err)
+	}
+	return []*nats.Subscription{forgot, alias, revoked}, nil
 }
 
 // Disconnect asks the node holding device id to close its connection
@@ -228,4 +235,32 @@ func (n *Node) boundHub() *hub.Hub {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.hub
+}
+
+// revokedMsg tells every node of a device-credential revocation.
+type revokedMsg struct {
+	Node       string           `json:"node"`
+	Revocation store.Revocation `json:"revocation"`
+}
+
+// Revoked tells every other node that a device's credentials were revoked
+// here: a device cut off by one node must not come back through another.
+func (n *Node) Revoked(rev store.Revocation) {
+	b, _ := json.Marshal(revokedMsg{Node: n.cfg.NodeID, Revocation: rev}) // strings and ints: always marshals
+	if err := n.nc.Publish(n.subject("revoked"), b); err != nil {
+		n.log.Error("cluster: cannot tell the other nodes of a revocation", "device_id", rev.DeviceID, "error", err)
+	}
+}
+
+// OnRevoked makes fn hear the revocations other nodes make (Revoked).
+func (n *Node) OnRevoked(fn func(store.Revocation)) { n.onRevoked.Store(&fn) }
+
+func (n *Node) onRevocation(m *nats.Msg) {
+	var r revokedMsg
+	if json.Unmarshal(m.Data, &r) != nil || r.Node == n.cfg.NodeID {
+		return
+	}
+	if fn := n.onRevoked.Load(); fn != nil {
+		(*fn)(r.Revocation)
+	}
 }

@@ -19,12 +19,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/store"
 )
 
 // Config configures a node.
@@ -77,6 +79,8 @@ type Node struct {
 	devs  map[string]*nats.Subscription // call subscription per held device
 	calls map[string]context.CancelFunc // routed calls served here, by call id
 	subs  []*nats.Subscription          // claim and cancel
+
+	onRevoked atomic.Pointer[func(store.Revocation)] // admin.go
 }
 
 // DefaultNodeID derives a node id from the host name.

@@ -72,6 +72,7 @@ func (g *Gateway) joinCluster() (leave func(), err error) {
 		return nil, err
 	}
 	g.cluster.node.Store(node)
+	g.shareRevocations(node)
 	g.log.Info("joined the cluster", "cluster", cfg.Name, "node", node.ID(), "routes", node.RouteURL())
 	return func() {
 		g.cluster.node.Store(nil)

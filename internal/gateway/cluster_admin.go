@@ -3,7 +3,10 @@ package gateway
 import (
 	"context"
 
+	"github.com/mcpgate/mcpgate/internal/cluster"
+	"github.com/mcpgate/mcpgate/internal/devauth"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/store"
 )
 
 // The administrative half of clusterLink (hub.ClusterAdmin): before Run
@@ -43,4 +46,23 @@ func (l *clusterLink) AliasSet(id, alias string) {
 	if n := l.node.Load(); n != nil {
 		n.AliasSet(id, alias)
 	}
+}
+
+// shareRevocations puts the device-credential revocations of every node in
+// force on every node at once: a device cut off by one node must not come
+// back through another (they are in the shared store too, for restarts).
+func (g *Gateway) shareRevocations(node *cluster.Node) {
+	d := g.devices
+	if d == nil || d.auth == nil {
+		return
+	}
+	node.OnRevoked(func(r store.Revocation) {
+		d.auth.Authority().Restore([]devauth.Revocation{devauth.Revocation(r)})
+	})
+	tell := func(r store.Revocation) {
+		if n := g.cluster.node.Load(); n != nil {
+			n.Revoked(r)
+		}
+	}
+	d.revoked.Store(&tell)
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,8 @@ import (
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/cluster"
+	"github.com/mcpgate/mcpgate/internal/devauth"
+	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
 
@@ -116,5 +119,55 @@ func TestClusterAdminAcrossGateways(t *testing.T) {
 	})
 	if d := time.Since(revoked); d > 1500*time.Millisecond {
 		t.Errorf("a key revoked on node a was accepted by node b for %s, want at most 1s", d)
+	}
+}
+
+// A device's credentials revoked through one node: its session on another
+// node is closed, and that node refuses its old token too.
+func TestClusterRevocationAcrossGateways(t *testing.T) {
+	st, err := store.Open(t.Context(), "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	prov := Provisioning{DeviceAuth: devauth.ModeToken, DeviceSecret: testSecret}
+	a := startGateway(t, Config{Store: st, Provisioning: prov, Cluster: &cluster.Config{Name: "t", NodeID: "a", Listen: "127.0.0.1:0"}})
+	b := startGateway(t, Config{Store: st, Provisioning: prov,
+		Cluster: &cluster.Config{Name: "t", NodeID: "b", Listen: "127.0.0.1:0", Routes: []string{a.ClusterRoute()}}})
+	const mac, cid = "02:00:00:00:0d:03", "client-d3"
+	token, err := a.devices.auth.Authority().IssueDevice(mac, cid, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func(gw *Gateway) (stop func()) {
+		c, err := device.NewClient(device.ClientOptions{URL: wsURL(gw), DeviceID: mac, ClientID: cid, Token: token,
+			Server: newServer(t, device.ProfileESP32), MinBackoff: 20 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return runInBackground(t, c.Run)
+	}
+	// Node a knows the device (it was connected there); it is now on b.
+	stop := dial(a)
+	waitState(t, a, mac, hub.StateReady)
+	stop()
+	waitState(t, a, mac, hub.StateOffline)
+	dial(b)
+	waitState(t, b, mac, hub.StateReady)
+
+	c, err := api.NewClient("http://"+a.Addr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.RevokeTokens(t.Context(), mac)
+	if err != nil || !res.Disconnected {
+		t.Fatalf("revoke through the node not holding the device: %+v, %v", res, err)
+	}
+	// The device retries b with its old token: refused there too.
+	waitFor(t, "a refused reconnect on b", 5*time.Second, func() bool {
+		return strings.Contains(metricsText(t, b), `mcpgate_device_auth_failures_total{reason="revoked",transport="websocket"}`)
+	})
+	if d, _ := b.Hub().Device(mac); d.Online {
+		t.Fatal("device back online on another node with a revoked token")
 	}
 }
