@@ -58,8 +58,8 @@ func secure(cfg Config, opts *server.Options) (clientToken string, err error) {
 // routeTLS is mutual TLS for routes: this node's certificate, and the CA
 // every other node's certificate must chain to, both ways.
 func routeTLS(cfg Config) (*tls.Config, error) {
-	if cfg.TLSCert == "" || cfg.TLSKey == "" || cfg.TLSCA == "" {
-		return nil, errors.New("cluster: route TLS needs --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca together")
+	if err := cfg.CheckSecurity(); err != nil {
+		return nil, err
 	}
 	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 	if err != nil {
@@ -90,4 +90,18 @@ func loopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// CheckSecurity refuses route security flags that cannot work: TLS files
+// not given together, or route settings with an operator's NATS (which
+// secures its own routes).
+func (c Config) CheckSecurity() error {
+	tls := c.TLSCert != "" || c.TLSKey != "" || c.TLSCA != ""
+	if tls && (c.TLSCert == "" || c.TLSKey == "" || c.TLSCA == "") {
+		return errors.New("cluster: route TLS needs --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca together")
+	}
+	if len(c.NATS) > 0 && (tls || c.Token != "") {
+		return errors.New("cluster: --cluster-token and --cluster-tls-* secure the embedded NATS's routes; with --nats, secure your NATS itself (--nats-creds)")
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -8,11 +9,13 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -197,4 +200,49 @@ func writePEM(t *testing.T, path, typ string, der []byte) {
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Routes open beyond loopback without a token or TLS are warned about; the
+// token never reaches the log.
+func TestRouteSecurityWarning(t *testing.T) {
+	for _, tc := range []struct {
+		listen, token string
+		warn          bool
+	}{
+		{"0.0.0.0:0", "", true},
+		{"0.0.0.0:0", "s3cret-token", false},
+		{"127.0.0.1:0", "", false},
+	} {
+		var log syncBuffer
+		node, err := Start(Config{Name: "test", NodeID: "w", Listen: tc.listen, Token: tc.token,
+			Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.Close()
+		if got := strings.Contains(log.String(), "neither --cluster-token"); got != tc.warn {
+			t.Errorf("listen %s token %q: warned %v, want %v\n%s", tc.listen, tc.token, got, tc.warn, log.String())
+		}
+		if tc.token != "" && strings.Contains(log.String(), tc.token) {
+			t.Errorf("the route token is in the log:\n%s", log.String())
+		}
+	}
+}
+
+// syncBuffer is a log sink safe for the NATS callbacks' goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

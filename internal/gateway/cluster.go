@@ -25,6 +25,9 @@ func checkCluster(cfg Config) error {
 	if cfg.Cluster.Name == "" {
 		return errors.New("gateway: cluster mode needs a cluster name (--cluster-name)")
 	}
+	if err := cfg.Cluster.CheckSecurity(); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
 	dsn := cfg.StoreDSN
 	if cfg.Store == nil && !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
 		return fmt.Errorf("gateway: %w", errClusterNeedsShared)
