@@ -124,7 +124,7 @@ func TestAliasAcrossNodes(t *testing.T) {
 		}
 	}
 
-	// Set on a node that knows it offline: set there, learnt by the holder.
+	// Set on a node that knows it offline: set by the holder too.
 	if _, err := nodes[2].hub.SetAlias("kitchen", "den"); err != nil {
 		t.Fatal(err)
 	}
@@ -136,9 +136,28 @@ func TestAliasAcrossNodes(t *testing.T) {
 		t.Errorf("the old alias still names the device on the holder: %v", err)
 	}
 
+	// Connected nowhere: set by the node taking it, learnt by the others.
+	if _, held, err := nodes[1].hub.Disconnect("dev-l", errors.New("test")); err != nil || !held {
+		t.Fatalf("disconnect: %v %v", held, err)
+	}
+	waitFor(t, "the device offline", func() bool {
+		d, err := nodes[0].hub.Device("dev-l")
+		return err == nil && !d.Online
+	})
+	// The other servers learn within milliseconds that no node takes its
+	// requests any more; one sent meanwhile would wait for its timeout.
+	time.Sleep(300 * time.Millisecond)
+	if d, err := nodes[2].hub.SetAlias("den", "attic"); err != nil || d.Alias != "attic" {
+		t.Fatalf("alias of a device connected nowhere: %+v, %v", d, err)
+	}
+	waitFor(t, "the other node to learn the alias", func() bool {
+		d, err := nodes[0].hub.Device("attic")
+		return err == nil && d.ID == "dev-l"
+	})
+
 	// Refusals cross back; a device connected nowhere and unknown is not found.
 	connect(t, nodes[0].hub, "dev-o", "o")
-	if _, err := nodes[1].hub.SetAlias("dev-o", "den"); !errors.Is(err, hub.ErrAliasTaken) {
+	if _, err := nodes[1].hub.SetAlias("dev-o", "attic"); !errors.Is(err, hub.ErrAliasTaken) {
 		t.Errorf("an alias taken on the holder: %v, want alias_taken", err)
 	}
 	if _, err := nodes[1].hub.SetAlias("dev-zz", "x"); !errors.Is(err, hub.ErrDeviceNotFound) {

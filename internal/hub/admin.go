@@ -175,29 +175,31 @@ func (h *Hub) DropForgotten(id string) {
 }
 
 // SetAlias gives a device a new alias (see setAlias for the rules). In
-// cluster mode the alias is stored once, by this node or, for a device it
-// does not know, by the node holding it, and every other node learns it at
-// once ([Hub.LearnAlias]).
+// cluster mode the alias is set and stored once, by the node holding the
+// device (it has the freshest record to store), or by this node when no
+// node holds it; every other node learns it at once ([Hub.LearnAlias]).
 func (h *Hub) SetAlias(ref, alias string) (Device, error) {
 	ca := h.admin()
 	if ca == nil {
 		return h.setAlias(ref, alias)
 	}
-	d, id, _, err := h.resolve(ref)
+	d, id, held, err := h.resolve(ref)
 	if err != nil {
 		return Device{}, err
 	}
-	if d == nil {
+	if !held {
 		ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 		defer cancel()
-		dev, held, err := ca.SetAlias(ctx, id, alias)
-		if err != nil {
+		dev, found, err := ca.SetAlias(ctx, id, alias)
+		switch {
+		case err != nil:
 			return Device{}, err
-		}
-		if !held {
+		case found:
+			h.LearnAlias(dev.ID, dev.Alias)
+			return dev, nil
+		case d == nil:
 			return Device{}, fmt.Errorf("%w: %q", ErrDeviceNotFound, ref)
 		}
-		return dev, nil
 	}
 	dev, err := h.setAlias(id, alias)
 	if err == nil {
