@@ -60,7 +60,9 @@ func (h *Hub) Call(ctx context.Context, req CallRequest) (*mcpclient.Result, err
 	h.inflight.Add(1)
 	defer h.inflight.Add(-1)
 	start := time.Now()
-	ctx = withServed(ctx)
+	if h.cfg.Cluster != nil {
+		ctx = withServed(ctx) // a single node serves its own calls: no allocation
+	}
 	if res, dev, ok, err := h.acceptControl(ctx, req); ok {
 		if err != nil {
 			return h.finish(ctx, req, start, nil, dev, err)
