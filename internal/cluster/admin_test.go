@@ -14,6 +14,9 @@ import (
 func moved(t *testing.T, nodes []*testNode, id string, from, to int) *memDevice {
 	t.Helper()
 	connect(t, nodes[from].hub, id, "first")
+	// A call across shows the route between the two carries interest both
+	// ways, the claim's too, before the device moves.
+	callUntil(t, nodes[to].hub, hub.CallRequest{Device: id, Tool: "echo"})
 	d := connect(t, nodes[to].hub, id, "second")
 	waitFor(t, "the older session to close", func() bool {
 		dev, err := nodes[from].hub.Device(id)
