@@ -20,7 +20,8 @@ func newAuditCmd(g *globals) *cobra.Command {
 		Short: "Show the audit log: every tool call, newest first",
 		Long: `Show the audit log of the gateway named by --server: one record per tool call
 through any door (REST, MCP, the agent, the CLI), newest first, with who
-called, the device and tool, the arguments (values above the gateway's
+called, on which gateway node (NODE; "a→b" when node a took the call and
+routed it to node b, which holds the device), the device and tool, the arguments (values above the gateway's
 --audit-max-value replaced by a digest), the outcome and the latency;
 and one per attempt to forget a device or revoke its credentials (tools
 mcpgate:forget and mcpgate:revoke).
@@ -59,10 +60,14 @@ match than --limit, the last line says how to get the next page (--before).`,
 				if r.Error != "" {
 					outcome += ": " + oneLine(r.Error, 60)
 				}
-				rows = append(rows, []string{r.Time.Local().Format("2006-01-02 15:04:05"), r.Caller, r.Door, device, r.Tool,
+				node := r.Node
+				if r.ServedBy != "" && r.ServedBy != r.Node {
+					node += "→" + r.ServedBy // routed to the node holding the device
+				}
+				rows = append(rows, []string{r.Time.Local().Format("2006-01-02 15:04:05"), node, r.Caller, r.Door, device, r.Tool,
 					strconv.FormatFloat(r.LatencyMS, 'f', 1, 64) + "ms", oneLine(string(r.Arguments), 60), outcome})
 			}
-			if err := printTable(g.stdout, []string{"TIME", "CALLER", "DOOR", "DEVICE", "TOOL", "LATENCY", "ARGUMENTS", "OUTCOME"}, rows); err != nil {
+			if err := printTable(g.stdout, []string{"TIME", "NODE", "CALLER", "DOOR", "DEVICE", "TOOL", "LATENCY", "ARGUMENTS", "OUTCOME"}, rows); err != nil {
 				return err
 			}
 			if page.Next != "" {

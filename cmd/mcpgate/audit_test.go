@@ -39,6 +39,12 @@ func TestAuditCmd(t *testing.T) {
 	if r := page.Records[0]; r.Tool != "self.fail" || r.Outcome != "tool_error" || r.Error != "Camera is not available" || r.Alias != "kitchen" {
 		t.Errorf("newest record %+v", r)
 	}
+	// A single node took and served every call.
+	for _, r := range page.Records {
+		if r.Node == "" || r.ServedBy != r.Node {
+			t.Errorf("record of a single node: node %q, served_by %q; want both its id", r.Node, r.ServedBy)
+		}
+	}
 	var args bytes.Buffer
 	_ = json.Compact(&args, page.Records[1].Arguments) // --json indents it
 	if r := page.Records[1]; r.Tool != "self.audio_speaker.set_volume" || r.Outcome != "ok" || args.String() != `{"volume":30}` || r.Caller != "local" {
@@ -47,7 +53,7 @@ func TestAuditCmd(t *testing.T) {
 
 	table := run(t, addr, "audit", "--device", "kitchen")
 	table.want(t, 0)
-	for _, s := range []string{"TIME", "CALLER", "OUTCOME", "self.audio_speaker.set_volume", `{"volume":30}`, "tool_error: Camera is not available", "kitchen"} {
+	for _, s := range []string{"TIME", "NODE", page.Records[0].Node, "CALLER", "OUTCOME", "self.audio_speaker.set_volume", `{"volume":30}`, "tool_error: Camera is not available", "kitchen"} {
 		if !strings.Contains(table.stdout, s) {
 			t.Errorf("table lacks %q:\n%s", s, table.stdout)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -92,37 +93,23 @@ func stateText(qc queue.Call) string {
 }
 
 func newCallsGetCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:     "get ID",
-		Short:   "Show one queued call, with its result once it has one",
-		Example: "  mcpgate calls get call_6f1c0e5b2a9d4c3e\n  mcpgate calls get call_6f1c0e5b2a9d4c3e --json",
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkCallID(args[0]); err != nil {
-				return err
-			}
-			c, err := newClient(g)
-			if err != nil {
-				return err
-			}
-			qc, err := c.QueuedCall(cmd.Context(), args[0])
-			if err != nil {
-				return reportError(g, err)
-			}
-			if g.json {
-				return printJSON(g.stdout, qc)
-			}
-			printCall(g, qc)
-			return nil
-		},
-	}
+	return callCmd(g, "get ID", "Show one queued call, with its result once it has one",
+		"  mcpgate calls get call_6f1c0e5b2a9d4c3e\n  mcpgate calls get call_6f1c0e5b2a9d4c3e --json",
+		(*api.Client).QueuedCall, func(qc *queue.Call) { printCall(g, qc) })
 }
 
 func newCallsCancelCmd(g *globals) *cobra.Command {
+	return callCmd(g, "cancel ID", "Cancel a queued call that has not started", "  mcpgate calls cancel call_6f1c0e5b2a9d4c3e",
+		(*api.Client).CancelCall, func(qc *queue.Call) { fmt.Fprintf(g.stdout, "cancelled: %s\n", qc.ID) })
+}
+
+// callCmd is a command acting on one queued call named by its id: it asks
+// the gateway with do and prints the call with print (or as JSON).
+func callCmd(g *globals, use, short, example string, do func(*api.Client, context.Context, string) (*queue.Call, error), print func(*queue.Call)) *cobra.Command {
 	return &cobra.Command{
-		Use:     "cancel ID",
-		Short:   "Cancel a queued call that has not started",
-		Example: "  mcpgate calls cancel call_6f1c0e5b2a9d4c3e",
+		Use:     use,
+		Short:   short,
+		Example: example,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkCallID(args[0]); err != nil {
@@ -132,14 +119,14 @@ func newCallsCancelCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			qc, err := c.CancelCall(cmd.Context(), args[0])
+			qc, err := do(c, cmd.Context(), args[0])
 			if err != nil {
 				return reportError(g, err)
 			}
 			if g.json {
 				return printJSON(g.stdout, qc)
 			}
-			fmt.Fprintf(g.stdout, "cancelled: %s\n", qc.ID)
+			print(qc)
 			return nil
 		},
 	}

@@ -15,6 +15,8 @@ func TestServeClusterFlagsRefused(t *testing.T) {
 		{[]string{"--cluster-name", "prod"}, "postgres://"},
 		{[]string{"--cluster-name", "prod", "--store", "sqlite:" + t.TempDir() + "/x.db"}, "postgres://"},
 		{[]string{"--nats", "nats://127.0.0.1:1", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--cluster-name"},
+		{[]string{"--cluster-name", "prod", "--cluster-tls-cert", "c.pem", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--cluster-tls-key"},
+		{[]string{"--cluster-name", "prod", "--nats", "nats://127.0.0.1:1", "--cluster-token", "s", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--nats-creds"},
 	} {
 		args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data", t.TempDir()}, tc.args...)
 		r := run(t, "http://127.0.0.1:1", args...)

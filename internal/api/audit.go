@@ -40,6 +40,11 @@ type AuditRecord struct {
 	// (docs/queued-calls.md); Time is then when it was delivered.
 	CallID   string     `json:"call_id,omitempty"`
 	QueuedAt *time.Time `json:"queued_at,omitempty"`
+	// Node is the gateway node that took the call, ServedBy the node that
+	// ran or refused it (docs/cluster.md): another node for a call routed
+	// to the node holding the device. Empty in records older than both.
+	Node     string `json:"node,omitempty"`
+	ServedBy string `json:"served_by,omitempty"`
 }
 
 // AuditPage is the body of GET /api/v1/audit: records newest first, and
@@ -179,7 +184,7 @@ func auditJSON(r store.AuditRecord, alias string) AuditRecord {
 	}
 	rec := AuditRecord{Seq: r.Seq, Time: r.Time.UTC(), Caller: r.Caller, Door: r.Door, Device: r.Device, Alias: alias,
 		Tool: r.Tool, Arguments: args, Outcome: r.Outcome, LatencyMS: r.LatencyMS, ErrorCode: r.ErrorCode, Error: r.Error,
-		CallID: r.CallID}
+		CallID: r.CallID, Node: r.Node, ServedBy: r.ServedBy}
 	if !r.QueuedAt.IsZero() {
 		t := r.QueuedAt.UTC()
 		rec.QueuedAt = &t

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,6 +37,9 @@ const (
 type Config struct {
 	// Store receives the records. Required.
 	Store Store
+	// Node names this gateway in records that name no node (a single
+	// node's, the queue's): their Node and ServedBy.
+	Node string
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// Registerer, when set, gets the writer's metrics (queue depth,
@@ -162,7 +166,7 @@ func (w *Writer) Record(c hub.CallRecord) {
 		Time: c.Start, Caller: c.Caller, Door: c.Door, Device: c.Device, Tool: c.Tool,
 		Arguments: Digest(c.Arguments, w.cfg.MaxValueBytes), Outcome: c.Outcome,
 		LatencyMS: float64(c.Latency.Microseconds()) / 1000, ErrorCode: c.ErrorCode, Error: c.Error,
-		CallID: c.CallID, QueuedAt: c.QueuedAt,
+		CallID: c.CallID, QueuedAt: c.QueuedAt, Node: cmp.Or(c.Node, w.cfg.Node), ServedBy: cmp.Or(c.ServedBy, c.Node, w.cfg.Node),
 	})
 }
 

@@ -19,12 +19,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/store"
 )
 
 // Config configures a node.
@@ -44,6 +46,13 @@ type Config struct {
 	NATS []string
 	// Creds is a NATS credentials file, for NATS.
 	Creds string
+	// Token is the embedded server's shared route secret: routes without
+	// it are refused (auth.go). Unused with NATS.
+	Token string
+	// TLSCert, TLSKey and TLSCA (PEM files) turn on mutual TLS on routes:
+	// every node presents its certificate and checks the others' against
+	// the CA. Unused with NATS.
+	TLSCert, TLSKey, TLSCA string
 	// Logger; nil discards.
 	Logger *slog.Logger
 
@@ -77,6 +86,8 @@ type Node struct {
 	calls map[string]context.CancelFunc // routed calls served here, by call id
 	subs  []*nats.Subscription          // claim and cancel
 	view  *view                         // set by Bind (view.go)
+
+	onRevoked atomic.Pointer[func(store.Revocation)] // admin.go
 }
 
 // DefaultNodeID derives a node id from the host name.
@@ -130,12 +141,12 @@ func Start(cfg Config) (*Node, error) {
 		nats.ReconnectHandler(func(*nats.Conn) { n.log.Info("cluster: NATS connection back") })}
 	url := strings.Join(cfg.NATS, ",")
 	if len(cfg.NATS) == 0 {
-		srv, err := embedded(cfg)
+		srv, token, err := embedded(cfg)
 		if err != nil {
 			return nil, err
 		}
 		n.srv = srv
-		opts = append(opts, nats.InProcessServer(srv))
+		opts = append(opts, nats.InProcessServer(srv), nats.Token(token))
 	} else if cfg.Creds != "" {
 		opts = append(opts, nats.UserCredentials(cfg.Creds))
 	}
@@ -152,20 +163,21 @@ func Start(cfg Config) (*Node, error) {
 }
 
 // embedded starts a NATS server with a cluster port routed to the other
-// nodes. The gateway reaches it in process; its client port listens on a
-// random loopback port only because the server does not start its routes
-// without one (DontListen).
-func embedded(cfg Config) (*server.Server, error) {
+// nodes. The gateway reaches it in process, with the returned token; its
+// client port listens on a random loopback port only because the server
+// does not start its routes without one (DontListen), and takes no client
+// without that token.
+func embedded(cfg Config) (*server.Server, string, error) {
 	opts := &server.Options{ServerName: cfg.NodeID, Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true}
 	opts.Cluster.Name = cfg.Name
 	if cfg.Listen != "" {
 		host, port, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
-			return nil, fmt.Errorf("cluster: --cluster-listen %q: %w", cfg.Listen, err)
+			return nil, "", fmt.Errorf("cluster: --cluster-listen %q: %w", cfg.Listen, err)
 		}
 		p, err := strconv.Atoi(port)
 		if err != nil || p < 0 || p > 65535 {
-			return nil, fmt.Errorf("cluster: --cluster-listen %q: bad port", cfg.Listen)
+			return nil, "", fmt.Errorf("cluster: --cluster-listen %q: bad port", cfg.Listen)
 		}
 		if p == 0 {
 			p = server.RANDOM_PORT
@@ -175,16 +187,20 @@ func embedded(cfg Config) (*server.Server, error) {
 	if len(cfg.Routes) > 0 {
 		opts.Routes = server.RoutesFromStr(strings.Join(cfg.Routes, ","))
 	}
+	token, err := secure(cfg, opts)
+	if err != nil {
+		return nil, "", err
+	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: embedded NATS server: %w", err)
+		return nil, "", fmt.Errorf("cluster: embedded NATS server: %w", err)
 	}
 	srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
-		return nil, errors.New("cluster: embedded NATS server did not start within 10s")
+		return nil, "", errors.New("cluster: embedded NATS server did not start within 10s")
 	}
-	return srv, nil
+	return srv, token, nil
 }
 
 // ID returns the node's id.
@@ -203,12 +219,21 @@ func (n *Node) RouteURL() string {
 	return "nats://" + addr.String()
 }
 
-// Routes returns how many routes the embedded server has to other nodes.
+// Routes returns how many other nodes the embedded server has routes to
+// (a pool of several routes to one node counts once).
 func (n *Node) Routes() int {
 	if n.srv == nil {
 		return 0
 	}
-	return n.srv.NumRoutes()
+	rz, err := n.srv.Routez(nil)
+	if err != nil {
+		return 0
+	}
+	peers := map[string]bool{}
+	for _, r := range rz.Routes {
+		peers[r.RemoteID] = true
+	}
+	return len(peers)
 }
 
 // Bind makes h this node's hub: calls routed here run through it, and
@@ -226,8 +251,15 @@ func (n *Node) Bind(h *hub.Hub) error {
 		_ = claim.Unsubscribe()
 		return fmt.Errorf("cluster: subscribing to cancellations: %w", err)
 	}
+	admin, err := n.bindAdmin()
+	if err != nil {
+		_ = claim.Unsubscribe()
+		_ = cancel.Unsubscribe()
+		return err
+	}
 	n.mu.Lock()
 	n.subs = append(n.subs, claim, cancel)
+	n.subs = append(n.subs, admin...)
 	n.mu.Unlock()
 	// The subscriptions are in place on the server before any claim of ours.
 	if err := n.nc.Flush(); err != nil {
@@ -282,7 +314,8 @@ func (n *Node) Attached(id string, at time.Time) {
 		// A queue group: while a device moves, its old and new nodes both
 		// hold the subject for a moment, and a call must reach one of them,
 		// never run on both.
-		sub, err := n.nc.QueueSubscribe(n.callSubject(id), "holder", n.onCall)
+		// The wildcard takes its administrative requests too (admin.go).
+		sub, err := n.nc.QueueSubscribe(n.subject("dev", token(id), "*"), "holder", n.onDevice)
 		if err != nil {
 			n.log.Error("cluster: cannot take calls for a device", "device_id", id, "error", err)
 		} else {

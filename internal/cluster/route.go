@@ -97,6 +97,7 @@ func (n *Node) Call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 					req.OnProgress(r.Progress)
 				}
 			case kindResult:
+				hub.ServedBy(ctx, r.Node)
 				if r.Code != "" {
 					return nil, remoteError(r)
 				}

@@ -375,6 +375,11 @@ func (v *view) onView(m *nats.Msg) {
 			v.h.ApplyAlias(e.Device, e.Alias)
 			v.refresh(e.Device)
 		}
+		if e.Type == hub.EventForgotten {
+			// Before the event, so that a door refreshing on it no longer
+			// finds the device.
+			v.h.DropForgotten(e.Device)
+		}
 		v.h.PublishRemote(e)
 	}
 }

@@ -25,6 +25,9 @@ func checkCluster(cfg Config) error {
 	if cfg.Cluster.Name == "" {
 		return errors.New("gateway: cluster mode needs a cluster name (--cluster-name)")
 	}
+	if err := cfg.Cluster.CheckSecurity(); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
 	dsn := cfg.StoreDSN
 	if cfg.Store == nil && !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
 		return fmt.Errorf("gateway: %w", errClusterNeedsShared)
@@ -72,6 +75,7 @@ func (g *Gateway) joinCluster() (leave func(), err error) {
 		return nil, err
 	}
 	g.cluster.node.Store(node)
+	g.shareRevocations(node)
 	g.log.Info("joined the cluster", "cluster", cfg.Name, "node", node.ID(), "routes", node.RouteURL())
 	return func() {
 		g.cluster.node.Store(nil)

@@ -277,7 +277,11 @@ func New(cfg Config) (*Gateway, error) {
 	}
 
 	m := metrics.New()
-	auditLog, err := audit.New(audit.Config{Store: cfg.Store, Logger: cfg.Logger, Registerer: m.Registry,
+	auditNode := cluster.DefaultNodeID()
+	if cfg.Cluster != nil && cfg.Cluster.NodeID != "" {
+		auditNode = cfg.Cluster.NodeID
+	}
+	auditLog, err := audit.New(audit.Config{Store: cfg.Store, Logger: cfg.Logger, Registerer: m.Registry, Node: auditNode,
 		MaxValueBytes: cfg.AuditMaxValueBytes, Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows,
 		FlushInterval: cfg.AuditFlushInterval})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
@@ -60,6 +61,9 @@ type deviceServices struct {
 	// mqttPort is the embedded broker's port once it listens, for the OTA
 	// answer's default MQTT endpoint; set by New before anything is served.
 	mqttPort func() string
+	// revoked, when set, tells the other cluster nodes of a revocation
+	// (cluster_admin.go).
+	revoked atomic.Pointer[func(store.Revocation)]
 }
 
 func newDeviceServices(cfg Config, m *metrics.Metrics, lim *limits.Reporter, h *hub.Hub) (*deviceServices, error) {
@@ -166,6 +170,9 @@ func (d *deviceServices) revoke(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		fail(http.StatusBadRequest, "bad_request", err, err.Error())
 		return
+	}
+	if tell := d.revoked.Load(); tell != nil {
+		(*tell)(store.Revocation(rev))
 	}
 	// In force in memory already; a revocation the store did not take
 	// would be forgotten by a restart, which the operator must know.

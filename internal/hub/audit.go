@@ -43,6 +43,10 @@ type CallRecord struct {
 	// it ended undelivered.
 	CallID   string
 	QueuedAt time.Time
+	// Node is the cluster node that took the call (Config.NodeID), ServedBy
+	// the one that ran or refused it: another node for a call routed there
+	// (docs/cluster.md). Empty on a single node.
+	Node, ServedBy string
 }
 
 // maxErrorText bounds the error text of a CallRecord: a device may send
@@ -57,7 +61,7 @@ func (h *Hub) callRecord(req CallRequest, start time.Time, dev *device, outcome 
 		args = json.RawMessage("{}")
 	}
 	rec := CallRecord{Start: start.UTC(), Caller: req.Caller, Door: req.Door, Tool: req.Tool,
-		Arguments: args, Outcome: outcome, Latency: time.Since(start)}
+		Arguments: args, Outcome: outcome, Latency: time.Since(start), Node: h.cfg.NodeID, ServedBy: h.cfg.NodeID}
 	if rec.Caller == "" {
 		rec.Caller = "local"
 	}

@@ -60,6 +60,9 @@ func (h *Hub) Call(ctx context.Context, req CallRequest) (*mcpclient.Result, err
 	h.inflight.Add(1)
 	defer h.inflight.Add(-1)
 	start := time.Now()
+	if h.cfg.Cluster != nil {
+		ctx = withServed(ctx) // a single node serves its own calls: no allocation
+	}
 	if res, dev, ok, err := h.acceptControl(ctx, req); ok {
 		if err != nil {
 			return h.finish(ctx, req, start, nil, dev, err)
@@ -81,7 +84,9 @@ func (h *Hub) finish(ctx context.Context, req CallRequest, start time.Time, res 
 	}
 	h.metrics.Calls.WithLabelValues(outcome).Inc()
 	if h.cfg.Audit != nil && req.QueuedID == "" {
-		h.cfg.Audit(h.callRecord(req, start, dev, outcome, res, err))
+		rec := h.callRecord(req, start, dev, outcome, res, err)
+		rec.ServedBy = h.servedBy(ctx)
+		h.cfg.Audit(rec)
 	}
 	if dev != nil && (err == nil || errors.Is(err, ErrDeviceTimeout) || errors.Is(err, ErrDeviceDisconnected)) {
 		h.metrics.CallLatency.Observe(time.Since(start).Seconds())
@@ -90,7 +95,7 @@ func (h *Hub) finish(ctx context.Context, req CallRequest, start time.Time, res 
 	// outcome is stored.
 	if dev != nil && req.QueuedID == "" {
 		data := CallData{Tool: req.Tool, Caller: req.Caller, Door: req.Door, Outcome: outcome,
-			DurationMS: float64(time.Since(start).Microseconds()) / 1000}
+			DurationMS: float64(time.Since(start).Microseconds()) / 1000, ServedBy: h.servedBy(ctx)}
 		data.CallID = backgroundID(ctx)
 		data.Background = data.CallID != ""
 		if err != nil {

@@ -83,6 +83,9 @@ type CallData struct {
 	CallID     string `json:"call_id,omitempty"`
 	// Queued is set when the call was a queued call: CallID names it.
 	Queued bool `json:"queued,omitempty"`
+	// ServedBy is the cluster node that ran the call (or refused it): the
+	// one holding the device for a call routed there; Event.Node took it.
+	ServedBy string `json:"served_by,omitempty"`
 }
 
 // QueuedCallData comes with EventCallQueued, EventCallStarted,
@@ -171,11 +174,11 @@ func (b *bus) publish(e Event) {
 	defer b.mu.Unlock()
 	b.seq++
 	e.Seq = b.seq
-	if e.Time.IsZero() {
-		e.Time = time.Now()
-	}
 	if e.Node == "" {
 		e.Node = b.node
+	}
+	if e.Time.IsZero() {
+		e.Time = time.Now()
 	}
 	if b.tap != nil {
 		b.tap(e)

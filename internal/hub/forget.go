@@ -49,7 +49,7 @@ func (h *Hub) AuditAction(a Action) {
 		outcome = Code(a.Err)
 	}
 	rec := CallRecord{Start: a.Start.UTC(), Caller: a.Caller, Door: a.Door, Device: a.Device, Tool: a.Tool,
-		Arguments: args, Outcome: outcome, Latency: time.Since(a.Start)}
+		Arguments: args, Outcome: outcome, Latency: time.Since(a.Start), Node: h.cfg.NodeID, ServedBy: h.cfg.NodeID}
 	if rec.Caller == "" {
 		rec.Caller = "local"
 	}
@@ -73,6 +73,10 @@ type ForgetRequest struct {
 	Force bool
 	// Caller and Door identify who asked, for the event and the audit log.
 	Caller, Door string
+
+	// memoryOnly: another node forgot the device and its store row; drop
+	// it from memory only (DropForgotten).
+	memoryOnly bool
 }
 
 // Forgotten describes a forgotten device.
@@ -104,7 +108,7 @@ type ForgottenData struct {
 // (when it was online) and device_forgotten.
 func (h *Hub) Forget(ctx context.Context, req ForgetRequest) (Forgotten, error) {
 	start := time.Now()
-	res, err := h.forget(ctx, req)
+	res, err := h.forgetCluster(ctx, req)
 	dev := res.ID
 	if dev == "" {
 		dev = req.Device
@@ -136,7 +140,7 @@ func (h *Hub) forget(ctx context.Context, req ForgetRequest) (Forgotten, error) 
 	if online && !req.Force {
 		return Forgotten{ID: id}, fmt.Errorf("%w: %s: pass force to disconnect and forget it", ErrDeviceOnline, id)
 	}
-	if p := h.persist; p != nil {
+	if p := h.persist; p != nil && !req.memoryOnly {
 		if err := p.st.DeleteDevice(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return Forgotten{ID: id}, fmt.Errorf("%w: %s was not forgotten: %w", ErrStore, id, err)
 		}
@@ -173,6 +177,11 @@ func (h *Hub) forget(ctx context.Context, req ForgetRequest) (Forgotten, error) 
 		att.log.Info("closing the connection of a forgotten device")
 		att.close(ErrForgotten)
 		h.bus.publish(Event{Type: EventOffline, Device: id, Alias: alias, Data: OfflineData{Reason: ErrForgotten.Error()}})
+	}
+	if req.memoryOnly {
+		// The forgetting node published its events; every node's streams
+		// get them from it (docs/cluster.md, "One view").
+		return Forgotten{ID: id, Alias: alias}, nil
 	}
 	caller := req.Caller
 	if caller == "" {

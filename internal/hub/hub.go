@@ -302,11 +302,11 @@ func (h *Hub) lookupLocked(ref string) (*device, error) {
 
 var aliasRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
-// SetAlias gives a device a new alias: 1-63 characters of lower-case letters,
+// setAlias gives a device a new alias: 1-63 characters of lower-case letters,
 // digits, '-' and '_', starting with a letter or digit, unique in the hub, and
 // not another device's id. Aliases have no dots so "<alias>.<tool>" names stay
-// unambiguous.
-func (h *Hub) SetAlias(ref, alias string) (Device, error) {
+// unambiguous. SetAlias (admin.go) routes it in cluster mode.
+func (h *Hub) setAlias(ref, alias string) (Device, error) {
 	alias = strings.ToLower(strings.TrimSpace(alias))
 	if !aliasRE.MatchString(alias) {
 		return Device{}, fmt.Errorf("%w: %q: use 1-63 of a-z, 0-9, '-' and '_', starting with a letter or digit", ErrBadAlias, alias)
@@ -663,9 +663,10 @@ func sortedPatterns(m map[string]time.Duration) []string {
 	return keys
 }
 
-// Disconnect closes a device's live connection, if it has one, with reason
-// (its pending calls fail at once). It reports whether there was one.
-func (h *Hub) Disconnect(ref string, reason error) (Device, bool, error) {
+// disconnectLocal closes a device's live connection on this node, if it has
+// one, with reason (its pending calls fail at once). It reports whether
+// there was one. Disconnect (admin.go) routes it in cluster mode.
+func (h *Hub) disconnectLocal(ref string, reason error) (Device, bool, error) {
 	h.mu.RLock()
 	d, err := h.lookupLocked(ref)
 	var att *Attachment

@@ -60,7 +60,7 @@ func auditSQL(q AuditQuery, ph func(n int) string, timeArg func(time.Time) any) 
 		add("seq < %s", q.Before)
 	}
 	var b strings.Builder
-	b.WriteString("SELECT seq, time, caller, door, device, tool, arguments, outcome, latency_ms, error_code, error, call_id, queued_at FROM audit")
+	b.WriteString("SELECT seq, time, caller, door, device, tool, arguments, outcome, latency_ms, error_code, error, call_id, queued_at, node, served_by FROM audit")
 	if len(where) > 0 {
 		b.WriteString(" WHERE ")
 		b.WriteString(strings.Join(where, " AND "))

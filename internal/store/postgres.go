@@ -338,7 +338,7 @@ func (s *pgStore) Setting(ctx context.Context, name string) (string, error) {
 	return v, nil
 }
 
-var pgAuditColumns = []string{"time", "caller", "door", "device", "tool", "arguments", "outcome", "latency_ms", "error_code", "error", "call_id", "queued_at"}
+var pgAuditColumns = []string{"time", "caller", "door", "device", "tool", "arguments", "outcome", "latency_ms", "error_code", "error", "call_id", "queued_at", "node", "served_by"}
 
 // AppendAudit copies the batch in (COPY is one statement, so all or
 // nothing, and assigns seq in the batch's order).
@@ -354,7 +354,7 @@ func (s *pgStore) AppendAudit(ctx context.Context, recs []AuditRecord) error {
 			t = now
 		}
 		rows[i] = []any{t, r.Caller, r.Door, r.Device, r.Tool, auditArguments(r.Arguments), r.Outcome,
-			r.LatencyMS, r.ErrorCode, r.Error, r.CallID, ts(r.QueuedAt)}
+			r.LatencyMS, r.ErrorCode, r.Error, r.CallID, ts(r.QueuedAt), r.Node, r.ServedBy}
 	}
 	if _, err := s.pool.CopyFrom(ctx, pgx.Identifier{"audit"}, pgAuditColumns, pgx.CopyFromRows(rows)); err != nil {
 		return fmt.Errorf("store: append audit: %w", err)
@@ -373,7 +373,7 @@ func (s *pgStore) Audit(ctx context.Context, q AuditQuery) ([]AuditRecord, error
 		var args *string
 		var queued *time.Time
 		err := row.Scan(&r.Seq, &r.Time, &r.Caller, &r.Door, &r.Device, &r.Tool, &args, &r.Outcome,
-			&r.LatencyMS, &r.ErrorCode, &r.Error, &r.CallID, &queued)
+			&r.LatencyMS, &r.ErrorCode, &r.Error, &r.CallID, &queued, &r.Node, &r.ServedBy)
 		r.Time = r.Time.UTC()
 		r.QueuedAt = fromTS(queued)
 		if args != nil {

@@ -470,12 +470,12 @@ func (s *sqliteStore) Setting(ctx context.Context, name string) (string, error) 
 // auditRowsPerInsert is how many records one INSERT statement carries:
 // SQLite's per-statement work (binding through database/sql, starting the
 // VM, the driver's goroutine that watches ctx) is paid once per chunk
-// instead of once per record. 12 columns × 50 rows stays far below
+// instead of once per record. 14 columns × 50 rows stays far below
 // SQLite's limit of 32,766 parameters.
 const auditRowsPerInsert = 50
 
 const auditInsertHead = `INSERT INTO audit
-		(time, caller, door, device, tool, arguments, outcome, latency_ms, error_code, error, call_id, queued_at) VALUES `
+		(time, caller, door, device, tool, arguments, outcome, latency_ms, error_code, error, call_id, queued_at, node, served_by) VALUES `
 
 // auditInsertSQL is the INSERT of n records.
 func auditInsertSQL(n int) string {
@@ -485,7 +485,7 @@ func auditInsertSQL(n int) string {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString("(?,?,?,?,?,?,?,?,?,?,?,?)")
+		b.WriteString("(?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
 	}
 	return b.String()
 }
@@ -502,7 +502,7 @@ func (s *sqliteStore) AppendAudit(ctx context.Context, recs []AuditRecord) error
 	}
 	defer tx.Rollback()
 	now := time.Now()
-	args := make([]any, 0, 12*min(len(recs), auditRowsPerInsert))
+	args := make([]any, 0, 14*min(len(recs), auditRowsPerInsert))
 	var full *sql.Stmt // prepared once per batch, when a whole chunk comes
 	for chunk := range slices.Chunk(recs, auditRowsPerInsert) {
 		args = args[:0]
@@ -512,7 +512,7 @@ func (s *sqliteStore) AppendAudit(ctx context.Context, recs []AuditRecord) error
 				t = now
 			}
 			args = append(args, t.UnixMicro(), r.Caller, r.Door, r.Device, r.Tool,
-				auditArguments(r.Arguments), r.Outcome, r.LatencyMS, r.ErrorCode, r.Error, r.CallID, micros(r.QueuedAt))
+				auditArguments(r.Arguments), r.Outcome, r.LatencyMS, r.ErrorCode, r.Error, r.CallID, micros(r.QueuedAt), r.Node, r.ServedBy)
 		}
 		if len(chunk) < auditRowsPerInsert {
 			_, err = tx.ExecContext(ctx, auditInsertSQL(len(chunk)), args...)
@@ -557,7 +557,7 @@ func (s *sqliteStore) Audit(ctx context.Context, q AuditQuery) ([]AuditRecord, e
 		var args sql.NullString
 		var queued sql.NullInt64
 		if err := rows.Scan(&r.Seq, &t, &r.Caller, &r.Door, &r.Device, &r.Tool, &args, &r.Outcome,
-			&r.LatencyMS, &r.ErrorCode, &r.Error, &r.CallID, &queued); err != nil {
+			&r.LatencyMS, &r.ErrorCode, &r.Error, &r.CallID, &queued, &r.Node, &r.ServedBy); err != nil {
 			return nil, fmt.Errorf("store: audit: %w", err)
 		}
 		r.Time = time.UnixMicro(t).UTC()

@@ -79,6 +79,9 @@ type AuditRecord struct {
 	// say when it was queued; "" and zero for a live call.
 	CallID   string
 	QueuedAt time.Time
+	// Node is the cluster node that took the call, ServedBy the one that
+	// ran or refused it (docs/cluster.md); on a single node both are its id.
+	Node, ServedBy string
 }
 
 // AuditQuery selects audit records, newest first.

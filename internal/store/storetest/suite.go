@@ -325,7 +325,8 @@ func testSettings(t *testing.T, target Target) {
 
 func rec(i int, device, tool, caller string, at time.Time) store.AuditRecord {
 	return store.AuditRecord{Time: at, Caller: caller, Door: "rest", Device: device, Tool: tool,
-		Arguments: json.RawMessage(fmt.Sprintf(`{"i": %d}`, i)), Outcome: "ok", LatencyMS: float64(i) + 0.5}
+		Arguments: json.RawMessage(fmt.Sprintf(`{"i": %d}`, i)), Outcome: "ok", LatencyMS: float64(i) + 0.5,
+		Node: "node-a", ServedBy: fmt.Sprintf("node-%d", i%3)}
 }
 
 func testAuditQuery(t *testing.T, target Target) {

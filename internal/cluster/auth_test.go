@@ -1,0 +1,249 @@
+package cluster
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"log/slog"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+)
+
+// startNodes starts one node per config, each routed to the first (its
+// Listen defaults to a free loopback port), without waiting for routes.
+func startNodes(t *testing.T, cfgs ...Config) []*testNode {
+	t.Helper()
+	var nodes []*testNode
+	var seed string
+	for i, cfg := range cfgs {
+		cfg.Name = "test"
+		if cfg.NodeID == "" {
+			cfg.NodeID = "n" + string(rune('0'+i))
+		}
+		if cfg.Listen == "" {
+			cfg.Listen = "127.0.0.1:0"
+		}
+		if i > 0 {
+			cfg.Routes = []string{seed}
+		}
+		node, err := Start(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			seed = node.RouteURL()
+		}
+		tn := &testNode{node: node}
+		tn.hub = hub.New(hub.Config{Cluster: node, NodeID: cfg.NodeID})
+		if err := node.Bind(tn.hub); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tn.hub.Shutdown(); node.Close() })
+		nodes = append(nodes, tn)
+	}
+	return nodes
+}
+
+func waitRoutes(t *testing.T, nodes []*testNode) {
+	t.Helper()
+	waitFor(t, "routes between the nodes", func() bool {
+		for _, tn := range nodes {
+			if tn.node.Routes() < len(nodes)-1 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestRouteToken(t *testing.T) {
+	nodes := startNodes(t, Config{Token: "s3cret"}, Config{Token: "s3cret"})
+	waitRoutes(t, nodes)
+	connect(t, nodes[0].hub, "dev-a", "a")
+	res := callUntil(t, nodes[1].hub, hub.CallRequest{Device: "dev-a", Tool: "echo"})
+	if got := text(t, res); !strings.HasPrefix(got, "a ") {
+		t.Errorf("call across a token route: %q", got)
+	}
+}
+
+func TestRouteWrongTokenRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		a, b Config
+	}{
+		{"wrong token", Config{Token: "s3cret"}, Config{Token: "guess"}},
+		{"no token", Config{Token: "s3cret"}, Config{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := startNodes(t, tc.a, tc.b)
+			connect(t, nodes[0].hub, "dev-a", "a")
+			time.Sleep(time.Second) // time enough for a route to form, were it allowed
+			for _, tn := range nodes {
+				if r := tn.node.Routes(); r != 0 {
+					t.Fatalf("node %s has %d routes", tn.node.ID(), r)
+				}
+			}
+			_, err := nodes[1].hub.Call(t.Context(), hub.CallRequest{Device: "dev-a", Tool: "echo"})
+			// No route, so no view of the other node's devices either.
+			if !errors.Is(err, hub.ErrDeviceNotFound) {
+				t.Fatalf("call across a refused route: %v, want device_not_found", err)
+			}
+		})
+	}
+}
+
+func TestRouteMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, caKey := writeCA(t, dir)
+	var cfgs []Config
+	for _, name := range []string{"n0", "n1"} {
+		cert, key := writeLeaf(t, dir, name, ca, caKey)
+		cfgs = append(cfgs, Config{NodeID: name, TLSCert: cert, TLSKey: key, TLSCA: filepath.Join(dir, "ca.pem")})
+	}
+	nodes := startNodes(t, cfgs...)
+	waitRoutes(t, nodes)
+	connect(t, nodes[0].hub, "dev-a", "a")
+	res := callUntil(t, nodes[1].hub, hub.CallRequest{Device: "dev-a", Tool: "echo"})
+	if got := text(t, res); !strings.HasPrefix(got, "a ") {
+		t.Errorf("call across a TLS route: %q", got)
+	}
+
+	// A node without a certificate does not join.
+	plain := startNodes(t, cfgs[0], Config{NodeID: "n2"})
+	time.Sleep(time.Second)
+	if r := plain[1].node.Routes(); r != 0 {
+		t.Errorf("a node without TLS has %d routes to a TLS node", r)
+	}
+
+	if _, err := Start(Config{Name: "test", NodeID: "x", TLSCert: cfgs[0].TLSCert}); err == nil {
+		t.Error("a certificate without key and CA was accepted")
+	}
+}
+
+// The embedded server's client port takes no client but the node's own
+// in-process connection.
+func TestClientPortNeedsSecret(t *testing.T) {
+	nodes := startNodes(t, Config{})
+	url := nodes[0].node.srv.ClientURL()
+	for _, opts := range [][]nats.Option{nil, {nats.Token("guess")}, {nats.UserInfo(routeUser, "guess")}} {
+		opts = append(opts, nats.MaxReconnects(0), nats.Timeout(2*time.Second))
+		if nc, err := nats.Connect(url, opts...); err == nil {
+			nc.Close()
+			t.Fatalf("a client connected to the embedded server's client port %s", url)
+		}
+	}
+}
+
+func writeCA(t *testing.T, dir string) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", der)
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca, key
+}
+
+// writeLeaf writes a certificate for 127.0.0.1, good as server and client.
+func writeLeaf(t *testing.T, dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey) (cert, key string) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
+	writePEM(t, cert, "CERTIFICATE", der)
+	writePEM(t, key, "EC PRIVATE KEY", kb)
+	return cert, key
+}
+
+func writePEM(t *testing.T, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Routes open beyond loopback without a token or TLS are warned about; the
+// token never reaches the log.
+func TestRouteSecurityWarning(t *testing.T) {
+	for _, tc := range []struct {
+		listen, token string
+		warn          bool
+	}{
+		{"0.0.0.0:0", "", true},
+		{"0.0.0.0:0", "s3cret-token", false},
+		{"127.0.0.1:0", "", false},
+	} {
+		var log syncBuffer
+		node, err := Start(Config{Name: "test", NodeID: "w", Listen: tc.listen, Token: tc.token,
+			Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.Close()
+		if got := strings.Contains(log.String(), "neither --cluster-token"); got != tc.warn {
+			t.Errorf("listen %s token %q: warned %v, want %v\n%s", tc.listen, tc.token, got, tc.warn, log.String())
+		}
+		if tc.token != "" && strings.Contains(log.String(), tc.token) {
+			t.Errorf("the route token is in the log:\n%s", log.String())
+		}
+	}
+}
+
+// syncBuffer is a log sink safe for the NATS callbacks' goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

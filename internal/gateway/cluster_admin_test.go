@@ -1,0 +1,173 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/cluster"
+	"github.com/mcpgate/mcpgate/internal/devauth"
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/store"
+)
+
+// Two gateways in cluster mode on one store: the REST door of the node that
+// does not hold a device sets its alias (stored once), audits its calls with
+// both nodes, forgets it (409 while online, force disconnects it on its
+// holder); a key revoked on one node is refused by the other within 1s.
+func TestClusterAdminAcrossGateways(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(t.Context(), "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	newKey := func(name string, scope auth.Scope) (string, string) {
+		k, secret, err := auth.NewKey(name, scope, nil, nil, 0, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.CreateKey(t.Context(), k); err != nil {
+			t.Fatal(err)
+		}
+		return k.ID, secret
+	}
+	_, admin := newKey("admin", auth.ScopeAdmin)
+	callerID, caller := newKey("caller", auth.ScopeCall)
+	a := startGateway(t, Config{DataDir: t.TempDir(), Store: st, RequireKeys: true,
+		Cluster: &cluster.Config{Name: "t", NodeID: "a", Listen: "127.0.0.1:0"}})
+	b := startGateway(t, Config{DataDir: t.TempDir(), Store: st, RequireKeys: true,
+		Cluster: &cluster.Config{Name: "t", NodeID: "b", Listen: "127.0.0.1:0", Routes: []string{a.ClusterRoute()}}})
+
+	srv := newServer(t, device.ProfileESP32, device.Tool{
+		Name: "self.echo", Description: "echo",
+		Handler: func(ctx context.Context, args device.Args) (any, error) { return "on a", nil },
+	})
+	mac := "02:00:00:00:0d:02"
+	runDevice(t, a, mac, srv)
+	anon, err := api.NewClient("http://"+b.Addr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onB, callerOnB := anon.WithKey(admin), anon.WithKey(caller)
+	onA, err := api.NewClient("http://"+a.Addr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a call through node b", 10*time.Second, func() bool {
+		res, err := onB.Call(t.Context(), mac, api.CallBody{Name: "self.echo"})
+		return err == nil && res.Text() == "on a"
+	})
+
+	// Alias, set through b, stored once (by a, which holds the device).
+	d, err := onB.SetAlias(t.Context(), mac, "porch")
+	if err != nil || d.Alias != "porch" || d.Node != "a" {
+		t.Fatalf("alias through the other node: %+v, %v", d, err)
+	}
+	if dev, err := a.Hub().Device("porch"); err != nil || dev.ID != mac {
+		t.Errorf("the holder does not know the alias: %+v, %v", dev, err)
+	}
+	waitFor(t, "the alias in the store", 5*time.Second, func() bool {
+		devs, err := st.Devices(t.Context())
+		return err == nil && len(devs) == 1 && devs[0].Alias == "porch"
+	})
+
+	// The audit log names the node that took the call and the one that served it.
+	waitFor(t, "the routed call's audit record", 5*time.Second, func() bool {
+		page, err := onB.Audit(t.Context(), api.AuditQuery{Device: mac, Tool: "self.echo", Outcome: "ok"})
+		if err != nil || len(page.Records) == 0 {
+			return false
+		}
+		r := page.Records[0]
+		return r.Node == "b" && r.ServedBy == "a"
+	})
+
+	// Forget through b: refused while online, then forced.
+	var ae *api.APIError
+	if _, err := onB.Forget(t.Context(), mac, false); !errors.As(err, &ae) || ae.Code != "device_online" {
+		t.Fatalf("forget of a device online on another node: %v, want device_online", err)
+	}
+	res, err := onB.Forget(t.Context(), mac, true)
+	if err != nil || !res.Disconnected || res.Device != mac {
+		t.Fatalf("forced forget through the other node: %+v, %v", res, err)
+	}
+	// The device's client reconnects at once, as a new device (default alias).
+	waitFor(t, "the holder to drop the forgotten device", 5*time.Second, func() bool {
+		dev, err := a.Hub().Device(mac)
+		return err != nil || dev.Alias != "porch"
+	})
+
+	// A key revoked on a is refused on b within 1s (its cache lifetime).
+	if _, err := onB.Devices(t.Context()); err != nil {
+		t.Fatal(err) // the admin key works on b
+	}
+	if _, err := callerOnB.Devices(t.Context()); err != nil {
+		t.Fatal(err) // the caller key is cached on b
+	}
+	if _, err := onA.WithKey(admin).RevokeKey(t.Context(), callerID); err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	waitFor(t, "the revoked key refused on the other node", 5*time.Second, func() bool {
+		_, err := callerOnB.Devices(t.Context())
+		return errors.As(err, &ae) && ae.Status == 401
+	})
+	if d := time.Since(revoked); d > 1500*time.Millisecond {
+		t.Errorf("a key revoked on node a was accepted by node b for %s, want at most 1s", d)
+	}
+}
+
+// A device's credentials revoked through one node: its session on another
+// node is closed, and that node refuses its old token too.
+func TestClusterRevocationAcrossGateways(t *testing.T) {
+	st, err := store.Open(t.Context(), "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	prov := Provisioning{DeviceAuth: devauth.ModeToken, DeviceSecret: testSecret}
+	a := startGateway(t, Config{Store: st, Provisioning: prov, Cluster: &cluster.Config{Name: "t", NodeID: "a", Listen: "127.0.0.1:0"}})
+	b := startGateway(t, Config{Store: st, Provisioning: prov,
+		Cluster: &cluster.Config{Name: "t", NodeID: "b", Listen: "127.0.0.1:0", Routes: []string{a.ClusterRoute()}}})
+	const mac, cid = "02:00:00:00:0d:03", "client-d3"
+	token, err := a.devices.auth.Authority().IssueDevice(mac, cid, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func(gw *Gateway) (stop func()) {
+		c, err := device.NewClient(device.ClientOptions{URL: wsURL(gw), DeviceID: mac, ClientID: cid, Token: token,
+			Server: newServer(t, device.ProfileESP32), MinBackoff: 20 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return runInBackground(t, c.Run)
+	}
+	// Node a knows the device (it was connected there); it is now on b.
+	stop := dial(a)
+	waitState(t, a, mac, hub.StateReady)
+	stop()
+	waitState(t, a, mac, hub.StateOffline)
+	dial(b)
+	waitState(t, b, mac, hub.StateReady)
+
+	c, err := api.NewClient("http://"+a.Addr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.RevokeTokens(t.Context(), mac)
+	if err != nil || !res.Disconnected {
+		t.Fatalf("revoke through the node not holding the device: %+v, %v", res, err)
+	}
+	// The device retries b with its old token: refused there too.
+	waitFor(t, "a refused reconnect on b", 5*time.Second, func() bool {
+		return strings.Contains(metricsText(t, b), `mcpgate_device_auth_failures_total{reason="revoked",transport="websocket"}`)
+	})
+	if d, _ := b.Hub().Device(mac); d.Online {
+		t.Fatal("device back online on another node with a revoked token")
+	}
+}
