@@ -70,6 +70,8 @@ type Node struct {
 	devs  map[string]*nats.Subscription // call subscription per held device
 	calls map[string]context.CancelFunc // routed calls served here, by call id
 	subs  []*nats.Subscription          // claim and cancel
+
+	fast fastPath // reply inbox and server goroutines of routed calls (fast.go)
 }
 
 // DefaultNodeID derives a node id from the host name.
