@@ -34,7 +34,7 @@ const stormSlots = 512
 
 // pgStatLag is how long PostgreSQL may take to publish a backend's
 // statistics: an idle backend flushes them within 10 s (PGSTAT_IDLE_INTERVAL).
-const pgStatLag = 11 * time.Second
+var pgStatLag = 11 * time.Second // tests shorten it
 
 // StormReport is the reconnect storm.
 type StormReport struct {
