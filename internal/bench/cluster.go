@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -206,6 +207,10 @@ func waitRouted(ctx context.Context, base, path string, cfg Config) error {
 func startCluster(ctx context.Context, cfg Config, exe, dataDir string) (nodes []*clusterNode, stop func(), err error) {
 	log := cfg.Logger
 	n := cfg.Cluster
+	var logw io.Writer
+	if cfg.GatewayLog != nil {
+		logw = &syncWriter{w: cfg.GatewayLog} // the nodes write at once
+	}
 	stop = func() {
 		for _, nd := range nodes {
 			if serr := nd.t.stop(); serr != nil {
@@ -244,7 +249,7 @@ func startCluster(ctx context.Context, cfg Config, exe, dataDir string) (nodes [
 			extra := []string{"--cluster-name", clusterName, "--node-id", id, "--cluster-listen", routes[i],
 				"--cluster-routes", strings.Join(others, ","), "--store", cfg.Store, "--pprof-addr", pprof}
 			var t *target
-			t, err = startNode(ctx, exe, dir, id, extra, cfg.GatewayLog)
+			t, err = startNode(ctx, exe, dir, id, extra, logw)
 			if err != nil {
 				break
 			}
@@ -324,6 +329,18 @@ func redactArgs(args []string) []string {
 		out[i] = a
 	}
 	return out
+}
+
+// syncWriter serialises writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
 }
 
 // prefixWriter prefixes each write (a log line, as the child writes them)
