@@ -112,14 +112,12 @@ func runCluster(ctx context.Context, cfg Config, rep *Report) error {
 	}
 	defer stop()
 	cr := &ClusterReport{Store: store.RedactDSN(cfg.Store), Devices: cfg.Devices}
-	pids := make([]int, len(nodes))
-	for i, n := range nodes {
+	for _, n := range nodes {
 		cr.Nodes = append(cr.Nodes, n.NodeInfo)
-		pids[i] = n.PID
 	}
 	rep.Cluster = cr
 	rep.Gateway = GatewayInfo{Mode: ModeChild, URL: nodes[0].URL, PID: nodes[0].PID}
-	cpu := cpuMeter{nodes: pids}
+	cpu := cpuMeter{nodes: pids(nodes)}
 	hc := &http.Client{Timeout: 30 * time.Second}
 
 	local, remote := nodes[0], nodes[1]

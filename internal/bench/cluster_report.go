@@ -71,10 +71,15 @@ func (r *Report) writeCluster(w io.Writer) error {
 		for _, code := range slices.Sorted(maps.Keys(s.Errors)) {
 			p.f("  retried      %-20s %s\n", code, count(s.Errors[code]))
 		}
+		if u := s.CPU; u != nil {
+			p.f("  cpu          drop to ready: gateway (all nodes) %.2f cores, %.0f µs per reconnect; bench (devices) %.2f cores, %.0f µs per reconnect\n",
+				u.Gateway, u.GatewayPerCallUS, u.Bench, u.BenchPerCallUS)
+			p.other(u)
+		}
 		if st := s.Store; st != nil {
-			p.f("  store        over %s: %s commits (less %.0f an idle cluster commits in as long), %s device rows written, %s audit rows (the sweep's calls)\n",
+			p.f("  store        over %s: %s commits (an idle cluster commits %.0f in as long), %s device rows written, %s audit rows (the sweep's calls)\n",
 				fmtS(st.WindowS), count(uint64(st.Commits)), st.Baseline, count(uint64(st.DeviceRows)), count(uint64(st.AuditRows)))
-			p.f("  per reconnect %.3f commits, %.2f device rows\n", st.CommitsPerReconnect, st.DeviceRowsPerReconnect)
+			p.f("  per reconnect %.3f commits (idle ones included), %.2f device rows\n", st.CommitsPerReconnect, st.DeviceRowsPerReconnect)
 		} else {
 			p.f("  store        n/a (PostgreSQL statistics not readable)\n")
 		}

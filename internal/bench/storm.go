@@ -56,6 +56,10 @@ type StormReport struct {
 	Retries    uint64            `json:"retries"`
 	Uncallable int               `json:"uncallable,omitempty"`
 	Errors     map[string]uint64 `json:"errors,omitempty"`
+	// CPU is the processor time from the drop until ReadyS, divided by the
+	// devices: GatewayPerCallUS is every node's CPU per reconnect,
+	// BenchPerCallUS the simulated devices'.
+	CPU *CPUUse `json:"cpu,omitempty"`
 	// Store is what PostgreSQL did from before the drop until the storm's
 	// writes were in; nil when its statistics could not be read.
 	Store *StormStore `json:"store,omitempty"`
@@ -65,14 +69,16 @@ type StormReport struct {
 type StormStore struct {
 	WindowS float64 `json:"window_s"`
 	// Commits is pg_stat_database.xact_commit of the store's database over
-	// the window, less what the idle cluster commits in as long (Baseline).
+	// the window; Baseline is what the idle cluster (and these readings)
+	// commit in as long, measured right after.
 	Commits  int64   `json:"commits"`
 	Baseline float64 `json:"baseline_commits"`
 	// DeviceRows is rows inserted or updated in the devices table;
 	// AuditRows rows inserted in the audit table (the sweep's calls).
 	DeviceRows int64 `json:"device_rows"`
 	AuditRows  int64 `json:"audit_rows"`
-	// Per reconnect: Commits and DeviceRows divided by the devices.
+	// Per reconnect: Commits (baseline included: an upper bound) and
+	// DeviceRows divided by the devices.
 	CommitsPerReconnect    float64 `json:"commits_per_reconnect"`
 	DeviceRowsPerReconnect float64 `json:"device_rows_per_reconnect"`
 }
@@ -148,6 +154,8 @@ func runStorm(ctx context.Context, cfg Config, nodes []*clusterNode, hc *http.Cl
 		return nil, err
 	}
 	log.Info("storm: every device drops and reconnects to the next node")
+	cpu := cpuMeter{nodes: pids(nodes)}
+	cpu0 := cpu.read()
 	drop := time.Now()
 	first.stop()
 	second, err := connectSpread(ctx, urls, 1, n, cfg.Profile, log)
@@ -162,6 +170,10 @@ func runStorm(ctx context.Context, cfg Config, nodes []*clusterNode, hc *http.Cl
 		return nil, err
 	}
 	rep.ReadyS = time.Since(drop).Seconds()
+	if cpu1 := cpu.read(); cpu0.ok && cpu1.ok {
+		rep.CPU = cpuWindow{gateway: cpu1.gateway - cpu0.gateway, self: cpu1.self - cpu0.self,
+			machine: cpu1.machine - cpu0.machine, d: time.Since(drop)}.use(uint64(n))
+	}
 	log.Info("storm: devices ready again; calling each through the first node", "took", time.Since(drop).Round(time.Millisecond))
 	sweep(ctx, cfg, bases[0], second.paths, rep)
 	rep.CallableS = time.Since(drop).Seconds()
@@ -180,7 +192,7 @@ func runStorm(ctx context.Context, cfg Config, nodes []*clusterNode, hc *http.Cl
 			window := s1.at.Sub(s0.at)
 			baseline := float64(s2.commits-s1.commits) * window.Seconds() / s2.at.Sub(s1.at).Seconds()
 			st := &StormStore{WindowS: window.Seconds(), Baseline: baseline,
-				Commits:    max(0, s1.commits-s0.commits-int64(baseline+0.5)),
+				Commits:    s1.commits - s0.commits,
 				DeviceRows: s1.deviceRows - s0.deviceRows, AuditRows: s1.auditRows - s0.auditRows}
 			st.CommitsPerReconnect = float64(st.Commits) / float64(n)
 			st.DeviceRowsPerReconnect = float64(st.DeviceRows) / float64(n)
@@ -286,6 +298,14 @@ func connectSpread(ctx context.Context, urls []string, shift, n int, profile dev
 		f.wg.Go(func() { _ = c.Run(fctx) })
 	}
 	return f, nil
+}
+
+func pids(nodes []*clusterNode) []int {
+	out := make([]int, len(nodes))
+	for i, n := range nodes {
+		out[i] = n.PID
+	}
+	return out
 }
 
 // scrapeAll reads every node's metrics.
