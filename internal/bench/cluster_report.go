@@ -62,6 +62,9 @@ func (r *Report) writeCluster(w io.Writer) error {
 		p.f("\nreconnect storm: %s devices over %d nodes, all dropping and reconnecting each to the next node\n", count(uint64(s.Devices)), len(c.Nodes))
 		p.f("  per node     before %s, after %s\n", ints(s.PerNodeBefore), ints(s.PerNodeAfter))
 		p.f("  first        all connected and discovered in %s\n", fmtS(s.ConnectS))
+		if s.RSSPerDeviceKiB != 0 {
+			p.f("  memory       nodes' RSS %.1f KiB per connected idle device, all nodes together (one reading after %s idle)\n", s.RSSPerDeviceKiB, fmtS(pgStatLag.Seconds()))
+		}
 		p.f("  ready again  %s after the drop (every node's metrics: all online and discovered)\n", fmtS(s.ReadyS))
 		p.f("  callable     %s after the drop: a call to each through %s succeeded (%s calls, %s retried)\n",
 			fmtS(s.CallableS), c.Nodes[0].ID, count(s.Calls), count(s.Retries))

@@ -42,6 +42,11 @@ type StormReport struct {
 	// PerNodeBefore and PerNodeAfter count the devices online on each node.
 	PerNodeBefore []int `json:"per_node_before"`
 	PerNodeAfter  []int `json:"per_node_after"`
+	// RSSPerDeviceKiB is the nodes' resident memory with the fleet
+	// connected and idle, less before it connected, per device: a
+	// device's session on its node and its call subscription's interest
+	// on every node's NATS server. One reading each, not a minimum.
+	RSSPerDeviceKiB float64 `json:"rss_per_device_kib,omitempty"`
 	// ConnectS is the first connection of the fleet, until all were ready.
 	ConnectS float64 `json:"connect_s"`
 	// ReadyS runs from the drop until the nodes' metrics count every device
@@ -126,6 +131,7 @@ func runStorm(ctx context.Context, cfg Config, nodes []*clusterNode, hc *http.Cl
 	if err != nil {
 		return nil, err
 	}
+	rss0 := nodesRSS(nodes)
 	log.Info("storm: connecting devices over the nodes", "devices", n, "nodes", len(nodes))
 	start := time.Now()
 	first, err := connectSpread(ctx, urls, 0, n, cfg.Profile, log)
@@ -143,6 +149,9 @@ func runStorm(ctx context.Context, cfg Config, nodes []*clusterNode, hc *http.Cl
 		return nil, err
 	}
 	pause(ctx, pgStatLag)
+	if rss1 := nodesRSS(nodes); rss0 > 0 && rss1 > 0 {
+		rep.RSSPerDeviceKiB = (float64(rss1) - float64(rss0)) / 1024 / float64(n)
+	}
 	s0, serr := readPGStats(ctx, cfg.Store)
 	if serr != nil {
 		log.Warn("storm: the store's statistics cannot be read; no store figures", "error", serr)
@@ -298,6 +307,19 @@ func connectSpread(ctx context.Context, urls []string, shift, n int, profile dev
 		f.wg.Go(func() { _ = c.Run(fctx) })
 	}
 	return f, nil
+}
+
+// nodesRSS sums the nodes' resident memory; 0 when one cannot be read.
+func nodesRSS(nodes []*clusterNode) uint64 {
+	var sum uint64
+	for _, n := range nodes {
+		r, err := readRSS(n.PID)
+		if err != nil {
+			return 0
+		}
+		sum += r
+	}
+	return sum
 }
 
 func pids(nodes []*clusterNode) []int {
