@@ -62,3 +62,30 @@ func TestSaveDevices(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkSaveDevicesPostgres: a flush of 10,000 changed devices (a
+// reconnect storm's batch), as upserts of existing rows.
+func BenchmarkSaveDevicesPostgres(b *testing.B) {
+	dsn := storetest.PostgresDSN(b)
+	st, err := store.Open(b.Context(), dsn, b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	bs := st.(store.DeviceBatchSaver)
+	now := time.Now()
+	ds := make([]store.Device, 10000)
+	for i := range ds {
+		ds[i] = store.Device{ID: fmt.Sprintf("02:bd:00:00:%02x:%02x", i>>8, i&0xff), Alias: fmt.Sprintf("d%d", i), Kind: "xiaozhi",
+			Transport: "websocket", FirstSeen: now, LastSeen: now, CatalogHash: "h"}
+	}
+	if err := bs.SaveDevices(b.Context(), ds); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if err := bs.SaveDevices(b.Context(), ds); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*len(ds)), "µs/device")
+}
