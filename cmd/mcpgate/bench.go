@@ -70,6 +70,17 @@ echoed back, first straight to the voice server, then through mcpgate while
 trips, what the splice adds per frame one way at p50 and p99 (goal: under
 1 ms at p99) and the gateway's own splice histogram.
 
+--cluster N replaces the phases with a cluster run (docs/cluster.md): N
+"mcpgate serve" nodes routed by embedded NATS on loopback, on the PostgreSQL
+store given by --store (required), the devices connected to the first node.
+The same calls go through the first node's REST door (local) and through
+the second's (cross-node, routed over NATS), back to back with --concurrency
+workers and one at a time: calls/s, p50/p99 and gateway CPU per call (every
+node's CPU) for each. --storm DEVICES then connects that many devices spread
+over the nodes, drops them all at once and reconnects each to the next node:
+the time until every one is callable again, and PostgreSQL's commits and
+device rows written per reconnect.
+
 --server targets an existing gateway only when given on the command line
 (MCPGATE_SERVER is ignored here, so a bench never loads a production gateway
 by accident); its memory is read from --gateway-pid, else from its /metrics.
@@ -84,6 +95,7 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
   mcpgate bench --server http://127.0.0.1:8000 --gateway-pid $(pgrep -f 'mcpgate serve')
   mcpgate bench --soak 10m                             # devices join and leave while calls run; flat memory? audit complete?
   mcpgate bench --soak 1m --devices 50 --soak-rate 50 --soak-sample 5s
+  mcpgate bench --cluster 3 --store postgres://postgres@127.0.0.1/bench --storm 10000
   mcpgate bench --splice                               # upstream mode: what the splice adds to each audio frame`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			// --soak takes an optional duration: "--soak 1m" leaves "1m" as an argument.
@@ -181,5 +193,8 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 	f.IntVar(&scfg.Calls, "splice-calls", 2, "with --splice: REST callers using the device's tools while frames are timed (negative: none)")
 	f.Float64Var(&cfg.SoakRate, "soak-rate", bench.DefaultSoakRate, "calls/s during the soak")
 	f.DurationVar(&cfg.SoakSample, "soak-sample", bench.DefaultSoakSample, "time between the soak's memory samples")
+	f.IntVar(&cfg.Cluster, "cluster", 0, "replace the phases with cluster phases: start this many nodes (≥ 2) routed by embedded NATS on --store, devices on the first; calls through it (local) and through the second (cross-node)")
+	f.StringVar(&cfg.Store, "store", "", "with --cluster: the nodes' PostgreSQL store, postgres://USER@HOST:PORT/DB (a database of its own: the bench writes into it)")
+	f.IntVar(&cfg.Storm, "storm", 0, "with --cluster: then a reconnect storm of this many devices spread over the nodes: time until all are callable again, store writes per reconnect")
 	return cmd
 }

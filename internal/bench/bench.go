@@ -120,6 +120,16 @@ type Config struct {
 	SoakRate float64
 	// SoakSample is the time between memory samples; default DefaultSoakSample.
 	SoakSample time.Duration
+
+	// Cluster, when 2 or more, runs the cluster phases instead of the
+	// others (cluster.go): that many nodes on Store.
+	Cluster int
+	// Store is the nodes' PostgreSQL store (postgres://...); required with
+	// Cluster.
+	Store string
+	// Storm, with Cluster, adds a reconnect storm of this many devices
+	// (storm.go).
+	Storm int
 }
 
 // normalize validates cfg and fills in defaults.
@@ -182,6 +192,9 @@ func (c Config) normalize() (Config, error) {
 	case c.GatewayPID < 0 || (c.GatewayPID > 0 && c.Server == ""):
 		return c, errors.New("bench: a gateway pid goes with the URL of an existing server")
 	}
+	if err := checkCluster(c); err != nil {
+		return c, err
+	}
 	if _, err := device.ParseProfile(string(c.Profile)); err != nil {
 		return c, fmt.Errorf("bench: %w", err)
 	}
@@ -208,7 +221,7 @@ func checkFiles(cfg Config) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("bench: %w", err)
 	}
-	need := uint64(cfg.Devices + 3*cfg.Concurrency + fileBudget)
+	need := uint64(max(cfg.Devices, cfg.Storm) + 3*cfg.Concurrency + fileBudget)
 	if cfg.InProcess {
 		need += uint64(cfg.Devices)
 	}
@@ -234,6 +247,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep := newReport(cfg, files)
+	if cfg.Cluster > 0 {
+		if err := runCluster(ctx, cfg, rep); err != nil {
+			return nil, err
+		}
+		return rep, nil
+	}
 
 	dataDir, err := os.MkdirTemp("", "mcpgate-bench-")
 	if err != nil {

@@ -30,6 +30,9 @@ type CPUUse struct {
 // cpuMeter reads the processor time of the gateway and of this process.
 type cpuMeter struct {
 	gatewayPID int // 0: not measured
+	// nodes are further gateway processes (cluster nodes), counted with
+	// gatewayPID as the gateway.
+	nodes []int
 }
 
 type cpuReading struct {
@@ -50,6 +53,11 @@ func (m cpuMeter) read() cpuReading {
 	if m.gatewayPID > 0 {
 		if g, err := readCPU(m.gatewayPID); err == nil {
 			r.gateway = g
+		}
+	}
+	for _, pid := range m.nodes {
+		if g, err := readCPU(pid); err == nil {
+			r.gateway += g
 		}
 	}
 	return r

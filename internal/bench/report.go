@@ -47,6 +47,8 @@ type Report struct {
 	Goals []Goal       `json:"goals"`
 	// Soak is the soak run (Config.Soak), which replaces the phases.
 	Soak *SoakReport `json:"soak,omitempty"`
+	// Cluster is the cluster run (Config.Cluster), which replaces the phases.
+	Cluster *ClusterReport `json:"cluster,omitempty"`
 }
 
 // RunConfig is the part of the Config that shapes the figures.
@@ -190,6 +192,9 @@ func status(ok bool) string {
 func (r *Report) WriteText(w io.Writer) error {
 	if r.Soak != nil {
 		return r.writeSoak(w)
+	}
+	if r.Cluster != nil {
+		return r.writeCluster(w)
 	}
 	if len(r.Goals) == 0 {
 		r.Evaluate()

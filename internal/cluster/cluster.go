@@ -88,6 +88,8 @@ type Node struct {
 	view  *view                         // set by Bind (view.go)
 
 	onRevoked atomic.Pointer[func(store.Revocation)] // admin.go
+
+	fast fastPath // reply inbox and server goroutines of routed calls (fast.go)
 }
 
 // DefaultNodeID derives a node id from the host name.

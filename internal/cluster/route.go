@@ -61,13 +61,11 @@ func (n *Node) Call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 	if err != nil {
 		return nil, fmt.Errorf("cluster: encoding a call: %w", err)
 	}
-	inbox := n.nc.NewRespInbox()
-	replies := make(chan *nats.Msg, 64)
-	sub, err := n.nc.ChanSubscribe(inbox, replies)
+	inbox, replies, done, err := n.expect()
 	if err != nil {
 		return nil, hub.NotSentError(fmt.Errorf("%w: cluster: %w", hub.ErrDeviceOffline, err))
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer done()
 	out := nats.NewMsg(n.callSubject(id))
 	out.Reply, out.Data = inbox, data
 	if err := n.nc.PublishMsg(out); err != nil {
@@ -165,7 +163,8 @@ func (n *Node) onCall(m *nats.Msg) {
 	if m.Reply == "" {
 		return
 	}
-	go n.serve(m.Reply, m.Data)
+	reply, data := m.Reply, m.Data
+	n.run(func() { n.serve(reply, data) })
 }
 
 func (n *Node) serve(reply string, data []byte) {

@@ -1,0 +1,381 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/store"
+)
+
+// Cluster mode (docs/cluster.md, "Performance"): the bench starts Cluster
+// `mcpgate serve` children routed by embedded NATS on loopback, on the
+// PostgreSQL store given by Config.Store, connects the fleet to the first
+// node, and calls the same devices through the first node's REST door
+// (local) and through the second's (cross-node, routed over NATS) in the
+// same run: calls/s, p50/p99 and gateway CPU per call (every node's CPU)
+// for each, back to back (Concurrency workers) and one call at a time
+// (the latency a route adds). With Storm it then runs a reconnect storm.
+
+// Goals of cluster mode (issue 14).
+const (
+	GoalCrossCPU    = 1.5                    // cross-node gateway CPU per call at most 1.5× a local one
+	GoalCrossAdded  = 200 * time.Microsecond // cross-node p50 at most this much above local, one call at a time
+	clusterName     = "bench"                // the cluster's name: prefixes its NATS subjects
+	clusterMinNodes = 2
+)
+
+// ClusterReport is a cluster run.
+type ClusterReport struct {
+	Nodes []NodeInfo `json:"nodes"`
+	// Store is the PostgreSQL store, without its password.
+	Store   string  `json:"store"`
+	Devices int     `json:"devices"`
+	ReadyS  float64 `json:"ready_s"`
+	// Local and Cross are the closed loops through the first node's REST
+	// door (the devices are there) and through the second's.
+	Local *PhaseReport `json:"local"`
+	Cross *PhaseReport `json:"cross"`
+	// LocalSerial and CrossSerial are the same with one call at a time:
+	// the latency a route adds, without queueing.
+	LocalSerial *PhaseReport `json:"local_serial"`
+	CrossSerial *PhaseReport `json:"cross_serial"`
+	Storm       *StormReport `json:"storm,omitempty"`
+	Goals       []Goal       `json:"goals"`
+}
+
+// NodeInfo is one node of the cluster.
+type NodeInfo struct {
+	ID    string `json:"id"`
+	URL   string `json:"url"`
+	PID   int    `json:"pid"`
+	Route string `json:"route"` // its NATS route listener
+	Pprof string `json:"pprof"` // its pprof listener
+}
+
+// clusterNode is a started node.
+type clusterNode struct {
+	NodeInfo
+	t *target
+}
+
+// checkCluster validates the cluster part of cfg.
+func checkCluster(cfg Config) error {
+	if cfg.Cluster == 0 {
+		if cfg.Storm > 0 {
+			return errors.New("bench: --storm runs on a cluster: add --cluster N and --store postgres://...")
+		}
+		return nil
+	}
+	switch {
+	case cfg.Cluster < clusterMinNodes:
+		return fmt.Errorf("bench: --cluster %d: a cluster has at least %d nodes", cfg.Cluster, clusterMinNodes)
+	case cfg.Store == "":
+		return errors.New("bench: --cluster needs --store postgres://USER@HOST:PORT/DB: the nodes share a PostgreSQL store (use a database of its own: the bench writes devices and audit rows into it)")
+	case !strings.HasPrefix(cfg.Store, "postgres://") && !strings.HasPrefix(cfg.Store, "postgresql://"):
+		return fmt.Errorf("bench: --cluster needs a PostgreSQL store (postgres://...), got %q: cluster mode refuses SQLite", store.RedactDSN(cfg.Store))
+	case cfg.Server != "" || cfg.InProcess || cfg.MQTT || cfg.Soak > 0 || cfg.IdleOnly:
+		return errors.New("bench: --cluster starts its own nodes with WebSocket devices: it excludes --server, --in-process, --mqtt, --soak and --idle-only")
+	case cfg.Storm < 0:
+		return fmt.Errorf("bench: --storm %d: want a number of devices", cfg.Storm)
+	}
+	return nil
+}
+
+// runCluster is Run for Config.Cluster.
+func runCluster(ctx context.Context, cfg Config, rep *Report) error {
+	log := cfg.Logger
+	dataDir, err := os.MkdirTemp("", "mcpgate-bench-cluster-")
+	if err != nil {
+		return fmt.Errorf("bench: gateway data directory: %w", err)
+	}
+	defer os.RemoveAll(dataDir)
+	exe := cfg.Executable
+	if exe == "" {
+		if exe, err = selfExecutable(); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+	}
+	nodes, stop, err := startCluster(ctx, cfg, exe, dataDir)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer stop()
+	cr := &ClusterReport{Store: store.RedactDSN(cfg.Store), Devices: cfg.Devices}
+	for _, n := range nodes {
+		cr.Nodes = append(cr.Nodes, n.NodeInfo)
+	}
+	rep.Cluster = cr
+	rep.Gateway = GatewayInfo{Mode: ModeChild, URL: nodes[0].URL, PID: nodes[0].PID}
+	cpu := cpuMeter{nodes: pids(nodes)}
+	hc := &http.Client{Timeout: 30 * time.Second}
+
+	local, remote := nodes[0], nodes[1]
+	before, err := scrape(ctx, hc, local.URL)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	log.Info("connecting devices to the first node", "devices", cfg.Devices, "node", local.ID)
+	start := time.Now()
+	fl, err := connectFleet(ctx, local.t.wsURL(), "", cfg.Devices, cfg.Profile, log)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	rctx, cancel := context.WithTimeoutCause(ctx, max(30*time.Second, time.Duration(cfg.Devices)*10*time.Millisecond), errNotReady)
+	_, err = waitReady(rctx, hc, local.URL, before, cfg.Devices)
+	cancel()
+	if err != nil {
+		fl.stop()
+		return fmt.Errorf("bench: %w", err)
+	}
+	cr.ReadyS = time.Since(start).Seconds()
+	rep.Fleet.ReadyS = cr.ReadyS
+	// The routes between the nodes' NATS servers form in the background:
+	// wait until the second node reaches a device on the first.
+	if err := waitRouted(ctx, remote.URL, fl.paths[0], cfg); err != nil {
+		fl.stop()
+		return fmt.Errorf("bench: %w", err)
+	}
+
+	phases := []struct {
+		name    string
+		node    *clusterNode
+		workers int
+		out     **PhaseReport
+	}{
+		{"local", local, cfg.Concurrency, &cr.Local},
+		{"cross-node", remote, cfg.Concurrency, &cr.Cross},
+		{"local, one at a time", local, 1, &cr.LocalSerial},
+		{"cross-node, one at a time", remote, 1, &cr.CrossSerial},
+	}
+	for _, ph := range phases {
+		log.Info("cluster phase: closed loop", "phase", ph.name, "door", ph.node.URL, "workers", ph.workers, "warmup", cfg.Warmup, "duration", cfg.Duration)
+		l := newLoad(ph.node.URL, fl.paths, ph.workers, cfg.Client, cfg.Tool, cfg.Args)
+		*ph.out = runClosed(ctx, l, cpu, cfg.Warmup, cfg.Duration)
+		if err := ctx.Err(); err != nil {
+			fl.stop()
+			return err
+		}
+	}
+	log.Info("disconnecting devices")
+	fl.stop()
+
+	if cfg.Storm > 0 {
+		if cr.Storm, err = runStorm(ctx, cfg, nodes, hc); err != nil {
+			return fmt.Errorf("bench: storm: %w", err)
+		}
+	}
+	cr.evaluate()
+	return nil
+}
+
+// waitRouted calls a device held by the first node through node base until
+// a call succeeds: the NATS routes are up.
+func waitRouted(ctx context.Context, base, path string, cfg Config) error {
+	c := newCaller(cfg.Client, base, newStdClient(1))
+	defer c.close()
+	l := newLoad(base, []string{path}, 1, cfg.Client, cfg.Tool, cfg.Args)
+	body := l.body(nil, 0)
+	deadline := time.Now().Add(startTimeout)
+	for {
+		outcome, err := c.call(ctx, path, body)
+		if outcome == outcomeOK {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("no call routed from %s to the node holding the devices in %s: %s: %w", base, startTimeout, outcome, err)
+		}
+		pause(ctx, 50*time.Millisecond)
+	}
+}
+
+// startCluster starts cfg.Cluster nodes, each with its NATS routes to all
+// the others, and returns them once every one answers /healthz. stop ends
+// them all.
+func startCluster(ctx context.Context, cfg Config, exe, dataDir string) (nodes []*clusterNode, stop func(), err error) {
+	log := cfg.Logger
+	n := cfg.Cluster
+	var logw io.Writer
+	if cfg.GatewayLog != nil {
+		logw = &syncWriter{w: cfg.GatewayLog} // the nodes write at once
+	}
+	stop = func() {
+		for _, nd := range nodes {
+			if serr := nd.t.stop(); serr != nil {
+				log.Warn("node stop", "node", nd.ID, "error", serr)
+			}
+		}
+	}
+	for attempt := range startAttempts {
+		nodes = nodes[:0]
+		routes := make([]string, n)
+		for i := range routes {
+			addr, err := freeAddr()
+			if err != nil {
+				return nil, nil, err
+			}
+			routes[i] = addr
+		}
+		for i := range n {
+			var others []string
+			for j, r := range routes {
+				if j != i {
+					others = append(others, "nats://"+r)
+				}
+			}
+			id := "n" + strconv.Itoa(i+1)
+			dir := filepath.Join(dataDir, id)
+			if err = os.MkdirAll(dir, 0o700); err != nil {
+				stop()
+				return nil, nil, fmt.Errorf("node %s data directory: %w", id, err)
+			}
+			var pprof string
+			if pprof, err = freeAddr(); err != nil {
+				stop()
+				return nil, nil, err
+			}
+			extra := []string{"--cluster-name", clusterName, "--node-id", id, "--cluster-listen", routes[i],
+				"--cluster-routes", strings.Join(others, ","), "--store", cfg.Store, "--pprof-addr", pprof}
+			var t *target
+			t, err = startNode(ctx, exe, dir, id, extra, logw)
+			if err != nil {
+				break
+			}
+			nodes = append(nodes, &clusterNode{NodeInfo: NodeInfo{ID: id, URL: t.url, PID: t.pid, Route: routes[i], Pprof: pprof}, t: t})
+			log.Info("started node", "node", id, "pid", t.pid, "url", t.url, "route", routes[i], "pprof", "http://"+pprof+"/debug/pprof/")
+		}
+		if err == nil {
+			return nodes, stop, nil
+		}
+		stop()
+		if !errors.Is(err, errPortTaken) {
+			return nil, nil, err
+		}
+		log.Info("a port picked for a node was taken before it started; trying others", "attempt", attempt+1, "err", err)
+	}
+	return nil, nil, err
+}
+
+// startNode runs `exe serve` as one node: as startChildOnce, with the
+// cluster's flags.
+func startNode(ctx context.Context, exe, dataDir, id string, extra []string, logw io.Writer) (*target, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"serve", "--addr", addr, "--mqtt-addr", "127.0.0.1:0", "--log-level", "warn", "--data", dataDir,
+		"--key-call-rate=-1", "--device-call-rate=-1"}, extra...)
+	tail := &tailBuffer{max: 4 << 10}
+	var out io.Writer = tail
+	if logw != nil {
+		out = io.MultiWriter(tail, &prefixWriter{w: logw, prefix: []byte(id + ": ")})
+	}
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cmd := exec.CommandContext(cctx, exe, args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = stopTimeout
+	dieWithParent(cmd)
+	if err := cmd.Start(); err != nil {
+		cancel()
+		return nil, fmt.Errorf("start node %s: %w", id, err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() {
+		defer close(exited)
+		waitErr = cmd.Wait()
+	}()
+	stop := func() error {
+		cancel()
+		<-exited
+		if ps := cmd.ProcessState; ps != nil && !ps.Success() {
+			return fmt.Errorf("node %s (pid %d) did not exit cleanly: %w; its last output:\n%s", id, cmd.Process.Pid, waitErr, tail)
+		}
+		return nil
+	}
+	t := &target{mode: ModeChild, url: "http://" + addr, pid: cmd.Process.Pid, stop: stop}
+	hctx, hcancel := context.WithTimeout(ctx, startTimeout)
+	defer hcancel()
+	if err := waitHealthy(hctx, t.url, exited); err != nil {
+		_ = stop()
+		if strings.Contains(tail.String(), "address already in use") {
+			err = fmt.Errorf("%w: %w", errPortTaken, err)
+		}
+		return nil, fmt.Errorf("node %s: %s %s: %w; its output:\n%s", id, exe, strings.Join(redactArgs(args), " "), err, tail)
+	}
+	return t, nil
+}
+
+// redactArgs hides the store's password in a command line shown in errors.
+func redactArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if i > 0 && args[i-1] == "--store" {
+			a = store.RedactDSN(a)
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// syncWriter serialises writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
+
+// prefixWriter prefixes each write (a log line, as the child writes them)
+// with its node's id.
+type prefixWriter struct {
+	w      io.Writer
+	prefix []byte
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	if _, err := p.w.Write(append(append([]byte(nil), p.prefix...), b...)); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// evaluate fills the goals from the phases.
+func (r *ClusterReport) evaluate() {
+	r.Goals = r.Goals[:0]
+	cpu := Goal{Name: "cross-node gateway CPU per call vs local", Target: fmt.Sprintf("≤ %.1f×", GoalCrossCPU), Status: "n/a"}
+	if l, c := r.Local, r.Cross; l != nil && c != nil && l.CPU != nil && c.CPU != nil && l.CPU.GatewayPerCallUS > 0 && c.CPU.GatewayPerCallUS > 0 {
+		ratio := c.CPU.GatewayPerCallUS / l.CPU.GatewayPerCallUS
+		cpu.Measured = fmt.Sprintf("%.2f× (%.1f ÷ %.1f µs, all nodes)", ratio, c.CPU.GatewayPerCallUS, l.CPU.GatewayPerCallUS)
+		cpu.Status = status(ratio <= GoalCrossCPU)
+	}
+	lat := Goal{Name: "p50 a cross-node call adds, one call at a time", Target: "≤ " + fmtMS(float64(GoalCrossAdded)/1e6), Status: "n/a"}
+	if l, c := r.LocalSerial, r.CrossSerial; l != nil && c != nil && l.Calls > 0 && c.Calls > 0 {
+		added := c.Latency.P50MS - l.Latency.P50MS
+		lat.Measured = fmt.Sprintf("%s (%s − %s)", fmtSignedMS(added), fmtMS(c.Latency.P50MS), fmtMS(l.Latency.P50MS))
+		lat.Status = status(added <= float64(GoalCrossAdded)/1e6)
+	}
+	r.Goals = append(r.Goals, cpu, lat)
+}
+
+func fmtSignedMS(v float64) string {
+	if v < 0 {
+		return "−" + fmtMS(-v)
+	}
+	return fmtMS(v)
+}

@@ -1,0 +1,122 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+)
+
+// What keeps a routed call cheap (docs/cluster.md, "Performance"): one
+// reply subscription for all the calls a node routes, and long-lived
+// goroutines to serve the calls routed to it.
+
+// servers is how many goroutines wait for calls routed to this node; a call
+// arriving while all are busy gets a goroutine of its own.
+const servers = 64
+
+// replyBuffer is how many replies of one call may wait for its caller, as
+// the buffered channel a per-call subscription had.
+const replyBuffer = 64
+
+// fastPath is the part of a Node that routed calls share.
+type fastPath struct {
+	once sync.Once
+	err  error
+	// prefix is "_INBOX.<random>.": a call's reply subject is prefix and
+	// a token of its own, all under one wildcard subscription. A
+	// subscription per call would cost a SUB and an UNSUB on this server
+	// and interest updates to every routed server, per call.
+	prefix string
+	sub    *nats.Subscription
+
+	mu      sync.Mutex
+	pending map[string]chan *nats.Msg // by reply token; guarded by mu
+
+	work chan func() // unbuffered: taken only by an idle server goroutine
+}
+
+// start subscribes the reply inbox and starts the server goroutines, once.
+func (n *Node) start() error {
+	f := &n.fast
+	f.once.Do(func() {
+		f.prefix = nats.InboxPrefix + nuid.Next() + "."
+		f.pending = make(map[string]chan *nats.Msg)
+		f.work = make(chan func())
+		f.sub, f.err = n.nc.Subscribe(f.prefix+"*", f.deliver)
+		if f.err != nil {
+			f.err = fmt.Errorf("cluster: subscribing to replies: %w", f.err)
+			return
+		}
+		for range servers {
+			go serveLoop(n.ctx, f.work)
+		}
+	})
+	return f.err
+}
+
+func serveLoop(ctx context.Context, work <-chan func()) {
+	for {
+		select {
+		case job := <-work:
+			job()
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// run runs job on an idle server goroutine, whose stack has already grown
+// to what serving a call takes, or on a new one when none is idle.
+func (n *Node) run(job func()) {
+	if n.start() == nil {
+		select {
+		case n.fast.work <- job:
+			return
+		default:
+		}
+	}
+	go job()
+}
+
+// expect returns a reply subject for one call and the channel its replies
+// arrive on; done forgets it.
+func (n *Node) expect() (subject string, replies <-chan *nats.Msg, done func(), err error) {
+	if err := n.start(); err != nil {
+		return "", nil, nil, err
+	}
+	f := &n.fast
+	tok := nuid.Next()
+	c := make(chan *nats.Msg, replyBuffer)
+	f.mu.Lock()
+	f.pending[tok] = c
+	f.mu.Unlock()
+	return f.prefix + tok, c, func() {
+		f.mu.Lock()
+		delete(f.pending, tok)
+		f.mu.Unlock()
+	}, nil
+}
+
+// deliver hands a reply to its call. A reply for a call that has ended (a
+// keepalive racing the result) is dropped, and so is one its caller is too
+// slow for, as NATS drops messages for a slow subscriber.
+func (f *fastPath) deliver(m *nats.Msg) {
+	tok, ok := strings.CutPrefix(m.Subject, f.prefix)
+	if !ok {
+		return
+	}
+	f.mu.Lock()
+	c := f.pending[tok]
+	f.mu.Unlock()
+	if c == nil {
+		return
+	}
+	select {
+	case c <- m:
+	default:
+	}
+}
