@@ -44,7 +44,7 @@ func TestClusterDeviceOnlyInStore(t *testing.T) {
 
 	// Written to the store while both run, as a node that held them wrote
 	// them: neither hub has heard of them.
-	const hall, porch, attic = "02:00:00:00:0f:01", "02:00:00:00:0f:02", "02:00:00:00:0f:03"
+	const hall, porch, attic, shed, loft = "02:00:00:00:0f:01", "02:00:00:00:0f:02", "02:00:00:00:0f:03", "02:00:00:00:0f:04", "02:00:00:00:0f:05"
 	if err := st.SaveCatalog(t.Context(), "c1", []byte(`[{"name":"self.echo","description":"echo","inputSchema":{"type":"object","properties":{}}}]`)); err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +53,8 @@ func TestClusterDeviceOnlyInStore(t *testing.T) {
 		{ID: hall, Alias: "hall", Kind: "xiaozhi", Transport: "websocket", FirstSeen: seen, LastSeen: seen, CatalogHash: "c1"},
 		{ID: porch, Alias: "porch", Kind: "xiaozhi", Transport: "websocket", FirstSeen: seen, LastSeen: seen},
 		{ID: attic, Alias: "attic", Kind: "xiaozhi", Transport: "websocket", FirstSeen: seen, LastSeen: seen},
+		{ID: shed, Alias: "shed", Kind: "xiaozhi", Transport: "websocket", FirstSeen: seen, LastSeen: seen},
+		{ID: loft, Alias: "loft", Kind: "xiaozhi", Transport: "websocket", FirstSeen: seen, LastSeen: seen, CatalogHash: "c1"},
 	} {
 		if err := st.SaveDevice(t.Context(), d); err != nil {
 			t.Fatal(err)
@@ -97,9 +99,19 @@ func TestClusterDeviceOnlyInStore(t *testing.T) {
 	if tl, err := cb.Tools(t.Context(), "hall"); err != nil || len(tl.Tools) != 1 || tl.Tools[0].Name != "self.echo" {
 		t.Errorf("the hall's tools on b: %+v, %v", tl, err)
 	}
+	// Shown by alias before any call (the REST door's key check looks it up).
+	if d, err := cb.Device(t.Context(), "shed"); err != nil || d.ID != shed || d.Online {
+		t.Errorf("the shed on b: %+v, %v", d, err)
+	}
+	// b's MCP door of a device only the store knows opens (not a 404), with
+	// no tools while the device is offline, as for any offline device.
+	door, _ := viewSession(t, "http://"+b.Addr()+"/mcp/devices/loft", admin)
+	if names := toolNames(t, door); len(names) != 0 {
+		t.Errorf("b's door of the offline loft lists %v", names)
+	}
 	devs, err := cb.Devices(t.Context())
-	if err != nil || len(devs) != 2 {
-		t.Errorf("b lists %d devices (%v), want the hall and the porch", len(devs), err)
+	if err != nil || len(devs) != 4 {
+		t.Errorf("b lists %d devices (%v), want the hall, the porch, the shed and the loft", len(devs), err)
 	}
 
 	// What no node and no store knows stays device_not_found.
