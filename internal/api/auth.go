@@ -37,7 +37,7 @@ func Authenticate(doors *auth.Doors, h *hub.Hub) func(http.Handler) http.Handler
 				return
 			}
 			if ref, ok := deviceRef(r.URL); ok {
-				if id, alias, ok := h.Identify(ref); ok && !p.CanSeeDevice(id, alias) {
+				if id, alias, ok := h.IdentifyContext(r.Context(), ref); ok && !p.CanSeeDevice(id, alias) {
 					writeError(w, http.StatusNotFound, "device_not_found", fmt.Errorf("%w: %q", hub.ErrDeviceNotFound, ref).Error(), nil)
 					return
 				}

@@ -95,6 +95,9 @@ func TestConsoleOpen(t *testing.T) {
 		waitJS(t, ctx, d+" ready in the table", rowState(d)+` === 'ready'`)
 	}
 	waitJS(t, ctx, "three online", `document.getElementById('count-online').textContent === '3'`)
+	if heads := eval[string](t, ctx, `[...document.querySelectorAll('#devices thead th')].map(th => th.textContent).join(',')`); strings.Contains(heads, "Node") {
+		t.Errorf("a single node's devices table has a Node column: %s", heads)
+	}
 	screenshot(t, ctx, "devices")
 
 	// Search filters the table.

@@ -140,13 +140,17 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 		case err != nil:
 			// Unknown here, though every node's devices are in this hub
 			// (remote.go): routed anyway, for one that attached a moment
-			// ago, but known nowhere if no node holds it.
+			// ago, but known nowhere if no node holds it, unless the
+			// store knows it (stored.go).
 			if id, ok := remoteID(req.Device); ok && errors.Is(err, ErrDeviceNotFound) {
 				res, rerr := h.callRemote(ctx, id, req)
 				if errors.Is(rerr, ErrDeviceOffline) {
-					rerr = NotSentError(err)
+					rerr = NotSentError(h.storedOffline(ctx, req.Device, err))
 				}
 				return res, nil, rerr
+			}
+			if errors.Is(err, ErrDeviceNotFound) {
+				err = h.storedOffline(ctx, req.Device, err)
 			}
 		case att == nil:
 			res, err := h.callRemote(ctx, d.id, req)

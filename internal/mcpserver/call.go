@@ -31,7 +31,7 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	}
 	// What the caller may not see does not exist for it; what it sees but
 	// may not call is forbidden.
-	if id, alias, ok := d.s.hub.Identify(device); ok && !d.p.CanSeeDevice(id, alias) {
+	if id, alias, ok := d.s.hub.IdentifyContext(ctx, device); ok && !d.p.CanSeeDevice(id, alias) {
 		return gatewayError("device_not_found", fmt.Errorf("%w: %q", hub.ErrDeviceNotFound, device).Error()), nil
 	}
 	if !d.p.CanSeeTool(tool) {

@@ -277,7 +277,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var h http.Handler
 	var err error
 	if ref := r.PathValue("ref"); ref != "" {
-		h, err = s.deviceHandler(ref, p)
+		h, err = s.deviceHandler(r.Context(), ref, p)
 	} else {
 		h, err = s.aggregateHandler(p)
 	}
@@ -372,8 +372,8 @@ func (s *Server) aggregateHandler(p *auth.Principal) (http.Handler, error) {
 	return s.handler[agg], nil
 }
 
-func (s *Server) deviceHandler(ref string, p *auth.Principal) (http.Handler, error) {
-	d, err := s.hub.Device(ref)
+func (s *Server) deviceHandler(ctx context.Context, ref string, p *auth.Principal) (http.Handler, error) {
+	d, err := s.hub.DeviceContext(ctx, ref)
 	if err != nil {
 		return nil, err
 	}

@@ -22,6 +22,7 @@ export class Devices {
     this.timer = 0;
     this.flushTimer = 0;
     this.buffer = null; // events that came while the whole list was being read
+    this.nodes = false; // a device or an event named a cluster node: the pages show nodes
     events.subscribe((ev) => this.apply(ev));
     events.onReconnect(() => this.load().catch(() => {}));
   }
@@ -32,6 +33,7 @@ export class Devices {
       const r = await api('GET', '/api/v1/devices');
       if (!this.loaded) app.stats.listedMs = performance.now();
       this.map = new Map(r.devices.map((d) => [d.id, d]));
+      if (r.devices.some((d) => d.node)) this.nodes = true;
       this.loaded = true;
       const missed = this.buffer;
       this.buffer = null;
@@ -69,11 +71,13 @@ export class Devices {
       return;
     }
     if ((this.version.get(id) || 0) !== v) { this.refresh(id); return; }
+    if (d.node) this.nodes = true;
     this.map.set(d.id, d);
     this.changed();
   }
   apply(ev) {
     if (this.buffer) this.buffer.push(ev);
+    if (ev.node) this.nodes = true;
     this.version.set(ev.device, (this.version.get(ev.device) || 0) + 1);
     const d = this.map.get(ev.device);
     const data = ev.data || {};
@@ -87,6 +91,7 @@ export class Devices {
       case 'device_online':
         Object.assign(d, { online: true, state: 'discovering', transport: data.transport, session_id: data.session_id, remote: data.remote, connected_at: ev.time, last_seen: ev.time });
         delete d.last_error;
+        if (ev.node) d.node = ev.node; // where it connected, in a cluster
         break;
       case 'device_state':
       case 'tools_changed':
@@ -99,6 +104,7 @@ export class Devices {
         break;
       case 'device_offline':
         Object.assign(d, { online: false, state: 'offline', pending_calls: 0, queued_calls: 0 });
+        delete d.node; // an offline device is on no node
         break;
       case 'device_forgotten':
         this.map.delete(ev.device);

@@ -40,15 +40,22 @@ function devicesPage(main) {
   let page = 0;
   let editing = null; // the id whose alias is being edited: renders wait
   let dirty = false;
-  const headRow = ['State', 'Alias', 'Id', 'Transport', 'Dialect', 'Firmware', 'Tools', 'Last seen', 'Last error'];
+  // In a cluster (a device or an event names a node) a Node column follows the id.
+  const thead = h('thead');
+  let withNode = null;
+  function heads() {
+    if (withNode === app.devices.nodes) return;
+    withNode = app.devices.nodes;
+    const cols = ['State', 'Alias', 'Id', ...(withNode ? ['Node'] : []), 'Transport', 'Dialect', 'Firmware', 'Tools', 'Last seen', 'Last error'];
+    thead.replaceChildren(h('tr', {}, cols.map((t) => h('th', { scope: 'col', class: ['State', 'Alias', 'Tools'].includes(t) ? '' : 'hide-narrow', text: t }))));
+  }
   main.append(
     h('div', { class: 'row' }, h('h1', { text: 'Devices' })),
     counts,
     h('div', { class: 'row', role: 'search' },
       h('label', { for: 'dev-search' }, 'Search', q),
       h('label', { for: 'dev-state' }, 'State', state)),
-    h('div', { class: 'tablewrap' }, h('table', { id: 'devices' },
-      h('thead', {}, h('tr', {}, headRow.map((t, i) => h('th', { scope: 'col', class: i >= 2 && i !== 6 ? 'hide-narrow' : '', text: t })))), body)),
+    h('div', { class: 'tablewrap' }, h('table', { id: 'devices' }, thead, body)),
     pager);
   const stopLive = live(counts);
 
@@ -57,7 +64,7 @@ function devicesPage(main) {
     if (st === 'offline' && d.online) return false;
     if (!['all', 'online', 'offline'].includes(st) && d.state !== st) return false;
     if (!text) return true;
-    return (d.alias + ' ' + d.id + ' ' + firmware(d) + ' ' + (d.transport || '') + ' ' + d.kind).toLowerCase().includes(text);
+    return (d.alias + ' ' + d.id + ' ' + firmware(d) + ' ' + (d.transport || '') + ' ' + d.kind + ' ' + (d.node || '')).toLowerCase().includes(text);
   }
 
   function row(d) {
@@ -70,6 +77,7 @@ function devicesPage(main) {
       h('td', { class: 'state' }, statePill(d)),
       aliasCell,
       h('td', { class: 'hide-narrow mono', text: d.id }),
+      withNode ? h('td', { class: 'hide-narrow node', text: d.node || '' }) : null,
       h('td', { class: 'hide-narrow', text: d.transport || '' }),
       h('td', { class: 'hide-narrow', text: d.kind + (d.protocol_version ? ' v' + d.protocol_version : '') }),
       h('td', { class: 'hide-narrow', text: firmware(d) }),
@@ -102,6 +110,7 @@ function devicesPage(main) {
     if (editing) { dirty = true; return; }
     dirty = false;
     const t0 = performance.now();
+    heads();
     const all = app.devices.list();
     const online = all.reduce((n, d) => n + (d.online ? 1 : 0), 0);
     const text = q.value.trim().toLowerCase();
@@ -114,7 +123,7 @@ function devicesPage(main) {
       h('span', { class: 'muted', text: list.length === all.length ? `${all.length} devices` : `${list.length} of ${all.length} shown` }),
       counts.querySelector('.live') || '');
     body.replaceChildren(...list.slice(page * PAGE, (page + 1) * PAGE).map(row));
-    if (!list.length) body.append(h('tr', {}, h('td', { colSpan: 9, class: 'muted', text: app.devices.loaded ? 'No devices match.' : 'Loading…' })));
+    if (!list.length) body.append(h('tr', {}, h('td', { colSpan: withNode ? 10 : 9, class: 'muted', text: app.devices.loaded ? 'No devices match.' : 'Loading…' })));
     pager.replaceChildren(
       h('button', { type: 'button', disabled: page === 0, onclick: () => { page--; render(); } }, 'Previous'),
       h('span', { text: `Page ${page + 1} of ${pages}` }),
@@ -193,7 +202,8 @@ function devicePage(main, [ref]) {
     const reason = d.online ? d.last_error : app.devices.reasons.get(d.id) || d.last_error;
     head.replaceChildren(
       h('h1', {}, d.alias, ' ', statePill(d)),
-      h('p', { class: 'muted' }, h('span', { class: 'mono', text: d.id }), ` · ${d.kind} · ${d.transport || ''} · ${firmware(d)} · ${d.tools} tools · last seen ${ago(d.last_seen)}`),
+      h('p', { class: 'muted' }, h('span', { class: 'mono', text: d.id }), ` · ${d.kind} · ${d.transport || ''} · ${firmware(d)} · ${d.tools} tools · last seen ${ago(d.last_seen)}`,
+        d.node ? h('span', { id: 'device-node' }, ' · node ', h('b', { text: d.node })) : null),
       reason ? h('p', { class: d.online ? 'err' : 'muted', text: (d.online ? 'Error: ' : 'Offline: ') + reason }) : '',
       h('p', {}, h('a', { href: '#/photos/' + encodeURIComponent(d.id), text: 'Photos' }), ' · ', h('a', { href: '#/audit/' + encodeURIComponent(d.id), text: 'Audit' }), ' · ', h('a', { href: '#/events/' + encodeURIComponent(d.id), text: 'Events' })));
   }
@@ -260,25 +270,32 @@ function eventsPage(main, [ref]) {
     h('div', { class: 'row', role: 'search' }, h('label', { for: 'ev-device' }, 'Device', dq), h('label', { for: 'ev-type' }, 'Kind', kind),
       h('label', { for: 'ev-pause', class: 'switch' }, pause, 'Pause')),
     table(['Time', 'Kind', 'Device', 'Details'], body, { id: 'events' }));
+  const thead = main.querySelector('#events thead');
   const stopLive = live(head);
   let timer = 0;
   function render() {
     timer = 0;
     if (pause.checked) return;
     const t = dq.value.trim().toLowerCase();
-    const rows = [];
-    for (let i = app.log.length - 1; i >= 0 && rows.length < 300; i--) {
+    const shown = [];
+    for (let i = app.log.length - 1; i >= 0 && shown.length < 300; i--) {
       const ev = app.log[i];
       if (kind.value && ev.type !== kind.value) continue;
       if (t && !(ev.device.toLowerCase().includes(t) || (ev.alias || '').includes(t))) continue;
-      rows.push(h('tr', { 'data-type': ev.type },
-        h('td', { title: ev.time, text: new Date(ev.time).toLocaleTimeString() }),
-        h('td', { text: ev.type }),
-        h('td', {}, h('a', { href: '#/device/' + encodeURIComponent(ev.device), text: ev.alias || ev.device })),
-        h('td', { class: 'mono', text: ev.data ? JSON.stringify(ev.data) : '' })));
+      shown.push(ev);
     }
+    // In a cluster, each event with the node where it happened.
+    const withNode = app.devices.nodes;
+    const cols = ['Time', 'Kind', 'Device', ...(withNode ? ['Node'] : []), 'Details'];
+    if (thead.rows[0].cells.length !== cols.length) thead.replaceChildren(h('tr', {}, cols.map((c) => h('th', { scope: 'col', text: c }))));
+    const rows = shown.map((ev) => h('tr', { 'data-type': ev.type },
+      h('td', { title: ev.time, text: new Date(ev.time).toLocaleTimeString() }),
+      h('td', { text: ev.type }),
+      h('td', {}, h('a', { href: '#/device/' + encodeURIComponent(ev.device), text: ev.alias || ev.device })),
+      withNode ? h('td', { class: 'node', text: ev.node || '' }) : null,
+      h('td', { class: 'mono', text: ev.data ? JSON.stringify(ev.data) : '' })));
     body.replaceChildren(...rows);
-    if (!rows.length) body.append(h('tr', {}, h('td', { colSpan: 4, class: 'muted', text: 'No events yet.' })));
+    if (!rows.length) body.append(h('tr', {}, h('td', { colSpan: cols.length, class: 'muted', text: 'No events yet.' })));
   }
   const later = () => { if (!timer) timer = setTimeout(render, 150); };
   dq.addEventListener('input', render);
