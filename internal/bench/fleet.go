@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"sync"
 	"time"
@@ -56,11 +57,16 @@ func connectFleet(ctx context.Context, wsURL, mqttBroker string, n int, profile 
 	if err != nil {
 		return nil, fmt.Errorf("bench device: %w", err)
 	}
-	var dialers []*http.Client // per source address; nil: the default client
+	var dialers []*http.Client // WebSocket: per source address, device i uses i%len
+	nsources := 0
 	if mqttBroker == "" {
 		addrs, err := sourceAddrs(wsURL, n, sources)
 		if err != nil {
 			return nil, err
+		}
+		nsources = len(addrs)
+		if len(addrs) == 0 {
+			addrs = []netip.Addr{{}} // the kernel's choice
 		}
 		for _, a := range addrs {
 			dialers = append(dialers, sourceClient(a))
@@ -92,10 +98,6 @@ func connectFleet(ctx context.Context, wsURL, mqttBroker string, n int, profile 
 				MinBackoff: 250 * time.Millisecond, MaxBackoff: 5 * time.Second, OnState: onState,
 			})
 		} else {
-			var hc *http.Client
-			if len(dialers) > 0 {
-				hc = dialers[i%len(dialers)]
-			}
 			c, err = device.NewClient(device.ClientOptions{
 				URL: wsURL, DeviceID: mac, ClientID: clientID, Server: shared.Server, Logger: log,
 				// A bench fleet must stay connected while idle: the firmware-like
@@ -104,7 +106,7 @@ func connectFleet(ctx context.Context, wsURL, mqttBroker string, n int, profile 
 				IdleTimeout: -1,
 				MinBackoff:  250 * time.Millisecond, MaxBackoff: 5 * time.Second,
 				OnState:    onState,
-				HTTPClient: hc,
+				HTTPClient: dialers[i%len(dialers)],
 			})
 		}
 		if err != nil {
@@ -116,7 +118,7 @@ func connectFleet(ctx context.Context, wsURL, mqttBroker string, n int, profile 
 	}
 
 	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	f := &fleet{ids: ids, paths: paths, sources: len(dialers), cancel: cancel}
+	f := &fleet{ids: ids, paths: paths, sources: nsources, cancel: cancel}
 	for _, c := range clients {
 		select {
 		case slots <- struct{}{}:

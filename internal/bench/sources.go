@@ -56,14 +56,27 @@ func sourceAddrs(wsURL string, devices, want int) ([]netip.Addr, error) {
 	return addrs, nil
 }
 
+// handshakeBuffer is the size of the read and write buffers of a device's
+// handshake connection. net/http's 4 KiB each stay alive with the upgraded
+// connection (coder/websocket reads through the transport's reader), so a
+// bench device would pay 8 KiB for buffers that only ever hold a frame
+// header or a small reply; larger frames bypass a bufio.Reader anyway.
+const handshakeBuffer = 1 << 10
+
 // sourceClient returns the HTTP client of the WebSocket handshakes of the
-// devices that dial from addr. One per address, shared by its devices: the
-// connection leaves the client's transport at the upgrade, so the
-// transport keeps nothing per device.
+// devices that dial from addr (the kernel's choice when addr is the zero
+// Addr). One per address, shared by its devices: the connection leaves the
+// client's transport at the upgrade, so the transport keeps nothing per
+// device.
 func sourceClient(addr netip.Addr) *http.Client {
-	d := &net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(addr, 0)), Timeout: 10 * time.Second}
+	d := &net.Dialer{Timeout: 10 * time.Second}
+	if addr.IsValid() {
+		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(addr, 0))
+	}
 	return &http.Client{Transport: &http.Transport{
 		DialContext:         d.DialContext,
 		TLSHandshakeTimeout: 10 * time.Second,
+		ReadBufferSize:      handshakeBuffer,
+		WriteBufferSize:     handshakeBuffer,
 	}}
 }
