@@ -1,11 +1,15 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -180,5 +184,32 @@ func TestIdleGoal(t *testing.T) {
 		if got := tc.r.idleGoal(); got.Status != tc.status {
 			t.Errorf("%s: %+v, want status %s", tc.name, got, tc.status)
 		}
+	}
+}
+
+// TestRunChildLiftsTheLoopbackLimit: every bench device comes from
+// loopback, so the child gateway is started without the loopback connection
+// limit (20,000 by default, here 5 from the environment, which a flag on the
+// command line overrides).
+func TestRunChildLiftsTheLoopbackLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the mcpgate binary")
+	}
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	exe := filepath.Join(t.TempDir(), "mcpgate")
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", exe, "github.com/mcpgate/mcpgate/cmd/mcpgate")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	t.Setenv("MCPGATE_MAX_CONNS_LOOPBACK", "5")
+	var gwlog bytes.Buffer
+	rep, err := Run(context.Background(), Config{Executable: exe, Devices: 10, IdleOnly: true, Settle: 10 * time.Millisecond, GatewayLog: &gwlog})
+	if err != nil {
+		t.Fatalf("%v; gateway output:\n%s", err, &gwlog)
+	}
+	if rep.Memory == nil || rep.Memory.Devices != 10 {
+		t.Errorf("memory %+v", rep.Memory)
 	}
 }
