@@ -310,8 +310,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Fleet.ReadyS = time.Since(connStart).Seconds()
 	log.Info("devices ready", "devices", cfg.Devices, "took", time.Since(connStart).Round(time.Millisecond))
 
+	idleFrom := time.Now()
+	idleCPU := cpuMeter{gatewayPID: tgt.pid}.window(ctx, idleFrom, idleFrom.Add(cfg.Settle))
 	if rep.Memory, err = mem.measure(ctx, cfg, before); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
+	}
+	if w, ok := <-idleCPU; ok && cfg.IdleOnly {
+		rep.IdleCPU = w.use(0)
 	}
 	if cfg.IdleOnly {
 		if cfg.CallsRate > 0 {

@@ -110,6 +110,10 @@ func (r *Report) writeIdle(p *printer) {
 		}
 		p.f("\n")
 	}
+	if c := r.IdleCPU; c != nil && c.Gateway > 0 {
+		p.f("idle        gateway %.3f cores while the fleet sat idle (the settle time: keepalive pings every 30 s per device, timers, collections)\n", c.Gateway)
+		p.other(c)
+	}
 	if ph := r.IdleCalls; ph != nil {
 		p.f("\ncalls among the idle fleet: open loop at %.0f calls/s to random devices, %d connections, %s after %s warmup, latency from due\n",
 			ph.TargetRate, ph.Workers, fmtS(ph.DurationS), fmtS(ph.WarmupS))

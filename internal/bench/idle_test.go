@@ -212,4 +212,7 @@ func TestRunChildLiftsTheLoopbackLimit(t *testing.T) {
 	if rep.Memory == nil || rep.Memory.Devices != 10 {
 		t.Errorf("memory %+v", rep.Memory)
 	}
+	if rep.IdleCPU == nil || rep.Fleet.PeakRSSBytes == 0 {
+		t.Errorf("idle CPU %+v, ramp peak %d: want both measured for a child gateway", rep.IdleCPU, rep.Fleet.PeakRSSBytes)
+	}
 }

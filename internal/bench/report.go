@@ -50,6 +50,9 @@ type Report struct {
 	// IdleCalls is the open loop to random devices among an idle fleet
 	// (Config.IdleOnly with Config.CallsRate), after its memory was read.
 	IdleCalls *PhaseReport `json:"idle_calls,omitempty"`
+	// IdleCPU is the processor time while the fleet sat idle before its
+	// memory was read (Config.Settle), with Config.IdleOnly.
+	IdleCPU *CPUUse `json:"idle_cpu,omitempty"`
 }
 
 // RunConfig is the part of the Config that shapes the figures.
