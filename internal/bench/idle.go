@@ -111,7 +111,7 @@ func (r *Report) writeIdle(p *printer) {
 		p.f("\n")
 	}
 	if c := r.IdleCPU; c != nil && c.Gateway > 0 {
-		p.f("idle        gateway %.3f cores while the fleet sat idle (the settle time: keepalive pings every 30 s per device, timers, collections)\n", c.Gateway)
+		p.f("idle        gateway %.3f cores, bench (devices) %.3f cores while the fleet sat idle for the settle time (keepalive pings every 30 s per device once connected 30 s, timers, collections)\n", c.Gateway, c.Bench)
 		p.other(c)
 	}
 	if ph := r.IdleCalls; ph != nil {
