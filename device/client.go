@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -82,6 +83,11 @@ type ClientOptions struct {
 	// gateway streams to a [ProfileRegister] device (the model's text), from
 	// the session's reader. It must not block.
 	OnAIMessage func(AIMessage)
+	// HTTPClient performs the WebSocket handshake; nil means
+	// http.DefaultClient. A load tool gives one whose transport dials from a
+	// chosen local address, since one source address has only so many
+	// ephemeral ports towards one gateway.
+	HTTPClient *http.Client
 }
 
 // Status is a connection status reported through [ClientOptions.OnState].

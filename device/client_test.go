@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -562,5 +563,44 @@ func TestFailureStreakLog(t *testing.T) {
 	}
 	if f.attempts != 7 {
 		t.Fatalf("%d attempts counted, want 7", f.attempts)
+	}
+}
+
+// serialWorkers counts the goroutines that run an ESP32 session's calls in
+// order (the one Serve starts for them).
+func serialWorkers() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "(*Session).Serve.func") && strings.Contains(g, "[chan receive") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestIdleSessionHasOnlyItsReader checks that an ESP32 session that has
+// answered discovery but no call costs one goroutine, its reader: the
+// serial worker starts with the first call. In a fleet of 100,000 idle
+// devices a second goroutine per session is hundreds of megabytes.
+func TestIdleSessionHasOnlyItsReader(t *testing.T) {
+	ctx := testContext(t)
+	g := newTestGateway(t, nil)
+	s, release := blockingServer(t, ProfileESP32)
+	close(release)
+	gc := serveOne(t, ctx, g, s)
+
+	if got := gc.request(ctx, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`); !strings.HasPrefix(got, `{"jsonrpc":"2.0","id":1,"result"`) {
+		t.Fatalf("tools/list: %s", got)
+	}
+	if n := serialWorkers(); n != 0 {
+		t.Errorf("%d serial workers before any call, want 0", n)
+	}
+	if got := gc.request(ctx, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"self.quick"}}`); !strings.Contains(got, "quick") {
+		t.Fatalf("tools/call: %s", got)
+	}
+	if n := serialWorkers(); n != 1 {
+		t.Errorf("%d serial workers after a call, want 1", n)
 	}
 }

@@ -116,6 +116,7 @@ func (c *Client) connectRegister(ctx context.Context) (*Session, error) {
 	h.Del(xiaozhi.HeaderDeviceID)
 	conn, resp, err := websocket.Dial(dctx, c.opts.URL, &websocket.DialOptions{
 		HTTPHeader:     h,
+		HTTPClient:     c.opts.HTTPClient,
 		OnPingReceived: func(context.Context, []byte) bool { l.touch(); return true },
 	})
 	if err != nil {

@@ -89,8 +89,12 @@ func (s *Session) Close() error {
 func (s *Session) Serve(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	var serial chan *call // nil unless calls are serialised
-	if s.server.profile == ProfileESP32 {
+	// serial runs a firmware-like profile's calls in order. Its goroutine
+	// starts with the first call: an idle session (most of a large fleet)
+	// then costs one goroutine, the reader.
+	serialised := s.server.profile == ProfileESP32
+	var serial chan *call
+	startSerial := func() {
 		serial = make(chan *call, serialQueue)
 		wg.Go(func() {
 			for c := range serial {
@@ -100,7 +104,7 @@ func (s *Session) Serve(ctx context.Context) error {
 			}
 		})
 	}
-	sem := make(chan struct{}, maxConcurrentCalls)
+	var sem chan struct{} // made with the first concurrent call, likewise
 	stopIdle := s.watchIdle()
 	defer func() {
 		stopIdle()
@@ -124,13 +128,19 @@ func (s *Session) Serve(ctx context.Context) error {
 		if c == nil {
 			continue
 		}
-		if serial != nil {
+		if serialised {
+			if serial == nil {
+				startSerial()
+			}
 			select {
 			case serial <- c:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
 			continue
+		}
+		if sem == nil {
+			sem = make(chan struct{}, maxConcurrentCalls)
 		}
 		select {
 		case sem <- struct{}{}:

@@ -35,6 +35,7 @@ func (c *Client) Connect(ctx context.Context) (*Session, error) {
 	l := &wsLink{}
 	conn, resp, err := websocket.Dial(dctx, c.opts.URL, &websocket.DialOptions{
 		HTTPHeader: c.header(),
+		HTTPClient: c.opts.HTTPClient,
 		// A ping is a received frame: it keeps the idle watch from closing a
 		// connection the gateway keeps alive.
 		OnPingReceived: func(context.Context, []byte) bool { l.touch(); return true },

@@ -90,6 +90,7 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
   mcpgate bench --devices 100 --concurrency 16 --duration 10s
   mcpgate bench --idle-only --devices 10000            # memory per idle device only
   mcpgate bench --idle-only --mqtt --devices 10000     # the same with MQTT devices
+  mcpgate bench --idle-only --devices 100000 --calls-rate 200   # a large idle fleet, then calls to random devices
   mcpgate bench --rate 2000 --duration 30s             # latency at a chosen rate
   mcpgate bench --tool self.get_device_status --json
   mcpgate bench --server http://127.0.0.1:8000 --gateway-pid $(pgrep -f 'mcpgate serve')
@@ -182,7 +183,9 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 	f.BoolVar(&cfg.SkipFloor, "skip-floor", false, "skip the raw WebSocket and relay floors (and the ratio)")
 	f.BoolVar(&cfg.SkipMCP, "skip-mcp", false, "skip the MCP phase (tools/call through /mcp)")
 	f.BoolVar(&cfg.SkipChurn, "skip-churn", false, "skip the session churn phase and its floor")
-	f.BoolVar(&cfg.IdleOnly, "idle-only", false, "only connect the devices and report memory: no calls")
+	f.BoolVar(&cfg.IdleOnly, "idle-only", false, "only connect the devices and report memory: no calls but those of --calls-rate")
+	f.Float64Var(&cfg.CallsRate, "calls-rate", 0, "with --idle-only: then call random devices of the idle fleet at this many calls/s for --warmup plus --duration (latency from due)")
+	f.IntVar(&cfg.SourceAddrs, "source-addrs", 0, "spread the devices' sockets over this many loopback source addresses, 127.0.0.2 on (0: one per 20,000 devices beyond 20,000)")
 	f.BoolVar(&cfg.MQTT, "mqtt", false, "devices connect to the started gateway's embedded MQTT broker (on a free port) instead of WebSocket")
 	f.BoolVar(&cfg.InProcess, "in-process", false, "run the gateway inside the bench process (no memory figure)")
 	f.IntVar(&cfg.GatewayPID, "gateway-pid", 0, "process id of the --server gateway, to read its memory")

@@ -101,8 +101,17 @@ type Config struct {
 	SkipMCP bool
 	// SkipChurn skips the session churn phase (and its floor).
 	SkipChurn bool
-	// IdleOnly connects the fleet, measures memory, and stops: no load.
+	// IdleOnly connects the fleet, measures memory, and stops: no load
+	// but the calls of CallsRate.
 	IdleOnly bool
+	// CallsRate, with IdleOnly, calls random devices of the idle fleet at
+	// this many calls/s for Warmup plus Duration after the memory figure,
+	// latency counted from due; 0 makes no calls.
+	CallsRate float64
+	// SourceAddrs spreads the WebSocket devices' sockets over this many
+	// loopback source addresses (127.0.0.2 on) towards a loopback gateway;
+	// 0 uses one per 20,000 devices beyond the first 20,000.
+	SourceAddrs int
 	// MQTT connects the devices to the gateway's embedded MQTT broker
 	// instead of its WebSocket endpoint. The bench must start the gateway
 	// (child or in-process): it then enables the broker on a free port.
@@ -185,6 +194,10 @@ func (c Config) normalize() (Config, error) {
 		return c, errors.New("bench: duration and settle must not be negative")
 	case c.Rate < 0 || c.Rate != c.Rate:
 		return c, fmt.Errorf("bench: rate must be positive calls/s, got %v", c.Rate)
+	case c.CallsRate < 0 || c.CallsRate != c.CallsRate:
+		return c, fmt.Errorf("bench: calls rate must be positive calls/s, got %v", c.CallsRate)
+	case c.CallsRate > 0 && !c.IdleOnly:
+		return c, errors.New("bench: a calls rate goes with idle-only (the other phases have their own rates)")
 	case c.Client != ClientRaw && c.Client != ClientStd:
 		return c, fmt.Errorf("bench: client %q: want %q or %q", c.Client, ClientRaw, ClientStd)
 	case c.InProcess && c.Server != "":
@@ -295,10 +308,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	log.Info("connecting devices", "devices", cfg.Devices, "profile", cfg.Profile, "gateway", tgt.url, "mqtt_broker", tgt.mqttAddr)
 	connStart := time.Now()
-	fl, err := connectFleet(ctx, tgt.wsURL(), tgt.mqttAddr, cfg.Devices, cfg.Profile, log)
+	stopPeak := mem.watchPeak(ctx)
+	fl, err := connectFleet(ctx, tgt.wsURL(), tgt.mqttAddr, cfg.Devices, cfg.Profile, cfg.SourceAddrs, log)
 	if err != nil {
+		stopPeak()
 		return nil, fmt.Errorf("bench: %w", err)
 	}
+	rep.Fleet.SourceAddrs = fl.sources
 	defer func() {
 		log.Info("disconnecting devices")
 		fl.stop()
@@ -306,16 +322,30 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rctx, cancel := context.WithTimeoutCause(ctx, max(30*time.Second, time.Duration(cfg.Devices)*10*time.Millisecond), errNotReady)
 	_, err = waitReady(rctx, hc, tgt.url, before, cfg.Devices)
 	cancel()
+	rep.Fleet.PeakRSSBytes = stopPeak()
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	rep.Fleet.ReadyS = time.Since(connStart).Seconds()
 	log.Info("devices ready", "devices", cfg.Devices, "took", time.Since(connStart).Round(time.Millisecond))
 
+	idleFrom := time.Now()
+	idleCPU := cpuMeter{gatewayPID: tgt.pid}.window(ctx, idleFrom, idleFrom.Add(cfg.Settle))
 	if rep.Memory, err = mem.measure(ctx, cfg, before); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
+	if w, ok := <-idleCPU; ok && cfg.IdleOnly {
+		rep.IdleCPU = w.use(0)
+	}
 	if cfg.IdleOnly {
+		if cfg.CallsRate > 0 {
+			l := randomLoad{newLoad(tgt.url, fl.paths, cfg.Concurrency, cfg.Client, cfg.Tool, cfg.Args)}
+			log.Info("calls among the idle fleet: open loop to random devices", "rate", fmt.Sprintf("%.0f/s", cfg.CallsRate), "warmup", cfg.Warmup, "duration", cfg.Duration)
+			rep.IdleCalls = runOpen(ctx, l, cpuMeter{gatewayPID: tgt.pid}, cfg.CallsRate, cfg.Warmup, cfg.Duration)
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
 		rep.Evaluate()
 		return rep, nil
 	}

@@ -94,7 +94,7 @@ func TestRunInProcess(t *testing.T) {
 	} else {
 		checkLatency(t, "churn", c.Latency)
 	}
-	if rep.Gateway.Mode != ModeInProcess || len(rep.Goals) != 4 {
+	if rep.Gateway.Mode != ModeInProcess || len(rep.Goals) != 5 {
 		t.Errorf("gateway %+v, %d goals", rep.Gateway, len(rep.Goals))
 	}
 
@@ -291,6 +291,8 @@ func TestConfigValidation(t *testing.T) {
 		{"in-process and server", Config{InProcess: true, Server: "http://x"}, "exclude"},
 		{"pid without server", Config{GatewayPID: 42}, "pid"},
 		{"bad client", Config{Client: "curl"}, "client"},
+		{"calls rate without idle-only", Config{CallsRate: 200}, "idle-only"},
+		{"negative calls rate", Config{IdleOnly: true, CallsRate: -1}, "calls rate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

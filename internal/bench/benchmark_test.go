@@ -39,7 +39,7 @@ func BenchmarkRESTCall(b *testing.B) {
 				b.Fatal(err)
 			}
 			const devices = 16
-			fl, err := connectFleet(ctx, tgt.wsURL(), "", devices, deviceProfile(b, profile), discard())
+			fl, err := connectFleet(ctx, tgt.wsURL(), "", devices, deviceProfile(b, profile), 0, discard())
 			if err != nil {
 				b.Fatal(err)
 			}

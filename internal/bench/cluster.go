@@ -127,7 +127,7 @@ func runCluster(ctx context.Context, cfg Config, rep *Report) error {
 	}
 	log.Info("connecting devices to the first node", "devices", cfg.Devices, "node", local.ID)
 	start := time.Now()
-	fl, err := connectFleet(ctx, local.t.wsURL(), "", cfg.Devices, cfg.Profile, log)
+	fl, err := connectFleet(ctx, local.t.wsURL(), "", cfg.Devices, cfg.Profile, cfg.SourceAddrs, log)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}

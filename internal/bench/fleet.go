@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"sync"
 	"time"
@@ -31,6 +32,8 @@ type fleet struct {
 	paths  []string // per device: the REST path of its tools/call
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	sources int // source addresses of the sockets; 0: the kernel's choice
 }
 
 // connectFleet builds n simulated devices and starts connecting them to
@@ -39,20 +42,42 @@ type fleet struct {
 // device has started (the last few may still be in their handshake);
 // waitReady tells when the gateway has them all. The caller must stop the
 // fleet.
-func connectFleet(ctx context.Context, wsURL, mqttBroker string, n int, profile device.Profile, log *slog.Logger) (*fleet, error) {
+//
+// The devices share one simulated device's tools (and so its state: one
+// volume, one lamp): a bench measures the gateway, and a hundred thousand
+// copies of the same catalog would cost the bench process more than the
+// gateway. Over WebSocket to a loopback gateway the devices' sockets are
+// spread over sources source addresses (see sourceAddrs; 0 chooses).
+func connectFleet(ctx context.Context, wsURL, mqttBroker string, n int, profile device.Profile, sources int, log *slog.Logger) (*fleet, error) {
 	// Thousands of devices each logging "connected" would bury the
 	// progress lines; their warnings still get through.
 	log = slog.New(minLevel{Handler: log.Handler(), min: slog.LevelWarn})
 	scfg := sim.Config{URL: wsURL, Count: n, Profile: profile, MACPrefix: macPrefix, Logger: log}
+	shared, err := sim.NewDevice(scfg, 0)
+	if err != nil {
+		return nil, fmt.Errorf("bench device: %w", err)
+	}
+	var dialers []*http.Client // WebSocket: per source address, device i uses i%len
+	nsources := 0
+	if mqttBroker == "" {
+		addrs, err := sourceAddrs(wsURL, n, sources)
+		if err != nil {
+			return nil, err
+		}
+		nsources = len(addrs)
+		if len(addrs) == 0 {
+			addrs = []netip.Addr{{}} // the kernel's choice
+		}
+		for _, a := range addrs {
+			dialers = append(dialers, sourceClient(a))
+		}
+	}
 	clients := make([]sim.Runner, n)
 	paths := make([]string, n)
 	ids := make([]string, n)
 	slots := make(chan struct{}, connectSlots)
 	for i := range clients {
-		d, err := sim.NewDevice(scfg, i)
-		if err != nil {
-			return nil, fmt.Errorf("bench device %d: %w", i, err)
-		}
+		mac, clientID := sim.MAC(macPrefix, i), sim.ClientID(macPrefix, i)
 		// Each device takes a slot just before its Run starts and gives it
 		// back on its first connected or failed state.
 		var once sync.Once
@@ -63,35 +88,37 @@ func connectFleet(ctx context.Context, wsURL, mqttBroker string, n int, profile 
 			}
 		}
 		var c sim.Runner
+		var err error
 		if mqttBroker != "" {
 			// The firmware's keepalive (240 s): an idle MQTT device sends a
 			// PINGREQ every 4 minutes at most, as in the field.
 			c, err = device.NewMQTTClient(device.MQTTClientOptions{
-				Broker: mqttBroker, DeviceID: d.MAC, Server: d.Server, Logger: log,
-				ClientID:   xiaozhi.MQTTClientID{Group: xiaozhi.DefaultMQTTGroup, DeviceID: d.MAC, UUID: d.ClientID}.String(),
+				Broker: mqttBroker, DeviceID: mac, Server: shared.Server, Logger: log,
+				ClientID:   xiaozhi.MQTTClientID{Group: xiaozhi.DefaultMQTTGroup, DeviceID: mac, UUID: clientID}.String(),
 				MinBackoff: 250 * time.Millisecond, MaxBackoff: 5 * time.Second, OnState: onState,
 			})
 		} else {
 			c, err = device.NewClient(device.ClientOptions{
-				URL: wsURL, DeviceID: d.MAC, ClientID: d.ClientID, Server: d.Server, Logger: log,
+				URL: wsURL, DeviceID: mac, ClientID: clientID, Server: shared.Server, Logger: log,
 				// A bench fleet must stay connected while idle: the firmware-like
 				// 120 s idle timeout counts only data messages, not the gateway's
 				// pings, and would make every idle device reconnect mid-run.
 				IdleTimeout: -1,
 				MinBackoff:  250 * time.Millisecond, MaxBackoff: 5 * time.Second,
-				OnState: onState,
+				OnState:    onState,
+				HTTPClient: dialers[i%len(dialers)],
 			})
 		}
 		if err != nil {
 			return nil, fmt.Errorf("bench device %d: %w", i, err)
 		}
 		clients[i] = c
-		ids[i] = d.MAC
-		paths[i] = "/api/v1/devices/" + url.PathEscape(d.MAC) + "/tools/call"
+		ids[i] = mac
+		paths[i] = "/api/v1/devices/" + url.PathEscape(mac) + "/tools/call"
 	}
 
 	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	f := &fleet{ids: ids, paths: paths, cancel: cancel}
+	f := &fleet{ids: ids, paths: paths, sources: nsources, cancel: cancel}
 	for _, c := range clients {
 		select {
 		case slots <- struct{}{}:

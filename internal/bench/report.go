@@ -49,6 +49,12 @@ type Report struct {
 	Soak *SoakReport `json:"soak,omitempty"`
 	// Cluster is the cluster run (Config.Cluster), which replaces the phases.
 	Cluster *ClusterReport `json:"cluster,omitempty"`
+	// IdleCalls is the open loop to random devices among an idle fleet
+	// (Config.IdleOnly with Config.CallsRate), after its memory was read.
+	IdleCalls *PhaseReport `json:"idle_calls,omitempty"`
+	// IdleCPU is the processor time while the fleet sat idle before its
+	// memory was read (Config.Settle), with Config.IdleOnly.
+	IdleCPU *CPUUse `json:"idle_cpu,omitempty"`
 }
 
 // RunConfig is the part of the Config that shapes the figures.
@@ -89,6 +95,12 @@ type FleetInfo struct {
 	Devices int `json:"devices"`
 	// ReadyS is the time from the first connect to every device discovered.
 	ReadyS float64 `json:"ready_s"`
+	// PeakRSSBytes is the gateway's highest RSS while the fleet connected
+	// (read every 100 ms); 0 when its memory is not known.
+	PeakRSSBytes uint64 `json:"peak_rss_bytes,omitempty"`
+	// SourceAddrs is how many loopback source addresses the devices'
+	// sockets came from; 0 for the kernel's choice.
+	SourceAddrs int `json:"source_addrs,omitempty"`
 }
 
 // Goal is one of the goals and whether this run met it.
@@ -179,6 +191,7 @@ func (r *Report) Evaluate() {
 		}
 	}
 	r.Goals = append(r.Goals, churn)
+	r.Goals = append(r.Goals, r.idleGoal())
 }
 
 func status(ok bool) string {
@@ -248,6 +261,8 @@ func (r *Report) WriteText(w io.Writer) error {
 			p.f("  devices' side  %.1f KiB per device in the bench process (not the gateway's)\n", mem.BenchPerDeviceKiB)
 		}
 	}
+
+	r.writeIdle(p)
 
 	if ph := r.Peak; ph != nil {
 		p.f("\npeak: closed loop, %d connections with one call each in flight, %s after %s warmup\n", ph.Workers, fmtS(ph.DurationS), fmtS(ph.WarmupS))

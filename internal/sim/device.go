@@ -189,8 +189,11 @@ func MAC(prefix byte, n int) string {
 	return fmt.Sprintf("02:%02x:%02x:%02x:%02x:%02x", prefix, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
 }
 
-// clientID derives a stable version-4-shaped UUID from the MAC, so a
-// restarted fleet presents the same identities.
+// ClientID returns the client id of device number n: a stable
+// version-4-shaped UUID derived from the MAC, so a restarted fleet presents
+// the same identities.
+func ClientID(prefix byte, n int) string { return clientID(prefix, n) }
+
 func clientID(prefix byte, n int) string {
 	return fmt.Sprintf("00000000-0000-4000-8000-02%02x%08x", prefix, uint32(n+1))
 }

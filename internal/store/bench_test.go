@@ -66,3 +66,58 @@ func BenchmarkAppendAudit(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSaveDevices writes a thousand devices, as the hub's persister does
+// when a fleet comes online or goes offline at once: one SaveDevice each,
+// against one SaveDevices. devices/s is the figure to read.
+func BenchmarkSaveDevices(b *testing.B) {
+	const n = 1000
+	ds := make([]store.Device, n)
+	for i := range ds {
+		ds[i] = store.Device{ID: fmt.Sprintf("02:be:00:00:%02x:%02x", i>>8, i&0xff), Alias: fmt.Sprintf("bench-%d", i),
+			Kind: "xiaozhi", Transport: "websocket", Board: "bread-compact-wifi", Firmware: "2.4.2",
+			FirstSeen: time.Now(), LastSeen: time.Now(), CatalogHash: "0123456789abcdef"}
+	}
+	targets := []struct {
+		name string
+		dsn  func(b *testing.B) string
+	}{
+		{"sqlite", func(*testing.B) string { return "" }},
+	}
+	if os.Getenv(storetest.EnvPostgres) != "" {
+		targets = append(targets, struct {
+			name string
+			dsn  func(b *testing.B) string
+		}{"postgres", func(b *testing.B) string { return storetest.PostgresDSN(b) }})
+	}
+	for _, tg := range targets {
+		b.Run(tg.name+"/one_by_one", func(b *testing.B) {
+			s := storetest.Open(b, tg.dsn(b), b.TempDir())
+			ctx := context.Background()
+			for b.Loop() {
+				for _, d := range ds {
+					if err := s.SaveDevice(ctx, d); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "devices/s")
+		})
+		b.Run(tg.name+"/batch", func(b *testing.B) {
+			s := storetest.Open(b, tg.dsn(b), b.TempDir())
+			bs, ok := s.(interface {
+				SaveDevices(context.Context, []store.Device) error
+			})
+			if !ok {
+				b.Fatalf("%T has no SaveDevices", s)
+			}
+			ctx := context.Background()
+			for b.Loop() {
+				if err := bs.SaveDevices(ctx, ds); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "devices/s")
+		})
+	}
+}

@@ -128,16 +128,9 @@ func pgAffectedOne(n int64, what, id string) error {
 
 func (s *pgStore) SaveDevice(ctx context.Context, d Device) error {
 	if d.ID == "" {
-		return errors.New("store: device without an ID")
+		return errNoDeviceID
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO devices
-		(id, alias, client_id, kind, transport, board, firmware, first_seen, last_seen, catalog_hash)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-		ON CONFLICT (id) DO UPDATE SET
-			alias = excluded.alias, client_id = excluded.client_id, kind = excluded.kind,
-			transport = excluded.transport, board = excluded.board, firmware = excluded.firmware,
-			first_seen = COALESCE(devices.first_seen, excluded.first_seen),
-			last_seen = excluded.last_seen, catalog_hash = excluded.catalog_hash`,
+	_, err := s.pool.Exec(ctx, pgSaveDevice,
 		d.ID, d.Alias, d.ClientID, d.Kind, d.Transport, d.Board, d.Firmware,
 		ts(d.FirstSeen), ts(d.LastSeen), d.CatalogHash)
 	if err != nil {

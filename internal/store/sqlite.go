@@ -203,16 +203,9 @@ func fromMicros(v sql.NullInt64) time.Time {
 
 func (s *sqliteStore) SaveDevice(ctx context.Context, d Device) error {
 	if d.ID == "" {
-		return errors.New("store: device without an ID")
+		return errNoDeviceID
 	}
-	_, err := s.w.ExecContext(ctx, `INSERT INTO devices
-		(id, alias, client_id, kind, transport, board, firmware, first_seen, last_seen, catalog_hash)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (id) DO UPDATE SET
-			alias = excluded.alias, client_id = excluded.client_id, kind = excluded.kind,
-			transport = excluded.transport, board = excluded.board, firmware = excluded.firmware,
-			first_seen = COALESCE(devices.first_seen, excluded.first_seen),
-			last_seen = excluded.last_seen, catalog_hash = excluded.catalog_hash`,
+	_, err := s.w.ExecContext(ctx, sqliteSaveDevice,
 		d.ID, d.Alias, d.ClientID, d.Kind, d.Transport, d.Board, d.Firmware,
 		micros(d.FirstSeen), micros(d.LastSeen), d.CatalogHash)
 	if err != nil {

@@ -22,6 +22,7 @@ func Run(t *testing.T, target Target) {
 		fn   func(t *testing.T, target Target)
 	}{
 		{"Devices", testDevices},
+		{"SaveDevices", testSaveDevices},
 		{"Catalogs", testCatalogs},
 		{"Keys", testKeys},
 		{"Revocations", testRevocations},
