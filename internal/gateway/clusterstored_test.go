@@ -114,6 +114,11 @@ func TestClusterDeviceOnlyInStore(t *testing.T) {
 		t.Errorf("b lists %d devices (%v), want the hall, the porch, the shed and the loft", len(devs), err)
 	}
 
+	// A revocation through b reaches a device only the store knows.
+	if r, err := cb.RevokeTokens(t.Context(), "attic"); err != nil || r.Device != attic || r.Disconnected {
+		t.Errorf("revoking the attic's credentials through b: %+v, %v", r, err)
+	}
+
 	// What no node and no store knows stays device_not_found.
 	_, err = cb.Call(t.Context(), "02:00:00:00:0f:09", api.CallBody{Name: "self.echo"})
 	wantCode("an unknown id through b", err, "device_not_found")

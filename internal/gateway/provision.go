@@ -159,7 +159,9 @@ func (d *deviceServices) revoke(w http.ResponseWriter, r *http.Request) {
 		d.hub.AuditAction(act)
 		writeAPIError(w, status, code, msg)
 	}
-	dev, err := d.hub.Device(act.Device)
+	// In a cluster, a device another node saw and this one did not is
+	// learnt from the shared store.
+	dev, err := d.hub.DeviceContext(r.Context(), act.Device)
 	if err != nil {
 		fail(http.StatusNotFound, "device_not_found", err, err.Error())
 		return
