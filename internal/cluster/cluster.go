@@ -46,6 +46,11 @@ type Config struct {
 	Creds string
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// Heartbeat is how often the node tells the others it is alive, and
+	// MemberTimeout how long a silent node still counts as a member
+	// (members.go). Defaults DefaultHeartbeat and three Heartbeats
+	// (DefaultMemberTimeout).
+	Heartbeat, MemberTimeout time.Duration
 
 	// Timing of routed calls (tests shorten it): the serving node sends a
 	// keepalive every keepalive while a call runs; a caller hearing nothing
@@ -70,6 +75,7 @@ type Node struct {
 	devs  map[string]*nats.Subscription // call subscription per held device
 	calls map[string]context.CancelFunc // routed calls served here, by call id
 	subs  []*nats.Subscription          // claim and cancel
+	mem   *members                      // set by Bind
 }
 
 // DefaultNodeID derives a node id from the host name.
@@ -106,6 +112,12 @@ func Start(cfg Config) (*Node, error) {
 	}
 	if cfg.silence <= 0 {
 		cfg.silence = 5 * time.Second
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	if cfg.MemberTimeout <= 0 {
+		cfg.MemberTimeout = 3 * cfg.Heartbeat
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), devs: map[string]*nats.Subscription{},
 		calls: map[string]context.CancelFunc{}}
@@ -217,12 +229,13 @@ func (n *Node) Bind(h *hub.Hub) error {
 	if err := n.nc.Flush(); err != nil {
 		return fmt.Errorf("cluster: NATS: %w", err)
 	}
-	return nil
+	return n.startMembers()
 }
 
 // Close ends routed calls served here, leaves NATS and stops the embedded
 // server.
 func (n *Node) Close() {
+	n.stopMembers()
 	n.cancel()
 	n.nc.Close()
 	if n.srv != nil {

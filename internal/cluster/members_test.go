@@ -1,0 +1,124 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+)
+
+// Rendezvous hashing spreads keys over the members, and a member's loss
+// moves only its own keys.
+func TestRendezvousOwner(t *testing.T) {
+	three := []string{"a", "b", "c"}
+	count := map[string]int{}
+	for i := range 3000 {
+		key := fmt.Sprintf("02:00:00:00:%02x:%02x", i/256, i%256)
+		o := RendezvousOwner(three, key)
+		count[o]++
+		if o2 := RendezvousOwner([]string{"a", "b"}, key); o != "c" && o2 != o {
+			t.Fatalf("%s moved from %s to %s when c left", key, o, o2)
+		}
+	}
+	for _, m := range three {
+		if count[m] < 800 || count[m] > 1200 {
+			t.Errorf("uneven split over three members: %v", count)
+		}
+	}
+	if RendezvousOwner(nil, "x") != "" {
+		t.Error("owner among no members")
+	}
+}
+
+// Nodes learn each other from heartbeats; a node that closes says goodbye
+// and is dropped at once; a node that dies is dropped after MemberTimeout.
+func TestMembers(t *testing.T) {
+	nodes := startMembersCluster(t, 3, 100*time.Millisecond)
+	all := []string{"n0", "n1", "n2"}
+	var mu sync.Mutex
+	var changes [][]string
+	nodes[0].node.OnMembersChange(func(_, cur []string) {
+		mu.Lock()
+		changes = append(changes, cur)
+		mu.Unlock()
+	})
+	for _, tn := range nodes {
+		waitFor(t, "every node to see all three", func() bool { return slices.Equal(tn.node.Members(), all) })
+	}
+	if o := nodes[0].node.Owner("dev"); o != nodes[1].node.Owner("dev") || !slices.Contains(all, o) {
+		t.Errorf("owners disagree: %s, %s", o, nodes[1].node.Owner("dev"))
+	}
+
+	nodes[2].node.Close()
+	start := time.Now()
+	waitFor(t, "n2 dropped after its goodbye", func() bool { return slices.Equal(nodes[0].node.Members(), []string{"n0", "n1"}) })
+	if d := time.Since(start); d > 250*time.Millisecond {
+		t.Errorf("a node that said goodbye was dropped after %s, want at once", d)
+	}
+
+	// n1 dies: its NATS server goes, with no goodbye.
+	nodes[1].node.srv.Shutdown()
+	start = time.Now()
+	waitFor(t, "n1 dropped after its silence", func() bool { return slices.Equal(nodes[0].node.Members(), []string{"n0"}) })
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("a dead node was dropped after %s, want about MemberTimeout (300ms)", d)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(changes) == 0 || !slices.Equal(changes[len(changes)-1], []string{"n0"}) {
+		t.Errorf("changes seen by the watcher: %v", changes)
+	}
+}
+
+// Held probes a device's call subject without calling it; Handoff reaches
+// the named node's handler.
+func TestHeldAndHandoff(t *testing.T) {
+	nodes := startMembersCluster(t, 2, 100*time.Millisecond)
+	connect(t, nodes[1].hub, "dev-h", "h")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	waitFor(t, "dev-h held", func() bool { ok, err := nodes[0].node.Held(ctx, "dev-h"); return err == nil && ok })
+	if ok, err := nodes[0].node.Held(ctx, "dev-nowhere"); err != nil || ok {
+		t.Errorf("Held(device connected nowhere) = %v, %v", ok, err)
+	}
+	if _, err := nodes[0].node.Handoff(ctx, "n1", []string{"x"}); err == nil || !strings.Contains(err.Error(), "does not take") {
+		t.Errorf("handoff to a node without a handler: %v", err)
+	}
+	if err := nodes[1].node.OnHandoff(func(ids []string) []string { return ids[:1] }); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := nodes[0].node.Handoff(ctx, "n1", []string{"x", "y"}); err != nil || !slices.Equal(got, []string{"x"}) {
+		t.Errorf("handoff = %v, %v", got, err)
+	}
+}
+
+func startMembersCluster(t *testing.T, n int, heartbeat time.Duration) []*testNode {
+	t.Helper()
+	nodes := make([]*testNode, n)
+	var seed string
+	for i := range nodes {
+		cfg := Config{Name: "test", NodeID: fmt.Sprintf("n%d", i), Listen: "127.0.0.1:0", Heartbeat: heartbeat}
+		if seed != "" {
+			cfg.Routes = []string{seed}
+		}
+		node, err := Start(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			seed = node.RouteURL()
+		}
+		tn := &testNode{node: node, hub: hub.New(hub.Config{Cluster: node})}
+		if err := node.Bind(tn.hub); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tn.hub.Shutdown(); node.Close() })
+		nodes[i] = tn
+	}
+	return nodes
+}
