@@ -25,6 +25,9 @@ func checkCluster(cfg Config) error {
 	if cfg.Cluster.Name == "" {
 		return errors.New("gateway: cluster mode needs a cluster name (--cluster-name)")
 	}
+	if cfg.MQTTNodes > 1 {
+		return errors.New("gateway: cluster mode splits the external broker's MQTT devices over the live nodes by itself: drop --mqtt-node")
+	}
 	dsn := cfg.StoreDSN
 	if cfg.Store == nil && !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
 		return fmt.Errorf("gateway: %w", errClusterNeedsShared)

@@ -1,0 +1,131 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/cluster"
+)
+
+// In cluster mode the external broker's devices are split over the live
+// nodes by rendezvous hashing of their ids (docs/cluster.md): each node
+// starts sessions only with its own devices, hands devices it holds but no
+// longer owns to their owner (a node joined), and takes over the devices
+// of a node that left or died.
+
+// mqttRebalanceEvery is how often a node also checks its split without a
+// membership change: a handoff that failed (the owner was starting) is
+// retried, and two nodes that served one device during a partition settle.
+const mqttRebalanceEvery = 5 * time.Second
+
+// ownsMQTT is mqttext's Config.Owns: whether this node serves an external
+// broker's device. Nothing is owned before the node joined the cluster.
+func (l *clusterLink) ownsMQTT(deviceID string) bool {
+	n := l.node.Load()
+	return n != nil && n.Owns(deviceID)
+}
+
+// heldElsewhere reports whether another node holds device id live; the
+// endpoint asks it so that a source's name is unique in the cluster, not
+// only on its node. When NATS does not answer, the name is taken as free
+// (a clash then only closes the older source, as a reconnect would).
+func (l *clusterLink) heldElsewhere(id string) bool {
+	n := l.node.Load()
+	if n == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	held, err := n.Held(ctx, id)
+	return err == nil && held
+}
+
+// balanceMQTT keeps this node's share of the external broker's devices in
+// line with the cluster's members until the returned func is called.
+func (g *Gateway) balanceMQTT(ctx context.Context) (stop func()) {
+	node := g.cluster.node.Load()
+	if node == nil || g.mqttExt == nil {
+		return func() {}
+	}
+	t := g.mqttExt
+	if err := node.OnHandoff(t.Adopt); err != nil {
+		g.log.Error("cluster: cannot take MQTT devices over from other nodes", "error", err)
+	}
+	kick := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	node.OnMembersChange(func(_, _ []string) { poke() })
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(mqttRebalanceEvery)
+		defer tick.Stop()
+		for {
+			g.rebalanceMQTT(ctx, node)
+			select {
+			case <-ctx.Done():
+				return
+			case <-kick:
+			case <-tick.C:
+			}
+		}
+	})
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
+// rebalanceMQTT hands the devices this node holds but no longer owns to
+// their owners, and takes over the devices it owns that it heard lately and
+// that no node holds (their node left or died).
+func (g *Gateway) rebalanceMQTT(ctx context.Context, node *cluster.Node) {
+	t := g.mqttExt
+	self := node.ID()
+	members := node.Members()
+	give := map[string][]string{}
+	for _, id := range t.Held() {
+		if o := cluster.RendezvousOwner(members, id); o != self {
+			give[o] = append(give[o], id)
+		}
+	}
+	for to, ids := range give {
+		hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		held, err := node.Handoff(hctx, to, ids)
+		cancel()
+		if err != nil {
+			if !errors.Is(err, cluster.ErrNoHandoff) && ctx.Err() == nil {
+				g.log.Warn("cluster: cannot hand MQTT devices over; keeping them for now", "to", to, "devices", len(ids), "error", err)
+			}
+			continue
+		}
+		// Usually already closed by the new holder's claim; not when both
+		// held the device (a partition healed).
+		t.Release(held)
+	}
+	var adopt []string
+	for _, id := range t.Heard() {
+		if ctx.Err() != nil {
+			return
+		}
+		if cluster.RendezvousOwner(members, id) != self {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		held, err := node.Held(pctx, id)
+		cancel()
+		if err == nil && !held {
+			adopt = append(adopt, id)
+		}
+	}
+	if len(adopt) > 0 {
+		g.log.Info("cluster: taking over MQTT devices no node serves", "devices", len(adopt))
+		t.Adopt(adopt)
+	}
+}
