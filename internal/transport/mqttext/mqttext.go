@@ -143,12 +143,13 @@ type Transport struct {
 
 	mu     sync.Mutex
 	live   map[string]*session // by device id; guarded by mu
+	cm     *autopaho.ConnectionManager
+	cancel context.CancelFunc // stops cm
+
 	// heard is when each device was last heard, with Config.Owns only:
 	// every node hears every device. A device leaves it on its Will and
 	// when its session here ends. Guarded by mu.
 	heard map[string]int64
-	cm     *autopaho.ConnectionManager
-	cancel context.CancelFunc // stops cm
 }
 
 // New validates cfg without connecting.
