@@ -351,3 +351,13 @@ func (n *Node) answerProbe(m *nats.Msg) bool {
 	}
 	return true
 }
+
+// Sever cuts the node off the cluster at once, without a goodbye, as a
+// crash does: for tests of node loss. Close must still be called.
+func (n *Node) Sever() {
+	if n.srv != nil {
+		n.srv.Shutdown()
+		return
+	}
+	n.nc.Close()
+}

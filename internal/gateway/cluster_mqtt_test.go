@@ -143,6 +143,16 @@ func TestClusterMQTTExternalBroker(t *testing.T) {
 		waitServedOnce(t, mac, 10*time.Second-time.Since(lost), a, b)
 	}
 	t.Logf("c's %d devices callable again through a and b %s after it left", moved, time.Since(lost).Round(time.Millisecond))
+
+	// b dies: no goodbye, its NATS server and its broker connection go at
+	// once. a hears its silence after the member timeout and takes over.
+	b.gw.cluster.node.Load().Sever()
+	b.gw.mqttExt.Close()
+	lost = time.Now()
+	for _, mac := range macs {
+		waitServedOnce(t, mac, 10*time.Second-time.Since(lost), a)
+	}
+	t.Logf("b's devices callable again through a %s after it died", time.Since(lost).Round(time.Millisecond))
 }
 
 // An MCP server connected to /mcp/endpoint of one node (through the
