@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,6 +97,16 @@ func waitServedOnce(t *testing.T, mac string, within time.Duration, nodes ...*cl
 func whoami(t *testing.T, mac string) *device.Server {
 	return newServer(t, device.ProfileESP32, device.Tool{Name: "self.whoami", Description: "Says which device answers.",
 		Handler: func(context.Context, device.Args) (any, error) { return mac, nil }})
+}
+
+// Cluster mode makes its own split of the external broker's devices: a
+// static one is refused, with the flag to drop.
+func TestClusterRefusesStaticMQTTSplit(t *testing.T) {
+	_, err := New(Config{DataDir: t.TempDir(), StoreDSN: "postgres://u@127.0.0.1:1/db", MQTTBroker: "tcp://127.0.0.1:1",
+		MQTTNodes: 2, MQTTNode: 0, Cluster: &cluster.Config{Name: "c"}})
+	if err == nil || !strings.Contains(err.Error(), "--mqtt-node") {
+		t.Fatalf("--mqtt-node in cluster mode: %v, want a refusal naming it", err)
+	}
 }
 
 // Cluster mode on a stock Mosquitto: the external broker's MQTT devices are

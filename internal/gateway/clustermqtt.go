@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/cluster"
+	"github.com/mcpgate/mcpgate/internal/transport/mqttext"
 )
 
 // In cluster mode the external broker's devices are split over the live
@@ -50,6 +51,10 @@ func (g *Gateway) balanceMQTT(ctx context.Context) (stop func()) {
 		return func() {}
 	}
 	t := g.mqttExt
+	if sg := g.cfg.MQTTShareGroup; sg != "" && sg != mqttext.DefaultShareGroup {
+		g.log.Warn("cluster mode: --mqtt-share-group is ignored; every node subscribes to all uplinks and serves the devices it owns",
+			"share_group", sg)
+	}
 	if err := node.OnHandoff(t.Adopt); err != nil {
 		g.log.Error("cluster: cannot take MQTT devices over from other nodes", "error", err)
 	}
