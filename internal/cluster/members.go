@@ -19,7 +19,9 @@ import (
 // node keeps its own list, and the lists agree once the heartbeats have
 // crossed (a Heartbeat or so after a change). Work split over the live
 // nodes (the external broker's MQTT devices) follows RendezvousOwner of
-// that list.
+// that list, narrowed to the nodes that declared the role the work needs
+// (AddRole): a node without an external broker must not be given its
+// devices.
 
 // Defaults of Config.Heartbeat and Config.MemberTimeout: a lost node's
 // share is taken over within about MemberTimeout plus one Heartbeat.
@@ -31,15 +33,18 @@ const (
 // heartbeatMsg is a node's heartbeat; New asks the others to answer with
 // theirs at once, so that a starting node learns the cluster quickly.
 type heartbeatMsg struct {
-	Node string `json:"node"`
-	New  bool   `json:"new,omitempty"`
+	Node  string   `json:"node"`
+	New   bool     `json:"new,omitempty"`
+	Roles []string `json:"roles,omitempty"`
 }
 
 // members is a node's view of the live nodes.
 type members struct {
 	mu       sync.Mutex
 	seen     map[string]time.Time // other nodes: when last heard
+	roles    map[string][]string  // every live node's roles, this one's included
 	list     []string             // sorted, this node included
+	sig      string               // list and roles, to notice a change of either
 	watchers []func(old, cur []string)
 	handoff  *nats.Subscription
 
@@ -53,7 +58,7 @@ type members struct {
 // goodbyes, announces this node and waits a moment for the others'
 // answers, so that the first Members is already the cluster's.
 func (n *Node) startMembers() error {
-	m := &members{seen: map[string]time.Time{}, list: []string{n.cfg.NodeID},
+	m := &members{seen: map[string]time.Time{}, roles: map[string][]string{}, list: []string{n.cfg.NodeID},
 		changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	hb, err := n.nc.Subscribe(n.subject("node", "hb"), func(msg *nats.Msg) { n.onHeartbeat(m, msg) })
 	if err != nil {
@@ -80,7 +85,16 @@ func (n *Node) startMembers() error {
 }
 
 func (n *Node) beat(isNew bool) {
-	b, _ := json.Marshal(heartbeatMsg{Node: n.cfg.NodeID, New: isNew})
+	n.mu.Lock()
+	m := n.mem
+	n.mu.Unlock()
+	var roles []string
+	if m != nil {
+		m.mu.Lock()
+		roles = slices.Clone(m.roles[n.cfg.NodeID])
+		m.mu.Unlock()
+	}
+	b, _ := json.Marshal(heartbeatMsg{Node: n.cfg.NodeID, New: isNew, Roles: roles})
 	if err := n.nc.Publish(n.subject("node", "hb"), b); err != nil {
 		n.log.Warn("cluster: cannot send a heartbeat", "error", err)
 	}
@@ -94,11 +108,13 @@ func (n *Node) onHeartbeat(m *members, msg *nats.Msg) {
 	m.mu.Lock()
 	_, known := m.seen[hb.Node]
 	m.seen[hb.Node] = time.Now()
+	same := slices.Equal(m.roles[hb.Node], hb.Roles)
+	m.roles[hb.Node] = hb.Roles
 	m.mu.Unlock()
 	if hb.New {
 		n.beat(false)
 	}
-	if !known {
+	if !known || !same {
 		m.poke()
 	}
 }
@@ -111,6 +127,7 @@ func (n *Node) onBye(m *members, msg *nats.Msg) {
 	m.mu.Lock()
 	_, known := m.seen[hb.Node]
 	delete(m.seen, hb.Node)
+	delete(m.roles, hb.Node)
 	m.mu.Unlock()
 	if known {
 		m.poke()
@@ -145,18 +162,23 @@ func (n *Node) membersLoop(m *members) {
 		for id, at := range m.seen {
 			if now.Sub(at) > n.cfg.MemberTimeout {
 				delete(m.seen, id)
+				delete(m.roles, id)
 				n.log.Warn("cluster: node lost (no heartbeat)", "lost", id, "silent_for", now.Sub(at).Round(time.Millisecond))
 				continue
 			}
 			cur = append(cur, id)
 		}
 		slices.Sort(cur)
+		sig := fmt.Sprint(cur)
+		for _, id := range cur {
+			sig += fmt.Sprint(id, m.roles[id])
+		}
 		old := m.list
-		if slices.Equal(old, cur) {
+		if sig == m.sig {
 			m.mu.Unlock()
 			continue
 		}
-		m.list = cur
+		m.list, m.sig = cur, sig
 		watchers := slices.Clone(m.watchers)
 		m.mu.Unlock()
 		n.log.Info("cluster: members changed", "members", cur)
@@ -205,8 +227,48 @@ func (n *Node) Members() []string {
 	return slices.Clone(m.list)
 }
 
+// AddRole declares that this node does the work role names (such as
+// serving an external broker's devices) and tells the others at once.
+// Call it after Bind.
+func (n *Node) AddRole(role string) {
+	n.mu.Lock()
+	m := n.mem
+	n.mu.Unlock()
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	if !slices.Contains(m.roles[n.cfg.NodeID], role) {
+		m.roles[n.cfg.NodeID] = append(slices.Clone(m.roles[n.cfg.NodeID]), role)
+	}
+	m.mu.Unlock()
+	n.beat(false)
+	m.poke()
+}
+
+// MembersWith returns the live nodes, this one included, that declared
+// role (AddRole), sorted.
+func (n *Node) MembersWith(role string) []string {
+	n.mu.Lock()
+	m := n.mem
+	n.mu.Unlock()
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var ids []string
+	for _, id := range m.list {
+		if slices.Contains(m.roles[id], role) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 // OnMembersChange calls f with the old and the new list of live nodes
-// after every change, on one goroutine, in order; f must not block long.
+// after every change of the list or of a node's roles, on one goroutine,
+// in order; f must not block long.
 // Call it after Bind.
 func (n *Node) OnMembersChange(f func(old, cur []string)) {
 	n.mu.Lock()
@@ -220,12 +282,12 @@ func (n *Node) OnMembersChange(f func(old, cur []string)) {
 	m.mu.Unlock()
 }
 
-// Owner returns the live node that owns key (a device id) under
-// rendezvous hashing of the current members.
-func (n *Node) Owner(key string) string { return RendezvousOwner(n.Members(), key) }
+// Owner returns the live node with role that owns key (a device id) under
+// rendezvous hashing ("" when none has the role).
+func (n *Node) Owner(role, key string) string { return RendezvousOwner(n.MembersWith(role), key) }
 
-// Owns reports whether this node owns key (see Owner).
-func (n *Node) Owns(key string) bool { return n.Owner(key) == n.cfg.NodeID }
+// Owns reports whether this node owns key among the nodes with role.
+func (n *Node) Owns(role, key string) bool { return n.Owner(role, key) == n.cfg.NodeID }
 
 // RendezvousOwner returns the member with the highest score for key
 // (highest random weight hashing): when a member leaves, only its keys

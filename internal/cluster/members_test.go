@@ -50,8 +50,20 @@ func TestMembers(t *testing.T) {
 	for _, tn := range nodes {
 		waitFor(t, "every node to see all three", func() bool { return slices.Equal(tn.node.Members(), all) })
 	}
-	if o := nodes[0].node.Owner("dev"); o != nodes[1].node.Owner("dev") || !slices.Contains(all, o) {
-		t.Errorf("owners disagree: %s, %s", o, nodes[1].node.Owner("dev"))
+	// Work goes to the nodes that declared its role only.
+	if o := nodes[0].node.Owner("r", "dev"); o != "" {
+		t.Errorf("owner among nodes without the role: %q", o)
+	}
+	nodes[1].node.AddRole("r")
+	nodes[2].node.AddRole("r")
+	for _, tn := range nodes {
+		waitFor(t, "the roles to be known", func() bool { return slices.Equal(tn.node.MembersWith("r"), []string{"n1", "n2"}) })
+	}
+	for i := range 20 {
+		key := fmt.Sprint("dev", i)
+		if o := nodes[0].node.Owner("r", key); o != nodes[1].node.Owner("r", key) || o == "n0" || o == "" {
+			t.Errorf("owners of %s: %q, %q", key, o, nodes[1].node.Owner("r", key))
+		}
 	}
 
 	nodes[2].node.Close()
@@ -92,8 +104,15 @@ func TestHeldAndHandoff(t *testing.T) {
 	if err := nodes[1].node.OnHandoff(func(ids []string) []string { return ids[:1] }); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := nodes[0].node.Handoff(ctx, "n1", []string{"x", "y"}); err != nil || !slices.Equal(got, []string{"x"}) {
-		t.Errorf("handoff = %v, %v", got, err)
+	// The subscription reaches n0's server over the route a moment later.
+	var got []string
+	waitFor(t, "the handoff to be answered", func() bool {
+		var err error
+		got, err = nodes[0].node.Handoff(ctx, "n1", []string{"x", "y"})
+		return err == nil
+	})
+	if !slices.Equal(got, []string{"x"}) {
+		t.Errorf("handoff = %v", got)
 	}
 }
 

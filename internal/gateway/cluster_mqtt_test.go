@@ -64,14 +64,16 @@ func holders(mac string, nodes ...*clusterNode) []string {
 	return on
 }
 
-// waitServedOnce waits until the device is ready on its owner among nodes
-// and held by no other node, then calls it through every node's REST door.
-func waitServedOnce(t *testing.T, mac string, within time.Duration, nodes ...*clusterNode) {
+// waitServedOnce waits until the device is ready on its owner among
+// servers (the nodes on the broker) and held by no other node, servers or
+// others, then calls it through each of their REST doors.
+func waitServedOnce(t *testing.T, mac string, within time.Duration, servers []*clusterNode, others ...*clusterNode) {
 	t.Helper()
-	ids := make([]string, len(nodes))
-	for i, n := range nodes {
+	ids := make([]string, len(servers))
+	for i, n := range servers {
 		ids[i] = n.id
 	}
+	nodes := append(slices.Clone(servers), others...)
 	owner := cluster.RendezvousOwner(ids, mac)
 	waitFor(t, mac+" served by "+owner+" alone", within, func() bool {
 		h := holders(mac, nodes...)
@@ -110,8 +112,9 @@ func TestClusterRefusesStaticMQTTSplit(t *testing.T) {
 }
 
 // Cluster mode on a stock Mosquitto: the external broker's MQTT devices are
-// split over the live nodes, each served by exactly one node and callable
-// through every node's REST door; a node that joins takes its share over,
+// split over the live nodes on the broker, each served by exactly one node
+// and callable through every node's REST door, a node without the broker's
+// included; a node that joins takes its share over,
 // and a node's loss leaves its share to the others, callable again within
 // 10 s.
 func TestClusterMQTTExternalBroker(t *testing.T) {
@@ -119,7 +122,9 @@ func TestClusterMQTTExternalBroker(t *testing.T) {
 	broker := startMosquitto(t)
 	a := startClusterNode(t, "a", dsn, broker)
 	b := startClusterNode(t, "b", dsn, broker, a.gw.ClusterRoute())
-	waitMembers(t, []string{"a", "b"}, a, b)
+	// z has no broker: it calls the MQTT devices, and is given none.
+	z := startClusterNode(t, "z", dsn, "", a.gw.ClusterRoute())
+	waitMembers(t, []string{"a", "b", "z"}, a, b, z)
 
 	macs := make([]string, 8)
 	for i := range macs {
@@ -127,19 +132,19 @@ func TestClusterMQTTExternalBroker(t *testing.T) {
 		runStockBrokerDevice(t, broker, macs[i], whoami(t, macs[i]))
 	}
 	for _, mac := range macs {
-		waitServedOnce(t, mac, 20*time.Second, a, b)
+		waitServedOnce(t, mac, 20*time.Second, []*clusterNode{a, b}, z)
 	}
 
 	// A third node joins: the devices it owns now move to it, whole.
 	c := startClusterNode(t, "c", dsn, broker, a.gw.ClusterRoute())
 	all := []*clusterNode{a, b, c}
-	waitMembers(t, []string{"a", "b", "c"}, all...)
+	waitMembers(t, []string{"a", "b", "c", "z"}, a, b, c, z)
 	moved := 0
 	for _, mac := range macs {
 		if cluster.RendezvousOwner([]string{"a", "b", "c"}, mac) == "c" {
 			moved++
 		}
-		waitServedOnce(t, mac, 20*time.Second, all...)
+		waitServedOnce(t, mac, 20*time.Second, all, z)
 	}
 	if moved == 0 {
 		t.Fatal("no device moved to the node that joined: pick other MACs")
@@ -151,7 +156,7 @@ func TestClusterMQTTExternalBroker(t *testing.T) {
 	}
 	lost := time.Now()
 	for _, mac := range macs {
-		waitServedOnce(t, mac, 10*time.Second-time.Since(lost), a, b)
+		waitServedOnce(t, mac, 10*time.Second-time.Since(lost), []*clusterNode{a, b}, z)
 	}
 	t.Logf("c's %d devices callable again through a and b %s after it left", moved, time.Since(lost).Round(time.Millisecond))
 
@@ -161,7 +166,7 @@ func TestClusterMQTTExternalBroker(t *testing.T) {
 	b.gw.mqttExt.Close()
 	lost = time.Now()
 	for _, mac := range macs {
-		waitServedOnce(t, mac, 10*time.Second-time.Since(lost), a)
+		waitServedOnce(t, mac, 10*time.Second-time.Since(lost), []*clusterNode{a}, z)
 	}
 	t.Logf("b's devices callable again through a %s after it died", time.Since(lost).Round(time.Millisecond))
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,11 +22,15 @@ import (
 // retried, and two nodes that served one device during a partition settle.
 const mqttRebalanceEvery = 5 * time.Second
 
+// roleMQTT is the cluster role of the nodes that serve the external
+// broker's devices: only they share the fleet.
+const roleMQTT = "mqtt-broker"
+
 // ownsMQTT is mqttext's Config.Owns: whether this node serves an external
 // broker's device. Nothing is owned before the node joined the cluster.
 func (l *clusterLink) ownsMQTT(deviceID string) bool {
 	n := l.node.Load()
-	return n != nil && n.Owns(deviceID)
+	return n != nil && n.Owns(roleMQTT, deviceID)
 }
 
 // heldElsewhere reports whether another node holds device id live; the
@@ -66,6 +71,8 @@ func (g *Gateway) balanceMQTT(ctx context.Context) (stop func()) {
 		}
 	}
 	node.OnMembersChange(func(_, _ []string) { poke() })
+	// From now on the others count this node in the split.
+	node.AddRole(roleMQTT)
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -93,44 +100,70 @@ func (g *Gateway) balanceMQTT(ctx context.Context) (stop func()) {
 func (g *Gateway) rebalanceMQTT(ctx context.Context, node *cluster.Node) {
 	t := g.mqttExt
 	self := node.ID()
-	members := node.Members()
+	members := node.MembersWith(roleMQTT)
 	give := map[string][]string{}
 	for _, id := range t.Held() {
-		if o := cluster.RendezvousOwner(members, id); o != self {
+		if o := cluster.RendezvousOwner(members, id); o != self && o != "" {
 			give[o] = append(give[o], id)
 		}
 	}
 	for to, ids := range give {
-		hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		held, err := node.Handoff(hctx, to, ids)
-		cancel()
-		if err != nil {
-			if !errors.Is(err, cluster.ErrNoHandoff) && ctx.Err() == nil {
-				g.log.Warn("cluster: cannot hand MQTT devices over; keeping them for now", "to", to, "devices", len(ids), "error", err)
+		for batch := range slices.Chunk(ids, handoffBatch) {
+			hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			held, err := node.Handoff(hctx, to, batch)
+			cancel()
+			if err != nil {
+				if !errors.Is(err, cluster.ErrNoHandoff) && ctx.Err() == nil {
+					g.log.Warn("cluster: cannot hand MQTT devices over; keeping them for now", "to", to, "devices", len(batch), "error", err)
+				}
+				break
 			}
-			continue
+			// Usually already closed by the new holder's claim; not when
+			// both held the device (a partition healed).
+			t.Release(held)
 		}
-		// Usually already closed by the new holder's claim; not when both
-		// held the device (a partition healed).
-		t.Release(held)
 	}
-	var adopt []string
+	var mine []string
 	for _, id := range t.Heard() {
-		if ctx.Err() != nil {
-			return
-		}
-		if cluster.RendezvousOwner(members, id) != self {
-			continue
-		}
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		held, err := node.Held(pctx, id)
-		cancel()
-		if err == nil && !held {
-			adopt = append(adopt, id)
+		if cluster.RendezvousOwner(members, id) == self {
+			mine = append(mine, id)
 		}
 	}
-	if len(adopt) > 0 {
+	// One probe per device, some at a time: a lost node's share may be
+	// large, and each probe is a round trip.
+	var (
+		mu    sync.Mutex
+		adopt []string
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, probesAtOnce)
+	)
+	for _, id := range mine {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			held, err := node.Held(pctx, id)
+			cancel()
+			if err == nil && !held {
+				mu.Lock()
+				adopt = append(adopt, id)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(adopt) > 0 && ctx.Err() == nil {
 		g.log.Info("cluster: taking over MQTT devices no node serves", "devices", len(adopt))
 		t.Adopt(adopt)
 	}
 }
+
+// handoffBatch bounds the devices of one handoff message (NATS payloads
+// are limited, 1 MiB by default); probesAtOnce the probes in flight.
+const (
+	handoffBatch = 1000
+	probesAtOnce = 32
+)
