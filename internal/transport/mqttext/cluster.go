@@ -83,9 +83,7 @@ func (t *Transport) Adopt(ids []string) []string {
 		if err != nil {
 			continue
 		}
-		t.mu.Lock()
-		s := t.live[id]
-		t.mu.Unlock()
+		s := t.open(id)
 		if s == nil && t.owns(id) {
 			if s = t.start(id); s != nil {
 				s.log.Info("took the device over from another gateway node")
@@ -102,11 +100,19 @@ func (t *Transport) Adopt(ids []string) []string {
 // own: the node that owns them serves them now.
 func (t *Transport) Release(ids []string) {
 	for _, id := range ids {
-		t.mu.Lock()
-		s := t.live[id]
-		t.mu.Unlock()
-		if s != nil && !t.owns(id) {
+		if s := t.open(id); s != nil && !t.owns(id) {
 			s.sess.Close(errMoved)
 		}
 	}
+}
+
+// open returns the device's session unless it has none or it is closing.
+func (t *Transport) open(id string) *session {
+	t.mu.Lock()
+	s := t.live[id]
+	t.mu.Unlock()
+	if s == nil || s.sess.Context().Err() != nil {
+		return nil
+	}
+	return s
 }

@@ -457,10 +457,9 @@ func (t *Transport) deviceOf(topic string) (string, bool) {
 // start attaches a new session for a device the gateway just heard from. It
 // returns nil during shutdown.
 func (t *Transport) start(deviceID string) *session {
-	t.mu.Lock()
-	s := t.live[deviceID]
-	t.mu.Unlock()
-	if s != nil { // Adopt and an uplink message may both start it
+	// Adopt and an uplink message may both start it; a session just closed
+	// (a reannouncement) is replaced.
+	if s := t.open(deviceID); s != nil {
 		return s
 	}
 	if t.draining.Load() {
@@ -470,7 +469,7 @@ func (t *Transport) start(deviceID string) *session {
 	if !t.conns.Add() {
 		return nil
 	}
-	s = &session{t: t, deviceID: deviceID, topic: xiaozhi.P2PTopic(deviceID), sessionID: xiaozhi.NewSessionID()}
+	s := &session{t: t, deviceID: deviceID, topic: xiaozhi.P2PTopic(deviceID), sessionID: xiaozhi.NewSessionID()}
 	s.log = t.log.With("device_id", deviceID, "session_id", s.sessionID)
 	scfg := t.cfg.Session
 	scfg.Logger = s.log
