@@ -383,6 +383,67 @@ func (n *Node) Handoff(ctx context.Context, node string, ids []string) ([]string
 	return h.Devices, nil
 }
 
+// listMsg asks a node for the devices it holds after After (sorted), at
+// most Limit; the answer's Devices are the page.
+type listMsg struct {
+	After   string   `json:"after,omitempty"`
+	Limit   int      `json:"limit,omitempty"`
+	Devices []string `json:"devices,omitempty"`
+}
+
+// listPage bounds one page of ListHeld (NATS payloads are limited).
+const listPage = 1000
+
+// OnListHeld makes list answer other nodes' ListHeld: the devices this
+// node holds, sorted, at most limit after after. Call it once, after Bind.
+func (n *Node) OnListHeld(list func(after string, limit int) []string) error {
+	n.mu.Lock()
+	m := n.mem
+	n.mu.Unlock()
+	if m == nil {
+		return errors.New("cluster: OnListHeld before Bind")
+	}
+	sub, err := n.nc.Subscribe(n.subject("node", token(n.cfg.NodeID), "held"), func(msg *nats.Msg) {
+		var q listMsg
+		if msg.Reply == "" || json.Unmarshal(msg.Data, &q) != nil {
+			return
+		}
+		b, _ := json.Marshal(listMsg{Devices: list(q.After, min(max(q.Limit, 1), listPage))})
+		_ = n.nc.Publish(msg.Reply, b)
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: subscribing to held lists: %w", err)
+	}
+	m.mu.Lock()
+	m.subs = append(m.subs, sub)
+	m.mu.Unlock()
+	return n.nc.Flush()
+}
+
+// ListHeld asks node for the devices it holds, a page at a time, and
+// hands each page to page.
+func (n *Node) ListHeld(ctx context.Context, node string, page func(ids []string)) error {
+	after := ""
+	for {
+		b, _ := json.Marshal(listMsg{After: after, Limit: listPage})
+		msg, err := n.nc.RequestWithContext(ctx, n.subject("node", token(node), "held"), b)
+		if err != nil {
+			return fmt.Errorf("cluster: asking %s what it holds: %w", node, err)
+		}
+		var r listMsg
+		if err := json.Unmarshal(msg.Data, &r); err != nil {
+			return fmt.Errorf("cluster: held list from %s: %w", node, err)
+		}
+		if len(r.Devices) > 0 {
+			page(r.Devices)
+		}
+		if len(r.Devices) < listPage {
+			return nil
+		}
+		after = r.Devices[len(r.Devices)-1]
+	}
+}
+
 // Held reports whether some node holds device id (a session on it, as
 // its call subject has a subscriber): a probe, not a call.
 func (n *Node) Held(ctx context.Context, id string) (bool, error) {

@@ -69,6 +69,18 @@ func holders(mac string, nodes ...*clusterNode) []string {
 // others, then calls it through each of their REST doors.
 func waitServedOnce(t *testing.T, mac string, within time.Duration, servers []*clusterNode, others ...*clusterNode) {
 	t.Helper()
+	for _, n := range waitHeldOnce(t, mac, within, servers, others...) {
+		res, err := n.rest.Call(t.Context(), mac, api.CallBody{Name: "self.whoami"})
+		if err != nil || res.Text() != mac {
+			t.Fatalf("%s through %s's REST door: %v, %v", mac, n.id, res, err)
+		}
+	}
+}
+
+// waitHeldOnce is waitServedOnce without the calls (which make the device
+// speak, so that every node hears it); it returns all the nodes.
+func waitHeldOnce(t *testing.T, mac string, within time.Duration, servers []*clusterNode, others ...*clusterNode) []*clusterNode {
+	t.Helper()
 	ids := make([]string, len(servers))
 	for i, n := range servers {
 		ids[i] = n.id
@@ -88,12 +100,7 @@ func waitServedOnce(t *testing.T, mac string, within time.Duration, servers []*c
 		}
 		return false
 	})
-	for _, n := range nodes {
-		res, err := n.rest.Call(t.Context(), mac, api.CallBody{Name: "self.whoami"})
-		if err != nil || res.Text() != mac {
-			t.Fatalf("%s through %s's REST door: %v, %v", mac, n.id, res, err)
-		}
-	}
+	return nodes
 }
 
 func whoami(t *testing.T, mac string) *device.Server {
@@ -222,4 +229,48 @@ func TestClusterEndpointSourceAcrossNodes(t *testing.T) {
 	if err != nil || res.Text() != "2" {
 		t.Fatalf("endpoint-calc through b after calc-2 joined: %v, %v", res, err)
 	}
+}
+
+// A node that joins learns which devices the others serve: when one of
+// them dies, it takes over the idle devices it now owns, which it never
+// heard speak.
+func TestClusterMQTTJoinedNodeLearnsFleet(t *testing.T) {
+	dsn := storetest.PostgresDSN(t)
+	broker := startMosquitto(t)
+	a := startClusterNode(t, "a", dsn, broker)
+	b := startClusterNode(t, "b", dsn, broker, a.gw.ClusterRoute())
+	waitMembers(t, []string{"a", "b"}, a, b)
+	var idle []string // on b with three nodes, on c once b is gone
+	for i := range 24 {
+		mac := fmt.Sprintf("02:00:00:14:06:%02x", i)
+		runStockBrokerDevice(t, broker, mac, whoami(t, mac))
+		waitHeldOnce(t, mac, 20*time.Second, []*clusterNode{a, b})
+		if cluster.RendezvousOwner([]string{"a", "b", "c"}, mac) == "b" && cluster.RendezvousOwner([]string{"a", "c"}, mac) == "c" {
+			idle = append(idle, mac)
+		}
+	}
+	if len(idle) == 0 {
+		t.Fatal("no device would move from b to c: pick other MACs")
+	}
+	c := startClusterNode(t, "c", dsn, broker, a.gw.ClusterRoute())
+	waitMembers(t, []string{"a", "b", "c"}, a, b, c)
+	for _, mac := range idle {
+		waitHeldOnce(t, mac, 20*time.Second, []*clusterNode{a, b, c})
+	}
+	waitFor(t, "c to learn what b serves", 10*time.Second, func() bool {
+		heard := c.gw.mqttExt.Heard()
+		for _, mac := range idle {
+			if !slices.Contains(heard, mac) {
+				return false
+			}
+		}
+		return true
+	})
+	b.gw.cluster.node.Load().Sever()
+	b.gw.mqttExt.Close()
+	lost := time.Now()
+	for _, mac := range idle {
+		waitServedOnce(t, mac, 10*time.Second-time.Since(lost), []*clusterNode{a, c})
+	}
+	t.Logf("%d idle devices of b taken over by c %s after b died", len(idle), time.Since(lost).Round(time.Millisecond))
 }

@@ -71,14 +71,19 @@ func (g *Gateway) balanceMQTT(ctx context.Context) (stop func()) {
 		}
 	}
 	node.OnMembersChange(func(_, _ []string) { poke() })
+	if err := node.OnListHeld(t.HeldAfter); err != nil {
+		g.log.Error("cluster: cannot tell other nodes which MQTT devices this one serves", "error", err)
+	}
 	// From now on the others count this node in the split.
 	node.AddRole(roleMQTT)
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() {
+		learnt := map[string]bool{}
 		tick := time.NewTicker(mqttRebalanceEvery)
 		defer tick.Stop()
 		for {
+			g.learnMQTTFleet(ctx, node, learnt)
 			g.rebalanceMQTT(ctx, node)
 			select {
 			case <-ctx.Done():
@@ -167,3 +172,32 @@ const (
 	handoffBatch = 1000
 	probesAtOnce = 32
 )
+
+// learnMQTTFleet asks the other nodes on the broker that it has not asked
+// yet (learnt) which devices they serve: a node that joins hears a device
+// only when it speaks (an idle one every silence timeout), and could not
+// take it over before. A node that failed to answer is asked again next
+// time.
+func (g *Gateway) learnMQTTFleet(ctx context.Context, node *cluster.Node, learnt map[string]bool) {
+	members := node.MembersWith(roleMQTT)
+	for id := range learnt {
+		if !slices.Contains(members, id) {
+			delete(learnt, id) // should it come back, it is asked again
+		}
+	}
+	for _, other := range members {
+		if other == node.ID() || learnt[other] {
+			continue
+		}
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := node.ListHeld(lctx, other, g.mqttExt.Remember)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				g.log.Warn("cluster: cannot learn which MQTT devices another node serves; asking again later", "node", other, "error", err)
+			}
+			continue
+		}
+		learnt[other] = true
+	}
+}

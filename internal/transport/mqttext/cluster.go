@@ -59,6 +59,34 @@ func (t *Transport) Heard() []string {
 	return ids
 }
 
+// Remember records devices another node serves as heard now, so that this
+// node can take them over should that node be lost before they speak
+// again (a node that joins learns the fleet this way).
+func (t *Transport) Remember(ids []string) {
+	if t.cfg.Owns == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	t.mu.Lock()
+	for _, id := range ids {
+		if _, ok := t.heard[id]; !ok && t.live[id] == nil {
+			t.heard[id] = now
+		}
+	}
+	t.mu.Unlock()
+}
+
+// HeldAfter returns at most limit of the devices this node has a session
+// with, sorted, after after ("" from the start).
+func (t *Transport) HeldAfter(after string, limit int) []string {
+	ids := t.Held()
+	i, _ := slices.BinarySearch(ids, after)
+	if i < len(ids) && ids[i] == after {
+		i++
+	}
+	return ids[i:min(len(ids), i+limit)]
+}
+
 // Held returns the devices this node has a session with.
 func (t *Transport) Held() []string {
 	t.mu.Lock()
