@@ -114,6 +114,29 @@ func TestHeldAndHandoff(t *testing.T) {
 	if !slices.Equal(got, []string{"x"}) {
 		t.Errorf("handoff = %v", got)
 	}
+
+	// ListHeld pages through a long list.
+	var held []string
+	for i := range 2500 {
+		held = append(held, fmt.Sprintf("dev-%04d", i))
+	}
+	if err := nodes[1].node.OnListHeld(func(after string, limit int) []string {
+		i, _ := slices.BinarySearch(held, after)
+		if i < len(held) && held[i] == after {
+			i++
+		}
+		return held[i:min(len(held), i+limit)]
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	waitFor(t, "the held list", func() bool {
+		listed = nil
+		return nodes[0].node.ListHeld(ctx, "n1", func(ids []string) { listed = append(listed, ids...) }) == nil
+	})
+	if !slices.Equal(listed, held) {
+		t.Errorf("ListHeld gave %d devices, want %d in order", len(listed), len(held))
+	}
 }
 
 func startMembersCluster(t *testing.T, n int, heartbeat time.Duration) []*testNode {
