@@ -383,7 +383,7 @@ func (n *Node) Handoff(ctx context.Context, node string, ids []string) ([]string
 	return h.Devices, nil
 }
 
-// listMsg asks a node for the devices it knows after After (sorted), at
+// listMsg asks a node for the devices it holds after After (sorted), at
 // most Limit; the answer's Devices are the page.
 type listMsg struct {
 	After   string   `json:"after,omitempty"`
@@ -391,20 +391,19 @@ type listMsg struct {
 	Devices []string `json:"devices,omitempty"`
 }
 
-// listPage bounds one page of ListKnown (NATS payloads are limited).
+// listPage bounds one page of ListHeld (NATS payloads are limited).
 const listPage = 1000
 
-// OnListKnown makes list answer other nodes' ListKnown: the devices this
-// node knows of (for the external broker: those it serves or heard
-// lately), sorted, at most limit after after. Call it once, after Bind.
-func (n *Node) OnListKnown(list func(after string, limit int) []string) error {
+// OnListHeld makes list answer other nodes' ListHeld: the devices this
+// node holds, sorted, at most limit after after. Call it once, after Bind.
+func (n *Node) OnListHeld(list func(after string, limit int) []string) error {
 	n.mu.Lock()
 	m := n.mem
 	n.mu.Unlock()
 	if m == nil {
-		return errors.New("cluster: OnListKnown before Bind")
+		return errors.New("cluster: OnListHeld before Bind")
 	}
-	sub, err := n.nc.Subscribe(n.subject("node", token(n.cfg.NodeID), "known"), func(msg *nats.Msg) {
+	sub, err := n.nc.Subscribe(n.subject("node", token(n.cfg.NodeID), "held"), func(msg *nats.Msg) {
 		var q listMsg
 		if msg.Reply == "" || json.Unmarshal(msg.Data, &q) != nil {
 			return
@@ -413,7 +412,7 @@ func (n *Node) OnListKnown(list func(after string, limit int) []string) error {
 		_ = n.nc.Publish(msg.Reply, b)
 	})
 	if err != nil {
-		return fmt.Errorf("cluster: subscribing to device lists: %w", err)
+		return fmt.Errorf("cluster: subscribing to held lists: %w", err)
 	}
 	m.mu.Lock()
 	m.subs = append(m.subs, sub)
@@ -421,19 +420,19 @@ func (n *Node) OnListKnown(list func(after string, limit int) []string) error {
 	return n.nc.Flush()
 }
 
-// ListKnown asks node for the devices it knows of, a page at a time, and
+// ListHeld asks node for the devices it holds, a page at a time, and
 // hands each page to page.
-func (n *Node) ListKnown(ctx context.Context, node string, page func(ids []string)) error {
+func (n *Node) ListHeld(ctx context.Context, node string, page func(ids []string)) error {
 	after := ""
 	for {
 		b, _ := json.Marshal(listMsg{After: after, Limit: listPage})
-		msg, err := n.nc.RequestWithContext(ctx, n.subject("node", token(node), "known"), b)
+		msg, err := n.nc.RequestWithContext(ctx, n.subject("node", token(node), "held"), b)
 		if err != nil {
-			return fmt.Errorf("cluster: asking %s which devices it knows: %w", node, err)
+			return fmt.Errorf("cluster: asking %s what it holds: %w", node, err)
 		}
 		var r listMsg
 		if err := json.Unmarshal(msg.Data, &r); err != nil {
-			return fmt.Errorf("cluster: device list from %s: %w", node, err)
+			return fmt.Errorf("cluster: held list from %s: %w", node, err)
 		}
 		if len(r.Devices) > 0 {
 			page(r.Devices)

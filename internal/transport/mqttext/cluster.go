@@ -76,12 +76,10 @@ func (t *Transport) Remember(ids []string) {
 	t.mu.Unlock()
 }
 
-// KnownAfter returns at most limit of the devices this node serves or heard
-// lately, sorted, after after ("" from the start): every node hears every
-// device, so this is the fleet as this node knows it.
-func (t *Transport) KnownAfter(after string, limit int) []string {
-	ids := append(t.Held(), t.Heard()...) // Heard leaves out the held
-	slices.Sort(ids)
+// HeldAfter returns at most limit of the devices this node has a session
+// with, sorted, after after ("" from the start).
+func (t *Transport) HeldAfter(after string, limit int) []string {
+	ids := t.Held()
 	i, _ := slices.BinarySearch(ids, after)
 	if i < len(ids) && ids[i] == after {
 		i++
