@@ -55,6 +55,11 @@ type Config struct {
 	TLSCert, TLSKey, TLSCA string
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// Heartbeat is how often the node tells the others it is alive, and
+	// MemberTimeout how long a silent node still counts as a member
+	// (members.go). Defaults DefaultHeartbeat and three Heartbeats
+	// (DefaultMemberTimeout).
+	Heartbeat, MemberTimeout time.Duration
 
 	// Timing of routed calls (tests shorten it): the serving node sends a
 	// keepalive every keepalive while a call runs; a caller hearing nothing
@@ -90,6 +95,7 @@ type Node struct {
 	onRevoked atomic.Pointer[func(store.Revocation)] // admin.go
 
 	fast fastPath // reply inbox and server goroutines of routed calls (fast.go)
+	mem  *members // set by Bind
 }
 
 // DefaultNodeID derives a node id from the host name.
@@ -135,6 +141,12 @@ func Start(cfg Config) (*Node, error) {
 	}
 	if cfg.snapshotPage <= 0 {
 		cfg.snapshotPage = 500
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	if cfg.MemberTimeout <= 0 {
+		cfg.MemberTimeout = 3 * cfg.Heartbeat
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), devs: map[string]*nats.Subscription{},
 		calls: map[string]context.CancelFunc{}}
@@ -267,12 +279,16 @@ func (n *Node) Bind(h *hub.Hub) error {
 	if err := n.nc.Flush(); err != nil {
 		return fmt.Errorf("cluster: NATS: %w", err)
 	}
-	return n.startView(h)
+	if err := n.startView(h); err != nil {
+		return err
+	}
+	return n.startMembers()
 }
 
 // Close ends routed calls served here, leaves NATS and stops the embedded
 // server.
 func (n *Node) Close() {
+	n.stopMembers()
 	if n.view != nil {
 		n.view.stop()
 	}

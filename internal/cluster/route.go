@@ -160,7 +160,7 @@ func remoteError(r replyMsg) error {
 
 // onCall serves a call routed to this node.
 func (n *Node) onCall(m *nats.Msg) {
-	if m.Reply == "" {
+	if m.Reply == "" || n.answerProbe(m) {
 		return
 	}
 	reply, data := m.Reply, m.Data

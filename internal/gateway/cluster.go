@@ -28,6 +28,9 @@ func checkCluster(cfg Config) error {
 	if err := cfg.Cluster.CheckSecurity(); err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
+	if cfg.MQTTNodes > 1 {
+		return errors.New("gateway: cluster mode splits the external broker's MQTT devices over the live nodes by itself: drop --mqtt-node")
+	}
 	dsn := cfg.StoreDSN
 	if cfg.Store == nil && !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
 		return fmt.Errorf("gateway: %w", errClusterNeedsShared)

@@ -292,6 +292,7 @@ func New(cfg Config) (*Gateway, error) {
 	connLimit := limits.NewConnLimiter(cfg.Limits.MaxConnsPerIP, cfg.Limits.MaxConnsLoopback)
 	link := &clusterLink{}
 	var hubCluster hub.Cluster // nil interface on a single node
+	var heldElsewhere func(string) bool
 	nodeID := ""
 	if cfg.Cluster != nil {
 		c := *cfg.Cluster // the caller's stays as given
@@ -299,6 +300,7 @@ func New(cfg Config) (*Gateway, error) {
 			c.NodeID = cluster.DefaultNodeID()
 		}
 		cfg.Cluster, nodeID, hubCluster = &c, c.NodeID, link
+		heldElsewhere = link.heldElsewhere
 	}
 	h := hub.New(hub.Config{Logger: cfg.Logger, Metrics: m, ToolTimeouts: cfg.ToolTimeouts,
 		Audit: auditLog.Record, Store: cfg.Store, Cluster: hubCluster, NodeID: nodeID,
@@ -371,7 +373,7 @@ func New(cfg Config) (*Gateway, error) {
 		Hub: h, Logger: cfg.Logger, Metrics: m, Tokens: cfg.EndpointTokens, Authorize: endpointAuthorize(cfg, da),
 		Session:      session,
 		PingInterval: cfg.PingInterval, PingTimeout: cfg.PongTimeout, OriginPatterns: originHosts(cfg.AllowedOrigins),
-		ReadLimit: cfg.Limits.EndpointReadLimit, Conns: connLimit, Limits: lim,
+		ReadLimit: cfg.Limits.EndpointReadLimit, Conns: connLimit, Limits: lim, HeldElsewhere: heldElsewhere,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -394,6 +396,10 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	var mqx *mqttext.Transport
 	if cfg.MQTTBroker != "" {
+		var owns func(string) bool
+		if cfg.Cluster != nil {
+			owns = link.ownsMQTT // the split follows the cluster's members
+		}
 		if cfg.MQTTAddr != "" {
 			return nil, errors.New("gateway: an external MQTT broker and the embedded one are mutually exclusive: leave the MQTT listen address empty")
 		}
@@ -401,7 +407,7 @@ func New(cfg Config) (*Gateway, error) {
 			Hub: h, Logger: cfg.Logger, Metrics: m, Session: session,
 			Broker: cfg.MQTTBroker, TLS: cfg.MQTTBrokerTLS, Username: cfg.MQTTBrokerUsername, Password: cfg.MQTTBrokerPassword,
 			UplinkTopic: cfg.MQTTUplinkTopic, ShareGroup: cfg.MQTTShareGroup, SilenceTimeout: cfg.MQTTSilenceTimeout,
-			Nodes: cfg.MQTTNodes, Node: cfg.MQTTNode,
+			Nodes: cfg.MQTTNodes, Node: cfg.MQTTNode, Owns: owns,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
@@ -565,6 +571,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			return err
 		}
 		defer g.mqttExt.Close()
+		defer g.balanceMQTT(ctx)() // stops before the transport closes
 	}
 	g.mu.Lock()
 	g.listener = ln

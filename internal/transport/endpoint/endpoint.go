@@ -127,6 +127,10 @@ type Config struct {
 	Conns *limits.ConnLimiter
 	// Limits counts and logs limit hits; nil makes one from Logger and Metrics.
 	Limits *limits.Reporter
+	// HeldElsewhere, when set, reports whether another gateway node of a
+	// cluster holds a device live: a name whose source is live on another
+	// node is then taken, as one live here is (docs/cluster.md).
+	HeldElsewhere func(deviceID string) bool
 }
 
 // SourceCheck decides whether an authorized connection may join the hub as
@@ -505,24 +509,43 @@ func (c *connection) close(reason error) {
 }
 
 // reserve returns want, or want-2, want-3... whichever is neither a live
-// source's name nor another device's alias or id, and marks it live.
+// source's name (here, or on another node of a cluster) nor another
+// device's alias or id, and marks it live.
 func (t *Transport) reserve(want string) string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	for n := 1; ; n++ {
 		name := want
 		if n > 1 {
 			name = want + "-" + strconv.Itoa(n)
 		}
-		if t.names[name] {
+		if !t.free(name) {
 			continue
 		}
-		if d, err := t.cfg.Hub.Device(name); err == nil && d.ID != DeviceIDPrefix+name {
-			continue // a XiaoZhi device (or another source) goes by this alias
+		// Asked without the lock: it is a network round trip.
+		if t.cfg.HeldElsewhere != nil && t.cfg.HeldElsewhere(DeviceIDPrefix+name) {
+			continue
 		}
+		t.mu.Lock()
+		taken := t.names[name]
 		t.names[name] = true
-		return name
+		t.mu.Unlock()
+		if !taken {
+			return name
+		}
 	}
+}
+
+// free reports whether name is neither a live source's nor another
+// device's alias or id here.
+func (t *Transport) free(name string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.names[name] {
+		return false
+	}
+	if d, err := t.cfg.Hub.Device(name); err == nil && d.ID != DeviceIDPrefix+name {
+		return false // a XiaoZhi device (or another source) goes by this alias
+	}
+	return true
 }
 
 func (t *Transport) release(name string) {

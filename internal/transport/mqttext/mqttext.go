@@ -99,6 +99,14 @@ type Config struct {
 	// would otherwise hand a device's replies to nodes that do not hold its
 	// session.
 	Nodes, Node int
+	// Owns, when set, splits the fleet by cluster membership
+	// (docs/cluster.md) instead: every node subscribes to all uplinks (not
+	// shared), starts a session only for a device Owns reports as its own,
+	// and keeps serving a session it holds until it ends (a node taking the
+	// device over closes it through the cluster's claim). It also makes the
+	// transport remember which devices it heard ([Transport.Heard]), so that
+	// a node can take over a lost node's devices. Exclusive with Nodes.
+	Owns func(deviceID string) bool
 	// SilenceTimeout is how long a device may stay silent before the gateway
 	// pings it, and ends its session if the ping fails. Default 5m.
 	SilenceTimeout time.Duration
@@ -137,6 +145,11 @@ type Transport struct {
 	live   map[string]*session // by device id; guarded by mu
 	cm     *autopaho.ConnectionManager
 	cancel context.CancelFunc // stops cm
+
+	// heard is when each device was last heard, with Config.Owns only:
+	// every node hears every device. A device leaves it on its Will and
+	// when its session here ends. Guarded by mu.
+	heard map[string]int64
 }
 
 // New validates cfg without connecting.
@@ -169,11 +182,14 @@ func New(cfg Config) (*Transport, error) {
 	if strings.ContainsAny(cfg.ShareGroup, "/+#") {
 		return nil, fmt.Errorf("mqttext: share group %q must not contain '/', '+' or '#'", cfg.ShareGroup)
 	}
+	if cfg.Owns != nil && cfg.Nodes > 1 {
+		return nil, errors.New("mqttext: a split by cluster membership (Owns) and a static split (Nodes) are exclusive")
+	}
 	if cfg.Nodes < 0 || (cfg.Nodes > 1 && (cfg.Node < 0 || cfg.Node >= cfg.Nodes)) {
 		return nil, fmt.Errorf("mqttext: node %d of %d: want 0 <= node < nodes", cfg.Node, cfg.Nodes)
 	}
 	filter := "$share/" + cfg.ShareGroup + "/" + cfg.UplinkTopic + "/+"
-	if cfg.Nodes > 1 {
+	if cfg.Nodes > 1 || cfg.Owns != nil {
 		filter = cfg.UplinkTopic + "/+"
 	}
 	if cfg.SilenceTimeout <= 0 {
@@ -190,7 +206,7 @@ func New(cfg Config) (*Transport, error) {
 	}
 	return &Transport{cfg: cfg, log: cfg.Logger.With("component", "mqtt_external"), m: cfg.Metrics, server: u,
 		filter: filter, subscribed: make(chan struct{}),
-		conns: conns.NewTracker(), live: make(map[string]*session)}, nil
+		conns: conns.NewTracker(), live: make(map[string]*session), heard: make(map[string]int64)}, nil
 }
 
 // parseBrokerURL accepts the schemes autopaho dials and fills in the default port.
@@ -357,7 +373,13 @@ func (t *Transport) onPublish(pr paho.PublishReceived) (bool, error) {
 		t.badTopic.Warn(t.log, "dropped message on a topic without a device id", "topic", conns.Truncate(p.Topic, 200))
 		return true, nil
 	}
-	if !t.owns(deviceID) {
+	t.hear(deviceID, p.Payload)
+	t.mu.Lock()
+	s := t.live[deviceID]
+	t.mu.Unlock()
+	// A session held here is served whoever owns the device now: its
+	// replies must reach it until it ends.
+	if s == nil && !t.owns(deviceID) {
 		return true, nil // another node's device
 	}
 	env, err := xiaozhi.DecodeEnvelope(p.Payload)
@@ -366,9 +388,6 @@ func (t *Transport) onPublish(pr paho.PublishReceived) (bool, error) {
 		t.unparseable.Warn(t.log, "dropped unparseable message from device", "device_id", deviceID, "error", err, "frame", conns.Truncate(string(p.Payload), 300))
 		return true, nil
 	}
-	t.mu.Lock()
-	s := t.live[deviceID]
-	t.mu.Unlock()
 	switch env.Type {
 	case xiaozhi.TypeOffline:
 		if s != nil {
@@ -380,6 +399,9 @@ func (t *Transport) onPublish(pr paho.PublishReceived) (bool, error) {
 			s.sess.Close(errReannounced)
 			s = nil
 		}
+	}
+	if s == nil && !t.owns(deviceID) {
+		return true, nil // it reannounced itself, and is another node's now
 	}
 	if s == nil {
 		if s = t.start(deviceID); s == nil {
@@ -405,8 +427,11 @@ func (t *Transport) onPublish(pr paho.PublishReceived) (bool, error) {
 }
 
 // owns reports whether this node serves deviceID: always, unless the fleet
-// is split by device id (Config.Nodes).
+// is split by cluster membership (Config.Owns) or by device id (Config.Nodes).
 func (t *Transport) owns(deviceID string) bool {
+	if t.cfg.Owns != nil {
+		return t.cfg.Owns(deviceID)
+	}
 	if t.cfg.Nodes <= 1 {
 		return true
 	}
@@ -432,6 +457,11 @@ func (t *Transport) deviceOf(topic string) (string, bool) {
 // start attaches a new session for a device the gateway just heard from. It
 // returns nil during shutdown.
 func (t *Transport) start(deviceID string) *session {
+	// Adopt and an uplink message may both start it; a session just closed
+	// (a reannouncement) is replaced.
+	if s := t.open(deviceID); s != nil {
+		return s
+	}
 	if t.draining.Load() {
 		t.m.DroppedFrames.WithLabelValues("shutdown").Inc()
 		return nil
@@ -463,6 +493,9 @@ func (t *Transport) start(deviceID string) *session {
 		t.mu.Lock()
 		if t.live[deviceID] == s {
 			delete(t.live, deviceID)
+			// Until it speaks again: a node does not take over a device
+			// whose session ended here (gone silent, or moved on).
+			delete(t.heard, deviceID)
 		}
 		t.mu.Unlock()
 		wg.Wait()

@@ -1,0 +1,166 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+)
+
+// Rendezvous hashing spreads keys over the members, and a member's loss
+// moves only its own keys.
+func TestRendezvousOwner(t *testing.T) {
+	three := []string{"a", "b", "c"}
+	count := map[string]int{}
+	for i := range 3000 {
+		key := fmt.Sprintf("02:00:00:00:%02x:%02x", i/256, i%256)
+		o := RendezvousOwner(three, key)
+		count[o]++
+		if o2 := RendezvousOwner([]string{"a", "b"}, key); o != "c" && o2 != o {
+			t.Fatalf("%s moved from %s to %s when c left", key, o, o2)
+		}
+	}
+	for _, m := range three {
+		if count[m] < 800 || count[m] > 1200 {
+			t.Errorf("uneven split over three members: %v", count)
+		}
+	}
+	if RendezvousOwner(nil, "x") != "" {
+		t.Error("owner among no members")
+	}
+}
+
+// Nodes learn each other from heartbeats; a node that closes says goodbye
+// and is dropped at once; a node that dies is dropped after MemberTimeout.
+func TestMembers(t *testing.T) {
+	nodes := startMembersCluster(t, 3, 100*time.Millisecond)
+	all := []string{"n0", "n1", "n2"}
+	var mu sync.Mutex
+	var changes [][]string
+	nodes[0].node.OnMembersChange(func(_, cur []string) {
+		mu.Lock()
+		changes = append(changes, cur)
+		mu.Unlock()
+	})
+	for _, tn := range nodes {
+		waitFor(t, "every node to see all three", func() bool { return slices.Equal(tn.node.Members(), all) })
+	}
+	// Work goes to the nodes that declared its role only.
+	if o := nodes[0].node.Owner("r", "dev"); o != "" {
+		t.Errorf("owner among nodes without the role: %q", o)
+	}
+	nodes[1].node.AddRole("r")
+	nodes[2].node.AddRole("r")
+	for _, tn := range nodes {
+		waitFor(t, "the roles to be known", func() bool { return slices.Equal(tn.node.MembersWith("r"), []string{"n1", "n2"}) })
+	}
+	for i := range 20 {
+		key := fmt.Sprint("dev", i)
+		if o := nodes[0].node.Owner("r", key); o != nodes[1].node.Owner("r", key) || o == "n0" || o == "" {
+			t.Errorf("owners of %s: %q, %q", key, o, nodes[1].node.Owner("r", key))
+		}
+	}
+
+	nodes[2].node.Close()
+	start := time.Now()
+	waitFor(t, "n2 dropped after its goodbye", func() bool { return slices.Equal(nodes[0].node.Members(), []string{"n0", "n1"}) })
+	if d := time.Since(start); d > 250*time.Millisecond {
+		t.Errorf("a node that said goodbye was dropped after %s, want at once", d)
+	}
+
+	// n1 dies: its NATS server goes, with no goodbye.
+	nodes[1].node.srv.Shutdown()
+	start = time.Now()
+	waitFor(t, "n1 dropped after its silence", func() bool { return slices.Equal(nodes[0].node.Members(), []string{"n0"}) })
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("a dead node was dropped after %s, want about MemberTimeout (300ms)", d)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(changes) == 0 || !slices.Equal(changes[len(changes)-1], []string{"n0"}) {
+		t.Errorf("changes seen by the watcher: %v", changes)
+	}
+}
+
+// Held probes a device's call subject without calling it; Handoff reaches
+// the named node's handler.
+func TestHeldAndHandoff(t *testing.T) {
+	nodes := startMembersCluster(t, 2, 100*time.Millisecond)
+	connect(t, nodes[1].hub, "dev-h", "h")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	waitFor(t, "dev-h held", func() bool { ok, err := nodes[0].node.Held(ctx, "dev-h"); return err == nil && ok })
+	if ok, err := nodes[0].node.Held(ctx, "dev-nowhere"); err != nil || ok {
+		t.Errorf("Held(device connected nowhere) = %v, %v", ok, err)
+	}
+	if _, err := nodes[0].node.Handoff(ctx, "n1", []string{"x"}); err == nil || !strings.Contains(err.Error(), "does not take") {
+		t.Errorf("handoff to a node without a handler: %v", err)
+	}
+	if err := nodes[1].node.OnHandoff(func(ids []string) []string { return ids[:1] }); err != nil {
+		t.Fatal(err)
+	}
+	// The subscription reaches n0's server over the route a moment later.
+	var got []string
+	waitFor(t, "the handoff to be answered", func() bool {
+		var err error
+		got, err = nodes[0].node.Handoff(ctx, "n1", []string{"x", "y"})
+		return err == nil
+	})
+	if !slices.Equal(got, []string{"x"}) {
+		t.Errorf("handoff = %v", got)
+	}
+
+	// ListHeld pages through a long list.
+	var held []string
+	for i := range 2500 {
+		held = append(held, fmt.Sprintf("dev-%04d", i))
+	}
+	if err := nodes[1].node.OnListHeld(func(after string, limit int) []string {
+		i, _ := slices.BinarySearch(held, after)
+		if i < len(held) && held[i] == after {
+			i++
+		}
+		return held[i:min(len(held), i+limit)]
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	waitFor(t, "the held list", func() bool {
+		listed = nil
+		return nodes[0].node.ListHeld(ctx, "n1", func(ids []string) { listed = append(listed, ids...) }) == nil
+	})
+	if !slices.Equal(listed, held) {
+		t.Errorf("ListHeld gave %d devices, want %d in order", len(listed), len(held))
+	}
+}
+
+func startMembersCluster(t *testing.T, n int, heartbeat time.Duration) []*testNode {
+	t.Helper()
+	nodes := make([]*testNode, n)
+	var seed string
+	for i := range nodes {
+		cfg := Config{Name: "test", NodeID: fmt.Sprintf("n%d", i), Listen: "127.0.0.1:0", Heartbeat: heartbeat}
+		if seed != "" {
+			cfg.Routes = []string{seed}
+		}
+		node, err := Start(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			seed = node.RouteURL()
+		}
+		tn := &testNode{node: node, hub: hub.New(hub.Config{Cluster: node})}
+		if err := node.Bind(tn.hub); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tn.hub.Shutdown(); node.Close() })
+		nodes[i] = tn
+	}
+	return nodes
+}

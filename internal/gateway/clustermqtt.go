@@ -1,0 +1,203 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/cluster"
+	"github.com/mcpgate/mcpgate/internal/transport/mqttext"
+)
+
+// In cluster mode the external broker's devices are split over the live
+// nodes by rendezvous hashing of their ids (docs/cluster.md): each node
+// starts sessions only with its own devices, hands devices it holds but no
+// longer owns to their owner (a node joined), and takes over the devices
+// of a node that left or died.
+
+// mqttRebalanceEvery is how often a node also checks its split without a
+// membership change: a handoff that failed (the owner was starting) is
+// retried, and two nodes that served one device during a partition settle.
+const mqttRebalanceEvery = 5 * time.Second
+
+// roleMQTT is the cluster role of the nodes that serve the external
+// broker's devices: only they share the fleet.
+const roleMQTT = "mqtt-broker"
+
+// ownsMQTT is mqttext's Config.Owns: whether this node serves an external
+// broker's device. Nothing is owned before the node joined the cluster.
+func (l *clusterLink) ownsMQTT(deviceID string) bool {
+	n := l.node.Load()
+	return n != nil && n.Owns(roleMQTT, deviceID)
+}
+
+// heldElsewhere reports whether another node holds device id live; the
+// endpoint asks it so that a source's name is unique in the cluster, not
+// only on its node. When NATS does not answer, the name is taken as free
+// (a clash then only closes the older source, as a reconnect would).
+func (l *clusterLink) heldElsewhere(id string) bool {
+	n := l.node.Load()
+	if n == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	held, err := n.Held(ctx, id)
+	return err == nil && held
+}
+
+// balanceMQTT keeps this node's share of the external broker's devices in
+// line with the cluster's members until the returned func is called.
+func (g *Gateway) balanceMQTT(ctx context.Context) (stop func()) {
+	node := g.cluster.node.Load()
+	if node == nil || g.mqttExt == nil {
+		return func() {}
+	}
+	t := g.mqttExt
+	if sg := g.cfg.MQTTShareGroup; sg != "" && sg != mqttext.DefaultShareGroup {
+		g.log.Warn("cluster mode: --mqtt-share-group is ignored; every node subscribes to all uplinks and serves the devices it owns",
+			"share_group", sg)
+	}
+	if err := node.OnHandoff(t.Adopt); err != nil {
+		g.log.Error("cluster: cannot take MQTT devices over from other nodes", "error", err)
+	}
+	kick := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	node.OnMembersChange(func(_, _ []string) { poke() })
+	if err := node.OnListHeld(t.HeldAfter); err != nil {
+		g.log.Error("cluster: cannot tell other nodes which MQTT devices this one serves", "error", err)
+	}
+	// From now on the others count this node in the split.
+	node.AddRole(roleMQTT)
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		learnt := map[string]bool{}
+		tick := time.NewTicker(mqttRebalanceEvery)
+		defer tick.Stop()
+		for {
+			g.learnMQTTFleet(ctx, node, learnt)
+			g.rebalanceMQTT(ctx, node)
+			select {
+			case <-ctx.Done():
+				return
+			case <-kick:
+			case <-tick.C:
+			}
+		}
+	})
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
+// rebalanceMQTT hands the devices this node holds but no longer owns to
+// their owners, and takes over the devices it owns that it heard lately and
+// that no node holds (their node left or died).
+func (g *Gateway) rebalanceMQTT(ctx context.Context, node *cluster.Node) {
+	t := g.mqttExt
+	self := node.ID()
+	members := node.MembersWith(roleMQTT)
+	give := map[string][]string{}
+	for _, id := range t.Held() {
+		if o := cluster.RendezvousOwner(members, id); o != self && o != "" {
+			give[o] = append(give[o], id)
+		}
+	}
+	for to, ids := range give {
+		for batch := range slices.Chunk(ids, handoffBatch) {
+			hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			held, err := node.Handoff(hctx, to, batch)
+			cancel()
+			if err != nil {
+				if !errors.Is(err, cluster.ErrNoHandoff) && ctx.Err() == nil {
+					g.log.Warn("cluster: cannot hand MQTT devices over; keeping them for now", "to", to, "devices", len(batch), "error", err)
+				}
+				break
+			}
+			// Usually already closed by the new holder's claim; not when
+			// both held the device (a partition healed).
+			t.Release(held)
+		}
+	}
+	var mine []string
+	for _, id := range t.Heard() {
+		if cluster.RendezvousOwner(members, id) == self {
+			mine = append(mine, id)
+		}
+	}
+	// One probe per device, some at a time: a lost node's share may be
+	// large, and each probe is a round trip.
+	var (
+		mu    sync.Mutex
+		adopt []string
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, probesAtOnce)
+	)
+	for _, id := range mine {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			held, err := node.Held(pctx, id)
+			cancel()
+			if err == nil && !held {
+				mu.Lock()
+				adopt = append(adopt, id)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(adopt) > 0 && ctx.Err() == nil {
+		g.log.Info("cluster: taking over MQTT devices no node serves", "devices", len(adopt))
+		t.Adopt(adopt)
+	}
+}
+
+// handoffBatch bounds the devices of one handoff message (NATS payloads
+// are limited, 1 MiB by default); probesAtOnce the probes in flight.
+const (
+	handoffBatch = 1000
+	probesAtOnce = 32
+)
+
+// learnMQTTFleet asks the other nodes on the broker that it has not asked
+// yet (learnt) which devices they serve: a node that joins hears a device
+// only when it speaks (an idle one every silence timeout), and could not
+// take it over before. A node that failed to answer is asked again next
+// time.
+func (g *Gateway) learnMQTTFleet(ctx context.Context, node *cluster.Node, learnt map[string]bool) {
+	members := node.MembersWith(roleMQTT)
+	for id := range learnt {
+		if !slices.Contains(members, id) {
+			delete(learnt, id) // should it come back, it is asked again
+		}
+	}
+	for _, other := range members {
+		if other == node.ID() || learnt[other] {
+			continue
+		}
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := node.ListHeld(lctx, other, g.mqttExt.Remember)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				g.log.Warn("cluster: cannot learn which MQTT devices another node serves; asking again later", "node", other, "error", err)
+			}
+			continue
+		}
+		learnt[other] = true
+	}
+}
