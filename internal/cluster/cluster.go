@@ -95,7 +95,9 @@ type Node struct {
 	onRevoked atomic.Pointer[func(store.Revocation)] // admin.go
 
 	fast fastPath // reply inbox and server goroutines of routed calls (fast.go)
-	mem  *members // set by Bind
+
+	closeOnce sync.Once
+	mem       *members // set by Bind
 }
 
 // DefaultNodeID derives a node id from the host name.
@@ -286,8 +288,10 @@ func (n *Node) Bind(h *hub.Hub) error {
 }
 
 // Close ends routed calls served here, leaves NATS and stops the embedded
-// server.
-func (n *Node) Close() {
+// server. Calls after the first do nothing.
+func (n *Node) Close() { n.closeOnce.Do(n.close) }
+
+func (n *Node) close() {
 	n.stopMembers()
 	if n.view != nil {
 		n.view.stop()

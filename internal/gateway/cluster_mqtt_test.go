@@ -57,7 +57,8 @@ func waitMembers(t *testing.T, want []string, nodes ...*clusterNode) {
 func holders(mac string, nodes ...*clusterNode) []string {
 	var on []string
 	for _, n := range nodes {
-		if d, err := n.gw.Hub().Device(mac); err == nil && d.State != hub.StateOffline {
+		// Held, not listed online: every node lists every node's devices.
+		if _, ok := n.gw.Hub().Held(mac); ok {
 			on = append(on, n.id)
 		}
 	}
@@ -213,6 +214,15 @@ func TestClusterEndpointSourceAcrossNodes(t *testing.T) {
 		if err != nil || res.Text() != "3" {
 			t.Fatalf("endpoint-calc through %s: %v, %v", n.id, res, err)
 		}
+	}
+
+	// By its name (its alias), through the node that has only the view of it.
+	waitFor(t, "b to know calc by name", 5*time.Second, func() bool {
+		d, err := b.gw.Hub().Device("calc")
+		return err == nil && d.ID == "endpoint-calc"
+	})
+	if res, err := b.rest.Call(t.Context(), "calc", api.CallBody{Name: "add", Arguments: []byte(`{"a":2,"b":3}`)}); err != nil || res.Text() != "5" {
+		t.Fatalf("calc by name through b: %v, %v", res, err)
 	}
 
 	// The same name on node b: a new source, the first stays.
