@@ -154,6 +154,12 @@ func TestClusterRevocationAcrossGateways(t *testing.T) {
 	waitState(t, a, mac, hub.StateOffline)
 	dial(b)
 	waitState(t, b, mac, hub.StateReady)
+	// a reaches it once it knows b holds it (the view; b's subscription
+	// reaches a's NATS server before b's message saying so).
+	waitFor(t, "a to see the device on b", 5*time.Second, func() bool {
+		d, err := a.Hub().Device(mac)
+		return err == nil && d.Online && d.Node == "b"
+	})
 
 	c, err := api.NewClient("http://"+a.Addr(), nil)
 	if err != nil {

@@ -15,7 +15,8 @@ import (
 	"sync"
 	"time"
 
-	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, pure Go
+	"modernc.org/sqlite" // the "sqlite" database/sql driver, pure Go
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // sqliteBusyTimeout is how long a statement waits for another connection's
@@ -75,7 +76,7 @@ func openSQLite(ctx context.Context, path string) (_ Store, err error) {
 			w.Close()
 		}
 	}()
-	if err := w.PingContext(ctx); err != nil {
+	if err := pingSQLite(ctx, w); err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", abs, err)
 	}
 	if err := migrateSQLite(ctx, w); err != nil {
@@ -99,6 +100,26 @@ func openSQLite(ctx context.Context, path string) (_ Store, err error) {
 		return nil, err
 	}
 	return &sqliteStore{path: abs, w: w, r: r}, nil
+}
+
+// pingSQLite opens w's connection, which sets journal_mode(WAL). On a new
+// database another process may be switching it to WAL at the same moment,
+// and SQLite then answers SQLITE_BUSY at once, without waiting on
+// busy_timeout: retry for as long as busy_timeout would have waited.
+func pingSQLite(ctx context.Context, w *sql.DB) error {
+	deadline := time.Now().Add(sqliteBusyTimeout)
+	for {
+		var se *sqlite.Error
+		err := w.PingContext(ctx)
+		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // prepareSQLiteFiles creates the database file with mode 0600 before
