@@ -21,9 +21,10 @@ import (
 //
 // Every message a node sends on the view subject has the next sequence
 // number of that node; a receiver that sees a gap, or hears a node it does
-// not know, asks that node for a snapshot of its held devices. A node beats
-// every second; one silent for longer than deadAfter is lost, and its
-// devices go offline everywhere.
+// not know, asks that node for a snapshot of its held devices. The beat
+// is the node's one heartbeat (members.go): every Config.Heartbeat, with
+// its roles; a node silent for longer than Config.MemberTimeout is lost:
+// it leaves the members, and its devices go offline everywhere.
 
 // viewMsg is one message on the view subject.
 type viewMsg struct {
@@ -37,6 +38,8 @@ type viewMsg struct {
 	Beat  bool  `json:"beat,omitempty"`
 	Hello bool  `json:"hello,omitempty"` // a node joined: beat at once, so it learns of you
 	Bye   bool  `json:"bye,omitempty"`   // the node leaves: its devices are offline
+	// Roles are the node's roles (AddRole), on a beat or hello.
+	Roles []string `json:"roles,omitempty"`
 	// Held is the record of a device the node holds, as it is now; Gone a
 	// device it held and no longer does.
 	Held  *hub.RemoteDevice `json:"held,omitempty"`
@@ -77,9 +80,10 @@ type peer struct {
 }
 
 type view struct {
-	n  *Node
-	h  *hub.Hub
-	nc *nats.Conn
+	n   *Node
+	h   *hub.Hub
+	nc  *nats.Conn
+	mem *members
 
 	// pubMu orders what this node sends: a record read and its sequence
 	// number together, so a snapshot and the messages agree.
@@ -109,8 +113,8 @@ func (n *Node) peerSubject(node, what string) string { return n.subject("node", 
 
 // startView joins the view: it answers snapshot and catalog requests, hears
 // the others, says hello and starts beating.
-func (n *Node) startView(h *hub.Hub) error {
-	v := &view{n: n, h: h, nc: n.nc, epoch: time.Now().UnixNano(), wake: make(chan struct{}, 1), done: make(chan struct{}),
+func (n *Node) startView(h *hub.Hub, mem *members) error {
+	v := &view{n: n, h: h, nc: n.nc, mem: mem, epoch: time.Now().UnixNano(), wake: make(chan struct{}, 1), done: make(chan struct{}),
 		peers: map[string]*peer{}}
 	for _, s := range []struct {
 		subj string
@@ -259,6 +263,9 @@ func (v *view) send(msg viewMsg) {
 // sendLocked numbers and publishes msg. pubMu must be held.
 func (v *view) sendLocked(msg viewMsg) {
 	msg.Node, msg.Epoch = v.n.cfg.NodeID, v.epoch
+	if msg.Beat || msg.Hello {
+		msg.Roles = v.mem.ownRoles()
+	}
 	if msg.Held != nil || msg.Gone != "" || msg.Event != nil {
 		v.seq++
 	}
@@ -274,8 +281,13 @@ func (v *view) sendLocked(msg viewMsg) {
 }
 
 // beat says this node is alive, and drops the nodes that are not.
+//
+// A peer is heard when its messages are applied here, in order: a node
+// behind on the view (a backlog of a storm, a long snapshot) would take the
+// others' queued beats for silence. While the view's subscription has a
+// backlog, a peer is lost only after twice the timeout.
 func (v *view) beat() {
-	t := time.NewTicker(v.n.cfg.beat)
+	t := time.NewTicker(v.n.cfg.Heartbeat)
 	defer t.Stop()
 	for {
 		select {
@@ -284,9 +296,13 @@ func (v *view) beat() {
 		case <-t.C:
 		}
 		v.send(viewMsg{Beat: true})
+		timeout := v.n.cfg.MemberTimeout
+		if pending, _, err := v.subs[0].Pending(); err == nil && pending > 0 {
+			timeout *= 2
+		}
 		v.mu.Lock()
 		for id, p := range v.peers {
-			if time.Since(p.heard) > v.n.cfg.deadAfter {
+			if time.Since(p.heard) > timeout {
 				v.n.log.Warn("cluster: node lost: its devices are offline", "lost", id, "silent_for", time.Since(p.heard).Round(time.Millisecond))
 				v.dropPeer(id, "node "+id+" lost")
 			}
@@ -351,6 +367,7 @@ func (v *view) onView(m *nats.Msg) {
 		}
 	}
 	p.heard = time.Now()
+	v.mem.heard(msg.Node, msg.Roles, msg.Beat || msg.Hello)
 	if msg.Hello {
 		go v.send(viewMsg{Beat: true}) // not under mu: the forwarder takes mu under pubMu
 	}
@@ -454,6 +471,7 @@ func (v *view) sync(node string) bool {
 func (v *view) dropPeer(node, reason string) {
 	p := v.peers[node]
 	delete(v.peers, node)
+	v.mem.drop(node)
 	if p == nil {
 		return
 	}
