@@ -181,7 +181,7 @@ func (n *Node) AddRole(role string) {
 	}
 	m.mu.Unlock()
 	if n.view != nil {
-		n.view.send(viewMsg{Beat: true})
+		n.view.send(viewOut{Beat: true})
 	}
 	m.poke()
 }
