@@ -66,3 +66,33 @@ func TestViewBatchesEvents(t *testing.T) {
 		t.Errorf("%d events crossed in %d messages, want batches", events, msgs)
 	}
 }
+
+// A node that learns a peer from a message carrying an event (its hello
+// missed, as when routes are still forming) syncs from the peer's snapshot,
+// which holds records, not events: the event still reaches its streams.
+func TestViewEventOfMessageCoveredBySnapshot(t *testing.T) {
+	nodes := startViewCluster(t, 2)
+	n0, n1 := nodes[0].node.view, nodes[1].node.view
+	waitFor(t, "n0 to know n1", func() bool {
+		n0.mu.Lock()
+		defer n0.mu.Unlock()
+		return n0.peers["n1"] != nil
+	})
+	sub := nodes[0].hub.Subscribe()
+	defer sub.Close()
+	// n1's next message, as n0 would hear it first: n0 forgets n1, then
+	// hears it (its seq is already n1's, so n1's snapshot covers it).
+	n1.pubMu.Lock()
+	n1.seq++
+	msg := viewMsg{Node: "n1", Seq: n1.seq, Epoch: n1.epoch,
+		Event: &wireEvent{Type: hub.EventCall, Time: time.Now(), Device: "dev-x", Data: json.RawMessage(`{"tool":"echo","caller":"covered","outcome":"ok"}`)}}
+	n1.pubMu.Unlock()
+	n0.mu.Lock()
+	delete(n0.peers, "n1")
+	n0.apply(&msg)
+	n0.mu.Unlock()
+	e := nextEvent(t, sub, "the covered call_completed", func(e hub.Event) bool { return e.Type == hub.EventCall })
+	if d, ok := e.Data.(hub.CallData); !ok || d.Caller != "covered" || e.Node != "n1" {
+		t.Errorf("event %+v", e)
+	}
+}
