@@ -371,10 +371,7 @@ func (v *view) beat() {
 		case <-t.C:
 		}
 		v.send(viewOut{Beat: true})
-		timeout := v.n.cfg.MemberTimeout
-		if pending, _, err := v.subs[0].Pending(); err == nil && pending > 0 {
-			timeout *= 2
-		}
+		timeout := v.lossTimeout()
 		v.mu.Lock()
 		for id, p := range v.peers {
 			if time.Since(p.heard) > timeout {
@@ -384,6 +381,15 @@ func (v *view) beat() {
 		}
 		v.mu.Unlock()
 	}
+}
+
+// lossTimeout is how long a peer may be silent here: twice the timeout
+// while the view's messages wait to be applied (see beat).
+func (v *view) lossTimeout() time.Duration {
+	if pending, _, err := v.subs[0].Pending(); err == nil && pending > 0 {
+		return 2 * v.n.cfg.MemberTimeout
+	}
+	return v.n.cfg.MemberTimeout
 }
 
 func (v *view) onSnapshot(m *nats.Msg) {

@@ -96,3 +96,28 @@ func TestViewEventOfMessageCoveredBySnapshot(t *testing.T) {
 		t.Errorf("event %+v", e)
 	}
 }
+
+// A node behind on the view (its messages waiting to be applied) gives the
+// others twice the timeout: their beats are queued, not missing.
+func TestViewBacklogDoublesLossTimeout(t *testing.T) {
+	nodes := startViewCluster(t, 2)
+	v := nodes[0].node.view
+	if d := v.lossTimeout(); d != 400*time.Millisecond {
+		t.Fatalf("loss timeout with no backlog %s, want the MemberTimeout, 400ms", d)
+	}
+	// Hold the view: n1's beats (every 50ms) queue behind the one waiting
+	// for the lock.
+	v.mu.Lock()
+	waitFor(t, "a backlog on n0's view", func() bool {
+		pending, _, _ := v.subs[0].Pending()
+		return pending > 0
+	})
+	d := v.lossTimeout()
+	v.mu.Unlock()
+	if d != 800*time.Millisecond {
+		t.Errorf("loss timeout with a backlog %s, want twice the MemberTimeout", d)
+	}
+	if m := nodes[0].node.Members(); len(m) != 2 {
+		t.Errorf("members after the backlog: %v", m)
+	}
+}
