@@ -55,9 +55,10 @@ type Config struct {
 	TLSCert, TLSKey, TLSCA string
 	// Logger; nil discards.
 	Logger *slog.Logger
-	// Heartbeat is how often the node tells the others it is alive, and
-	// MemberTimeout how long a silent node still counts as a member
-	// (members.go). Defaults DefaultHeartbeat and three Heartbeats
+	// Heartbeat is how often the node beats on the view (its one
+	// heartbeat, with its roles), and MemberTimeout how long a silent node
+	// still counts as a member and its devices as online (members.go,
+	// view.go). Defaults DefaultHeartbeat and three Heartbeats
 	// (DefaultMemberTimeout).
 	Heartbeat, MemberTimeout time.Duration
 
@@ -66,9 +67,6 @@ type Config struct {
 	// for silence gives the call up as device_disconnected (the serving
 	// node is gone). Defaults 2s and 5s.
 	keepalive, silence time.Duration
-	// Timing of the view (view.go): a beat every beat; a node silent for
-	// deadAfter is lost. Defaults 1s and 5s.
-	beat, deadAfter time.Duration
 	// snapshotPage is the most devices per snapshot reply (view.go): a
 	// NATS message stays under 1 MB. Default 500.
 	snapshotPage int
@@ -134,12 +132,6 @@ func Start(cfg Config) (*Node, error) {
 	}
 	if cfg.silence <= 0 {
 		cfg.silence = 5 * time.Second
-	}
-	if cfg.beat <= 0 {
-		cfg.beat = time.Second
-	}
-	if cfg.deadAfter <= 0 {
-		cfg.deadAfter = 5 * cfg.beat
 	}
 	if cfg.snapshotPage <= 0 {
 		cfg.snapshotPage = 500
@@ -281,10 +273,20 @@ func (n *Node) Bind(h *hub.Hub) error {
 	if err := n.nc.Flush(); err != nil {
 		return fmt.Errorf("cluster: NATS: %w", err)
 	}
-	if err := n.startView(h); err != nil {
+	m := newMembers(n.cfg.NodeID)
+	n.mu.Lock()
+	n.mem = m
+	n.mu.Unlock()
+	if err := n.startView(h, m); err != nil {
 		return err
 	}
-	return n.startMembers()
+	// The others answer the hello with a beat within a round trip (and a
+	// snapshot request): wait a moment, so that the first Members is
+	// already the cluster's. A node missed here is learnt at its next beat.
+	time.Sleep(min(n.cfg.Heartbeat/2, 300*time.Millisecond))
+	go m.loop(n.log)
+	m.poke()
+	return nil
 }
 
 // Close ends routed calls served here, leaves NATS and stops the embedded

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -13,125 +14,78 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Membership: every node publishes a heartbeat on mcpgate.<c>.node.hb every
-// Config.Heartbeat and a goodbye on mcpgate.<c>.node.bye when it closes; a
-// node not heard for Config.MemberTimeout is gone. There is no leader: each
-// node keeps its own list, and the lists agree once the heartbeats have
-// crossed (a Heartbeat or so after a change). Work split over the live
-// nodes (the external broker's MQTT devices) follows RendezvousOwner of
-// that list, narrowed to the nodes that declared the role the work needs
-// (AddRole): a node without an external broker must not be given its
-// devices.
+// Membership: the live nodes are the peers of the view (view.go), whose
+// beat is the node's one heartbeat: every Config.Heartbeat, with the roles
+// the node declared (AddRole); a node leaving says bye there, and one not
+// heard for Config.MemberTimeout is lost. There is no leader: each node
+// keeps its own list, and the lists agree once the beats have crossed (a
+// Heartbeat or so after a change). Work split over the live nodes (the
+// external broker's MQTT devices) follows RendezvousOwner of that list,
+// narrowed to the nodes that declared the role the work needs: a node
+// without an external broker must not be given its devices.
 
 // Defaults of Config.Heartbeat and Config.MemberTimeout: a lost node's
-// share is taken over within about MemberTimeout plus one Heartbeat.
+// devices are offline everywhere, and its share of the MQTT devices taken
+// over, within about MemberTimeout plus one Heartbeat.
 const (
 	DefaultHeartbeat     = time.Second
 	DefaultMemberTimeout = 3 * time.Second
 )
 
-// heartbeatMsg is a node's heartbeat; New asks the others to answer with
-// theirs at once, so that a starting node learns the cluster quickly.
-type heartbeatMsg struct {
-	Node  string   `json:"node"`
-	New   bool     `json:"new,omitempty"`
-	Roles []string `json:"roles,omitempty"`
-}
-
 // members is a node's view of the live nodes.
 type members struct {
+	self     string
 	mu       sync.Mutex
-	seen     map[string]time.Time // other nodes: when last heard
-	roles    map[string][]string  // every live node's roles, this one's included
-	list     []string             // sorted, this node included
-	sig      string               // list and roles, to notice a change of either
+	live     map[string]bool     // other nodes, as the view knows them
+	roles    map[string][]string // every live node's roles, this one's included
+	list     []string            // sorted, this node included
+	sig      string              // list and roles, to notice a change of either
 	watchers []func(old, cur []string)
 	handoff  *nats.Subscription
 
-	changed chan struct{} // wakes loop to publish a change
+	changed chan struct{} // wakes loop to tell watchers of a change
 	stop    chan struct{}
 	done    chan struct{}
 	subs    []*nats.Subscription
 }
 
-// startMembers joins the membership: subscribes to heartbeats and
-// goodbyes, announces this node and waits a moment for the others'
-// answers, so that the first Members is already the cluster's.
-func (n *Node) startMembers() error {
-	m := &members{seen: map[string]time.Time{}, roles: map[string][]string{}, list: []string{n.cfg.NodeID},
+func newMembers(self string) *members {
+	return &members{self: self, live: map[string]bool{}, roles: map[string][]string{}, list: []string{self},
 		changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	hb, err := n.nc.Subscribe(n.subject("node", "hb"), func(msg *nats.Msg) { n.onHeartbeat(m, msg) })
-	if err != nil {
-		return fmt.Errorf("cluster: subscribing to heartbeats: %w", err)
-	}
-	bye, err := n.nc.Subscribe(n.subject("node", "bye"), func(msg *nats.Msg) { n.onBye(m, msg) })
-	if err != nil {
-		_ = hb.Unsubscribe()
-		return fmt.Errorf("cluster: subscribing to goodbyes: %w", err)
-	}
-	m.subs = []*nats.Subscription{hb, bye}
-	n.mu.Lock()
-	n.mem = m
-	n.mu.Unlock()
-	if err := n.nc.Flush(); err != nil {
-		return fmt.Errorf("cluster: NATS: %w", err)
-	}
-	n.beat(true)
-	// Answers come within a round trip; a node that misses this window is
-	// learnt at its next heartbeat.
-	time.Sleep(min(n.cfg.Heartbeat/2, 300*time.Millisecond))
-	go n.membersLoop(m)
-	return nil
 }
 
-func (n *Node) beat(isNew bool) {
-	n.mu.Lock()
-	m := n.mem
-	n.mu.Unlock()
-	var roles []string
-	if m != nil {
-		m.mu.Lock()
-		roles = slices.Clone(m.roles[n.cfg.NodeID])
-		m.mu.Unlock()
-	}
-	b, _ := json.Marshal(heartbeatMsg{Node: n.cfg.NodeID, New: isNew, Roles: roles})
-	if err := n.nc.Publish(n.subject("node", "hb"), b); err != nil {
-		n.log.Warn("cluster: cannot send a heartbeat", "error", err)
-	}
-}
-
-func (n *Node) onHeartbeat(m *members, msg *nats.Msg) {
-	var hb heartbeatMsg
-	if json.Unmarshal(msg.Data, &hb) != nil || hb.Node == "" || hb.Node == n.cfg.NodeID {
-		return
-	}
+// heard records a live node and, from its beat, its roles.
+func (m *members) heard(node string, roles []string, beat bool) {
 	m.mu.Lock()
-	_, known := m.seen[hb.Node]
-	m.seen[hb.Node] = time.Now()
-	same := slices.Equal(m.roles[hb.Node], hb.Roles)
-	m.roles[hb.Node] = hb.Roles
-	m.mu.Unlock()
-	if hb.New {
-		n.beat(false)
+	known := m.live[node]
+	m.live[node] = true
+	same := !beat || slices.Equal(m.roles[node], roles)
+	if beat {
+		m.roles[node] = roles
 	}
+	m.mu.Unlock()
 	if !known || !same {
 		m.poke()
 	}
 }
 
-func (n *Node) onBye(m *members, msg *nats.Msg) {
-	var hb heartbeatMsg
-	if json.Unmarshal(msg.Data, &hb) != nil || hb.Node == n.cfg.NodeID {
-		return
-	}
+// drop forgets a node that left or was lost.
+func (m *members) drop(node string) {
 	m.mu.Lock()
-	_, known := m.seen[hb.Node]
-	delete(m.seen, hb.Node)
-	delete(m.roles, hb.Node)
+	known := m.live[node]
+	delete(m.live, node)
+	delete(m.roles, node)
 	m.mu.Unlock()
 	if known {
 		m.poke()
 	}
+}
+
+// ownRoles returns this node's roles, for its beat.
+func (m *members) ownRoles() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.roles[m.self])
 }
 
 func (m *members) poke() {
@@ -141,31 +95,18 @@ func (m *members) poke() {
 	}
 }
 
-// membersLoop sends heartbeats, forgets silent nodes and tells watchers of
-// changes, in order, on this one goroutine.
-func (n *Node) membersLoop(m *members) {
+// loop tells watchers of changes, in order, on this one goroutine.
+func (m *members) loop(log *slog.Logger) {
 	defer close(m.done)
-	t := time.NewTicker(n.cfg.Heartbeat)
-	defer t.Stop()
-	m.poke() // nodes heard while starting
 	for {
 		select {
 		case <-m.stop:
 			return
-		case <-t.C:
-			n.beat(false)
 		case <-m.changed:
 		}
-		now := time.Now()
 		m.mu.Lock()
-		cur := []string{n.cfg.NodeID}
-		for id, at := range m.seen {
-			if now.Sub(at) > n.cfg.MemberTimeout {
-				delete(m.seen, id)
-				delete(m.roles, id)
-				n.log.Warn("cluster: node lost (no heartbeat)", "lost", id, "silent_for", now.Sub(at).Round(time.Millisecond))
-				continue
-			}
+		cur := []string{m.self}
+		for id := range m.live {
 			cur = append(cur, id)
 		}
 		slices.Sort(cur)
@@ -181,15 +122,15 @@ func (n *Node) membersLoop(m *members) {
 		m.list, m.sig = cur, sig
 		watchers := slices.Clone(m.watchers)
 		m.mu.Unlock()
-		n.log.Info("cluster: members changed", "members", cur)
+		log.Info("cluster: members changed", "members", cur)
 		for _, w := range watchers {
 			w(old, cur)
 		}
 	}
 }
 
-// stopMembers says goodbye, so the others take over this node's share at
-// once, and stops the heartbeats. It is idempotent, as Close is.
+// stopMembers stops telling watchers and answering handoffs; the view says
+// the bye. It is idempotent, as Close is.
 func (n *Node) stopMembers() {
 	n.mu.Lock()
 	m := n.mem
@@ -200,17 +141,14 @@ func (n *Node) stopMembers() {
 	}
 	close(m.stop)
 	<-m.done
-	for _, s := range m.subs {
-		_ = s.Unsubscribe()
-	}
 	m.mu.Lock()
+	subs := m.subs
 	if m.handoff != nil {
-		_ = m.handoff.Unsubscribe()
+		subs = append(subs, m.handoff)
 	}
 	m.mu.Unlock()
-	b, _ := json.Marshal(heartbeatMsg{Node: n.cfg.NodeID})
-	if err := n.nc.Publish(n.subject("node", "bye"), b); err == nil {
-		_ = n.nc.FlushTimeout(time.Second)
+	for _, s := range subs {
+		_ = s.Unsubscribe()
 	}
 }
 
@@ -242,7 +180,9 @@ func (n *Node) AddRole(role string) {
 		m.roles[n.cfg.NodeID] = append(slices.Clone(m.roles[n.cfg.NodeID]), role)
 	}
 	m.mu.Unlock()
-	n.beat(false)
+	if n.view != nil {
+		n.view.send(viewOut{Beat: true})
+	}
 	m.poke()
 }
 

@@ -35,8 +35,9 @@ func TestRendezvousOwner(t *testing.T) {
 	}
 }
 
-// Nodes learn each other from heartbeats; a node that closes says goodbye
-// and is dropped at once; a node that dies is dropped after MemberTimeout.
+// Nodes learn each other, and their roles, from the view's beats; a node
+// that closes says bye and is dropped at once; a node that dies is dropped
+// after MemberTimeout.
 func TestMembers(t *testing.T) {
 	nodes := startMembersCluster(t, 3, 100*time.Millisecond)
 	all := []string{"n0", "n1", "n2"}

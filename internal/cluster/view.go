@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -21,9 +22,10 @@ import (
 //
 // Every message a node sends on the view subject has the next sequence
 // number of that node; a receiver that sees a gap, or hears a node it does
-// not know, asks that node for a snapshot of its held devices. A node beats
-// every second; one silent for longer than deadAfter is lost, and its
-// devices go offline everywhere.
+// not know, asks that node for a snapshot of its held devices. The beat
+// is the node's one heartbeat (members.go): every Config.Heartbeat, with
+// its roles; a node silent for longer than Config.MemberTimeout is lost:
+// it leaves the members, and its devices go offline everywhere.
 
 // viewMsg is one message on the view subject.
 type viewMsg struct {
@@ -37,11 +39,36 @@ type viewMsg struct {
 	Beat  bool  `json:"beat,omitempty"`
 	Hello bool  `json:"hello,omitempty"` // a node joined: beat at once, so it learns of you
 	Bye   bool  `json:"bye,omitempty"`   // the node leaves: its devices are offline
+	// Roles are the node's roles (AddRole), on a beat or hello.
+	Roles []string `json:"roles,omitempty"`
 	// Held is the record of a device the node holds, as it is now; Gone a
 	// device it held and no longer does.
 	Held  *hub.RemoteDevice `json:"held,omitempty"`
 	Gone  string            `json:"gone,omitempty"`
 	Event *wireEvent        `json:"event,omitempty"`
+}
+
+// viewOut is a viewMsg as sent: the event's data is encoded with the
+// message, not before it (json would scan it again as a RawMessage).
+type viewOut struct {
+	Node  string            `json:"node"` // first: onView skips this node's own by prefix
+	Seq   uint64            `json:"seq"`
+	Epoch int64             `json:"epoch"`
+	Beat  bool              `json:"beat,omitempty"`
+	Hello bool              `json:"hello,omitempty"`
+	Bye   bool              `json:"bye,omitempty"`
+	Roles []string          `json:"roles,omitempty"`
+	Held  *hub.RemoteDevice `json:"held,omitempty"`
+	Gone  string            `json:"gone,omitempty"`
+	Event *eventOut         `json:"event,omitempty"`
+}
+
+type eventOut struct {
+	Type   hub.EventType `json:"type"`
+	Time   time.Time     `json:"time"`
+	Device string        `json:"device"`
+	Alias  string        `json:"alias,omitempty"`
+	Data   any           `json:"data,omitempty"`
 }
 
 // wireEvent is a hub.Event with its data still encoded.
@@ -77,9 +104,10 @@ type peer struct {
 }
 
 type view struct {
-	n  *Node
-	h  *hub.Hub
-	nc *nats.Conn
+	n   *Node
+	h   *hub.Hub
+	nc  *nats.Conn
+	mem *members
 
 	// pubMu orders what this node sends: a record read and its sequence
 	// number together, so a snapshot and the messages agree.
@@ -95,6 +123,7 @@ type view struct {
 
 	mu    sync.Mutex // guards peers; held while applying to the hub
 	peers map[string]*peer
+	own   []byte // how this node's messages start: {"node":"<id>",
 
 	subs []*nats.Subscription
 	wg   sync.WaitGroup
@@ -109,9 +138,11 @@ func (n *Node) peerSubject(node, what string) string { return n.subject("node", 
 
 // startView joins the view: it answers snapshot and catalog requests, hears
 // the others, says hello and starts beating.
-func (n *Node) startView(h *hub.Hub) error {
-	v := &view{n: n, h: h, nc: n.nc, epoch: time.Now().UnixNano(), wake: make(chan struct{}, 1), done: make(chan struct{}),
+func (n *Node) startView(h *hub.Hub, mem *members) error {
+	v := &view{n: n, h: h, nc: n.nc, mem: mem, epoch: time.Now().UnixNano(), wake: make(chan struct{}, 1), done: make(chan struct{}),
 		peers: map[string]*peer{}}
+	id, _ := json.Marshal(n.cfg.NodeID)
+	v.own = append(append([]byte(`{"node":`), id...), ',')
 	for _, s := range []struct {
 		subj string
 		f    nats.MsgHandler
@@ -136,7 +167,7 @@ func (n *Node) startView(h *hub.Hub) error {
 	}
 	n.view = v
 	h.Tap(v.tap)
-	v.send(viewMsg{Hello: true})
+	v.send(viewOut{Hello: true})
 	v.wg.Go(v.forward)
 	v.wg.Go(v.beat)
 	return nil
@@ -156,7 +187,7 @@ func (v *view) stop() {
 	v.qmu.Unlock()
 	close(v.done)
 	v.wg.Wait()
-	v.send(viewMsg{Bye: true})
+	v.send(viewOut{Bye: true})
 	v.unsubscribe()
 	_ = v.nc.FlushTimeout(time.Second)
 }
@@ -186,96 +217,152 @@ func (v *view) enqueue(e hub.Event) {
 	}
 }
 
+// The forwarder gathers the events of viewLinger into one NATS message (a
+// JSON array of view messages, at most viewBatchBytes): under load a call's
+// call_completed then costs every node a share of one message, not a
+// message of its own, and the others' streams still see it within
+// milliseconds.
+const (
+	viewLinger     = 5 * time.Millisecond
+	viewBatchBytes = 256 << 10 // NATS refuses messages over 1 MB
+)
+
 // forward sends this node's events in order, each with the record of its
 // device when the event is about one held here.
 func (v *view) forward() {
 	for {
-		v.qmu.Lock()
-		batch := v.queue
-		v.queue = nil
-		v.qmu.Unlock()
-		for _, e := range batch {
-			v.forwardOne(e)
-		}
-		if len(batch) > 0 {
-			continue
-		}
 		select {
 		case <-v.wake:
 		case <-v.done:
-			v.qmu.Lock()
-			left := v.queue
-			v.queue = nil
-			v.qmu.Unlock()
-			for _, e := range left {
-				v.forwardOne(e)
-			}
+			v.forwardBatch(v.take())
 			return
 		}
+		t := time.NewTimer(viewLinger)
+		select {
+		case <-t.C:
+		case <-v.done:
+			t.Stop()
+		}
+		v.forwardBatch(v.take())
 	}
 }
 
-func (v *view) forwardOne(e hub.Event) {
-	var msg viewMsg
-	if e.Type != "" { // "": the device's record only (refresh)
-		data, err := json.Marshal(e.Data)
-		if err != nil {
-			v.n.log.Error("cluster: encoding an event", "type", e.Type, "error", err)
-			return
-		}
-		msg.Event = &wireEvent{Type: e.Type, Time: e.Time, Device: e.Device, Alias: e.Alias, Data: data}
+func (v *view) take() []hub.Event {
+	v.qmu.Lock()
+	defer v.qmu.Unlock()
+	batch := v.queue
+	v.queue = nil
+	return batch
+}
+
+func (v *view) forwardBatch(events []hub.Event) {
+	if len(events) == 0 {
+		return
 	}
-	lifecycle := false
-	switch e.Type {
-	case "", hub.EventOnline, hub.EventOffline, hub.EventState, hub.EventToolsChanged, hub.EventAlias:
-		lifecycle = true
+	var gone []string
+	buf, count := []byte{'['}, 0
+	flush := func() {
+		if count > 0 {
+			v.publish(append(buf, ']'))
+		}
+		buf, count = []byte{'['}, 0
 	}
 	v.pubMu.Lock()
-	if lifecycle {
+	for _, e := range events {
+		msg, ok := v.message(e)
+		if !ok {
+			continue
+		}
+		b, ok := v.encodeLocked(&msg)
+		if !ok {
+			continue
+		}
+		if count > 0 && len(buf)+len(b) > viewBatchBytes {
+			flush()
+		}
+		if count > 0 {
+			buf = append(buf, ',')
+		}
+		buf, count = append(buf, b...), count+1
+		if msg.Gone != "" {
+			gone = append(gone, msg.Gone)
+		}
+	}
+	flush()
+	v.pubMu.Unlock()
+	if len(gone) > 0 {
+		// Gone from here: another node may hold it now (a newer claim).
+		v.mu.Lock()
+		for _, id := range gone {
+			v.reconcile(id)
+		}
+		v.mu.Unlock()
+	}
+}
+
+// message is what the others are told of e: the event, and the record of
+// its device when the event is about one held here. pubMu must be held, so
+// that the record and the sequence number agree.
+func (v *view) message(e hub.Event) (viewOut, bool) {
+	var msg viewOut
+	if e.Type != "" { // "": the device's record only (refresh)
+		msg.Event = &eventOut{Type: e.Type, Time: e.Time, Device: e.Device, Alias: e.Alias, Data: e.Data}
+	}
+	switch e.Type {
+	case "", hub.EventOnline, hub.EventOffline, hub.EventState, hub.EventToolsChanged, hub.EventAlias:
 		if r, ok := v.h.Held(e.Device); ok {
 			msg.Held = &r
 		} else if e.Type != hub.EventAlias && e.Type != "" {
 			msg.Gone = e.Device
 		}
 	}
-	if msg.Held != nil || msg.Gone != "" || msg.Event != nil {
-		v.sendLocked(msg)
-	}
-	v.pubMu.Unlock()
-	if msg.Gone != "" {
-		// Gone from here: another node may hold it now (a newer claim).
-		v.mu.Lock()
-		v.reconcile(msg.Gone)
-		v.mu.Unlock()
-	}
+	return msg, msg.Held != nil || msg.Gone != "" || msg.Event != nil
 }
 
-func (v *view) send(msg viewMsg) {
+func (v *view) send(msg viewOut) {
 	v.pubMu.Lock()
 	defer v.pubMu.Unlock()
-	v.sendLocked(msg)
+	if b, ok := v.encodeLocked(&msg); ok {
+		v.publish(b)
+	}
 }
 
-// sendLocked numbers and publishes msg. pubMu must be held.
-func (v *view) sendLocked(msg viewMsg) {
+// encodeLocked numbers and encodes msg. pubMu must be held.
+func (v *view) encodeLocked(msg *viewOut) ([]byte, bool) {
 	msg.Node, msg.Epoch = v.n.cfg.NodeID, v.epoch
-	if msg.Held != nil || msg.Gone != "" || msg.Event != nil {
+	if msg.Beat || msg.Hello {
+		msg.Roles = v.mem.ownRoles()
+	}
+	counted := msg.Held != nil || msg.Gone != "" || msg.Event != nil
+	if counted {
 		v.seq++
 	}
 	msg.Seq = v.seq
 	b, err := json.Marshal(msg)
 	if err != nil {
+		if counted {
+			v.seq-- // not sent: no gap
+		}
 		v.n.log.Error("cluster: encoding a view message", "error", err)
-		return
+		return nil, false
 	}
+	return b, true
+}
+
+func (v *view) publish(b []byte) {
 	if err := v.nc.Publish(v.n.viewSubject(), b); err != nil {
 		v.n.log.Warn("cluster: publishing to the view", "error", err)
 	}
 }
 
 // beat says this node is alive, and drops the nodes that are not.
+//
+// A peer is heard when its messages are applied here, in order: a node
+// behind on the view (a backlog of a storm, a long snapshot) would take the
+// others' queued beats for silence. While the view's subscription has a
+// backlog, a peer is lost only after twice the timeout.
 func (v *view) beat() {
-	t := time.NewTicker(v.n.cfg.beat)
+	t := time.NewTicker(v.n.cfg.Heartbeat)
 	defer t.Stop()
 	for {
 		select {
@@ -283,16 +370,26 @@ func (v *view) beat() {
 			return
 		case <-t.C:
 		}
-		v.send(viewMsg{Beat: true})
+		v.send(viewOut{Beat: true})
+		timeout := v.lossTimeout()
 		v.mu.Lock()
 		for id, p := range v.peers {
-			if time.Since(p.heard) > v.n.cfg.deadAfter {
+			if time.Since(p.heard) > timeout {
 				v.n.log.Warn("cluster: node lost: its devices are offline", "lost", id, "silent_for", time.Since(p.heard).Round(time.Millisecond))
 				v.dropPeer(id, "node "+id+" lost")
 			}
 		}
 		v.mu.Unlock()
 	}
+}
+
+// lossTimeout is how long a peer may be silent here: twice the timeout
+// while the view's messages wait to be applied (see beat).
+func (v *view) lossTimeout() time.Duration {
+	if pending, _, err := v.subs[0].Pending(); err == nil && pending > 0 {
+		return 2 * v.n.cfg.MemberTimeout
+	}
+	return v.n.cfg.MemberTimeout
 }
 
 func (v *view) onSnapshot(m *nats.Msg) {
@@ -321,21 +418,44 @@ func (v *view) onCatalog(m *nats.Msg) {
 	_ = m.Respond(raw)
 }
 
-// onView applies another node's message. NATS delivers one subscription's
-// messages in order on one goroutine, so each node's are applied in the
-// order it sent them.
+// onView applies another node's messages (one, or a batch as a JSON array).
+// NATS delivers one subscription's messages in order on one goroutine, so
+// each node's are applied in the order it sent them.
 func (v *view) onView(m *nats.Msg) {
-	var msg viewMsg
-	if err := json.Unmarshal(m.Data, &msg); err != nil || msg.Node == "" || msg.Node == v.n.cfg.NodeID {
-		return
+	data := m.Data
+	if bytes.HasPrefix(data, v.own) || len(data) > 0 && data[0] == '[' && bytes.HasPrefix(data[1:], v.own) {
+		return // this node's own, echoed by NATS: not worth decoding
+	}
+	var msgs []viewMsg
+	if len(data) > 0 && data[0] == '[' {
+		if json.Unmarshal(data, &msgs) != nil {
+			return
+		}
+	} else {
+		var one viewMsg
+		if json.Unmarshal(data, &one) != nil {
+			return
+		}
+		msgs = []viewMsg{one}
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	for i := range msgs {
+		if msgs[i].Node != "" && msgs[i].Node != v.n.cfg.NodeID && !v.apply(&msgs[i]) {
+			return
+		}
+	}
+}
+
+// apply applies one message of another node; false when the node could
+// not be synced, so the rest of its batch is not worth trying. mu must be
+// held.
+func (v *view) apply(msg *viewMsg) bool {
 	if msg.Bye {
 		if _, ok := v.peers[msg.Node]; ok {
 			v.dropPeer(msg.Node, "node "+msg.Node+" left the cluster")
 		}
-		return
+		return true
 	}
 	p := v.peers[msg.Node]
 	counted := msg.Held != nil || msg.Gone != "" || msg.Event != nil
@@ -343,19 +463,33 @@ func (v *view) onView(m *nats.Msg) {
 		// A node not known yet, restarted, or messages missed: start from
 		// its snapshot.
 		if !v.sync(msg.Node) {
-			return
+			return false
 		}
 		p = v.peers[msg.Node]
 		if msg.Epoch != p.epoch {
-			return // from before a restart: the snapshot is newer
+			return true // from before a restart: the snapshot is newer
 		}
 	}
 	p.heard = time.Now()
+	v.mem.heard(msg.Node, msg.Roles, msg.Beat || msg.Hello)
 	if msg.Hello {
-		go v.send(viewMsg{Beat: true}) // not under mu: the forwarder takes mu under pubMu
+		go v.send(viewOut{Beat: true}) // not under mu: the forwarder takes mu under pubMu
 	}
-	if !counted || msg.Seq <= p.seq {
-		return // in the snapshot already
+	if !counted {
+		return true
+	}
+	if msg.Seq <= p.seq {
+		// The device's record is in the snapshot already, but not the
+		// event: one the sync did not derive (a call's, a state change)
+		// is still news to this node's streams, and arrives only once.
+		if msg.Event != nil {
+			switch msg.Event.Type {
+			case hub.EventOnline, hub.EventOffline, hub.EventToolsChanged, hub.EventAlias, hub.EventForgotten:
+			default:
+				v.h.PublishRemote(decodeEvent(msg.Event, msg.Node))
+			}
+		}
+		return true
 	}
 	p.seq = msg.Seq
 	if msg.Held != nil {
@@ -382,6 +516,7 @@ func (v *view) onView(m *nats.Msg) {
 		}
 		v.h.PublishRemote(e)
 	}
+	return true
 }
 
 // sync replaces what this node knows of node by its snapshot, publishing
@@ -454,6 +589,7 @@ func (v *view) sync(node string) bool {
 func (v *view) dropPeer(node, reason string) {
 	p := v.peers[node]
 	delete(v.peers, node)
+	v.mem.drop(node)
 	if p == nil {
 		return
 	}

@@ -32,14 +32,14 @@ func startViewCluster(t *testing.T, n int) []*testNode {
 // addNode starts one more node routed to the first of nodes.
 func addNode(t *testing.T, nodes []*testNode) *testNode {
 	t.Helper()
-	return addNodeWith(t, nodes, Config{NodeID: fmt.Sprintf("n%d", len(nodes)), deadAfter: 400 * time.Millisecond})
+	return addNodeWith(t, nodes, Config{NodeID: fmt.Sprintf("n%d", len(nodes)), MemberTimeout: 400 * time.Millisecond})
 }
 
-// addNodeWith starts a node of cfg (NodeID and deadAfter set, the rest
+// addNodeWith starts a node of cfg (NodeID and MemberTimeout set, the rest
 // filled in) routed to the first of nodes.
 func addNodeWith(t *testing.T, nodes []*testNode, cfg Config) *testNode {
 	t.Helper()
-	cfg.Name, cfg.Listen, cfg.beat = "test", "127.0.0.1:0", 50*time.Millisecond
+	cfg.Name, cfg.Listen, cfg.Heartbeat = "test", "127.0.0.1:0", 50*time.Millisecond
 	if len(nodes) > 0 {
 		cfg.Routes = []string{nodes[0].node.RouteURL()}
 	}
@@ -274,7 +274,7 @@ func TestViewLateJoin(t *testing.T) {
 		connect(t, nodes[0].hub, fmt.Sprintf("dev-0%d", i), "n0")
 	}
 	connect(t, nodes[1].hub, "dev-1", "n1")
-	late := addNodeWith(t, nodes, Config{NodeID: "n2", deadAfter: time.Second, snapshotPage: 2})
+	late := addNodeWith(t, nodes, Config{NodeID: "n2", MemberTimeout: time.Second, snapshotPage: 2})
 	waitFor(t, "the late node to list every device", func() bool {
 		for i := range 5 {
 			if !seesOnline(late.hub, fmt.Sprintf("dev-0%d", i), "n0") {
@@ -293,13 +293,13 @@ func TestViewLateJoin(t *testing.T) {
 // notice (its numbering starts again) is synced again: its old devices go
 // offline, its new ones are listed.
 func TestViewNodeRestarts(t *testing.T) {
-	n0 := addNodeWith(t, nil, Config{NodeID: "n0", deadAfter: time.Minute})
-	n1 := addNodeWith(t, []*testNode{n0}, Config{NodeID: "n1", deadAfter: time.Minute})
+	n0 := addNodeWith(t, nil, Config{NodeID: "n0", MemberTimeout: time.Minute})
+	n1 := addNodeWith(t, []*testNode{n0}, Config{NodeID: "n1", MemberTimeout: time.Minute})
 	connect(t, n1.hub, "dev-old", "n1")
 	waitFor(t, "n0 to list the device", func() bool { return seesOnline(n0.hub, "dev-old", "n1") })
 	n1.node.srv.Shutdown()
 
-	again := addNodeWith(t, []*testNode{n0}, Config{NodeID: "n1", deadAfter: time.Minute})
+	again := addNodeWith(t, []*testNode{n0}, Config{NodeID: "n1", MemberTimeout: time.Minute})
 	connect(t, again.hub, "dev-new", "n1 again")
 	waitFor(t, "n0 to list the new device and not the old", func() bool {
 		d, err := n0.hub.Device("dev-old")
