@@ -785,13 +785,28 @@ func (l *link) Send(ctx context.Context, payload []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	b, err := xiaozhi.MCPEnvelope(l.sessionID, payload)
+	// The payload is the session's own encoding of a message, so the
+	// envelope is appended around it into a pooled buffer: coder/websocket
+	// is done with the bytes when Write returns.
+	bp := envelopePool.Get().(*[]byte)
+	defer putEnvelope(bp)
+	b, err := xiaozhi.AppendMCPEnvelope((*bp)[:0], l.sessionID, payload)
 	if err != nil {
 		return err
 	}
+	*bp = b
 	wctx, cancel := context.WithTimeout(l.base, l.writeTimeout)
 	defer cancel()
 	return l.conn.Write(wctx, websocket.MessageText, b)
+}
+
+// envelopePool holds the buffers Send builds envelopes in.
+var envelopePool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+func putEnvelope(bp *[]byte) {
+	if cap(*bp) <= maxPooledFrame {
+		envelopePool.Put(bp)
+	}
 }
 
 // SendMessage writes a server message such as "llm" as it is, under the
