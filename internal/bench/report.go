@@ -12,12 +12,12 @@ import (
 
 // The goals mcpgate is measured against (docs/performance.md, issue 17).
 const (
-	GoalRelayRatio      = 0.5                  // REST calls/s at least half the two-hop relay floor's calls/s
-	GoalCPUPerCallUS    = 80.0                 // gateway CPU per REST call at the peak
-	GoalP99VsRelay      = 1.5                  // p99 at half the peak at most this times the relay floor's p99 at its half peak
-	GoalKiBPerDevice    = 24.0                 // gateway RSS per idle device...
-	GoalMemoryAtDevices = 10000                // ...with this many devices
-	GoalChurnRatio      = 0.5                  // sessions/s at least half the bare handshake-and-hello floor
+	GoalRelayRatio      = 0.5   // REST calls/s at least half the two-hop relay floor's calls/s
+	GoalCPUPerCallUS    = 80.0  // gateway CPU per REST call at the peak
+	GoalP99VsRelay      = 1.5   // p99 at half the peak at most this times the relay floor's p99 at its half peak
+	GoalKiBPerDevice    = 24.0  // gateway RSS per idle device...
+	GoalMemoryAtDevices = 10000 // ...with this many devices
+	GoalChurnRatio      = 0.5   // sessions/s at least half the bare handshake-and-hello floor
 )
 
 // Report is the outcome of a bench run.
