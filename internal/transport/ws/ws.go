@@ -476,7 +476,7 @@ func (c *connection) handshake() bool {
 	if c.up != nil {
 		// mcpgate's ids stay below the upstream's remapped ones.
 		scfg.MaxID = upstreamIDBase - 1
-		l = &upstreamLink{link: *l.(*link), sp: c.up}
+		l = &upstreamLink{link: l.(*link), sp: c.up}
 	}
 	// The session ends when the transport closes (cause ErrShutdown), when the
 	// hub replaces it, on a keepalive failure, or when the reader ends.
@@ -773,6 +773,16 @@ type link struct {
 	base         context.Context
 	sessionID    string
 	writeTimeout time.Duration
+
+	// Send bounds its writes with one timer per link rather than a context
+	// with a deadline per write: coder/websocket arms a context.AfterFunc
+	// for every write whose context can end, and the deadline context is
+	// a child of base, so each write cost a timer, two contexts and a
+	// registration in base. writeMu serialises Send's writes (the library
+	// serialises them anyway) so that the timer bounds the one in progress.
+	writeMu sync.Mutex
+	timer   *time.Timer     // guarded by writeMu; closes the connection when a write outlasts writeTimeout
+	quiet   context.Context // guarded by writeMu; base without its cancellation: its Done is nil
 }
 
 // Send writes one payload. coder/websocket closes the connection when a
@@ -795,9 +805,19 @@ func (l *link) Send(ctx context.Context, payload []byte) error {
 		return err
 	}
 	*bp = b
-	wctx, cancel := context.WithTimeout(l.base, l.writeTimeout)
-	defer cancel()
-	return l.conn.Write(wctx, websocket.MessageText, b)
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if l.timer == nil {
+		l.quiet = context.WithoutCancel(l.base)
+		// As coder/websocket does when a write's context ends: the
+		// connection is closed without a close frame.
+		l.timer = time.AfterFunc(l.writeTimeout, func() { _ = l.conn.CloseNow() })
+	} else {
+		l.timer.Reset(l.writeTimeout)
+	}
+	err = l.conn.Write(l.quiet, websocket.MessageText, b)
+	l.timer.Stop()
+	return err
 }
 
 // envelopePool holds the buffers Send builds envelopes in.
