@@ -407,7 +407,7 @@ func (a *API) callTool(w http.ResponseWriter, r *http.Request) {
 		writeHubError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	writeResult(w, res)
 }
 
 func (a *API) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {

@@ -292,6 +292,11 @@ func (h *Hub) lookupLocked(ref string) (*device, error) {
 	if id, ok := h.aliases[strings.ToLower(ref)]; ok {
 		return h.devices[id], nil
 	}
+	// Most callers name a device by its id as the gateway lists it: found
+	// without normalising it, which allocates.
+	if d, ok := h.devices[ref]; ok {
+		return d, nil
+	}
 	if id, err := xiaozhi.NormalizeDeviceID(ref); err == nil {
 		if d, ok := h.devices[id]; ok {
 			return d, nil

@@ -106,17 +106,11 @@ func resultFromResponse(msg *jsonrpc.Message) *Result {
 	}
 	raw := bytes.TrimSpace(msg.Result)
 	if len(raw) > 0 && raw[0] == '{' {
-		var w struct {
-			Content           json.RawMessage `json:"content"`
-			StructuredContent json.RawMessage `json:"structuredContent"`
-			IsError           bool            `json:"isError"`
-			Meta              json.RawMessage `json:"_meta"`
+		if r, ok := scanResult(raw); ok {
+			return r
 		}
-		if json.Unmarshal(raw, &w) == nil && len(w.Content) > 0 && w.Content[0] == '[' {
-			var items []json.RawMessage
-			if json.Unmarshal(w.Content, &items) == nil {
-				return &Result{Content: items, StructuredContent: nullToNil(w.StructuredContent), IsError: w.IsError, Meta: nullToNil(w.Meta)}
-			}
+		if r, ok := unmarshalResult(raw); ok {
+			return r
 		}
 	}
 	// Not a CallToolResult: keep the device's JSON as the text, verbatim.
@@ -125,6 +119,24 @@ func resultFromResponse(msg *jsonrpc.Message) *Result {
 		r.StructuredContent = append(json.RawMessage(nil), raw...)
 	}
 	return r
+}
+
+// unmarshalResult is scanResult by encoding/json, for what scanResult
+// leaves alone.
+func unmarshalResult(raw []byte) (*Result, bool) {
+	var w struct {
+		Content           json.RawMessage `json:"content"`
+		StructuredContent json.RawMessage `json:"structuredContent"`
+		IsError           bool            `json:"isError"`
+		Meta              json.RawMessage `json:"_meta"`
+	}
+	if json.Unmarshal(raw, &w) == nil && len(w.Content) > 0 && w.Content[0] == '[' {
+		var items []json.RawMessage
+		if json.Unmarshal(w.Content, &items) == nil {
+			return &Result{Content: items, StructuredContent: nullToNil(w.StructuredContent), IsError: w.IsError, Meta: nullToNil(w.Meta)}, true
+		}
+	}
+	return nil, false
 }
 
 func nullToNil(b json.RawMessage) json.RawMessage {

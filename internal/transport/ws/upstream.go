@@ -237,7 +237,7 @@ func (c *connection) handshakeUpstream(deviceHello []byte) bool {
 // upstreamLink sends mcpgate's own MCP payloads to the device in the
 // envelope, with the session id the device got from the upstream.
 type upstreamLink struct {
-	link
+	*link
 	sp *splice
 }
 

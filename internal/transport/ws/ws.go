@@ -476,7 +476,7 @@ func (c *connection) handshake() bool {
 	if c.up != nil {
 		// mcpgate's ids stay below the upstream's remapped ones.
 		scfg.MaxID = upstreamIDBase - 1
-		l = &upstreamLink{link: *l.(*link), sp: c.up}
+		l = &upstreamLink{link: l.(*link), sp: c.up}
 	}
 	// The session ends when the transport closes (cause ErrShutdown), when the
 	// hub replaces it, on a keepalive failure, or when the reader ends.
@@ -773,6 +773,16 @@ type link struct {
 	base         context.Context
 	sessionID    string
 	writeTimeout time.Duration
+
+	// Send bounds its writes with one timer per link rather than a context
+	// with a deadline per write: coder/websocket arms a context.AfterFunc
+	// for every write whose context can end, and the deadline context is
+	// a child of base, so each write cost a timer, two contexts and a
+	// registration in base. writeMu serialises Send's writes (the library
+	// serialises them anyway) so that the timer bounds the one in progress.
+	writeMu sync.Mutex
+	timer   *time.Timer     // guarded by writeMu; closes the connection when a write outlasts writeTimeout
+	quiet   context.Context // guarded by writeMu; base without its cancellation: its Done is nil
 }
 
 // Send writes one payload. coder/websocket closes the connection when a
@@ -785,13 +795,38 @@ func (l *link) Send(ctx context.Context, payload []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	b, err := xiaozhi.MCPEnvelope(l.sessionID, payload)
+	// The payload is the session's own encoding of a message, so the
+	// envelope is appended around it into a pooled buffer: coder/websocket
+	// is done with the bytes when Write returns.
+	bp := envelopePool.Get().(*[]byte)
+	defer putEnvelope(bp)
+	b, err := xiaozhi.AppendMCPEnvelope((*bp)[:0], l.sessionID, payload)
 	if err != nil {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(l.base, l.writeTimeout)
-	defer cancel()
-	return l.conn.Write(wctx, websocket.MessageText, b)
+	*bp = b
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if l.timer == nil {
+		l.quiet = context.WithoutCancel(l.base)
+		// As coder/websocket does when a write's context ends: the
+		// connection is closed without a close frame.
+		l.timer = time.AfterFunc(l.writeTimeout, func() { _ = l.conn.CloseNow() })
+	} else {
+		l.timer.Reset(l.writeTimeout)
+	}
+	err = l.conn.Write(l.quiet, websocket.MessageText, b)
+	l.timer.Stop()
+	return err
+}
+
+// envelopePool holds the buffers Send builds envelopes in.
+var envelopePool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+func putEnvelope(bp *[]byte) {
+	if cap(*bp) <= maxPooledFrame {
+		envelopePool.Put(bp)
+	}
 }
 
 // SendMessage writes a server message such as "llm" as it is, under the

@@ -1,0 +1,145 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/limits"
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
+	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/jsonrpc"
+)
+
+// countingStore counts the queued-call queries the queue makes per device.
+type countingStore struct {
+	store.Store
+	mu        sync.Mutex
+	perDevice map[string]int
+}
+
+func (s *countingStore) QueuedCalls(ctx context.Context, q store.CallQuery) ([]store.QueuedCall, error) {
+	if q.Device != "" {
+		s.mu.Lock()
+		s.perDevice[q.Device]++
+		s.mu.Unlock()
+	}
+	return s.Store.QueuedCalls(ctx, q)
+}
+
+func (s *countingStore) queries(device string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.perDevice[device]
+}
+
+// memDevice answers discovery with one tool and every call with success,
+// in memory.
+type memDevice struct{ sess *mcpclient.Session }
+
+func (d *memDevice) Send(ctx context.Context, payload []byte) error {
+	m, err := jsonrpc.Decode(payload)
+	if err != nil || m.Kind() != jsonrpc.KindRequest {
+		return nil
+	}
+	res := `{"content":[{"type":"text","text":"true"}],"isError":false}`
+	switch m.Method {
+	case "initialize":
+		res = `{"protocolVersion":"2024-11-05","capabilities":{"tools":{}},"serverInfo":{"name":"mem","version":"1"}}`
+	case "tools/list":
+		res = `{"tools":[{"name":"self.audio_speaker.set_volume","inputSchema":{"type":"object","properties":{"volume":{"type":"integer"}}}}]}`
+	}
+	go d.sess.Handle(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":%s}`, m.ID, res))
+	return nil
+}
+
+// attachReady attaches an in-memory device and waits until it is ready.
+func attachReady(t *testing.T, h *hub.Hub, id string) {
+	t.Helper()
+	d := &memDevice{}
+	ctx, cancel := context.WithCancel(t.Context())
+	d.sess = mcpclient.New(ctx, d, mcpclient.Config{RequestTimeout: 10 * time.Second})
+	att := h.Attach(hub.ConnInfo{DeviceID: id, Transport: "mem"}, d.sess)
+	var wg sync.WaitGroup
+	wg.Go(func() { att.Run(ctx) })
+	t.Cleanup(func() { d.sess.Close(errors.New("test over")); cancel(); wg.Wait() })
+	for {
+		if dev, err := h.Device(id); err == nil && dev.State == hub.StateReady {
+			return
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatalf("%s never became ready", id)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// TestKickSkipsStoreForDeviceWithNothingQueued: a device coming online with
+// nothing queued for it, the usual case of a session set-up, costs the
+// queue no store query; a device with a queued call is queried and served.
+func TestKickSkipsStoreForDeviceWithNothingQueued(t *testing.T) {
+	const idle, busy = "02:00:00:00:00:01", "02:00:00:00:00:02"
+	off := limits.Rate{PerSecond: -1}
+	h := hub.New(hub.Config{KeyRate: off, DeviceRate: off})
+	st := &countingStore{Store: storetest.Open(t, "", t.TempDir()), perDevice: map[string]int{}}
+	// No sweep during the test: the only workers are the ones kicked here.
+	q, err := New(Config{Hub: h, Store: st, SweepInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if _, err := st.CreateCall(t.Context(), store.QueuedCall{ID: "call_busy", Device: busy, Tool: "self.audio_speaker.set_volume",
+		Arguments: []byte(`{"volume":1}`), Caller: "k", Door: "rest", State: store.CallQueued, QueuedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	// Both devices are ready before Run subscribes, so Run kicks neither
+	// for an event: its start-up kicks only the devices it loaded as
+	// waiting, and the test kicks the idle one itself.
+	attachReady(t, h, idle)
+	attachReady(t, h, busy)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- q.Run(ctx) }()
+	select {
+	case <-q.Started():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not start")
+	}
+	q.kick(idle)
+	q.kick(busy)
+	for {
+		c, err := st.QueuedCall(t.Context(), "call_busy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.State != store.CallQueued && c.State != store.CallRunning {
+			if c.State != store.CallDone {
+				t.Fatalf("queued call ended %s (%s), want done", c.State, c.Reason)
+			}
+			break
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatal("queued call never delivered")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	q.wg.Wait() // every worker kicked above has finished
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := st.queries(idle); n != 0 {
+		t.Errorf("%d queued-call queries for a device with nothing queued; want none", n)
+	}
+	if n := st.queries(busy); n == 0 {
+		t.Error("no queued-call query for the device with a queued call")
+	}
+}
