@@ -94,7 +94,7 @@ func TestRunInProcess(t *testing.T) {
 	} else {
 		checkLatency(t, "churn", c.Latency)
 	}
-	if rep.Gateway.Mode != ModeInProcess || len(rep.Goals) != 5 {
+	if rep.Gateway.Mode != ModeInProcess || len(rep.Goals) != 6 {
 		t.Errorf("gateway %+v, %d goals", rep.Gateway, len(rep.Goals))
 	}
 
