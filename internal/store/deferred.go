@@ -239,12 +239,12 @@ func (d *Deferred) ExpireCalls(ctx context.Context, now time.Time) ([]QueuedCall
 	return s.ExpireCalls(ctx, now)
 }
 
-func (d *Deferred) InterruptCalls(ctx context.Context, now time.Time) ([]QueuedCall, error) {
+func (d *Deferred) InterruptCalls(ctx context.Context, now time.Time, node string) ([]QueuedCall, error) {
 	s, err := d.get()
 	if err != nil {
 		return nil, err
 	}
-	return s.InterruptCalls(ctx, now)
+	return s.InterruptCalls(ctx, now, node)
 }
 
 func (d *Deferred) PruneCalls(ctx context.Context, finishedBefore time.Time) (int64, error) {

@@ -118,9 +118,11 @@ type CallStore interface {
 	// ExpireCalls moves every queued call whose expiry is at or before now
 	// to expired, and returns them.
 	ExpireCalls(ctx context.Context, now time.Time) ([]QueuedCall, error)
-	// InterruptCalls moves every running call to failed with reason
-	// ReasonInterrupted, and returns them: run once at start.
-	InterruptCalls(ctx context.Context, now time.Time) ([]QueuedCall, error)
+	// InterruptCalls moves every call running on node (QueuedCall.Node;
+	// "" on a single node) to failed with reason ReasonInterrupted, and
+	// returns them: run at start for this node, and in a cluster for a
+	// node lost for good.
+	InterruptCalls(ctx context.Context, now time.Time, node string) ([]QueuedCall, error)
 	// PruneCalls deletes calls that ended before finishedBefore and have no
 	// callback left to deliver; it returns how many.
 	PruneCalls(ctx context.Context, finishedBefore time.Time) (int64, error)
