@@ -194,3 +194,44 @@ func TestClusterRestartKeepsOthersRunningCalls(t *testing.T) {
 		t.Errorf("the device received %s, want the call once", got)
 	}
 }
+
+// TestClusterLostNodeRunningCallInterrupted: a call left running by a node
+// that dies (no goodbye) and does not come back is failed as interrupted by
+// the survivors, once, after lostCallsGrace; it is never sent again.
+func TestClusterLostNodeRunningCallInterrupted(t *testing.T) {
+	defer func(g time.Duration) { lostCallsGrace = g }(lostCallsGrace)
+	lostCallsGrace = 500 * time.Millisecond
+	dsn := storetest.PostgresDSN(t)
+	a, _ := runGateway(t, Config{StoreDSN: dsn, DataDir: t.TempDir(),
+		Cluster: &cluster.Config{Name: "q3", NodeID: "a", Listen: "127.0.0.1:0", Heartbeat: 200 * time.Millisecond}})
+	b, _ := runGateway(t, Config{StoreDSN: dsn, DataDir: t.TempDir(),
+		Cluster: &cluster.Config{Name: "q3", NodeID: "b", Listen: "127.0.0.1:0", Heartbeat: 200 * time.Millisecond,
+			Routes: []string{a.ClusterRoute()}}})
+	ca, _ := api.NewClient("http://"+a.Addr(), nil)
+	const id = "02:00:00:00:0e:03"
+	release := make(chan struct{})
+	var once sync.Once
+	session(t, b, devicetest.Config{ID: id, OnCall: func(devicetest.Call) devicetest.Answer {
+		<-release
+		return devicetest.Answer{Result: devicetest.TextResult("true", false)}
+	}})
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	running, err := b.queue.Submit(t.Context(), queue.Request{CallRequest: hub.CallRequest{Device: id,
+		Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":6}`), Door: "rest"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCallState(t, ca, running.ID, "running")
+
+	b.cluster.node.Load().Sever() // b dies for the cluster
+	got := waitCallState(t, ca, running.ID, "failed")
+	if got.Reason != store.ReasonInterrupted || got.Attempts != 1 {
+		t.Errorf("the lost node's call: %+v; want failed, interrupted", got)
+	}
+	// What b would still write loses: the call stays as the survivors left it.
+	once.Do(func() { close(release) })
+	time.Sleep(200 * time.Millisecond)
+	if got, err := ca.QueuedCall(t.Context(), running.ID); err != nil || got.State != "failed" {
+		t.Errorf("after b answered: %+v, %v; want still failed", got, err)
+	}
+}
