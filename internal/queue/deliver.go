@@ -127,22 +127,16 @@ func deliverable(s hub.State) bool { return s == hub.StateReady }
 
 // loadWaiting notes every device with queued calls.
 func (q *Queue) loadWaiting(ctx context.Context) error {
-	var after int64
-	for {
-		calls, err := q.st.QueuedCalls(ctx, store.CallQuery{States: []store.CallState{store.CallQueued}, After: after, Limit: 1000})
-		if err != nil {
-			return err
-		}
-		q.mu.Lock()
-		for _, c := range calls {
-			q.waiting[c.Device] = true
-		}
-		q.mu.Unlock()
-		if len(calls) < 1000 {
-			return nil
-		}
-		after = calls[len(calls)-1].Seq
+	ids, err := q.st.QueuedDevices(ctx)
+	if err != nil {
+		return err
 	}
+	q.mu.Lock()
+	for _, id := range ids {
+		q.waiting[id] = true
+	}
+	q.mu.Unlock()
+	return nil
 }
 
 // kickReady starts delivery for every waiting device that is ready.

@@ -223,6 +223,14 @@ func (d *Deferred) CountQueuedCalls(ctx context.Context, device, caller string) 
 	return s.CountQueuedCalls(ctx, device, caller)
 }
 
+func (d *Deferred) QueuedDevices(ctx context.Context) ([]string, error) {
+	s, err := d.get()
+	if err != nil {
+		return nil, err
+	}
+	return s.QueuedDevices(ctx)
+}
+
 func (d *Deferred) UpdateCall(ctx context.Context, c QueuedCall, from CallState) error {
 	s, err := d.get()
 	if err != nil {

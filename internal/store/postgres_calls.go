@@ -88,6 +88,18 @@ func (s *pgStore) CountQueuedCalls(ctx context.Context, device, caller string) (
 	return perDevice, perCaller, nil
 }
 
+func (s *pgStore) QueuedDevices(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT device FROM calls WHERE state = 'queued' ORDER BY device`)
+	if err != nil {
+		return nil, fmt.Errorf("store: queued devices: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("store: queued devices: %w", err)
+	}
+	return out, nil
+}
+
 func (s *pgStore) UpdateCall(ctx context.Context, c QueuedCall, from CallState) error {
 	if !c.State.Valid() {
 		return fmt.Errorf("store: update call %s: bad state %q", c.ID, c.State)

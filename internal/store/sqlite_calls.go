@@ -95,6 +95,26 @@ func (s *sqliteStore) CountQueuedCalls(ctx context.Context, device, caller strin
 	return perDevice, perCaller, nil
 }
 
+func (s *sqliteStore) QueuedDevices(ctx context.Context) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT DISTINCT device FROM calls WHERE state = 'queued' ORDER BY device`)
+	if err != nil {
+		return nil, fmt.Errorf("store: queued devices: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("store: queued devices: %w", err)
+		}
+		out = append(out, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: queued devices: %w", err)
+	}
+	return out, nil
+}
+
 func (s *sqliteStore) UpdateCall(ctx context.Context, c QueuedCall, from CallState) error {
 	if !c.State.Valid() {
 		return fmt.Errorf("store: update call %s: bad state %q", c.ID, c.State)

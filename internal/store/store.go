@@ -111,6 +111,8 @@ type CallStore interface {
 	// CountQueuedCalls counts the calls still queued for a device and for
 	// a caller.
 	CountQueuedCalls(ctx context.Context, device, caller string) (perDevice, perCaller int, err error)
+	// QueuedDevices returns the devices that have queued calls, sorted.
+	QueuedDevices(ctx context.Context) ([]string, error)
 	// UpdateCall writes c's state, outcome, times and callback progress if
 	// the stored call is still in state from: ErrStateChanged when it is
 	// not, ErrNotFound when it does not exist.

@@ -157,6 +157,9 @@ func testCallQueries(t *testing.T, target Target) {
 	if d, k, err := s.CountQueuedCalls(ctx, devA, "k2"); err != nil || d != 2 || k != 3 {
 		t.Errorf("CountQueuedCalls(A, k2) = %d, %d, %v; want 2, 3", d, k, err)
 	}
+	if got, err := s.QueuedDevices(ctx); err != nil || fmt.Sprint(got) != fmt.Sprint([]string{devA, devB}) {
+		t.Errorf("QueuedDevices = %v, %v; want %s and %s", got, err, devA, devB)
+	}
 }
 
 func testExpireAndInterrupt(t *testing.T, target Target) {
