@@ -22,7 +22,7 @@ func (q *Queue) Run(ctx context.Context) error {
 	// Store writes outlive ctx: a call that ends during shutdown is still
 	// recorded.
 	wctx := context.WithoutCancel(ctx)
-	interrupted, err := q.st.InterruptCalls(wctx, time.Now().UTC())
+	interrupted, err := q.st.InterruptCalls(wctx, time.Now().UTC(), q.hub.NodeID())
 	if err != nil {
 		return fmt.Errorf("queue: %w", err)
 	}
@@ -68,8 +68,11 @@ func (q *Queue) Run(ctx context.Context) error {
 			switch ev.Type {
 			case hub.EventState:
 				if data, ok := ev.Data.(hub.StateData); ok && deliverable(data.State) {
+					q.readyInCluster(ev)
 					q.kick(ev.Device)
 				}
+			case hub.EventCallQueued:
+				q.queuedElsewhere(ev)
 			case hub.EventForgotten:
 				// If it comes back it is a new device: what was queued for
 				// the old one is not for it.
@@ -79,6 +82,7 @@ func (q *Queue) Run(ctx context.Context) error {
 			_ = q.sweep(wctx) // logged; tried again on the next tick
 			// A device that became ready while its event was dropped
 			// (a slow subscriber loses events) is picked up here.
+			q.rescan(wctx)
 			q.kickReady()
 			if time.Since(lastPrune) > time.Hour {
 				lastPrune = time.Now()
@@ -123,22 +127,16 @@ func deliverable(s hub.State) bool { return s == hub.StateReady }
 
 // loadWaiting notes every device with queued calls.
 func (q *Queue) loadWaiting(ctx context.Context) error {
-	var after int64
-	for {
-		calls, err := q.st.QueuedCalls(ctx, store.CallQuery{States: []store.CallState{store.CallQueued}, After: after, Limit: 1000})
-		if err != nil {
-			return err
-		}
-		q.mu.Lock()
-		for _, c := range calls {
-			q.waiting[c.Device] = true
-		}
-		q.mu.Unlock()
-		if len(calls) < 1000 {
-			return nil
-		}
-		after = calls[len(calls)-1].Seq
+	ids, err := q.st.QueuedDevices(ctx)
+	if err != nil {
+		return err
 	}
+	q.mu.Lock()
+	for _, id := range ids {
+		q.waiting[id] = true
+	}
+	q.mu.Unlock()
+	return nil
 }
 
 // kickReady starts delivery for every waiting device that is ready.
@@ -150,7 +148,7 @@ func (q *Queue) kickReady() {
 	}
 	q.mu.Unlock()
 	for _, id := range ids {
-		if d, err := q.hub.Device(id); err == nil && d.Online && deliverable(d.State) {
+		if d, err := q.hub.Device(id); err == nil && q.holds(d) && deliverable(d.State) {
 			q.kick(id)
 		}
 	}
@@ -222,8 +220,8 @@ func (q *Queue) deliverAll(device string) {
 			return
 		}
 		d, err := q.hub.Device(device)
-		if err != nil || !d.Online || !deliverable(d.State) {
-			return
+		if err != nil || !q.holds(d) || !deliverable(d.State) {
+			return // in a cluster, the node holding the device delivers
 		}
 		calls, err := q.st.QueuedCalls(ctx, store.CallQuery{Device: device, States: []store.CallState{store.CallQueued}, Limit: 1})
 		if err != nil {
@@ -298,6 +296,7 @@ const (
 func (q *Queue) deliver(ctx context.Context, c store.QueuedCall) deliveryResult {
 	run := c
 	run.State, run.Attempts, run.StartedAt = store.CallRunning, c.Attempts+1, time.Now().UTC()
+	run.Node = q.hub.NodeID()
 	if err := q.st.UpdateCall(ctx, run, store.CallQueued); err != nil {
 		if errors.Is(err, store.ErrStateChanged) || errors.Is(err, store.ErrNotFound) {
 			return delivered // cancelled or expired meanwhile

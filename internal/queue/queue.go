@@ -12,7 +12,8 @@
 // sweep every second. Every call is audited once, when it ends, and its
 // final state may be posted to a callback URL.
 //
-// The queue assumes it is the only one using its store's calls.
+// In a cluster (docs/cluster.md) every node runs a queue on the shared
+// store, and only the node holding a device delivers its calls (cluster.go).
 package queue
 
 import (
@@ -117,6 +118,7 @@ type Queue struct {
 	started   chan struct{} // closed once Run has interrupted stale calls
 	startOnce sync.Once
 	runCtx    context.Context // Run's ctx, for workers started by Submit; set before started closes
+	lastScan  time.Time       // in a cluster: when Run last read which devices have queued calls
 }
 
 type worker struct{ again bool }

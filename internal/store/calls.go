@@ -67,6 +67,9 @@ type QueuedCall struct {
 	// Result is the device's CallToolResult (JSON) of a done call.
 	Result   json.RawMessage
 	Attempts int // times it was marked running
+	// Node is the cluster node that last marked it running ("" on a single
+	// node): only that node interrupts it when it starts again.
+	Node string
 
 	QueuedAt, ExpiresAt, StartedAt, FinishedAt time.Time
 
@@ -94,7 +97,7 @@ func callLimit(n int) int { return auditLimit(n) }
 // callColumns are the columns every read returns, in scan order.
 const callColumns = `seq, id, device, tool, arguments, timeout_ms, caller, door, state, reason, error, result, attempts,
 	queued_at, expires_at, started_at, finished_at,
-	callback_url, callback_secret, callback_state, callback_attempts, callback_next`
+	callback_url, callback_secret, callback_state, callback_attempts, callback_next, node`
 
 // callsSQL builds the query of q; ph and timeArg as for auditSQL.
 func callsSQL(q CallQuery, ph func(n int) string, timeArg func(time.Time) any) (string, []any) {

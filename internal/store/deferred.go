@@ -223,6 +223,14 @@ func (d *Deferred) CountQueuedCalls(ctx context.Context, device, caller string) 
 	return s.CountQueuedCalls(ctx, device, caller)
 }
 
+func (d *Deferred) QueuedDevices(ctx context.Context) ([]string, error) {
+	s, err := d.get()
+	if err != nil {
+		return nil, err
+	}
+	return s.QueuedDevices(ctx)
+}
+
 func (d *Deferred) UpdateCall(ctx context.Context, c QueuedCall, from CallState) error {
 	s, err := d.get()
 	if err != nil {
@@ -239,12 +247,12 @@ func (d *Deferred) ExpireCalls(ctx context.Context, now time.Time) ([]QueuedCall
 	return s.ExpireCalls(ctx, now)
 }
 
-func (d *Deferred) InterruptCalls(ctx context.Context, now time.Time) ([]QueuedCall, error) {
+func (d *Deferred) InterruptCalls(ctx context.Context, now time.Time, node string) ([]QueuedCall, error) {
 	s, err := d.get()
 	if err != nil {
 		return nil, err
 	}
-	return s.InterruptCalls(ctx, now)
+	return s.InterruptCalls(ctx, now, node)
 }
 
 func (d *Deferred) PruneCalls(ctx context.Context, finishedBefore time.Time) (int64, error) {

@@ -18,7 +18,7 @@ func scanPgCall(row pgx.Row) (QueuedCall, error) {
 	var state string
 	if err := row.Scan(&c.Seq, &c.ID, &c.Device, &c.Tool, &args, &c.TimeoutMS, &c.Caller, &c.Door, &state,
 		&c.Reason, &c.Error, &result, &c.Attempts, &c.QueuedAt, &c.ExpiresAt, &started, &finished,
-		&c.CallbackURL, &c.CallbackSecret, &c.CallbackState, &c.CallbackAttempts, &next); err != nil {
+		&c.CallbackURL, &c.CallbackSecret, &c.CallbackState, &c.CallbackAttempts, &next, &c.Node); err != nil {
 		return QueuedCall{}, err
 	}
 	c.State = CallState(state)
@@ -88,15 +88,27 @@ func (s *pgStore) CountQueuedCalls(ctx context.Context, device, caller string) (
 	return perDevice, perCaller, nil
 }
 
+func (s *pgStore) QueuedDevices(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT device FROM calls WHERE state = 'queued' ORDER BY device`)
+	if err != nil {
+		return nil, fmt.Errorf("store: queued devices: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("store: queued devices: %w", err)
+	}
+	return out, nil
+}
+
 func (s *pgStore) UpdateCall(ctx context.Context, c QueuedCall, from CallState) error {
 	if !c.State.Valid() {
 		return fmt.Errorf("store: update call %s: bad state %q", c.ID, c.State)
 	}
 	tag, err := s.pool.Exec(ctx, `UPDATE calls SET state = $1, reason = $2, error = $3, result = $4, attempts = $5,
-		started_at = $6, finished_at = $7, callback_state = $8, callback_attempts = $9, callback_next = $10
-		WHERE id = $11 AND state = $12`,
+		started_at = $6, finished_at = $7, callback_state = $8, callback_attempts = $9, callback_next = $10, node = $11
+		WHERE id = $12 AND state = $13`,
 		string(c.State), c.Reason, c.Error, callResult(c.Result), c.Attempts, ts(c.StartedAt), ts(c.FinishedAt),
-		c.CallbackState, c.CallbackAttempts, ts(c.CallbackNext), c.ID, string(from))
+		c.CallbackState, c.CallbackAttempts, ts(c.CallbackNext), c.Node, c.ID, string(from))
 	if err != nil {
 		return fmt.Errorf("store: update call %s: %w", c.ID, err)
 	}
@@ -126,9 +138,9 @@ func (s *pgStore) ExpireCalls(ctx context.Context, now time.Time) ([]QueuedCall,
 	return out, nil
 }
 
-func (s *pgStore) InterruptCalls(ctx context.Context, now time.Time) ([]QueuedCall, error) {
-	rows, err := s.pool.Query(ctx, fmt.Sprintf(pgFinishSQL, `state = 'running'`),
-		string(CallFailed), ReasonInterrupted, interruptedText, now)
+func (s *pgStore) InterruptCalls(ctx context.Context, now time.Time, node string) ([]QueuedCall, error) {
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(pgFinishSQL, `state = 'running' AND node = $5`),
+		string(CallFailed), ReasonInterrupted, interruptedText, now, node)
 	if err != nil {
 		return nil, fmt.Errorf("store: interrupt calls: %w", err)
 	}

@@ -17,7 +17,7 @@ func scanSQLiteCall(row interface{ Scan(...any) error }) (QueuedCall, error) {
 	var started, finished, next sql.NullInt64
 	if err := row.Scan(&c.Seq, &c.ID, &c.Device, &c.Tool, &args, &c.TimeoutMS, &c.Caller, &c.Door, &c.State,
 		&c.Reason, &c.Error, &result, &c.Attempts, &queued, &expires, &started, &finished,
-		&c.CallbackURL, &c.CallbackSecret, &c.CallbackState, &c.CallbackAttempts, &next); err != nil {
+		&c.CallbackURL, &c.CallbackSecret, &c.CallbackState, &c.CallbackAttempts, &next, &c.Node); err != nil {
 		return QueuedCall{}, err
 	}
 	c.Arguments = json.RawMessage(args)
@@ -95,15 +95,35 @@ func (s *sqliteStore) CountQueuedCalls(ctx context.Context, device, caller strin
 	return perDevice, perCaller, nil
 }
 
+func (s *sqliteStore) QueuedDevices(ctx context.Context) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT DISTINCT device FROM calls WHERE state = 'queued' ORDER BY device`)
+	if err != nil {
+		return nil, fmt.Errorf("store: queued devices: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("store: queued devices: %w", err)
+		}
+		out = append(out, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: queued devices: %w", err)
+	}
+	return out, nil
+}
+
 func (s *sqliteStore) UpdateCall(ctx context.Context, c QueuedCall, from CallState) error {
 	if !c.State.Valid() {
 		return fmt.Errorf("store: update call %s: bad state %q", c.ID, c.State)
 	}
 	res, err := s.w.ExecContext(ctx, `UPDATE calls SET state = ?, reason = ?, error = ?, result = ?, attempts = ?,
-		started_at = ?, finished_at = ?, callback_state = ?, callback_attempts = ?, callback_next = ?
+		started_at = ?, finished_at = ?, callback_state = ?, callback_attempts = ?, callback_next = ?, node = ?
 		WHERE id = ? AND state = ?`,
 		string(c.State), c.Reason, c.Error, callResult(c.Result), c.Attempts, micros(c.StartedAt), micros(c.FinishedAt),
-		c.CallbackState, c.CallbackAttempts, micros(c.CallbackNext), c.ID, string(from))
+		c.CallbackState, c.CallbackAttempts, micros(c.CallbackNext), c.Node, c.ID, string(from))
 	if err != nil {
 		return fmt.Errorf("store: update call %s: %w", c.ID, err)
 	}
@@ -137,9 +157,9 @@ func (s *sqliteStore) ExpireCalls(ctx context.Context, now time.Time) ([]QueuedC
 	return out, nil
 }
 
-func (s *sqliteStore) InterruptCalls(ctx context.Context, now time.Time) ([]QueuedCall, error) {
-	rows, err := s.w.QueryContext(ctx, fmt.Sprintf(sqliteFinishSQL, `state = 'running'`),
-		string(CallFailed), ReasonInterrupted, interruptedText, now.UnixMicro())
+func (s *sqliteStore) InterruptCalls(ctx context.Context, now time.Time, node string) ([]QueuedCall, error) {
+	rows, err := s.w.QueryContext(ctx, fmt.Sprintf(sqliteFinishSQL, `state = 'running' AND node = ?`),
+		string(CallFailed), ReasonInterrupted, interruptedText, now.UnixMicro(), node)
 	if err != nil {
 		return nil, fmt.Errorf("store: interrupt calls: %w", err)
 	}

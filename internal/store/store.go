@@ -111,6 +111,8 @@ type CallStore interface {
 	// CountQueuedCalls counts the calls still queued for a device and for
 	// a caller.
 	CountQueuedCalls(ctx context.Context, device, caller string) (perDevice, perCaller int, err error)
+	// QueuedDevices returns the devices that have queued calls, sorted.
+	QueuedDevices(ctx context.Context) ([]string, error)
 	// UpdateCall writes c's state, outcome, times and callback progress if
 	// the stored call is still in state from: ErrStateChanged when it is
 	// not, ErrNotFound when it does not exist.
@@ -118,9 +120,11 @@ type CallStore interface {
 	// ExpireCalls moves every queued call whose expiry is at or before now
 	// to expired, and returns them.
 	ExpireCalls(ctx context.Context, now time.Time) ([]QueuedCall, error)
-	// InterruptCalls moves every running call to failed with reason
-	// ReasonInterrupted, and returns them: run once at start.
-	InterruptCalls(ctx context.Context, now time.Time) ([]QueuedCall, error)
+	// InterruptCalls moves every call running on node (QueuedCall.Node;
+	// "" on a single node) to failed with reason ReasonInterrupted, and
+	// returns them: run at start for this node, and in a cluster for a
+	// node lost for good.
+	InterruptCalls(ctx context.Context, now time.Time, node string) ([]QueuedCall, error)
 	// PruneCalls deletes calls that ended before finishedBefore and have no
 	// callback left to deliver; it returns how many.
 	PruneCalls(ctx context.Context, finishedBefore time.Time) (int64, error)

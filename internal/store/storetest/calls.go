@@ -157,6 +157,9 @@ func testCallQueries(t *testing.T, target Target) {
 	if d, k, err := s.CountQueuedCalls(ctx, devA, "k2"); err != nil || d != 2 || k != 3 {
 		t.Errorf("CountQueuedCalls(A, k2) = %d, %d, %v; want 2, 3", d, k, err)
 	}
+	if got, err := s.QueuedDevices(ctx); err != nil || fmt.Sprint(got) != fmt.Sprint([]string{devA, devB}) {
+		t.Errorf("QueuedDevices = %v, %v; want %s and %s", got, err, devA, devB)
+	}
 }
 
 func testExpireAndInterrupt(t *testing.T, target Target) {
@@ -173,7 +176,7 @@ func testExpireAndInterrupt(t *testing.T, target Target) {
 			t.Fatal(err)
 		}
 	}
-	run.State, run.Attempts, run.StartedAt = store.CallRunning, 1, t0
+	run.State, run.Attempts, run.StartedAt, run.Node = store.CallRunning, 1, t0, "node-a"
 	if err := s.UpdateCall(ctx, run, store.CallQueued); err != nil {
 		t.Fatal(err)
 	}
@@ -192,12 +195,16 @@ func testExpireAndInterrupt(t *testing.T, target Target) {
 		t.Errorf("ExpireCalls again: %v, %v; want nothing", again, err)
 	}
 
-	got, err = s.InterruptCalls(ctx, t0.Add(2*time.Second))
+	// Only the node that marked a call running interrupts it.
+	if got, err := s.InterruptCalls(ctx, t0.Add(2*time.Second), "node-b"); err != nil || len(got) != 0 {
+		t.Errorf("InterruptCalls of another node = %+v, %v; want nothing", got, err)
+	}
+	got, err = s.InterruptCalls(ctx, t0.Add(2*time.Second), "node-a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 1 || got[0].ID != run.ID || got[0].State != store.CallFailed || got[0].Reason != store.ReasonInterrupted ||
-		got[0].CallbackState != "" || got[0].Attempts != 1 {
+		got[0].CallbackState != "" || got[0].Attempts != 1 || got[0].Node != "node-a" {
 		t.Errorf("InterruptCalls = %+v; want %s failed, interrupted", got, run.ID)
 	}
 	if l, _ := s.QueuedCall(ctx, long.ID); l.State != store.CallQueued {

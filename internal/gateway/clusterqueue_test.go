@@ -1,0 +1,237 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/cluster"
+	"github.com/mcpgate/mcpgate/internal/devicetest"
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/queue"
+	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+)
+
+// queueCluster starts nodes a and b in cluster mode on one fresh
+// PostgreSQL store, and returns their REST clients.
+func queueCluster(t *testing.T, name string) (dsn string, a, b *Gateway, ca, cb *api.Client) {
+	t.Helper()
+	dsn = storetest.PostgresDSN(t)
+	a, _ = runGateway(t, Config{StoreDSN: dsn, DataDir: t.TempDir(),
+		Cluster: &cluster.Config{Name: name, NodeID: "a", Listen: "127.0.0.1:0"}})
+	b, _ = runGateway(t, Config{StoreDSN: dsn, DataDir: t.TempDir(),
+		Cluster: &cluster.Config{Name: name, NodeID: "b", Listen: "127.0.0.1:0", Routes: []string{a.ClusterRoute()}}})
+	ca, _ = api.NewClient("http://"+a.Addr(), nil)
+	cb, _ = api.NewClient("http://"+b.Addr(), nil)
+	return dsn, a, b, ca, cb
+}
+
+// seenOn waits until gw sees the device in state (online and ready, or
+// offline).
+func seenOn(t *testing.T, gw *Gateway, id string, ready bool) {
+	t.Helper()
+	waitUntil(t, fmt.Sprintf("%s ready=%v on %s", id, ready, gw.Addr()), func() bool {
+		d, err := gw.Hub().Device(id)
+		if ready {
+			return err == nil && d.Online && d.State == hub.StateReady
+		}
+		return err == nil && !d.Online
+	})
+}
+
+// auditedBy waits for the audit record of a queued call and returns the
+// node that wrote it: the one that delivered it.
+func auditedBy(t *testing.T, st store.Store, device, callID string) string {
+	t.Helper()
+	var node string
+	waitUntil(t, "the audit record of "+callID, func() bool {
+		recs, err := st.Audit(t.Context(), store.AuditQuery{Device: device})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if r.CallID == callID {
+				node = r.Node
+				return true
+			}
+		}
+		return false
+	})
+	return node
+}
+
+func volumes(d *devicetest.Device) string {
+	var out []string
+	for _, c := range d.Calls() {
+		out = append(out, string(c.Arguments))
+	}
+	return fmt.Sprint(out)
+}
+
+// TestClusterQueuedCallDeliveredByHolder: a call queued on node a for a
+// device node b holds is delivered by b, once, and its result is read
+// through either node; a call queued on a while its device is connected
+// nowhere is delivered by b, once, when the device connects to b; a call
+// queued on a behind one on the device is cancelled through a and never
+// sent.
+func TestClusterQueuedCallDeliveredByHolder(t *testing.T) {
+	dsn, a, b, ca, cb := queueCluster(t, "q1")
+	st := storetest.Open(t, dsn, "")
+	const id = "02:00:00:00:0e:01"
+
+	// Held by b. Queued on a directly, as when a took it before it heard
+	// the device come online (the doors run a call to an online device
+	// live).
+	release := make(chan struct{})
+	var once sync.Once
+	d, _ := session(t, b, devicetest.Config{ID: id, OnCall: func(c devicetest.Call) devicetest.Answer {
+		if string(c.Arguments) == `{"volume":2}` {
+			<-release // the device is busy with it
+		}
+		return devicetest.Answer{Result: devicetest.TextResult("true", false)}
+	}})
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	seenOn(t, a, id, true)
+	first, err := a.queue.Submit(t.Context(), queue.Request{CallRequest: hub.CallRequest{Device: id,
+		Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":1}`), Door: "rest"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*api.Client{ca, cb} {
+		if got := waitCallState(t, c, first.ID, "done"); got.Attempts != 1 || len(got.Result) == 0 {
+			t.Errorf("%s read through %v: %+v", first.ID, c, got)
+		}
+	}
+	if node := auditedBy(t, st, id, first.ID); node != "b" {
+		t.Errorf("%s delivered by node %q, want b (the node holding the device)", first.ID, node)
+	}
+
+	// Busy with a call queued on a: the next one, queued on a, waits
+	// behind it, and is cancelled through a.
+	busy, err := a.queue.Submit(t.Context(), queue.Request{CallRequest: hub.CallRequest{Device: id,
+		Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":2}`), Door: "rest"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCallState(t, cb, busy.ID, "running")
+	next, err := a.queue.Submit(t.Context(), queue.Request{CallRequest: hub.CallRequest{Device: id,
+		Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":3}`), Door: "rest"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ca.CancelCall(t.Context(), next.ID); err != nil || got.State != "cancelled" {
+		t.Fatalf("cancelling %s through a: %+v, %v", next.ID, got, err)
+	}
+	once.Do(func() { close(release) })
+	waitCallState(t, ca, busy.ID, "done")
+	if got := waitCallState(t, cb, next.ID, "cancelled"); got.Attempts != 0 {
+		t.Errorf("cancelled call: %+v", got)
+	}
+
+	// Connected nowhere: queued through a's REST door, delivered by b when
+	// the device connects to b.
+	d.Close()
+	seenOn(t, a, id, false)
+	seenOn(t, b, id, false)
+	later := queueVolume(t, ca, id, 4, "1h")
+	time.Sleep(300 * time.Millisecond) // no node delivers it meanwhile
+	d2, _ := session(t, b, devicetest.Config{ID: id})
+	waitCallState(t, ca, later.ID, "done")
+	waitCallState(t, cb, later.ID, "done")
+	if node := auditedBy(t, st, id, later.ID); node != "b" {
+		t.Errorf("%s delivered by node %q, want b (the node the device connected to)", later.ID, node)
+	}
+	if got, want := volumes(d)+volumes(d2), `[{"volume":1} {"volume":2}][{"volume":4}]`; got != want {
+		t.Errorf("the device received %s, want %s: each call once, the cancelled one never", got, want)
+	}
+}
+
+// TestClusterRestartKeepsOthersRunningCalls: a node that starts fails as
+// interrupted only the calls it left running itself, not one another live
+// node is delivering, which ends done.
+func TestClusterRestartKeepsOthersRunningCalls(t *testing.T) {
+	dsn := storetest.PostgresDSN(t)
+	cfgA := Config{StoreDSN: dsn, DataDir: t.TempDir(),
+		Cluster: &cluster.Config{Name: "q2", NodeID: "a", Listen: "127.0.0.1:0"}}
+	a, stopA := runGateway(t, cfgA)
+	b, _ := runGateway(t, Config{StoreDSN: dsn, DataDir: t.TempDir(),
+		Cluster: &cluster.Config{Name: "q2", NodeID: "b", Listen: "127.0.0.1:0", Routes: []string{a.ClusterRoute()}}})
+	cb, _ := api.NewClient("http://"+b.Addr(), nil)
+	const id = "02:00:00:00:0e:02"
+	release := make(chan struct{})
+	var once sync.Once
+	d, _ := session(t, b, devicetest.Config{ID: id, OnCall: func(devicetest.Call) devicetest.Answer {
+		<-release
+		return devicetest.Answer{Result: devicetest.TextResult("true", false)}
+	}})
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	running, err := b.queue.Submit(t.Context(), queue.Request{CallRequest: hub.CallRequest{Device: id,
+		Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":5}`), Door: "rest"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCallState(t, cb, running.ID, "running")
+
+	if err := stopA(); err != nil {
+		t.Fatal(err)
+	}
+	cfgA.Cluster.Routes = []string{b.ClusterRoute()}
+	a2, _ := runGateway(t, cfgA)
+	<-a2.queue.Started() // it has failed the calls it left running
+	ca2, _ := api.NewClient("http://"+a2.Addr(), nil)
+	if got, err := ca2.QueuedCall(t.Context(), running.ID); err != nil || got.State != "running" {
+		t.Fatalf("b's call after a restarted: %+v, %v; want still running", got, err)
+	}
+	once.Do(func() { close(release) })
+	if got := waitCallState(t, ca2, running.ID, "done"); got.Attempts != 1 {
+		t.Errorf("b's call: %+v", got)
+	}
+	if got := volumes(d); got != `[{"volume":5}]` {
+		t.Errorf("the device received %s, want the call once", got)
+	}
+}
+
+// TestClusterLostNodeRunningCallInterrupted: a call left running by a node
+// that dies (no goodbye) and does not come back is failed as interrupted by
+// the survivors, once, after lostCallsGrace; it is never sent again.
+func TestClusterLostNodeRunningCallInterrupted(t *testing.T) {
+	defer func(g time.Duration) { lostCallsGrace = g }(lostCallsGrace)
+	lostCallsGrace = 500 * time.Millisecond
+	dsn := storetest.PostgresDSN(t)
+	a, _ := runGateway(t, Config{StoreDSN: dsn, DataDir: t.TempDir(),
+		Cluster: &cluster.Config{Name: "q3", NodeID: "a", Listen: "127.0.0.1:0", Heartbeat: 200 * time.Millisecond}})
+	b, _ := runGateway(t, Config{StoreDSN: dsn, DataDir: t.TempDir(),
+		Cluster: &cluster.Config{Name: "q3", NodeID: "b", Listen: "127.0.0.1:0", Heartbeat: 200 * time.Millisecond,
+			Routes: []string{a.ClusterRoute()}}})
+	ca, _ := api.NewClient("http://"+a.Addr(), nil)
+	const id = "02:00:00:00:0e:03"
+	release := make(chan struct{})
+	var once sync.Once
+	session(t, b, devicetest.Config{ID: id, OnCall: func(devicetest.Call) devicetest.Answer {
+		<-release
+		return devicetest.Answer{Result: devicetest.TextResult("true", false)}
+	}})
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	running, err := b.queue.Submit(t.Context(), queue.Request{CallRequest: hub.CallRequest{Device: id,
+		Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":6}`), Door: "rest"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCallState(t, ca, running.ID, "running")
+
+	b.cluster.node.Load().Sever() // b dies for the cluster
+	got := waitCallState(t, ca, running.ID, "failed")
+	if got.Reason != store.ReasonInterrupted || got.Attempts != 1 {
+		t.Errorf("the lost node's call: %+v; want failed, interrupted", got)
+	}
+	// What b would still write loses: the call stays as the survivors left it.
+	once.Do(func() { close(release) })
+	time.Sleep(200 * time.Millisecond)
+	if got, err := ca.QueuedCall(t.Context(), running.ID); err != nil || got.State != "failed" {
+		t.Errorf("after b answered: %+v, %v; want still failed", got, err)
+	}
+}
