@@ -238,6 +238,53 @@ func TestClusterProcesses(t *testing.T) {
 		wg.Wait()
 	})
 
+	t.Run("one view, and every node calls every device through /mcp", func(t *testing.T) {
+		owner := map[string]string{}
+		for i, w := range want {
+			for _, id := range w {
+				owner[id] = nodes[i].id
+			}
+		}
+		var wg sync.WaitGroup
+		for _, nd := range nodes {
+			wg.Go(func() {
+				// Every node lists the whole fleet, each device with its node.
+				devs, err := nd.c.Devices(t.Context())
+				if err != nil {
+					t.Errorf("listing through node %s: %v", nd.id, err)
+					return
+				}
+				alias := map[string]string{}
+				for _, d := range devs {
+					if o, ok := owner[d.ID]; ok {
+						alias[d.ID] = d.Alias
+						if !d.Online || d.Node != o {
+							t.Errorf("node %s lists %s online=%v on %q, want online on %s", nd.id, d.ID, d.Online, d.Node, o)
+						}
+					}
+				}
+				if len(alias) != len(ids) {
+					t.Errorf("node %s lists %d of the %d devices", nd.id, len(alias), len(ids))
+					return
+				}
+				cs, err := mcp.NewClient(&mcp.Implementation{Name: "cluster-process-test", Version: "1"}, nil).
+					Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://" + nd.addr + "/mcp"}, nil)
+				if err != nil {
+					t.Errorf("/mcp of node %s: %v", nd.id, err)
+					return
+				}
+				defer cs.Close()
+				for _, id := range ids {
+					res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: alias[id] + "." + setVolume, Arguments: map[string]any{"volume": 21}})
+					if err != nil || res.IsError {
+						t.Errorf("%s through node %s's /mcp: %+v, %v", id, nd.id, res, err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	})
+
 	t.Run("device moves with calls in flight", func(t *testing.T) {
 		const id = "02:20:00:00:00:01"
 		slow := func(devicetest.Call) devicetest.Answer {
