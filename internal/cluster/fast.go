@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
@@ -37,6 +38,11 @@ type fastPath struct {
 	pending map[string]chan *nats.Msg // by reply token; guarded by mu
 
 	work chan func() // unbuffered: taken only by an idle server goroutine
+
+	// alive holds the reply subjects of the calls served here, by call id:
+	// one ticker sends all their keepalives, not a goroutine and a ticker
+	// per call. Guarded by mu.
+	alive map[string]string
 }
 
 // start subscribes the reply inbox and starts the server goroutines, once.
@@ -46,6 +52,7 @@ func (n *Node) start() error {
 		f.prefix = nats.InboxPrefix + nuid.Next() + "."
 		f.pending = make(map[string]chan *nats.Msg)
 		f.work = make(chan func())
+		go n.keepAlive()
 		f.sub, f.err = n.nc.Subscribe(f.prefix+"*", f.deliver)
 		if f.err != nil {
 			f.err = fmt.Errorf("cluster: subscribing to replies: %w", f.err)
@@ -118,5 +125,51 @@ func (f *fastPath) deliver(m *nats.Msg) {
 	select {
 	case c <- m:
 	default:
+	}
+}
+
+// serving makes call id, answered on reply, one of those keepAlive
+// reports alive until served.
+func (f *fastPath) serving(id, reply string) {
+	f.mu.Lock()
+	if f.alive == nil {
+		f.alive = make(map[string]string)
+	}
+	f.alive[id] = reply
+	f.mu.Unlock()
+}
+
+func (f *fastPath) served(id string) {
+	f.mu.Lock()
+	delete(f.alive, id)
+	f.mu.Unlock()
+}
+
+// keepAlive tells the callers of the calls served here, every keepalive,
+// that their call still runs. A call's first keepalive may come sooner
+// than keepalive after it started, never later.
+func (n *Node) keepAlive() {
+	t := time.NewTicker(n.cfg.keepalive)
+	defer t.Stop()
+	alive := appendReply(nil, &replyMsg{Kind: kindAlive})
+	var replies []string
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		f := &n.fast
+		f.mu.Lock()
+		replies = replies[:0]
+		for _, r := range f.alive {
+			replies = append(replies, r)
+		}
+		f.mu.Unlock()
+		for _, r := range replies {
+			if err := n.nc.Publish(r, alive); err != nil {
+				n.log.Warn("cluster: sending a keepalive", "error", err)
+			}
+		}
 	}
 }

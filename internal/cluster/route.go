@@ -57,18 +57,16 @@ func (n *Node) Call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 	msg := callMsg{ID: nuid.Next(), Node: n.cfg.NodeID, Device: id, Tool: req.Tool, Arguments: req.Arguments,
 		TimeoutMS: req.Timeout.Milliseconds(), Caller: req.Caller, Door: req.Door, Meta: req.Meta,
 		Progress: req.OnProgress != nil}
-	data, err := json.Marshal(msg)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: encoding a call: %w", err)
-	}
 	inbox, replies, done, err := n.expect()
 	if err != nil {
 		return nil, hub.NotSentError(fmt.Errorf("%w: cluster: %w", hub.ErrDeviceOffline, err))
 	}
 	defer done()
-	out := nats.NewMsg(n.callSubject(id))
-	out.Reply, out.Data = inbox, data
-	if err := n.nc.PublishMsg(out); err != nil {
+	buf := getBuf()
+	*buf = appendCall(*buf, &msg)
+	err = n.nc.PublishRequest(n.callSubject(id), inbox, *buf)
+	putBuf(buf)
+	if err != nil {
 		return nil, hub.NotSentError(fmt.Errorf("%w: cluster: %w", hub.ErrDeviceOffline, err))
 	}
 	quiet := time.NewTimer(n.cfg.silence)
@@ -86,7 +84,7 @@ func (n *Node) Call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 				return nil, hub.NotSentError(fmt.Errorf("%w: %s (connected to no node)", hub.ErrDeviceOffline, id))
 			}
 			var r replyMsg
-			if err := json.Unmarshal(m.Data, &r); err != nil {
+			if err := decodeReply(m.Data, &r); err != nil {
 				return nil, fmt.Errorf("%w: cluster: bad reply: %w", mcpclient.ErrMalformedResponse, err)
 			}
 			switch r.Kind {
@@ -169,7 +167,7 @@ func (n *Node) onCall(m *nats.Msg) {
 
 func (n *Node) serve(reply string, data []byte) {
 	var msg callMsg
-	if err := json.Unmarshal(data, &msg); err != nil {
+	if err := decodeCall(data, &msg); err != nil {
 		n.answer(reply, replyMsg{Kind: kindResult, Code: "bad_request", Error: "cluster: bad call: " + err.Error()})
 		return
 	}
@@ -188,20 +186,8 @@ func (n *Node) serve(reply string, data []byte) {
 		n.answer(reply, replyMsg{Kind: kindResult, Code: "device_offline", Error: hub.ErrDeviceOffline.Error(), NotSent: true})
 		return
 	}
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		t := time.NewTicker(n.cfg.keepalive)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				n.answer(reply, replyMsg{Kind: kindAlive})
-			}
-		}
-	}()
+	n.fast.serving(msg.ID, reply)
+	defer n.fast.served(msg.ID)
 	req := hub.CallRequest{Device: msg.Device, Tool: msg.Tool, Arguments: msg.Arguments,
 		Timeout: time.Duration(msg.TimeoutMS) * time.Millisecond, Caller: msg.Caller, Door: msg.Door, Meta: msg.Meta}
 	if msg.Progress {
@@ -227,12 +213,11 @@ func (n *Node) serve(reply string, data []byte) {
 }
 
 func (n *Node) answer(reply string, r replyMsg) {
-	b, err := json.Marshal(r)
+	buf := getBuf()
+	*buf = appendReply(*buf, &r)
+	err := n.nc.Publish(reply, *buf)
+	putBuf(buf)
 	if err != nil {
-		n.log.Error("cluster: encoding a reply", "error", err)
-		return
-	}
-	if err := n.nc.Publish(reply, b); err != nil {
 		n.log.Warn("cluster: sending a reply", "error", err)
 	}
 }

@@ -486,7 +486,7 @@ func (v *view) apply(msg *viewMsg) bool {
 			switch msg.Event.Type {
 			case hub.EventOnline, hub.EventOffline, hub.EventToolsChanged, hub.EventAlias, hub.EventForgotten:
 			default:
-				v.h.PublishRemote(decodeEvent(msg.Event, msg.Node))
+				v.publishEvent(msg.Event, msg.Node)
 			}
 		}
 		return true
@@ -503,8 +503,7 @@ func (v *view) apply(msg *viewMsg) bool {
 		v.h.ApplyRemoteGone(msg.Gone, msg.Node)
 		v.reconcile(msg.Gone)
 	}
-	if msg.Event != nil {
-		e := decodeEvent(msg.Event, msg.Node)
+	if e := msg.Event; e != nil {
 		if e.Type == hub.EventAlias && e.Alias != "" {
 			v.h.ApplyAlias(e.Device, e.Alias)
 			v.refresh(e.Device)
@@ -514,7 +513,7 @@ func (v *view) apply(msg *viewMsg) bool {
 			// finds the device.
 			v.h.DropForgotten(e.Device)
 		}
-		v.h.PublishRemote(e)
+		v.publishEvent(e, msg.Node)
 	}
 	return true
 }
@@ -656,10 +655,21 @@ func (v *view) fetchCatalog(node, hash string) []mcpclient.Tool {
 	return tools
 }
 
+// publishEvent publishes another node's event here. Its data is decoded
+// only when a subscriber of this hub receives it: every call's
+// call_completed reaches every node, and most have no stream that wants it.
+func (v *view) publishEvent(w *wireEvent, node string) {
+	v.h.PublishRemoteLazy(hub.Event{Type: w.Type, Time: w.Time, Device: w.Device, Alias: w.Alias, Node: node},
+		func() any { return decodeData(w) })
+}
+
 // decodeEvent rebuilds another node's event with its data typed as the
 // hub's own, so that the doors filter it as a local one.
 func decodeEvent(w *wireEvent, node string) hub.Event {
-	e := hub.Event{Type: w.Type, Time: w.Time, Device: w.Device, Alias: w.Alias, Node: node}
+	return hub.Event{Type: w.Type, Time: w.Time, Device: w.Device, Alias: w.Alias, Node: node, Data: decodeData(w)}
+}
+
+func decodeData(w *wireEvent) any {
 	var data any
 	switch w.Type {
 	case hub.EventOnline:
@@ -683,8 +693,7 @@ func decodeEvent(w *wireEvent, node string) hub.Event {
 			data = w.Data
 		}
 	}
-	e.Data = data
-	return e
+	return data
 }
 
 func decodeAs[T any](raw json.RawMessage) any {

@@ -122,6 +122,8 @@ type Subscription struct {
 	mu      sync.Mutex // guards dropped and closed
 	dropped uint64
 	closed  bool
+
+	types map[EventType]bool // nil: every type (SubscribeTypes)
 }
 
 // Dropped returns how many events this subscriber missed.
@@ -169,7 +171,11 @@ func (b *bus) unsubscribe(s *Subscription) {
 	close(s.c) // only the bus sends on s.c, under b.mu
 }
 
-func (b *bus) publish(e Event) {
+func (b *bus) publish(e Event) { b.publishLazy(e, nil) }
+
+// publishLazy publishes e; data, if not nil, builds its Data, called only
+// when a subscriber receives it (the tap sees it without).
+func (b *bus) publishLazy(e Event, data func() any) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.seq++
@@ -183,7 +189,13 @@ func (b *bus) publish(e Event) {
 	if b.tap != nil {
 		b.tap(e)
 	}
+	if data != nil && b.wantsLocked(e.Type) {
+		e.Data = data()
+	}
 	for s := range b.subs {
+		if s.types != nil && !s.types[e.Type] {
+			continue
+		}
 		select {
 		case s.c <- e:
 		default:

@@ -346,7 +346,10 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 // after a server's first sync is missed.
 func (s *Server) start() {
 	s.startOnce.Do(func() {
-		s.sub = s.hub.Subscribe()
+		// Only the events it acts on (relevant): in a cluster every call's
+		// call_completed reaches every node, not worth decoding for this.
+		s.sub = s.hub.SubscribeTypes(hub.EventOnline, hub.EventOffline, hub.EventState, hub.EventToolsChanged,
+			hub.EventAlias, hub.EventForgotten)
 		s.loopDone = make(chan struct{})
 		go s.loop()
 		s.logs, s.logsDone = make(chan hub.DeviceLog, sessionLogQueue), make(chan struct{})

@@ -11,13 +11,19 @@ import (
 	"github.com/mcpgate/mcpgate/internal/store"
 )
 
+// subscribe subscribes to the events Run reads, only: in a cluster every
+// call's call_completed reaches every node, not worth decoding for it.
+func (q *Queue) subscribe() *hub.Subscription {
+	return q.hub.SubscribeTypes(hub.EventState, hub.EventCallQueued, hub.EventForgotten)
+}
+
 // Run delivers queued calls until ctx ends, then waits for the deliveries
 // in progress: a call on the device is not abandoned half way (it ends
 // with its device's session when the gateway closes it). First, every call
 // left running by a previous run is failed as interrupted.
 func (q *Queue) Run(ctx context.Context) error {
 	// Subscribed before anything else, so no device becoming ready is missed.
-	sub := q.hub.Subscribe()
+	sub := q.subscribe()
 	defer func() { sub.Close() }() // the current one: it may be renewed below
 	// Store writes outlive ctx: a call that ends during shutdown is still
 	// recorded.
@@ -62,7 +68,7 @@ func (q *Queue) Run(ctx context.Context) error {
 			return nil
 		case ev, ok := <-sub.C:
 			if !ok {
-				sub = q.hub.Subscribe() // closed by the hub: subscribe again
+				sub = q.subscribe() // closed by the hub: subscribe again
 				continue
 			}
 			switch ev.Type {
