@@ -600,7 +600,14 @@ func TestIdleSessionHasOnlyItsReader(t *testing.T) {
 	if got := gc.request(ctx, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"self.quick"}}`); !strings.Contains(got, "quick") {
 		t.Fatalf("tools/call: %s", got)
 	}
-	if n := serialWorkers(); n != 1 {
+	// The worker answered the call; it is back waiting for the next one a
+	// moment later.
+	n, deadline := serialWorkers(), time.Now().Add(2*time.Second)
+	for n != 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+		n = serialWorkers()
+	}
+	if n != 1 {
 		t.Errorf("%d serial workers after a call, want 1", n)
 	}
 }
