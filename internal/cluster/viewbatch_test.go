@@ -101,6 +101,7 @@ func TestViewEventOfMessageCoveredBySnapshot(t *testing.T) {
 // others twice the timeout: their beats are queued, not missing.
 func TestViewBacklogDoublesLossTimeout(t *testing.T) {
 	nodes := startViewCluster(t, 2)
+	waitFor(t, "n0 to know n1", func() bool { return len(nodes[0].node.Members()) == 2 })
 	v := nodes[0].node.view
 	if d := v.lossTimeout(); d != 400*time.Millisecond {
 		t.Fatalf("loss timeout with no backlog %s, want the MemberTimeout, 400ms", d)
