@@ -7,12 +7,10 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/store"
@@ -280,29 +278,9 @@ func startNode(ctx context.Context, exe, dataDir, id string, extra []string, log
 	if logw != nil {
 		out = io.MultiWriter(tail, &prefixWriter{w: logw, prefix: []byte(id + ": ")})
 	}
-	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	cmd := exec.CommandContext(cctx, exe, args...)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = stopTimeout
-	dieWithParent(cmd)
-	if err := cmd.Start(); err != nil {
-		cancel()
+	cmd, exited, stop, err := startProcess(ctx, exe, args, out, "node "+id, tail)
+	if err != nil {
 		return nil, fmt.Errorf("start node %s: %w", id, err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() {
-		defer close(exited)
-		waitErr = cmd.Wait()
-	}()
-	stop := func() error {
-		cancel()
-		<-exited
-		if ps := cmd.ProcessState; ps != nil && !ps.Success() {
-			return fmt.Errorf("node %s (pid %d) did not exit cleanly: %w; its last output:\n%s", id, cmd.Process.Pid, waitErr, tail)
-		}
-		return nil
 	}
 	t := &target{mode: ModeChild, url: "http://" + addr, pid: cmd.Process.Pid, stop: stop}
 	hctx, hcancel := context.WithTimeout(ctx, startTimeout)

@@ -116,32 +116,9 @@ func startChildOnce(ctx context.Context, exe, dataDir string, mqtt bool, logw io
 	if logw != nil {
 		stderr = io.MultiWriter(tail, logw)
 	}
-	// The child outlives ctx's phases but not the bench: cctx is cancelled
-	// by stop, which sends SIGTERM (cmd.Cancel) and after stopTimeout SIGKILL.
-	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	cmd := exec.CommandContext(cctx, exe, args...)
-	cmd.Stdout = stderr
-	cmd.Stderr = stderr
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = stopTimeout
-	dieWithParent(cmd)
-	if err := cmd.Start(); err != nil {
-		cancel()
+	cmd, exited, stop, err := startProcess(ctx, exe, args, stderr, "gateway", tail)
+	if err != nil {
 		return nil, fmt.Errorf("start gateway %s: %w", exe, err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() {
-		defer close(exited)
-		waitErr = cmd.Wait()
-	}()
-	stop := func() error {
-		cancel()
-		<-exited
-		if ps := cmd.ProcessState; ps != nil && !ps.Success() {
-			return fmt.Errorf("gateway (pid %d) did not exit cleanly: %w; its last output:\n%s", cmd.Process.Pid, waitErr, tail)
-		}
-		return nil
 	}
 	t := &target{mode: ModeChild, url: "http://" + addr, mqttAddr: mqttAddr, pid: cmd.Process.Pid, stop: stop}
 	hctx, hcancel := context.WithTimeout(ctx, startTimeout)
@@ -275,4 +252,38 @@ func selfExecutable() (string, error) {
 		return "", fmt.Errorf("find the mcpgate binary to start the gateway: %w", err)
 	}
 	return exe, nil
+}
+
+// startProcess starts exe as a child with its output to out (whose last
+// bytes tail keeps). The child outlives ctx's phases but not the bench:
+// stop sends SIGTERM (cmd.Cancel) and after stopTimeout SIGKILL, and fails
+// when the child did not exit cleanly, with its last output; exited closes
+// when it has exited.
+func startProcess(ctx context.Context, exe string, args []string, out io.Writer, name string, tail fmt.Stringer) (
+	cmd *exec.Cmd, exited <-chan struct{}, stop func() error, err error) {
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cmd = exec.CommandContext(cctx, exe, args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = stopTimeout
+	dieWithParent(cmd)
+	if err := cmd.Start(); err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	done := make(chan struct{})
+	var waitErr error
+	go func() {
+		defer close(done)
+		waitErr = cmd.Wait()
+	}()
+	stop = func() error {
+		cancel()
+		<-done
+		if ps := cmd.ProcessState; ps != nil && !ps.Success() {
+			return fmt.Errorf("%s (pid %d) did not exit cleanly: %w; its last output:\n%s", name, cmd.Process.Pid, waitErr, tail)
+		}
+		return nil
+	}
+	return cmd, done, stop, nil
 }
