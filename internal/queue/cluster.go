@@ -15,10 +15,12 @@ import (
 // recorded, and only that node fails it as interrupted when it starts again
 // (InterruptNode fails those of a node lost for good).
 //
-// The holder learns of a call queued elsewhere from the call_queued event
-// the cluster's view brings it, of a device becoming ready on it from its
-// own hub, and, in case an event was lost, by reading the store again
-// every rescanInterval.
+// Every node learns of a call queued elsewhere from the call_queued event
+// the cluster's view brings it, holding the device or not, so whichever
+// node the device becomes ready on knows it has calls waiting; an event
+// lost is made up for by reading the store again every rescanInterval. A
+// device becoming ready with nothing queued costs no store query: a
+// reconnect storm is not a storm of reads.
 
 // rescanInterval is how often, in a cluster, the queue reads again which
 // devices have queued calls.
@@ -29,17 +31,6 @@ func (q *Queue) clustered() bool { return q.hub.NodeID() != "" }
 
 // holds reports whether this node holds the device, so delivers its calls.
 func (q *Queue) holds(d hub.Device) bool { return d.Online && d.Node == q.hub.NodeID() }
-
-// readyInCluster notes that a device that became ready here may have calls
-// another node queued: its calls are read from the store.
-func (q *Queue) readyInCluster(ev hub.Event) {
-	if !q.clustered() || ev.Node != q.hub.NodeID() {
-		return
-	}
-	q.mu.Lock()
-	q.waiting[ev.Device] = true
-	q.mu.Unlock()
-}
 
 // queuedElsewhere wakes delivery for a call another node queued.
 func (q *Queue) queuedElsewhere(ev hub.Event) {

@@ -74,7 +74,6 @@ func (q *Queue) Run(ctx context.Context) error {
 			switch ev.Type {
 			case hub.EventState:
 				if data, ok := ev.Data.(hub.StateData); ok && deliverable(data.State) {
-					q.readyInCluster(ev)
 					q.kick(ev.Device)
 				}
 			case hub.EventCallQueued:

@@ -143,3 +143,59 @@ func TestKickSkipsStoreForDeviceWithNothingQueued(t *testing.T) {
 		t.Error("no queued-call query for the device with a queued call")
 	}
 }
+
+// TestClusterReadyDeviceWithNothingQueuedCostsNoQuery: on a cluster node
+// too, a device becoming ready with nothing queued costs no store query (a
+// reconnect storm is not a storm of reads), while one with a call queued
+// before the node started is served when it becomes ready.
+func TestClusterReadyDeviceWithNothingQueuedCostsNoQuery(t *testing.T) {
+	const idle, busy = "02:00:00:00:00:03", "02:00:00:00:00:04"
+	off := limits.Rate{PerSecond: -1}
+	h := hub.New(hub.Config{KeyRate: off, DeviceRate: off, NodeID: "n1"})
+	st := &countingStore{Store: storetest.Open(t, "", t.TempDir()), perDevice: map[string]int{}}
+	q, err := New(Config{Hub: h, Store: st, SweepInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if _, err := st.CreateCall(t.Context(), store.QueuedCall{ID: "call_busy", Device: busy, Tool: "self.audio_speaker.set_volume",
+		Arguments: []byte(`{"volume":1}`), Caller: "k", Door: "rest", State: store.CallQueued, QueuedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- q.Run(ctx) }()
+	select {
+	case <-q.Started():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not start")
+	}
+	// Ready after Run subscribed: each is kicked by its state event, the
+	// idle one first.
+	attachReady(t, h, idle)
+	attachReady(t, h, busy)
+	for {
+		c, err := st.QueuedCall(t.Context(), "call_busy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.State == store.CallDone {
+			break
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatalf("queued call %s, never delivered", c.State)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := st.queries(idle); n != 0 {
+		t.Errorf("the device with nothing queued cost %d store queries when it became ready, want 0", n)
+	}
+	if n := st.queries(busy); n == 0 {
+		t.Error("the device with a queued call was never queried")
+	}
+}
