@@ -160,11 +160,12 @@ func adminError(r adminReply) error {
 	return errors.New(r.Error)
 }
 
-// onDevice dispatches what comes on a held device's subjects.
+// onDevice dispatches what comes on a held device's subjects, on a server
+// goroutine (fast.go).
 func (n *Node) onDevice(m *nats.Msg) {
 	if strings.HasSuffix(m.Subject, ".admin") {
 		if m.Reply != "" {
-			go n.serveAdmin(m.Reply, m.Data)
+			n.serveAdmin(m.Reply, m.Data)
 		}
 		return
 	}

@@ -146,7 +146,14 @@ func Start(cfg Config) (*Node, error) {
 		calls: map[string]context.CancelFunc{}}
 	opts := []nats.Option{nats.Name("mcpgate " + cfg.NodeID), nats.MaxReconnects(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { n.log.Warn("cluster: NATS connection lost", "error", err) }),
-		nats.ReconnectHandler(func(*nats.Conn) { n.log.Info("cluster: NATS connection back") })}
+		nats.ReconnectHandler(func(*nats.Conn) { n.log.Info("cluster: NATS connection back") }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			n.log.Warn("cluster: NATS error", "subject", subject, "error", err)
+		})}
 	url := strings.Join(cfg.NATS, ",")
 	if len(cfg.NATS) == 0 {
 		srv, token, err := embedded(cfg)
@@ -339,7 +346,8 @@ func (n *Node) Attached(id string, at time.Time) {
 		// hold the subject for a moment, and a call must reach one of them,
 		// never run on both.
 		// The wildcard takes its administrative requests too (admin.go).
-		sub, err := n.nc.QueueSubscribe(n.subject("dev", token(id), "*"), "holder", n.onDevice)
+		_ = n.start() // its error is the reply inbox's: the server goroutines run
+		sub, err := n.nc.ChanQueueSubscribe(n.subject("dev", token(id), "*"), "holder", n.fast.inbox)
 		if err != nil {
 			n.log.Error("cluster: cannot take calls for a device", "device_id", id, "error", err)
 		} else {

@@ -1,10 +1,10 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -12,12 +12,18 @@ import (
 )
 
 // What keeps a routed call cheap (docs/cluster.md, "Performance"): one
-// reply subscription for all the calls a node routes, and long-lived
-// goroutines to serve the calls routed to it.
+// reply subscription for all the calls a node routes, and one channel
+// feeding long-lived goroutines with the messages to every held device.
 
-// servers is how many goroutines wait for calls routed to this node; a call
-// arriving while all are busy gets a goroutine of its own.
+// servers is how many goroutines wait for messages to held devices; when
+// one takes a message and none is left waiting, it starts another first,
+// so a long call never holds up the next.
 const servers = 64
+
+// inbound is how many messages to held devices may wait for a server
+// goroutine. Past it nats.go drops the message (a slow consumer, logged):
+// that takes a burst faster than goroutines start.
+const inbound = 8192
 
 // replyBuffer is how many replies of one call may wait for its caller, as
 // the buffered channel a per-call subscription had.
@@ -37,7 +43,11 @@ type fastPath struct {
 	mu      sync.Mutex
 	pending map[string]chan *nats.Msg // by reply token; guarded by mu
 
-	work chan func() // unbuffered: taken only by an idle server goroutine
+	// inbox takes the messages of every held device's subscription. A
+	// subscription with a handler would cost a goroutine per held device,
+	// and a hand-over per call from it to a server goroutine.
+	inbox chan *nats.Msg
+	idle  atomic.Int32 // server goroutines waiting on inbox
 
 	// alive holds the reply subjects of the calls served here, by call id:
 	// one ticker sends all their keepalives, not a goroutine and a ticker
@@ -51,42 +61,40 @@ func (n *Node) start() error {
 	f.once.Do(func() {
 		f.prefix = nats.InboxPrefix + nuid.Next() + "."
 		f.pending = make(map[string]chan *nats.Msg)
-		f.work = make(chan func())
+		f.inbox = make(chan *nats.Msg, inbound)
+		for range servers {
+			go n.serveLoop()
+		}
 		go n.keepAlive()
 		f.sub, f.err = n.nc.Subscribe(f.prefix+"*", f.deliver)
 		if f.err != nil {
 			f.err = fmt.Errorf("cluster: subscribing to replies: %w", f.err)
-			return
-		}
-		for range servers {
-			go serveLoop(n.ctx, f.work)
 		}
 	})
 	return f.err
 }
 
-func serveLoop(ctx context.Context, work <-chan func()) {
+// serveLoop serves messages to held devices until the node closes. Past
+// servers idle goroutines, one that has served leaves: a burst's extra
+// goroutines do not stay.
+func (n *Node) serveLoop() {
+	f := &n.fast
 	for {
+		f.idle.Add(1)
 		select {
-		case job := <-work:
-			job()
-		case <-ctx.Done():
+		case m := <-f.inbox:
+			if f.idle.Add(-1) == 0 {
+				go n.serveLoop()
+			}
+			n.onDevice(m)
+			if f.idle.Load() >= servers {
+				return
+			}
+		case <-n.ctx.Done():
+			f.idle.Add(-1)
 			return
 		}
 	}
-}
-
-// run runs job on an idle server goroutine, whose stack has already grown
-// to what serving a call takes, or on a new one when none is idle.
-func (n *Node) run(job func()) {
-	if n.start() == nil {
-		select {
-		case n.fast.work <- job:
-			return
-		default:
-		}
-	}
-	go job()
 }
 
 // expect returns a reply subject for one call and the channel its replies

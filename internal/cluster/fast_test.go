@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 
@@ -36,4 +37,39 @@ func TestRoutedCallsShareOneReplySubscription(t *testing.T) {
 	}
 	close(d.release)
 	wg.Wait()
+}
+
+// More calls in flight on one node than it keeps server goroutines are all
+// served at once (a long call never holds up the next), and the goroutines
+// started for the burst go when it is over.
+func TestServerGoroutinesGrowAndShrink(t *testing.T) {
+	nodes := startCluster(t, 2)
+	const devices, slots = 24, 4 // slots: a device's default call slots
+	var devs []*memDevice
+	for i := range devices {
+		devs = append(devs, connect(t, nodes[0].hub, fmt.Sprintf("dev-g%d", i), "g"))
+	}
+	callUntil(t, nodes[1].hub, hub.CallRequest{Device: "dev-g0", Tool: "echo"})
+	var wg sync.WaitGroup
+	for i := range devices * slots {
+		wg.Go(func() {
+			if _, err := nodes[1].hub.Call(t.Context(), hub.CallRequest{Device: fmt.Sprintf("dev-g%d", i%devices), Tool: "slow"}); err != nil {
+				t.Errorf("slow call: %v", err)
+			}
+		})
+	}
+	waitFor(t, fmt.Sprintf("all %d slow calls to reach their devices (%d server goroutines at the start)", devices*slots, servers), func() bool {
+		var n int64
+		for _, d := range devs {
+			n += d.slow.Load()
+		}
+		return n == devices*slots
+	})
+	for _, d := range devs {
+		close(d.release)
+	}
+	wg.Wait()
+	waitFor(t, fmt.Sprintf("the server goroutines back to %d idle", servers), func() bool {
+		return nodes[0].node.fast.idle.Load() == servers
+	})
 }

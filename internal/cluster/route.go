@@ -156,13 +156,12 @@ func remoteError(r replyMsg) error {
 	return err
 }
 
-// onCall serves a call routed to this node.
+// onCall serves a call routed to this node, on a server goroutine.
 func (n *Node) onCall(m *nats.Msg) {
 	if m.Reply == "" || n.answerProbe(m) {
 		return
 	}
-	reply, data := m.Reply, m.Data
-	n.run(func() { n.serve(reply, data) })
+	n.serve(m.Reply, m.Data)
 }
 
 func (n *Node) serve(reply string, data []byte) {
