@@ -76,8 +76,12 @@ store given by --store (required), the devices connected to the first node.
 The same calls go through the first node's REST door (local) and through
 the second's (cross-node, routed over NATS), back to back with --concurrency
 workers and one at a time: calls/s, p50/p99 and gateway CPU per call (every
-node's CPU) for each. --storm DEVICES then connects that many devices spread
-over the nodes, drops them all at once and reconnects each to the next node:
+node's CPU) for each. Then the NATS floor: two embedded NATS servers routed
+in the bench process, no gateway, request and reply at the cross-node
+phase's rate, CPU per round trip: the part of a crossing no gateway code
+can save, next to what the goal leaves it. --storm DEVICES then connects
+that many devices spread over the nodes, drops them all at once and
+reconnects each to the next node:
 the time until every one is callable again, and PostgreSQL's commits and
 device rows written per reconnect.
 

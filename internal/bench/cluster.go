@@ -23,7 +23,8 @@ import (
 // (local) and through the second's (cross-node, routed over NATS) in the
 // same run: calls/s, p50/p99 and gateway CPU per call (every node's CPU)
 // for each, back to back (Concurrency workers) and one call at a time
-// (the latency a route adds). With Storm it then runs a reconnect storm.
+// (the latency a route adds); then the NATS floor (natsfloor.go). With
+// Storm it then runs a reconnect storm.
 
 // Goals of cluster mode (issue 14).
 const (
@@ -48,8 +49,11 @@ type ClusterReport struct {
 	// the latency a route adds, without queueing.
 	LocalSerial *PhaseReport `json:"local_serial"`
 	CrossSerial *PhaseReport `json:"cross_serial"`
-	Storm       *StormReport `json:"storm,omitempty"`
-	Goals       []Goal       `json:"goals"`
+	// NATSFloor is what NATS alone costs a crossing, at the cross-node
+	// phase's rate.
+	NATSFloor *NATSFloorReport `json:"nats_floor,omitempty"`
+	Storm     *StormReport     `json:"storm,omitempty"`
+	Goals     []Goal           `json:"goals"`
 }
 
 // NodeInfo is one node of the cluster.
@@ -163,6 +167,12 @@ func runCluster(ctx context.Context, cfg Config, rep *Report) error {
 		if err := ctx.Err(); err != nil {
 			fl.stop()
 			return err
+		}
+	}
+	if c := cr.Cross; c != nil && c.CallsPerSec > 0 {
+		log.Info("cluster phase: NATS floor", "rate", int(c.CallsPerSec), "workers", cfg.Concurrency, "duration", cfg.Duration/2)
+		if cr.NATSFloor, err = runNATSFloor(ctx, c.CallsPerSec, cfg.Concurrency, cfg.Duration/2); err != nil {
+			log.Warn("cluster: NATS floor not measured", "error", err)
 		}
 	}
 	log.Info("disconnecting devices")

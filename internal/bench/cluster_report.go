@@ -46,6 +46,11 @@ func (r *Report) writeCluster(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if f := c.NATSFloor; f != nil {
+		p.f("\n  NATS floor   two embedded NATS servers routed in this process, no gateway, %d-byte request and reply:\n", f.MessageBytes)
+		p.f("               %.1f µs CPU per round trip at %s/s from %d workers (less %.1f µs of pacing), p50 %s one at a time\n",
+			f.CPUPerRoundTripUS, count(uint64(f.Rate+0.5)), f.Workers, f.PacingUS, fmtMS(f.Serial.P50MS))
+	}
 	for _, ph := range []*PhaseReport{c.Local, c.Cross, c.LocalSerial, c.CrossSerial} {
 		if ph == nil {
 			continue
@@ -91,6 +96,10 @@ func (r *Report) writeCluster(w io.Writer) error {
 	p.f("\ngoals\n")
 	for _, g := range c.Goals {
 		p.f("  %-48s %-8s %-7s %s\n", g.Name, g.Target, g.Status, g.Measured)
+	}
+	if l, x, f := c.Local, c.Cross, c.NATSFloor; f != nil && l != nil && x != nil && l.CPU != nil && x.CPU != nil {
+		p.f("  a crossing adds %.1f µs of gateway CPU per call; the goal leaves it %.1f µs (%.1f × local); NATS alone takes %.1f µs\n",
+			x.CPU.GatewayPerCallUS-l.CPU.GatewayPerCallUS, (GoalCrossCPU-1)*l.CPU.GatewayPerCallUS, GoalCrossCPU-1, f.CPUPerRoundTripUS)
 	}
 	return p.err
 }

@@ -85,6 +85,9 @@ func TestRunCluster(t *testing.T) {
 	if len(c.Goals) != 2 || c.Goals[0].Status == "n/a" || c.Goals[1].Status == "n/a" {
 		t.Errorf("goals %+v", c.Goals)
 	}
+	if f := c.NATSFloor; f == nil || f.RoundTrips == 0 || f.Workers != 2 || f.Rate != c.Cross.CallsPerSec || f.Serial.Count == 0 || f.Serial.P50MS <= 0 {
+		t.Errorf("NATS floor %+v", f)
+	}
 	s := c.Storm
 	if s == nil {
 		t.Fatal("no storm")
@@ -108,12 +111,36 @@ func TestRunCluster(t *testing.T) {
 	if err := rep.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"cross-node, 1 at a time", "reconnect storm", "per reconnect", "cross-node gateway CPU per call"} {
+	for _, want := range []string{"cross-node, 1 at a time", "reconnect storm", "per reconnect", "cross-node gateway CPU per call", "NATS floor", "NATS alone takes"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, &text)
 		}
 	}
 	if t.Failed() {
 		t.Logf("report:\n%s\nnodes' output:\n%s", &text, &gwlog)
+	}
+}
+
+// TestNATSFloor runs the floor alone: paced round trips at the rate asked,
+// their CPU less the pacing's, and latency one at a time.
+func TestNATSFloor(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	// Enough round trips that their CPU spans many of /proc's 10 ms ticks.
+	f, err := runNATSFloor(t.Context(), 2000, 4, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fewer if the machine is slow, never more than the schedule allows.
+	if f.RoundTrips == 0 || f.RoundTrips > 2000+4 {
+		t.Errorf("round trips %d, want 1..2004 at 2000/s for 1 s", f.RoundTrips)
+	}
+	if f.CPUPerRoundTripUS <= 0 || f.PacingUS < 0 || f.Serial.Count == 0 || f.Serial.P50MS <= 0 || f.Serial.P50MS > f.Serial.MaxMS {
+		t.Errorf("floor %+v", f)
+	}
+	if _, err := runNATSFloor(t.Context(), 0, 4, time.Millisecond); err == nil {
+		t.Error("a floor without a rate ran")
 	}
 }

@@ -1,0 +1,249 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+)
+
+// NATSFloorReport is what NATS alone costs a cross-node call on this
+// machine: two embedded NATS servers routed on loopback, in this process,
+// a client of each reached in process as a node reaches its own, one
+// answering requests on a queue subscription through a pool of goroutines,
+// the other sending requests with replies on one wildcard inbox, as the
+// nodes route calls. No gateway logic: the part of a crossing no code of
+// ours can save.
+type NATSFloorReport struct {
+	MessageBytes int `json:"message_bytes"`
+	// Rate is the schedule of the paced run, round trips/s: the cross-node
+	// phase's calls/s, by as many workers.
+	Rate       float64 `json:"rate"`
+	Workers    int     `json:"workers"`
+	DurationS  float64 `json:"duration_s"`
+	RoundTrips uint64  `json:"round_trips"`
+	// CPUPerRoundTripUS is this process's processor time per round trip,
+	// less PacingUS, what the same schedule costs without messages.
+	CPUPerRoundTripUS float64 `json:"cpu_per_round_trip_us"`
+	PacingUS          float64 `json:"pacing_us"`
+	// Serial is one round trip at a time, back to back.
+	Serial Latency `json:"serial"`
+}
+
+const floorMessageBytes = 160 // about a routed call of set_volume, and its reply
+
+// runNATSFloor measures the NATS floor at rate round trips/s from workers
+// workers for d, then one at a time for d.
+func runNATSFloor(ctx context.Context, rate float64, workers int, d time.Duration) (*NATSFloorReport, error) {
+	if rate <= 0 || workers <= 0 {
+		return nil, errors.New("nats floor: need a rate and workers")
+	}
+	first, err := floorServer("floor-1", "")
+	if err != nil {
+		return nil, err
+	}
+	defer first.Shutdown()
+	second, err := floorServer("floor-2", fmt.Sprintf("nats://%s", first.ClusterAddr()))
+	if err != nil {
+		return nil, err
+	}
+	defer second.Shutdown()
+	serving, err := nats.Connect("", nats.InProcessServer(first))
+	if err != nil {
+		return nil, fmt.Errorf("nats floor: %w", err)
+	}
+	defer serving.Close()
+	calling, err := nats.Connect("", nats.InProcessServer(second))
+	if err != nil {
+		return nil, fmt.Errorf("nats floor: %w", err)
+	}
+	defer calling.Close()
+
+	requests := make(chan *nats.Msg, 8192)
+	if _, err := serving.ChanQueueSubscribe("floor.dev.*.call", "holder", requests); err != nil {
+		return nil, fmt.Errorf("nats floor: %w", err)
+	}
+	defer close(requests)
+	for range 64 {
+		go func() {
+			for m := range requests {
+				_ = serving.Publish(m.Reply, m.Data)
+			}
+		}()
+	}
+	c, err := newFloorCaller(calling)
+	if err != nil {
+		return nil, err
+	}
+	// The route forms, then the subscription's interest crosses it.
+	msg := make([]byte, floorMessageBytes)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err := c.roundTrip(rctx, "floor.dev.0.call", msg)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	r := &NATSFloorReport{MessageBytes: floorMessageBytes, Rate: rate, Workers: workers, DurationS: d.Seconds()}
+	pacing, ticks, err := c.drive(ctx, rate, workers, d, nil)
+	if err != nil {
+		return nil, err
+	}
+	used, n, err := c.drive(ctx, rate, workers, d, msg)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 || ticks == 0 {
+		return nil, errors.New("nats floor: no round trip completed")
+	}
+	r.RoundTrips = n
+	r.PacingUS = us(pacing) / float64(ticks)
+	r.CPUPerRoundTripUS = max(us(used)/float64(n)-r.PacingUS, 0)
+	var h Histogram
+	if _, _, err := c.drive(ctx, 0, 1, d, msg, &h); err != nil {
+		return nil, err
+	}
+	r.Serial = h.Summary()
+	return r, nil
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+func floorServer(name, route string) (*server.Server, error) {
+	opts := &server.Options{ServerName: name, Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true}
+	opts.Cluster.Name = "mcpgate-bench-floor"
+	opts.Cluster.Host, opts.Cluster.Port = "127.0.0.1", server.RANDOM_PORT
+	if route != "" {
+		opts.Routes = server.RoutesFromStr(route)
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("nats floor: %w", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		return nil, errors.New("nats floor: the embedded NATS server did not start")
+	}
+	return s, nil
+}
+
+// floorCaller sends requests with replies on one wildcard inbox.
+type floorCaller struct {
+	nc      *nats.Conn
+	prefix  string
+	mu      sync.Mutex
+	pending map[string]chan struct{}
+}
+
+func newFloorCaller(nc *nats.Conn) (*floorCaller, error) {
+	c := &floorCaller{nc: nc, prefix: nats.InboxPrefix + nuid.Next() + ".", pending: map[string]chan struct{}{}}
+	_, err := nc.Subscribe(c.prefix+"*", func(m *nats.Msg) {
+		c.mu.Lock()
+		done := c.pending[strings.TrimPrefix(m.Subject, c.prefix)]
+		c.mu.Unlock()
+		if done != nil {
+			select {
+			case done <- struct{}{}:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nats floor: %w", err)
+	}
+	return c, nil
+}
+
+func (c *floorCaller) roundTrip(ctx context.Context, subject string, msg []byte) error {
+	tok := nuid.Next()
+	done := make(chan struct{}, 1)
+	c.mu.Lock()
+	c.pending[tok] = done
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.pending, tok)
+		c.mu.Unlock()
+	}()
+	if err := c.nc.PublishRequest(subject, c.prefix+tok, msg); err != nil {
+		return err
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// drive runs workers for d, each paced to rate/workers round trips/s (rate
+// 0: back to back), and returns this process's CPU time and the round trips
+// done. With msg nil it only keeps the schedule. hs, if given, records each
+// round trip's latency (one worker).
+func (c *floorCaller) drive(ctx context.Context, rate float64, workers int, d time.Duration, msg []byte, hs ...*Histogram) (time.Duration, uint64, error) {
+	var n atomic.Uint64
+	var failed atomic.Value
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	before, err := readCPU(os.Getpid())
+	if err != nil {
+		return 0, 0, err
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			subject := fmt.Sprintf("floor.dev.%d.call", w)
+			var every time.Duration
+			next := time.Now()
+			if rate > 0 {
+				every = time.Duration(float64(workers) / rate * float64(time.Second))
+				next = next.Add(time.Duration(w) * every / time.Duration(workers))
+			}
+			for ctx.Err() == nil {
+				if every > 0 {
+					time.Sleep(time.Until(next))
+					next = next.Add(every)
+				}
+				if msg == nil {
+					n.Add(1)
+					continue
+				}
+				start := time.Now()
+				if err := c.roundTrip(ctx, subject, msg); err != nil {
+					if ctx.Err() == nil {
+						failed.Store(err)
+					}
+					return
+				}
+				if len(hs) > 0 {
+					hs[0].Record(time.Since(start))
+				}
+				n.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	after, err := readCPU(os.Getpid())
+	if err != nil {
+		return 0, 0, err
+	}
+	if err, ok := failed.Load().(error); ok {
+		return 0, 0, fmt.Errorf("nats floor: %w", err)
+	}
+	return after - before, n.Load(), nil
+}
