@@ -21,9 +21,10 @@ import (
 const servers = 64
 
 // inbound is how many messages to held devices may wait for a server
-// goroutine. Past it nats.go drops the message (a slow consumer, logged):
-// that takes a burst faster than goroutines start.
-const inbound = 8192
+// goroutine (half a MiB of pointers). Past it nats.go drops the message (a
+// slow consumer, logged), as it would past an async subscription's pending
+// limit: that takes a burst faster than goroutines start.
+const inbound = 1 << 16
 
 // replyBuffer is how many replies of one call may wait for its caller, as
 // the buffered channel a per-call subscription had.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -124,12 +125,15 @@ type view struct {
 	mu    sync.Mutex // guards peers; held while applying to the hub
 	peers map[string]*peer
 	own   []byte // how this node's messages start: {"node":"<id>",
+	// ownCalls is how this node's batches of call events start.
+	ownCalls []byte
 
 	subs []*nats.Subscription
 	wg   sync.WaitGroup
 
 	// Counters for docs and tests.
 	catalogFetches, catalogBytes int64 // guarded by mu
+	callBatchesSkipped           atomic.Int64
 }
 
 func (n *Node) viewSubject() string { return n.subject("view") }
@@ -143,6 +147,7 @@ func (n *Node) startView(h *hub.Hub, mem *members) error {
 		peers: map[string]*peer{}}
 	id, _ := json.Marshal(n.cfg.NodeID)
 	v.own = append(append([]byte(`{"node":`), id...), ',')
+	v.ownCalls = append(append([]byte(callsPrefix), id...), ',')
 	for _, s := range []struct {
 		subj string
 		f    nats.MsgHandler
@@ -260,15 +265,18 @@ func (v *view) forwardBatch(events []hub.Event) {
 		return
 	}
 	var gone []string
-	buf, count := []byte{'['}, 0
-	flush := func() {
-		if count > 0 {
-			v.publish(append(buf, ']'))
-		}
-		buf, count = []byte{'['}, 0
-	}
+	w := batchWriter{v: v}
 	v.pubMu.Lock()
 	for _, e := range events {
+		if e.Type == hub.EventCall {
+			b, err := json.Marshal(eventOut{Type: e.Type, Time: e.Time, Device: e.Device, Alias: e.Alias, Data: e.Data})
+			if err != nil {
+				v.n.log.Error("cluster: encoding a call event", "error", err)
+				continue
+			}
+			w.add(b, true)
+			continue
+		}
 		msg, ok := v.message(e)
 		if !ok {
 			continue
@@ -277,18 +285,12 @@ func (v *view) forwardBatch(events []hub.Event) {
 		if !ok {
 			continue
 		}
-		if count > 0 && len(buf)+len(b) > viewBatchBytes {
-			flush()
-		}
-		if count > 0 {
-			buf = append(buf, ',')
-		}
-		buf, count = append(buf, b...), count+1
+		w.add(b, false)
 		if msg.Gone != "" {
 			gone = append(gone, msg.Gone)
 		}
 	}
-	flush()
+	w.flush()
 	v.pubMu.Unlock()
 	if len(gone) > 0 {
 		// Gone from here: another node may hold it now (a newer claim).
@@ -298,6 +300,53 @@ func (v *view) forwardBatch(events []hub.Event) {
 		}
 		v.mu.Unlock()
 	}
+}
+
+// Calls' events (call_completed, one per call) travel in batches of their
+// own, {"calls":"<node>","events":[...]}, on the view subject between the
+// node's other messages, in order, and unnumbered: they carry no device
+// record, so missing one leaves nothing to sync. A node where no subscriber
+// wants call events skips such a batch by its first bytes, undecoded: with
+// no event stream open anywhere, a call costs the other nodes nothing to
+// decode.
+const callsPrefix = `{"calls":`
+
+// batchWriter gathers encoded view messages, or call events, into batches
+// of one kind, in order.
+type batchWriter struct {
+	v     *view
+	buf   []byte
+	count int
+	calls bool // the batch is of call events
+}
+
+func (w *batchWriter) add(b []byte, calls bool) {
+	if w.count > 0 && (calls != w.calls || len(w.buf)+len(b) > viewBatchBytes) {
+		w.flush()
+	}
+	if w.count == 0 {
+		w.calls = calls
+		if calls {
+			w.buf = append(append(w.buf[:0], w.v.ownCalls...), `"events":[`...)
+		} else {
+			w.buf = append(w.buf[:0], '[')
+		}
+	} else {
+		w.buf = append(w.buf, ',')
+	}
+	w.buf, w.count = append(w.buf, b...), w.count+1
+}
+
+func (w *batchWriter) flush() {
+	if w.count == 0 {
+		return
+	}
+	w.buf = append(w.buf, ']')
+	if w.calls {
+		w.buf = append(w.buf, '}')
+	}
+	w.v.publish(w.buf)
+	w.buf, w.count = w.buf[:0], 0 // Publish copied it
 }
 
 // message is what the others are told of e: the event, and the record of
@@ -423,6 +472,10 @@ func (v *view) onCatalog(m *nats.Msg) {
 // each node's are applied in the order it sent them.
 func (v *view) onView(m *nats.Msg) {
 	data := m.Data
+	if bytes.HasPrefix(data, []byte(callsPrefix)) {
+		v.onCalls(data)
+		return
+	}
 	if bytes.HasPrefix(data, v.own) || len(data) > 0 && data[0] == '[' && bytes.HasPrefix(data[1:], v.own) {
 		return // this node's own, echoed by NATS: not worth decoding
 	}
@@ -444,6 +497,30 @@ func (v *view) onView(m *nats.Msg) {
 		if msgs[i].Node != "" && msgs[i].Node != v.n.cfg.NodeID && !v.apply(&msgs[i]) {
 			return
 		}
+	}
+}
+
+// onCalls publishes here another node's batch of call events, if a
+// subscriber here wants them; else it is not even decoded.
+func (v *view) onCalls(data []byte) {
+	if bytes.HasPrefix(data, v.ownCalls) {
+		return
+	}
+	if !v.h.Wants(hub.EventCall) {
+		v.callBatchesSkipped.Add(1)
+		return
+	}
+	var batch struct {
+		Node   string      `json:"calls"`
+		Events []wireEvent `json:"events"`
+	}
+	if json.Unmarshal(data, &batch) != nil || batch.Node == "" || batch.Node == v.n.cfg.NodeID {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for i := range batch.Events {
+		v.publishEvent(&batch.Events[i], batch.Node)
 	}
 }
 

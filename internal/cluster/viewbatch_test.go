@@ -3,6 +3,8 @@ package cluster
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,29 +15,20 @@ import (
 )
 
 // A burst of events (a call_completed per call under load) crosses to the
-// other nodes in a few batched view messages, not a message each, all in
-// order.
+// other nodes in a few batched view messages, not a message each; the
+// calls' events, batched apart, still reach a stream in order with the
+// node's other events.
 func TestViewBatchesEvents(t *testing.T) {
 	nodes := startViewCluster(t, 2)
+	stream := nodes[0].hub.Subscribe()
+	defer stream.Close()
 	var mu sync.Mutex
 	var msgs int
-	var seqs []uint64
 	sub, err := nodes[0].node.nc.Subscribe(nodes[0].node.viewSubject(), func(m *nats.Msg) {
-		if !bytes.HasPrefix(m.Data, []byte(`[{"node":"n1"`)) {
-			return // beats, and n0's own
-		}
-		var batch []viewMsg
-		if err := json.Unmarshal(m.Data, &batch); err != nil {
-			t.Errorf("a view batch: %v", err)
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		msgs++
-		for _, v := range batch {
-			if v.Event != nil && v.Event.Type == hub.EventCall {
-				seqs = append(seqs, v.Seq)
-			}
+		if bytes.HasPrefix(m.Data, []byte(`[{"node":"n1"`)) || bytes.HasPrefix(m.Data, []byte(`{"calls":"n1"`)) {
+			mu.Lock()
+			msgs++
+			mu.Unlock()
 		}
 	})
 	if err != nil {
@@ -46,24 +39,85 @@ func TestViewBatchesEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	const events = 200
-	for range events {
-		nodes[1].node.view.tap(hub.Event{Type: hub.EventCall, Time: time.Now(), Device: "dev-b",
-			Data: hub.CallData{Tool: "echo", Outcome: "ok"}})
+	for i := range events {
+		e := hub.Event{Type: hub.EventCall, Time: time.Now(), Device: "dev-b",
+			Data: hub.CallData{Tool: "echo", Outcome: "ok", DurationMS: float64(i)}}
+		if i%50 == 25 { // a state change between the calls
+			e = hub.Event{Type: hub.EventState, Time: time.Now(), Device: fmt.Sprintf("dev-%d", i),
+				Data: hub.StateData{State: hub.StateReady}}
+		}
+		nodes[1].node.view.tap(e)
 	}
-	waitFor(t, "every event to cross", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(seqs) == events
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	for i := 1; i < len(seqs); i++ {
-		if seqs[i] != seqs[i-1]+1 {
-			t.Fatalf("sequence numbers out of order: %d after %d", seqs[i], seqs[i-1])
+	var order []string
+	deadline := time.After(10 * time.Second)
+	for len(order) < events {
+		select {
+		case e := <-stream.C:
+			if e.Node != "n1" {
+				continue
+			}
+			switch d := e.Data.(type) {
+			case hub.CallData:
+				order = append(order, fmt.Sprint(d.DurationMS))
+			case hub.StateData:
+				order = append(order, strings.TrimPrefix(e.Device, "dev-"))
+			}
+		case <-deadline:
+			t.Fatalf("%d of %d events crossed", len(order), events)
 		}
 	}
+	for i, got := range order {
+		if got != fmt.Sprint(i) {
+			t.Fatalf("event %d crossed as %s: out of order (%v)", i, got, order)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
 	if msgs > events/10 {
 		t.Errorf("%d events crossed in %d messages, want batches", events, msgs)
+	}
+}
+
+// With no subscriber wanting call events on a node, the others' batches of
+// call events reach it but are not published there; the node's other
+// events are.
+func TestViewCallEventsOnlyWhereWanted(t *testing.T) {
+	nodes := startViewCluster(t, 2)
+	states := nodes[0].hub.SubscribeTypes(hub.EventState)
+	defer states.Close()
+	nodes[1].node.view.tap(hub.Event{Type: hub.EventCall, Time: time.Now(), Device: "dev-b", Data: hub.CallData{Tool: "echo", Outcome: "ok"}})
+	nodes[1].node.view.tap(hub.Event{Type: hub.EventState, Time: time.Now(), Device: "dev-c", Data: hub.StateData{State: hub.StateReady}})
+	select {
+	case e := <-states.C:
+		if e.Type != hub.EventState || e.Device != "dev-c" {
+			t.Fatalf("got %+v, want dev-c's state", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the state event never crossed")
+	}
+	skipped := nodes[0].node.view.callBatchesSkipped.Load()
+	if skipped == 0 {
+		t.Fatal("n1's batch of call events was decoded on n0, where nobody wants it")
+	}
+	// Now a stream wants them: the next call's event reaches it.
+	all := nodes[0].hub.Subscribe()
+	defer all.Close()
+	nodes[1].node.view.tap(hub.Event{Type: hub.EventCall, Time: time.Now(), Device: "dev-d", Data: hub.CallData{Tool: "echo", Outcome: "ok"}})
+	for {
+		select {
+		case e := <-all.C:
+			if e.Type == hub.EventCall {
+				if e.Device != "dev-d" || e.Node != "n1" {
+					t.Fatalf("call event %+v, want dev-d's from n1 (dev-b's went before any stream wanted it)", e)
+				}
+				if got := nodes[0].node.view.callBatchesSkipped.Load(); got != skipped {
+					t.Errorf("%d batches of call events skipped with a stream open, want still %d", got, skipped)
+				}
+				return
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the call event never reached the stream")
+		}
 	}
 }
 

@@ -28,6 +28,14 @@ func (h *Hub) SubscribeTypes(types ...EventType) *Subscription {
 // event. The tap sees the event without its Data.
 func (h *Hub) PublishRemoteLazy(e Event, data func() any) { h.bus.publishLazy(e, data) }
 
+// Wants reports whether a subscriber here receives events of type t: a
+// cluster node leaves undecoded the others' call events nobody here reads.
+func (h *Hub) Wants(t EventType) bool {
+	h.bus.mu.Lock()
+	defer h.bus.mu.Unlock()
+	return h.bus.wantsLocked(t)
+}
+
 // wantsLocked reports whether a subscriber receives events of type t.
 // b.mu must be held.
 func (b *bus) wantsLocked(t EventType) bool {
