@@ -196,7 +196,7 @@ func TestAuditNamesServingNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone := connect(t, nodes[0].hub, "dev-nowhere", "gone")
-	gone.sess.Close(errors.New("gone"))
+	gone.Session().Close(errors.New("gone"))
 	waitFor(t, "dev-nowhere offline on n1", func() bool {
 		dev, err := nodes[1].hub.Device("dev-nowhere")
 		return err == nil && !dev.Online

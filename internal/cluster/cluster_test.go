@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/hub/hubtest"
 	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
-	"github.com/mcpgate/mcpgate/jsonrpc"
 )
 
 const (
@@ -29,81 +29,31 @@ const (
 // device's name, slow sends one progress notification and answers when
 // release is closed.
 type memDevice struct {
-	name    string
+	*hubtest.Device
 	release chan struct{}
 	slow    atomic.Int64 // slow calls received
-	sess    *mcpclient.Session
-	in      chan []byte
-}
-
-func (d *memDevice) Send(ctx context.Context, payload []byte) error {
-	select {
-	case d.in <- payload:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (d *memDevice) serve(ctx context.Context) {
-	for {
-		var b []byte
-		select {
-		case b = <-d.in:
-		case <-ctx.Done():
-			return
-		}
-		m, err := jsonrpc.Decode(b)
-		if err != nil || m.Kind() != jsonrpc.KindRequest {
-			continue
-		}
-		var res string
-		switch m.Method {
-		case "initialize":
-			res = `{"protocolVersion":"2024-11-05","capabilities":{"tools":{}},"serverInfo":{"name":"mem","version":"1.0"}}`
-		case "tools/list":
-			res = `{"tools":[` + echoTool + `,` + slowTool + `]}`
-		case "tools/call":
-			var p struct {
-				Name string          `json:"name"`
-				Args json.RawMessage `json:"arguments"`
-				Meta struct {
-					Token json.RawMessage `json:"progressToken"`
-				} `json:"_meta"`
-			}
-			_ = json.Unmarshal(m.Params, &p)
-			if p.Name == "slow" {
-				d.slow.Add(1)
-				if p.Meta.Token != nil {
-					d.sess.Handle(fmt.Appendf(nil, `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":%s,"progress":1}}`, p.Meta.Token))
-				}
-				go func(id jsonrpc.ID) {
-					select {
-					case <-d.release:
-					case <-ctx.Done():
-						return
-					}
-					d.sess.Handle(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"slow done"}]}}`, id))
-				}(m.ID)
-				continue
-			}
-			res = fmt.Sprintf(`{"content":[{"type":"text","text":%q}]}`, d.name+" "+string(p.Args))
-		}
-		d.sess.Handle(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":%s}`, m.ID, res))
-	}
 }
 
 // connect attaches a new memDevice named name to h as device id.
 func connect(t *testing.T, h *hub.Hub, id, name string) *memDevice {
 	t.Helper()
-	d := &memDevice{name: name, release: make(chan struct{}), in: make(chan []byte, 16)}
-	d.sess = mcpclient.New(t.Context(), d, mcpclient.Config{RequestTimeout: 10 * time.Second})
-	ctx, cancel := context.WithCancel(t.Context())
-	att := h.Attach(hub.ConnInfo{DeviceID: id, Transport: "mem", SessionID: "s-" + name}, d.sess)
-	var wg sync.WaitGroup
-	wg.Go(func() { d.serve(ctx) })
-	wg.Go(func() { att.Run(ctx) })
-	t.Cleanup(func() { d.sess.Close(errors.New("test over")); cancel(); wg.Wait() })
+	d := &memDevice{Device: &hubtest.Device{Tools: []string{echoTool, slowTool}}, release: make(chan struct{})}
+	d.OnCall = func(ctx context.Context, c hubtest.Call) (string, error) {
+		if c.Name != "slow" {
+			return name + " " + string(c.Args), nil
+		}
+		d.slow.Add(1)
+		d.Progress(c, 1)
+		select {
+		case <-d.release:
+			return "slow done", nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	hubtest.Connect(t, d.Device, func(s *mcpclient.Session) func(context.Context) {
+		return h.Attach(hub.ConnInfo{DeviceID: id, Transport: "mem", SessionID: "s-" + name}, s).Run
+	})
 	waitFor(t, "device "+id+" ready", func() bool {
 		dev, err := h.Device(id)
 		return err == nil && dev.State == hub.StateReady && dev.SessionID == "s-"+name
@@ -111,16 +61,8 @@ func connect(t *testing.T, h *hub.Hub, id, name string) *memDevice {
 	return d
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// waitFor polls cond until it holds, for at most 10 seconds.
+var waitFor = hubtest.WaitFor
 
 type testNode struct {
 	node   *Node

@@ -36,10 +36,10 @@ func (r *recorder) take() []CallRecord {
 func TestAuditHookRecordsEveryCall(t *testing.T) {
 	rec := &recorder{}
 	h := New(Config{Audit: rec.record})
-	connect(t, h, "aa:bb:cc:dd:ee:ff", &memDevice{tools: []string{volumeTool, statusTool}})
+	connect(t, h, "aa:bb:cc:dd:ee:ff", newDevice(nil, volumeTool, statusTool))
 	waitState(t, h, "aa:bb:cc:dd:ee:ff", StateReady)
 	const offline = "02:00:00:00:00:09"
-	stop := connect(t, h, offline, &memDevice{tools: []string{volumeTool}})
+	stop := connect(t, h, offline, newDevice(nil, volumeTool))
 	waitState(t, h, offline, StateReady)
 	stop(ErrShutdown)
 	waitState(t, h, offline, StateOffline)
@@ -102,7 +102,8 @@ func TestAuditErrorTextIsBounded(t *testing.T) {
 func TestWaitCalls(t *testing.T) {
 	rec := &recorder{}
 	h := New(Config{Audit: rec.record})
-	d := &memDevice{tools: []string{volumeTool}, hold: make(chan struct{})}
+	hold := make(chan struct{})
+	d := newDevice(hold, volumeTool)
 	connect(t, h, "02:00:00:00:00:01", d)
 	waitState(t, h, "02:00:00:00:00:01", StateReady)
 	done := make(chan struct{})
@@ -110,7 +111,7 @@ func TestWaitCalls(t *testing.T) {
 		defer close(done)
 		_, _ = h.Call(t.Context(), CallRequest{Device: "02:00:00:00:00:01", Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":1}`)})
 	}()
-	for d.calls.Load() == 0 {
+	for d.Calls.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	short, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
@@ -118,7 +119,7 @@ func TestWaitCalls(t *testing.T) {
 	if err := h.WaitCalls(short); err == nil || h.InFlight() != 1 {
 		t.Fatalf("WaitCalls with a call held = %v, in flight %d", err, h.InFlight())
 	}
-	close(d.hold)
+	close(hold)
 	if err := h.WaitCalls(t.Context()); err != nil {
 		t.Fatal(err)
 	}

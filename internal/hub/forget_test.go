@@ -16,7 +16,7 @@ func TestForget(t *testing.T) {
 	h := New(Config{Store: st, Audit: rec.record})
 	stopPersist := runPersistence(t, h)
 	const id = "02:00:00:00:00:31"
-	dev := &memDevice{tools: []string{volumeTool, statusTool}}
+	dev := newDevice(nil, volumeTool, statusTool)
 	connect(t, h, id, dev)
 	waitState(t, h, id, StateReady)
 	if _, err := h.SetAlias(id, "kitchen"); err != nil {
@@ -59,9 +59,9 @@ func TestForget(t *testing.T) {
 		t.Errorf("%d catalogs still interned", n)
 	}
 	select {
-	case <-dev.sess.Done():
-		if !errors.Is(dev.sess.Err(), ErrForgotten) {
-			t.Errorf("session closed with %v, want ErrForgotten", dev.sess.Err())
+	case <-dev.Session().Done():
+		if !errors.Is(dev.Session().Err(), ErrForgotten) {
+			t.Errorf("session closed with %v, want ErrForgotten", dev.Session().Err())
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("connection of the forgotten device still open")
@@ -122,7 +122,7 @@ func TestForget(t *testing.T) {
 	}
 
 	// It comes back as a new device, with a default alias.
-	connect(t, h, id, &memDevice{tools: []string{volumeTool}})
+	connect(t, h, id, newDevice(nil, volumeTool))
 	d := waitState(t, h, id, StateReady)
 	if d.Alias == "kitchen" {
 		t.Errorf("a returning device kept its forgotten alias")
@@ -135,7 +135,7 @@ func TestForgetOfflineAndStoreFailure(t *testing.T) {
 	st := &countingStore{}
 	h := New(Config{Store: st})
 	const id = "02:00:00:00:00:32"
-	stop := connect(t, h, id, &memDevice{tools: []string{volumeTool}})
+	stop := connect(t, h, id, newDevice(nil, volumeTool))
 	waitState(t, h, id, StateReady)
 	stop(ErrShutdown)
 	waitState(t, h, id, StateOffline)

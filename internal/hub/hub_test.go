@@ -7,107 +7,43 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/hub/hubtest"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
-	"github.com/mcpgate/mcpgate/jsonrpc"
 )
 
 const volumeTool = `{"name":"self.audio_speaker.set_volume","description":"Set the volume","inputSchema":{"type":"object","properties":{"volume":{"type":"integer","minimum":0,"maximum":100}},"required":["volume"]}}`
 const statusTool = `{"name":"self.get_device_status","description":"Status","inputSchema":{"type":"object","properties":{}}}`
 const rebootTool = `{"name":"self.reboot","description":"Reboot","inputSchema":{"type":"object","properties":{}},"annotations":{"audience":["user"]}}`
 
-// memDevice is an in-memory device: a Link whose sends are answered by a
-// goroutine through the session's Handle, as a transport's reader would.
-type memDevice struct {
-	tools []string
-	calls atomic.Int64
-	// hold, when set, keeps tools/call unanswered until closed.
-	hold chan struct{}
-
-	sess *mcpclient.Session
-	in   chan []byte
+// newDevice is an in-memory device with tools whose calls answer their
+// arguments, but self.get_device_status fails with a JSON-RPC error; with
+// hold set, every call waits until hold is closed and answers "late".
+func newDevice(hold chan struct{}, tools ...string) *hubtest.Device {
+	return &hubtest.Device{Tools: tools, OnCall: func(ctx context.Context, c hubtest.Call) (string, error) {
+		if hold != nil {
+			select {
+			case <-hold:
+				return "late", nil
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		}
+		if c.Name == "self.get_device_status" {
+			return "", errors.New("sensor broken")
+		}
+		return string(c.Args), nil
+	}}
 }
 
-func (d *memDevice) Send(ctx context.Context, payload []byte) error {
-	select {
-	case d.in <- payload:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (d *memDevice) serve(ctx context.Context) {
-	for {
-		var b []byte
-		select {
-		case b = <-d.in:
-		case <-ctx.Done():
-			return
-		}
-		m, err := jsonrpc.Decode(b)
-		if err != nil || m.Kind() != jsonrpc.KindRequest {
-			continue
-		}
-		var res string
-		switch m.Method {
-		case "initialize":
-			res = `{"protocolVersion":"2024-11-05","capabilities":{"tools":{}},"serverInfo":{"name":"mem","version":"1.0"}}`
-		case "tools/list":
-			res = `{"tools":[` + strings.Join(d.tools, ",") + `]}`
-		case "tools/call":
-			d.calls.Add(1)
-			if d.hold != nil {
-				go func() {
-					select {
-					case <-d.hold:
-					case <-ctx.Done():
-						return
-					}
-					d.sess.Handle(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"late"}]}}`, m.ID))
-				}()
-				continue
-			}
-			var p struct {
-				Name string          `json:"name"`
-				Args json.RawMessage `json:"arguments"`
-			}
-			_ = json.Unmarshal(m.Params, &p)
-			if p.Name == "self.get_device_status" {
-				d.sess.Handle(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"error":{"message":"sensor broken"}}`, m.ID))
-				continue
-			}
-			res = fmt.Sprintf(`{"content":[{"type":"text","text":%q}],"isError":false}`, string(p.Args))
-		}
-		d.sess.Handle(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":%s}`, m.ID, res))
-	}
-}
-
-// connect attaches a memDevice to h and runs it until the returned stop is called.
-func connect(t *testing.T, h *Hub, id string, d *memDevice) (stop func(error)) {
-	t.Helper()
-	d.in = make(chan []byte, 16)
-	d.sess = mcpclient.New(t.Context(), d, mcpclient.Config{RequestTimeout: 10 * time.Second})
-	ctx, cancel := context.WithCancel(t.Context())
-	att := h.Attach(ConnInfo{DeviceID: id, Transport: "mem", SessionID: "s-" + id}, d.sess)
-	var wg sync.WaitGroup
-	wg.Go(func() { d.serve(ctx) })
-	wg.Go(func() { att.Run(ctx) })
-	stopped := false
-	stop = func(reason error) {
-		if stopped {
-			return
-		}
-		stopped = true
-		d.sess.Close(reason)
-		cancel()
-		wg.Wait()
-	}
-	t.Cleanup(func() { stop(errors.New("test over")) })
-	return stop
+// connect attaches d to h and runs it until the returned stop is called.
+func connect(tb testing.TB, h *Hub, id string, d *hubtest.Device) (stop func(error)) {
+	tb.Helper()
+	return hubtest.Connect(tb, d, func(s *mcpclient.Session) func(context.Context) {
+		return h.Attach(ConnInfo{DeviceID: id, Transport: "mem", SessionID: "s-" + id}, s).Run
+	})
 }
 
 func waitState(t *testing.T, h *Hub, ref string, want State) Device {
@@ -127,7 +63,7 @@ func waitState(t *testing.T, h *Hub, ref string, want State) Device {
 
 func TestCallValidationAndErrors(t *testing.T) {
 	h := New(Config{})
-	d := &memDevice{tools: []string{volumeTool, statusTool, rebootTool}}
+	d := newDevice(nil, volumeTool, statusTool, rebootTool)
 	connect(t, h, "aa:bb:cc:dd:ee:ff", d)
 	waitState(t, h, "AA-BB-CC-DD-EE-FF", StateReady)
 
@@ -145,7 +81,7 @@ func TestCallValidationAndErrors(t *testing.T) {
 	if err != nil || !res.IsError || res.Text() != "sensor broken" {
 		t.Fatalf("device error = %+v, %v", res, err)
 	}
-	before := d.calls.Load()
+	before := d.Calls.Load()
 	for _, tc := range []struct {
 		name, device, tool, args, code, problem string
 	}{
@@ -168,7 +104,7 @@ func TestCallValidationAndErrors(t *testing.T) {
 			}
 		})
 	}
-	if d.calls.Load() != before {
+	if d.Calls.Load() != before {
 		t.Fatal("the device saw a call the gateway should have rejected")
 	}
 }
@@ -179,7 +115,7 @@ func TestOfflineReplaceAndReconnect(t *testing.T) {
 	defer sub.Close()
 	id := "02:00:00:00:00:07"
 
-	d1 := &memDevice{tools: []string{volumeTool}, hold: make(chan struct{})}
+	d1 := newDevice(make(chan struct{}), volumeTool)
 	stop1 := connect(t, h, id, d1)
 	waitState(t, h, id, StateReady)
 	if _, err := h.SetAlias(id, "Kitchen"); err != nil {
@@ -192,10 +128,10 @@ func TestOfflineReplaceAndReconnect(t *testing.T) {
 		_, err := h.Call(t.Context(), CallRequest{Device: "kitchen", Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":1}`)})
 		errc <- err
 	}()
-	for d1.calls.Load() == 0 {
+	for d1.Calls.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	d2 := &memDevice{tools: []string{volumeTool, statusTool}}
+	d2 := newDevice(nil, volumeTool, statusTool)
 	stop2 := connect(t, h, id, d2)
 	select {
 	case err := <-errc:
@@ -221,7 +157,7 @@ func TestOfflineReplaceAndReconnect(t *testing.T) {
 	}
 
 	// Reconnect with the same catalog: no tools_changed. Then with a changed one: exactly one.
-	connect(t, h, id, &memDevice{tools: []string{volumeTool, statusTool}})
+	connect(t, h, id, newDevice(nil, volumeTool, statusTool))
 	waitState(t, h, "kitchen", StateReady)
 	var changed []ToolsChangedData
 	drain := func() {
@@ -242,7 +178,7 @@ func TestOfflineReplaceAndReconnect(t *testing.T) {
 		t.Fatalf("tools_changed events = %+v", changed)
 	}
 	changed = nil
-	connect(t, h, id, &memDevice{tools: []string{statusTool, rebootTool}})
+	connect(t, h, id, newDevice(nil, statusTool, rebootTool))
 	waitState(t, h, "kitchen", StateReady)
 	drain()
 	if len(changed) != 1 || fmt.Sprint(changed[0].Added, changed[0].Removed) != "[self.reboot] [self.audio_speaker.set_volume]" {
@@ -253,7 +189,7 @@ func TestOfflineReplaceAndReconnect(t *testing.T) {
 func TestCatalogsAreInterned(t *testing.T) {
 	h := New(Config{})
 	for i := range 200 {
-		connect(t, h, fmt.Sprintf("02:00:00:00:01:%02x", i), &memDevice{tools: []string{volumeTool, statusTool}})
+		connect(t, h, fmt.Sprintf("02:00:00:00:01:%02x", i), newDevice(nil, volumeTool, statusTool))
 	}
 	for i := range 200 {
 		waitState(t, h, fmt.Sprintf("02:00:00:00:01:%02x", i), StateReady)
@@ -265,8 +201,8 @@ func TestCatalogsAreInterned(t *testing.T) {
 
 func TestAliases(t *testing.T) {
 	h := New(Config{})
-	connect(t, h, "02:00:00:00:00:01", &memDevice{})
-	connect(t, h, "02:00:00:00:10:01", &memDevice{})
+	connect(t, h, "02:00:00:00:00:01", newDevice(nil))
+	connect(t, h, "02:00:00:00:10:01", newDevice(nil))
 	a, _ := h.Device("02:00:00:00:00:01")
 	b, _ := h.Device("02:00:00:00:10:01")
 	if a.Alias != "dev-000001" || b.Alias != "dev-001001" {
@@ -290,7 +226,7 @@ func TestAliases(t *testing.T) {
 
 func TestCallWaitsForDiscovery(t *testing.T) {
 	h := New(Config{})
-	d := &memDevice{tools: []string{volumeTool}}
+	d := newDevice(nil, volumeTool)
 	connect(t, h, "02:00:00:00:00:09", d)
 	// No wait for ready: the call must see the fresh catalog, not fail with tool_not_found.
 	res, err := h.Call(t.Context(), CallRequest{Device: "02:00:00:00:00:09", Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":5}`)})
@@ -301,7 +237,7 @@ func TestCallWaitsForDiscovery(t *testing.T) {
 
 func TestNoMCPDeviceIsDegraded(t *testing.T) {
 	h := New(Config{})
-	sess := mcpclient.New(t.Context(), &memDevice{in: make(chan []byte, 1)}, mcpclient.Config{})
+	sess := newDevice(nil).Open(t.Context()) // never served: a no-MCP device is sent nothing
 	att := h.Attach(ConnInfo{DeviceID: "02:00:00:00:00:0a", Transport: "mem", NoMCP: true}, sess)
 	done := make(chan struct{})
 	go func() { att.Run(t.Context()); close(done) }()
@@ -331,17 +267,16 @@ func TestRefreshPublishesChange(t *testing.T) {
 	h := New(Config{})
 	sub := h.Subscribe()
 	defer sub.Close()
-	d := &memDevice{tools: []string{volumeTool}}
-	d.in = make(chan []byte, 16)
-	d.sess = mcpclient.New(t.Context(), d, mcpclient.Config{RequestTimeout: 10 * time.Second})
-	att := h.Attach(ConnInfo{DeviceID: "02:00:00:00:00:0b", Transport: "mem"}, d.sess)
+	d := newDevice(nil, volumeTool)
+	sess := d.Open(t.Context())
+	att := h.Attach(ConnInfo{DeviceID: "02:00:00:00:00:0b", Transport: "mem"}, sess)
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
-	wg.Go(func() { d.serve(ctx) })
-	defer func() { d.sess.Close(errors.New("done")); cancel(); wg.Wait(); att.Detach() }()
+	wg.Go(func() { d.Serve(ctx) })
+	defer func() { sess.Close(errors.New("done")); cancel(); wg.Wait(); att.Detach() }()
 	att.Discover(t.Context())
 
-	d.tools = []string{volumeTool, statusTool} // read by serve only after Refresh sends tools/list
+	d.Tools = []string{volumeTool, statusTool} // read by Serve only after Refresh sends tools/list
 	if err := att.Refresh(t.Context()); err != nil {
 		t.Fatal(err)
 	}

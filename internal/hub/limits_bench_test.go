@@ -3,37 +3,22 @@ package hub
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/mcpgate/mcpgate/internal/hub/hubtest"
 	"github.com/mcpgate/mcpgate/internal/limits"
-	"github.com/mcpgate/mcpgate/internal/mcpclient"
 )
 
-// connectTB attaches a memDevice for a benchmark or test.
-func connectTB(tb testing.TB, h *Hub, id string, d *memDevice) {
+// connectTB attaches d for a benchmark or test and waits until it is ready.
+func connectTB(tb testing.TB, h *Hub, id string, d *hubtest.Device) {
 	tb.Helper()
-	d.in = make(chan []byte, 16)
-	ctx, cancel := context.WithCancel(context.Background())
-	d.sess = mcpclient.New(ctx, d, mcpclient.Config{RequestTimeout: 10 * time.Second})
-	att := h.Attach(ConnInfo{DeviceID: id, Transport: "mem", SessionID: "s-" + id}, d.sess)
-	var wg sync.WaitGroup
-	wg.Go(func() { d.serve(ctx) })
-	wg.Go(func() { att.Run(ctx) })
-	tb.Cleanup(func() { d.sess.Close(errors.New("over")); cancel(); wg.Wait() })
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if dev, err := h.Device(id); err == nil && dev.State == StateReady {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s never ready", id)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	connect(tb, h, id, d)
+	hubtest.WaitFor(tb, id+" ready", func() bool {
+		dev, err := h.Device(id)
+		return err == nil && dev.State == StateReady
+	})
 }
 
 // BenchmarkCallLimits measures what the call limits (per-caller and
@@ -60,7 +45,7 @@ func BenchmarkCallLimits(b *testing.B) {
 			h := New(bc.cfg)
 			const devices = 4
 			for i := range devices {
-				connectTB(b, h, fmt.Sprintf("02:00:00:00:0e:%02x", i), &memDevice{tools: []string{volumeTool}})
+				connectTB(b, h, fmt.Sprintf("02:00:00:00:0e:%02x", i), newDevice(nil, volumeTool))
 			}
 			args := json.RawMessage(`{"volume":5}`)
 			b.SetParallelism(bc.parallelism)

@@ -14,7 +14,7 @@ import (
 func TestCallSlotsFollowTheConnection(t *testing.T) {
 	h := New(Config{MaxInFlight: 1, MaxQueue: 1, KeyRate: limits.Rate{PerSecond: -1}, DeviceRate: limits.Rate{PerSecond: -1}})
 	id := "02:00:00:00:0f:01"
-	d := &memDevice{tools: []string{volumeTool}, hold: make(chan struct{})}
+	d := newDevice(make(chan struct{}), volumeTool)
 	stop := connect(t, h, id, d)
 	waitState(t, h, id, StateReady)
 
@@ -24,7 +24,7 @@ func TestCallSlotsFollowTheConnection(t *testing.T) {
 		errs <- err
 	}
 	go call()
-	waitFor(t, "one call at the device", func() bool { return d.calls.Load() == 1 })
+	waitFor(t, "one call at the device", func() bool { return d.Calls.Load() == 1 })
 	go call()
 	waitFor(t, "one call in line", func() bool { dev, _ := h.Device(id); return dev.QueuedCalls == 1 })
 
@@ -42,7 +42,7 @@ func TestCallSlotsFollowTheConnection(t *testing.T) {
 			t.Fatalf("call after the connection ended: %v (%s)", err, Code(err))
 		}
 	}
-	if n := d.calls.Load(); n != 1 {
+	if n := d.Calls.Load(); n != 1 {
 		t.Fatalf("the device received %d calls, want 1", n)
 	}
 }
@@ -50,7 +50,7 @@ func TestCallSlotsFollowTheConnection(t *testing.T) {
 func TestCallRateLimits(t *testing.T) {
 	h := New(Config{KeyRate: limits.Rate{PerSecond: 1, Burst: 1}, DeviceRate: limits.Rate{PerSecond: 1, Burst: 2}})
 	id := "02:00:00:00:0f:02"
-	connect(t, h, id, &memDevice{tools: []string{volumeTool}})
+	connect(t, h, id, newDevice(nil, volumeTool))
 	waitState(t, h, id, StateReady)
 	call := func(caller string) error {
 		_, err := h.Call(t.Context(), CallRequest{Device: id, Tool: "self.audio_speaker.set_volume", Arguments: []byte(`{"volume":1}`), Caller: caller})

@@ -41,7 +41,7 @@ func TestPersistenceBatchesAFleet(t *testing.T) {
 	connectAll := func(t *testing.T, h *Hub) {
 		for i := range n {
 			id := fmt.Sprintf("02:00:00:00:%02x:%02x", i>>8, i&0xff)
-			connect(t, h, id, &memDevice{tools: []string{volumeTool}})
+			connect(t, h, id, newDevice(nil, volumeTool))
 		}
 		for i := range n {
 			waitState(t, h, fmt.Sprintf("02:00:00:00:%02x:%02x", i>>8, i&0xff), StateReady)

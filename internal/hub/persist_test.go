@@ -28,7 +28,7 @@ func TestPersistenceAcrossHubs(t *testing.T) {
 
 			h1 := New(Config{Store: st})
 			stopPersist := runPersistence(t, h1)
-			stop := connect(t, h1, id, &memDevice{tools: []string{volumeTool, statusTool}})
+			stop := connect(t, h1, id, newDevice(nil, volumeTool, statusTool))
 			waitState(t, h1, id, StateReady)
 			if _, err := h1.SetAlias(id, "kitchen"); err != nil {
 				t.Fatal(err)
@@ -70,14 +70,14 @@ func TestPersistenceAcrossHubs(t *testing.T) {
 
 			sub := h2.Subscribe()
 			defer sub.Close()
-			stop = connect(t, h2, id, &memDevice{tools: []string{volumeTool, statusTool}})
+			stop = connect(t, h2, id, newDevice(nil, volumeTool, statusTool))
 			waitState(t, h2, id, StateReady)
 			if d, _ := h2.Device(id); d.Alias != "kitchen" {
 				t.Errorf("alias after reconnect %q", d.Alias)
 			}
 			stop(ErrShutdown)
 			waitState(t, h2, id, StateOffline)
-			connect(t, h2, id, &memDevice{tools: []string{volumeTool}})
+			connect(t, h2, id, newDevice(nil, volumeTool))
 			waitState(t, h2, id, StateReady)
 			changes := 0
 			for drained := false; !drained; {
@@ -125,7 +125,7 @@ func TestPersistenceCoalesces(t *testing.T) {
 	h := New(Config{Store: st})
 	runPersistence(t, h)
 	const id = "02:00:00:00:00:01"
-	connect(t, h, id, &memDevice{tools: []string{volumeTool}})
+	connect(t, h, id, newDevice(nil, volumeTool))
 	waitState(t, h, id, StateReady)
 	for i := range 20 {
 		if _, err := h.SetAlias(id, fmt.Sprintf("a%d", i)); err != nil {
@@ -153,7 +153,7 @@ func TestPersistenceRetries(t *testing.T) {
 	st := &countingStore{failures: 1}
 	h := New(Config{Store: st})
 	const id = "02:00:00:00:00:01"
-	connect(t, h, id, &memDevice{tools: []string{volumeTool}})
+	connect(t, h, id, newDevice(nil, volumeTool))
 	waitState(t, h, id, StateReady)
 	if err := h.FlushPersistence(t.Context()); err == nil {
 		t.Fatal("flush with a failing store succeeded")

@@ -12,7 +12,7 @@ import (
 func TestCheckCallOffline(t *testing.T) {
 	h := New(Config{})
 	const id = "02:00:00:00:00:0a"
-	stop := connect(t, h, id, &memDevice{tools: []string{volumeTool}})
+	stop := connect(t, h, id, newDevice(nil, volumeTool))
 	waitState(t, h, id, StateReady)
 	stop(errors.New("conversation over"))
 	waitState(t, h, id, StateOffline)
@@ -40,7 +40,7 @@ func TestQueuedDeliveryLeavesAuditAndEventToTheQueue(t *testing.T) {
 	var audited []CallRecord
 	h := New(Config{Audit: func(r CallRecord) { audited = append(audited, r) }})
 	const id = "02:00:00:00:00:0b"
-	connect(t, h, id, &memDevice{tools: []string{volumeTool}})
+	connect(t, h, id, newDevice(nil, volumeTool))
 	waitState(t, h, id, StateReady)
 	sub := h.Subscribe()
 	defer sub.Close()

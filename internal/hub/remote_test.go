@@ -71,7 +71,7 @@ func TestApplyRemote(t *testing.T) {
 	}
 
 	// A device held here is not overwritten by another node's record.
-	connect(t, h, "dev-3", &memDevice{tools: []string{`{"name":"self.x","inputSchema":{"type":"object"}}`}})
+	connect(t, h, "dev-3", newDevice(nil, `{"name":"self.x","inputSchema":{"type":"object"}}`))
 	waitState(t, h, "dev-3", StateReady)
 	h.ApplyRemote(RemoteDevice{ID: "dev-3", Alias: "stolen", Node: "there", State: StateDegraded}, nil)
 	if d, _ := h.Device("dev-3"); d.Node != "here" || d.State != StateReady || d.Alias == "stolen" {

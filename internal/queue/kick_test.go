@@ -2,18 +2,16 @@ package queue
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/hub/hubtest"
 	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
-	"github.com/mcpgate/mcpgate/jsonrpc"
 )
 
 // countingStore counts the queued-call queries the queue makes per device.
@@ -38,46 +36,21 @@ func (s *countingStore) queries(device string) int {
 	return s.perDevice[device]
 }
 
-// memDevice answers discovery with one tool and every call with success,
-// in memory.
-type memDevice struct{ sess *mcpclient.Session }
-
-func (d *memDevice) Send(ctx context.Context, payload []byte) error {
-	m, err := jsonrpc.Decode(payload)
-	if err != nil || m.Kind() != jsonrpc.KindRequest {
-		return nil
-	}
-	res := `{"content":[{"type":"text","text":"true"}],"isError":false}`
-	switch m.Method {
-	case "initialize":
-		res = `{"protocolVersion":"2024-11-05","capabilities":{"tools":{}},"serverInfo":{"name":"mem","version":"1"}}`
-	case "tools/list":
-		res = `{"tools":[{"name":"self.audio_speaker.set_volume","inputSchema":{"type":"object","properties":{"volume":{"type":"integer"}}}}]}`
-	}
-	go d.sess.Handle(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":%s}`, m.ID, res))
-	return nil
-}
-
-// attachReady attaches an in-memory device and waits until it is ready.
+// attachReady attaches an in-memory device with one tool, whose every call
+// succeeds, and waits until it is ready.
 func attachReady(t *testing.T, h *hub.Hub, id string) {
 	t.Helper()
-	d := &memDevice{}
-	ctx, cancel := context.WithCancel(t.Context())
-	d.sess = mcpclient.New(ctx, d, mcpclient.Config{RequestTimeout: 10 * time.Second})
-	att := h.Attach(hub.ConnInfo{DeviceID: id, Transport: "mem"}, d.sess)
-	var wg sync.WaitGroup
-	wg.Go(func() { att.Run(ctx) })
-	t.Cleanup(func() { d.sess.Close(errors.New("test over")); cancel(); wg.Wait() })
-	for {
-		if dev, err := h.Device(id); err == nil && dev.State == hub.StateReady {
-			return
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatalf("%s never became ready", id)
-		case <-time.After(time.Millisecond):
-		}
+	d := &hubtest.Device{
+		Tools:  []string{`{"name":"self.audio_speaker.set_volume","inputSchema":{"type":"object","properties":{"volume":{"type":"integer"}}}}`},
+		OnCall: func(context.Context, hubtest.Call) (string, error) { return "true", nil },
 	}
+	hubtest.Connect(t, d, func(s *mcpclient.Session) func(context.Context) {
+		return h.Attach(hub.ConnInfo{DeviceID: id, Transport: "mem"}, s).Run
+	})
+	hubtest.WaitFor(t, id+" ready", func() bool {
+		dev, err := h.Device(id)
+		return err == nil && dev.State == hub.StateReady
+	})
 }
 
 // TestKickSkipsStoreForDeviceWithNothingQueued: a device coming online with
