@@ -10,10 +10,9 @@ import (
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/auth"
-	"github.com/mcpgate/mcpgate/internal/cluster"
 	"github.com/mcpgate/mcpgate/internal/devauth"
 	"github.com/mcpgate/mcpgate/internal/hub"
-	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
 
 // Two gateways in cluster mode on one store: the REST door of the node that
@@ -21,28 +20,10 @@ import (
 // both nodes, forgets it (409 while online, force disconnects it on its
 // holder); a key revoked on one node is refused by the other within 1s.
 func TestClusterAdminAcrossGateways(t *testing.T) {
-	dir := t.TempDir()
-	st, err := store.Open(t.Context(), "", dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	newKey := func(name string, scope auth.Scope) (string, string) {
-		k, secret, err := auth.NewKey(name, scope, nil, nil, 0, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.CreateKey(t.Context(), k); err != nil {
-			t.Fatal(err)
-		}
-		return k.ID, secret
-	}
-	_, admin := newKey("admin", auth.ScopeAdmin)
-	callerID, caller := newKey("caller", auth.ScopeCall)
-	a := startGateway(t, Config{DataDir: t.TempDir(), Store: st, RequireKeys: true,
-		Cluster: &cluster.Config{Name: "t", NodeID: "a", Listen: "127.0.0.1:0"}})
-	b := startGateway(t, Config{DataDir: t.TempDir(), Store: st, RequireKeys: true,
-		Cluster: &cluster.Config{Name: "t", NodeID: "b", Listen: "127.0.0.1:0", Routes: []string{a.ClusterRoute()}}})
+	st := storetest.Open(t, "", t.TempDir())
+	_, admin := storeKey(t, st, "admin", auth.ScopeAdmin)
+	callerID, caller := storeKey(t, st, "caller", auth.ScopeCall)
+	a, b := startPair(t, Config{Store: st, RequireKeys: true}, "t")
 
 	srv := newServer(t, device.ProfileESP32, device.Tool{
 		Name: "self.echo", Description: "echo",
@@ -50,15 +31,9 @@ func TestClusterAdminAcrossGateways(t *testing.T) {
 	})
 	mac := "02:00:00:00:0d:02"
 	runDevice(t, a, mac, srv)
-	anon, err := api.NewClient("http://"+b.Addr(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	anon := restClient(t, b)
 	onB, callerOnB := anon.WithKey(admin), anon.WithKey(caller)
-	onA, err := api.NewClient("http://"+a.Addr(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	onA := restClient(t, a)
 	waitFor(t, "a call through node b", 10*time.Second, func() bool {
 		res, err := onB.Call(t.Context(), mac, api.CallBody{Name: "self.echo"})
 		return err == nil && res.Text() == "on a"
@@ -125,15 +100,9 @@ func TestClusterAdminAcrossGateways(t *testing.T) {
 // A device's credentials revoked through one node: its session on another
 // node is closed, and that node refuses its old token too.
 func TestClusterRevocationAcrossGateways(t *testing.T) {
-	st, err := store.Open(t.Context(), "", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t, "", t.TempDir())
 	prov := Provisioning{DeviceAuth: devauth.ModeToken, DeviceSecret: testSecret}
-	a := startGateway(t, Config{Store: st, Provisioning: prov, Cluster: &cluster.Config{Name: "t", NodeID: "a", Listen: "127.0.0.1:0"}})
-	b := startGateway(t, Config{Store: st, Provisioning: prov,
-		Cluster: &cluster.Config{Name: "t", NodeID: "b", Listen: "127.0.0.1:0", Routes: []string{a.ClusterRoute()}}})
+	a, b := startPair(t, Config{Store: st, Provisioning: prov}, "t")
 	const mac, cid = "02:00:00:00:0d:03", "client-d3"
 	token, err := a.devices.auth.Authority().IssueDevice(mac, cid, time.Hour)
 	if err != nil {
@@ -161,11 +130,7 @@ func TestClusterRevocationAcrossGateways(t *testing.T) {
 		return err == nil && d.Online && d.Node == "b"
 	})
 
-	c, err := api.NewClient("http://"+a.Addr(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := c.RevokeTokens(t.Context(), mac)
+	res, err := restClient(t, a).RevokeTokens(t.Context(), mac)
 	if err != nil || !res.Disconnected {
 		t.Fatalf("revoke through the node not holding the device: %+v, %v", res, err)
 	}

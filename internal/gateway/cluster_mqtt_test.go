@@ -32,17 +32,12 @@ type clusterNode struct {
 
 func startClusterNode(t *testing.T, id, dsn, broker string, routes ...string) *clusterNode {
 	t.Helper()
-	cfg := Config{DataDir: t.TempDir(), StoreDSN: dsn, RequestTimeout: 2 * time.Second,
-		Cluster: &cluster.Config{Name: "mq", NodeID: id, Listen: "127.0.0.1:0", Routes: routes}}
+	cfg := asNode(t, Config{StoreDSN: dsn, RequestTimeout: 2 * time.Second}, "mq", id, routes...)
 	if broker != "" {
 		cfg.MQTTBroker = "tcp://" + broker
 	}
 	gw, stop := runGateway(t, cfg)
-	rest, err := api.NewClient("http://"+gw.Addr(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &clusterNode{id: id, gw: gw, stop: stop, rest: rest}
+	return &clusterNode{id: id, gw: gw, stop: stop, rest: restClient(t, gw)}
 }
 
 func waitMembers(t *testing.T, want []string, nodes ...*clusterNode) {

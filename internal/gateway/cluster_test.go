@@ -11,7 +11,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/cluster"
-	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
 
 // Cluster mode refuses a store the nodes cannot share.
@@ -28,27 +28,10 @@ func TestClusterRefusesSQLite(t *testing.T) {
 // store): a device connected to one is called through the other's REST
 // door; a device connected nowhere is offline at once.
 func TestClusterCallsAcrossGateways(t *testing.T) {
-	dir := t.TempDir()
-	st, err := store.Open(t.Context(), "", dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	newKey := func(name string, devices []string) string {
-		k, secret, err := auth.NewKey(name, auth.ScopeCall, devices, nil, 0, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.CreateKey(t.Context(), k); err != nil {
-			t.Fatal(err)
-		}
-		return secret
-	}
-	caller, kitchen := newKey("caller", nil), newKey("kitchen", []string{"kitchen*"})
-	a := startGateway(t, Config{DataDir: t.TempDir(), Store: st, RequireKeys: true,
-		Cluster: &cluster.Config{Name: "t", NodeID: "a", Listen: "127.0.0.1:0"}})
-	b := startGateway(t, Config{DataDir: t.TempDir(), Store: st, RequireKeys: true,
-		Cluster: &cluster.Config{Name: "t", NodeID: "b", Listen: "127.0.0.1:0", Routes: []string{a.ClusterRoute()}}})
+	st := storetest.Open(t, "", t.TempDir())
+	_, caller := storeKey(t, st, "caller", auth.ScopeCall)
+	_, kitchen := storeKey(t, st, "kitchen", auth.ScopeCall, "kitchen*")
+	a, b := startPair(t, Config{Store: st, RequireKeys: true}, "t")
 
 	srv := newServer(t, device.ProfileESP32, device.Tool{
 		Name: "self.echo", Description: "echo",
@@ -56,10 +39,7 @@ func TestClusterCallsAcrossGateways(t *testing.T) {
 	})
 	mac := "02:00:00:00:0d:01"
 	runDevice(t, a, mac, srv)
-	anon, err := api.NewClient("http://"+b.Addr(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	anon := restClient(t, b)
 	c := anon.WithKey(caller)
 	waitFor(t, "a call through the other node", 10*time.Second, func() bool {
 		res, err := c.Call(t.Context(), mac, api.CallBody{Name: "self.echo"})
@@ -82,7 +62,7 @@ func TestClusterCallsAcrossGateways(t *testing.T) {
 	}
 
 	start := time.Now()
-	_, err = c.Call(t.Context(), "02:00:00:00:0d:99", api.CallBody{Name: "self.echo"})
+	_, err := c.Call(t.Context(), "02:00:00:00:0d:99", api.CallBody{Name: "self.echo"})
 	if !errors.As(err, &ae) || ae.Code != "device_not_found" || time.Since(start) > time.Second {
 		t.Errorf("device known nowhere: %v after %s, want device_not_found at once", err, time.Since(start))
 	}

@@ -21,13 +21,8 @@ import (
 func queueCluster(t *testing.T, name string) (dsn string, a, b *Gateway, ca, cb *api.Client) {
 	t.Helper()
 	dsn = storetest.PostgresDSN(t)
-	a, _ = runGateway(t, Config{StoreDSN: dsn, DataDir: t.TempDir(),
-		Cluster: &cluster.Config{Name: name, NodeID: "a", Listen: "127.0.0.1:0"}})
-	b, _ = runGateway(t, Config{StoreDSN: dsn, DataDir: t.TempDir(),
-		Cluster: &cluster.Config{Name: name, NodeID: "b", Listen: "127.0.0.1:0", Routes: []string{a.ClusterRoute()}}})
-	ca, _ = api.NewClient("http://"+a.Addr(), nil)
-	cb, _ = api.NewClient("http://"+b.Addr(), nil)
-	return dsn, a, b, ca, cb
+	a, b = startPair(t, Config{StoreDSN: dsn}, name)
+	return dsn, a, b, restClient(t, a), restClient(t, b)
 }
 
 // seenOn waits until gw sees the device in state (online and ready, or
@@ -155,12 +150,10 @@ func TestClusterQueuedCallDeliveredByHolder(t *testing.T) {
 // node is delivering, which ends done.
 func TestClusterRestartKeepsOthersRunningCalls(t *testing.T) {
 	dsn := storetest.PostgresDSN(t)
-	cfgA := Config{StoreDSN: dsn, DataDir: t.TempDir(),
-		Cluster: &cluster.Config{Name: "q2", NodeID: "a", Listen: "127.0.0.1:0"}}
+	cfgA := asNode(t, Config{StoreDSN: dsn}, "q2", "a")
 	a, stopA := runGateway(t, cfgA)
-	b, _ := runGateway(t, Config{StoreDSN: dsn, DataDir: t.TempDir(),
-		Cluster: &cluster.Config{Name: "q2", NodeID: "b", Listen: "127.0.0.1:0", Routes: []string{a.ClusterRoute()}}})
-	cb, _ := api.NewClient("http://"+b.Addr(), nil)
+	b, _ := runGateway(t, asNode(t, Config{StoreDSN: dsn}, "q2", "b", a.ClusterRoute()))
+	cb := restClient(t, b)
 	const id = "02:00:00:00:0e:02"
 	release := make(chan struct{})
 	var once sync.Once
@@ -182,7 +175,7 @@ func TestClusterRestartKeepsOthersRunningCalls(t *testing.T) {
 	cfgA.Cluster.Routes = []string{b.ClusterRoute()}
 	a2, _ := runGateway(t, cfgA)
 	<-a2.queue.Started() // it has failed the calls it left running
-	ca2, _ := api.NewClient("http://"+a2.Addr(), nil)
+	ca2 := restClient(t, a2)
 	if got, err := ca2.QueuedCall(t.Context(), running.ID); err != nil || got.State != "running" {
 		t.Fatalf("b's call after a restarted: %+v, %v; want still running", got, err)
 	}
@@ -202,12 +195,10 @@ func TestClusterLostNodeRunningCallInterrupted(t *testing.T) {
 	defer func(g time.Duration) { lostCallsGrace = g }(lostCallsGrace)
 	lostCallsGrace = 500 * time.Millisecond
 	dsn := storetest.PostgresDSN(t)
-	a, _ := runGateway(t, Config{StoreDSN: dsn, DataDir: t.TempDir(),
-		Cluster: &cluster.Config{Name: "q3", NodeID: "a", Listen: "127.0.0.1:0", Heartbeat: 200 * time.Millisecond}})
-	b, _ := runGateway(t, Config{StoreDSN: dsn, DataDir: t.TempDir(),
-		Cluster: &cluster.Config{Name: "q3", NodeID: "b", Listen: "127.0.0.1:0", Heartbeat: 200 * time.Millisecond,
-			Routes: []string{a.ClusterRoute()}}})
-	ca, _ := api.NewClient("http://"+a.Addr(), nil)
+	base := Config{StoreDSN: dsn, Cluster: &cluster.Config{Heartbeat: 200 * time.Millisecond}}
+	a, _ := runGateway(t, asNode(t, base, "q3", "a"))
+	b, _ := runGateway(t, asNode(t, base, "q3", "b", a.ClusterRoute()))
+	ca := restClient(t, a)
 	const id = "02:00:00:00:0e:03"
 	release := make(chan struct{})
 	var once sync.Once

@@ -7,7 +7,6 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/auth"
-	"github.com/mcpgate/mcpgate/internal/cluster"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
@@ -20,27 +19,11 @@ import (
 // device_not_found.
 func TestClusterDeviceOnlyInStore(t *testing.T) {
 	dsn := storetest.PostgresDSN(t)
-	st, err := store.Open(t.Context(), dsn, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	newKey := func(name string, scope auth.Scope, devices []string) string {
-		k, secret, err := auth.NewKey(name, scope, devices, nil, 0, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.CreateKey(t.Context(), k); err != nil {
-			t.Fatal(err)
-		}
-		return secret
-	}
-	admin, kitchenKey := newKey("admin", auth.ScopeAdmin, nil), newKey("kitchen", auth.ScopeCall, []string{"kitchen*"})
+	st := storetest.Open(t, dsn, t.TempDir())
+	_, admin := storeKey(t, st, "admin", auth.ScopeAdmin)
+	_, kitchenKey := storeKey(t, st, "kitchen", auth.ScopeCall, "kitchen*")
 
-	a := startGateway(t, Config{StoreDSN: dsn, RequireKeys: true,
-		Cluster: &cluster.Config{Name: "s", NodeID: "a", Listen: "127.0.0.1:0"}})
-	b := startGateway(t, Config{StoreDSN: dsn, RequireKeys: true,
-		Cluster: &cluster.Config{Name: "s", NodeID: "b", Listen: "127.0.0.1:0", Routes: []string{a.ClusterRoute()}}})
+	a, b := startPair(t, Config{StoreDSN: dsn, RequireKeys: true}, "s")
 
 	// Written to the store while both run, as a node that held them wrote
 	// them: neither hub has heard of them.
@@ -61,7 +44,7 @@ func TestClusterDeviceOnlyInStore(t *testing.T) {
 		}
 	}
 
-	anonB, _ := api.NewClient("http://"+b.Addr(), nil)
+	anonB := restClient(t, b)
 	cb := anonB.WithKey(admin)
 	var ae *api.APIError
 	wantCode := func(what string, err error, code string) {
@@ -71,7 +54,7 @@ func TestClusterDeviceOnlyInStore(t *testing.T) {
 		}
 	}
 	// Out of the key's reach, by alias: not found, as if it did not exist.
-	_, err = anonB.WithKey(kitchenKey).Call(t.Context(), "hall", api.CallBody{Name: "self.echo"})
+	_, err := anonB.WithKey(kitchenKey).Call(t.Context(), "hall", api.CallBody{Name: "self.echo"})
 	wantCode("the kitchen key calling the hall", err, "device_not_found")
 
 	// By alias, then by id, through b's REST door.

@@ -17,9 +17,7 @@ import (
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/auth"
-	"github.com/mcpgate/mcpgate/internal/cluster"
 	"github.com/mcpgate/mcpgate/internal/hub"
-	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
 
@@ -133,25 +131,12 @@ func toolNames(t *testing.T, cs *mcp.ClientSession) []string {
 // with its node; aliases and key checks follow the registry.
 func TestClusterOneView(t *testing.T) {
 	dsn := storetest.PostgresDSN(t)
-	st, err := store.Open(t.Context(), dsn, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	newKey := func(name string, scope auth.Scope, devices []string) string {
-		k, secret, err := auth.NewKey(name, scope, devices, nil, 0, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.CreateKey(t.Context(), k); err != nil {
-			t.Fatal(err)
-		}
-		return secret
-	}
-	admin, kitchenKey := newKey("admin", auth.ScopeAdmin, nil), newKey("kitchen", auth.ScopeCall, []string{"kitchen*"})
+	st := storetest.Open(t, dsn, t.TempDir())
+	_, admin := storeKey(t, st, "admin", auth.ScopeAdmin)
+	_, kitchenKey := storeKey(t, st, "kitchen", auth.ScopeCall, "kitchen*")
 
-	a := startGateway(t, Config{StoreDSN: dsn, RequireKeys: true,
-		Cluster: &cluster.Config{Name: "v", NodeID: "a", Listen: "127.0.0.1:0"}})
+	base := Config{StoreDSN: dsn, RequireKeys: true}
+	a := startGateway(t, asNode(t, base, "v", "a"))
 	echo := func(text string) device.Tool {
 		return device.Tool{Name: "self.echo", Description: "echo",
 			Handler: func(ctx context.Context, args device.Args) (any, error) { return text, nil }}
@@ -164,10 +149,8 @@ func TestClusterOneView(t *testing.T) {
 	}
 
 	// b joins late: it learns the device already connected.
-	b := startGateway(t, Config{StoreDSN: dsn, RequireKeys: true,
-		Cluster: &cluster.Config{Name: "v", NodeID: "b", Listen: "127.0.0.1:0", Routes: []string{a.ClusterRoute()}}})
-	anonA, _ := api.NewClient("http://"+a.Addr(), nil)
-	anonB, _ := api.NewClient("http://"+b.Addr(), nil)
+	b := startGateway(t, asNode(t, base, "v", "b", a.ClusterRoute()))
+	anonA, anonB := restClient(t, a), restClient(t, b)
 	ca, cb := anonA.WithKey(admin), anonB.WithKey(admin)
 	waitFor(t, "b to list the kitchen on a", 10*time.Second, func() bool {
 		d, err := cb.Device(t.Context(), "kitchen")

@@ -1,0 +1,60 @@
+package gateway
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/cluster"
+	"github.com/mcpgate/mcpgate/internal/store"
+)
+
+// asNode returns cfg as node id of the test cluster name: cfg.Cluster (a
+// template, when set, for the other cluster settings) listening on a free
+// loopback port and routed to routes, and a data directory of its own
+// unless cfg names one.
+func asNode(t testing.TB, cfg Config, name, id string, routes ...string) Config {
+	var cc cluster.Config
+	if cfg.Cluster != nil {
+		cc = *cfg.Cluster
+	}
+	cc.Name, cc.NodeID, cc.Listen, cc.Routes = name, id, "127.0.0.1:0", routes
+	cfg.Cluster = &cc
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
+	return cfg
+}
+
+// startPair starts nodes a and then b of the test cluster name from cfg,
+// which names the store both share; b is routed to a.
+func startPair(t testing.TB, cfg Config, name string) (a, b *Gateway) {
+	t.Helper()
+	a = startGateway(t, asNode(t, cfg, name, "a"))
+	b = startGateway(t, asNode(t, cfg, name, "b", a.ClusterRoute()))
+	return a, b
+}
+
+// restClient is a client of gw's REST door, with no key.
+func restClient(t testing.TB, gw *Gateway) *api.Client {
+	t.Helper()
+	c, err := api.NewClient("http://"+gw.Addr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// storeKey stores a new API key in st and returns its id and secret.
+func storeKey(t testing.TB, st store.Store, name string, scope auth.Scope, devices ...string) (id, secret string) {
+	t.Helper()
+	k, secret, err := auth.NewKey(name, scope, devices, nil, 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateKey(t.Context(), k); err != nil {
+		t.Fatal(err)
+	}
+	return k.ID, secret
+}
