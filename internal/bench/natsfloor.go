@@ -71,11 +71,19 @@ func runNATSFloor(ctx context.Context, rate float64, workers int, d time.Duratio
 	if _, err := serving.ChanQueueSubscribe("floor.dev.*.call", "holder", requests); err != nil {
 		return nil, fmt.Errorf("nats floor: %w", err)
 	}
-	defer close(requests)
+	// Never closed: nats.go may still deliver into it until the
+	// connection closes. done ends the answering goroutines.
+	done := make(chan struct{})
+	defer close(done)
 	for range 64 {
 		go func() {
-			for m := range requests {
-				_ = serving.Publish(m.Reply, m.Data)
+			for {
+				select {
+				case m := <-requests:
+					_ = serving.Publish(m.Reply, m.Data)
+				case <-done:
+					return
+				}
 			}
 		}()
 	}
