@@ -97,8 +97,8 @@ func TestClusterQueuedCallDeliveredByHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []*api.Client{ca, cb} {
-		if got := waitCallState(t, c, first.ID, "done"); got.Attempts != 1 || len(got.Result) == 0 {
-			t.Errorf("%s read through %v: %+v", first.ID, c, got)
+		if got := waitCallState(t, c, first.ID, "done"); got.Attempts != 1 || len(got.Result) == 0 || got.Node != "b" {
+			t.Errorf("%s read through %v: %+v, want done once by node b", first.ID, c, got)
 		}
 	}
 	if node := auditedBy(t, st, id, first.ID); node != "b" {

@@ -117,25 +117,27 @@ func (q *Queue) post(ctx context.Context, c store.QueuedCall) error {
 
 // Call is a queued call as the REST API and callbacks show it.
 type Call struct {
-	ID         string          `json:"id"`
-	Seq        int64           `json:"seq"`
-	Device     string          `json:"device"`
-	Alias      string          `json:"alias,omitempty"`
-	Tool       string          `json:"tool"`
-	Arguments  json.RawMessage `json:"arguments"`
-	State      string          `json:"state"`
-	Reason     string          `json:"reason,omitempty"`
-	Error      string          `json:"error,omitempty"`
-	Result     json.RawMessage `json:"result,omitempty"`
-	Caller     string          `json:"caller"`
-	Door       string          `json:"door,omitempty"`
-	Attempts   int             `json:"attempts"`
-	TimeoutMS  int64           `json:"timeout_ms,omitempty"`
-	QueuedAt   time.Time       `json:"queued_at"`
-	ExpiresAt  time.Time       `json:"expires_at"`
-	StartedAt  *time.Time      `json:"started_at,omitempty"`
-	FinishedAt *time.Time      `json:"finished_at,omitempty"`
-	Callback   *CallbackInfo   `json:"callback,omitempty"`
+	ID        string          `json:"id"`
+	Seq       int64           `json:"seq"`
+	Device    string          `json:"device"`
+	Alias     string          `json:"alias,omitempty"`
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments"`
+	State     string          `json:"state"`
+	Reason    string          `json:"reason,omitempty"`
+	Error     string          `json:"error,omitempty"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Caller    string          `json:"caller"`
+	Door      string          `json:"door,omitempty"`
+	Attempts  int             `json:"attempts"`
+	// Node is the cluster node that last started the call; "" on one node.
+	Node       string        `json:"node,omitempty"`
+	TimeoutMS  int64         `json:"timeout_ms,omitempty"`
+	QueuedAt   time.Time     `json:"queued_at"`
+	ExpiresAt  time.Time     `json:"expires_at"`
+	StartedAt  *time.Time    `json:"started_at,omitempty"`
+	FinishedAt *time.Time    `json:"finished_at,omitempty"`
+	Callback   *CallbackInfo `json:"callback,omitempty"`
 }
 
 // CallbackInfo is a call's callback progress; the secret is never shown.
@@ -149,7 +151,7 @@ type CallbackInfo struct {
 func View(c store.QueuedCall, alias string) Call {
 	v := Call{ID: c.ID, Seq: c.Seq, Device: c.Device, Alias: alias, Tool: c.Tool, Arguments: c.Arguments,
 		State: string(c.State), Reason: c.Reason, Error: c.Error, Result: c.Result, Caller: c.Caller, Door: c.Door,
-		Attempts: c.Attempts, TimeoutMS: c.TimeoutMS, QueuedAt: c.QueuedAt, ExpiresAt: c.ExpiresAt}
+		Attempts: c.Attempts, Node: c.Node, TimeoutMS: c.TimeoutMS, QueuedAt: c.QueuedAt, ExpiresAt: c.ExpiresAt}
 	if !c.StartedAt.IsZero() {
 		t := c.StartedAt
 		v.StartedAt = &t
