@@ -176,3 +176,32 @@ func TestViewBacklogDoublesLossTimeout(t *testing.T) {
 		t.Errorf("members after the backlog: %v", m)
 	}
 }
+
+// A node of the previous version sends each call's event numbered, inside
+// its view batch: an upgraded node still applies the batch and publishes
+// the event.
+func TestViewReadsNumberedCallEvents(t *testing.T) {
+	h := hub.New(hub.Config{NodeID: "n0"})
+	stream := h.Subscribe()
+	defer stream.Close()
+	v := &view{n: &Node{cfg: Config{NodeID: "n0"}}, h: h, mem: newMembers("n0"),
+		peers: map[string]*peer{"n1": {epoch: 1, devs: map[string]hub.RemoteDevice{}}}}
+	v.own, v.ownCalls = []byte(`{"node":"n0",`), []byte(`{"calls":"n0",`)
+	old, err := json.Marshal([]viewOut{{Node: "n1", Seq: 1, Epoch: 1, Event: &eventOut{Type: hub.EventCall, Time: time.Now(),
+		Device: "dev-old", Data: hub.CallData{Tool: "echo", Outcome: "ok"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.onView(&nats.Msg{Data: old})
+	select {
+	case e := <-stream.C:
+		if d, ok := e.Data.(hub.CallData); e.Type != hub.EventCall || e.Device != "dev-old" || e.Node != "n1" || !ok || d.Tool != "echo" {
+			t.Errorf("got %+v, want dev-old's call_completed from n1", e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the numbered call event was not published")
+	}
+	if got := v.peers["n1"].seq; got != 1 {
+		t.Errorf("n1's sequence %d after its message 1", got)
+	}
+}
