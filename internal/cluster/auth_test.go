@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/big"
 	"net"
@@ -25,50 +26,17 @@ import (
 )
 
 // startNodes starts one node per config, each routed to the first (its
-// Listen defaults to a free loopback port), without waiting for routes.
+// NodeID defaults to n0, n1, ...), without waiting for routes.
 func startNodes(t *testing.T, cfgs ...Config) []*testNode {
 	t.Helper()
 	var nodes []*testNode
-	var seed string
 	for i, cfg := range cfgs {
-		cfg.Name = "test"
 		if cfg.NodeID == "" {
-			cfg.NodeID = "n" + string(rune('0'+i))
+			cfg.NodeID = fmt.Sprintf("n%d", i)
 		}
-		if cfg.Listen == "" {
-			cfg.Listen = "127.0.0.1:0"
-		}
-		if i > 0 {
-			cfg.Routes = []string{seed}
-		}
-		node, err := Start(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i == 0 {
-			seed = node.RouteURL()
-		}
-		tn := &testNode{node: node}
-		tn.hub = hub.New(hub.Config{Cluster: node, NodeID: cfg.NodeID})
-		if err := node.Bind(tn.hub); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tn.hub.Shutdown(); node.Close() })
-		nodes = append(nodes, tn)
+		nodes = append(nodes, startNode(t, nodes, cfg, hub.Config{}))
 	}
 	return nodes
-}
-
-func waitRoutes(t *testing.T, nodes []*testNode) {
-	t.Helper()
-	waitFor(t, "routes between the nodes", func() bool {
-		for _, tn := range nodes {
-			if tn.node.Routes() < len(nodes)-1 {
-				return false
-			}
-		}
-		return true
-	})
 }
 
 func TestRouteToken(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,70 +62,6 @@ func connect(t *testing.T, h *hub.Hub, id, name string) *memDevice {
 
 // waitFor polls cond until it holds, for at most 10 seconds.
 var waitFor = hubtest.WaitFor
-
-type testNode struct {
-	node   *Node
-	hub    *hub.Hub
-	mu     sync.Mutex
-	audits []hub.CallRecord
-}
-
-func (tn *testNode) audited() []hub.CallRecord {
-	tn.mu.Lock()
-	defer tn.mu.Unlock()
-	return append([]hub.CallRecord(nil), tn.audits...)
-}
-
-// startCluster starts n nodes, each with an embedded NATS server on a free
-// loopback port routed to the first, and waits for the full mesh.
-func startCluster(t *testing.T, n int) []*testNode {
-	t.Helper()
-	return startClusterTimed(t, n, 0, 0)
-}
-
-func startClusterTimed(t *testing.T, n int, keepalive, silence time.Duration) []*testNode {
-	t.Helper()
-	return startClusterWith(t, n, keepalive, silence, limits.Rate{})
-}
-
-func startClusterWith(t *testing.T, n int, keepalive, silence time.Duration, deviceRate limits.Rate) []*testNode {
-	t.Helper()
-	nodes := make([]*testNode, n)
-	var seed string
-	for i := range nodes {
-		cfg := Config{Name: "test", NodeID: fmt.Sprintf("n%d", i), Listen: "127.0.0.1:0", keepalive: keepalive, silence: silence}
-		if seed != "" {
-			cfg.Routes = []string{seed}
-		}
-		node, err := Start(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i == 0 {
-			seed = node.RouteURL()
-		}
-		tn := &testNode{node: node}
-		tn.hub = hub.New(hub.Config{Cluster: node, NodeID: cfg.NodeID, DeviceRate: deviceRate, Audit: func(r hub.CallRecord) {
-			tn.mu.Lock()
-			tn.audits = append(tn.audits, r)
-			tn.mu.Unlock()
-		}})
-		if err := node.Bind(tn.hub); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tn.hub.Shutdown(); node.Close() })
-		nodes[i] = tn
-	}
-	waitFor(t, "routes between the nodes", func() bool {
-		for _, tn := range nodes {
-			if tn.node.Routes() < n-1 {
-				return false
-			}
-		}
-		return true
-	})
-	return nodes
-}
 
 func text(t *testing.T, res *mcpclient.Result) string {
 	t.Helper()
@@ -281,7 +216,7 @@ func TestProgressAndCancellationCrossNodes(t *testing.T) {
 }
 
 func TestNodeLoss(t *testing.T) {
-	nodes := startClusterTimed(t, 3, 100*time.Millisecond, testTiming)
+	nodes := startClusterOf(t, 3, Config{keepalive: 100 * time.Millisecond, silence: testTiming}, hub.Config{})
 	d := connect(t, nodes[2].hub, "dev-l", "l")
 	callUntil(t, nodes[0].hub, hub.CallRequest{Device: "dev-l", Tool: "echo"})
 
@@ -339,19 +274,11 @@ func TestExternalNATS(t *testing.T) {
 	}
 	var hubs []*hub.Hub
 	for i := range 2 {
-		node, err := Start(Config{Name: "ext", NodeID: fmt.Sprintf("x%d", i), NATS: []string{srv.ClientURL()}})
-		if err != nil {
-			t.Fatal(err)
+		tn := startNode(t, nil, Config{Name: "ext", NodeID: fmt.Sprintf("x%d", i), NATS: []string{srv.ClientURL()}}, hub.Config{})
+		if tn.node.RouteURL() != "" || tn.node.Routes() != 0 {
+			t.Errorf("a client node reports routes: %q, %d", tn.node.RouteURL(), tn.node.Routes())
 		}
-		if node.RouteURL() != "" || node.Routes() != 0 {
-			t.Errorf("a client node reports routes: %q, %d", node.RouteURL(), node.Routes())
-		}
-		h := hub.New(hub.Config{Cluster: node})
-		if err := node.Bind(h); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { h.Shutdown(); node.Close() })
-		hubs = append(hubs, h)
+		hubs = append(hubs, tn.hub)
 	}
 	connect(t, hubs[0], "dev-x", "x0")
 	res := callUntil(t, hubs[1], hub.CallRequest{Device: "dev-x", Tool: "echo"})
@@ -368,7 +295,7 @@ func TestExternalNATS(t *testing.T) {
 // The device's call rate is charged by the node holding the device, for
 // calls from every node; the refusal crosses back with its retry-after.
 func TestDeviceRateAcrossNodes(t *testing.T) {
-	nodes := startClusterWith(t, 2, 0, 0, limits.Rate{PerSecond: 0.5, Burst: 1})
+	nodes := startClusterOf(t, 2, Config{}, hub.Config{DeviceRate: limits.Rate{PerSecond: 0.5, Burst: 1}})
 	connect(t, nodes[0].hub, "dev-r", "r")
 	// Calls refused before the device's subscription spread charge nothing.
 	callUntil(t, nodes[1].hub, hub.CallRequest{Device: "dev-r", Tool: "echo"})

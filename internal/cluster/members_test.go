@@ -39,7 +39,7 @@ func TestRendezvousOwner(t *testing.T) {
 // that closes says bye and is dropped at once; a node that dies is dropped
 // after MemberTimeout.
 func TestMembers(t *testing.T) {
-	nodes := startMembersCluster(t, 3, 100*time.Millisecond)
+	nodes := startClusterOf(t, 3, Config{Heartbeat: 100 * time.Millisecond}, hub.Config{})
 	all := []string{"n0", "n1", "n2"}
 	var mu sync.Mutex
 	var changes [][]string
@@ -91,7 +91,7 @@ func TestMembers(t *testing.T) {
 // Held probes a device's call subject without calling it; Handoff reaches
 // the named node's handler.
 func TestHeldAndHandoff(t *testing.T) {
-	nodes := startMembersCluster(t, 2, 100*time.Millisecond)
+	nodes := startClusterOf(t, 2, Config{Heartbeat: 100 * time.Millisecond}, hub.Config{})
 	connect(t, nodes[1].hub, "dev-h", "h")
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
@@ -138,30 +138,4 @@ func TestHeldAndHandoff(t *testing.T) {
 	if !slices.Equal(listed, held) {
 		t.Errorf("ListHeld gave %d devices, want %d in order", len(listed), len(held))
 	}
-}
-
-func startMembersCluster(t *testing.T, n int, heartbeat time.Duration) []*testNode {
-	t.Helper()
-	nodes := make([]*testNode, n)
-	var seed string
-	for i := range nodes {
-		cfg := Config{Name: "test", NodeID: fmt.Sprintf("n%d", i), Listen: "127.0.0.1:0", Heartbeat: heartbeat}
-		if seed != "" {
-			cfg.Routes = []string{seed}
-		}
-		node, err := Start(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i == 0 {
-			seed = node.RouteURL()
-		}
-		tn := &testNode{node: node, hub: hub.New(hub.Config{Cluster: node})}
-		if err := node.Bind(tn.hub); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tn.hub.Shutdown(); node.Close() })
-		nodes[i] = tn
-	}
-	return nodes
 }

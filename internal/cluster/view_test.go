@@ -14,45 +14,15 @@ import (
 // noticed in well under a second.
 func startViewCluster(t *testing.T, n int) []*testNode {
 	t.Helper()
-	nodes := make([]*testNode, 0, n)
-	for range n {
-		nodes = append(nodes, addNode(t, nodes))
-	}
-	waitFor(t, "routes between the nodes", func() bool {
-		for _, tn := range nodes {
-			if tn.node.Routes() < n-1 {
-				return false
-			}
-		}
-		return true
-	})
-	return nodes
+	return startClusterOf(t, n, Config{Heartbeat: 50 * time.Millisecond, MemberTimeout: 400 * time.Millisecond}, hub.Config{})
 }
 
-// addNode starts one more node routed to the first of nodes.
-func addNode(t *testing.T, nodes []*testNode) *testNode {
-	t.Helper()
-	return addNodeWith(t, nodes, Config{NodeID: fmt.Sprintf("n%d", len(nodes)), MemberTimeout: 400 * time.Millisecond})
-}
-
-// addNodeWith starts a node of cfg (NodeID and MemberTimeout set, the rest
-// filled in) routed to the first of nodes.
+// addNodeWith starts a node of cfg (NodeID and MemberTimeout set) with the
+// view's fast beat, routed to the first of nodes.
 func addNodeWith(t *testing.T, nodes []*testNode, cfg Config) *testNode {
 	t.Helper()
-	cfg.Name, cfg.Listen, cfg.Heartbeat = "test", "127.0.0.1:0", 50*time.Millisecond
-	if len(nodes) > 0 {
-		cfg.Routes = []string{nodes[0].node.RouteURL()}
-	}
-	node, err := Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tn := &testNode{node: node, hub: hub.New(hub.Config{Cluster: node, NodeID: cfg.NodeID})}
-	if err := node.Bind(tn.hub); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tn.hub.Shutdown(); node.Close() })
-	return tn
+	cfg.Heartbeat = 50 * time.Millisecond
+	return startNode(t, nodes, cfg, hub.Config{})
 }
 
 // seesOnline reports whether h lists device id online on node with its
