@@ -46,10 +46,18 @@ func restClient(t testing.TB, gw *Gateway) *api.Client {
 	return c
 }
 
-// storeKey stores a new API key in st and returns its id and secret.
+// storeKey stores a new API key in st, limited to devices, and returns its
+// id and secret.
 func storeKey(t testing.TB, st store.Store, name string, scope auth.Scope, devices ...string) (id, secret string) {
 	t.Helper()
-	k, secret, err := auth.NewKey(name, scope, devices, nil, 0, time.Now())
+	return storeKeyOf(t, st, name, scope, devices, nil)
+}
+
+// storeKeyOf stores a new API key in st, limited to devices and tools, and
+// returns its id and secret.
+func storeKeyOf(t testing.TB, st store.Store, name string, scope auth.Scope, devices, tools []string) (id, secret string) {
+	t.Helper()
+	k, secret, err := auth.NewKey(name, scope, devices, tools, 0, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,19 +26,9 @@ func TestKeyRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	newKey := func(name string, scope auth.Scope, devices []string) string {
-		k, secret, err := auth.NewKey(name, scope, devices, nil, 0, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.CreateKey(t.Context(), k); err != nil {
-			t.Fatal(err)
-		}
-		return secret
-	}
-	admin := newKey("admin", auth.ScopeAdmin, nil)
-	limited := newKey("limited-admin", auth.ScopeAdmin, []string{"kitchen*"})
-	reader := newKey("reader", auth.ScopeRead, nil)
+	_, admin := storeKey(t, st, "admin", auth.ScopeAdmin)
+	_, limited := storeKey(t, st, "limited-admin", auth.ScopeAdmin, "kitchen*")
+	_, reader := storeKey(t, st, "reader", auth.ScopeRead)
 	gw := startGateway(t, Config{DataDir: dir, Store: st, RequireKeys: true, AuditFlushInterval: time.Millisecond})
 	c, err := api.NewClient("http://"+gw.Addr(), nil)
 	if err != nil {

@@ -32,18 +32,8 @@ func TestOAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	newKey := func(name string, devices []string) string {
-		k, secret, err := auth.NewKey(name, auth.ScopeAdmin, devices, nil, 0, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.CreateKey(t.Context(), k); err != nil {
-			t.Fatal(err)
-		}
-		return secret
-	}
-	admin := newKey("admin", nil)
-	limited := newKey("limited", []string{"kitchen*"})
+	_, admin := storeKey(t, st, "admin", auth.ScopeAdmin)
+	_, limited := storeKey(t, st, "limited", auth.ScopeAdmin, "kitchen*")
 	gw := startGateway(t, Config{DataDir: dir, Store: st, RequireKeys: true, OAuth: true, AuditFlushInterval: time.Millisecond})
 	base := "http://" + gw.Addr()
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

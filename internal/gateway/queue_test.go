@@ -417,13 +417,7 @@ func TestQueuedCallKeys(t *testing.T) {
 	dir := t.TempDir()
 	s := storetest.Open(t, "", dir)
 	mk := func(scope auth.Scope, devices, tools []string) string {
-		k, secret, err := auth.NewKey("k", scope, devices, tools, 0, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.CreateKey(context.Background(), k); err != nil {
-			t.Fatal(err)
-		}
+		_, secret := storeKeyOf(t, s, "k", scope, devices, tools)
 		return secret
 	}
 	admin := mk(auth.ScopeAdmin, nil, nil)

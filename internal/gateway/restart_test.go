@@ -17,7 +17,6 @@ import (
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/devauth"
 	"github.com/mcpgate/mcpgate/internal/hub"
-	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
 
@@ -71,17 +70,9 @@ func TestRestartKeepsState(t *testing.T) {
 			// API keys made by `mcpgate keys` on the same store (another
 			// process, here another handle): one live, one revoked.
 			keyStore := storetest.Open(t, dsn, dir)
-			key, keySecret, err := auth.NewKey("restart", auth.ScopeRead, []string{"kitchen"}, nil, 0, time.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
-			gone, goneSecret, _ := auth.NewKey("gone", auth.ScopeAdmin, nil, nil, 0, time.Now())
-			for _, k := range []store.APIKey{key, gone} {
-				if err := keyStore.CreateKey(ctx, k); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := keyStore.RevokeKey(ctx, gone.ID, time.Now()); err != nil {
+			_, keySecret := storeKey(t, keyStore, "restart", auth.ScopeRead, "kitchen")
+			goneID, goneSecret := storeKey(t, keyStore, "gone", auth.ScopeAdmin)
+			if err := keyStore.RevokeKey(ctx, goneID, time.Now()); err != nil {
 				t.Fatal(err)
 			}
 

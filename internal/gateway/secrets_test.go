@@ -115,26 +115,20 @@ func TestSecretsNeverLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() }) // registered first: runs after the gateway stops
-	newKey := func(name string) (store.APIKey, string) {
-		k, secret, err := auth.NewKey(name, auth.ScopeAdmin, nil, nil, 0, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.CreateKey(t.Context(), k); err != nil {
-			t.Fatal(err)
-		}
-		return k, secrets.add("API key "+name, secret)
+	newKey := func(name string) (id, secret string) {
+		id, secret = storeKey(t, st, name, auth.ScopeAdmin)
+		return id, secrets.add("API key "+name, secret)
 	}
-	adminKey, admin := newKey("admin")
+	adminID, admin := newKey("admin")
 	// The admin key's id with another secret: the failure a log line is
 	// most tempted to explain.
 	_, other := auth.NewSecret()
 	wrongSecret := secrets.add("wrong secret of a known key id",
-		auth.SecretPrefix+adminKey.ID+"_"+other[len(auth.SecretPrefix)+auth.IDLen+1:])
+		auth.SecretPrefix+adminID+"_"+other[len(auth.SecretPrefix)+auth.IDLen+1:])
 	_, unknownKey := auth.NewSecret()
 	secrets.add("unknown API key", unknownKey)
-	revokedKey, revoked := newKey("revoked")
-	if err := st.RevokeKey(t.Context(), revokedKey.ID, time.Now()); err != nil {
+	revokedID, revoked := newKey("revoked")
+	if err := st.RevokeKey(t.Context(), revokedID, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 
