@@ -100,16 +100,11 @@ func TestBodyAndIdleTimeouts(t *testing.T) {
 // limitHits reads mcpgate_limit_hits_total{limit=...} from /metrics.
 func limitHits(t *testing.T, gw *Gateway, limit string) int {
 	t.Helper()
-	resp, err := http.Get("http://" + gw.Addr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(`(?m)^mcpgate_limit_hits_total\{limit="` + regexp.QuoteMeta(limit) + `"\} (\d+)$`).FindSubmatch(b)
+	text := scrape(t, gw)
+	m := regexp.MustCompile(`(?m)^mcpgate_limit_hits_total\{limit="` + regexp.QuoteMeta(limit) + `"\} (\d+)$`).FindStringSubmatch(text)
 	if m == nil {
-		t.Fatalf("no mcpgate_limit_hits_total for %q in /metrics:\n%s", limit, strings.TrimSpace(string(b))[:200])
+		t.Fatalf("no mcpgate_limit_hits_total for %q in /metrics:\n%s", limit, strings.TrimSpace(text)[:200])
 	}
-	n, _ := strconv.Atoi(string(m[1]))
+	n, _ := strconv.Atoi(m[1])
 	return n
 }

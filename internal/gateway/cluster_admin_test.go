@@ -136,7 +136,7 @@ func TestClusterRevocationAcrossGateways(t *testing.T) {
 	}
 	// The device retries b with its old token: refused there too.
 	waitFor(t, "a refused reconnect on b", 5*time.Second, func() bool {
-		return strings.Contains(metricsText(t, b), `mcpgate_device_auth_failures_total{reason="revoked",transport="websocket"}`)
+		return strings.Contains(scrape(t, b), `mcpgate_device_auth_failures_total{reason="revoked",transport="websocket"}`)
 	})
 	if d, _ := b.Hub().Device(mac); d.Online {
 		t.Fatal("device back online on another node with a revoked token")

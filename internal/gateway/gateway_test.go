@@ -15,13 +15,28 @@ import (
 	"github.com/mcpgate/mcpgate/internal/hub"
 )
 
-// startGateway runs a real gateway on a random loopback port until the test ends.
+// startGateway runs a real gateway on a random loopback port until the
+// test ends, in a data directory of its own unless cfg names one, and
+// fails the test if Run returns an error.
 func startGateway(t testing.TB, cfg Config) *Gateway {
 	t.Helper()
-	cfg.Addr = "127.0.0.1:0"
 	if cfg.DataDir == "" {
 		cfg.DataDir = t.TempDir()
 	}
+	gw, stop := runGateway(t, cfg)
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("gateway run: %v", err)
+		}
+	})
+	return gw
+}
+
+// runGateway runs a gateway until the returned stop is called (or the test
+// ends); stop returns Run's error.
+func runGateway(t testing.TB, cfg Config) (*Gateway, func() error) {
+	t.Helper()
+	cfg.Addr = "127.0.0.1:0"
 	gw, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -32,15 +47,17 @@ func startGateway(t testing.TB, cfg Config) *Gateway {
 	select {
 	case <-gw.Ready():
 	case err := <-done:
+		cancel()
 		t.Fatalf("gateway did not start: %v", err)
 	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("gateway run: %v", err)
-		}
-	})
-	return gw
+	var once sync.Once
+	var runErr error
+	stop := func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}
+	t.Cleanup(func() { _ = stop() })
+	return gw, stop
 }
 
 func wsURL(gw *Gateway) string { return "ws://" + gw.Addr() + "/xiaozhi/v1/" }

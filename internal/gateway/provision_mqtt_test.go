@@ -66,7 +66,7 @@ func TestDeviceTokensOverMQTT(t *testing.T) {
 			refuseMQTT(t, device.MQTTClientOptions{Broker: gw.MQTTAddr(), DeviceID: mac, ClientID: m.ClientID,
 				Username: m.Username, Password: tt.password, Server: newServer(t, device.ProfileESP32), ConnectTimeout: 5 * time.Second}, "connected")
 			want := fmt.Sprintf(`mcpgate_device_auth_failures_total{reason=%q,transport="mqtt"} 1`, tt.reason)
-			if text := metricsText(t, gw); !strings.Contains(text, want) {
+			if text := scrape(t, gw); !strings.Contains(text, want) {
 				t.Errorf("metrics lack %s", want)
 			}
 		})

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -27,17 +26,6 @@ import (
 )
 
 var testSecret = []byte("test-secret-test-secret-test-secret!")
-
-func metricsText(t *testing.T, gw *Gateway) string {
-	t.Helper()
-	resp, err := http.Get("http://" + gw.Addr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
-}
 
 // TestDeviceTokensOverWebSocket: with --device-auth=token, only a valid,
 // unexpired, unrevoked token of the right device and client opens a
@@ -84,7 +72,7 @@ func TestDeviceTokensOverWebSocket(t *testing.T) {
 				t.Fatalf("want 401, got %v (%v)", resp, err)
 			}
 			want := fmt.Sprintf(`mcpgate_device_auth_failures_total{reason=%q,transport="websocket"} 1`, tt.reason)
-			if m := metricsText(t, gw); !strings.Contains(m, want) {
+			if m := scrape(t, gw); !strings.Contains(m, want) {
 				t.Errorf("metrics lack %s", want)
 			}
 		})
@@ -229,7 +217,7 @@ func TestVisionRefusalsThroughGateway(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("wrong device: %d", resp.StatusCode)
 	}
-	if m := metricsText(t, gw); !strings.Contains(m, `mcpgate_device_auth_failures_total{reason="wrong_device",transport="vision"} 1`) {
+	if m := scrape(t, gw); !strings.Contains(m, `mcpgate_device_auth_failures_total{reason="wrong_device",transport="vision"} 1`) {
 		t.Error("vision failure not counted")
 	}
 }
@@ -282,7 +270,7 @@ func TestRevokeCutsDeviceOff(t *testing.T) {
 	// The device keeps retrying with its old token: every attempt is refused.
 	waitState(t, gw, mac, hub.StateOffline)
 	waitFor(t, "a refused reconnect", 5*time.Second, func() bool {
-		return strings.Contains(metricsText(t, gw), `mcpgate_device_auth_failures_total{reason="revoked",transport="websocket"}`)
+		return strings.Contains(scrape(t, gw), `mcpgate_device_auth_failures_total{reason="revoked",transport="websocket"}`)
 	})
 	if d, _ := gw.Hub().Device(mac); d.Online {
 		t.Fatal("device back online with a revoked token")

@@ -20,34 +20,6 @@ import (
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
 
-// runGateway runs a gateway until the returned stop is called (or the test
-// ends); stop returns Run's error.
-func runGateway(t *testing.T, cfg Config) (*Gateway, func() error) {
-	t.Helper()
-	cfg.Addr = "127.0.0.1:0"
-	gw, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Run(ctx) }()
-	select {
-	case <-gw.Ready():
-	case err := <-done:
-		cancel()
-		t.Fatalf("gateway did not start: %v", err)
-	}
-	var once sync.Once
-	var runErr error
-	stop := func() error {
-		once.Do(func() { cancel(); runErr = <-done })
-		return runErr
-	}
-	t.Cleanup(func() { _ = stop() })
-	return gw, stop
-}
-
 // TestRestartKeepsState: what a gateway learned survives a restart on the
 // same store, on both backends: aliases, catalogs (the device is listed
 // offline with its tools), API keys and their revocation, device

@@ -66,7 +66,7 @@ func TestSimProvisionsMQTTThroughOTA(t *testing.T) {
 	if text, isErr, err := call(t, gw, sim.MAC(0, 0), "self.audio_speaker.set_volume", `{"volume":17}`, 5*time.Second); err != nil || isErr || text != "true" {
 		t.Fatalf("call: %q %v %v", text, isErr, err)
 	}
-	if failed := grepLines(grepLines(metricsText(t, gw), "mcpgate_device_auth_failures_total{"), `transport="mqtt"`); failed != "" {
+	if failed := grepLines(grepLines(scrape(t, gw), "mcpgate_device_auth_failures_total{"), `transport="mqtt"`); failed != "" {
 		t.Errorf("MQTT auth failures counted:\n%s", failed)
 	}
 }
