@@ -77,14 +77,7 @@ func TestKickSkipsStoreForDeviceWithNothingQueued(t *testing.T) {
 	attachReady(t, h, idle)
 	attachReady(t, h, busy)
 
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- q.Run(ctx) }()
-	select {
-	case <-q.Started():
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not start")
-	}
+	stop := runQueue(t, q)
 	q.kick(idle)
 	q.kick(busy)
 	for {
@@ -105,8 +98,7 @@ func TestKickSkipsStoreForDeviceWithNothingQueued(t *testing.T) {
 		}
 	}
 	q.wg.Wait() // every worker kicked above has finished
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	if n := st.queries(idle); n != 0 {
@@ -135,14 +127,7 @@ func TestClusterReadyDeviceWithNothingQueuedCostsNoQuery(t *testing.T) {
 		Arguments: []byte(`{"volume":1}`), Caller: "k", Door: "rest", State: store.CallQueued, QueuedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- q.Run(ctx) }()
-	select {
-	case <-q.Started():
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not start")
-	}
+	stop := runQueue(t, q)
 	// Ready after Run subscribed: each is kicked by its state event, the
 	// idle one first.
 	attachReady(t, h, idle)
@@ -161,8 +146,7 @@ func TestClusterReadyDeviceWithNothingQueuedCostsNoQuery(t *testing.T) {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	if n := st.queries(idle); n != 0 {

@@ -23,6 +23,22 @@ func newQueue(t *testing.T, cfg Config) (*Queue, store.Store) {
 	return q, s
 }
 
+// runQueue runs q until the returned stop is called, once Run has started;
+// stop returns Run's error.
+func runQueue(t *testing.T, q *Queue) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- q.Run(ctx) }()
+	select {
+	case <-q.Started():
+	case <-time.After(10 * time.Second):
+		cancel()
+		t.Fatal("Run did not start")
+	}
+	return func() error { cancel(); return <-done }
+}
+
 func TestConfig(t *testing.T) {
 	h := hub.New(hub.Config{})
 	s := storetest.Open(t, "", t.TempDir())
@@ -117,16 +133,8 @@ func TestRunInterruptsAndStops(t *testing.T) {
 	if err := s.UpdateCall(t.Context(), a, store.CallQueued); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- q.Run(ctx) }()
-	select {
-	case <-q.Started():
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not start")
-	}
-	cancel()
-	if err := <-done; err != nil {
+	stop := runQueue(t, q)
+	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	if got, _ := s.QueuedCall(t.Context(), "call_a"); got.State != store.CallFailed || got.Reason != store.ReasonInterrupted {
