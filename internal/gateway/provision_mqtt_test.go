@@ -2,10 +2,8 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -28,17 +26,7 @@ func TestDeviceTokensOverMQTT(t *testing.T) {
 	const mac, uuid = "02:00:00:20:00:01", "00000000-0000-4000-8000-000000200001"
 
 	// What a device stores from OTA.
-	req, _ := http.NewRequest(http.MethodPost, "http://"+gw.Addr()+ota.Path,
-		strings.NewReader(`{"mac_address":"`+mac+`","uuid":"`+uuid+`","application":{"version":"2.4.2"}}`))
-	req.Header.Set("Device-Id", mac)
-	req.Header.Set("Client-Id", uuid)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var reply ota.Response
-	err = json.NewDecoder(resp.Body).Decode(&reply)
-	resp.Body.Close()
+	reply, err := askOTA(t, gw, mac, uuid)
 	if err != nil || reply.MQTT == nil {
 		t.Fatalf("OTA reply %+v: %v", reply, err)
 	}

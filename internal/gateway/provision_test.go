@@ -23,9 +23,31 @@ import (
 	"github.com/mcpgate/mcpgate/internal/ota"
 	"github.com/mcpgate/mcpgate/internal/sim"
 	"github.com/mcpgate/mcpgate/internal/vision"
+	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
 var testSecret = []byte("test-secret-test-secret-test-secret!")
+
+// askOTA sends gw the OTA request a device mac with client id uuid sends at
+// boot, and decodes the reply.
+func askOTA(t *testing.T, gw *Gateway, mac, uuid string) (ota.Response, error) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+gw.Addr()+ota.Path,
+		strings.NewReader(`{"mac_address":"`+mac+`","uuid":"`+uuid+`","application":{"version":"2.4.2"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(xiaozhi.HeaderDeviceID, mac)
+	req.Header.Set(xiaozhi.HeaderClientID, uuid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var reply ota.Response
+	err = json.NewDecoder(resp.Body).Decode(&reply)
+	return reply, err
+}
 
 // TestDeviceTokensOverWebSocket: with --device-auth=token, only a valid,
 // unexpired, unrevoked token of the right device and client opens a

@@ -156,17 +156,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 	level := 0
 
 	{ // device token from OTA, bearer header
-		req, _ := http.NewRequest(http.MethodPost, base+ota.Path,
-			strings.NewReader(`{"mac_address":"`+macOTA+`","uuid":"`+cidOTA+`","application":{"version":"2.4.2"}}`))
-		req.Header.Set(xiaozhi.HeaderDeviceID, macOTA)
-		req.Header.Set(xiaozhi.HeaderClientID, cidOTA)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var reply ota.Response
-		err = json.NewDecoder(resp.Body).Decode(&reply)
-		resp.Body.Close()
+		reply, err := askOTA(t, gw, macOTA, cidOTA)
 		if err != nil || reply.WebSocket == nil || reply.WebSocket.Token == "" {
 			t.Fatalf("OTA reply %+v: %v", reply, err)
 		}
