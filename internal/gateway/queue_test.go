@@ -244,54 +244,48 @@ func TestQueuedCallExpiresAndCancels(t *testing.T) {
 // running (it stopped with the call on the device, as after kill -9) is
 // failed as interrupted and never sent again.
 func TestQueuedCallsSurviveRestart(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		target storetest.Target
-	}{{"sqlite", storetest.SQLite}, {"postgres", storetest.Postgres}} {
-		t.Run(tc.name, func(t *testing.T) {
-			dsn, dir := tc.target(t)
-			cfg := Config{StoreDSN: dsn, DataDir: dir}
-			const id = "02:00:00:00:00:43"
-			gw, stop := runGateway(t, cfg)
-			c, _ := api.NewClient("http://"+gw.Addr(), nil)
-			_, end := session(t, gw, devicetest.Config{ID: id})
-			end()
-			first := queueVolume(t, c, id, 21, "1h")
-			second := queueVolume(t, c, id, 22, "1h")
-			// What a crash leaves: a call marked running, its answer never stored.
-			crashed := queueVolume(t, c, id, 23, "1h")
-			if err := stop(); err != nil {
-				t.Fatal(err)
-			}
-			s := storetest.Open(t, dsn, dir)
-			cc, err := s.QueuedCall(t.Context(), crashed.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cc.State, cc.Attempts, cc.StartedAt = store.CallRunning, 1, time.Now()
-			if err := s.UpdateCall(t.Context(), cc, store.CallQueued); err != nil {
-				t.Fatal(err)
-			}
+	storetest.EachTarget(t, func(t *testing.T, dsn, dir string) {
+		cfg := Config{StoreDSN: dsn, DataDir: dir}
+		const id = "02:00:00:00:00:43"
+		gw, stop := runGateway(t, cfg)
+		c, _ := api.NewClient("http://"+gw.Addr(), nil)
+		_, end := session(t, gw, devicetest.Config{ID: id})
+		end()
+		first := queueVolume(t, c, id, 21, "1h")
+		second := queueVolume(t, c, id, 22, "1h")
+		// What a crash leaves: a call marked running, its answer never stored.
+		crashed := queueVolume(t, c, id, 23, "1h")
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		s := storetest.Open(t, dsn, dir)
+		cc, err := s.QueuedCall(t.Context(), crashed.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc.State, cc.Attempts, cc.StartedAt = store.CallRunning, 1, time.Now()
+		if err := s.UpdateCall(t.Context(), cc, store.CallQueued); err != nil {
+			t.Fatal(err)
+		}
 
-			gw2, _ := runGateway(t, cfg)
-			c2, _ := api.NewClient("http://"+gw2.Addr(), nil)
-			got := waitCallState(t, c2, crashed.ID, "failed")
-			if got.Reason != store.ReasonInterrupted || got.Attempts != 1 {
-				t.Errorf("crashed call after restart: %+v; want failed, interrupted", got)
-			}
-			d, end := session(t, gw2, devicetest.Config{ID: id})
-			waitCallState(t, c2, first.ID, "done")
-			waitCallState(t, c2, second.ID, "done")
-			end()
-			var volumes []string
-			for _, call := range d.Calls() {
-				volumes = append(volumes, string(call.Arguments))
-			}
-			if want := `[{"volume":21} {"volume":22}]`; fmt.Sprint(volumes) != want {
-				t.Errorf("device received %v, want %s: the interrupted call is never sent again", volumes, want)
-			}
-		})
-	}
+		gw2, _ := runGateway(t, cfg)
+		c2, _ := api.NewClient("http://"+gw2.Addr(), nil)
+		got := waitCallState(t, c2, crashed.ID, "failed")
+		if got.Reason != store.ReasonInterrupted || got.Attempts != 1 {
+			t.Errorf("crashed call after restart: %+v; want failed, interrupted", got)
+		}
+		d, end := session(t, gw2, devicetest.Config{ID: id})
+		waitCallState(t, c2, first.ID, "done")
+		waitCallState(t, c2, second.ID, "done")
+		end()
+		var volumes []string
+		for _, call := range d.Calls() {
+			volumes = append(volumes, string(call.Arguments))
+		}
+		if want := `[{"volume":21} {"volume":22}]`; fmt.Sprint(volumes) != want {
+			t.Errorf("device received %v, want %s: the interrupted call is never sent again", volumes, want)
+		}
+	})
 }
 
 // TestQueuedCallCatalogChanged: a tool gone from the catalog the device

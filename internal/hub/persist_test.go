@@ -17,87 +17,81 @@ import (
 // keeps the alias, an unchanged catalog emits no tools_changed and a
 // changed one exactly one. On both stores.
 func TestPersistenceAcrossHubs(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		target storetest.Target
-	}{{"sqlite", storetest.SQLite}, {"postgres", storetest.Postgres}} {
-		t.Run(tc.name, func(t *testing.T) {
-			dsn, dir := tc.target(t)
-			st := storetest.Open(t, dsn, dir)
-			const id = "02:00:00:00:00:07"
+	storetest.EachTarget(t, func(t *testing.T, dsn, dir string) {
+		st := storetest.Open(t, dsn, dir)
+		const id = "02:00:00:00:00:07"
 
-			h1 := New(Config{Store: st})
-			stopPersist := runPersistence(t, h1)
-			stop := connect(t, h1, id, newDevice(nil, volumeTool, statusTool))
-			waitState(t, h1, id, StateReady)
-			if _, err := h1.SetAlias(id, "kitchen"); err != nil {
-				t.Fatal(err)
-			}
-			stop(ErrShutdown)
-			waitState(t, h1, id, StateOffline)
-			before, _ := h1.Device(id)
-			stopPersist() // final write
+		h1 := New(Config{Store: st})
+		stopPersist := runPersistence(t, h1)
+		stop := connect(t, h1, id, newDevice(nil, volumeTool, statusTool))
+		waitState(t, h1, id, StateReady)
+		if _, err := h1.SetAlias(id, "kitchen"); err != nil {
+			t.Fatal(err)
+		}
+		stop(ErrShutdown)
+		waitState(t, h1, id, StateOffline)
+		before, _ := h1.Device(id)
+		stopPersist() // final write
 
-			saved, err := st.Devices(t.Context())
-			if err != nil || len(saved) != 1 {
-				t.Fatalf("stored devices %+v, %v", saved, err)
-			}
-			if s := saved[0]; s.Alias != "kitchen" || s.Kind != "xiaozhi" || s.Transport != "mem" || s.Board != "mem" ||
-				s.Firmware != "1.0" || s.CatalogHash != before.CatalogHash || s.FirstSeen.IsZero() || s.LastSeen.IsZero() {
-				t.Errorf("stored %+v", s)
-			}
+		saved, err := st.Devices(t.Context())
+		if err != nil || len(saved) != 1 {
+			t.Fatalf("stored devices %+v, %v", saved, err)
+		}
+		if s := saved[0]; s.Alias != "kitchen" || s.Kind != "xiaozhi" || s.Transport != "mem" || s.Board != "mem" ||
+			s.Firmware != "1.0" || s.CatalogHash != before.CatalogHash || s.FirstSeen.IsZero() || s.LastSeen.IsZero() {
+			t.Errorf("stored %+v", s)
+		}
 
-			h2 := New(Config{Store: st})
-			n, err := h2.Load(t.Context())
-			if err != nil || n != 1 {
-				t.Fatalf("Load = %d, %v", n, err)
-			}
-			d, cat, err := h2.Tools("kitchen")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d.ID != id || d.Online || d.State != StateOffline || d.Tools != 2 || d.CatalogHash != before.CatalogHash ||
-				d.FirstSeen.Sub(before.FirstSeen).Abs() > time.Millisecond || d.ServerInfo == nil || d.ServerInfo.Name != "mem" {
-				t.Errorf("loaded %+v", d)
-			}
-			if tool, ok := cat.Tool("self.audio_speaker.set_volume"); !ok || len(tool.Raw) == 0 {
-				t.Errorf("loaded catalog lacks its tools: %+v", cat)
-			}
-			// Calls are refused as offline, not as unknown.
-			if _, err := h2.Call(t.Context(), CallRequest{Device: "kitchen", Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":1}`)}); Code(err) != "device_offline" {
-				t.Errorf("call to a loaded device: %v", err)
-			}
+		h2 := New(Config{Store: st})
+		n, err := h2.Load(t.Context())
+		if err != nil || n != 1 {
+			t.Fatalf("Load = %d, %v", n, err)
+		}
+		d, cat, err := h2.Tools("kitchen")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.ID != id || d.Online || d.State != StateOffline || d.Tools != 2 || d.CatalogHash != before.CatalogHash ||
+			d.FirstSeen.Sub(before.FirstSeen).Abs() > time.Millisecond || d.ServerInfo == nil || d.ServerInfo.Name != "mem" {
+			t.Errorf("loaded %+v", d)
+		}
+		if tool, ok := cat.Tool("self.audio_speaker.set_volume"); !ok || len(tool.Raw) == 0 {
+			t.Errorf("loaded catalog lacks its tools: %+v", cat)
+		}
+		// Calls are refused as offline, not as unknown.
+		if _, err := h2.Call(t.Context(), CallRequest{Device: "kitchen", Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":1}`)}); Code(err) != "device_offline" {
+			t.Errorf("call to a loaded device: %v", err)
+		}
 
-			sub := h2.Subscribe()
-			defer sub.Close()
-			stop = connect(t, h2, id, newDevice(nil, volumeTool, statusTool))
-			waitState(t, h2, id, StateReady)
-			if d, _ := h2.Device(id); d.Alias != "kitchen" {
-				t.Errorf("alias after reconnect %q", d.Alias)
-			}
-			stop(ErrShutdown)
-			waitState(t, h2, id, StateOffline)
-			connect(t, h2, id, newDevice(nil, volumeTool))
-			waitState(t, h2, id, StateReady)
-			changes := 0
-			for drained := false; !drained; {
-				select {
-				case ev := <-sub.C:
-					if ev.Type == EventToolsChanged {
-						changes++
-						if data := ev.Data.(ToolsChangedData); len(data.Removed) != 1 || data.Removed[0] != "self.get_device_status" {
-							t.Errorf("tools_changed %+v", data)
-						}
+		sub := h2.Subscribe()
+		defer sub.Close()
+		stop = connect(t, h2, id, newDevice(nil, volumeTool, statusTool))
+		waitState(t, h2, id, StateReady)
+		if d, _ := h2.Device(id); d.Alias != "kitchen" {
+			t.Errorf("alias after reconnect %q", d.Alias)
+		}
+		stop(ErrShutdown)
+		waitState(t, h2, id, StateOffline)
+		connect(t, h2, id, newDevice(nil, volumeTool))
+		waitState(t, h2, id, StateReady)
+		changes := 0
+		for drained := false; !drained; {
+			select {
+			case ev := <-sub.C:
+				if ev.Type == EventToolsChanged {
+					changes++
+					if data := ev.Data.(ToolsChangedData); len(data.Removed) != 1 || data.Removed[0] != "self.get_device_status" {
+						t.Errorf("tools_changed %+v", data)
 					}
-				case <-time.After(100 * time.Millisecond):
-					drained = true
 				}
+			case <-time.After(100 * time.Millisecond):
+				drained = true
 			}
-			if changes != 1 {
-				t.Errorf("%d tools_changed events, want 1 (for the changed catalog only)", changes)
-			}
-		})
-	}
+		}
+		if changes != 1 {
+			t.Errorf("%d tools_changed events, want 1 (for the changed catalog only)", changes)
+		}
+	})
 }
 
 func runPersistence(t *testing.T, h *Hub) (stop func()) {

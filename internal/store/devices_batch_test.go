@@ -13,54 +13,48 @@ import (
 // one call, the first sighting kept, a zero time stored as none; a device
 // without an id fails the whole batch.
 func TestSaveDevices(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		target storetest.Target
-	}{{"sqlite", storetest.SQLite}, {"postgres", storetest.Postgres}} {
-		t.Run(tc.name, func(t *testing.T) {
-			dsn, dir := tc.target(t)
-			st := storetest.Open(t, dsn, dir)
-			bs, ok := st.(store.DeviceBatchSaver)
-			if !ok {
-				t.Fatalf("%T has no SaveDevices", st)
-			}
-			ctx := t.Context()
-			first := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-			if err := st.SaveDevice(ctx, store.Device{ID: "d0", Alias: "old", FirstSeen: first, LastSeen: first}); err != nil {
-				t.Fatal(err)
-			}
-			later := first.Add(time.Hour)
-			var ds []store.Device
-			for i := range 7 {
-				ds = append(ds, store.Device{ID: fmt.Sprintf("d%d", i), Alias: fmt.Sprintf("a%d", i), Kind: "xiaozhi",
-					Transport: "websocket", Board: "b", Firmware: "f", FirstSeen: later, LastSeen: later, CatalogHash: "h"})
-			}
-			ds[6].FirstSeen, ds[6].LastSeen = time.Time{}, time.Time{}
-			if err := bs.SaveDevices(ctx, ds); err != nil {
-				t.Fatal(err)
-			}
-			got, err := st.Devices(ctx)
-			if err != nil || len(got) != 7 {
-				t.Fatalf("Devices = %d, %v", len(got), err)
-			}
-			if d := got[0]; d.Alias != "a0" || !d.FirstSeen.Equal(first) || !d.LastSeen.Equal(later) || d.CatalogHash != "h" {
-				t.Errorf("updated device %+v", d)
-			}
-			if d := got[3]; d.Alias != "a3" || d.Transport != "websocket" || !d.FirstSeen.Equal(later) {
-				t.Errorf("inserted device %+v", d)
-			}
-			if d := got[6]; !d.FirstSeen.IsZero() || !d.LastSeen.IsZero() {
-				t.Errorf("device without times %+v", d)
-			}
-			bad := []store.Device{{ID: "d7"}, {ID: ""}}
-			if err := bs.SaveDevices(ctx, bad); err == nil {
-				t.Error("a batch with a device without an id was saved")
-			}
-			if got, _ := st.Devices(ctx); len(got) != 7 {
-				t.Errorf("%d devices after a failed batch, want 7: all or none", len(got))
-			}
-		})
-	}
+	storetest.EachTarget(t, func(t *testing.T, dsn, dir string) {
+		st := storetest.Open(t, dsn, dir)
+		bs, ok := st.(store.DeviceBatchSaver)
+		if !ok {
+			t.Fatalf("%T has no SaveDevices", st)
+		}
+		ctx := t.Context()
+		first := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		if err := st.SaveDevice(ctx, store.Device{ID: "d0", Alias: "old", FirstSeen: first, LastSeen: first}); err != nil {
+			t.Fatal(err)
+		}
+		later := first.Add(time.Hour)
+		var ds []store.Device
+		for i := range 7 {
+			ds = append(ds, store.Device{ID: fmt.Sprintf("d%d", i), Alias: fmt.Sprintf("a%d", i), Kind: "xiaozhi",
+				Transport: "websocket", Board: "b", Firmware: "f", FirstSeen: later, LastSeen: later, CatalogHash: "h"})
+		}
+		ds[6].FirstSeen, ds[6].LastSeen = time.Time{}, time.Time{}
+		if err := bs.SaveDevices(ctx, ds); err != nil {
+			t.Fatal(err)
+		}
+		got, err := st.Devices(ctx)
+		if err != nil || len(got) != 7 {
+			t.Fatalf("Devices = %d, %v", len(got), err)
+		}
+		if d := got[0]; d.Alias != "a0" || !d.FirstSeen.Equal(first) || !d.LastSeen.Equal(later) || d.CatalogHash != "h" {
+			t.Errorf("updated device %+v", d)
+		}
+		if d := got[3]; d.Alias != "a3" || d.Transport != "websocket" || !d.FirstSeen.Equal(later) {
+			t.Errorf("inserted device %+v", d)
+		}
+		if d := got[6]; !d.FirstSeen.IsZero() || !d.LastSeen.IsZero() {
+			t.Errorf("device without times %+v", d)
+		}
+		bad := []store.Device{{ID: "d7"}, {ID: ""}}
+		if err := bs.SaveDevices(ctx, bad); err == nil {
+			t.Error("a batch with a device without an id was saved")
+		}
+		if got, _ := st.Devices(ctx); len(got) != 7 {
+			t.Errorf("%d devices after a failed batch, want 7: all or none", len(got))
+		}
+	})
 }
 
 // BenchmarkSaveDevicesPostgres: a flush of 10,000 changed devices (a

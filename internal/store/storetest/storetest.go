@@ -21,6 +21,21 @@ func SQLite(t *testing.T) (dsn, dataDir string) {
 	return "", t.TempDir()
 }
 
+// EachTarget runs f as a subtest on each backend, "sqlite" and "postgres"
+// (see Postgres), with a fresh database of it.
+func EachTarget(t *testing.T, f func(t *testing.T, dsn, dataDir string)) {
+	t.Helper()
+	for _, tc := range []struct {
+		name   string
+		target Target
+	}{{"sqlite", SQLite}, {"postgres", Postgres}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dsn, dataDir := tc.target(t)
+			f(t, dsn, dataDir)
+		})
+	}
+}
+
 // Open opens target's database and closes it when the test ends.
 func Open(t testing.TB, dsn, dataDir string) store.Store {
 	t.Helper()
