@@ -9,7 +9,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/auth"
-	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
 
 // TestKeyRoutes: GET/POST /api/v1/keys and DELETE /api/v1/keys/{id} on a
@@ -21,11 +21,7 @@ import (
 // who a key is.
 func TestKeyRoutes(t *testing.T) {
 	dir := t.TempDir()
-	st, err := store.Open(t.Context(), "", dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t, "", dir)
 	_, admin := storeKey(t, st, "admin", auth.ScopeAdmin)
 	_, limited := storeKey(t, st, "limited-admin", auth.ScopeAdmin, "kitchen*")
 	_, reader := storeKey(t, st, "reader", auth.ScopeRead)

@@ -14,7 +14,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/oauth"
-	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
 
 // TestOAuth runs the MCP authorization flow against a gateway started with
@@ -27,11 +27,7 @@ import (
 // limited admin cannot approve; a denial goes back to the client.
 func TestOAuth(t *testing.T) {
 	dir := t.TempDir()
-	st, err := store.Open(t.Context(), "", dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t, "", dir)
 	_, admin := storeKey(t, st, "admin", auth.ScopeAdmin)
 	_, limited := storeKey(t, st, "limited", auth.ScopeAdmin, "kitchen*")
 	gw := startGateway(t, Config{DataDir: dir, Store: st, RequireKeys: true, OAuth: true, AuditFlushInterval: time.Millisecond})

@@ -26,7 +26,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/mcptest"
 	"github.com/mcpgate/mcpgate/internal/ota"
-	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/vision"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
@@ -110,11 +110,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 	var logs hostiletest.Logs
 	var secrets secretSet
 
-	st, err := store.Open(t.Context(), "", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() }) // registered first: runs after the gateway stops
+	st := storetest.Open(t, "", t.TempDir()) // closed after the gateway stops: its cleanup is registered first
 	newKey := func(name string) (id, secret string) {
 		id, secret = storeKey(t, st, name, auth.ScopeAdmin)
 		return id, secrets.add("API key "+name, secret)
