@@ -36,6 +36,27 @@ func (s *countingStore) queries(device string) int {
 	return s.perDevice[device]
 }
 
+// newKickQueue returns a queue, its hub (of node nodeID, without rate
+// limits) and its counting store, which holds one call "call_busy" queued
+// for device busy. It never sweeps: the only workers are the ones a test
+// kicks.
+func newKickQueue(t *testing.T, nodeID, busy string) (*hub.Hub, *countingStore, *Queue) {
+	t.Helper()
+	off := limits.Rate{PerSecond: -1}
+	h := hub.New(hub.Config{KeyRate: off, DeviceRate: off, NodeID: nodeID})
+	st := &countingStore{Store: storetest.Open(t, "", t.TempDir()), perDevice: map[string]int{}}
+	q, err := New(Config{Hub: h, Store: st, SweepInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if _, err := st.CreateCall(t.Context(), store.QueuedCall{ID: "call_busy", Device: busy, Tool: "self.audio_speaker.set_volume",
+		Arguments: []byte(`{"volume":1}`), Caller: "k", Door: "rest", State: store.CallQueued, QueuedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	return h, st, q
+}
+
 // attachReady attaches an in-memory device with one tool, whose every call
 // succeeds, and waits until it is ready.
 func attachReady(t *testing.T, h *hub.Hub, id string) {
@@ -58,19 +79,7 @@ func attachReady(t *testing.T, h *hub.Hub, id string) {
 // queue no store query; a device with a queued call is queried and served.
 func TestKickSkipsStoreForDeviceWithNothingQueued(t *testing.T) {
 	const idle, busy = "02:00:00:00:00:01", "02:00:00:00:00:02"
-	off := limits.Rate{PerSecond: -1}
-	h := hub.New(hub.Config{KeyRate: off, DeviceRate: off})
-	st := &countingStore{Store: storetest.Open(t, "", t.TempDir()), perDevice: map[string]int{}}
-	// No sweep during the test: the only workers are the ones kicked here.
-	q, err := New(Config{Hub: h, Store: st, SweepInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	if _, err := st.CreateCall(t.Context(), store.QueuedCall{ID: "call_busy", Device: busy, Tool: "self.audio_speaker.set_volume",
-		Arguments: []byte(`{"volume":1}`), Caller: "k", Door: "rest", State: store.CallQueued, QueuedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
-		t.Fatal(err)
-	}
+	h, st, q := newKickQueue(t, "", busy)
 	// Both devices are ready before Run subscribes, so Run kicks neither
 	// for an event: its start-up kicks only the devices it loaded as
 	// waiting, and the test kicks the idle one itself.
@@ -115,18 +124,7 @@ func TestKickSkipsStoreForDeviceWithNothingQueued(t *testing.T) {
 // before the node started is served when it becomes ready.
 func TestClusterReadyDeviceWithNothingQueuedCostsNoQuery(t *testing.T) {
 	const idle, busy = "02:00:00:00:00:03", "02:00:00:00:00:04"
-	off := limits.Rate{PerSecond: -1}
-	h := hub.New(hub.Config{KeyRate: off, DeviceRate: off, NodeID: "n1"})
-	st := &countingStore{Store: storetest.Open(t, "", t.TempDir()), perDevice: map[string]int{}}
-	q, err := New(Config{Hub: h, Store: st, SweepInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	if _, err := st.CreateCall(t.Context(), store.QueuedCall{ID: "call_busy", Device: busy, Tool: "self.audio_speaker.set_volume",
-		Arguments: []byte(`{"volume":1}`), Caller: "k", Door: "rest", State: store.CallQueued, QueuedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
-		t.Fatal(err)
-	}
+	h, st, q := newKickQueue(t, "n1", busy)
 	stop := runQueue(t, q)
 	// Ready after Run subscribed: each is kicked by its state event, the
 	// idle one first.
