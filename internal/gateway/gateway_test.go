@@ -236,37 +236,18 @@ func TestUnescapedQuoteEndsCallByTimeout(t *testing.T) {
 // A device disconnecting mid-call fails the call within 100 ms.
 func TestDisconnectMidCallFailsFast(t *testing.T) {
 	gw := startGateway(t, Config{})
-	entered := make(chan struct{})
-	release := make(chan struct{})
+	srv, entered, release := slowCamera(t)
 	defer close(release)
-	srv := newServer(t, device.ProfilePyXiaozhi, device.Tool{
-		Name: "self.camera.take_photo", Description: "slow",
-		Handler: func(ctx context.Context, args device.Args) (any, error) {
-			close(entered)
-			<-release // a real camera does not stop because the socket died
-			return true, nil
-		},
-	})
 	mac := "02:00:00:00:0c:01"
 	stop := runDevice(t, gw, mac, srv)
 	waitState(t, gw, mac, hub.StateReady)
 
-	errc := make(chan error, 1)
-	var failedAt time.Time
-	go func() {
-		_, _, err := call(t, gw, mac, "self.camera.take_photo", `{}`, time.Minute)
-		failedAt = time.Now()
-		errc <- err
-	}()
-	<-entered
-	cut := time.Now()
-	go stop() // the SDK waits for running handlers, which wait for release
-
-	err := <-errc
+	// The SDK's stop waits for running handlers, which wait for release.
+	d, err := callUntilCut(t, gw, mac, entered, func() { go stop() })
 	if !errors.Is(err, hub.ErrDeviceDisconnected) {
 		t.Fatalf("err = %v, want device disconnected", err)
 	}
-	if d := failedAt.Sub(cut); d > 100*time.Millisecond {
+	if d > 100*time.Millisecond {
 		t.Fatalf("call failed %s after the disconnect, want < 100ms", d)
 	}
 	waitState(t, gw, mac, hub.StateOffline)

@@ -64,3 +64,40 @@ func refuseMQTT(t testing.TB, opts device.MQTTClientOptions, what string) {
 		t.Fatal(what)
 	}
 }
+
+// slowCamera returns a device server whose camera answers only once release
+// is closed, as a real camera does not stop because the socket died, and a
+// channel closed when the camera is called.
+func slowCamera(t testing.TB) (srv *device.Server, entered <-chan struct{}, release chan struct{}) {
+	t.Helper()
+	in := make(chan struct{})
+	release = make(chan struct{})
+	srv = newServer(t, device.ProfilePyXiaozhi, device.Tool{
+		Name: "self.camera.take_photo", Description: "slow",
+		Handler: func(ctx context.Context, args device.Args) (any, error) {
+			close(in)
+			<-release
+			return true, nil
+		},
+	})
+	return srv, in, release
+}
+
+// callUntilCut calls the slowCamera of device mac through gw, runs cut once
+// the device has the call, and returns how long after cut the call ended,
+// and its error.
+func callUntilCut(t *testing.T, gw *Gateway, mac string, entered <-chan struct{}, cut func()) (time.Duration, error) {
+	t.Helper()
+	errc := make(chan error, 1)
+	var failedAt time.Time
+	go func() {
+		_, _, err := call(t, gw, mac, "self.camera.take_photo", `{}`, time.Minute)
+		failedAt = time.Now()
+		errc <- err
+	}()
+	<-entered
+	cutAt := time.Now()
+	cut()
+	err := <-errc
+	return failedAt.Sub(cutAt), err
+}

@@ -151,37 +151,19 @@ func clientID(mac string) string {
 // device offline.
 func TestMQTTAbruptDisconnectFailsPendingCalls(t *testing.T) {
 	gw := startMQTTGateway(t)
-	entered := make(chan struct{})
-	release := make(chan struct{})
+	srv, entered, release := slowCamera(t)
 	defer close(release)
-	srv := newServer(t, device.ProfilePyXiaozhi, device.Tool{
-		Name: "self.camera.take_photo", Description: "slow",
-		Handler: func(ctx context.Context, args device.Args) (any, error) {
-			close(entered)
-			<-release
-			return true, nil
-		},
-	})
 	mac := "02:00:00:12:00:01"
 	d, err := dialRaw(t, gw, clientID(mac), srv)
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitState(t, gw, mac, hub.StateReady)
-	errc := make(chan error, 1)
-	var failedAt time.Time
-	go func() {
-		_, _, err := call(t, gw, mac, "self.camera.take_photo", `{}`, time.Minute)
-		failedAt = time.Now()
-		errc <- err
-	}()
-	<-entered
-	cut := time.Now()
-	d.conn.Close()
-	if err := <-errc; !errors.Is(err, hub.ErrDeviceDisconnected) {
+	took, err := callUntilCut(t, gw, mac, entered, func() { d.conn.Close() })
+	if !errors.Is(err, hub.ErrDeviceDisconnected) {
 		t.Fatalf("err = %v, want device disconnected", err)
 	}
-	if took := failedAt.Sub(cut); took > 500*time.Millisecond {
+	if took > 500*time.Millisecond {
 		t.Fatalf("call failed %s after the disconnect", took)
 	}
 	waitState(t, gw, mac, hub.StateOffline)
