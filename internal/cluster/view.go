@@ -557,13 +557,22 @@ func (v *view) apply(msg *viewMsg) bool {
 	}
 	if msg.Seq <= p.seq {
 		// The device's record is in the snapshot already, but not the
-		// event: one the sync did not derive (a call's, a state change)
-		// is still news to this node's streams, and arrives only once.
-		if msg.Event != nil {
-			switch msg.Event.Type {
-			case hub.EventOnline, hub.EventOffline, hub.EventToolsChanged, hub.EventAlias, hub.EventForgotten:
-			default:
-				v.publishEvent(msg.Event, msg.Node)
+		// event: one the sync did not derive (it derives only online,
+		// offline and tools_changed) is still news to this node's streams,
+		// and arrives only once.
+		// The snapshot holds the sender's state after the event: it is
+		// applied only where the snapshot cannot show it (a device
+		// forgotten and not back anywhere).
+		if e := msg.Event; e != nil {
+			switch e.Type {
+			case hub.EventOnline, hub.EventOffline, hub.EventToolsChanged:
+			case hub.EventForgotten:
+				if !v.heldSomewhere(e.Device) {
+					v.h.DropForgotten(e.Device)
+				}
+				v.publishEvent(e, msg.Node)
+			default: // alias_changed included: the records carry the alias
+				v.publishEvent(e, msg.Node)
 			}
 		}
 		return true
@@ -580,19 +589,40 @@ func (v *view) apply(msg *viewMsg) bool {
 		v.h.ApplyRemoteGone(msg.Gone, msg.Node)
 		v.reconcile(msg.Gone)
 	}
-	if e := msg.Event; e != nil {
-		if e.Type == hub.EventAlias && e.Alias != "" {
-			v.h.ApplyAlias(e.Device, e.Alias)
-			v.refresh(e.Device)
-		}
-		if e.Type == hub.EventForgotten {
-			// Before the event, so that a door refreshing on it no longer
-			// finds the device.
-			v.h.DropForgotten(e.Device)
-		}
-		v.publishEvent(e, msg.Node)
+	if msg.Event != nil {
+		v.applyEvent(msg.Event, msg.Node)
 	}
 	return true
+}
+
+// heldSomewhere reports whether a node holds device id, as this node knows. mu
+// must be held.
+func (v *view) heldSomewhere(id string) bool {
+	if _, held := v.h.Held(id); held {
+		return true
+	}
+	for _, p := range v.peers {
+		if _, ok := p.devs[id]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// applyEvent applies another node's event to this hub, if it changes
+// something the device's record does not carry, and publishes it. mu must
+// be held.
+func (v *view) applyEvent(e *wireEvent, node string) {
+	if e.Type == hub.EventAlias && e.Alias != "" {
+		v.h.ApplyAlias(e.Device, e.Alias)
+		v.refresh(e.Device)
+	}
+	if e.Type == hub.EventForgotten {
+		// Before the event, so that a door refreshing on it no longer
+		// finds the device.
+		v.h.DropForgotten(e.Device)
+	}
+	v.publishEvent(e, node)
 }
 
 // sync replaces what this node knows of node by its snapshot, publishing

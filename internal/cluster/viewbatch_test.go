@@ -125,29 +125,48 @@ func TestViewCallEventsOnlyWhereWanted(t *testing.T) {
 // missed, as when routes are still forming) syncs from the peer's snapshot,
 // which holds records, not events: the event still reaches its streams.
 func TestViewEventOfMessageCoveredBySnapshot(t *testing.T) {
-	nodes := startViewCluster(t, 2)
-	n0, n1 := nodes[0].node.view, nodes[1].node.view
-	waitFor(t, "n0 to know n1", func() bool {
-		n0.mu.Lock()
-		defer n0.mu.Unlock()
-		return n0.peers["n1"] != nil
-	})
-	sub := nodes[0].hub.Subscribe()
-	defer sub.Close()
-	// n1's next message, as n0 would hear it first: n0 forgets n1, then
-	// hears it (its seq is already n1's, so n1's snapshot covers it).
-	n1.pubMu.Lock()
-	n1.seq++
-	msg := viewMsg{Node: "n1", Seq: n1.seq, Epoch: n1.epoch,
-		Event: &wireEvent{Type: hub.EventCall, Time: time.Now(), Device: "dev-x", Data: json.RawMessage(`{"tool":"echo","caller":"covered","outcome":"ok"}`)}}
-	n1.pubMu.Unlock()
-	n0.mu.Lock()
-	delete(n0.peers, "n1")
-	n0.apply(&msg)
-	n0.mu.Unlock()
-	e := nextEvent(t, sub, "the covered call_completed", func(e hub.Event) bool { return e.Type == hub.EventCall })
-	if d, ok := e.Data.(hub.CallData); !ok || d.Caller != "covered" || e.Node != "n1" {
-		t.Errorf("event %+v", e)
+	for _, tc := range []struct {
+		name string
+		typ  hub.EventType
+		data string
+	}{
+		{"call", hub.EventCall, `{"tool":"echo","caller":"covered","outcome":"ok"}`},
+		// A snapshot carries the alias in the record but derives no
+		// alias_changed: the message's event is the only one there is.
+		{"alias", hub.EventAlias, `{"alias":"covered"}`},
+		// Nor device_forgotten: the sync would show it as gone, offline.
+		{"forgotten", hub.EventForgotten, `{}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := startViewCluster(t, 2)
+			n0, n1 := nodes[0].node.view, nodes[1].node.view
+			waitFor(t, "n0 to know n1", func() bool {
+				n0.mu.Lock()
+				defer n0.mu.Unlock()
+				return n0.peers["n1"] != nil
+			})
+			sub := nodes[0].hub.Subscribe()
+			defer sub.Close()
+			// n1's next message, as n0 would hear it first: n0 forgets n1,
+			// then hears it (its seq is already n1's, so n1's snapshot
+			// covers it).
+			n1.pubMu.Lock()
+			n1.seq++
+			msg := viewMsg{Node: "n1", Seq: n1.seq, Epoch: n1.epoch,
+				Event: &wireEvent{Type: tc.typ, Time: time.Now(), Device: "dev-x", Alias: "covered", Data: json.RawMessage(tc.data)}}
+			n1.pubMu.Unlock()
+			n0.mu.Lock()
+			delete(n0.peers, "n1")
+			n0.apply(&msg)
+			n0.mu.Unlock()
+			e := nextEvent(t, sub, "the covered "+string(tc.typ), func(e hub.Event) bool { return e.Type == tc.typ })
+			if e.Device != "dev-x" || e.Node != "n1" {
+				t.Errorf("event %+v", e)
+			}
+			if d, ok := e.Data.(hub.CallData); tc.typ == hub.EventCall && (!ok || d.Caller != "covered") {
+				t.Errorf("call data %+v", e.Data)
+			}
+		})
 	}
 }
 
