@@ -66,15 +66,17 @@ func holders(mac string, nodes ...*clusterNode) []string {
 // others, then calls it through each of their REST doors.
 func waitServedOnce(t *testing.T, mac string, within time.Duration, servers []*clusterNode, others ...*clusterNode) {
 	t.Helper()
+	deadline := time.Now().Add(within)
 	nodes := waitHeldOnce(t, mac, within, servers, others...)
 	for _, n := range nodes {
 		res, err := n.rest.Call(t.Context(), mac, api.CallBody{Name: "self.whoami"})
 		// A device announcing itself again (its client retried a hello the
-		// gateway answered late) gets a new session, which replaces the one
-		// a call was on: wait for the new one, once.
+		// gateway answered late, as under load) gets a new session, which
+		// replaces the one a call was on: wait for the new one, as often as
+		// that happens within the time given.
 		var ae *api.APIError
-		if errors.As(err, &ae) && ae.Code == "device_disconnected" {
-			waitHeldOnce(t, mac, within, servers, others...)
+		for errors.As(err, &ae) && ae.Code == "device_disconnected" && time.Until(deadline) > 0 {
+			waitHeldOnce(t, mac, time.Until(deadline), servers, others...)
 			res, err = n.rest.Call(t.Context(), mac, api.CallBody{Name: "self.whoami"})
 		}
 		if err != nil || res.Text() != mac {
