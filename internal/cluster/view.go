@@ -124,7 +124,11 @@ type view struct {
 
 	mu    sync.Mutex // guards peers; held while applying to the hub
 	peers map[string]*peer
-	own   []byte // how this node's messages start: {"node":"<id>",
+	// forgotten holds when devices were forgotten (guarded by mu, kept for
+	// forgetKeep): a peer's record from before that, of a session since
+	// closed whose gone is still on its way, must not bring one back.
+	forgotten map[string]time.Time
+	own       []byte // how this node's messages start: {"node":"<id>",
 	// ownCalls is how this node's batches of call events start.
 	ownCalls []byte
 
@@ -264,10 +268,14 @@ func (v *view) forwardBatch(events []hub.Event) {
 	if len(events) == 0 {
 		return
 	}
-	var gone []string
+	var gone, forgot []string
+	var forgotAt []time.Time
 	w := batchWriter{v: v}
 	v.pubMu.Lock()
 	for _, e := range events {
+		if e.Type == hub.EventForgotten {
+			forgot, forgotAt = append(forgot, e.Device), append(forgotAt, e.Time)
+		}
 		if e.Type == hub.EventCall {
 			b, err := json.Marshal(eventOut{Type: e.Type, Time: e.Time, Device: e.Device, Alias: e.Alias, Data: e.Data})
 			if err != nil {
@@ -292,13 +300,34 @@ func (v *view) forwardBatch(events []hub.Event) {
 	}
 	w.flush()
 	v.pubMu.Unlock()
-	if len(gone) > 0 {
-		// Gone from here: another node may hold it now (a newer claim).
+	if len(gone) > 0 || len(forgot) > 0 {
 		v.mu.Lock()
+		for i, id := range forgot {
+			v.forget(id, forgotAt[i])
+		}
+		// Gone from here: another node may hold it now (a newer claim).
 		for _, id := range gone {
 			v.reconcile(id)
 		}
 		v.mu.Unlock()
+	}
+}
+
+// forgetKeep is how long a forgotten device's older records are ignored:
+// far longer than a gone takes to cross.
+const forgetKeep = time.Minute
+
+// forget notes that device id was forgotten at: peers' records of sessions
+// made before then are ignored. mu must be held.
+func (v *view) forget(id string, at time.Time) {
+	if at.IsZero() {
+		at = time.Now()
+	}
+	if v.forgotten == nil {
+		v.forgotten = map[string]time.Time{}
+	}
+	if at.After(v.forgotten[id]) {
+		v.forgotten[id] = at
 	}
 }
 
@@ -422,6 +451,11 @@ func (v *view) beat() {
 		v.send(viewOut{Beat: true})
 		timeout := v.lossTimeout()
 		v.mu.Lock()
+		for id, at := range v.forgotten {
+			if time.Since(at) > forgetKeep {
+				delete(v.forgotten, id)
+			}
+		}
 		for id, p := range v.peers {
 			if time.Since(p.heard) > timeout {
 				v.n.log.Warn("cluster: node lost: its devices are offline", "lost", id, "silent_for", time.Since(p.heard).Round(time.Millisecond))
@@ -567,6 +601,7 @@ func (v *view) apply(msg *viewMsg) bool {
 			switch e.Type {
 			case hub.EventOnline, hub.EventOffline, hub.EventToolsChanged:
 			case hub.EventForgotten:
+				v.forget(e.Device, e.Time)
 				if !v.heldSomewhere(e.Device) {
 					v.h.DropForgotten(e.Device)
 				}
@@ -601,8 +636,9 @@ func (v *view) heldSomewhere(id string) bool {
 	if _, held := v.h.Held(id); held {
 		return true
 	}
+	forgotten, wasForgotten := v.forgotten[id]
 	for _, p := range v.peers {
-		if _, ok := p.devs[id]; ok {
+		if r, ok := p.devs[id]; ok && (!wasForgotten || r.ConnectedAt.After(forgotten)) {
 			return true
 		}
 	}
@@ -620,6 +656,7 @@ func (v *view) applyEvent(e *wireEvent, node string) {
 	if e.Type == hub.EventForgotten {
 		// Before the event, so that a door refreshing on it no longer
 		// finds the device.
+		v.forget(e.Device, e.Time)
 		v.h.DropForgotten(e.Device)
 	}
 	v.publishEvent(e, node)
@@ -723,8 +760,12 @@ func (v *view) gone(id, node, reason string) {
 // if any holds it. mu must be held.
 func (v *view) reconcile(id string) {
 	var best *hub.RemoteDevice
+	forgotten, wasForgotten := v.forgotten[id]
 	for _, p := range v.peers {
 		if r, ok := p.devs[id]; ok {
+			if wasForgotten && !r.ConnectedAt.After(forgotten) {
+				continue // a session from before the forget
+			}
 			if best == nil || r.ConnectedAt.After(best.ConnectedAt) || (r.ConnectedAt.Equal(best.ConnectedAt) && r.Node > best.Node) {
 				best = &r
 			}

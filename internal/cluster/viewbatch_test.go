@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -222,5 +223,32 @@ func TestViewReadsNumberedCallEvents(t *testing.T) {
 	}
 	if got := v.peers["n1"].seq; got != 1 {
 		t.Errorf("n1's sequence %d after its message 1", got)
+	}
+}
+
+// A peer's record of a session from before a device was forgotten (its
+// gone still on the way) does not bring the device back; a session made
+// after the forget does.
+func TestViewForgottenDeviceNotBroughtBackByOlderRecord(t *testing.T) {
+	h := hub.New(hub.Config{NodeID: "n0"})
+	v := &view{n: &Node{cfg: Config{NodeID: "n0"}}, h: h, mem: newMembers("n0"), peers: map[string]*peer{}}
+	forgot := time.Now()
+	old := hub.RemoteDevice{ID: "dev-x", Node: "n2", State: hub.StateReady, ConnectedAt: forgot.Add(-time.Second)}
+	v.peers["n2"] = &peer{epoch: 1, devs: map[string]hub.RemoteDevice{"dev-x": old}}
+	v.mu.Lock()
+	v.applyEvent(&wireEvent{Type: hub.EventForgotten, Time: forgot, Device: "dev-x"}, "n1")
+	v.reconcile("dev-x")
+	v.mu.Unlock()
+	if d, err := h.Device("dev-x"); !errors.Is(err, hub.ErrDeviceNotFound) {
+		t.Fatalf("a session from before the forget brought the device back: %+v, %v", d, err)
+	}
+	newer := old
+	newer.ConnectedAt = forgot.Add(time.Second)
+	v.mu.Lock()
+	v.peers["n2"].devs["dev-x"] = newer
+	v.reconcile("dev-x")
+	v.mu.Unlock()
+	if d, err := h.Device("dev-x"); err != nil || !d.Online || d.Node != "n2" {
+		t.Fatalf("a session made after the forget: %+v, %v", d, err)
 	}
 }
