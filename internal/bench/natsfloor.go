@@ -107,11 +107,11 @@ func runNATSFloor(ctx context.Context, rate float64, workers int, d time.Duratio
 	}
 
 	r := &NATSFloorReport{MessageBytes: floorMessageBytes, Rate: rate, Workers: workers, DurationS: d.Seconds()}
-	pacing, ticks, err := c.drive(ctx, rate, workers, d, nil)
+	pacing, ticks, err := c.drive(ctx, rate, workers, d, nil, nil)
 	if err != nil {
 		return nil, err
 	}
-	used, n, err := c.drive(ctx, rate, workers, d, msg)
+	used, n, err := c.drive(ctx, rate, workers, d, msg, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -201,9 +201,9 @@ func (c *floorCaller) roundTrip(ctx context.Context, subject string, msg []byte)
 
 // drive runs workers for d, each paced to rate/workers round trips/s (rate
 // 0: back to back), and returns this process's CPU time and the round trips
-// done. With msg nil it only keeps the schedule. hs, if given, records each
-// round trip's latency (one worker).
-func (c *floorCaller) drive(ctx context.Context, rate float64, workers int, d time.Duration, msg []byte, hs ...*Histogram) (time.Duration, uint64, error) {
+// done. With msg nil it only keeps the schedule. h, if not nil, records
+// each round trip's latency (one worker).
+func (c *floorCaller) drive(ctx context.Context, rate float64, workers int, d time.Duration, msg []byte, h *Histogram) (time.Duration, uint64, error) {
 	var n atomic.Uint64
 	var failed atomic.Value
 	ctx, cancel := context.WithTimeout(ctx, d)
@@ -238,8 +238,8 @@ func (c *floorCaller) drive(ctx context.Context, rate float64, workers int, d ti
 					}
 					return
 				}
-				if len(hs) > 0 {
-					hs[0].Record(time.Since(start))
+				if h != nil {
+					h.Record(time.Since(start))
 				}
 				n.Add(1)
 			}

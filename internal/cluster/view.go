@@ -268,13 +268,13 @@ func (v *view) forwardBatch(events []hub.Event) {
 	if len(events) == 0 {
 		return
 	}
-	var gone, forgot []string
-	var forgotAt []time.Time
+	var gone []string
+	var forgot []hub.Event
 	w := batchWriter{v: v}
 	v.pubMu.Lock()
 	for _, e := range events {
 		if e.Type == hub.EventForgotten {
-			forgot, forgotAt = append(forgot, e.Device), append(forgotAt, e.Time)
+			forgot = append(forgot, e)
 		}
 		if e.Type == hub.EventCall {
 			b, err := json.Marshal(eventOut{Type: e.Type, Time: e.Time, Device: e.Device, Alias: e.Alias, Data: e.Data})
@@ -302,8 +302,8 @@ func (v *view) forwardBatch(events []hub.Event) {
 	v.pubMu.Unlock()
 	if len(gone) > 0 || len(forgot) > 0 {
 		v.mu.Lock()
-		for i, id := range forgot {
-			v.forget(id, forgotAt[i])
+		for _, e := range forgot {
+			v.forget(e.Device, e.Time)
 		}
 		// Gone from here: another node may hold it now (a newer claim).
 		for _, id := range gone {
@@ -636,13 +636,20 @@ func (v *view) heldSomewhere(id string) bool {
 	if _, held := v.h.Held(id); held {
 		return true
 	}
-	forgotten, wasForgotten := v.forgotten[id]
 	for _, p := range v.peers {
-		if r, ok := p.devs[id]; ok && (!wasForgotten || r.ConnectedAt.After(forgotten)) {
+		if r, ok := p.devs[id]; ok && !v.beforeForget(r) {
 			return true
 		}
 	}
 	return false
+}
+
+// beforeForget reports whether r is the record of a session made before
+// its device was last forgotten: stale, its gone still on the way. mu must
+// be held.
+func (v *view) beforeForget(r hub.RemoteDevice) bool {
+	at, ok := v.forgotten[r.ID]
+	return ok && !r.ConnectedAt.After(at)
 }
 
 // applyEvent applies another node's event to this hub, if it changes
@@ -760,11 +767,10 @@ func (v *view) gone(id, node, reason string) {
 // if any holds it. mu must be held.
 func (v *view) reconcile(id string) {
 	var best *hub.RemoteDevice
-	forgotten, wasForgotten := v.forgotten[id]
 	for _, p := range v.peers {
 		if r, ok := p.devs[id]; ok {
-			if wasForgotten && !r.ConnectedAt.After(forgotten) {
-				continue // a session from before the forget
+			if v.beforeForget(r) {
+				continue
 			}
 			if best == nil || r.ConnectedAt.After(best.ConnectedAt) || (r.ConnectedAt.Equal(best.ConnectedAt) && r.Node > best.Node) {
 				best = &r
