@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -107,6 +109,27 @@ func (nd *clusterNode) waitUp(t *testing.T) {
 	t.Helper()
 	nd.proc.waitLog(t, "joined the cluster", clusterWait)
 	nd.proc.waitLog(t, "gateway listening", clusterWait)
+}
+
+// metric returns the value of the unlabelled series name on the node's
+// /metrics, "" when absent.
+func (nd *clusterNode) metric(t *testing.T, name string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + nd.addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+" "); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // wsURL is the node's device endpoint.
@@ -492,6 +515,10 @@ func TestClusterProcesses(t *testing.T) {
 			}
 			return true
 		})
+		// Their metrics count two members: a dashboard sees the loss.
+		waitFor(t, "the survivors' mcpgate_cluster_members at 2", 10*time.Second, func() bool {
+			return survivors[0].metric(t, "mcpgate_cluster_members") == "2" && survivors[1].metric(t, "mcpgate_cluster_members") == "2"
+		})
 		held := append(nodes[0].held(t), nodes[1].held(t)...)
 		slices.Sort(held)
 		if !slices.Equal(held, ids) {
@@ -538,6 +565,14 @@ func TestClusterProcesses(t *testing.T) {
 			waitCallable(t, nd, back.ID(), clusterWait)
 		}
 		waitCallable(t, victim, ids[0], clusterWait)
+		waitFor(t, "mcpgate_cluster_members back at 3 on every node", 10*time.Second, func() bool {
+			for _, nd := range nodes {
+				if nd.metric(t, "mcpgate_cluster_members") != "3" {
+					return false
+				}
+			}
+			return true
+		})
 	})
 	t.Logf("whole test %s", time.Since(start).Round(time.Millisecond))
 }

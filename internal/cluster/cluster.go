@@ -24,6 +24,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/store"
@@ -55,6 +56,9 @@ type Config struct {
 	TLSCert, TLSKey, TLSCA string
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// Registerer, when set, takes the node's Prometheus series
+	// (metrics.go) from Start to Close.
+	Registerer prometheus.Registerer
 	// Heartbeat is how often the node beats on the view (its one
 	// heartbeat, with its roles), and MemberTimeout how long a silent node
 	// still counts as a member and its devices as online (members.go,
@@ -96,6 +100,9 @@ type Node struct {
 
 	closeOnce sync.Once
 	mem       *members // set by Bind
+
+	metrics    *metrics
+	unregister func() // takes the metrics off Config.Registerer
 }
 
 // DefaultNodeID derives a node id from the host name.
@@ -143,7 +150,7 @@ func Start(cfg Config) (*Node, error) {
 		cfg.MemberTimeout = 3 * cfg.Heartbeat
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), devs: map[string]*nats.Subscription{},
-		calls: map[string]context.CancelFunc{}}
+		calls: map[string]context.CancelFunc{}, metrics: newMetrics(), unregister: func() {}}
 	opts := []nats.Option{nats.Name("mcpgate " + cfg.NodeID), nats.MaxReconnects(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { n.log.Warn("cluster: NATS connection lost", "error", err) }),
 		nats.ReconnectHandler(func(*nats.Conn) { n.log.Info("cluster: NATS connection back") }),
@@ -153,6 +160,7 @@ func Start(cfg Config) (*Node, error) {
 				subject = sub.Subject
 			}
 			n.log.Warn("cluster: NATS error", "subject", subject, "error", err)
+			n.metrics.natsError(err)
 		})}
 	url := strings.Join(cfg.NATS, ",")
 	if len(cfg.NATS) == 0 {
@@ -174,6 +182,12 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n.nc = nc
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	if cfg.Registerer != nil {
+		if err := n.register(cfg.Registerer); err != nil {
+			n.Close()
+			return nil, fmt.Errorf("cluster: registering metrics: %w", err)
+		}
+	}
 	return n, nil
 }
 
@@ -301,6 +315,7 @@ func (n *Node) Bind(h *hub.Hub) error {
 func (n *Node) Close() { n.closeOnce.Do(n.close) }
 
 func (n *Node) close() {
+	n.unregister()
 	n.stopMembers()
 	if n.view != nil {
 		n.view.stop()

@@ -54,6 +54,12 @@ type replyMsg struct {
 // Call sends a call to the node holding device id and waits for its answer
 // (hub.Cluster). No node holding it: ErrDeviceOffline at once.
 func (n *Node) Call(ctx context.Context, id string, req hub.CallRequest) (*mcpclient.Result, error) {
+	res, err := n.call(ctx, id, req)
+	n.metrics.count("sent", res, err)
+	return res, err
+}
+
+func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpclient.Result, error) {
 	msg := callMsg{ID: nuid.Next(), Node: n.cfg.NodeID, Device: id, Tool: req.Tool, Arguments: req.Arguments,
 		TimeoutMS: req.Timeout.Milliseconds(), Caller: req.Caller, Door: req.Door, Meta: req.Meta,
 		Progress: req.OnProgress != nil}
@@ -195,6 +201,7 @@ func (n *Node) serve(reply string, data []byte) {
 		}
 	}
 	res, err := h.ServeRemote(ctx, req)
+	n.metrics.count("served", res, err)
 	r := replyMsg{Kind: kindResult, Node: n.cfg.NodeID, Result: res}
 	if err != nil {
 		r.Result = nil

@@ -69,6 +69,7 @@ func (g *Gateway) joinCluster() (leave func(), err error) {
 	}
 	cfg := *g.cfg.Cluster
 	cfg.Logger = g.log
+	cfg.Registerer = g.metrics.Registry
 	node, err := cluster.Start(cfg)
 	if err != nil {
 		return nil, err

@@ -27,6 +27,40 @@ func TestClusterRefusesSQLite(t *testing.T) {
 // Two gateways in cluster mode (embedded NATS routed on loopback, one
 // store): a device connected to one is called through the other's REST
 // door; a device connected nowhere is offline at once.
+// TestClusterMetrics: each node's /metrics has the cluster's series: a
+// routed call, sent by b and served by a, and what each node sees.
+func TestClusterMetrics(t *testing.T) {
+	st := storetest.Open(t, "", t.TempDir())
+	a, b := startPair(t, Config{Store: st}, "m")
+	srv := newServer(t, device.ProfileESP32, device.Tool{
+		Name: "self.echo", Description: "echo",
+		Handler: func(ctx context.Context, args device.Args) (any, error) { return "on a", nil },
+	})
+	mac := "02:00:00:00:0d:02"
+	runDevice(t, a, mac, srv)
+	c := restClient(t, b)
+	waitFor(t, "a call through the other node", 10*time.Second, func() bool {
+		res, err := c.Call(t.Context(), mac, api.CallBody{Name: "self.echo"})
+		return err == nil && res.Text() == "on a"
+	})
+	for _, want := range []struct {
+		gw    *Gateway
+		lines []string
+	}{
+		{b, []string{`mcpgate_cluster_routed_calls_total{direction="sent",outcome="ok"} 1`, "mcpgate_cluster_members 2", "mcpgate_cluster_routes 1",
+			"mcpgate_cluster_nats_connected 1", "mcpgate_cluster_devices_held 0", "mcpgate_devices_online 0"}},
+		{a, []string{`mcpgate_cluster_routed_calls_total{direction="served",outcome="ok"} 1`, "mcpgate_cluster_members 2", "mcpgate_cluster_devices_held 1",
+			"mcpgate_devices_online 1"}},
+	} {
+		text := scrape(t, want.gw)
+		for _, line := range want.lines {
+			if !strings.Contains(text, "\n"+line+"\n") {
+				t.Errorf("node %s's /metrics lacks %q:\n%s", want.gw.cfg.Cluster.NodeID, line, grepLines(text, "mcpgate_cluster_"))
+			}
+		}
+	}
+}
+
 func TestClusterCallsAcrossGateways(t *testing.T) {
 	st := storetest.Open(t, "", t.TempDir())
 	_, caller := storeKey(t, st, "caller", auth.ScopeCall)

@@ -1,0 +1,151 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
+)
+
+// metricValue returns the value of the series name with labels (name=value
+// pairs) on reg, and whether it is there.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) (float64, bool) {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue series
+				}
+			}
+			return value(m), true
+		}
+	}
+	return 0, false
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.GetCounter() != nil:
+		return m.GetCounter().GetValue()
+	case m.GetGauge() != nil:
+		return m.GetGauge().GetValue()
+	}
+	return 0
+}
+
+func TestMetrics(t *testing.T) {
+	regs := []*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
+	var nodes []*testNode
+	for i, reg := range regs {
+		nodes = append(nodes, startNode(t, nodes, Config{NodeID: fmt.Sprintf("n%d", i), Registerer: reg}, hub.Config{}))
+	}
+	waitRoutes(t, nodes)
+	dev := connect(t, nodes[1].hub, "dev-m", "n1")
+	callUntil(t, nodes[0].hub, hub.CallRequest{Device: "dev-m", Tool: "echo", Arguments: json.RawMessage(`{"n":1}`)})
+	if _, err := nodes[0].hub.Call(t.Context(), hub.CallRequest{Device: "dev-m", Tool: "nope"}); hub.Code(err) != "tool_not_found" {
+		t.Fatalf("unknown tool: %v", err)
+	}
+
+	expect := func(reg *prometheus.Registry, want float64, name string, labels ...string) {
+		t.Helper()
+		got, ok := metricValue(t, reg, name, labels...)
+		if !ok || got != want {
+			t.Errorf("%s%v = %v (present %v), want %v", name, labels, got, ok, want)
+		}
+	}
+	expect(regs[0], 1, "mcpgate_cluster_routed_calls_total", "direction", "sent", "outcome", "ok")
+	expect(regs[0], 1, "mcpgate_cluster_routed_calls_total", "direction", "sent", "outcome", "tool_not_found")
+	expect(regs[1], 1, "mcpgate_cluster_routed_calls_total", "direction", "served", "outcome", "ok")
+	expect(regs[1], 1, "mcpgate_cluster_routed_calls_total", "direction", "served", "outcome", "tool_not_found")
+	expect(regs[0], 0, "mcpgate_cluster_devices_held")
+	expect(regs[1], 1, "mcpgate_cluster_devices_held")
+	for _, reg := range regs {
+		expect(reg, 2, "mcpgate_cluster_members")
+		expect(reg, 1, "mcpgate_cluster_routes")
+		expect(reg, 1, "mcpgate_cluster_nats_connected")
+		expect(reg, 0, "mcpgate_cluster_nats_errors_total", "kind", "slow_consumer")
+		if in, _ := metricValue(t, reg, "mcpgate_cluster_nats_messages_total", "direction", "in"); in == 0 {
+			t.Error("no NATS message counted in")
+		}
+	}
+
+	// A call in flight shows on both nodes until it ends.
+	done := make(chan error, 1)
+	go func() {
+		_, err := nodes[0].hub.Call(context.Background(), hub.CallRequest{Device: "dev-m", Tool: "slow"})
+		done <- err
+	}()
+	inFlight := func(reg *prometheus.Registry, direction string) float64 {
+		v, _ := metricValue(t, reg, "mcpgate_cluster_routed_calls_in_flight", "direction", direction)
+		return v
+	}
+	waitFor(t, "the slow call in flight on both nodes", func() bool {
+		return inFlight(regs[0], "sent") == 1 && inFlight(regs[1], "served") == 1
+	})
+	close(dev.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "no call in flight", func() bool {
+		return inFlight(regs[0], "sent") == 0 && inFlight(regs[1], "served") == 0
+	})
+
+	// A closed node's series leave its registry.
+	nodes[0].hub.Shutdown()
+	nodes[0].node.Close()
+	if _, ok := metricValue(t, regs[0], "mcpgate_cluster_members"); ok {
+		t.Error("a closed node still reports mcpgate_cluster_members")
+	}
+}
+
+func TestMetricsNATSErrorKinds(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		kind string
+	}{
+		{nats.ErrSlowConsumer, "slow_consumer"},
+		{fmt.Errorf("%w: subject x", nats.ErrPermissionViolation), "permission"},
+		{errors.New("nats: something else"), "other"},
+	} {
+		m := newMetrics()
+		m.natsError(tc.err)
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(m.natsErrors)
+		if got, _ := metricValue(t, reg, "mcpgate_cluster_nats_errors_total", "kind", tc.kind); got != 1 {
+			t.Errorf("%v: counted %v as %s, want 1", tc.err, got, tc.kind)
+		}
+	}
+}
+
+// A node whose series cannot be registered (a registry that has them
+// already) does not start, and leaves nothing of its own behind.
+func TestMetricsRegisteredTwice(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	startNode(t, nil, Config{NodeID: "a", Registerer: reg}, hub.Config{})
+	if _, err := Start(Config{Name: "test", NodeID: "b", Listen: "127.0.0.1:0", Registerer: reg}); err == nil {
+		t.Fatal("a second node registered on the same registry started")
+	}
+	if v, ok := metricValue(t, reg, "mcpgate_cluster_members"); !ok || v != 1 {
+		t.Errorf("the first node's mcpgate_cluster_members after the refusal: %v (present %v)", v, ok)
+	}
+}
