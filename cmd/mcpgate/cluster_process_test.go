@@ -585,7 +585,7 @@ func TestClusterExternalNATS(t *testing.T) {
 	dsn := storetest.PostgresDSN(t)
 	natsAddr := freeAddr(t)
 	host, port, _ := net.SplitHostPort(natsAddr)
-	startChildEnv(t, natsChildEnv, []string{"-a", host, "-p", port})
+	natsProc := startChildEnv(t, natsChildEnv, []string{"-a", host, "-p", port})
 	waitFor(t, "nats-server listening", clusterWait, func() bool {
 		c, err := net.Dial("tcp", natsAddr)
 		if err == nil {
@@ -612,6 +612,26 @@ func TestClusterExternalNATS(t *testing.T) {
 	start := time.Now()
 	if code := callCode(nodes[1].c, d.ID(), setVolume, `{"volume":1}`, clusterWait); code != "device_offline" || time.Since(start) > time.Second {
 		t.Errorf("a device connected nowhere: %q after %s, want device_offline at once", code, time.Since(start))
+	}
+
+	// NATS gone: each node says so in /healthz and /metrics, and a call to
+	// a device on the other node is device_offline at once.
+	if h, err := nodes[1].c.Health(t.Context()); err != nil || h.Cluster == nil || !h.Cluster.NATSConnected || h.Cluster.Routes != nil {
+		t.Errorf("healthz with NATS up: %+v, %v", h, err)
+	}
+	other := connectReady(t, nodes[0].addr, devicetest.Config{ID: "02:40:00:00:00:02"})
+	waitCallable(t, nodes[1], other.ID(), clusterWait)
+	natsProc.kill()
+	waitFor(t, "healthz saying NATS is down", clusterWait, func() bool {
+		h, err := nodes[1].c.Health(t.Context())
+		return err == nil && h.Cluster != nil && !h.Cluster.NATSConnected
+	})
+	if v := nodes[1].metric(t, "mcpgate_cluster_nats_connected"); v != "0" {
+		t.Errorf("mcpgate_cluster_nats_connected with NATS down: %q, want 0", v)
+	}
+	start = time.Now()
+	if code := callCode(nodes[1].c, other.ID(), setVolume, `{"volume":1}`, clusterWait); code != "device_offline" || time.Since(start) > time.Second {
+		t.Errorf("a device on another node with NATS down: %q after %s, want device_offline at once", code, time.Since(start))
 	}
 }
 

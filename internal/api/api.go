@@ -59,6 +59,9 @@ type Config struct {
 	// Keys answers the key routes under /api/v1/keys (keys.go); nil
 	// answers 503 keys_unavailable.
 	Keys KeyStore
+	// Cluster reports this node's view of the cluster for /healthz; nil
+	// on a single node.
+	Cluster func() *ClusterHealth
 }
 
 // DefaultWriteTimeout is Config.WriteTimeout's default: ample for any answer
@@ -474,7 +477,11 @@ func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
 			online++
 		}
 	}
-	writeJSON(w, http.StatusOK, Health{Status: "ok", Version: a.cfg.Version, Node: a.hub.NodeID(), Devices: len(devs), Online: online})
+	h := Health{Status: "ok", Version: a.cfg.Version, Node: a.hub.NodeID(), Devices: len(devs), Online: online}
+	if a.cfg.Cluster != nil {
+		h.Cluster = a.cfg.Cluster()
+	}
+	writeJSON(w, http.StatusOK, h)
 }
 
 // Health is the body of GET /healthz.
@@ -487,6 +494,20 @@ type Health struct {
 	// Devices counts every known device, Online those with a live session.
 	Devices int `json:"devices"`
 	Online  int `json:"online"`
+	// Cluster is what this node sees of the cluster; nil on a single node.
+	Cluster *ClusterHealth `json:"cluster,omitempty"`
+}
+
+// ClusterHealth is a cluster node's view of the cluster (docs/cluster.md).
+type ClusterHealth struct {
+	// Members are the nodes this node counts as live, itself included.
+	Members []string `json:"members"`
+	// NATSConnected is whether this node's NATS connection is up: while
+	// it is not, the node reaches no other node.
+	NATSConnected bool `json:"nats_connected"`
+	// Routes counts the other nodes the embedded NATS server has a route
+	// to; nil with an external NATS.
+	Routes *int `json:"routes,omitempty"`
 }
 
 // events streams the hub's events as Server-Sent Events until the client

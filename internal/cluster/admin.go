@@ -123,6 +123,9 @@ func (n *Node) broadcast(what string, m deviceMsg) {
 // reply with Held false and no error.
 func (n *Node) adminRequest(ctx context.Context, m adminMsg) (adminReply, error) {
 	m.Node = n.cfg.NodeID
+	if err := n.reachable(); err != nil {
+		return adminReply{}, fmt.Errorf("asking the node holding %s: %w", m.Device, err)
+	}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return adminReply{}, fmt.Errorf("cluster: encoding a request: %w", err)

@@ -248,6 +248,28 @@ func (n *Node) RouteURL() string {
 	return "nats://" + addr.String()
 }
 
+// Connected reports whether the node's NATS connection is up.
+func (n *Node) Connected() bool { return n.nc.IsConnected() }
+
+// ErrCutOff: the node's NATS connection is down. A request to another node
+// is refused at once rather than kept in nats.go's reconnect buffer, from
+// which it would be sent when the connection comes back, long after its
+// caller gave up: a tool call would then run unasked. Messages that are not
+// requests (replies, the view, claims) are kept and sent late, in order.
+var ErrCutOff = errors.New("cluster: this node is cut off from NATS")
+
+// reachable returns ErrCutOff while the NATS connection is down.
+func (n *Node) reachable() error {
+	if !n.nc.IsConnected() {
+		return ErrCutOff
+	}
+	return nil
+}
+
+// Embedded reports whether the node runs its own NATS server (no
+// Config.NATS).
+func (n *Node) Embedded() bool { return n.srv != nil }
+
 // Routes returns how many other nodes the embedded server has routes to
 // (a pool of several routes to one node counts once).
 func (n *Node) Routes() int {

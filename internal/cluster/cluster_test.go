@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -31,6 +32,7 @@ type memDevice struct {
 	*hubtest.Device
 	release chan struct{}
 	slow    atomic.Int64 // slow calls received
+	echoes  atomic.Int64 // echo calls received
 }
 
 // connect attaches a new memDevice named name to h as device id.
@@ -39,6 +41,7 @@ func connect(t *testing.T, h *hub.Hub, id, name string) *memDevice {
 	d := &memDevice{Device: &hubtest.Device{Tools: []string{echoTool, slowTool}}, release: make(chan struct{})}
 	d.OnCall = func(ctx context.Context, c hubtest.Call) (string, error) {
 		if c.Name != "slow" {
+			d.echoes.Add(1)
 			return name + " " + string(c.Args), nil
 		}
 		d.slow.Add(1)
@@ -294,6 +297,68 @@ func TestExternalNATS(t *testing.T) {
 
 // The device's call rate is charged by the node holding the device, for
 // calls from every node; the refusal crosses back with its retry-after.
+// startNATS starts a NATS server on port (server.RANDOM_PORT: a free one)
+// and stops it when the test ends.
+func startNATS(t *testing.T, port int) *server.Server {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server did not start")
+	}
+	return srv
+}
+
+// TestCutOffNodeRefusesRequests: while a node's NATS connection is down, a
+// call to a device on another node fails device_offline at once, not sent,
+// and an administrative request fails too; neither reaches the other node
+// when the connection comes back (nats.go would have sent them from its
+// reconnect buffer, long after their callers gave up).
+func TestCutOffNodeRefusesRequests(t *testing.T) {
+	srv := startNATS(t, server.RANDOM_PORT)
+	port := srv.Addr().(*net.TCPAddr).Port
+	var nodes []*testNode
+	for i := range 2 {
+		nodes = append(nodes, startNode(t, nil, Config{Name: "cut", NodeID: fmt.Sprintf("c%d", i), NATS: []string{srv.ClientURL()}}, hub.Config{}))
+	}
+	dev := connect(t, nodes[1].hub, "dev-c", "c1")
+	callUntil(t, nodes[0].hub, hub.CallRequest{Device: "dev-c", Tool: "echo"})
+	waitFor(t, "c0 listing dev-c online", func() bool {
+		d, err := nodes[0].hub.Device("dev-c")
+		return err == nil && d.Online
+	})
+	before := dev.echoes.Load()
+
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	waitFor(t, "both nodes cut off", func() bool { return !nodes[0].node.Connected() && !nodes[1].node.Connected() })
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := nodes[0].hub.Call(ctx, hub.CallRequest{Device: "dev-c", Tool: "echo"})
+	if hub.Code(err) != "device_offline" || !hub.NotSent(err) || !errors.Is(err, ErrCutOff) || time.Since(start) > 500*time.Millisecond {
+		t.Errorf("a call from a cut-off node: %v (not sent %v) after %s; want device_offline, not sent, at once", err, hub.NotSent(err), time.Since(start))
+	}
+	if _, _, err := nodes[0].node.Forget(ctx, "dev-c", true); !errors.Is(err, ErrCutOff) {
+		t.Errorf("a forget from a cut-off node: %v, want ErrCutOff", err)
+	}
+
+	startNATS(t, port)
+	waitFor(t, "both nodes back", func() bool { return nodes[0].node.Connected() && nodes[1].node.Connected() })
+	callUntil(t, nodes[0].hub, hub.CallRequest{Device: "dev-c", Tool: "echo"})
+	time.Sleep(testTiming)
+	if got := dev.echoes.Load(); got != before+1 {
+		t.Errorf("the device got %d calls after the outage, want 1: a refused call was sent late", got-before)
+	}
+	if _, held := nodes[1].hub.Held("dev-c"); !held {
+		t.Error("a refused forget was carried out late")
+	}
+}
+
 func TestDeviceRateAcrossNodes(t *testing.T) {
 	nodes := startClusterOf(t, 2, Config{}, hub.Config{DeviceRate: limits.Rate{PerSecond: 0.5, Burst: 1}})
 	connect(t, nodes[0].hub, "dev-r", "r")

@@ -305,6 +305,9 @@ func (n *Node) OnHandoff(f func(ids []string) (held []string)) error {
 // Handoff asks node to take over the devices ids and returns those it
 // holds afterwards.
 func (n *Node) Handoff(ctx context.Context, node string, ids []string) ([]string, error) {
+	if err := n.reachable(); err != nil {
+		return nil, fmt.Errorf("handing devices to %s: %w", node, err)
+	}
 	b, err := json.Marshal(handoffMsg{Devices: ids})
 	if err != nil {
 		return nil, err

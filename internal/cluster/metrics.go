@@ -111,11 +111,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	gauge(descMembers, float64(len(n.Members())))
-	if n.srv != nil {
+	if n.Embedded() {
 		gauge(descRoutes, float64(n.Routes()))
 	}
 	connected := 0.0
-	if n.nc.IsConnected() {
+	if n.Connected() {
 		connected = 1
 	}
 	gauge(descConnected, connected)

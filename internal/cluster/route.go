@@ -63,6 +63,9 @@ func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 	msg := callMsg{ID: nuid.Next(), Node: n.cfg.NodeID, Device: id, Tool: req.Tool, Arguments: req.Arguments,
 		TimeoutMS: req.Timeout.Milliseconds(), Caller: req.Caller, Door: req.Door, Meta: req.Meta,
 		Progress: req.OnProgress != nil}
+	if err := n.reachable(); err != nil {
+		return nil, hub.NotSentError(fmt.Errorf("%w: %s: %w", hub.ErrDeviceOffline, id, err))
+	}
 	inbox, replies, done, err := n.expect()
 	if err != nil {
 		return nil, hub.NotSentError(fmt.Errorf("%w: cluster: %w", hub.ErrDeviceOffline, err))

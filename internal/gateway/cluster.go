@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/cluster"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
@@ -86,6 +87,21 @@ func (g *Gateway) joinCluster() (leave func(), err error) {
 		g.cluster.node.Store(nil)
 		node.Close()
 	}, nil
+}
+
+// clusterHealth is this node's view of the cluster for /healthz; nil
+// before it has joined.
+func (l *clusterLink) health() *api.ClusterHealth {
+	n := l.node.Load()
+	if n == nil {
+		return nil
+	}
+	h := &api.ClusterHealth{Members: n.Members(), NATSConnected: n.Connected()}
+	if n.Embedded() {
+		routes := n.Routes()
+		h.Routes = &routes
+	}
+	return h
 }
 
 // ClusterRoute returns this node's embedded NATS route URL, for other

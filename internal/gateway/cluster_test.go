@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -91,8 +92,9 @@ func TestClusterCallsAcrossGateways(t *testing.T) {
 	if d, err := a.Hub().Device(mac); err != nil || d.Node != "a" {
 		t.Errorf("device on node a: %+v, %v", d, err)
 	}
-	if h, err := c.Health(t.Context()); err != nil || h.Node != "b" {
-		t.Errorf("healthz of node b: %+v, %v", h, err)
+	if h, err := c.Health(t.Context()); err != nil || h.Node != "b" || h.Cluster == nil || !slices.Equal(h.Cluster.Members, []string{"a", "b"}) ||
+		!h.Cluster.NATSConnected || h.Cluster.Routes == nil || *h.Cluster.Routes != 1 {
+		t.Errorf("healthz of node b: %+v (cluster %+v), %v", h, h.Cluster, err)
 	}
 
 	start := time.Now()

@@ -364,8 +364,12 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	var clusterHealth func() *api.ClusterHealth
+	if cfg.Cluster != nil {
+		clusterHealth = link.health
+	}
 	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version, Agent: chat, Audit: flushedAudit{auditLog, cfg.Store}, Queue: calls, Keys: cfg.Store,
-		MaxBodyBytes: cfg.Limits.MaxBodyBytes, WriteTimeout: cfg.Limits.WriteTimeout, Limits: lim})
+		MaxBodyBytes: cfg.Limits.MaxBodyBytes, WriteTimeout: cfg.Limits.WriteTimeout, Limits: lim, Cluster: clusterHealth})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
