@@ -91,6 +91,10 @@ type Node struct {
 	hub   *hub.Hub
 	devs  map[string]*nats.Subscription // call subscription per held device
 	calls map[string]context.CancelFunc // routed calls served here, by call id
+	// cancelled holds, by call id, when calls were cancelled before they
+	// were served here: a cancel has a subject of its own and may overtake
+	// its call on the way to a server goroutine.
+	cancelled map[string]time.Time
 	subs  []*nats.Subscription          // claim and cancel
 	view  *view                         // set by Bind (view.go)
 
@@ -430,6 +434,42 @@ type cancelMsg struct {
 	Call string `json:"call"`
 }
 
+// Every node hears every cancel and keeps those of calls it is not serving
+// for cancelKeep (a call overtaken by its cancel arrives within
+// milliseconds), at most maxCancelled of them.
+const (
+	cancelKeep   = 10 * time.Second
+	maxCancelled = 4096
+)
+
+// rememberCancel keeps call id as cancelled at now. n.mu must be held.
+func (n *Node) rememberCancel(id string, now time.Time) {
+	if n.cancelled == nil {
+		n.cancelled = map[string]time.Time{}
+	}
+	if len(n.cancelled) >= maxCancelled {
+		for k, at := range n.cancelled {
+			if now.Sub(at) > cancelKeep {
+				delete(n.cancelled, k)
+			}
+		}
+		if len(n.cancelled) >= maxCancelled {
+			return // a burst of cancels: the oldest are kept
+		}
+	}
+	n.cancelled[id] = now
+}
+
+// wasCancelled reports whether call id was cancelled before it arrived,
+// and forgets it. n.mu must be held.
+func (n *Node) wasCancelled(id string) bool {
+	at, ok := n.cancelled[id]
+	if ok {
+		delete(n.cancelled, id)
+	}
+	return ok && time.Since(at) <= cancelKeep
+}
+
 func (n *Node) onCancel(m *nats.Msg) {
 	var c cancelMsg
 	if json.Unmarshal(m.Data, &c) != nil {
@@ -437,6 +477,9 @@ func (n *Node) onCancel(m *nats.Msg) {
 	}
 	n.mu.Lock()
 	cancel := n.calls[c.Call]
+	if cancel == nil {
+		n.rememberCancel(c.Call, time.Now())
+	}
 	n.mu.Unlock()
 	if cancel != nil {
 		cancel()

@@ -374,3 +374,66 @@ func TestDeviceRateAcrossNodes(t *testing.T) {
 		t.Errorf("refusal %v: retry after %s (%v), not sent %v", err, wait, ok, hub.NotSent(err))
 	}
 }
+
+// TestCancelOvertakingItsCall: a cancel that reaches the serving node
+// before its call (they travel on different subjects) is kept, and the call
+// is refused when it arrives, never sent to the device.
+func TestCancelOvertakingItsCall(t *testing.T) {
+	nodes := startCluster(t, 2)
+	d := connect(t, nodes[0].hub, "dev-o", "o")
+	callUntil(t, nodes[1].hub, hub.CallRequest{Device: "dev-o", Tool: "echo"})
+	before := d.echoes.Load()
+
+	caller, serving := nodes[1].node, nodes[0].node
+	caller.cancelCall("call-overtaken")
+	waitFor(t, "the serving node to keep the cancel", func() bool {
+		serving.mu.Lock()
+		defer serving.mu.Unlock()
+		_, ok := serving.cancelled["call-overtaken"]
+		return ok
+	})
+	call := appendCall(nil, &callMsg{ID: "call-overtaken", Node: caller.ID(), Device: "dev-o", Tool: "echo", Arguments: json.RawMessage(`{}`)})
+	m, err := caller.nc.Request(caller.callSubject("dev-o"), call, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r replyMsg
+	if err := decodeReply(m.Data, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Kind != kindResult || r.Code != "client_closed" || !r.NotSent {
+		t.Errorf("a call arriving after its cancel: %+v, want client_closed, not sent", r)
+	}
+	if got := d.echoes.Load(); got != before {
+		t.Errorf("the device got %d calls cancelled before they arrived", got-before)
+	}
+	serving.mu.Lock()
+	_, kept := serving.cancelled["call-overtaken"]
+	serving.mu.Unlock()
+	if kept {
+		t.Error("the cancel is still kept after its call came")
+	}
+}
+
+func TestRememberCancelBounded(t *testing.T) {
+	n := &Node{}
+	long := time.Now().Add(-2 * cancelKeep)
+	for i := range maxCancelled {
+		n.rememberCancel(fmt.Sprint("old-", i), long)
+	}
+	n.rememberCancel("new", time.Now())
+	if len(n.cancelled) != 1 || !n.wasCancelled("new") {
+		t.Errorf("after %d expired cancels and a new one: %d kept", maxCancelled, len(n.cancelled))
+	}
+	for i := range maxCancelled {
+		n.rememberCancel(fmt.Sprint("fresh-", i), time.Now())
+	}
+	n.rememberCancel("one-too-many", time.Now())
+	if len(n.cancelled) != maxCancelled || n.wasCancelled("one-too-many") {
+		t.Errorf("past the bound: %d kept, the last kept %v", len(n.cancelled), n.cancelled["one-too-many"])
+	}
+	n.cancelled["stale"] = long
+	if n.wasCancelled("stale") {
+		t.Error("a cancel older than cancelKeep still counts")
+	}
+}

@@ -83,10 +83,12 @@ func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 	for {
 		select {
 		case <-ctx.Done():
-			b, _ := json.Marshal(cancelMsg{Call: msg.ID})
-			_ = n.nc.Publish(n.subject("cancel"), b)
+			n.cancelCall(msg.ID)
 			return nil, ctx.Err()
 		case <-quiet.C:
+			// Given up: should the serving node be merely slow, its
+			// call ends too.
+			n.cancelCall(msg.ID)
 			return nil, fmt.Errorf("%w: the node serving %s went silent for %s", hub.ErrDeviceDisconnected, id, n.cfg.silence)
 		case m := <-replies:
 			if m.Header.Get("Status") == "503" { // NATS: no responders
@@ -114,6 +116,13 @@ func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 			quiet.Reset(n.cfg.silence)
 		}
 	}
+}
+
+// cancelCall tells every node that call id is cancelled: the one serving
+// it ends it, the others keep it in case the call is still on its way.
+func (n *Node) cancelCall(id string) {
+	b, _ := json.Marshal(cancelMsg{Call: id})
+	_ = n.nc.Publish(n.subject("cancel"), b)
 }
 
 // codes maps hub.Code slugs back to the sentinels they came from.
@@ -180,6 +189,12 @@ func (n *Node) serve(reply string, data []byte) {
 		return
 	}
 	n.mu.Lock()
+	if n.wasCancelled(msg.ID) {
+		n.mu.Unlock()
+		n.metrics.count("served", nil, context.Canceled)
+		n.answer(reply, replyMsg{Kind: kindResult, Code: "client_closed", Error: "cluster: the call was cancelled before it was served", NotSent: true})
+		return
+	}
 	h := n.hub
 	ctx, cancel := context.WithCancel(n.ctx)
 	n.calls[msg.ID] = cancel
