@@ -577,6 +577,37 @@ func TestClusterProcesses(t *testing.T) {
 	t.Logf("whole test %s", time.Since(start).Round(time.Millisecond))
 }
 
+// TestClusterDuplicateNodeID: a third `mcpgate serve` started with the id
+// of a live node leaves the cluster and exits non-zero, naming --node-id;
+// the node that had the id keeps it.
+func TestClusterDuplicateNodeID(t *testing.T) {
+	dsn := storetest.PostgresDSN(t)
+	nodes := newClusterNodes(t, 2, dsn, "")
+	startCluster(t, nodes)
+	d := connectReady(t, nodes[0].addr, devicetest.Config{ID: "02:50:00:00:00:01"})
+	waitCallable(t, nodes[1], d.ID(), clusterWait)
+
+	dup := startChild(t, "serve", "--addr", freeAddr(t), "--mqtt-addr", "", "--data", t.TempDir(), "--store", dsn,
+		"--cluster-name", "proc", "--node-id", nodes[0].id, "--cluster-listen", freeAddr(t),
+		"--cluster-routes", "nats://"+nodes[0].route+",nats://"+nodes[1].route, "--log-format", "json")
+	rec := dup.waitLog(t, "gateway leaving the cluster", clusterWait)
+	if msg, _ := rec["error"].(string); !strings.Contains(msg, "--node-id") {
+		t.Errorf("the duplicate's reason: %q, want one naming --node-id", msg)
+	}
+	select {
+	case <-dup.done:
+		if dup.err == nil {
+			t.Error("the duplicate exited 0")
+		}
+	case <-time.After(clusterWait):
+		t.Fatal("the duplicate did not exit")
+	}
+	if nodes[0].proc.logs.find("gateway leaving the cluster") != nil {
+		t.Error("the node that had the id left too")
+	}
+	waitCallable(t, nodes[1], d.ID(), clusterWait)
+}
+
 // TestClusterExternalNATS: two `mcpgate serve --nats` nodes on a separately
 // started nats-server process (the Go module's server, run as its main
 // does): a device on one is called through the other, and a device connected

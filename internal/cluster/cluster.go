@@ -24,6 +24,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcpgate/mcpgate/internal/hub"
@@ -95,8 +96,8 @@ type Node struct {
 	// were served here: a cancel has a subject of its own and may overtake
 	// its call on the way to a server goroutine.
 	cancelled map[string]time.Time
-	subs  []*nats.Subscription          // claim and cancel
-	view  *view                         // set by Bind (view.go)
+	subs      []*nats.Subscription // claim and cancel
+	view      *view                // set by Bind (view.go)
 
 	onRevoked atomic.Pointer[func(store.Revocation)] // admin.go
 
@@ -107,6 +108,9 @@ type Node struct {
 
 	metrics    *metrics
 	unregister func() // takes the metrics off Config.Registerer
+
+	fatal     chan error   // why the node must leave the cluster (Fatal)
+	dupWarned atomic.Int64 // epoch of the younger node under this id last warned about
 }
 
 // DefaultNodeID derives a node id from the host name.
@@ -154,7 +158,7 @@ func Start(cfg Config) (*Node, error) {
 		cfg.MemberTimeout = 3 * cfg.Heartbeat
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), devs: map[string]*nats.Subscription{},
-		calls: map[string]context.CancelFunc{}, metrics: newMetrics(), unregister: func() {}}
+		calls: map[string]context.CancelFunc{}, metrics: newMetrics(), unregister: func() {}, fatal: make(chan error, 1)}
 	opts := []nats.Option{nats.Name("mcpgate " + cfg.NodeID), nats.MaxReconnects(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { n.log.Warn("cluster: NATS connection lost", "error", err) }),
 		nats.ReconnectHandler(func(*nats.Conn) { n.log.Info("cluster: NATS connection back") }),
@@ -201,7 +205,11 @@ func Start(cfg Config) (*Node, error) {
 // does not start its routes without one (DontListen), and takes no client
 // without that token.
 func embedded(cfg Config) (*server.Server, string, error) {
-	opts := &server.Options{ServerName: cfg.NodeID, Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true}
+	// The server's name is unique even when node ids are not: NATS would
+	// refuse the route of a server named as another, and the nodes would
+	// not hear each other to find out (duplicateID).
+	name := cfg.NodeID + "-" + nuid.Next()
+	opts := &server.Options{ServerName: name, Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true}
 	opts.Cluster.Name = cfg.Name
 	if cfg.Listen != "" {
 		host, port, err := net.SplitHostPort(cfg.Listen)
@@ -254,6 +262,33 @@ func (n *Node) RouteURL() string {
 
 // Connected reports whether the node's NATS connection is up.
 func (n *Node) Connected() bool { return n.nc.IsConnected() }
+
+// ErrDuplicateID: another live node has this node's id.
+var ErrDuplicateID = errors.New("cluster: another node has this node's id")
+
+// Fatal delivers the reason this node must leave the cluster: another node
+// that has run longer under the same id (ErrDuplicateID). The gateway
+// stops on it.
+func (n *Node) Fatal() <-chan error { return n.fatal }
+
+// duplicateID handles a view message under this node's id from another
+// node, which joined at theirs (this node at ours): two nodes must not
+// share an id (subjects, claims and the view would mix them up). The
+// younger leaves; on a tie, both do.
+func (n *Node) duplicateID(theirs, ours int64) {
+	if theirs > ours {
+		if n.dupWarned.Swap(theirs) != theirs {
+			n.log.Error("cluster: a node started with this node's id; it is leaving the cluster", "since", time.Unix(0, theirs).UTC())
+		}
+		return
+	}
+	err := fmt.Errorf("%w (%q, running since %s): give each node its own --node-id (default: the host name)",
+		ErrDuplicateID, n.cfg.NodeID, time.Unix(0, theirs).UTC().Format(time.RFC3339))
+	select {
+	case n.fatal <- err:
+	default:
+	}
+}
 
 // ErrCutOff: the node's NATS connection is down. A request to another node
 // is refused at once rather than kept in nats.go's reconnect buffer, from

@@ -437,3 +437,36 @@ func TestRememberCancelBounded(t *testing.T) {
 		t.Error("a cancel older than cancelKeep still counts")
 	}
 }
+
+// TestDuplicateNodeID: a node started under the id of a live node is told
+// to leave (Fatal) once it hears the older one, which stays; the others
+// keep listing the older node's devices once the younger has gone.
+func TestDuplicateNodeID(t *testing.T) {
+	nodes := startCluster(t, 2)
+	connect(t, nodes[0].hub, "dev-d", "d")
+	waitFor(t, "n1 listing dev-d", func() bool {
+		d, err := nodes[1].hub.Device("dev-d")
+		return err == nil && d.Online
+	})
+	dup := startNode(t, nodes, Config{NodeID: "n0"}, hub.Config{})
+	select {
+	case err := <-dup.node.Fatal():
+		if !errors.Is(err, ErrDuplicateID) || !strings.Contains(err.Error(), "--node-id") {
+			t.Errorf("the younger node's reason to leave: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the younger node under a taken id was not told to leave")
+	}
+	dup.hub.Shutdown()
+	dup.node.Close()
+	select {
+	case err := <-nodes[0].node.Fatal():
+		t.Errorf("the older node was told to leave: %v", err)
+	default:
+	}
+	waitFor(t, "n1 listing dev-d on n0 after the duplicate left", func() bool {
+		d, err := nodes[1].hub.Device("dev-d")
+		return err == nil && d.Online && d.Node == "n0"
+	})
+	callUntil(t, nodes[1].hub, hub.CallRequest{Device: "dev-d", Tool: "echo"})
+}

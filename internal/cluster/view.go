@@ -52,9 +52,11 @@ type viewMsg struct {
 // viewOut is a viewMsg as sent: the event's data is encoded with the
 // message, not before it (json would scan it again as a RawMessage).
 type viewOut struct {
-	Node  string            `json:"node"` // first: onView skips this node's own by prefix
-	Seq   uint64            `json:"seq"`
+	// Node and Epoch first: onView skips this node's own by prefix, and
+	// decodes another node's under the same id (duplicateID).
+	Node  string            `json:"node"`
 	Epoch int64             `json:"epoch"`
+	Seq   uint64            `json:"seq"`
 	Beat  bool              `json:"beat,omitempty"`
 	Hello bool              `json:"hello,omitempty"`
 	Bye   bool              `json:"bye,omitempty"`
@@ -128,7 +130,7 @@ type view struct {
 	// forgetKeep): a peer's record from before that, of a session since
 	// closed whose gone is still on its way, must not bring one back.
 	forgotten map[string]time.Time
-	own       []byte // how this node's messages start: {"node":"<id>",
+	own       []byte // how this node's messages start: {"node":"<id>","epoch":<epoch>,
 	// ownCalls is how this node's batches of call events start.
 	ownCalls []byte
 
@@ -150,7 +152,7 @@ func (n *Node) startView(h *hub.Hub, mem *members) error {
 	v := &view{n: n, h: h, nc: n.nc, mem: mem, epoch: time.Now().UnixNano(), wake: make(chan struct{}, 1), done: make(chan struct{}),
 		peers: map[string]*peer{}}
 	id, _ := json.Marshal(n.cfg.NodeID)
-	v.own = append(append([]byte(`{"node":`), id...), ',')
+	v.own = fmt.Appendf(nil, `{"node":%s,"epoch":%d,`, id, v.epoch)
 	v.ownCalls = append(append([]byte(callsPrefix), id...), ',')
 	for _, s := range []struct {
 		subj string
@@ -528,7 +530,7 @@ func (v *view) onView(m *nats.Msg) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for i := range msgs {
-		if msgs[i].Node != "" && msgs[i].Node != v.n.cfg.NodeID && !v.apply(&msgs[i]) {
+		if msgs[i].Node != "" && !v.apply(&msgs[i]) {
 			return
 		}
 	}
@@ -562,8 +564,14 @@ func (v *view) onCalls(data []byte) {
 // not be synced, so the rest of its batch is not worth trying. mu must be
 // held.
 func (v *view) apply(msg *viewMsg) bool {
+	if msg.Node == v.n.cfg.NodeID {
+		v.n.duplicateID(msg.Epoch, v.epoch)
+		return true
+	}
 	if msg.Bye {
-		if _, ok := v.peers[msg.Node]; ok {
+		// Only from the incarnation known here: a restarted node's old
+		// one, or another under its id, does not take its devices away.
+		if p, ok := v.peers[msg.Node]; ok && p.epoch == msg.Epoch {
 			v.dropPeer(msg.Node, "node "+msg.Node+" left the cluster")
 		}
 		return true

@@ -104,6 +104,15 @@ func (l *clusterLink) health() *api.ClusterHealth {
 	return h
 }
 
+// clusterFatal delivers why this node must leave the cluster; nil (never)
+// on a single node.
+func (g *Gateway) clusterFatal() <-chan error {
+	if n := g.cluster.node.Load(); n != nil {
+		return n.Fatal()
+	}
+	return nil
+}
+
 // ClusterRoute returns this node's embedded NATS route URL, for other
 // nodes' routes ("" on a single node or with an external NATS).
 func (g *Gateway) ClusterRoute() string {

@@ -528,6 +528,10 @@ func (g *Gateway) Ready() <-chan struct{} { return g.ready }
 // DISCONNECT "server shutting down"); then the device states and the audit
 // log are flushed to the store, which is closed.
 func (g *Gateway) Run(ctx context.Context) error {
+	// stopping ends ctx for everything Run started when the gateway stops
+	// of its own accord (it must leave the cluster), as when asked to.
+	ctx, stopping := context.WithCancel(ctx)
+	defer stopping()
 	if err := g.openStore(ctx); err != nil {
 		return err
 	}
@@ -605,10 +609,14 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	var fatal error // the reason to stop, when not asked to
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
+	case fatal = <-g.clusterFatal():
+		g.log.Error("gateway leaving the cluster", "error", fatal)
+		stopping()
 	}
 
 	g.log.Info("gateway stopping")
@@ -655,7 +663,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return fmt.Errorf("shutdown: %w", shutdownErr)
 	}
 	g.log.Info("gateway stopped")
-	return nil
+	return fatal
 }
 
 // serveDebug starts the pprof listener. Closing the returned server stops it.
