@@ -44,3 +44,32 @@ func TestDevicesCmdCluster(t *testing.T) {
 		t.Errorf("devices show on node b:\n%s", r.stdout)
 	}
 }
+
+func TestStatusCmd(t *testing.T) {
+	addr := startGateway(t)
+	r := run(t, addr, "status")
+	r.want(t, 0)
+	if !regexp.MustCompile(`^gateway: +http://\S+ \(test\)\ndevices: +0 known, 0 online\n$`).MatchString(r.stdout) {
+		t.Errorf("status of a single node:\n%s", r.stdout)
+	}
+	run(t, "http://127.0.0.1:1", "status").want(t, 1)
+
+	dsn := storetest.PostgresDSN(t)
+	a, _ := gatewaytest.Start(t, gateway.Config{Version: "test", StoreDSN: dsn,
+		Cluster: &cluster.Config{Name: "st", NodeID: "a", Listen: "127.0.0.1:0"}})
+	b, _ := gatewaytest.Start(t, gateway.Config{Version: "test", StoreDSN: dsn,
+		Cluster: &cluster.Config{Name: "st", NodeID: "b", Listen: "127.0.0.1:0", Routes: []string{a.ClusterRoute()}}})
+	want := regexp.MustCompile(`(?m)^node: +b\nmembers: +a, b\nnats: +connected, routed to 1 other node$`)
+	deadline := time.Now().Add(10 * time.Second)
+	for r = run(t, b.Addr(), "status"); !want.MatchString(r.stdout) && time.Now().Before(deadline); r = run(t, b.Addr(), "status") {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !want.MatchString(r.stdout) {
+		t.Errorf("status of cluster node b:\n%s", r.stdout)
+	}
+	r = run(t, b.Addr(), "status", "--json")
+	r.want(t, 0)
+	if !strings.Contains(r.stdout, `"nats_connected": true`) {
+		t.Errorf("status --json of node b:\n%s", r.stdout)
+	}
+}
