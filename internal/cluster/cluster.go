@@ -75,6 +75,9 @@ type Config struct {
 	// snapshotPage is the most devices per snapshot reply (view.go): a
 	// NATS message stays under 1 MB. Default 500.
 	snapshotPage int
+	// now is the node's wall clock as its beats tell it (clock.go; tests
+	// skew it). Default time.Now.
+	now func() time.Time
 }
 
 // Node is this gateway's membership in the cluster. It implements
@@ -150,6 +153,9 @@ func Start(cfg Config) (*Node, error) {
 	}
 	if cfg.snapshotPage <= 0 {
 		cfg.snapshotPage = 500
+	}
+	if cfg.now == nil {
+		cfg.now = time.Now
 	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = DefaultHeartbeat

@@ -90,12 +90,14 @@ var (
 		"Devices whose calls this node takes: those connected to it.", nil, nil)
 	descInFlight = prometheus.NewDesc("mcpgate_cluster_routed_calls_in_flight",
 		"Routed calls running now: sent from here, or served here for another node.", []string{"direction"}, nil)
+	descClock = prometheus.NewDesc("mcpgate_cluster_clock_offset_seconds",
+		"How far each other node's clock is ahead of this node's (negative: behind), estimated from its beats.", []string{"node"}, nil)
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	c.n.metrics.routed.Describe(ch)
 	c.n.metrics.natsErrors.Describe(ch)
-	for _, d := range []*prometheus.Desc{descMembers, descRoutes, descConnected, descReconnects, descMessages, descBytes, descHeld, descInFlight} {
+	for _, d := range []*prometheus.Desc{descMembers, descRoutes, descConnected, descReconnects, descMessages, descBytes, descHeld, descInFlight, descClock} {
 		ch <- d
 	}
 }
@@ -126,8 +128,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descBytes, st.InBytes, "in")
 	counter(descBytes, st.OutBytes, "out")
 	n.mu.Lock()
-	held, served := len(n.devs), len(n.calls)
+	held, served, v := len(n.devs), len(n.calls), n.view
 	n.mu.Unlock()
+	if v != nil {
+		for node, d := range v.clockOffsets() {
+			gauge(descClock, d.Seconds(), node)
+		}
+	}
 	n.fast.mu.Lock()
 	sent := len(n.fast.pending)
 	n.fast.mu.Unlock()

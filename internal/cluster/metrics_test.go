@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -80,7 +83,11 @@ func TestMetrics(t *testing.T) {
 	expect(regs[0], 0, "mcpgate_cluster_devices_held")
 	expect(regs[1], 1, "mcpgate_cluster_devices_held")
 	for _, reg := range regs {
-		expect(reg, 2, "mcpgate_cluster_members")
+		// Members change with the beats, a moment after the routes.
+		waitFor(t, "two members", func() bool {
+			v, _ := metricValue(t, reg, "mcpgate_cluster_members")
+			return v == 2
+		})
 		expect(reg, 1, "mcpgate_cluster_routes")
 		expect(reg, 1, "mcpgate_cluster_nats_connected")
 		expect(reg, 0, "mcpgate_cluster_nats_errors_total", "kind", "slow_consumer")
@@ -147,5 +154,45 @@ func TestMetricsRegisteredTwice(t *testing.T) {
 	}
 	if v, ok := metricValue(t, reg, "mcpgate_cluster_members"); !ok || v != 1 {
 		t.Errorf("the first node's mcpgate_cluster_members after the refusal: %v (present %v)", v, ok)
+	}
+}
+
+// TestClockOffset: a node whose clock is 3 s ahead is reported as such by
+// the others' metrics, and warned about in their logs.
+func TestClockOffset(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	var logs syncBuffer
+	nodes := []*testNode{startNode(t, nil, Config{NodeID: "n0", Registerer: reg, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, hub.Config{})}
+	ahead := func() time.Time { return time.Now().Add(3 * time.Second) }
+	nodes = append(nodes, startNode(t, nodes, Config{NodeID: "n1", now: ahead}, hub.Config{}))
+	waitRoutes(t, nodes)
+	waitFor(t, "n0 estimating n1's clock 3 s ahead", func() bool {
+		v, ok := metricValue(t, reg, "mcpgate_cluster_clock_offset_seconds", "node", "n1")
+		return ok && v > 2.9 && v < 3.1
+	})
+	if !strings.Contains(logs.String(), "clock is far from this one's") || !strings.Contains(logs.String(), "other=n1") {
+		t.Errorf("no warning about n1's clock in n0's log:\n%s", logs.String())
+	}
+}
+
+func TestClockOffsetEstimate(t *testing.T) {
+	var c clockOffset
+	if _, ok := c.estimate(); ok {
+		t.Error("an estimate before any sample")
+	}
+	// Samples are the offset less their time on the way: the largest is
+	// the estimate, in either direction, and only the last eight count.
+	for _, d := range []time.Duration{-900, -1000, -950} {
+		c.add(d * time.Millisecond)
+	}
+	if d, _ := c.estimate(); d != -900*time.Millisecond {
+		t.Errorf("behind: %s, want -900ms", d)
+	}
+	for range 8 {
+		c.add(2 * time.Second)
+	}
+	c.add(2500 * time.Millisecond)
+	if d, _ := c.estimate(); d != 2500*time.Millisecond {
+		t.Errorf("ahead, older samples gone: %s, want 2.5s", d)
 	}
 }

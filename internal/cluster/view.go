@@ -40,6 +40,9 @@ type viewMsg struct {
 	Beat  bool  `json:"beat,omitempty"`
 	Hello bool  `json:"hello,omitempty"` // a node joined: beat at once, so it learns of you
 	Bye   bool  `json:"bye,omitempty"`   // the node leaves: its devices are offline
+	// Clock is the sender's wall clock (unix nanoseconds) on a beat or
+	// hello: claims order sessions by the nodes' clocks (clock.go).
+	Clock int64 `json:"clock,omitempty"`
 	// Roles are the node's roles (AddRole), on a beat or hello.
 	Roles []string `json:"roles,omitempty"`
 	// Held is the record of a device the node holds, as it is now; Gone a
@@ -60,6 +63,7 @@ type viewOut struct {
 	Beat  bool              `json:"beat,omitempty"`
 	Hello bool              `json:"hello,omitempty"`
 	Bye   bool              `json:"bye,omitempty"`
+	Clock int64             `json:"clock,omitempty"`
 	Roles []string          `json:"roles,omitempty"`
 	Held  *hub.RemoteDevice `json:"held,omitempty"`
 	Gone  string            `json:"gone,omitempty"`
@@ -104,6 +108,7 @@ type peer struct {
 	epoch int64
 	heard time.Time
 	devs  map[string]hub.RemoteDevice // held by the peer, by id
+	clock clockOffset                 // how far its clock is from this node's (clock.go)
 }
 
 type view struct {
@@ -176,7 +181,9 @@ func (n *Node) startView(h *hub.Hub, mem *members) error {
 		v.unsubscribe()
 		return fmt.Errorf("cluster: NATS: %w", err)
 	}
+	n.mu.Lock()
 	n.view = v
+	n.mu.Unlock()
 	h.Tap(v.tap)
 	v.send(viewOut{Hello: true})
 	v.wg.Go(v.forward)
@@ -412,6 +419,7 @@ func (v *view) encodeLocked(msg *viewOut) ([]byte, bool) {
 	msg.Node, msg.Epoch = v.n.cfg.NodeID, v.epoch
 	if msg.Beat || msg.Hello {
 		msg.Roles = v.mem.ownRoles()
+		msg.Clock = v.n.now().UnixNano()
 	}
 	counted := msg.Held != nil || msg.Gone != "" || msg.Event != nil
 	if counted {
@@ -590,6 +598,9 @@ func (v *view) apply(msg *viewMsg) bool {
 		}
 	}
 	p.heard = time.Now()
+	if msg.Clock != 0 {
+		v.heardClock(msg.Node, p, time.Unix(0, msg.Clock).Sub(p.heard))
+	}
 	v.mem.heard(msg.Node, msg.Roles, msg.Beat || msg.Hello)
 	if msg.Hello {
 		go v.send(viewOut{Beat: true}) // not under mu: the forwarder takes mu under pubMu

@@ -44,6 +44,10 @@ func TestClusterMetrics(t *testing.T) {
 		res, err := c.Call(t.Context(), mac, api.CallBody{Name: "self.echo"})
 		return err == nil && res.Text() == "on a"
 	})
+	// Members change with the beats, a moment after the routes.
+	waitFor(t, "two members on both", 10*time.Second, func() bool {
+		return strings.Contains(scrape(t, a), "\nmcpgate_cluster_members 2\n") && strings.Contains(scrape(t, b), "\nmcpgate_cluster_members 2\n")
+	})
 	for _, want := range []struct {
 		gw    *Gateway
 		lines []string
