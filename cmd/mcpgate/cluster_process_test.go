@@ -577,15 +577,23 @@ func TestClusterProcesses(t *testing.T) {
 	t.Logf("whole test %s", time.Since(start).Round(time.Millisecond))
 }
 
+// startPairWithDevice starts two nodes on a fresh store and a device on the
+// first, callable through the second.
+func startPairWithDevice(t *testing.T) (dsn string, nodes []*clusterNode, d *devicetest.Device) {
+	t.Helper()
+	dsn = storetest.PostgresDSN(t)
+	nodes = newClusterNodes(t, 2, dsn, "")
+	startCluster(t, nodes)
+	d = connectReady(t, nodes[0].addr, devicetest.Config{ID: "02:50:00:00:00:01"})
+	waitCallable(t, nodes[1], d.ID(), clusterWait)
+	return dsn, nodes, d
+}
+
 // TestClusterDuplicateNodeID: a third `mcpgate serve` started with the id
 // of a live node leaves the cluster and exits non-zero, naming --node-id;
 // the node that had the id keeps it.
 func TestClusterDuplicateNodeID(t *testing.T) {
-	dsn := storetest.PostgresDSN(t)
-	nodes := newClusterNodes(t, 2, dsn, "")
-	startCluster(t, nodes)
-	d := connectReady(t, nodes[0].addr, devicetest.Config{ID: "02:50:00:00:00:01"})
-	waitCallable(t, nodes[1], d.ID(), clusterWait)
+	dsn, nodes, d := startPairWithDevice(t)
 
 	dup := startChild(t, "serve", "--addr", freeAddr(t), "--mqtt-addr", "", "--data", t.TempDir(), "--store", dsn,
 		"--cluster-name", "proc", "--node-id", nodes[0].id, "--cluster-listen", freeAddr(t),
@@ -670,11 +678,7 @@ func TestClusterExternalNATS(t *testing.T) {
 // another: the aggregate door (/mcp) and the device's own door
 // (/mcp/devices/{id}).
 func TestClusterProcessesMCP(t *testing.T) {
-	dsn := storetest.PostgresDSN(t)
-	nodes := newClusterNodes(t, 2, dsn, "")
-	startCluster(t, nodes)
-	d := connectReady(t, nodes[0].addr, devicetest.Config{ID: "02:50:00:00:00:01"})
-	waitCallable(t, nodes[1], d.ID(), clusterWait)
+	_, nodes, d := startPairWithDevice(t)
 	before := len(d.Calls())
 
 	connect := func(path string) *mcp.ClientSession {

@@ -266,15 +266,7 @@ func TestNodeLoss(t *testing.T) {
 // With an operator's NATS (here a separate server on a free loopback
 // port) the nodes are its clients, and calls route the same way.
 func TestExternalNATS(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
+	srv := startNATS(t, server.RANDOM_PORT)
 	var hubs []*hub.Hub
 	for i := range 2 {
 		tn := startNode(t, nil, Config{Name: "ext", NodeID: fmt.Sprintf("x%d", i), NATS: []string{srv.ClientURL()}}, hub.Config{})

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -25,19 +24,12 @@ func TestClusterAdminAcrossGateways(t *testing.T) {
 	callerID, caller := storeKey(t, st, "caller", auth.ScopeCall)
 	a, b := startPair(t, Config{Store: st, RequireKeys: true}, "t")
 
-	srv := newServer(t, device.ProfileESP32, device.Tool{
-		Name: "self.echo", Description: "echo",
-		Handler: func(ctx context.Context, args device.Args) (any, error) { return "on a", nil },
-	})
 	mac := "02:00:00:00:0d:02"
-	runDevice(t, a, mac, srv)
+	runEchoDevice(t, a, mac)
 	anon := restClient(t, b)
 	onB, callerOnB := anon.WithKey(admin), anon.WithKey(caller)
 	onA := restClient(t, a)
-	waitFor(t, "a call through node b", 10*time.Second, func() bool {
-		res, err := onB.Call(t.Context(), mac, api.CallBody{Name: "self.echo"})
-		return err == nil && res.Text() == "on a"
-	})
+	waitEchoThrough(t, onB, mac)
 
 	// Alias, set through b, stored once (by a, which holds the device).
 	d, err := onB.SetAlias(t.Context(), mac, "porch")

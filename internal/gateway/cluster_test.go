@@ -1,14 +1,12 @@
 package gateway
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/cluster"
@@ -33,17 +31,9 @@ func TestClusterRefusesSQLite(t *testing.T) {
 func TestClusterMetrics(t *testing.T) {
 	st := storetest.Open(t, "", t.TempDir())
 	a, b := startPair(t, Config{Store: st}, "m")
-	srv := newServer(t, device.ProfileESP32, device.Tool{
-		Name: "self.echo", Description: "echo",
-		Handler: func(ctx context.Context, args device.Args) (any, error) { return "on a", nil },
-	})
 	mac := "02:00:00:00:0d:02"
-	runDevice(t, a, mac, srv)
-	c := restClient(t, b)
-	waitFor(t, "a call through the other node", 10*time.Second, func() bool {
-		res, err := c.Call(t.Context(), mac, api.CallBody{Name: "self.echo"})
-		return err == nil && res.Text() == "on a"
-	})
+	runEchoDevice(t, a, mac)
+	waitEchoThrough(t, restClient(t, b), mac)
 	// Members change with the beats, a moment after the routes.
 	waitFor(t, "two members on both", 10*time.Second, func() bool {
 		return strings.Contains(scrape(t, a), "\nmcpgate_cluster_members 2\n") && strings.Contains(scrape(t, b), "\nmcpgate_cluster_members 2\n")
@@ -72,18 +62,11 @@ func TestClusterCallsAcrossGateways(t *testing.T) {
 	_, kitchen := storeKey(t, st, "kitchen", auth.ScopeCall, "kitchen*")
 	a, b := startPair(t, Config{Store: st, RequireKeys: true}, "t")
 
-	srv := newServer(t, device.ProfileESP32, device.Tool{
-		Name: "self.echo", Description: "echo",
-		Handler: func(ctx context.Context, args device.Args) (any, error) { return "on a", nil },
-	})
 	mac := "02:00:00:00:0d:01"
-	runDevice(t, a, mac, srv)
+	runEchoDevice(t, a, mac)
 	anon := restClient(t, b)
 	c := anon.WithKey(caller)
-	waitFor(t, "a call through the other node", 10*time.Second, func() bool {
-		res, err := c.Call(t.Context(), mac, api.CallBody{Name: "self.echo"})
-		return err == nil && res.Text() == "on a"
-	})
+	waitEchoThrough(t, c, mac)
 
 	// A key limited to other devices does not reach it on another node
 	// either.

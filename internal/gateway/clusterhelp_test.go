@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/cluster"
@@ -65,4 +67,25 @@ func storeKeyOf(t testing.TB, st store.Store, name string, scope auth.Scope, dev
 		t.Fatal(err)
 	}
 	return k.ID, secret
+}
+
+// runEchoDevice connects device mac to gw, with one tool, self.echo, that
+// answers "on a".
+func runEchoDevice(t *testing.T, gw *Gateway, mac string) {
+	t.Helper()
+	srv := newServer(t, device.ProfileESP32, device.Tool{
+		Name: "self.echo", Description: "echo",
+		Handler: func(ctx context.Context, args device.Args) (any, error) { return "on a", nil },
+	})
+	runDevice(t, gw, mac, srv)
+}
+
+// waitEchoThrough waits until c's call of mac's self.echo answers "on a":
+// the device's subscription has reached c's node.
+func waitEchoThrough(t *testing.T, c *api.Client, mac string) {
+	t.Helper()
+	waitFor(t, "a call through the other node", 10*time.Second, func() bool {
+		res, err := c.Call(t.Context(), mac, api.CallBody{Name: "self.echo"})
+		return err == nil && res.Text() == "on a"
+	})
 }
