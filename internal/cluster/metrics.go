@@ -90,6 +90,10 @@ var (
 		"Devices whose calls this node takes: those connected to it.", nil, nil)
 	descInFlight = prometheus.NewDesc("mcpgate_cluster_routed_calls_in_flight",
 		"Routed calls running now: sent from here, or served here for another node.", []string{"direction"}, nil)
+	descBacklog = prometheus.NewDesc("mcpgate_cluster_view_backlog",
+		"View messages from other nodes received and not yet applied here: growing, this node falls behind the cluster's changes.", nil, nil)
+	descSyncs = prometheus.NewDesc("mcpgate_cluster_view_syncs_total",
+		"Snapshots this node took of another node's devices (it joined, restarted, or messages were missed), by result: ok, failed.", []string{"result"}, nil)
 	descClock = prometheus.NewDesc("mcpgate_cluster_clock_offset_seconds",
 		"How far each other node's clock is ahead of this node's (negative: behind), estimated from its beats.", []string{"node"}, nil)
 )
@@ -97,7 +101,7 @@ var (
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	c.n.metrics.routed.Describe(ch)
 	c.n.metrics.natsErrors.Describe(ch)
-	for _, d := range []*prometheus.Desc{descMembers, descRoutes, descConnected, descReconnects, descMessages, descBytes, descHeld, descInFlight, descClock} {
+	for _, d := range []*prometheus.Desc{descMembers, descRoutes, descConnected, descReconnects, descMessages, descBytes, descHeld, descInFlight, descBacklog, descSyncs, descClock} {
 		ch <- d
 	}
 }
@@ -131,6 +135,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	held, served, v := len(n.devs), len(n.calls), n.view
 	n.mu.Unlock()
 	if v != nil {
+		gauge(descBacklog, float64(v.backlog()))
+		counter(descSyncs, uint64(v.syncs.Load()), "ok")
+		counter(descSyncs, uint64(v.syncsFailed.Load()), "failed")
 		for node, d := range v.clockOffsets() {
 			gauge(descClock, d.Seconds(), node)
 		}

@@ -91,6 +91,13 @@ func TestMetrics(t *testing.T) {
 		expect(reg, 1, "mcpgate_cluster_routes")
 		expect(reg, 1, "mcpgate_cluster_nats_connected")
 		expect(reg, 0, "mcpgate_cluster_nats_errors_total", "kind", "slow_consumer")
+		expect(reg, 0, "mcpgate_cluster_view_syncs_total", "result", "failed")
+		if ok, _ := metricValue(t, reg, "mcpgate_cluster_view_syncs_total", "result", "ok"); ok < 1 {
+			t.Error("no snapshot of the other node counted")
+		}
+		if _, present := metricValue(t, reg, "mcpgate_cluster_view_backlog"); !present {
+			t.Error("no mcpgate_cluster_view_backlog")
+		}
 		if in, _ := metricValue(t, reg, "mcpgate_cluster_nats_messages_total", "direction", "in"); in == 0 {
 			t.Error("no NATS message counted in")
 		}

@@ -142,9 +142,10 @@ type view struct {
 	subs []*nats.Subscription
 	wg   sync.WaitGroup
 
-	// Counters for docs and tests.
+	// Counters for docs, tests and metrics.
 	catalogFetches, catalogBytes int64 // guarded by mu
 	callBatchesSkipped           atomic.Int64
+	syncs, syncsFailed           atomic.Int64 // snapshots taken from other nodes
 }
 
 func (n *Node) viewSubject() string { return n.subject("view") }
@@ -476,10 +477,19 @@ func (v *view) beat() {
 	}
 }
 
+// backlog returns how many view messages wait to be applied here.
+func (v *view) backlog() int {
+	pending, _, err := v.subs[0].Pending()
+	if err != nil {
+		return 0
+	}
+	return pending
+}
+
 // lossTimeout is how long a peer may be silent here: twice the timeout
 // while the view's messages wait to be applied (see beat).
 func (v *view) lossTimeout() time.Duration {
-	if pending, _, err := v.subs[0].Pending(); err == nil && pending > 0 {
+	if v.backlog() > 0 {
 		return 2 * v.n.cfg.MemberTimeout
 	}
 	return v.n.cfg.MemberTimeout
@@ -696,7 +706,14 @@ func (v *view) applyEvent(e *wireEvent, node string) {
 // the messages after it, applied after the last page, carry each device's
 // record as it was when sent, so what a later page showed newer is shown
 // again by a later message.
-func (v *view) sync(node string) bool {
+func (v *view) sync(node string) (synced bool) {
+	defer func() {
+		if synced {
+			v.syncs.Add(1)
+		} else {
+			v.syncsFailed.Add(1)
+		}
+	}()
 	var snap snapshotMsg
 	after := ""
 	for {
