@@ -58,6 +58,10 @@ func TestConsoleCluster(t *testing.T) {
 	checkPage(t, ctx, "events (cluster)")
 	screenshot(t, ctx, "events-cluster")
 
+	// The overview names the node and the members it sees.
+	run(t, ctx, "overview", chromedp.Navigate(base+"/#/overview"))
+	waitJS(t, ctx, "west among its members", `document.getElementById('overview-info')?.textContent.includes('· node west of east, west ·')`)
+
 	// A device that leaves is on no node.
 	stop1()
 	run(t, ctx, "devices page", chromedp.Navigate(base+"/#/devices"))

@@ -513,7 +513,7 @@ const samples = []; // kept across visits to the page: {t, calls, errors, online
 function overviewPage(main) {
   const charts = h('div', { class: 'charts', id: 'charts' });
   const err = h('div');
-  const info = h('p', { class: 'muted' });
+  const info = h('p', { class: 'muted', id: 'overview-info' });
   main.append(h('h1', { text: 'Overview' }), info, charts, err);
   function chart(title, value, series, max) {
     return h('div', { class: 'card chart' }, h('div', { class: 'muted', text: title }), h('div', { class: 'value', text: value }), spark(series, max));
@@ -548,7 +548,12 @@ function overviewPage(main) {
       render();
     } catch (e) { err.replaceChildren(renderError(e)); }
   }
-  api('GET', '/healthz').then((r) => { info.textContent = `mcpgate ${r.version} · ${r.devices} devices known, ${r.online} online · sampled every 5 s`; }).catch(() => {});
+  api('GET', '/healthz').then((r) => {
+    let text = `mcpgate ${r.version} · ${r.devices} devices known, ${r.online} online`;
+    // A cluster node: which one, the members it sees, and whether it reaches NATS (docs/cluster.md).
+    if (r.cluster) text += ` · node ${r.node} of ${r.cluster.members.join(', ')}${r.cluster.nats_connected ? '' : ' · NATS NOT connected'}`;
+    info.textContent = `${text} · sampled every 5 s`;
+  }).catch(() => {});
   render();
   sample();
   const first = setTimeout(sample, 1000); // a first rate after a second, not five
