@@ -18,6 +18,11 @@ const maxClockOffset = time.Second
 // clockWarnEvery is how often the warning about one node repeats.
 const clockWarnEvery = 10 * time.Minute
 
+// clockBacklog: a beat applied behind this many view messages (a reconnect
+// storm) was late enough to read as a clock behind, and is not a sample;
+// fewer delay it by milliseconds.
+const clockBacklog = 100
+
 // clockOffset estimates how far a peer's clock is ahead of this node's
 // from its last beats: each sample is its clock at sending minus this
 // node's at applying, the true offset less the beat's time on the way,

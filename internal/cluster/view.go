@@ -608,7 +608,7 @@ func (v *view) apply(msg *viewMsg) bool {
 		}
 	}
 	p.heard = time.Now()
-	if msg.Clock != 0 {
+	if msg.Clock != 0 && v.backlog() < clockBacklog {
 		v.heardClock(msg.Node, p, time.Unix(0, msg.Clock).Sub(p.heard))
 	}
 	v.mem.heard(msg.Node, msg.Roles, msg.Beat || msg.Hello)
