@@ -79,7 +79,9 @@ workers and one at a time: calls/s, p50/p99 and gateway CPU per call (every
 node's CPU) for each. Then the NATS floor: two embedded NATS servers routed
 in the bench process, no gateway, request and reply at the cross-node
 phase's rate, CPU per round trip: the part of a crossing no gateway code
-can save, next to what the goal leaves it. --storm DEVICES then connects
+can save, next to what the goal leaves it. --cluster-loads 4,64 adds the
+local and cross-node closed loops with those numbers of workers, for the CPU
+ratio against load. --storm DEVICES then connects
 that many devices spread over the nodes, drops them all at once and
 reconnects each to the next node:
 the time until every one is callable again, and PostgreSQL's commits and
@@ -101,6 +103,7 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
   mcpgate bench --soak 10m                             # devices join and leave while calls run; flat memory? audit complete?
   mcpgate bench --soak 1m --devices 50 --soak-rate 50 --soak-sample 5s
   mcpgate bench --cluster 3 --store postgres://postgres@127.0.0.1/bench --storm 10000
+  mcpgate bench --cluster 3 --store postgres://postgres@127.0.0.1/bench --cluster-loads 4,64
   mcpgate bench --splice                               # upstream mode: what the splice adds to each audio frame`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			// --soak takes an optional duration: "--soak 1m" leaves "1m" as an argument.
@@ -202,6 +205,7 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 	f.DurationVar(&cfg.SoakSample, "soak-sample", bench.DefaultSoakSample, "time between the soak's memory samples")
 	f.IntVar(&cfg.Cluster, "cluster", 0, "replace the phases with cluster phases: start this many nodes (≥ 2) routed by embedded NATS on --store, devices on the first; calls through it (local) and through the second (cross-node)")
 	f.StringVar(&cfg.Store, "store", "", "with --cluster: the nodes' PostgreSQL store, postgres://USER@HOST:PORT/DB (a database of its own: the bench writes into it)")
+	f.IntSliceVar(&cfg.ClusterLoads, "cluster-loads", nil, "with --cluster: also run the local and cross-node closed loops with each of these numbers of workers (4,64): the CPU ratio against load")
 	f.IntVar(&cfg.Storm, "storm", 0, "with --cluster: then a reconnect storm of this many devices spread over the nodes: time until all are callable again, store writes per reconnect")
 	return cmd
 }

@@ -139,6 +139,10 @@ type Config struct {
 	// Storm, with Cluster, adds a reconnect storm of this many devices
 	// (storm.go).
 	Storm int
+	// ClusterLoads, with Cluster, adds a local and a cross-node closed
+	// loop for each of these numbers of workers: the CPU ratio against
+	// load.
+	ClusterLoads []int
 }
 
 // normalize validates cfg and fills in defaults.

@@ -52,8 +52,20 @@ type ClusterReport struct {
 	// NATSFloor is what NATS alone costs a crossing, at the cross-node
 	// phase's rate.
 	NATSFloor *NATSFloorReport `json:"nats_floor,omitempty"`
-	Storm     *StormReport     `json:"storm,omitempty"`
-	Goals     []Goal           `json:"goals"`
+	// Loads are the closed loops of Config.ClusterLoads.
+	Loads []LoadPair   `json:"loads,omitempty"`
+	Storm *StormReport `json:"storm,omitempty"`
+	Goals []Goal       `json:"goals"`
+}
+
+// LoadPair is a local and a cross-node closed loop with Workers workers.
+type LoadPair struct {
+	Workers int          `json:"workers"`
+	Local   *PhaseReport `json:"local"`
+	Cross   *PhaseReport `json:"cross"`
+	// Ratio is the cross-node gateway CPU per call over the local one; 0
+	// when either was not measured.
+	Ratio float64 `json:"ratio"`
 }
 
 // NodeInfo is one node of the cluster.
@@ -74,10 +86,15 @@ type clusterNode struct {
 // checkCluster validates the cluster part of cfg.
 func checkCluster(cfg Config) error {
 	if cfg.Cluster == 0 {
-		if cfg.Storm > 0 {
-			return errors.New("bench: --storm runs on a cluster: add --cluster N and --store postgres://...")
+		if cfg.Storm > 0 || len(cfg.ClusterLoads) > 0 {
+			return errors.New("bench: --storm and --cluster-loads run on a cluster: add --cluster N and --store postgres://...")
 		}
 		return nil
+	}
+	for _, w := range cfg.ClusterLoads {
+		if w < 1 {
+			return fmt.Errorf("bench: --cluster-loads %d: want numbers of workers, 1 or more", w)
+		}
 	}
 	switch {
 	case cfg.Cluster < clusterMinNodes:
@@ -168,6 +185,23 @@ func runCluster(ctx context.Context, cfg Config, rep *Report) error {
 			fl.stop()
 			return err
 		}
+	}
+	for _, w := range cfg.ClusterLoads {
+		lp := LoadPair{Workers: w}
+		for _, ph := range []struct {
+			name string
+			node *clusterNode
+			out  **PhaseReport
+		}{{"local", local, &lp.Local}, {"cross-node", remote, &lp.Cross}} {
+			log.Info("cluster phase: closed loop", "phase", ph.name, "door", ph.node.URL, "workers", w, "warmup", cfg.Warmup, "duration", cfg.Duration)
+			*ph.out = runClosed(ctx, newLoad(ph.node.URL, fl.paths, w, cfg.Client, cfg.Tool, cfg.Args), cpu, cfg.Warmup, cfg.Duration)
+			if err := ctx.Err(); err != nil {
+				fl.stop()
+				return err
+			}
+		}
+		lp.Ratio = cpuRatio(lp.Local, lp.Cross)
+		cr.Loads = append(cr.Loads, lp)
 	}
 	if c := cr.Cross; c != nil && c.CallsPerSec > 0 {
 		log.Info("cluster phase: NATS floor", "rate", int(c.CallsPerSec), "workers", cfg.Concurrency, "duration", cfg.Duration/2)
@@ -347,9 +381,8 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 func (r *ClusterReport) evaluate() {
 	r.Goals = r.Goals[:0]
 	cpu := Goal{Name: "cross-node gateway CPU per call vs local", Target: fmt.Sprintf("≤ %.1f×", GoalCrossCPU), Status: "n/a"}
-	if l, c := r.Local, r.Cross; l != nil && c != nil && l.CPU != nil && c.CPU != nil && l.CPU.GatewayPerCallUS > 0 && c.CPU.GatewayPerCallUS > 0 {
-		ratio := c.CPU.GatewayPerCallUS / l.CPU.GatewayPerCallUS
-		cpu.Measured = fmt.Sprintf("%.2f× (%.1f ÷ %.1f µs, all nodes)", ratio, c.CPU.GatewayPerCallUS, l.CPU.GatewayPerCallUS)
+	if ratio := cpuRatio(r.Local, r.Cross); ratio > 0 {
+		cpu.Measured = fmt.Sprintf("%.2f× (%.1f ÷ %.1f µs, all nodes)", ratio, r.Cross.CPU.GatewayPerCallUS, r.Local.CPU.GatewayPerCallUS)
 		cpu.Status = status(ratio <= GoalCrossCPU)
 	}
 	lat := Goal{Name: "p50 a cross-node call adds, one call at a time", Target: "≤ " + fmtMS(float64(GoalCrossAdded)/1e6), Status: "n/a"}
@@ -359,6 +392,15 @@ func (r *ClusterReport) evaluate() {
 		lat.Status = status(added <= float64(GoalCrossAdded)/1e6)
 	}
 	r.Goals = append(r.Goals, cpu, lat)
+}
+
+// cpuRatio is cross's gateway CPU per call over local's; 0 when either
+// was not measured.
+func cpuRatio(local, cross *PhaseReport) float64 {
+	if local == nil || cross == nil || local.CPU == nil || cross.CPU == nil || local.CPU.GatewayPerCallUS <= 0 || cross.CPU.GatewayPerCallUS <= 0 {
+		return 0
+	}
+	return cross.CPU.GatewayPerCallUS / local.CPU.GatewayPerCallUS
 }
 
 func fmtSignedMS(v float64) string {

@@ -46,12 +46,43 @@ func (r *Report) writeCluster(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if len(c.Loads) > 0 {
+		p.f("\n  the CPU ratio against load (--cluster-loads):\n")
+		lw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(lw, "  workers\tlocal calls/s\tlocal µs/call\tcross-node calls/s\tcross-node µs/call\tratio\t\n")
+		perCall := func(ph *PhaseReport) string {
+			if ph == nil || ph.CPU == nil {
+				return "n/a"
+			}
+			return fmt.Sprintf("%.1f", ph.CPU.GatewayPerCallUS)
+		}
+		rate := func(ph *PhaseReport) string {
+			if ph == nil {
+				return "n/a"
+			}
+			return count(uint64(ph.CallsPerSec + 0.5))
+		}
+		for _, l := range c.Loads {
+			ratio := "n/a"
+			if l.Ratio > 0 {
+				ratio = fmt.Sprintf("%.2f×", l.Ratio)
+			}
+			fmt.Fprintf(lw, "  %d\t%s\t%s\t%s\t%s\t%s\t\n", l.Workers, rate(l.Local), perCall(l.Local), rate(l.Cross), perCall(l.Cross), ratio)
+		}
+		if err := lw.Flush(); err != nil {
+			return err
+		}
+	}
 	if f := c.NATSFloor; f != nil {
 		p.f("\n  NATS floor   two embedded NATS servers routed in this process, no gateway, %d-byte request and reply:\n", f.MessageBytes)
 		p.f("               %.1f µs CPU per round trip at %s/s from %d workers (less %.1f µs of pacing), p50 %s one at a time\n",
 			f.CPUPerRoundTripUS, count(uint64(f.Rate+0.5)), f.Workers, f.PacingUS, fmtMS(f.Serial.P50MS))
 	}
-	for _, ph := range []*PhaseReport{c.Local, c.Cross, c.LocalSerial, c.CrossSerial} {
+	phs := []*PhaseReport{c.Local, c.Cross, c.LocalSerial, c.CrossSerial}
+	for _, l := range c.Loads {
+		phs = append(phs, l.Local, l.Cross)
+	}
+	for _, ph := range phs {
 		if ph == nil {
 			continue
 		}

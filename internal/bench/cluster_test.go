@@ -23,7 +23,9 @@ func TestClusterConfigValidation(t *testing.T) {
 		{"no store", Config{Cluster: 3}, "--cluster needs --store postgres://"},
 		{"sqlite", Config{Cluster: 3, Store: "sqlite:/tmp/x.db"}, "refuses SQLite"},
 		{"one node", Config{Cluster: 1, Store: "postgres://h/db"}, "at least 2 nodes"},
-		{"storm alone", Config{Storm: 100}, "--storm runs on a cluster"},
+		{"storm alone", Config{Storm: 100}, "run on a cluster"},
+		{"loads alone", Config{ClusterLoads: []int{4}}, "run on a cluster"},
+		{"no workers", Config{Cluster: 2, Store: "postgres://h/db", ClusterLoads: []int{4, 0}}, "--cluster-loads 0"},
 		{"with mqtt", Config{Cluster: 2, Store: "postgres://h/db", MQTT: true}, "excludes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,7 +61,7 @@ func TestRunCluster(t *testing.T) {
 	var gwlog bytes.Buffer
 	const storm = 40
 	rep, err := Run(context.Background(), Config{Executable: exe, Cluster: 2, Store: dsn, Devices: 10, Concurrency: 2,
-		Duration: 500 * time.Millisecond, Warmup: 200 * time.Millisecond, Storm: storm, GatewayLog: &gwlog})
+		Duration: 500 * time.Millisecond, Warmup: 200 * time.Millisecond, Storm: storm, ClusterLoads: []int{1, 3}, GatewayLog: &gwlog})
 	if err != nil {
 		t.Fatalf("%v\nnodes' output:\n%s", err, &gwlog)
 	}
@@ -84,6 +86,15 @@ func TestRunCluster(t *testing.T) {
 	}
 	if len(c.Goals) != 2 || c.Goals[0].Status == "n/a" || c.Goals[1].Status == "n/a" {
 		t.Errorf("goals %+v", c.Goals)
+	}
+	if len(c.Loads) != 2 || c.Loads[0].Workers != 1 || c.Loads[1].Workers != 3 {
+		t.Errorf("loads %+v", c.Loads)
+	}
+	for _, l := range c.Loads {
+		if l.Local == nil || l.Cross == nil || l.Local.Workers != l.Workers || l.Cross.Workers != l.Workers || l.Local.Calls == 0 || l.Cross.Calls == 0 ||
+			l.Ratio <= 0 || l.Ratio != cpuRatio(l.Local, l.Cross) {
+			t.Errorf("load of %d workers: %+v", l.Workers, l)
+		}
 	}
 	if f := c.NATSFloor; f == nil || f.RoundTrips == 0 || f.Workers != 2 || f.Rate != c.Cross.CallsPerSec || f.Serial.Count == 0 || f.Serial.P50MS <= 0 {
 		t.Errorf("NATS floor %+v", f)
@@ -111,7 +122,8 @@ func TestRunCluster(t *testing.T) {
 	if err := rep.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"cross-node, 1 at a time", "reconnect storm", "per reconnect", "cross-node gateway CPU per call", "NATS floor", "NATS alone takes"} {
+	for _, want := range []string{"cross-node, 1 at a time", "reconnect storm", "per reconnect", "cross-node gateway CPU per call", "NATS floor", "NATS alone takes",
+		"the CPU ratio against load"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, &text)
 		}
