@@ -89,7 +89,7 @@ func (g *Gateway) joinCluster() (leave func(), err error) {
 	}, nil
 }
 
-// clusterHealth is this node's view of the cluster for /healthz; nil
+// health is this node's view of the cluster for /healthz; nil
 // before it has joined.
 func (l *clusterLink) health() *api.ClusterHealth {
 	n := l.node.Load()
