@@ -36,7 +36,7 @@ type memDevice struct {
 }
 
 // connect attaches a new memDevice named name to h as device id.
-func connect(t *testing.T, h *hub.Hub, id, name string) *memDevice {
+func connect(t testing.TB, h *hub.Hub, id, name string) *memDevice {
 	t.Helper()
 	d := &memDevice{Device: &hubtest.Device{Tools: []string{echoTool, slowTool}}, release: make(chan struct{})}
 	d.OnCall = func(ctx context.Context, c hubtest.Call) (string, error) {
@@ -79,7 +79,7 @@ func text(t *testing.T, res *mcpclient.Result) string {
 
 // callUntil calls until the call succeeds: a device's call subscription
 // reaches the other servers shortly after it attaches.
-func callUntil(t *testing.T, h *hub.Hub, req hub.CallRequest) *mcpclient.Result {
+func callUntil(t testing.TB, h *hub.Hub, req hub.CallRequest) *mcpclient.Result {
 	t.Helper()
 	var res *mcpclient.Result
 	var err error

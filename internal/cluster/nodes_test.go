@@ -27,7 +27,7 @@ func (tn *testNode) audited() []hub.CallRecord {
 // waiting for the route, and binds a hub of hc to it that records its
 // audits. Name defaults to "test" and, for an embedded server, Listen to a
 // free loopback port.
-func startNode(t *testing.T, nodes []*testNode, cfg Config, hc hub.Config) *testNode {
+func startNode(t testing.TB, nodes []*testNode, cfg Config, hc hub.Config) *testNode {
 	t.Helper()
 	if cfg.Name == "" {
 		cfg.Name = "test"
@@ -59,14 +59,14 @@ func startNode(t *testing.T, nodes []*testNode, cfg Config, hc hub.Config) *test
 
 // startCluster starts n nodes, each with an embedded NATS server on a free
 // loopback port routed to the first, and waits for the full mesh.
-func startCluster(t *testing.T, n int) []*testNode {
+func startCluster(t testing.TB, n int) []*testNode {
 	t.Helper()
 	return startClusterOf(t, n, Config{}, hub.Config{})
 }
 
 // startClusterOf starts n nodes of cfg named n0, n1, ..., each routed to
 // the first and bound to a hub of hc, and waits for the full mesh.
-func startClusterOf(t *testing.T, n int, cfg Config, hc hub.Config) []*testNode {
+func startClusterOf(t testing.TB, n int, cfg Config, hc hub.Config) []*testNode {
 	t.Helper()
 	var nodes []*testNode
 	for i := range n {
@@ -78,7 +78,7 @@ func startClusterOf(t *testing.T, n int, cfg Config, hc hub.Config) []*testNode 
 }
 
 // waitRoutes waits until each of nodes has a route to every other.
-func waitRoutes(t *testing.T, nodes []*testNode) {
+func waitRoutes(t testing.TB, nodes []*testNode) {
 	t.Helper()
 	waitFor(t, "routes between the nodes", func() bool {
 		for _, tn := range nodes {
