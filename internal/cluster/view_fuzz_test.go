@@ -41,3 +41,40 @@ func FuzzViewMessage(f *testing.F) {
 		}
 	})
 }
+
+// FuzzNodeMessages feeds a node's other subscriptions (claims, cancels,
+// administrative requests, forgets, aliases, revocations, snapshot and
+// catalog requests) whatever another node could send: no panic, and the
+// node still calls another node's device afterwards. A well-formed claim or
+// forget may legitimately take the node's own device away.
+func FuzzNodeMessages(f *testing.F) {
+	for _, seed := range []string{
+		`{"node":"x","device":"dev-own","at":1}`,
+		`{"call":"c1"}`,
+		`{"op":"disconnect","device":"dev-own","node":"x","reason":"r"}`,
+		`{"op":"alias","device":"dev-own","alias":"a\u0000"}`,
+		`{"node":"x","device":"dev-own"}`,
+		`{"after":"dev"}`, `sha256:00`, `{}`, `[`, ``,
+	} {
+		f.Add([]byte(seed))
+	}
+	nodes := startClusterOf(f, 2, Config{}, hub.Config{KeyRate: limits.Rate{PerSecond: -1}, DeviceRate: limits.Rate{PerSecond: -1}})
+	connect(f, nodes[0].hub, "dev-own", "own")
+	connect(f, nodes[1].hub, "dev-other", "other")
+	callUntil(f, nodes[0].hub, hub.CallRequest{Device: "dev-other", Tool: "echo"})
+	n := nodes[0].node
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m := func() *nats.Msg { return &nats.Msg{Data: data, Reply: "_INBOX.fuzz"} }
+		n.onClaim(m())
+		n.onCancel(m())
+		n.serveAdmin("_INBOX.fuzz", data)
+		n.onForgot(m())
+		n.onAlias(m())
+		n.onRevocation(m())
+		n.view.onSnapshot(m())
+		n.view.onCatalog(m())
+		if _, err := nodes[0].hub.Call(t.Context(), hub.CallRequest{Device: "dev-other", Tool: "echo", Arguments: json.RawMessage(`{}`)}); err != nil {
+			t.Fatalf("after %q a call to another node's device: %v", data, err)
+		}
+	})
+}
