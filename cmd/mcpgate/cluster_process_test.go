@@ -111,11 +111,10 @@ func (nd *clusterNode) waitUp(t *testing.T) {
 	nd.proc.waitLog(t, "gateway listening", clusterWait)
 }
 
-// metric returns the value of the unlabelled series name on the node's
-// /metrics, "" when absent.
-func (nd *clusterNode) metric(t *testing.T, name string) string {
+// get returns the status and body of GET path on the node.
+func (nd *clusterNode) get(t *testing.T, path string) (int, string) {
 	t.Helper()
-	resp, err := http.Get("http://" + nd.addr + "/metrics")
+	resp, err := http.Get("http://" + nd.addr + path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +123,15 @@ func (nd *clusterNode) metric(t *testing.T, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for line := range strings.Lines(string(b)) {
+	return resp.StatusCode, string(b)
+}
+
+// metric returns the value of the unlabelled series name on the node's
+// /metrics, "" when absent.
+func (nd *clusterNode) metric(t *testing.T, name string) string {
+	t.Helper()
+	_, text := nd.get(t, "/metrics")
+	for line := range strings.Lines(text) {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+" "); ok {
 			return v
 		}
@@ -658,6 +665,9 @@ func TestClusterExternalNATS(t *testing.T) {
 	if h, err := nodes[1].c.Health(t.Context()); err != nil || h.Cluster == nil || !h.Cluster.NATSConnected || h.Cluster.Routes != nil {
 		t.Errorf("healthz with NATS up: %+v, %v", h, err)
 	}
+	if code, body := nodes[1].get(t, "/readyz"); code != http.StatusOK {
+		t.Errorf("readyz with NATS up: %d %s", code, body)
+	}
 	other := connectReady(t, nodes[0].addr, devicetest.Config{ID: "02:40:00:00:00:02"})
 	waitCallable(t, nodes[1], other.ID(), clusterWait)
 	natsProc.kill()
@@ -667,6 +677,9 @@ func TestClusterExternalNATS(t *testing.T) {
 	})
 	if v := nodes[1].metric(t, "mcpgate_cluster_nats_connected"); v != "0" {
 		t.Errorf("mcpgate_cluster_nats_connected with NATS down: %q, want 0", v)
+	}
+	if code, body := nodes[1].get(t, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, `"not_ready"`) || !strings.Contains(body, "cut off from NATS") {
+		t.Errorf("readyz with NATS down: %d %s, want 503 not_ready", code, body)
 	}
 	start = time.Now()
 	if code := callCode(nodes[1].c, other.ID(), setVolume, `{"volume":1}`, clusterWait); code != "device_offline" || time.Since(start) > time.Second {

@@ -62,6 +62,9 @@ type Config struct {
 	// Cluster reports this node's view of the cluster for /healthz; nil
 	// on a single node.
 	Cluster func() *ClusterHealth
+	// Ready says why the gateway should get no new devices or callers
+	// (GET /readyz answers 503 with it); nil, or a nil error: ready.
+	Ready func() error
 }
 
 // DefaultWriteTimeout is Config.WriteTimeout's default: ample for any answer
@@ -124,6 +127,7 @@ func New(cfg Config) (*API, error) {
 	a.mux.HandleFunc("POST /api/v1/keys", a.answered(a.createKey))
 	a.mux.HandleFunc("DELETE /api/v1/keys/{id}", a.answered(a.revokeKey))
 	a.mux.HandleFunc("GET /healthz", a.answered(a.healthz))
+	a.mux.HandleFunc("GET /readyz", a.answered(a.readyz))
 	a.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{}))
 	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path), nil)
@@ -482,6 +486,24 @@ func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
 		h.Cluster = a.cfg.Cluster()
 	}
 	writeJSON(w, http.StatusOK, h)
+}
+
+// readyz answers whether a load balancer should send devices and callers
+// here: /healthz says the gateway runs, /readyz that it can do its work (in
+// a cluster, that it reaches the other nodes).
+func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
+	if a.cfg.Ready != nil {
+		if err := a.cfg.Ready(); err != nil {
+			writeError(w, http.StatusServiceUnavailable, "not_ready", err.Error(), nil)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, Readiness{Status: "ready"})
+}
+
+// Readiness is the body of GET /readyz when ready.
+type Readiness struct {
+	Status string `json:"status"`
 }
 
 // Health is the body of GET /healthz.

@@ -466,6 +466,10 @@ func TestHealthz(t *testing.T) {
 	if status != 200 || compactJSON(t, body) != `{"status":"ok","version":"test","devices":2,"online":1}` {
 		t.Errorf("healthz: %d %s", status, body)
 	}
+	// A single node is ready whenever it answers.
+	if status, body := tg.do(t, "GET", "/readyz", ""); status != 200 || compactJSON(t, body) != `{"status":"ready"}` {
+		t.Errorf("readyz: %d %s", status, body)
+	}
 }
 
 func TestMetrics(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 // /api/v1 route (whoever registers it), /metrics and the gateway's other
 // REST routes. In order:
 //
-//  1. /healthz stays open.
+//  1. /healthz and /readyz stay open (health checks carry no key).
 //  2. The caller is authenticated by doors: a key, or the local caller
 //     when keys are not required (401 unauthorized otherwise).
 //  3. A route under /api/v1/devices/{ref} naming a device outside the key's
@@ -27,7 +27,7 @@ import (
 func Authenticate(doors *auth.Doors, h *hub.Hub) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/healthz" {
+			if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
 				next.ServeHTTP(w, r)
 				return
 			}

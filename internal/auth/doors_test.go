@@ -158,6 +158,7 @@ func TestRESTScopesAndRestrictions(t *testing.T) {
 		code                          string
 	}{
 		{"healthz open", "", "GET", "/healthz", "", 200, ""},
+		{"readyz open", "", "GET", "/readyz", "", 200, ""},
 		{"no key", "", "GET", "/api/v1/devices", "", 401, "unauthorized"},
 		{"unknown key", secretOfNoKey, "GET", "/api/v1/devices", "", 401, "unauthorized"},
 		{"garbage key", "hello", "GET", "/api/v1/devices", "", 401, "unauthorized"},

@@ -104,6 +104,19 @@ func (l *clusterLink) health() *api.ClusterHealth {
 	return h
 }
 
+// ready says why this node should get no new devices or callers: it has
+// not joined the cluster yet, or it is cut off from NATS.
+func (l *clusterLink) ready() error {
+	n := l.node.Load()
+	switch {
+	case n == nil:
+		return errors.New("not joined to the cluster yet")
+	case !n.Connected():
+		return fmt.Errorf("%w: calls to other nodes' devices fail, and its own devices are unreachable from them", cluster.ErrCutOff)
+	}
+	return nil
+}
+
 // clusterFatal delivers why this node must leave the cluster; nil (never)
 // on a single node.
 func (g *Gateway) clusterFatal() <-chan error {

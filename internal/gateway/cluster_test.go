@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -38,6 +39,17 @@ func TestClusterMetrics(t *testing.T) {
 	waitFor(t, "two members on both", 10*time.Second, func() bool {
 		return strings.Contains(scrape(t, a), "\nmcpgate_cluster_members 2\n") && strings.Contains(scrape(t, b), "\nmcpgate_cluster_members 2\n")
 	})
+	// Both joined and reach NATS: ready.
+	for _, gw := range []*Gateway{a, b} {
+		resp, err := http.Get("http://" + gw.Addr() + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("readyz of node %s: %d", gw.cfg.Cluster.NodeID, resp.StatusCode)
+		}
+	}
 	for _, want := range []struct {
 		gw    *Gateway
 		lines []string

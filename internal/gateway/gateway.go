@@ -365,11 +365,12 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	var clusterHealth func() *api.ClusterHealth
+	var ready func() error
 	if cfg.Cluster != nil {
-		clusterHealth = link.health
+		clusterHealth, ready = link.health, link.ready
 	}
 	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version, Agent: chat, Audit: flushedAudit{auditLog, cfg.Store}, Queue: calls, Keys: cfg.Store,
-		MaxBodyBytes: cfg.Limits.MaxBodyBytes, WriteTimeout: cfg.Limits.WriteTimeout, Limits: lim, Cluster: clusterHealth})
+		MaxBodyBytes: cfg.Limits.MaxBodyBytes, WriteTimeout: cfg.Limits.WriteTimeout, Limits: lim, Cluster: clusterHealth, Ready: ready})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
