@@ -462,3 +462,37 @@ func TestDuplicateNodeID(t *testing.T) {
 	})
 	callUntil(t, nodes[1].hub, hub.CallRequest{Device: "dev-d", Tool: "echo"})
 }
+
+// TestMissedClaimHealedByView: a node that missed another's claim of a
+// device (cut off from NATS when it came) closes its older session when
+// the other node's record of the newer one reaches it.
+func TestMissedClaimHealedByView(t *testing.T) {
+	nodes := startCluster(t, 2)
+	connect(t, nodes[0].hub, "dev-m", "first")
+	waitFor(t, "n1 listing dev-m", func() bool {
+		d, err := nodes[1].hub.Device("dev-m")
+		return err == nil && d.Online
+	})
+	// n0 stops hearing claims.
+	n0 := nodes[0].node
+	n0.mu.Lock()
+	claims := n0.subs[0]
+	n0.mu.Unlock()
+	if claims.Subject != n0.subject("claim") {
+		t.Fatalf("the first subscription is %s, not the claims'", claims.Subject)
+	}
+	if err := claims.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n0.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	connect(t, nodes[1].hub, "dev-m", "second")
+	waitFor(t, "n0 closing its older session", func() bool {
+		_, held := nodes[0].hub.Held("dev-m")
+		return !held
+	})
+	if _, held := nodes[1].hub.Held("dev-m"); !held {
+		t.Error("n1 lost the newer session")
+	}
+}

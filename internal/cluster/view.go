@@ -816,6 +816,7 @@ func (v *view) reconcile(id string) {
 	if best == nil {
 		return
 	}
+	v.closeIfOlder(best)
 	var tools []mcpclient.Tool
 	if best.CatalogHash != "" && !v.h.HasCatalog(best.CatalogHash) {
 		tools = v.fetchCatalog(best.Node, best.CatalogHash)
@@ -826,6 +827,24 @@ func (v *view) reconcile(id string) {
 			v.h.ApplyRemote(*best, tools)
 		}
 	}
+}
+
+// closeIfOlder closes this node's session of r's device if r, another
+// node's, is newer, by the claims' rule: its claim was missed (this node
+// was cut off from NATS when it came), and the device must not keep two
+// sessions. mu must be held; the closing runs after.
+func (v *view) closeIfOlder(r *hub.RemoteDevice) {
+	mine, held := v.h.Held(r.ID)
+	orEqual := v.n.cfg.NodeID < r.Node
+	if !held || mine.ConnectedAt.After(r.ConnectedAt) || (mine.ConnectedAt.Equal(r.ConnectedAt) && !orEqual) {
+		return
+	}
+	id, at, node := r.ID, r.ConnectedAt, r.Node
+	go func() {
+		if v.h.CloseOlderThan(id, at, orEqual) {
+			v.n.log.Info("cluster: device connected to another node more recently (its claim missed)", "device_id", id, "to", node)
+		}
+	}()
 }
 
 // fetchCatalog asks node for the catalog of hash. mu must be held.
