@@ -121,12 +121,15 @@ func (k *Keys) Authenticate(ctx context.Context, secret string) (*Principal, err
 // lookup returns the key by id from the cache while fresh, else from the
 // store; concurrent lookups of one id share one store query.
 func (k *Keys) lookup(ctx context.Context, id string) (store.APIKey, error) {
-	now := k.cfg.Now()
 	k.mu.Lock()
 	e := k.entries[id]
 	if e != nil {
 		select {
 		case <-e.done:
+			// The clock is read once the entry is seen done: read before,
+			// an entry finished meanwhile would look as if from the future
+			// and be looked up again.
+			now := k.cfg.Now()
 			if now.Sub(e.at) >= k.cfg.MaxAge || now.Before(e.at) || (e.err != nil && !errors.Is(e.err, store.ErrNotFound)) {
 				e = nil // stale, or a failure worth retrying at once
 			}
@@ -135,7 +138,7 @@ func (k *Keys) lookup(ctx context.Context, id string) (store.APIKey, error) {
 	}
 	if e == nil {
 		if len(k.entries) >= k.cfg.MaxEntries {
-			k.pruneLocked(now)
+			k.pruneLocked(k.cfg.Now())
 		}
 		e = &entry{done: make(chan struct{})}
 		k.entries[id] = e

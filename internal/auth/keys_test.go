@@ -137,6 +137,76 @@ func TestKeysConcurrentLookupsShareOneQuery(t *testing.T) {
 	}
 }
 
+// gatedStore holds its Key lookups until release is closed, and says on
+// entered when one starts.
+type gatedStore struct {
+	countingStore
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedStore) Key(ctx context.Context, id string) (store.APIKey, error) {
+	g.entered <- struct{}{}
+	<-g.release
+	return g.countingStore.Key(ctx, id)
+}
+
+// A lookup that read the clock before another lookup of the same key
+// finished must not take the finished entry for one from the future and
+// query the store again: the clock is read once the entry is seen done.
+func TestKeysLookupFinishingMeanwhileIsShared(t *testing.T) {
+	st := &gatedStore{countingStore: countingStore{Store: openStore(t)}, entered: make(chan struct{}, 4), release: make(chan struct{})}
+	// A clock that moves on at every reading; once armed, its next reading
+	// waits (with the time it read) until the first lookup is done.
+	var mu sync.Mutex
+	now, armed, released, firstDone := time.Now(), false, false, make(chan struct{})
+	clk := func() time.Time {
+		mu.Lock()
+		now = now.Add(time.Microsecond)
+		t0, wait := now, armed && !released
+		if wait {
+			armed = false
+		}
+		mu.Unlock()
+		if wait {
+			<-firstDone
+		}
+		return t0
+	}
+	keys, err := NewKeys(KeysConfig{Store: st, Now: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, secret := create(t, st.Store, ScopeAdmin, nil, nil, 0, time.Now())
+	first := make(chan error, 1)
+	go func() { _, err := keys.Authenticate(t.Context(), secret); first <- err }()
+	<-st.entered
+	mu.Lock()
+	armed = true
+	mu.Unlock()
+	second := make(chan error, 1)
+	go func() { _, err := keys.Authenticate(t.Context(), secret); second <- err }()
+	time.Sleep(50 * time.Millisecond) // the second lookup reads the clock now if it reads it first
+	mu.Lock()
+	released = true
+	mu.Unlock()
+	close(st.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	close(firstDone)
+	select {
+	case <-st.entered: // a second store lookup: let it finish to report it
+	case err := <-second:
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := st.n.Load(); n != 1 {
+		t.Errorf("%d store lookups for two uses of one key, the second starting during the first; want 1", n)
+	}
+}
+
 func TestKeysCacheIsBounded(t *testing.T) {
 	st := &countingStore{Store: openStore(t)}
 	keys, err := NewKeys(KeysConfig{Store: st, MaxEntries: 16})
