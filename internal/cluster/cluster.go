@@ -305,7 +305,7 @@ var ErrCutOff = errors.New("cluster: this node is cut off from NATS")
 
 // reachable returns ErrCutOff while the NATS connection is down.
 func (n *Node) reachable() error {
-	if !n.nc.IsConnected() {
+	if !n.Connected() {
 		return ErrCutOff
 	}
 	return nil

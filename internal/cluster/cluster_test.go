@@ -319,10 +319,7 @@ func TestCutOffNodeRefusesRequests(t *testing.T) {
 	}
 	dev := connect(t, nodes[1].hub, "dev-c", "c1")
 	callUntil(t, nodes[0].hub, hub.CallRequest{Device: "dev-c", Tool: "echo"})
-	waitFor(t, "c0 listing dev-c online", func() bool {
-		d, err := nodes[0].hub.Device("dev-c")
-		return err == nil && d.Online
-	})
+	waitFor(t, "c0 listing dev-c online", func() bool { return seesOnline(nodes[0].hub, "dev-c", "c1") })
 	before := dev.echoes.Load()
 
 	srv.Shutdown()
@@ -436,10 +433,7 @@ func TestRememberCancelBounded(t *testing.T) {
 func TestDuplicateNodeID(t *testing.T) {
 	nodes := startCluster(t, 2)
 	connect(t, nodes[0].hub, "dev-d", "d")
-	waitFor(t, "n1 listing dev-d", func() bool {
-		d, err := nodes[1].hub.Device("dev-d")
-		return err == nil && d.Online
-	})
+	waitFor(t, "n1 listing dev-d", func() bool { return seesOnline(nodes[1].hub, "dev-d", "n0") })
 	dup := startNode(t, nodes, Config{NodeID: "n0"}, hub.Config{})
 	select {
 	case err := <-dup.node.Fatal():
@@ -456,10 +450,7 @@ func TestDuplicateNodeID(t *testing.T) {
 		t.Errorf("the older node was told to leave: %v", err)
 	default:
 	}
-	waitFor(t, "n1 listing dev-d on n0 after the duplicate left", func() bool {
-		d, err := nodes[1].hub.Device("dev-d")
-		return err == nil && d.Online && d.Node == "n0"
-	})
+	waitFor(t, "n1 listing dev-d on n0 after the duplicate left", func() bool { return seesOnline(nodes[1].hub, "dev-d", "n0") })
 	callUntil(t, nodes[1].hub, hub.CallRequest{Device: "dev-d", Tool: "echo"})
 }
 
@@ -469,10 +460,7 @@ func TestDuplicateNodeID(t *testing.T) {
 func TestMissedClaimHealedByView(t *testing.T) {
 	nodes := startCluster(t, 2)
 	connect(t, nodes[0].hub, "dev-m", "first")
-	waitFor(t, "n1 listing dev-m", func() bool {
-		d, err := nodes[1].hub.Device("dev-m")
-		return err == nil && d.Online
-	})
+	waitFor(t, "n1 listing dev-m", func() bool { return seesOnline(nodes[1].hub, "dev-m", "n0") })
 	// n0 stops hearing claims.
 	n0 := nodes[0].node
 	n0.mu.Lock()

@@ -18,10 +18,7 @@ func TestRoutedCallsShareOneReplySubscription(t *testing.T) {
 	callUntil(t, nodes[1].hub, hub.CallRequest{Device: "dev-s", Tool: "echo"})
 	// The baseline once the view has settled: its first request (a
 	// snapshot, a catalog) adds nats.go's one response subscription.
-	waitFor(t, "the taking node listing dev-s with its tools", func() bool {
-		dev, err := nodes[1].hub.Device("dev-s")
-		return err == nil && dev.Online && dev.Tools == 2
-	})
+	waitFor(t, "the taking node listing dev-s with its tools", func() bool { return seesOnline(nodes[1].hub, "dev-s", "n0") })
 	clientSubs := nodes[1].node.nc.NumSubscriptions()
 	serverSubs := nodes[0].node.srv.NumSubscriptions()
 
