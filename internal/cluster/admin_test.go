@@ -174,6 +174,9 @@ func TestAliasAcrossNodes(t *testing.T) {
 
 	// Refusals cross back; a device connected nowhere and unknown is not found.
 	connect(t, nodes[0].hub, "dev-o", "o")
+	// Once nodes[1] knows it: before its subscription has spread, no node
+	// answers for it.
+	waitFor(t, "nodes[1] listing dev-o", func() bool { return seesOnline(nodes[1].hub, "dev-o", "n0") })
 	if _, err := nodes[1].hub.SetAlias("dev-o", "attic"); !errors.Is(err, hub.ErrAliasTaken) {
 		t.Errorf("an alias taken on the holder: %v, want alias_taken", err)
 	}
