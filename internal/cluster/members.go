@@ -334,18 +334,25 @@ type listMsg struct {
 	Devices []string `json:"devices,omitempty"`
 }
 
-// listPage bounds one page of ListHeld (NATS payloads are limited).
-const listPage = 1000
+// listPage bounds one page of ListKnown (NATS payloads are limited), and
+// listPageTimeout the wait for it.
+const (
+	listPage        = 1000
+	listPageTimeout = 2 * time.Second
+)
 
-// OnListHeld makes list answer other nodes' ListHeld: the devices this
-// node holds, sorted, at most limit after after. Call it once, after Bind.
-func (n *Node) OnListHeld(list func(after string, limit int) []string) error {
+// OnListKnown makes list answer other nodes' ListKnown: the devices this
+// node serves or knows of, sorted, at most limit after after. Call it
+// once, after Bind.
+func (n *Node) OnListKnown(list func(after string, limit int) []string) error {
 	n.mu.Lock()
 	m := n.mem
 	n.mu.Unlock()
 	if m == nil {
-		return errors.New("cluster: OnListHeld before Bind")
+		return errors.New("cluster: OnListKnown before Bind")
 	}
+	// The subject keeps its first name, "held", for nodes of older
+	// versions in the same cluster.
 	sub, err := n.nc.Subscribe(n.subject("node", token(n.cfg.NodeID), "held"), func(msg *nats.Msg) {
 		var q listMsg
 		if msg.Reply == "" || json.Unmarshal(msg.Data, &q) != nil {
@@ -355,7 +362,7 @@ func (n *Node) OnListHeld(list func(after string, limit int) []string) error {
 		_ = n.nc.Publish(msg.Reply, b)
 	})
 	if err != nil {
-		return fmt.Errorf("cluster: subscribing to held lists: %w", err)
+		return fmt.Errorf("cluster: subscribing to device lists: %w", err)
 	}
 	m.mu.Lock()
 	m.subs = append(m.subs, sub)
@@ -363,19 +370,23 @@ func (n *Node) OnListHeld(list func(after string, limit int) []string) error {
 	return n.nc.Flush()
 }
 
-// ListHeld asks node for the devices it holds, a page at a time, and
-// hands each page to page.
-func (n *Node) ListHeld(ctx context.Context, node string, page func(ids []string)) error {
+// ListKnown asks node for the devices it serves or knows of (OnListKnown),
+// a page at a time, and hands each page to page.
+func (n *Node) ListKnown(ctx context.Context, node string, page func(ids []string)) error {
 	after := ""
 	for {
 		b, _ := json.Marshal(listMsg{After: after, Limit: listPage})
-		msg, err := n.nc.RequestWithContext(ctx, n.subject("node", token(node), "held"), b)
+		// Each page in its own time: a node that dies while asked must
+		// not hold up the asker for the whole walk.
+		pctx, cancel := context.WithTimeout(ctx, listPageTimeout)
+		msg, err := n.nc.RequestWithContext(pctx, n.subject("node", token(node), "held"), b)
+		cancel()
 		if err != nil {
-			return fmt.Errorf("cluster: asking %s what it holds: %w", node, err)
+			return fmt.Errorf("cluster: asking %s which devices it knows: %w", node, err)
 		}
 		var r listMsg
 		if err := json.Unmarshal(msg.Data, &r); err != nil {
-			return fmt.Errorf("cluster: held list from %s: %w", node, err)
+			return fmt.Errorf("cluster: device list from %s: %w", node, err)
 		}
 		if len(r.Devices) > 0 {
 			page(r.Devices)

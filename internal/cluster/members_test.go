@@ -116,12 +116,12 @@ func TestHeldAndHandoff(t *testing.T) {
 		t.Errorf("handoff = %v", got)
 	}
 
-	// ListHeld pages through a long list.
+	// ListKnown pages through a long list.
 	var held []string
 	for i := range 2500 {
 		held = append(held, fmt.Sprintf("dev-%04d", i))
 	}
-	if err := nodes[1].node.OnListHeld(func(after string, limit int) []string {
+	if err := nodes[1].node.OnListKnown(func(after string, limit int) []string {
 		i, _ := slices.BinarySearch(held, after)
 		if i < len(held) && held[i] == after {
 			i++
@@ -131,11 +131,11 @@ func TestHeldAndHandoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	var listed []string
-	waitFor(t, "the held list", func() bool {
+	waitFor(t, "the device list", func() bool {
 		listed = nil
-		return nodes[0].node.ListHeld(ctx, "n1", func(ids []string) { listed = append(listed, ids...) }) == nil
+		return nodes[0].node.ListKnown(ctx, "n1", func(ids []string) { listed = append(listed, ids...) }) == nil
 	})
 	if !slices.Equal(listed, held) {
-		t.Errorf("ListHeld gave %d devices, want %d in order", len(listed), len(held))
+		t.Errorf("ListKnown gave %d devices, want %d in order", len(listed), len(held))
 	}
 }

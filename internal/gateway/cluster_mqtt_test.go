@@ -309,3 +309,31 @@ func TestClusterMQTTJoinedNodeLearnsFleet(t *testing.T) {
 	}
 	t.Logf("c's %d idle devices served by c again %s after it crashed and restarted", len(mine), time.Since(lost).Round(time.Millisecond))
 }
+
+// A joining node learns the devices the others only heard, not just those
+// they serve: here a device's owner b stopped serving it and the device is
+// idle, so only a's memory of its messages tells the new owner c it exists.
+// (A node restarted at once under its id, before the others noticed, is in
+// c's place.)
+func TestClusterMQTTJoinedNodeLearnsHeardDevices(t *testing.T) {
+	dsn := storetest.PostgresDSN(t)
+	broker := startMosquitto(t)
+	a := startClusterNode(t, "a", dsn, broker)
+	b := startClusterNode(t, "b", dsn, broker, a.gw.ClusterRoute())
+	waitMembers(t, []string{"a", "b"}, a, b)
+	var mac string
+	for i := 0; mac == ""; i++ {
+		m := fmt.Sprintf("02:00:00:14:07:%02x", i)
+		if cluster.RendezvousOwner([]string{"a", "b"}, m) == "b" && cluster.RendezvousOwner([]string{"a", "b", "c"}, m) == "c" {
+			mac = m
+		}
+	}
+	runStockBrokerDevice(t, broker, mac, whoami(t, mac))
+	waitHeldOnce(t, mac, 10*time.Second, []*clusterNode{a, b})
+	waitFor(t, "a to hear "+mac, 5*time.Second, func() bool { return slices.Contains(a.gw.mqttExt.Heard(), mac) })
+	b.gw.mqttExt.Close() // b stays a member on the broker, serving nothing
+	waitFor(t, mac+" served nowhere", 5*time.Second, func() bool { return len(holders(mac, a, b)) == 0 })
+
+	c := startClusterNode(t, "c", dsn, broker, a.gw.ClusterRoute())
+	waitServedOnce(t, mac, 10*time.Second, []*clusterNode{a, b, c})
+}

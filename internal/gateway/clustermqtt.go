@@ -71,8 +71,8 @@ func (g *Gateway) balanceMQTT(ctx context.Context) (stop func()) {
 		}
 	}
 	node.OnMembersChange(func(_, _ []string) { poke() })
-	if err := node.OnListHeld(t.HeldAfter); err != nil {
-		g.log.Error("cluster: cannot tell other nodes which MQTT devices this one serves", "error", err)
+	if err := node.OnListKnown(t.KnownAfter); err != nil {
+		g.log.Error("cluster: cannot tell other nodes which MQTT devices this one knows", "error", err)
 	}
 	// From now on the others count this node in the split.
 	node.AddRole(roleMQTT)
@@ -174,10 +174,10 @@ const (
 )
 
 // learnMQTTFleet asks the other nodes on the broker that it has not asked
-// yet (learnt) which devices they serve: a node that joins hears a device
-// only when it speaks (an idle one every silence timeout), and could not
-// take it over before. A node that failed to answer is asked again next
-// time.
+// yet (learnt) which devices they serve or heard lately: a node that joins
+// hears a device only when it speaks (an idle one every silence timeout),
+// and could not take it over before. A node that failed to answer is
+// asked again next time.
 func (g *Gateway) learnMQTTFleet(ctx context.Context, node *cluster.Node, learnt map[string]bool) {
 	members := node.MembersWith(roleMQTT)
 	for id := range learnt {
@@ -190,11 +190,11 @@ func (g *Gateway) learnMQTTFleet(ctx context.Context, node *cluster.Node, learnt
 			continue
 		}
 		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := node.ListHeld(lctx, other, g.mqttExt.Remember)
+		err := node.ListKnown(lctx, other, g.mqttExt.Remember)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
-				g.log.Warn("cluster: cannot learn which MQTT devices another node serves; asking again later", "node", other, "error", err)
+				g.log.Warn("cluster: cannot learn which MQTT devices another node knows; asking again later", "node", other, "error", err)
 			}
 			continue
 		}

@@ -76,16 +76,29 @@ func (t *Transport) Remember(ids []string) {
 	t.mu.Unlock()
 }
 
-// HeldAfter returns at most limit of the devices this node has a session
-// with, sorted, after after ("" from the start).
-func (t *Transport) HeldAfter(after string, limit int) []string {
-	ids := t.Held()
+// KnownAfter returns at most limit of the devices this node has a session
+// with or heard lately, sorted, after after ("" from the start): what a
+// joining node learns the fleet from. The heard ones matter as much as the
+// held: a node restarted at once under its id, before the others noticed
+// it was gone, finds its own idle devices only in the others' memory.
+func (t *Transport) KnownAfter(after string, limit int) []string {
+	t.knownMu.Lock()
+	defer t.knownMu.Unlock()
+	if after == "" || time.Since(t.knownAt) > knownFresh {
+		ids := append(t.Held(), t.Heard()...)
+		slices.Sort(ids)
+		t.known, t.knownAt = slices.Compact(ids), time.Now()
+	}
+	ids := t.known // replaced, never changed: its pages may be kept
 	i, _ := slices.BinarySearch(ids, after)
 	if i < len(ids) && ids[i] == after {
 		i++
 	}
 	return ids[i:min(len(ids), i+limit)]
 }
+
+// knownFresh is how long KnownAfter's list serves the pages after a first.
+const knownFresh = 10 * time.Second
 
 // Held returns the devices this node has a session with.
 func (t *Transport) Held() []string {

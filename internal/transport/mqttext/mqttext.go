@@ -150,6 +150,13 @@ type Transport struct {
 	// every node hears every device. A device leaves it on its Will and
 	// when its session here ends. Guarded by mu.
 	heard map[string]int64
+
+	// known is the sorted list KnownAfter pages through, made for a first
+	// page and kept knownFresh: a joining node walks it a page at a time,
+	// and the whole fleet is not sorted again for each page.
+	knownMu sync.Mutex
+	known   []string
+	knownAt time.Time
 }
 
 // New validates cfg without connecting.
