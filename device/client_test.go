@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/mcpgate/mcpgate/internal/leakcheck"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
@@ -569,10 +569,8 @@ func TestFailureStreakLog(t *testing.T) {
 // serialWorkers counts the goroutines that run an ESP32 session's calls in
 // order (the one Serve starts for them).
 func serialWorkers() int {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range strings.Split(string(leakcheck.Stacks()), "\n\n") {
 		if strings.Contains(g, "(*Session).Serve.func") && strings.Contains(g, "[chan receive") {
 			n++
 		}

@@ -39,8 +39,7 @@ func wait(d time.Duration) string {
 // ours returns the stacks of goroutines that run watched code, other than
 // the one calling it.
 func ours() string {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
+	buf := Stacks()
 	// This module's code, and the WebSocket library's, whose goroutines
 	// outlive a connection only if it was never closed.
 	watched := []string{"github.com/mcpgate/mcpgate/", "github.com/coder/websocket"}
@@ -57,4 +56,17 @@ func ours() string {
 		}
 	}
 	return strings.Join(out, "\n\n")
+}
+
+// Stacks returns every goroutine's stack, in full: runtime.Stack cuts a
+// dump that does not fit its buffer, and a test counting goroutines of some
+// kind would miss those past the cut.
+func Stacks() []byte {
+	buf := make([]byte, 1<<20)
+	for {
+		if n := runtime.Stack(buf, true); n < len(buf) {
+			return buf[:n]
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }
