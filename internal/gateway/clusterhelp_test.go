@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -41,7 +42,9 @@ func startPair(t testing.TB, cfg Config, name string) (a, b *Gateway) {
 // restClient is a client of gw's REST door, with no key.
 func restClient(t testing.TB, gw *Gateway) *api.Client {
 	t.Helper()
-	c, err := api.NewClient("http://"+gw.Addr(), nil)
+	// A bound on every request: a call that never ends fails its test
+	// with the call named, not the package at go test's timeout.
+	c, err := api.NewClient("http://"+gw.Addr(), &http.Client{Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
