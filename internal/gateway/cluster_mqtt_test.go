@@ -40,6 +40,18 @@ func startClusterNode(t *testing.T, id, dsn, broker string, routes ...string) *c
 	return &clusterNode{id: id, gw: gw, stop: stop, rest: restClient(t, gw)}
 }
 
+// startBrokerPair starts nodes a and b on one store and one Mosquitto,
+// both serving its devices, and waits until they see each other.
+func startBrokerPair(t *testing.T) (dsn, broker string, a, b *clusterNode) {
+	t.Helper()
+	dsn = storetest.PostgresDSN(t)
+	broker = startMosquitto(t)
+	a = startClusterNode(t, "a", dsn, broker)
+	b = startClusterNode(t, "b", dsn, broker, a.gw.ClusterRoute())
+	waitMembers(t, []string{"a", "b"}, a, b)
+	return dsn, broker, a, b
+}
+
 func waitMembers(t *testing.T, want []string, nodes ...*clusterNode) {
 	t.Helper()
 	for _, n := range nodes {
@@ -252,11 +264,7 @@ func TestClusterEndpointSourceAcrossNodes(t *testing.T) {
 // them dies, it takes over the idle devices it now owns, which it never
 // heard speak. Restarted at once after a crash, it serves its own again.
 func TestClusterMQTTJoinedNodeLearnsFleet(t *testing.T) {
-	dsn := storetest.PostgresDSN(t)
-	broker := startMosquitto(t)
-	a := startClusterNode(t, "a", dsn, broker)
-	b := startClusterNode(t, "b", dsn, broker, a.gw.ClusterRoute())
-	waitMembers(t, []string{"a", "b"}, a, b)
+	dsn, broker, a, b := startBrokerPair(t)
 	var idle []string // on b with three nodes, on c once b is gone
 	for i := range 24 {
 		mac := fmt.Sprintf("02:00:00:14:06:%02x", i)
@@ -316,11 +324,7 @@ func TestClusterMQTTJoinedNodeLearnsFleet(t *testing.T) {
 // (A node restarted at once under its id, before the others noticed, is in
 // c's place.)
 func TestClusterMQTTJoinedNodeLearnsHeardDevices(t *testing.T) {
-	dsn := storetest.PostgresDSN(t)
-	broker := startMosquitto(t)
-	a := startClusterNode(t, "a", dsn, broker)
-	b := startClusterNode(t, "b", dsn, broker, a.gw.ClusterRoute())
-	waitMembers(t, []string{"a", "b"}, a, b)
+	dsn, broker, a, b := startBrokerPair(t)
 	var mac string
 	for i := 0; mac == ""; i++ {
 		m := fmt.Sprintf("02:00:00:14:07:%02x", i)
