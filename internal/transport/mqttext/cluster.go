@@ -84,7 +84,7 @@ func (t *Transport) Remember(ids []string) {
 func (t *Transport) KnownAfter(after string, limit int) []string {
 	t.knownMu.Lock()
 	defer t.knownMu.Unlock()
-	if after == "" || time.Since(t.knownAt) > knownFresh {
+	if after == "" || t.known == nil || time.Since(t.knownAt) > knownFresh {
 		ids := append(t.Held(), t.Heard()...)
 		slices.Sort(ids)
 		t.known, t.knownAt = slices.Compact(ids), time.Now()
@@ -94,7 +94,11 @@ func (t *Transport) KnownAfter(after string, limit int) []string {
 	if i < len(ids) && ids[i] == after {
 		i++
 	}
-	return ids[i:min(len(ids), i+limit)]
+	end := min(len(ids), i+limit)
+	if end == len(ids) {
+		t.known = nil // the walk is over: the fleet's list is not kept for the next join
+	}
+	return ids[i:end]
 }
 
 // knownFresh is how long KnownAfter's list serves the pages after a first.

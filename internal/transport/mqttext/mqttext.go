@@ -152,8 +152,9 @@ type Transport struct {
 	heard map[string]int64
 
 	// known is the sorted list KnownAfter pages through, made for a first
-	// page and kept knownFresh: a joining node walks it a page at a time,
-	// and the whole fleet is not sorted again for each page.
+	// page and kept until the last, knownFresh at most: a joining node
+	// walks it a page at a time, and the whole fleet is not sorted again
+	// for each page.
 	knownMu sync.Mutex
 	known   []string
 	knownAt time.Time
