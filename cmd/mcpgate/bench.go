@@ -79,7 +79,8 @@ workers and one at a time: calls/s, p50/p99 and gateway CPU per call (every
 node's CPU) for each. Then the NATS floor: two embedded NATS servers routed
 in the bench process, no gateway, request and reply at the cross-node
 phase's rate, CPU per round trip: the part of a crossing no gateway code
-can save, next to what the goal leaves it. --cluster-loads 4,64 adds the
+can save, next to what the goal leaves it; and the same with the caller
+connected straight to the answering server. --cluster-loads 4,64 adds the
 local and cross-node closed loops with those numbers of workers, for the CPU
 ratio against load. --storm DEVICES then connects
 that many devices spread over the nodes, drops them all at once and

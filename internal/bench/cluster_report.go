@@ -77,6 +77,10 @@ func (r *Report) writeCluster(w io.Writer) error {
 		p.f("\n  NATS floor   two embedded NATS servers routed in this process, no gateway, %d-byte request and reply:\n", f.MessageBytes)
 		p.f("               %.1f µs CPU per round trip at %s/s from %d workers (less %.1f µs of pacing), p50 %s one at a time\n",
 			f.CPUPerRoundTripUS, count(uint64(f.Rate+0.5)), f.Workers, f.PacingUS, fmtMS(f.Serial.P50MS))
+		if d := f.Direct; d != nil {
+			p.f("               direct (the caller a client of the answering server, over TCP): %.1f µs, p50 %s\n",
+				d.CPUPerRoundTripUS, fmtMS(d.Serial.P50MS))
+		}
 	}
 	phs := []*PhaseReport{c.Local, c.Cross, c.LocalSerial, c.CrossSerial}
 	for _, l := range c.Loads {

@@ -122,7 +122,7 @@ func TestRunCluster(t *testing.T) {
 	if err := rep.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"cross-node, 1 at a time", "reconnect storm", "per reconnect", "cross-node gateway CPU per call", "NATS floor", "NATS alone takes",
+	for _, want := range []string{"cross-node, 1 at a time", "reconnect storm", "per reconnect", "cross-node gateway CPU per call", "NATS floor", "NATS alone takes", "direct (the caller a client",
 		"the CPU ratio against load"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, &text)
@@ -152,6 +152,9 @@ func TestNATSFloor(t *testing.T) {
 	}
 	if f.CPUPerRoundTripUS <= 0 || f.PacingUS < 0 || f.Serial.Count == 0 || f.Serial.P50MS <= 0 || f.Serial.P50MS > f.Serial.MaxMS {
 		t.Errorf("floor %+v", f)
+	}
+	if d := f.Direct; d == nil || d.RoundTrips == 0 || d.RoundTrips > 2000+4 || d.CPUPerRoundTripUS <= 0 || d.Serial.Count == 0 || d.Serial.P50MS <= 0 {
+		t.Errorf("direct floor %+v", d)
 	}
 	if _, err := runNATSFloor(t.Context(), 0, 4, time.Millisecond); err == nil {
 		t.Error("a floor without a rate ran")

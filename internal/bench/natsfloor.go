@@ -36,6 +36,17 @@ type NATSFloorReport struct {
 	PacingUS          float64 `json:"pacing_us"`
 	// Serial is one round trip at a time, back to back.
 	Serial Latency `json:"serial"`
+	// Direct is the same with the caller a client of the answering
+	// server, over loopback TCP: what routing by a direct connection to
+	// the serving node's server, skipping a server each way, would cost.
+	Direct *FloorDirect `json:"direct,omitempty"`
+}
+
+// FloorDirect is the NATS floor's direct variant (NATSFloorReport.Direct).
+type FloorDirect struct {
+	RoundTrips        uint64  `json:"round_trips"`
+	CPUPerRoundTripUS float64 `json:"cpu_per_round_trip_us"`
+	Serial            Latency `json:"serial"`
 }
 
 const floorMessageBytes = 160 // about a routed call of set_volume, and its reply
@@ -91,19 +102,9 @@ func runNATSFloor(ctx context.Context, rate float64, workers int, d time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	// The route forms, then the subscription's interest crosses it.
 	msg := make([]byte, floorMessageBytes)
-	for {
-		rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		err := c.roundTrip(rctx, "floor.dev.0.call", msg)
-		cancel()
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := c.waitAnswered(ctx, msg); err != nil {
+		return nil, err
 	}
 
 	r := &NATSFloorReport{MessageBytes: floorMessageBytes, Rate: rate, Workers: workers, DurationS: d.Seconds()}
@@ -111,22 +112,65 @@ func runNATSFloor(ctx context.Context, rate float64, workers int, d time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	used, n, err := c.drive(ctx, rate, workers, d, msg, nil)
+	if ticks == 0 {
+		return nil, errors.New("nats floor: no round trip completed")
+	}
+	r.PacingUS = us(pacing) / float64(ticks)
+	if r.RoundTrips, r.CPUPerRoundTripUS, r.Serial, err = c.measure(ctx, rate, workers, d, msg, r.PacingUS); err != nil {
+		return nil, err
+	}
+
+	direct, err := nats.Connect(first.ClientURL())
+	if err != nil {
+		return nil, fmt.Errorf("nats floor: %w", err)
+	}
+	defer direct.Close()
+	dc, err := newFloorCaller(direct)
 	if err != nil {
 		return nil, err
 	}
-	if n == 0 || ticks == 0 {
-		return nil, errors.New("nats floor: no round trip completed")
-	}
-	r.RoundTrips = n
-	r.PacingUS = us(pacing) / float64(ticks)
-	r.CPUPerRoundTripUS = max(us(used)/float64(n)-r.PacingUS, 0)
-	var h Histogram
-	if _, _, err := c.drive(ctx, 0, 1, d, msg, &h); err != nil {
+	if err := dc.waitAnswered(ctx, msg); err != nil {
 		return nil, err
 	}
-	r.Serial = h.Summary()
+	r.Direct = &FloorDirect{}
+	if r.Direct.RoundTrips, r.Direct.CPUPerRoundTripUS, r.Direct.Serial, err = dc.measure(ctx, rate, workers, d, msg, r.PacingUS); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// waitAnswered returns once a round trip succeeds: the route forms, then
+// the answering subscription's interest crosses it.
+func (c *floorCaller) waitAnswered(ctx context.Context, msg []byte) error {
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err := c.roundTrip(rctx, "floor.dev.0.call", msg)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// measure runs the paced round trips, then one at a time, for d each, and
+// returns the round trips, their CPU less pacingUS, and the serial latency.
+func (c *floorCaller) measure(ctx context.Context, rate float64, workers int, d time.Duration, msg []byte, pacingUS float64) (uint64, float64, Latency, error) {
+	used, n, err := c.drive(ctx, rate, workers, d, msg, nil)
+	if err != nil {
+		return 0, 0, Latency{}, err
+	}
+	if n == 0 {
+		return 0, 0, Latency{}, errors.New("nats floor: no round trip completed")
+	}
+	var h Histogram
+	if _, _, err := c.drive(ctx, 0, 1, d, msg, &h); err != nil {
+		return 0, 0, Latency{}, err
+	}
+	return n, max(us(used)/float64(n)-pacingUS, 0), h.Summary(), nil
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
