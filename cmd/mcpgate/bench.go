@@ -12,7 +12,21 @@ import (
 	"github.com/mcpgate/mcpgate/internal/bench"
 )
 
-func init() { extraCommands = append(extraCommands, newBenchCmd) }
+func init() { extraCommands = append(extraCommands, newBenchCmd, newBenchFloorPeerCmd) }
+
+// newBenchFloorPeerCmd is the answering side of bench --cluster's NATS floor,
+// which runs it in a child process; hidden, as nobody else has a use for it.
+func newBenchFloorPeerCmd(*globals) *cobra.Command {
+	return &cobra.Command{
+		Use:    bench.FloorPeerCommand,
+		Short:  "Answer the NATS floor's requests in a process of its own (started by bench --cluster)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return bench.RunNATSFloorPeer(cmd.Context(), cmd.OutOrStdout())
+		},
+	}
+}
 
 func newBenchCmd(g *globals) *cobra.Command {
 	var (
@@ -79,14 +93,15 @@ workers and one at a time: calls/s, p50/p99 and gateway CPU per call (every
 node's CPU) for each. Then the NATS floor: two embedded NATS servers routed
 in the bench process, no gateway, request and reply at the cross-node
 phase's rate, CPU per round trip: the part of a crossing no gateway code
-can save, next to what the goal leaves it; and the same with the caller
-connected straight to the answering server. --cluster-loads 4,64 adds the
-local and cross-node closed loops with those numbers of workers, for the CPU
-ratio against load. --storm DEVICES then connects
-that many devices spread over the nodes, drops them all at once and
-reconnects each to the next node:
-the time until every one is callable again, and PostgreSQL's commits and
-device rows written per reconnect.
+can save, next to what the goal leaves it; the same with the caller
+connected straight to the answering server; and p50 one at a time with the
+answering server in a child process, as on another node, next to the p50
+goal. --cluster-loads 4,64 adds the local and cross-node closed loops with
+those numbers of workers, for the CPU ratio against load. --storm DEVICES
+then connects that many devices spread over the nodes, drops them all at
+once and reconnects each to the next node: the time until every one is
+callable again, and PostgreSQL's commits and device rows written per
+reconnect.
 
 --server targets an existing gateway only when given on the command line
 (MCPGATE_SERVER is ignored here, so a bench never loads a production gateway

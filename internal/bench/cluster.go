@@ -205,7 +205,7 @@ func runCluster(ctx context.Context, cfg Config, rep *Report) error {
 	}
 	if c := cr.Cross; c != nil && c.CallsPerSec > 0 {
 		log.Info("cluster phase: NATS floor", "rate", int(c.CallsPerSec), "workers", cfg.Concurrency, "duration", cfg.Duration/2)
-		if cr.NATSFloor, err = runNATSFloor(ctx, c.CallsPerSec, cfg.Concurrency, cfg.Duration/2); err != nil {
+		if cr.NATSFloor, err = runNATSFloor(ctx, exe, c.CallsPerSec, cfg.Concurrency, cfg.Duration/2); err != nil {
 			log.Warn("cluster: NATS floor not measured", "error", err)
 		}
 	}

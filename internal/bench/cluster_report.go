@@ -81,6 +81,10 @@ func (r *Report) writeCluster(w io.Writer) error {
 			p.f("               direct (the caller a client of the answering server, over TCP): %.1f µs, p50 %s\n",
 				d.CPUPerRoundTripUS, fmtMS(d.Serial.P50MS))
 		}
+		if a := f.Apart; a != nil {
+			p.f("               apart (the answering server and client in a child process, as on another node): p50 %s one at a time\n",
+				fmtMS(a.Serial.P50MS))
+		}
 	}
 	phs := []*PhaseReport{c.Local, c.Cross, c.LocalSerial, c.CrossSerial}
 	for _, l := range c.Loads {
@@ -135,6 +139,10 @@ func (r *Report) writeCluster(w io.Writer) error {
 	if l, x, f := c.Local, c.Cross, c.NATSFloor; f != nil && l != nil && x != nil && l.CPU != nil && x.CPU != nil {
 		p.f("  a crossing adds %.1f µs of gateway CPU per call; the goal leaves it %.1f µs (%.1f × local); NATS alone takes %.1f µs\n",
 			x.CPU.GatewayPerCallUS-l.CPU.GatewayPerCallUS, (GoalCrossCPU-1)*l.CPU.GatewayPerCallUS, GoalCrossCPU-1, f.CPUPerRoundTripUS)
+	}
+	if l, x, f := c.LocalSerial, c.CrossSerial, c.NATSFloor; f != nil && f.Apart != nil && l != nil && x != nil && l.Calls > 0 && x.Calls > 0 {
+		p.f("  a crossing adds %s to p50 one at a time; the goal allows %s; NATS alone between two processes takes %s\n",
+			fmtSignedMS(x.Latency.P50MS-l.Latency.P50MS), fmtMS(float64(GoalCrossAdded)/1e6), fmtMS(f.Apart.Serial.P50MS))
 	}
 	return p.err
 }

@@ -98,6 +98,8 @@ func TestRunCluster(t *testing.T) {
 	}
 	if f := c.NATSFloor; f == nil || f.RoundTrips == 0 || f.Workers != 2 || f.Rate != c.Cross.CallsPerSec || f.Serial.Count == 0 || f.Serial.P50MS <= 0 {
 		t.Errorf("NATS floor %+v", f)
+	} else if a := f.Apart; a == nil || a.Serial.Count == 0 || a.Serial.P50MS <= 0 {
+		t.Errorf("NATS floor apart %+v", a)
 	}
 	s := c.Storm
 	if s == nil {
@@ -122,7 +124,8 @@ func TestRunCluster(t *testing.T) {
 	if err := rep.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"cross-node, 1 at a time", "reconnect storm", "per reconnect", "cross-node gateway CPU per call", "NATS floor", "NATS alone takes", "direct (the caller a client",
+	for _, want := range []string{"cross-node, 1 at a time", "reconnect storm", "per reconnect", "cross-node gateway CPU per call", "NATS floor", "NATS alone takes", "direct (the caller a client", "apart (the answering server",
+		"NATS alone between two processes takes",
 		"the CPU ratio against load"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, &text)
@@ -142,7 +145,7 @@ func TestNATSFloor(t *testing.T) {
 		t.Skip("reads /proc")
 	}
 	// Enough round trips that their CPU spans many of /proc's 10 ms ticks.
-	f, err := runNATSFloor(t.Context(), 2000, 4, time.Second)
+	f, err := runNATSFloor(t.Context(), "", 2000, 4, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +159,14 @@ func TestNATSFloor(t *testing.T) {
 	if d := f.Direct; d == nil || d.RoundTrips == 0 || d.RoundTrips > 2000+4 || d.CPUPerRoundTripUS <= 0 || d.Serial.Count == 0 || d.Serial.P50MS <= 0 {
 		t.Errorf("direct floor %+v", d)
 	}
-	if _, err := runNATSFloor(t.Context(), 0, 4, time.Millisecond); err == nil {
+	if f.Apart != nil {
+		t.Errorf("apart measured without an executable: %+v", f.Apart)
+	}
+	if _, err := runNATSFloor(t.Context(), "", 0, 4, time.Millisecond); err == nil {
 		t.Error("a floor without a rate ran")
+	}
+	// An executable without the peer command: a clear error, not a hang.
+	if _, err := floorApart(t.Context(), "/bin/true", time.Millisecond, make([]byte, floorMessageBytes)); err == nil || !strings.Contains(err.Error(), "exited without its address") {
+		t.Errorf("apart with /bin/true: %v", err)
 	}
 }

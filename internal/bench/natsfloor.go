@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -40,6 +42,16 @@ type NATSFloorReport struct {
 	// server, over loopback TCP: what routing by a direct connection to
 	// the serving node's server, skipping a server each way, would cost.
 	Direct *FloorDirect `json:"direct,omitempty"`
+	// Apart is the same one at a time with the answering server and client
+	// in a child process, as the serving node is: what one crossing
+	// between processes costs the p50 goal here. Nil without an mcpgate
+	// executable to run that child.
+	Apart *FloorApart `json:"apart,omitempty"`
+}
+
+// FloorApart is the NATS floor's apart variant (NATSFloorReport.Apart).
+type FloorApart struct {
+	Serial Latency `json:"serial"`
 }
 
 // FloorDirect is the NATS floor's direct variant (NATSFloorReport.Direct).
@@ -52,8 +64,9 @@ type FloorDirect struct {
 const floorMessageBytes = 160 // about a routed call of set_volume, and its reply
 
 // runNATSFloor measures the NATS floor at rate round trips/s from workers
-// workers for d, then one at a time for d.
-func runNATSFloor(ctx context.Context, rate float64, workers int, d time.Duration) (*NATSFloorReport, error) {
+// workers for d, then one at a time for d; then its direct variant; then,
+// with exe (an mcpgate executable) given, its apart variant.
+func runNATSFloor(ctx context.Context, exe string, rate float64, workers int, d time.Duration) (*NATSFloorReport, error) {
 	if rate <= 0 || workers <= 0 {
 		return nil, errors.New("nats floor: need a rate and workers")
 	}
@@ -72,40 +85,17 @@ func runNATSFloor(ctx context.Context, rate float64, workers int, d time.Duratio
 		return nil, fmt.Errorf("nats floor: %w", err)
 	}
 	defer serving.Close()
-	calling, err := nats.Connect("", nats.InProcessServer(second))
-	if err != nil {
-		return nil, fmt.Errorf("nats floor: %w", err)
-	}
-	defer calling.Close()
-
-	requests := make(chan *nats.Msg, 8192)
-	if _, err := serving.ChanQueueSubscribe("floor.dev.*.call", "holder", requests); err != nil {
-		return nil, fmt.Errorf("nats floor: %w", err)
-	}
-	// Never closed: nats.go may still deliver into it until the
-	// connection closes. done ends the answering goroutines.
-	done := make(chan struct{})
-	defer close(done)
-	for range 64 {
-		go func() {
-			for {
-				select {
-				case m := <-requests:
-					_ = serving.Publish(m.Reply, m.Data)
-				case <-done:
-					return
-				}
-			}
-		}()
-	}
-	c, err := newFloorCaller(calling)
+	stopAnswering, err := answerFloor(serving)
 	if err != nil {
 		return nil, err
 	}
+	defer stopAnswering()
 	msg := make([]byte, floorMessageBytes)
-	if err := c.waitAnswered(ctx, msg); err != nil {
+	c, err := answeredCaller(ctx, msg, "", nats.InProcessServer(second))
+	if err != nil {
 		return nil, err
 	}
+	defer c.nc.Close()
 
 	r := &NATSFloorReport{MessageBytes: floorMessageBytes, Rate: rate, Workers: workers, DurationS: d.Seconds()}
 	pacing, ticks, err := c.drive(ctx, rate, workers, d, nil, nil)
@@ -120,23 +110,150 @@ func runNATSFloor(ctx context.Context, rate float64, workers int, d time.Duratio
 		return nil, err
 	}
 
-	direct, err := nats.Connect(first.ClientURL())
-	if err != nil {
-		return nil, fmt.Errorf("nats floor: %w", err)
-	}
-	defer direct.Close()
-	dc, err := newFloorCaller(direct)
+	dc, err := answeredCaller(ctx, msg, first.ClientURL())
 	if err != nil {
 		return nil, err
 	}
-	if err := dc.waitAnswered(ctx, msg); err != nil {
-		return nil, err
-	}
+	defer dc.nc.Close()
 	r.Direct = &FloorDirect{}
 	if r.Direct.RoundTrips, r.Direct.CPUPerRoundTripUS, r.Direct.Serial, err = dc.measure(ctx, rate, workers, d, msg, r.PacingUS); err != nil {
 		return nil, err
 	}
+	if exe != "" {
+		if r.Apart, err = floorApart(ctx, exe, d, msg); err != nil {
+			return nil, err
+		}
+	}
 	return r, nil
+}
+
+// answerFloor answers every floor request on nc, as a node serves the
+// calls to its devices: a queue subscription feeding a pool of goroutines.
+// stop ends the goroutines.
+func answerFloor(nc *nats.Conn) (stop func(), err error) {
+	requests := make(chan *nats.Msg, 8192)
+	if _, err := nc.ChanQueueSubscribe("floor.dev.*.call", "holder", requests); err != nil {
+		return nil, fmt.Errorf("nats floor: %w", err)
+	}
+	// Never closed: nats.go may still deliver into it until the
+	// connection closes. done ends the answering goroutines.
+	done := make(chan struct{})
+	for range 64 {
+		go func() {
+			for {
+				select {
+				case m := <-requests:
+					_ = nc.Publish(m.Reply, m.Data)
+				case <-done:
+					return
+				}
+			}
+		}()
+	}
+	return func() { close(done) }, nil
+}
+
+// FloorPeerCommand is the hidden mcpgate subcommand that runs
+// RunNATSFloorPeer: the answering side of the floor's apart variant.
+const FloorPeerCommand = "bench-nats-floor-peer"
+
+// RunNATSFloorPeer is the answering side of the NATS floor's apart variant,
+// run by the bench in a child process (FloorPeerCommand): an embedded NATS
+// server with a client in process answering every floor request. It
+// writes the server's route address as one line to w, then answers until
+// ctx ends.
+func RunNATSFloorPeer(ctx context.Context, w io.Writer) error {
+	s, err := floorServer("floor-peer", "")
+	if err != nil {
+		return err
+	}
+	defer s.Shutdown()
+	nc, err := nats.Connect("", nats.InProcessServer(s))
+	if err != nil {
+		return fmt.Errorf("nats floor peer: %w", err)
+	}
+	defer nc.Close()
+	stop, err := answerFloor(nc)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if _, err := fmt.Fprintln(w, s.ClusterAddr().String()); err != nil {
+		return fmt.Errorf("nats floor peer: %w", err)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// floorApart times round trips, one at a time for d, to an answering
+// server and client in a child process (exe FloorPeerCommand), as a call
+// crosses to another node's process: what the p50 goal can be set beside.
+func floorApart(ctx context.Context, exe string, d time.Duration, msg []byte) (*FloorApart, error) {
+	pr, pw := io.Pipe()
+	tail := &tailBuffer{max: 4 << 10}
+	_, exited, stop, err := startProcess(ctx, exe, []string{FloorPeerCommand}, io.MultiWriter(tail, pw), "nats floor peer", tail)
+	if err != nil {
+		return nil, fmt.Errorf("nats floor: starting %s %s: %w", exe, FloorPeerCommand, err)
+	}
+	defer func() { _ = stop() }()
+	go func() {
+		<-exited
+		pw.Close()
+	}()
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		if sc.Scan() {
+			addr <- sc.Text()
+		}
+		close(addr)
+		_, _ = io.Copy(io.Discard, pr) // until the child exits
+	}()
+	var route string
+	select {
+	case a, ok := <-addr:
+		if !ok {
+			return nil, fmt.Errorf("nats floor: %s %s exited without its address; its output:\n%s", exe, FloorPeerCommand, tail)
+		}
+		route = a
+	case <-time.After(startTimeout):
+		return nil, fmt.Errorf("nats floor: %s %s gave no address in %s; its output:\n%s", exe, FloorPeerCommand, startTimeout, tail)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	local, err := floorServer("floor-apart", "nats://"+route)
+	if err != nil {
+		return nil, err
+	}
+	defer local.Shutdown()
+	c, err := answeredCaller(ctx, msg, "", nats.InProcessServer(local))
+	if err != nil {
+		return nil, err
+	}
+	defer c.nc.Close()
+	var h Histogram
+	if _, _, err := c.drive(ctx, 0, 1, d, msg, &h); err != nil {
+		return nil, err
+	}
+	return &FloorApart{Serial: h.Summary()}, nil
+}
+
+// answeredCaller connects a floorCaller to url (or, with url "", as an
+// option says) and returns it once a round trip is answered.
+func answeredCaller(ctx context.Context, msg []byte, url string, opts ...nats.Option) (*floorCaller, error) {
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("nats floor: %w", err)
+	}
+	c, err := newFloorCaller(nc)
+	if err == nil {
+		err = c.waitAnswered(ctx, msg)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 // waitAnswered returns once a round trip succeeds: the route forms, then
