@@ -1,6 +1,9 @@
 package mqttext
 
 import (
+	"net"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -69,4 +72,88 @@ func FuzzTopic(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzParseBrokerURL feeds arbitrary --mqtt-broker values to
+// parseBrokerURL, which New runs before anything connects. It must never
+// panic; a refusal has a message; an accepted URL has a scheme autopaho
+// dials, a host, and a Host that autopaho can dial as it is: host:port, the
+// port given or the scheme's default filled in.
+func FuzzParseBrokerURL(f *testing.F) {
+	for _, s := range []string{
+		"tcp://127.0.0.1:1", "tcp://broker", "mqtt://broker.lan:1884", "ssl://b", "tls://b:8884", "mqtts://b",
+		"tcp://[::1]", "tcp://[::1]:1883", "tcp://[fe80::1%25en0]", "tcp://user:pw@broker", "TCP://Broker",
+		"tcp://broker/path?q=1#f", "ws://b", "wss://b", "http://b", "tcp://", "tcp://:1883", "tcp:broker",
+		"broker:1883", "", "tcp://%zz", "tcp://b:x", "tcp://a b", "tcp://b:99999",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		u, err := parseBrokerURL(s)
+		if err != nil {
+			if u != nil || err.Error() == "" {
+				t.Fatalf("parseBrokerURL(%q) = %v, %q: want no URL and a message", s, u, err)
+			}
+			return
+		}
+		def := "1883"
+		switch u.Scheme {
+		case "tcp", "mqtt":
+		case "ssl", "tls", "mqtts":
+			def = "8883"
+		default:
+			t.Fatalf("parseBrokerURL(%q) accepted scheme %q", s, u.Scheme)
+		}
+		if u.Hostname() == "" {
+			t.Fatalf("parseBrokerURL(%q) accepted a URL with no host: %q", s, u.Host)
+		}
+		// autopaho dials u.Host itself.
+		host, port, err := net.SplitHostPort(u.Host)
+		if err != nil || host != u.Hostname() || port != u.Port() {
+			t.Fatalf("parseBrokerURL(%q): Host %q is not host:port (%q, %q, %v; hostname %q, port %q)",
+				s, u.Host, host, port, err, u.Hostname(), u.Port())
+		}
+		in, err := url.Parse(s)
+		if err != nil {
+			t.Fatalf("parseBrokerURL(%q) accepted what url.Parse refuses: %v", s, err)
+		}
+		if want := in.Port(); (want != "" && port != want) || (want == "" && port != def) {
+			t.Fatalf("parseBrokerURL(%q): port %q, want %q given or default %s", s, port, want, def)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			t.Fatalf("parseBrokerURL(%q) accepted port %q", s, port)
+		}
+	})
+}
+
+// What --mqtt-broker a gateway accepts, dials as, and refuses with a
+// clear error before any connect.
+func TestParseBrokerURL(t *testing.T) {
+	for _, tc := range []struct {
+		in, host, err string
+	}{
+		{in: "tcp://broker", host: "broker:1883"},
+		{in: "mqtts://broker", host: "broker:8883"},
+		{in: "tcp://127.0.0.1:", host: "127.0.0.1:1883"}, // an empty port is the default, as in any URL
+		{in: "tcp://[::1]", host: "[::1]:1883"},
+		{in: "mqtt://broker:1884", host: "broker:1884"},
+		{in: "tcp://0:", host: "0:1883"},
+		{in: "tcp://]", err: `host "]"`},
+		{in: "tcp://broker:99999", err: "want 1 to 65535"},
+		{in: "tcp://broker:0", err: "want 1 to 65535"},
+		{in: "tcp://:1883", err: "has no host"},
+		{in: "ws://broker", err: "want tcp://"},
+	} {
+		u, err := parseBrokerURL(tc.in)
+		switch {
+		case tc.err != "":
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: err %v, want one saying %q", tc.in, err, tc.err)
+			}
+		case err != nil:
+			t.Errorf("%q: %v", tc.in, err)
+		case u.Host != tc.host:
+			t.Errorf("%q: dials %q, want %q", tc.in, u.Host, tc.host)
+		}
+	}
 }

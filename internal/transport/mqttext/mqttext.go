@@ -49,7 +49,9 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -234,8 +236,18 @@ func parseBrokerURL(s string) (*url.URL, error) {
 	if u.Hostname() == "" {
 		return nil, fmt.Errorf("mqttext: broker URL %q has no host", s)
 	}
-	if u.Port() == "" {
-		u.Host += ":" + port
+	if p := u.Port(); p != "" {
+		port = p
+	}
+	// autopaho dials u.Host as it is: "host:" (an empty port, the default
+	// in a URL) must become host:1883, and what cannot be dialled is
+	// refused here, not after a minute of failed connects.
+	u.Host = net.JoinHostPort(u.Hostname(), port)
+	if _, _, err := net.SplitHostPort(u.Host); err != nil {
+		return nil, fmt.Errorf("mqttext: broker URL %q: host %q: %w", s, u.Hostname(), err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return nil, fmt.Errorf("mqttext: broker URL %q: port %q: want 1 to 65535", s, port)
 	}
 	return u, nil
 }
