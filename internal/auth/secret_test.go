@@ -2,6 +2,7 @@ package auth
 
 import (
 	"errors"
+	"path"
 	"strings"
 	"testing"
 	"time"
@@ -174,6 +175,62 @@ func FuzzParseBearer(f *testing.F) {
 		}
 		if strings.ContainsAny(tok, " \t") || len(tok) > maxBearer || (tok == "" && strings.TrimSpace(h) != "") {
 			t.Fatalf("ParseBearer(%q) = %q", h, tok)
+		}
+	})
+}
+
+// FuzzParseLifetime: a key's lifetime from the command line or the API is
+// positive when accepted, whatever its size (no wrap past time.Duration),
+// and without days it means what time.ParseDuration says.
+func FuzzParseLifetime(f *testing.F) {
+	for _, s := range []string{"30d", "12h", "90m", "1d12h", "0", "", "36500d", "36501d", "36500d2562047h",
+		"-1h", "1d-1h", "d", "1dd", "2562047h47m16.854775807s", "9223372036854775807ns", " 1h "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := ParseLifetime(s)
+		if err != nil {
+			if d != 0 {
+				t.Fatalf("%q refused with a lifetime of %v", s, d)
+			}
+			return
+		}
+		trimmed := strings.TrimSpace(s)
+		if trimmed == "" || trimmed == "0" {
+			if d != 0 {
+				t.Fatalf("%q means never, got %v", s, d)
+			}
+			return
+		}
+		if d <= 0 {
+			t.Fatalf("%q accepted as %v", s, d)
+		}
+		if !strings.Contains(trimmed, "d") {
+			if want, err := time.ParseDuration(trimmed); err != nil || want != d {
+				t.Fatalf("%q = %v, time.ParseDuration says %v, %v", s, d, want, err)
+			}
+		}
+	})
+}
+
+// FuzzParsePatterns: what --devices and --tools accept is a list of
+// non-empty, trimmed, valid path.Match patterns.
+func FuzzParsePatterns(f *testing.F) {
+	for _, s := range []string{"kitchen-*,lamp?", " a , ,b ", "[a-z]*", "[", "\\", "a\\,b", "", ",,,"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, list string) {
+		ps, err := ParsePatterns(list)
+		if err != nil {
+			return
+		}
+		for _, p := range ps {
+			if p == "" || p != strings.TrimSpace(p) || strings.Contains(p, ",") {
+				t.Fatalf("%q gave pattern %q", list, p)
+			}
+			if _, err := path.Match(p, "x"); err != nil {
+				t.Fatalf("%q gave pattern %q, which path.Match refuses: %v", list, p, err)
+			}
 		}
 	})
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
 // FuzzVerifyToken feeds arbitrary strings to every check a presented token
@@ -124,4 +126,32 @@ func canonical(token string) string {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte(prefix + payload))
 	return prefix + payload + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// FuzzParseMQTTClientID: an MQTT client id comes from the network before
+// any credential is checked. What parses names a normalised device id and
+// the uuid that ends the client id.
+func FuzzParseMQTTClientID(f *testing.F) {
+	for _, s := range []string{
+		"GID_test@@@02_00_00_00_00_01@@@6f1d9e52-0000-4000-8000-000000000001",
+		"GID_test@@@02:00:00:00:00:01@@@",
+		"GID_@@@0200000000 01@@@u",
+		"GID_test@@@02_00_00_00_00_01@@@u@@@v",
+		"gid_test@@@02_00_00_00_00_01@@@u",
+		"GID_test@@@@@@u", "@@@", "", "GID_\x00@@@\xff@@@\xfe",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, clientID string) {
+		id, uuid, err := ParseMQTTClientID(clientID)
+		if err != nil {
+			return
+		}
+		if !strings.HasPrefix(clientID, "GID_") || !strings.HasSuffix(clientID, "@@@"+uuid) || strings.Contains(uuid, "@@@") {
+			t.Fatalf("%q parsed with uuid %q", clientID, uuid)
+		}
+		if norm, err := xiaozhi.NormalizeDeviceID(id); err != nil || norm != id {
+			t.Fatalf("%q parsed as device %q, not normalised (%q, %v)", clientID, id, norm, err)
+		}
+	})
 }
