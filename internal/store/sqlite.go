@@ -42,6 +42,17 @@ type sqliteStore struct {
 	closeErr  error
 }
 
+// sqliteURI names the database at abs as a file: URI, its path escaped: a
+// plain name is cut at its first '?' by the driver, so a data directory
+// such as /srv/a?b would have put the database at /srv/a.
+func sqliteURI(abs string) string {
+	p := filepath.ToSlash(abs)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p // a Windows drive: file:/C:/...
+	}
+	return "file:" + (&url.URL{Path: p}).EscapedPath()
+}
+
 func openSQLite(ctx context.Context, path string) (_ Store, err error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -63,7 +74,8 @@ func openSQLite(ctx context.Context, path string) (_ Store, err error) {
 	// revocation or an audit batch survives a power cut. Audit rows come
 	// in batches, which keeps the fsyncs few. temp_store(MEMORY): the
 	// statement journal of a multi-row INSERT stays off the disk.
-	w, err := sql.Open("sqlite", abs+"?"+pragmas("journal_mode(WAL)", "synchronous(FULL)", "temp_store(MEMORY)")+"&_txlock=immediate")
+	name := sqliteURI(abs)
+	w, err := sql.Open("sqlite", name+"?"+pragmas("journal_mode(WAL)", "synchronous(FULL)", "temp_store(MEMORY)")+"&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", abs, err)
 	}
@@ -82,7 +94,7 @@ func openSQLite(ctx context.Context, path string) (_ Store, err error) {
 	if err := migrateSQLite(ctx, w); err != nil {
 		return nil, fmt.Errorf("store: %s: %w", abs, err)
 	}
-	r, err := sql.Open("sqlite", abs+"?"+pragmas("query_only(1)"))
+	r, err := sql.Open("sqlite", name+"?"+pragmas("query_only(1)"))
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", abs, err)
 	}

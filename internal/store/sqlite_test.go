@@ -86,6 +86,43 @@ func TestSQLiteDSNForms(t *testing.T) {
 	}
 }
 
+// A data directory whose name holds what a URI or a DSN treats specially
+// keeps the database inside it: the driver used to cut a name at its first
+// '?', putting the database of /srv/a?b at /srv/a.
+func TestSQLiteOddDataDirectory(t *testing.T) {
+	parent := t.TempDir()
+	for _, name := range []string{"a?b", "a#b", "a%3Fb", "a b", "a&b=c", "a;b"} {
+		dir := filepath.Join(parent, name)
+		s, err := Open(context.Background(), "", dir)
+		if err != nil {
+			t.Fatalf("data directory %q: %v", name, err)
+		}
+		if err := s.SetSetting(context.Background(), "k", name); err != nil {
+			t.Fatalf("data directory %q: %v", name, err)
+		}
+		s.Close()
+		if fi, err := os.Stat(filepath.Join(dir, DefaultFile)); err != nil || fi.Size() == 0 {
+			t.Fatalf("data directory %q: the database is not in it: %v", name, err)
+		}
+		s, err = OpenExisting(context.Background(), "", dir)
+		if err != nil {
+			t.Fatalf("data directory %q, reopened: %v", name, err)
+		}
+		v, err := s.Setting(context.Background(), "k")
+		s.Close()
+		if err != nil || v != name {
+			t.Fatalf("data directory %q, reopened: setting %q, %v", name, v, err)
+		}
+	}
+	if entries, _ := os.ReadDir(parent); len(entries) != 6 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("files beside the data directories: %q", names)
+	}
+}
+
 func TestSQLiteSchemaTooNew(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Open(context.Background(), "", dir)
