@@ -160,6 +160,7 @@ func parseInputSchema(raw json.RawMessage) (*inputSchema, error) {
 	if err != nil {
 		return nil, fmt.Errorf("input schema properties: %w", err)
 	}
+	at := make(map[string]int, len(names))
 	for i, name := range names {
 		var ps struct {
 			Type    json.RawMessage   `json:"type"`
@@ -179,6 +180,13 @@ func parseInputSchema(raw json.RawMessage) (*inputSchema, error) {
 		for _, r := range top.Required {
 			p.required = p.required || r == name
 		}
+		// A name given twice means its last schema, as to any JSON decoder
+		// (the gateway's validator included).
+		if j, ok := at[name]; ok {
+			s.props[j] = p
+			continue
+		}
+		at[name] = len(s.props)
 		s.props = append(s.props, p)
 	}
 	return s, nil

@@ -85,6 +85,9 @@ func checkSchema(t *testing.T, raw []byte, s *inputSchema) {
 		t.Fatalf("parseInputSchema(%q) accepted a schema whose properties are not an object: %v", raw, err)
 	}
 	names := s.names()
+	if len(names) != len(top.Properties) {
+		t.Fatalf("parseInputSchema(%q) lists %q for %d properties", raw, names, len(top.Properties))
+	}
 	for _, n := range names {
 		if _, ok := top.Properties[n]; !ok {
 			t.Fatalf("parseInputSchema(%q) made up property %q", raw, n)
