@@ -63,7 +63,7 @@ type Config struct {
 
 func (c *Config) fill() error {
 	u, err := url.Parse(c.URL)
-	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Hostname() == "" {
 		return fmt.Errorf("bridge: gateway URL %q: want ws(s)://host:port/mcp/endpoint?token=...", c.URL)
 	}
 	if len(c.Servers) == 0 {

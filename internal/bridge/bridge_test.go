@@ -335,9 +335,20 @@ func TestParseConfig(t *testing.T) {
 		t.Fatalf("servers = %+v", servers)
 	}
 	for _, bad := range []string{`{}`, `{"mcpServers": {"a": {}}}`, `{"mcpServers": {"a": {"type": "sse", "url": "http://x"}}}`,
-		`{"mcpServers": {"a": {"url": "ftp://x"}}}`} {
+		`{"mcpServers": {"a": {"url": "ftp://x"}}}`, `{"mcpServers": {"a": {"url": "http://:3000/mcp"}}}`} {
 		if _, err := bridge.ParseConfig([]byte(bad)); err == nil {
 			t.Errorf("ParseConfig(%s) succeeded", bad)
+		}
+	}
+}
+
+// A gateway URL Run cannot dial is refused before anything starts.
+func TestRunRefusesBadGatewayURL(t *testing.T) {
+	servers := []bridge.Server{{Name: "a", Command: "true"}}
+	for _, u := range []string{"", "http://127.0.0.1:8000/mcp/endpoint", "ws://:8000/mcp/endpoint", "ws:///mcp/endpoint", "%zz"} {
+		err := bridge.Run(t.Context(), bridge.Config{URL: u, Servers: servers})
+		if err == nil || !strings.Contains(err.Error(), "want ws(s)://host") {
+			t.Errorf("Run with gateway URL %q: %v", u, err)
 		}
 	}
 }

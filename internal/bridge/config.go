@@ -33,7 +33,7 @@ func (s Server) validate() error {
 		return errors.New("set command (stdio) or url (Streamable HTTP)")
 	case s.URL != "":
 		u, err := url.Parse(s.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 			return fmt.Errorf("url %q: want http(s)://host/path", s.URL)
 		}
 	}

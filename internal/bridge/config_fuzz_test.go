@@ -90,7 +90,7 @@ func FuzzParseConfig(f *testing.F) {
 			}
 			if s.URL != "" {
 				u, err := url.Parse(s.URL)
-				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 					t.Fatalf("ParseConfig(%q): server %q has url %q, not http(s)://host (%v)", data, s.Name, s.URL, err)
 				}
 			}
