@@ -239,7 +239,8 @@ func floorApart(ctx context.Context, exe string, d time.Duration, msg []byte) (*
 }
 
 // answeredCaller connects a floorCaller to url (or, with url "", as an
-// option says) and returns it once a round trip is answered.
+// option says) and returns it once a round trip is answered, within
+// startTimeout.
 func answeredCaller(ctx context.Context, msg []byte, url string, opts ...nats.Option) (*floorCaller, error) {
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
@@ -247,7 +248,12 @@ func answeredCaller(ctx context.Context, msg []byte, url string, opts ...nats.Op
 	}
 	c, err := newFloorCaller(nc)
 	if err == nil {
-		err = c.waitAnswered(ctx, msg)
+		wctx, cancel := context.WithTimeout(ctx, startTimeout)
+		err = c.waitAnswered(wctx, msg)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			err = fmt.Errorf("nats floor: no request answered in %s (the route did not form?)", startTimeout)
+		}
 	}
 	if err != nil {
 		nc.Close()
