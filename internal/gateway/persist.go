@@ -47,14 +47,16 @@ func (g *Gateway) startBackground(ctx context.Context) (stop func()) {
 	// Run's own ctx: queued calls stop being started when shutdown begins;
 	// a delivery in progress ends with its device, and is recorded, before
 	// the store closes.
+	qctx, qcancel := context.WithCancel(ctx) // ended by stop too: Run may fail to start, ctx still live
 	wg.Go(func() {
-		if err := g.queue.Run(ctx); err != nil {
+		if err := g.queue.Run(qctx); err != nil {
 			g.log.Error("queued calls are not delivered", "error", err)
 		}
 	})
 	var once sync.Once
 	return func() {
 		once.Do(func() {
+			qcancel()
 			cancel()
 			wg.Wait()
 			g.log.Debug("audit log and devices written")
