@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -129,10 +130,29 @@ func New(cfg Config) (*API, error) {
 	a.mux.HandleFunc("GET /healthz", a.answered(a.healthz))
 	a.mux.HandleFunc("GET /readyz", a.answered(a.readyz))
 	a.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{}))
-	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path), nil)
-	})
+	a.mux.HandleFunc("/api/", a.noEndpoint)
 	return a, nil
+}
+
+// noEndpoint answers what no route under /api/ takes: 405 with the methods
+// the path has, else 404. (This catch-all keeps the mux from answering 405
+// itself, in plain text.)
+func (a *API) noEndpoint(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPatch, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := a.mux.Handler(probe); pattern != "/api/" && pattern != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) == 0 {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path), nil)
+		return
+	}
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	writeError(w, http.StatusMethodNotAllowed, "method_not_allowed",
+		fmt.Sprintf("%s %s: this endpoint takes %s", r.Method, r.URL.Path, strings.Join(allow, ", ")), nil)
 }
 
 // ServeHTTP implements http.Handler.

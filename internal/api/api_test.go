@@ -117,8 +117,29 @@ func TestUnknownEndpoint(t *testing.T) {
 	t.Parallel()
 	tg := startGateway(t, gateway.Config{})
 	tg.wantError(t, "GET", "/api/v1/nothing", "", 404, "not_found")
-	tg.wantError(t, "PUT", "/api/v1/devices/"+devID, "", 404, "not_found")
-	tg.wantError(t, "GET", callPath, "", 404, "not_found")
+	tg.wantError(t, "POST", "/api/v1/devices/"+devID+"/nothing", "", 404, "not_found")
+	// A path that exists, with a method it does not take: 405 and what it
+	// takes, in the header HTTP clients read and in the message.
+	for _, tc := range []struct{ method, path, allow string }{
+		{"PUT", "/api/v1/devices/" + devID, "GET, PATCH, DELETE"},
+		{"GET", callPath, "POST"},
+		{"POST", "/api/v1/devices", "GET"},
+		{"PATCH", "/api/v1/keys", "GET, POST"},
+	} {
+		e := tg.wantError(t, tc.method, tc.path, "", 405, "method_not_allowed")
+		if !strings.Contains(e.Error.Message, tc.allow) {
+			t.Errorf("%s %s: message %q does not name %s", tc.method, tc.path, e.Error.Message, tc.allow)
+		}
+		req, _ := http.NewRequestWithContext(t.Context(), tc.method, tg.base+tc.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.Header.Get("Allow"); got != tc.allow {
+			t.Errorf("%s %s: Allow %q, want %q", tc.method, tc.path, got, tc.allow)
+		}
+	}
 }
 
 func TestTools(t *testing.T) {
