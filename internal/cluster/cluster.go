@@ -242,13 +242,44 @@ func embedded(cfg Config) (*server.Server, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("cluster: embedded NATS server: %w", err)
 	}
+	// NoLog keeps the server quiet, but a listener it cannot open (the
+	// route port taken) is reported only through its logger: caught here,
+	// it fails the start at once and says why.
+	fatal := &fatalLog{msg: make(chan string, 1)}
+	srv.SetLoggerV2(fatal, false, false, false)
 	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		srv.Shutdown()
-		return nil, "", errors.New("cluster: embedded NATS server did not start within 10s")
+	deadline := time.Now().Add(10 * time.Second)
+	for !srv.ReadyForConnections(50 * time.Millisecond) {
+		select {
+		case msg := <-fatal.msg:
+			srv.Shutdown()
+			return nil, "", fmt.Errorf("cluster: embedded NATS server: %s", msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			srv.Shutdown()
+			return nil, "", errors.New("cluster: embedded NATS server did not start within 10s")
+		}
 	}
 	return srv, token, nil
 }
+
+// fatalLog is the embedded server's logger: it keeps the first fatal error
+// (the server goes on, broken, where its own logger would exit) and drops
+// the rest, as NoLog did.
+type fatalLog struct{ msg chan string }
+
+func (l *fatalLog) Fatalf(format string, v ...any) {
+	select {
+	case l.msg <- fmt.Sprintf(format, v...):
+	default:
+	}
+}
+func (*fatalLog) Noticef(string, ...any) {}
+func (*fatalLog) Warnf(string, ...any)   {}
+func (*fatalLog) Errorf(string, ...any)  {}
+func (*fatalLog) Debugf(string, ...any)  {}
+func (*fatalLog) Tracef(string, ...any)  {}
 
 // ID returns the node's id.
 func (n *Node) ID() string { return n.cfg.NodeID }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -482,5 +483,28 @@ func TestMissedClaimHealedByView(t *testing.T) {
 	})
 	if _, held := nodes[1].hub.Held("dev-m"); !held {
 		t.Error("n1 lost the newer session")
+	}
+}
+
+// A route port already taken fails the start at once, saying so; the
+// server reported it only to its logger, and the start waited 10 s for a
+// listener that would never come.
+func TestEmbeddedRoutePortTaken(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	start := time.Now()
+	srv, _, err := embedded(Config{Name: "t", NodeID: "a", Listen: taken.Addr().String(), Logger: slog.New(slog.DiscardHandler)})
+	if err == nil {
+		srv.Shutdown()
+		t.Fatal("started on a taken route port")
+	}
+	if !strings.Contains(err.Error(), "address already in use") {
+		t.Errorf("err = %v, want the listener's", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("refused after %s, want at once", d)
 	}
 }
