@@ -166,7 +166,12 @@ func Start(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), devs: map[string]*nats.Subscription{},
 		calls: map[string]context.CancelFunc{}, metrics: newMetrics(), unregister: func() {}, fatal: make(chan error, 1)}
 	opts := []nats.Option{nats.Name("mcpgate " + cfg.NodeID), nats.MaxReconnects(-1),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { n.log.Warn("cluster: NATS connection lost", "error", err) }),
+		nats.DisconnectErrHandler(func(c *nats.Conn, err error) {
+			// Closed (it reconnects forever otherwise): the node is stopping.
+			if !c.IsClosed() {
+				n.log.Warn("cluster: NATS connection lost", "error", err)
+			}
+		}),
 		nats.ReconnectHandler(func(*nats.Conn) { n.log.Info("cluster: NATS connection back") }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			subject := ""

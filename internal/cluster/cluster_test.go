@@ -508,3 +508,27 @@ func TestEmbeddedRoutePortTaken(t *testing.T) {
 		t.Errorf("refused after %s, want at once", d)
 	}
 }
+
+// Losing the NATS connection is a warning; a node stopping closes it, and
+// says nothing of it (every node's stop used to warn "connection lost").
+func TestConnectionLostWarnsOnlyWhenLost(t *testing.T) {
+	srv := startNATS(t, server.RANDOM_PORT)
+	var kept, stopped syncBuffer
+	keep, err := Start(Config{Name: "lost", NodeID: "k", NATS: []string{srv.ClientURL()}, Logger: slog.New(slog.NewTextHandler(&kept, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Close()
+	stop, err := Start(Config{Name: "lost", NodeID: "s", NATS: []string{srv.ClientURL()}, Logger: slog.New(slog.NewTextHandler(&stopped, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop.Close()
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	waitFor(t, "the kept node's warning", func() bool { return strings.Contains(kept.String(), "NATS connection lost") })
+	time.Sleep(100 * time.Millisecond) // nats.go runs its callbacks on a goroutine of their own
+	if strings.Contains(stopped.String(), "connection lost") {
+		t.Errorf("a node stopping warned:\n%s", stopped.String())
+	}
+}
