@@ -177,7 +177,7 @@ func New(cfg Config) (*Transport, error) {
 		// fleet pays these per idle connection.
 		ClientNetReadBufferSize:  1024,
 		ClientNetWriteBufferSize: 1024,
-		Logger:                   cfg.Logger.With("component", "mqtt_broker"),
+		Logger:                   slog.New(demoted{cfg.Logger.Handler()}).With("component", "mqtt_broker"),
 		SysTopicResendInterval:   3600, // nobody reads $SYS here
 	})
 	t := &Transport{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, srv: srv,
@@ -555,4 +555,30 @@ func (h *hook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet
 		c.att.Touch()
 	}
 	return pk, nil
+}
+
+// demoted logs the broker's Info records at Debug: its start and stop steps
+// ("added hook", "attached listener", "stopping hook") are noise beside the
+// gateway's own "mqtt broker listening". Its warnings and errors stay.
+type demoted struct{ slog.Handler }
+
+func (d demoted) Enabled(ctx context.Context, l slog.Level) bool {
+	return d.Handler.Enabled(ctx, demote(l))
+}
+
+func (d demoted) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = demote(r.Level)
+	return d.Handler.Handle(ctx, r)
+}
+
+func (d demoted) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return demoted{d.Handler.WithAttrs(attrs)}
+}
+func (d demoted) WithGroup(name string) slog.Handler { return demoted{d.Handler.WithGroup(name)} }
+
+func demote(l slog.Level) slog.Level {
+	if l == slog.LevelInfo {
+		return slog.LevelDebug
+	}
+	return l
 }
