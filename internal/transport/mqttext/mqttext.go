@@ -256,6 +256,10 @@ func parseBrokerURL(s string) (*url.URL, error) {
 // connection and its subscription until ctx ends; autopaho then reconnects (and resubscribes)
 // on its own until Close.
 func (t *Transport) Start(ctx context.Context) error {
+	var (
+		lastMu  sync.Mutex
+		lastErr error // the last failed attempt, for Start's error
+	)
 	tlsCfg := t.cfg.TLS
 	if tlsCfg == nil {
 		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
@@ -284,6 +288,9 @@ func (t *Transport) Start(ctx context.Context) error {
 		},
 		OnConnectError: func(err error) {
 			t.log.Warn("cannot connect to MQTT broker", "broker", t.server.Redacted(), "error", err)
+			lastMu.Lock()
+			lastErr = err
+			lastMu.Unlock()
 		},
 		ClientConfig: paho.ClientConfig{
 			ClientID:          t.cfg.ClientID,
@@ -305,6 +312,12 @@ func (t *Transport) Start(ctx context.Context) error {
 	t.mu.Unlock()
 	if err := cm.AwaitConnection(ctx); err != nil {
 		t.Close()
+		lastMu.Lock()
+		last := lastErr
+		lastMu.Unlock()
+		if last != nil {
+			return fmt.Errorf("mqttext: connect to %s: %w (last attempt: %v)", t.server.Redacted(), err, last)
+		}
 		return fmt.Errorf("mqttext: connect to %s: %w", t.server.Redacted(), err)
 	}
 	select {
