@@ -28,11 +28,13 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -107,11 +109,21 @@ func (c *Config) fill() error {
 }
 
 // Run bridges every server until ctx ends, reconnecting each on its own.
-// It returns an error only for an invalid Config; failures of a connection
-// are logged and retried.
+// It returns an error only for an invalid Config, a command that is not
+// there included; failures of a connection are logged and retried.
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.fill(); err != nil {
 		return err
+	}
+	// A command missing at start is a mistake in the config, not an outage:
+	// retried, it would connect to the gateway and drop again forever.
+	for i, s := range cfg.Servers {
+		if s.Command == "" {
+			continue
+		}
+		if _, err := exec.LookPath(s.Command); err != nil {
+			return fmt.Errorf("bridge: server %d (%s): %w", i+1, cmp.Or(s.Name, s.Command), err)
+		}
 	}
 	var wg sync.WaitGroup
 	for _, s := range cfg.Servers {

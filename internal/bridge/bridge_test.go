@@ -352,3 +352,13 @@ func TestRunRefusesBadGatewayURL(t *testing.T) {
 		}
 	}
 }
+
+// A command that is not there fails Run at once, naming the server; it
+// used to connect to the gateway and drop again, forever.
+func TestRunRefusesMissingCommand(t *testing.T) {
+	err := bridge.Run(t.Context(), bridge.Config{URL: "ws://127.0.0.1:1/mcp/endpoint",
+		Servers: []bridge.Server{{Name: "ok", Command: "true"}, {Name: "calc", Command: "/nonexistent/calc-server"}}})
+	if err == nil || !strings.Contains(err.Error(), "server 2 (calc)") || !strings.Contains(err.Error(), "/nonexistent/calc-server") {
+		t.Fatalf("Run = %v, want the missing command named", err)
+	}
+}
