@@ -80,12 +80,7 @@ func runNATSFloor(ctx context.Context, exe string, rate float64, workers int, d 
 		return nil, err
 	}
 	defer second.Shutdown()
-	serving, err := nats.Connect("", nats.InProcessServer(first))
-	if err != nil {
-		return nil, fmt.Errorf("nats floor: %w", err)
-	}
-	defer serving.Close()
-	stopAnswering, err := answerFloor(serving)
+	stopAnswering, err := answerFloor(first)
 	if err != nil {
 		return nil, err
 	}
@@ -127,12 +122,18 @@ func runNATSFloor(ctx context.Context, exe string, rate float64, workers int, d 
 	return r, nil
 }
 
-// answerFloor answers every floor request on nc, as a node serves the
-// calls to its devices: a queue subscription feeding a pool of goroutines.
-// stop ends the goroutines.
-func answerFloor(nc *nats.Conn) (stop func(), err error) {
+// answerFloor answers every floor request sent through s, from a client
+// of s in process, as a node serves the calls to its devices: a queue
+// subscription feeding a pool of goroutines. stop ends the goroutines and
+// the client.
+func answerFloor(s *server.Server) (stop func(), err error) {
+	nc, err := nats.Connect("", nats.InProcessServer(s))
+	if err != nil {
+		return nil, fmt.Errorf("nats floor: %w", err)
+	}
 	requests := make(chan *nats.Msg, 8192)
 	if _, err := nc.ChanQueueSubscribe("floor.dev.*.call", "holder", requests); err != nil {
+		nc.Close()
 		return nil, fmt.Errorf("nats floor: %w", err)
 	}
 	// Never closed: nats.go may still deliver into it until the
@@ -150,7 +151,10 @@ func answerFloor(nc *nats.Conn) (stop func(), err error) {
 			}
 		}()
 	}
-	return func() { close(done) }, nil
+	return func() {
+		close(done)
+		nc.Close()
+	}, nil
 }
 
 // FloorPeerCommand is the hidden mcpgate subcommand that runs
@@ -168,12 +172,7 @@ func RunNATSFloorPeer(ctx context.Context, w io.Writer) error {
 		return err
 	}
 	defer s.Shutdown()
-	nc, err := nats.Connect("", nats.InProcessServer(s))
-	if err != nil {
-		return fmt.Errorf("nats floor peer: %w", err)
-	}
-	defer nc.Close()
-	stop, err := answerFloor(nc)
+	stop, err := answerFloor(s)
 	if err != nil {
 		return err
 	}
