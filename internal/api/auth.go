@@ -46,7 +46,13 @@ func Authenticate(doors *auth.Doors, h *hub.Hub) func(http.Handler) http.Handler
 				auth.Forbid(w, p, need)
 				return
 			}
-			next.ServeHTTP(w, r.WithContext(auth.WithPrincipal(r.Context(), p)))
+			r = r.WithContext(auth.WithPrincipal(r.Context(), p))
+			if r.URL.Path == "/api/v1/events" { // a stream: it ends when its key stops working
+				var stop func()
+				r, stop = doors.Hold(r, p)
+				defer stop()
+			}
+			next.ServeHTTP(w, r)
 		})
 	}
 }

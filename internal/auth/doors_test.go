@@ -756,3 +756,108 @@ func TestOAuthDiscoveryRefused(t *testing.T) {
 		t.Fatalf("MCP door without a key: %d %q %s", status, challenge, body)
 	}
 }
+
+// TestStreamsEndWhenKeyRevoked: what a key opened and keeps open (the REST
+// event stream, an MCP client's GET stream, an endpoint source) ends once
+// the key is revoked, not only its next request.
+func TestStreamsEndWhenKeyRevoked(t *testing.T) {
+	f := newFixture(t, gateway.Config{RequireKeys: true})
+	restKey, restSecret := createKey(t, f.st, auth.ScopeRead, nil, nil, 0)
+	mcpKey, mcpSecret := createKey(t, f.st, auth.ScopeRead, nil, nil, 0)
+	srcKey, srcSecret := createKey(t, f.st, auth.ScopeCall, nil, nil, 0)
+	local, localSecret := createKey(t, f.st, auth.ScopeRead, nil, nil, 0) // kept: its stream stays
+
+	openStream := func(what string, req *http.Request) <-chan struct{} {
+		t.Helper()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if resp.StatusCode != 200 {
+			resp.Body.Close()
+			t.Fatalf("%s: %d", what, resp.StatusCode)
+		}
+		ended := make(chan struct{})
+		go func() { defer close(ended); _, _ = io.Copy(io.Discard, resp.Body); resp.Body.Close() }()
+		return ended
+	}
+	events := func(secret string) <-chan struct{} {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", f.base+"/api/v1/events", nil)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		return openStream("events", req)
+	}
+	restEnded, keptEnded := events(restSecret), events(localSecret)
+
+	// An MCP session, then its GET stream.
+	post := func(session, body string) *http.Response {
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", f.base+"/mcp", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+mcpSecret)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	resp := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	session := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != 200 || session == "" {
+		t.Fatalf("initialize: %d, session %q", resp.StatusCode, session)
+	}
+	post(session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", f.base+"/mcp", nil)
+	req.Header.Set("Authorization", "Bearer "+mcpSecret)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", session)
+	req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	mcpEnded := openStream("MCP GET stream", req)
+
+	// An endpoint source.
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	conn, _, err := websocket.Dial(ctx, "ws://"+f.gw.Addr()+"/mcp/endpoint?name=calc", &websocket.DialOptions{
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + srcSecret}}})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcErr := make(chan error, 1)
+	go func() { srcErr <- mcptest.New("calc").ServeWebSocket(conn) }()
+	t.Cleanup(func() { conn.CloseNow() })
+	waitFor(t, "the source ready", func() bool {
+		d, err := f.gw.Hub().Device("endpoint-calc")
+		return err == nil && d.State == hub.StateReady
+	})
+
+	for _, id := range []string{restKey.ID, mcpKey.ID, srcKey.ID} {
+		if err := f.st.RevokeKey(t.Context(), id, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.After(5 * time.Second)
+	for what, ended := range map[string]<-chan struct{}{"event stream": restEnded, "MCP GET stream": mcpEnded} {
+		select {
+		case <-ended:
+		case <-deadline:
+			t.Fatalf("the %s of a revoked key is still open after 5s", what)
+		}
+	}
+	select {
+	case err := <-srcErr:
+		if got := websocket.CloseStatus(err); got != websocket.StatusPolicyViolation {
+			t.Fatalf("the revoked key's source closed with %v (%d), want 1008", err, got)
+		}
+	case <-deadline:
+		t.Fatal("the source of a revoked key is still connected after 5s")
+	}
+	select {
+	case <-keptEnded:
+		t.Fatalf("the event stream of key %s, not revoked, ended", local.ID)
+	default:
+	}
+}

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // ErrBadAuthorization is a malformed Authorization header.
@@ -53,7 +56,10 @@ type DoorsConfig struct {
 	// resource metadata a 401's challenge names (resource_metadata), so
 	// OAuth clients find the gateway's authorization server.
 	ResourceMetadata func(r *http.Request) string
-	Logger           *slog.Logger
+	// Recheck is how often a stream's key is looked at again ([Doors.Hold]).
+	// Default 1s.
+	Recheck time.Duration
+	Logger  *slog.Logger
 }
 
 // Doors authenticates the HTTP doors' requests (REST, MCP). It is safe for
@@ -67,6 +73,9 @@ type Doors struct {
 func NewDoors(cfg DoorsConfig) *Doors {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Recheck <= 0 {
+		cfg.Recheck = time.Second
 	}
 	return &Doors{cfg: cfg, log: cfg.Logger}
 }
@@ -99,6 +108,55 @@ func (d *Doors) Key(r *http.Request, token string) (*Principal, error) {
 	return d.cfg.Keys.Authenticate(r.Context(), token)
 }
 
+// Refused reports whether err refuses a key for good (unknown, revoked,
+// expired), as opposed to the store failing to say.
+func Refused(err error) bool {
+	return errors.Is(err, ErrInvalidKey) || errors.Is(err, ErrExpiredKey) || errors.Is(err, ErrRevokedKey)
+}
+
+// Hold keeps a long request (an event stream) to the key it was let in
+// with: the returned request's context ends once that key is revoked,
+// expires or is deleted, looked at again every Recheck while the request
+// runs. Call stop when the handler returns. A request of the local caller
+// is returned as it is.
+func (d *Doors) Hold(r *http.Request, p *Principal) (held *http.Request, stop func()) {
+	token, err := ParseBearer(r.Header.Get("Authorization"))
+	if p == nil || p.KeyID == "" || d.cfg.Keys == nil || err != nil || token == "" {
+		return r, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(r.Context())
+	var (
+		mu      sync.Mutex
+		stopped bool
+		timer   *time.Timer
+	)
+	check := func() {
+		_, err := d.cfg.Keys.Authenticate(ctx, token)
+		if Refused(err) {
+			d.log.Info("stream closed: its API key no longer works", "key_id", p.KeyID, "remote", r.RemoteAddr,
+				"path", r.URL.Path, "reason", reason(err))
+			cancel(err)
+			return
+		}
+		// A store that failed to answer is no reason to cut a stream.
+		mu.Lock()
+		if !stopped {
+			timer.Reset(d.cfg.Recheck)
+		}
+		mu.Unlock()
+	}
+	mu.Lock()
+	timer = time.AfterFunc(d.cfg.Recheck, check)
+	mu.Unlock()
+	return r.WithContext(ctx), func() {
+		mu.Lock()
+		stopped = true
+		timer.Stop()
+		mu.Unlock()
+		cancel(context.Canceled)
+	}
+}
+
 // Wrap authenticates every request before h: h sees the principal in the
 // request's context ([FromContext]); a refused request gets 401 in the REST
 // API's error shape.
@@ -109,7 +167,13 @@ func (d *Doors) Wrap(h http.Handler) http.Handler {
 			d.Refuse(w, r, err)
 			return
 		}
-		h.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
+		r = r.WithContext(WithPrincipal(r.Context(), p))
+		if r.Method == http.MethodGet { // an MCP client's stream of notifications
+			var stop func()
+			r, stop = d.Hold(r, p)
+			defer stop()
+		}
+		h.ServeHTTP(w, r)
 	})
 }
 

@@ -128,7 +128,7 @@ func endpointAuthorize(cfg Config, a *doorAuth) func(r *http.Request, token stri
 		}
 		p, err := a.doors.Key(r, token)
 		if err != nil {
-			if errors.Is(err, auth.ErrInvalidKey) || errors.Is(err, auth.ErrExpiredKey) || errors.Is(err, auth.ErrRevokedKey) {
+			if auth.Refused(err) {
 				return nil, fmt.Errorf("%w: %w", endpoint.ErrUnauthorized, err)
 			}
 			cfg.Logger.Error("could not check an API key at the endpoint", "error", err)
@@ -137,9 +137,15 @@ func endpointAuthorize(cfg Config, a *doorAuth) func(r *http.Request, token stri
 		if !p.Can(auth.ScopeCall) {
 			return nil, fmt.Errorf("%w: key %s has scope %s; a tool source needs call or admin", endpoint.ErrUnauthorized, p.KeyID, p.Scope)
 		}
-		return func(deviceID, alias string) error {
+		return func(ctx context.Context, deviceID, alias string) error {
 			if !p.CanSeeDevice(deviceID, alias) {
 				return fmt.Errorf("key %s may not serve as source %s: outside its device patterns %s", p.KeyID, deviceID, strings.Join(p.Devices, ","))
+			}
+			// Again while connected: a revoked or expired key's source goes.
+			if _, err := a.keys.Authenticate(ctx, token); auth.Refused(err) {
+				return err
+			} else if err != nil && ctx.Err() == nil {
+				cfg.Logger.Warn("could not check the API key of an MCP endpoint source", "source", alias, "key_id", p.KeyID, "error", err)
 			}
 			return nil
 		}, nil

@@ -25,8 +25,9 @@
 // [Config.AllowNoToken] is set (the gateway sets it when it listens on
 // loopback) and come from a loopback address. Authorize may also return a
 // [SourceCheck]: once the source is named, its device id must pass it (an
-// API key limited to some devices serves only as those), or the connection
-// is closed.
+// API key limited to some devices serves only as those), and pass it again
+// every [Config.Recheck] while it is connected (the key may be revoked), or
+// the connection is closed with 1008 (policy violation).
 //
 // # Goroutines
 //
@@ -81,6 +82,9 @@ const maxNameLen = 48
 // ErrUnauthorized is returned by an Authorize function to refuse a token.
 var ErrUnauthorized = errors.New("invalid or missing token")
 
+// ErrSourceRefused is why a source whose [SourceCheck] failed is closed.
+var ErrSourceRefused = errors.New("refused as a tool source")
+
 // errNoPong is why a source that does not answer ping is closed.
 var errNoPong = errors.New("keepalive: the MCP server did not answer ping")
 
@@ -127,6 +131,9 @@ type Config struct {
 	Conns *limits.ConnLimiter
 	// Limits counts and logs limit hits; nil makes one from Logger and Metrics.
 	Limits *limits.Reporter
+	// Recheck is how often a connected source's [SourceCheck] runs again.
+	// Default 1s.
+	Recheck time.Duration
 	// HeldElsewhere, when set, reports whether another gateway node of a
 	// cluster holds a device live: a name whose source is live on another
 	// node is then taken, as one live here is (docs/cluster.md).
@@ -134,8 +141,10 @@ type Config struct {
 }
 
 // SourceCheck decides whether an authorized connection may join the hub as
-// the source deviceID (alias is its name); an error closes it.
-type SourceCheck func(deviceID, alias string) error
+// the source deviceID (alias is its name), and stay: it runs when the
+// source is named and every [Config.Recheck] after. An error closes the
+// connection; a check that cannot tell (its store down) returns nil.
+type SourceCheck func(ctx context.Context, deviceID, alias string) error
 
 // Transport serves MCP endpoint connections. Close waits for all of them.
 type Transport struct {
@@ -177,6 +186,9 @@ func New(cfg Config) (*Transport, error) {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.Recheck <= 0 {
+		cfg.Recheck = time.Second
 	}
 	if cfg.Limits == nil {
 		cfg.Limits = limits.NewReporter(cfg.Metrics, cfg.Logger)
@@ -360,10 +372,10 @@ func (c *connection) run(sess *mcpclient.Session) {
 	id := DeviceIDPrefix + name
 	log := c.log.With("device_id", id, "source", name)
 	if c.check != nil {
-		if err := c.check(id, name); err != nil {
+		if err := c.check(ctx, id, name); err != nil {
 			c.t.m.Handshakes.WithLabelValues("endpoint", "unauthorized").Inc()
 			log.Info("refused MCP endpoint source", "error", err)
-			sess.Close(fmt.Errorf("%w: %w", ErrUnauthorized, err))
+			sess.Close(fmt.Errorf("%w: %w", ErrSourceRefused, err))
 			return
 		}
 	}
@@ -382,17 +394,22 @@ func (c *connection) run(sess *mcpclient.Session) {
 	log.Info("MCP server connected", "server_name", init.ServerInfo.Name,
 		"server_version", init.ServerInfo.Version, "protocol_version", init.ProtocolVersion)
 	att.Discover(ctx)
-	c.maintain(ctx, sess, att, log)
+	c.maintain(ctx, sess, att, id, name, log)
 }
 
 // maintain pings the server every PingInterval and lists its tools again
 // RefreshDelay after the last tools/list_changed, until ctx ends.
-func (c *connection) maintain(ctx context.Context, sess *mcpclient.Session, att *hub.Attachment, log *slog.Logger) {
-	var pingC <-chan time.Time
+func (c *connection) maintain(ctx context.Context, sess *mcpclient.Session, att *hub.Attachment, id, name string, log *slog.Logger) {
+	var pingC, recheckC <-chan time.Time
 	if c.t.cfg.PingInterval > 0 {
 		ticker := time.NewTicker(c.t.cfg.PingInterval)
 		defer ticker.Stop()
 		pingC = ticker.C
+	}
+	if c.check != nil {
+		ticker := time.NewTicker(c.t.cfg.Recheck)
+		defer ticker.Stop()
+		recheckC = ticker.C
 	}
 	debounce := time.NewTimer(0)
 	<-debounce.C
@@ -416,6 +433,12 @@ func (c *connection) maintain(ctx context.Context, sess *mcpclient.Session, att 
 				log.Debug("MCP server answered ping with an error", "error", reply.Error)
 			}
 			att.Touch()
+		case <-recheckC:
+			if err := c.check(ctx, id, name); err != nil && ctx.Err() == nil {
+				log.Info("closed MCP endpoint source: its credentials no longer allow it", "error", err)
+				sess.Close(fmt.Errorf("%w: %w", ErrSourceRefused, err))
+				return
+			}
 		case <-c.kick:
 			debounce.Reset(c.t.cfg.RefreshDelay)
 		case <-debounce.C:
@@ -503,6 +526,8 @@ func (c *connection) close(reason error) {
 		c.conn.Close(websocket.StatusGoingAway, conns.CloseReason(reason))
 	case errors.Is(reason, errNoPong):
 		c.conn.CloseNow() // the peer is not answering: a close handshake would only wait
+	case errors.Is(reason, ErrSourceRefused):
+		c.conn.Close(websocket.StatusPolicyViolation, conns.CloseReason(reason))
 	default:
 		c.conn.Close(websocket.StatusNormalClosure, conns.CloseReason(reason))
 	}
