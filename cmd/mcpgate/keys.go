@@ -112,6 +112,11 @@ absent from everything the key lists, and calling them answers not found.`,
 		if err != nil {
 			return fmt.Errorf("--scope: %w", err)
 		}
+		for _, name := range []string{"devices", "tools"} {
+			if f.Changed(name) && f.Lookup(name).Value.String() == "" {
+				return fmt.Errorf("--%s is empty: leave it out to allow all", name)
+			}
+		}
 		devPats, err := auth.ParsePatterns(devices)
 		if err != nil {
 			return fmt.Errorf("--devices: %w", err)

@@ -192,8 +192,8 @@ func NewKey(b CreateKeyBody, now time.Time) (store.APIKey, string, error) {
 	if name == "" {
 		return store.APIKey{}, "", errors.New(`"name" is required: who or what uses the key`)
 	}
-	if len(name) > 200 {
-		return store.APIKey{}, "", errors.New(`"name" is longer than 200 bytes`)
+	if len(name) > auth.MaxKeyName {
+		return store.APIKey{}, "", fmt.Errorf(`"name" is longer than %d bytes`, auth.MaxKeyName)
 	}
 	sc, err := auth.ParseScope(b.Scope)
 	if err != nil {
@@ -221,6 +221,9 @@ func patterns(list []string) ([]string, error) {
 	for _, p := range list {
 		if strings.Contains(p, ",") {
 			return nil, fmt.Errorf("pattern %q holds a comma: give each pattern as its own item", p)
+		}
+		if strings.TrimSpace(p) == "" {
+			return nil, errors.New("an empty pattern: leave the list out (or give []) to allow all")
 		}
 		ps, err := auth.ParsePatterns(p)
 		if err != nil {

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/mcpgate/mcpgate/internal/store"
 )
@@ -102,6 +104,8 @@ func ParseScope(s string) (Scope, error) {
 
 // ParsePatterns splits a comma-separated list of path.Match patterns (as
 // --devices and --tools take them), dropping empty items, and checks each.
+// "" is no list (nil: no limit); a list of nothing but commas and spaces is
+// an error, since no limit is surely not what it meant (an unset variable).
 func ParsePatterns(list string) ([]string, error) {
 	var out []string
 	for _, p := range strings.Split(list, ",") {
@@ -113,6 +117,9 @@ func ParsePatterns(list string) ([]string, error) {
 			return nil, fmt.Errorf("pattern %q: %w (patterns use path.Match syntax: * ? [a-z] and \\ to escape)", p, err)
 		}
 		out = append(out, p)
+	}
+	if out == nil && list != "" {
+		return nil, fmt.Errorf("%q holds no pattern: leave it out to allow all", list)
 	}
 	return out, nil
 }
@@ -149,11 +156,20 @@ func ParseLifetime(s string) (time.Duration, error) {
 	return total, nil
 }
 
+// MaxKeyName bounds a key's name, in bytes.
+const MaxKeyName = 200
+
 // NewKey builds a key to store and returns its secret, which is shown once
 // and never kept. A zero lifetime never expires.
 func NewKey(name string, scope Scope, devices, tools []string, lifetime time.Duration, now time.Time) (store.APIKey, string, error) {
 	if strings.TrimSpace(name) == "" {
 		return store.APIKey{}, "", errors.New("a key needs a name (who or what uses it)")
+	}
+	if len(name) > MaxKeyName {
+		return store.APIKey{}, "", fmt.Errorf("a key's name is at most %d bytes", MaxKeyName)
+	}
+	if strings.ContainsFunc(name, unicode.IsControl) || !utf8.ValidString(name) {
+		return store.APIKey{}, "", errors.New("a key's name must be text without control characters (it is printed in tables and logs)")
 	}
 	if scope < ScopeRead || scope > ScopeAdmin {
 		return store.APIKey{}, "", fmt.Errorf("invalid scope %d", scope)

@@ -108,6 +108,15 @@ func TestParsePatterns(t *testing.T) {
 	if _, err := ParsePatterns("ok,[bad"); err == nil || !strings.Contains(err.Error(), `"[bad"`) {
 		t.Fatalf("ParsePatterns([bad) = %v, want an error naming the pattern", err)
 	}
+	if got, err := ParsePatterns(""); got != nil || err != nil {
+		t.Fatalf(`ParsePatterns("") = %q, %v, want no limit`, got, err)
+	}
+	// Nothing but separators would be no limit at all: surely a mistake.
+	for _, list := range []string{" ", ",", " , ,"} {
+		if got, err := ParsePatterns(list); err == nil || !strings.Contains(err.Error(), "holds no pattern") {
+			t.Errorf("ParsePatterns(%q) = %q, %v, want an error", list, got, err)
+		}
+	}
 }
 
 func TestScopes(t *testing.T) {
@@ -223,6 +232,9 @@ func FuzzParsePatterns(f *testing.F) {
 		ps, err := ParsePatterns(list)
 		if err != nil {
 			return
+		}
+		if ps == nil && list != "" {
+			t.Fatalf("%q gave no pattern and no error: a key limited to nothing would see everything", list)
 		}
 		for _, p := range ps {
 			if p == "" || p != strings.TrimSpace(p) || strings.Contains(p, ",") {

@@ -61,6 +61,11 @@ func TestKeyRoutes(t *testing.T) {
 		{Name: "x", Scope: "read", Devices: []string{"a,b"}}, // a comma in one pattern
 		{Name: "x", Scope: "read", Tools: []string{"["}},     // a bad pattern
 		{Name: "x", Scope: "read", Expires: "soon"},          // a bad lifetime
+		{Name: "x", Scope: "read", Devices: []string{""}},    // an empty pattern would be no limit
+		{Name: "x", Scope: "read", Tools: []string{" "}},
+		{Name: "a\nb", Scope: "read"},                        // a control character breaks the key table
+		{Name: "a\x00b", Scope: "read"},
+		{Name: strings.Repeat("n", 201), Scope: "read"},
 	} {
 		if _, err := c.WithKey(admin).CreateKey(ctx, body); func() bool { s, cd := code(err); return s != http.StatusBadRequest || cd != "bad_request" }() {
 			t.Errorf("create %+v: %v, want 400 bad_request", body, err)
@@ -117,13 +122,13 @@ func TestKeyRoutes(t *testing.T) {
 		}
 	}
 	// Newest first: two revocations, two refused ones, one creation and
-	// five refused; the 403s never reached the handlers.
+	// ten refused; the 403s never reached the handlers.
 	want := []string{
 		"mcpgate:key_revoke ok " + k.ID, "mcpgate:key_revoke ok " + k.ID,
 		"mcpgate:key_revoke key_not_found ", "mcpgate:key_revoke key_not_found nonexisten",
 		"mcpgate:key_create ok " + k.ID,
 	}
-	for range 5 {
+	for range 10 {
 		want = append(want, "mcpgate:key_create bad_request ")
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

@@ -41,6 +41,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/auth"
@@ -224,13 +226,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	name := strings.TrimSpace(body.ClientName)
-	if name == "" {
-		name = "an MCP client"
-	}
-	if len(name) > 100 {
-		name = name[:100]
-	}
+	name := clientName(body.ClientName)
 	c := &client{ID: "mcpc_" + random(16), Name: name, RedirectURIs: body.RedirectURIs, Issued: s.cfg.Now()}
 	s.mu.Lock()
 	for len(s.order) >= maxClients { // the oldest registration goes: it registers again
@@ -547,4 +543,25 @@ func writeOAuthError(w http.ResponseWriter, status int, code, desc string) {
 // writeAPIError is the REST error shape, for the console's routes.
 func writeAPIError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, api.ErrorBody{Error: api.ErrorInfo{Code: code, Message: msg}})
+}
+
+// clientName is a registration's client_name as shown to the admin and put
+// in its key's name: printable (a control character would break tables and
+// logs, and make the key refused), at most 100 bytes of whole characters.
+func clientName(s string) string {
+	s = strings.ToValidUTF8(s, "")
+	s = strings.TrimSpace(strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s))
+	for len(s) > 100 {
+		_, size := utf8.DecodeLastRuneInString(s)
+		s = s[:len(s)-size]
+	}
+	if s == "" {
+		return "an MCP client"
+	}
+	return s
 }
