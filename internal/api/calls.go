@@ -27,6 +27,7 @@ type CallList struct {
 // queueCall answers a call with "deliver":"queue" (or a tool whose policy
 // is always): live when the device is online, else stored, 202 Accepted.
 func (a *API) queueCall(w http.ResponseWriter, r *http.Request, body CallBody, p *auth.Principal, timeout time.Duration) {
+	start := time.Now()
 	q := a.cfg.Queue
 	if q == nil {
 		writeError(w, http.StatusServiceUnavailable, "queue_unavailable", "this gateway does not queue calls", nil)
@@ -49,11 +50,14 @@ func (a *API) queueCall(w http.ResponseWriter, r *http.Request, body CallBody, p
 	}
 	d, err := a.hub.Device(req.Device)
 	if err != nil {
+		a.hub.AuditRefused(req.CallRequest, start, hub.Code(err), err) // as a live call to it would be
 		writeHubError(w, err)
 		return
 	}
 	if d.Online {
-		res, err := a.hub.Call(r.Context(), req.CallRequest)
+		live := req.CallRequest
+		live.QueueIfOffline = true // audited once, as the queued call
+		res, err := a.hub.Call(r.Context(), live)
 		switch {
 		case err == nil:
 			writeJSON(w, http.StatusOK, res)

@@ -183,10 +183,11 @@ func TestQueuedCallsDeliveredInOrder(t *testing.T) {
 			t.Errorf("%s has %d audit records, want 1", cid, perCall[cid])
 		}
 	}
-	// Besides: the refused plain call and the live one; the deliveries
-	// are not audited again as live calls.
-	if n := len(audit.Records); n != len(ids)+2 {
-		t.Errorf("%d audit records, want %d", n, len(ids)+2)
+	// Besides: the refused plain call, the two refused queued ones (invalid
+	// arguments, unknown tool) and the live one; the deliveries are not
+	// audited again as live calls.
+	if n := len(audit.Records); n != len(ids)+4 {
+		t.Errorf("%d audit records, want %d", n, len(ids)+4)
 	}
 }
 
@@ -623,6 +624,38 @@ func TestQueueLimits(t *testing.T) {
 	refused(b, "1h", "queue_full") // the caller's limit (local: 3)
 	if ae != nil && ae.Status != http.StatusTooManyRequests {
 		t.Errorf("queue_full status %d, want 429", ae.Status)
+	}
+	refuse := func(ref, tool, args, code string) {
+		t.Helper()
+		_, _, err := c.CallOrQueue(t.Context(), ref, api.CallBody{Name: tool, Arguments: json.RawMessage(args), Deliver: api.DeliverQueue})
+		if !errors.As(err, &ae) || ae.Code != code {
+			t.Errorf("queue %s to %s: %v, want %s", tool, ref, err, code)
+		}
+	}
+	refuse(a, "self.audio_speaker.set_volume", `{"volume":300}`, "invalid_arguments")
+	refuse(a, "self.nope", `{}`, "tool_not_found")
+	refuse("02:00:00:00:00:4c", "self.nope", `{}`, "device_not_found")
+
+	// Refused calls are audited as a live call's refusals are (a malformed
+	// request is not a call): the queue's limits, the catalog's refusals.
+	gw.audit.Flush(t.Context())
+	page, err := c.Audit(t.Context(), api.AuditQuery{Outcome: "error", Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range page.Records {
+		got = append(got, r.Outcome+" "+r.Device+" "+r.Tool)
+	}
+	want := []string{
+		"device_not_found 02:00:00:00:00:4c self.nope",
+		"tool_not_found " + a + " self.nope",
+		"invalid_arguments " + a + " self.audio_speaker.set_volume",
+		"queue_full " + b + " self.audio_speaker.set_volume",
+		"queue_full " + a + " self.audio_speaker.set_volume",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("audit records of refused calls, newest first:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 

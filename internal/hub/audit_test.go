@@ -83,6 +83,20 @@ func TestAuditHookRecordsEveryCall(t *testing.T) {
 	if recs := rec.take(); len(recs) != 1 || recs[0].Caller != "local" {
 		t.Errorf("anonymous call recorded as %+v", recs)
 	}
+	// A caller that queues the call when the device is offline: that
+	// refusal is not recorded (the queued call will be); the others are.
+	for _, tc := range []struct {
+		device, tool, args string
+		records            int
+	}{
+		{offline, "self.audio_speaker.set_volume", `{"volume":1}`, 0},
+		{"aa:bb:cc:dd:ee:ff", "self.nope", `{}`, 1},
+	} {
+		_, _ = h.Call(t.Context(), CallRequest{Device: tc.device, Tool: tc.tool, Arguments: json.RawMessage(tc.args), QueueIfOffline: true})
+		if recs := rec.take(); len(recs) != tc.records {
+			t.Errorf("QueueIfOffline call of %s on %s: %d records, want %d", tc.tool, tc.device, len(recs), tc.records)
+		}
+	}
 }
 
 func TestAuditErrorTextIsBounded(t *testing.T) {

@@ -36,6 +36,10 @@ type CallRequest struct {
 	// wait for the device's answer; without it the call returns success at
 	// once and the answer is awaited in the background (see kinds.go).
 	Wait bool
+	// QueueIfOffline says the caller queues the call should the device be
+	// offline: that refusal is then neither audited nor published, since
+	// the queued call will be, once (docs/audit.md).
+	QueueIfOffline bool
 	// QueuedID is set by the queue (internal/queue) when it delivers a
 	// stored call: the caller's rate was charged when the call was queued,
 	// the device's rate is waited for rather than refused, and the queue
@@ -83,7 +87,8 @@ func (h *Hub) finish(ctx context.Context, req CallRequest, start time.Time, res 
 		outcome = "tool_error"
 	}
 	h.metrics.Calls.WithLabelValues(outcome).Inc()
-	if h.cfg.Audit != nil && req.QueuedID == "" {
+	recorded := req.QueuedID == "" && !(req.QueueIfOffline && errors.Is(err, ErrDeviceOffline))
+	if h.cfg.Audit != nil && recorded {
 		rec := h.callRecord(req, start, dev, outcome, res, err)
 		rec.ServedBy = h.servedBy(ctx)
 		h.cfg.Audit(rec)
@@ -93,7 +98,7 @@ func (h *Hub) finish(ctx context.Context, req CallRequest, start time.Time, res 
 	}
 	// A queued call's call_completed comes from the queue, once its
 	// outcome is stored.
-	if dev != nil && req.QueuedID == "" {
+	if dev != nil && recorded {
 		data := CallData{Tool: req.Tool, Caller: req.Caller, Door: req.Door, Outcome: outcome,
 			DurationMS: float64(time.Since(start).Microseconds()) / 1000, ServedBy: h.servedBy(ctx)}
 		data.CallID = backgroundID(ctx)
@@ -314,6 +319,14 @@ func NotSent(err error) bool {
 		return true
 	}
 	return false
+}
+
+// AuditRefused records a call refused before it was sent or queued (the
+// queue's own checks), as a live call's refusal is: outcome is its code.
+func (h *Hub) AuditRefused(req CallRequest, start time.Time, outcome string, err error) {
+	if h.cfg.Audit != nil {
+		h.cfg.Audit(h.callRecord(req, start, nil, outcome, nil, err))
+	}
 }
 
 // CheckCall validates a call that is to be queued against the device's last

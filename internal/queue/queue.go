@@ -189,13 +189,18 @@ type Request struct {
 // errors (ErrDeviceNotFound, ErrToolNotFound, a *hub.ValidationError, a
 // rate refusal). It does not look at whether the device is online: the
 // caller runs a call to an online device live instead.
+//
+// A refusal by the device's catalog, a rate or a full queue is audited, as
+// a live call's is; a malformed request (ErrBadRequest) is not a call.
 func (q *Queue) Submit(ctx context.Context, req Request) (store.QueuedCall, error) {
+	start := time.Now()
 	ttl, err := q.ttl(req)
 	if err != nil {
 		return store.QueuedCall{}, err
 	}
 	dev, err := q.hub.CheckCall(req.CallRequest)
 	if err != nil {
+		q.auditRefused(req.CallRequest, dev, start, hub.Code(err), err)
 		return store.QueuedCall{}, err
 	}
 	args := normArgs(req.Arguments)
@@ -221,6 +226,9 @@ func (q *Queue) Submit(ctx context.Context, req Request) (store.QueuedCall, erro
 		}
 	}
 	q.submitMu.Unlock()
+	if errors.Is(err, ErrFull) {
+		q.auditRefused(req.CallRequest, dev, start, "queue_full", err)
+	}
 	if err != nil {
 		return store.QueuedCall{}, err
 	}
@@ -234,6 +242,15 @@ func (q *Queue) Submit(ctx context.Context, req Request) (store.QueuedCall, erro
 	q.mu.Unlock()
 	q.kick(c.Device) // the device may have come online meanwhile
 	return c, nil
+}
+
+// auditRefused audits a refused submission under the device's id when the
+// device is known.
+func (q *Queue) auditRefused(req hub.CallRequest, dev hub.Device, start time.Time, outcome string, err error) {
+	if dev.ID != "" {
+		req.Device = dev.ID
+	}
+	q.hub.AuditRefused(req, start, outcome, err)
 }
 
 // Get returns one call.
