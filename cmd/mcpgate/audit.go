@@ -35,6 +35,9 @@ match than --limit, the last line says how to get the next page (--before).`,
   mcpgate audit --before 1234`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkLimit(q.Limit); err != nil {
+				return err
+			}
 			c, err := newClient(g)
 			if err != nil {
 				return err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +25,7 @@ func newCallsCmd(g *globals) *cobra.Command {
 	var (
 		device, state string
 		limit         int
+		after         int64
 	)
 	cmd := &cobra.Command{
 		Use:   "calls",
@@ -40,11 +42,17 @@ docs/queued-calls.md.`,
 			if state != "" && !contains(callStates, state) {
 				return fmt.Errorf("--state %q: want one of %s%s", state, strings.Join(callStates, ", "), suggest.DidYouMean(state, callStates))
 			}
+			if err := checkLimit(limit); err != nil {
+				return err
+			}
+			if after < 0 {
+				return fmt.Errorf("--after %d: want the SEQ of a listed call", after)
+			}
 			c, err := newClient(g)
 			if err != nil {
 				return err
 			}
-			calls, err := c.Calls(cmd.Context(), api.CallQuery{Device: device, State: state, Limit: limit})
+			calls, err := c.Calls(cmd.Context(), api.CallQuery{Device: device, State: state, Limit: limit, After: after})
 			if err != nil {
 				return reportNotFound(cmd.Context(), g, c, device, "", err)
 			}
@@ -62,17 +70,32 @@ docs/queued-calls.md.`,
 				if dev == "" {
 					dev = qc.Device
 				}
-				rows = append(rows, []string{qc.ID, dev, qc.Tool, stateText(qc), ago(now, &qc.QueuedAt)})
+				rows = append(rows, []string{strconv.FormatInt(qc.Seq, 10), qc.ID, dev, qc.Tool, stateText(qc), ago(now, &qc.QueuedAt)})
 			}
-			return printTable(g.stdout, []string{"ID", "DEVICE", "TOOL", "STATE", "QUEUED"}, rows)
+			if err := printTable(g.stdout, []string{"SEQ", "ID", "DEVICE", "TOOL", "STATE", "QUEUED"}, rows); err != nil {
+				return err
+			}
+			if len(calls) == limit { // a full page: there may be more
+				fmt.Fprintf(g.stderr, "more: mcpgate calls --after %d (with the same filters)\n", calls[len(calls)-1].Seq)
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&device, "device", "", "only this device's calls (id or alias)")
 	f.StringVar(&state, "state", "", "only calls in this state: "+strings.Join(callStates, ", "))
-	f.IntVar(&limit, "limit", 100, "at most this many calls (at most 1000)")
+	f.IntVar(&limit, "limit", 100, "at most this many calls (1-1000)")
+	f.Int64Var(&after, "after", 0, "only calls after this SEQ (the next page of a previous listing)")
 	cmd.AddCommand(newCallsGetCmd(g), newCallsCancelCmd(g))
 	return cmd
+}
+
+// checkLimit checks a --limit as the gateway's lists take it.
+func checkLimit(n int) error {
+	if n < 1 || n > 1000 {
+		return fmt.Errorf("--limit %d: want a number from 1 to 1000", n)
+	}
+	return nil
 }
 
 func contains(list []string, s string) bool {

@@ -57,9 +57,29 @@ func TestCallsCmd(t *testing.T) {
 
 	r = run(t, addr, "calls", "--device", "kitchen", "--state", "queued")
 	r.want(t, 0)
-	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 3 || !strings.HasPrefix(lines[0], "ID ") ||
-		!strings.HasPrefix(lines[1], first+"  kitchen  self.audio_speaker.set_volume  queued") {
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 3 || !strings.HasPrefix(lines[0], "SEQ  ID ") ||
+		!strings.Contains(lines[1], "  "+first+"  kitchen  self.audio_speaker.set_volume  queued") {
 		t.Errorf("calls:\n%s", r.stdout)
+	}
+	// A full page says how to get the next; the next has the rest.
+	r = run(t, addr, "calls", "--limit", "1")
+	r.want(t, 0)
+	more := regexp.MustCompile(`^more: mcpgate calls --after (\d+) \(with the same filters\)\n$`).FindStringSubmatch(r.stderr)
+	if more == nil || !strings.Contains(r.stdout, first) || strings.Contains(r.stdout, second.ID) {
+		t.Fatalf("calls --limit 1: stdout %q stderr %q", r.stdout, r.stderr)
+	}
+	r = run(t, addr, "calls", "--limit", "1", "--after", more[1])
+	r.want(t, 0)
+	if !strings.Contains(r.stdout, second.ID) || strings.Contains(r.stdout, first) {
+		t.Fatalf("calls --after %s: stdout %q stderr %q", more[1], r.stdout, r.stderr)
+	}
+	for _, limit := range []string{"0", "-1", "1001"} {
+		r = run(t, addr, "calls", "--limit", limit)
+		r.want(t, 1)
+		if !strings.Contains(r.stderr, "want a number from 1 to 1000") {
+			t.Errorf("calls --limit %s: stderr %q", limit, r.stderr)
+		}
+		run(t, addr, "audit", "--limit", limit).want(t, 1)
 	}
 	r = run(t, addr, "calls", "--state", "queud")
 	r.want(t, 1)

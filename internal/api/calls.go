@@ -11,6 +11,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/queue"
 	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
 // The values of CallBody.Deliver.
@@ -155,8 +156,14 @@ func (a *API) listCalls(w http.ResponseWriter, r *http.Request) {
 	p := principal(r)
 	qv := r.URL.Query()
 	var query store.CallQuery
+	var unknown error // the device is not known: only calls queued for it before it was forgotten
 	if ref := qv.Get("device"); ref != "" {
 		d, err := a.hub.Device(ref)
+		if errors.Is(err, hub.ErrDeviceNotFound) {
+			if id, nerr := xiaozhi.NormalizeDeviceID(ref); nerr == nil {
+				d, unknown, err = hub.Device{ID: id}, err, nil
+			}
+		}
 		if err == nil && !p.CanSeeDevice(d.ID, d.Alias) {
 			err = fmt.Errorf("%w: %q", hub.ErrDeviceNotFound, ref)
 		}
@@ -175,24 +182,21 @@ func (a *API) listCalls(w http.ResponseWriter, r *http.Request) {
 		}
 		query.States = []store.CallState{st}
 	}
-	for _, f := range []struct {
-		name string
-		dst  *int64
-	}{{"after", &query.After}, {"limit", nil}} {
-		s := qv.Get(f.name)
-		if s == "" {
-			continue
-		}
+	if s := qv.Get("after"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("%s %q: want a number of at least 0", f.name, s), nil)
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("after %q: want the seq of a listed call (a number of at least 0)", s), nil)
 			return
 		}
-		if f.dst != nil {
-			*f.dst = n
-		} else {
-			query.Limit = int(min(n, store.MaxAuditLimit))
+		query.After = n
+	}
+	if s := qv.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > store.MaxAuditLimit {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("limit %q: want a number from 1 to %d", s, store.MaxAuditLimit), nil)
+			return
 		}
+		query.Limit = n
 	}
 	// A key limited to some devices or tools sees only theirs: read on past
 	// calls it may not see, so that a page is full unless the list ends.
@@ -217,6 +221,10 @@ func (a *API) listCalls(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 		query.After = calls[len(calls)-1].Seq
+	}
+	if unknown != nil && len(out.Calls) == 0 && qv.Get("after") == "" {
+		writeHubError(w, unknown) // a typo, most likely: the door suggests the device meant
+		return
 	}
 	writeJSON(w, http.StatusOK, out)
 }

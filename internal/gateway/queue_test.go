@@ -675,6 +675,15 @@ func TestForgetCancelsQueuedCalls(t *testing.T) {
 	if !strings.Contains(got.Error, "forgetting the device") {
 		t.Errorf("cancelled call: %+v", got)
 	}
+	// Its calls are still listed by its id (any form); a device never seen
+	// is not found.
+	if list, err := c.Calls(t.Context(), api.CallQuery{Device: "02-00-00-00-00-4C"}); err != nil || len(list) != 1 || list[0].ID != qc.ID {
+		t.Errorf("calls of the forgotten device: %+v, %v", list, err)
+	}
+	var ae *api.APIError
+	if _, err := c.Calls(t.Context(), api.CallQuery{Device: "02:00:00:00:00:4d"}); !errors.As(err, &ae) || ae.Code != "device_not_found" {
+		t.Errorf("calls of a device never seen: %v, want device_not_found", err)
+	}
 	d, end := session(t, gw, devicetest.Config{ID: id})
 	end()
 	if len(d.Calls()) != 0 {
