@@ -37,8 +37,9 @@ func (a *API) queueCall(w http.ResponseWriter, r *http.Request, body CallBody, p
 	var ttl time.Duration
 	if body.TTL != "" {
 		var err error
-		if ttl, err = time.ParseDuration(body.TTL); err != nil {
-			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf(`"ttl" %q: want a duration such as "90s" or "2h"`, body.TTL), nil)
+		// 0 would mean the default TTL, surely not what "0s" asked for.
+		if ttl, err = time.ParseDuration(body.TTL); err != nil || ttl <= 0 {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf(`"ttl" %q: want a positive duration such as "90s" or "2h" (leave it out for the default)`, body.TTL), nil)
 			return
 		}
 	}

@@ -617,6 +617,8 @@ func TestQueueLimits(t *testing.T) {
 	}
 	refused(a, "2h", "bad_request") // over the max TTL
 	refused(a, "soon", "bad_request")
+	refused(a, "0s", "bad_request") // not the default TTL
+	refused(a, "-1m", "bad_request")
 	queueVolume(t, c, a, 1, "1h")
 	queueVolume(t, c, a, 2, "1h")
 	refused(a, "1h", "queue_full") // the device's limit
