@@ -231,7 +231,8 @@ func (e Event) Data() any {
 type CallInfo struct {
 	ID string `json:"id"`
 	// Function is the name the model used; Device and Tool say where it
-	// ran (empty for an unknown function).
+	// runs, or would have run when its arguments were unusable (empty for
+	// an unknown function).
 	Function string `json:"function"`
 	Device   string `json:"device,omitempty"`
 	Tool     string `json:"tool,omitempty"`
@@ -314,8 +315,8 @@ func (a *Agent) Chat(ctx context.Context, req Request, emit func(Event)) (*Reply
 		// Not "forbidden": a key must not learn which devices exist.
 		return nil, fmt.Errorf("%w: %q", hub.ErrDeviceNotFound, req.Device)
 	}
-	tools := buildToolset(a.hub, dev, cat, p, !a.cfg.NoEndpointTools)
 	log := a.log.With("device_id", dev.ID, "conversation", conv, "caller", p.Caller())
+	tools := buildToolset(a.hub, dev, cat, p, !a.cfg.NoEndpointTools, log)
 
 	c, past, end, err := a.hist.begin(ctx, dev.ID+"\x00"+conv)
 	if err != nil {

@@ -398,6 +398,27 @@ func providerQuirks(t *testing.T, noStream bool) {
 			t.Errorf("tool_call event %d: %s, want id %s", i, e.Data, asked.ToolCalls[i].ID)
 		}
 	}
+	// A call that is not made: an unknown function names no tool; bad
+	// arguments name the tool the model meant, in both events.
+	for _, tc := range []struct {
+		i            int
+		device, tool string
+	}{{1, "", ""}, {2, d.MAC, "self.get_device_status"}} {
+		id, seen := asked.ToolCalls[tc.i].ID, 0
+		for _, e := range evs {
+			var ci agent.CallInfo
+			if (e.Type != "tool_call" && e.Type != "tool_result") || json.Unmarshal(e.Data, &ci) != nil || ci.ID != id {
+				continue
+			}
+			seen++
+			if ci.Device != tc.device || ci.Tool != tc.tool || e.Type == "tool_result" && (!ci.IsError || ci.Error == nil || ci.Error.Code != "bad_function_call") {
+				t.Errorf("%s of call %d: %s; want device %q, tool %q", e.Type, tc.i, e.Data, tc.device, tc.tool)
+			}
+		}
+		if seen != 2 {
+			t.Errorf("call %d: %d events, want tool_call and tool_result", tc.i, seen)
+		}
+	}
 }
 
 func TestErrors(t *testing.T) {

@@ -152,6 +152,10 @@ func TestEndpointTools(t *testing.T) {
 	if _, ok := req[0].Tool("calc_echo"); !ok {
 		t.Errorf("endpoint tools not offered: %+v", req[0].Tools)
 	}
+	// The word "add" in add's own description is a word, not the function.
+	if add, _ := req[0].Tool("calc_add"); add.Function.Description != "(calc) test tool add" {
+		t.Errorf("calc_add's description: %q", add.Function.Description)
+	}
 	if got := req[1].ToolMessages()["x"]; got != "5" {
 		t.Errorf("calc_add result to the model: %q", got)
 	}

@@ -120,10 +120,15 @@ func withHash(base, orig string, salt int) string {
 	return base + suffix
 }
 
-// rewriteNames replaces whole-word mentions of the original tool names in a
+// rewriteNames replaces mentions of the original tool names in a
 // description by their function names, so a description saying "call
 // `self.get_device_status` first" names a function the model can call.
-// Longer names win over their prefixes.
+// Only mentions that are plainly tool names are rewritten: a whole word
+// equal to a name with a dot or an underscore (self.get_device_status,
+// set_level), or any name alone in backticks (`add`). A name that can be an
+// ordinary word stays as written elsewhere: endpoint calc's "add" described
+// "add two numbers" means the word. Longer names win over their prefixes.
+// The MCP doors rewrite by the same rule (internal/mcpserver/door.go).
 func rewriteNames(desc string, names map[string]string) string {
 	if desc == "" || len(names) == 0 {
 		return desc
@@ -154,15 +159,27 @@ func rewriteNames(desc string, names map[string]string) string {
 				}
 			}
 		}
-		if matched != "" {
-			b.WriteString(names[matched])
-			i += len(matched)
+		switch {
+		case matched == "":
+			b.WriteByte(desc[i])
+			i++
 			continue
+		case mentionsTool(desc, i, i+len(matched)):
+			b.WriteString(names[matched])
+		default:
+			b.WriteString(matched)
 		}
-		b.WriteByte(desc[i])
-		i++
+		i += len(matched)
 	}
 	return b.String()
+}
+
+// mentionsTool reports whether the name at desc[start:end] is plainly a
+// tool's: it has a dot or an underscore, which words do not, or it stands
+// alone in backticks.
+func mentionsTool(desc string, start, end int) bool {
+	return strings.ContainsAny(desc[start:end], "._") ||
+		start > 0 && end < len(desc) && desc[start-1] == '`' && desc[end] == '`'
 }
 
 // wordByte is a byte that can continue a tool name in prose.

@@ -75,23 +75,38 @@ func checkSanitized(t *testing.T, in []string, got map[string]string) {
 	}
 }
 
+// The same table as mcpserver's TestRewriteNames: both rewrite by one rule.
 func TestRewriteNames(t *testing.T) {
 	names := map[string]string{
 		"self.get_device_status":        "self_get_device_status",
 		"self.audio_speaker.set_volume": "self_audio_speaker_set_volume",
 		"self.audio":                    "self_audio",
+		"set_level":                     "k_set_level",
+		"lamp":                          "k_lamp",
+		"status":                        "k_status",
+		"add":                           "k_add",
 		"plain":                         "plain",
 	}
-	for _, tc := range []struct{ in, want string }{
-		{"you must call `self.get_device_status` tool first", "you must call `self_get_device_status` tool first"},
-		{"Then self.get_device_status.", "Then self_get_device_status."},
-		{"self.audio_speaker.set_volume and self.audio", "self_audio_speaker_set_volume and self_audio"},
-		{"not self.get_device_status_v2 nor my.self.audio", "not self.get_device_status_v2 nor my.self.audio"},
-		{"", ""},
+	for _, tc := range []struct{ name, in, want string }{
+		{"dotted in backticks", "you must call `self.get_device_status` tool first", "you must call `self_get_device_status` tool first"},
+		{"dotted before a full stop", "Then self.get_device_status.", "Then self_get_device_status."},
+		{"longest first", "self.audio_speaker.set_volume and self.audio", "self_audio_speaker_set_volume and self_audio"},
+		{"inside longer names", "not self.get_device_status_v2 nor my.self.audio", "not self.get_device_status_v2 nor my.self.audio"},
+		{"underscored", "Read it, then set_level.", "Read it, then k_set_level."},
+		{"plain words", "Switch the lamp on or off. Use status first.", "Switch the lamp on or off. Use status first."},
+		{"plain word at the start", "add two numbers", "add two numbers"},
+		{"flat in backticks", "Use `status` first, then `lamp`.", "Use `k_status` first, then `k_lamp`."},
+		{"backticks around more", "Use `status first`.", "Use `status first`."},
+		{"one backtick", "Use `status first", "Use `status first"},
+		{"word inside a word", "statuses and lamps", "statuses and lamps"},
+		{"only", "`add`", "`k_add`"},
+		{"empty", "", ""},
 	} {
-		if got := rewriteNames(tc.in, names); got != tc.want {
-			t.Errorf("rewriteNames(%q) = %q, want %q", tc.in, got, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			if got := rewriteNames(tc.in, names); got != tc.want {
+				t.Errorf("rewriteNames(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
 	}
 }
 

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"sort"
 	"strings"
 
@@ -45,10 +46,11 @@ type source struct {
 }
 
 // buildToolset offers the device's tools, and those of every online
-// endpoint source when endpoints is set, that p may call: user-only tools
-// and tools outside the key's restrictions are left out. Function names are
-// sanitised for model APIs and descriptions rewritten to match.
-func buildToolset(h *hub.Hub, dev hub.Device, cat *hub.Catalog, p *auth.Principal, endpoints bool) *toolset {
+// endpoint source when endpoints is set, that p may call: user-only tools,
+// tools outside the key's restrictions and tools whose input schema is not
+// an object schema are left out. Function names are sanitised for model
+// APIs and descriptions rewritten to match.
+func buildToolset(h *hub.Hub, dev hub.Device, cat *hub.Catalog, p *auth.Principal, endpoints bool, log *slog.Logger) *toolset {
 	sources := []source{{dev: dev, cat: cat}}
 	if endpoints {
 		for _, d := range h.Devices() {
@@ -67,6 +69,7 @@ func buildToolset(h *hub.Hub, dev hub.Device, cat *hub.Catalog, p *auth.Principa
 		src      *source
 		i        int
 		qualName string
+		params   json.RawMessage
 	}
 	var all []offered
 	var qual []string
@@ -80,8 +83,14 @@ func buildToolset(h *hub.Hub, dev hub.Device, cat *hub.Catalog, p *auth.Principa
 			if t.UserOnly() || !p.CanSeeTool(t.Name) {
 				continue
 			}
+			params, ok := parametersSchema(t.InputSchema)
+			if !ok {
+				// Per chat, so debug: the MCP doors warn once per catalog.
+				log.Debug("tool not offered to the model: its input schema is not an object schema", "source_id", s.dev.ID, "tool", t.Name)
+				continue
+			}
 			q := s.prefix + t.Name
-			all = append(all, offered{src: s, i: i, qualName: q})
+			all = append(all, offered{src: s, i: i, qualName: q, params: params})
 			qual = append(qual, q)
 		}
 	}
@@ -131,31 +140,41 @@ func buildToolset(h *hub.Hub, dev hub.Device, cat *hub.Catalog, p *auth.Principa
 			desc = strings.TrimSpace("(" + o.src.dev.Alias + ") " + desc)
 		}
 		ts.defs = append(ts.defs, FunctionDef{Type: "function", Function: FunctionDoc{
-			Name: name, Description: desc, Parameters: parametersSchema(t.InputSchema),
+			Name: name, Description: desc, Parameters: o.params,
 		}})
 		ts.byName[name] = target{Device: o.src.dev.ID, Tool: t.Name}
 	}
 	return ts
 }
 
-// parametersSchema is a tool's input schema as function parameters: an
-// object schema, {"type":"object"} when the tool has none or an unusable one.
-func parametersSchema(raw json.RawMessage) json.RawMessage {
+// parametersSchema is a tool's input schema as function parameters, by the
+// rule the MCP doors list tools by (mcpserver's objectSchema): no schema is
+// an empty object schema, one without "type" gets "type":"object", and any
+// other (a string's, a value that is not a schema object) cannot be
+// offered: OpenAI-compatible APIs refuse parameters that are not an object
+// schema, so one such tool would fail every chat. "properties" is added
+// when missing, since OpenAI refuses an object schema without it in some
+// modes.
+func parametersSchema(raw json.RawMessage) (json.RawMessage, bool) {
 	raw = bytes.TrimSpace(raw)
-	var m map[string]any
-	if len(raw) == 0 || json.Unmarshal(raw, &m) != nil || m == nil {
-		return json.RawMessage(`{"type":"object","properties":{}}`)
+	if len(raw) == 0 || string(raw) == "null" {
+		return json.RawMessage(`{"type":"object","properties":{}}`), true
 	}
-	if _, ok := m["type"]; !ok {
-		m["type"] = "object"
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil {
+		return nil, false
+	}
+	if typ, ok := m["type"]; ok {
+		var s string
+		if json.Unmarshal(typ, &s) != nil || s != "object" {
+			return nil, false
+		}
+	} else {
+		m["type"] = json.RawMessage(`"object"`)
 	}
 	if _, ok := m["properties"]; !ok {
-		// OpenAI refuses an object schema without properties in some modes.
-		m["properties"] = map[string]any{}
+		m["properties"] = json.RawMessage(`{}`)
 	}
 	b, err := json.Marshal(m)
-	if err != nil {
-		return json.RawMessage(`{"type":"object","properties":{}}`)
-	}
-	return b
+	return b, err == nil
 }

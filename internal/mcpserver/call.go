@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
@@ -17,8 +18,7 @@ import (
 )
 
 // call routes a tools/call to the hub and turns the outcome into a result.
-// It returns an error only when the client cancelled: go-sdk then answers
-// nothing more for the request.
+// It returns an error only when the client cancelled: errRequestCancelled.
 func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	name := req.Params.Name
 	device, tool := d.device, name
@@ -75,6 +75,7 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 			cr.OnProgress = fwd.progress
 		}
 	}
+	cr.QueueIfOffline = queued // audited once, as the queued call
 	res, err := d.s.hub.Call(ctx, cr)
 	if fwd != nil {
 		fwd.close() // progress and logs are delivered before the result
@@ -85,8 +86,8 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	}
 	if ctx.Err() != nil {
 		// The client cancelled (or went away): the hub has told the device
-		// and freed the slot; there is nobody to answer.
-		return nil, ctx.Err()
+		// and freed the slot.
+		return nil, errRequestCancelled
 	}
 	if err != nil {
 		r := gatewayError(hub.Code(err), errorText(err))
@@ -98,6 +99,14 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	}
 	return toolResult(res), nil
 }
+
+// errRequestCancelled answers a call its client cancelled. MCP says a
+// cancelled request gets no answer, but go-sdk (v1.8) writes one for every
+// request whatever its handler returns (its jsonrpc2 processResult), and ctx.Err()
+// would go out as code 0, which JSON-RPC does not define. -32800 is the
+// code LSP gives a cancelled request; clients drop answers to requests they
+// cancelled.
+var errRequestCancelled = &jsonrpc.Error{Code: -32800, Message: "request cancelled"}
 
 // errorText is a gateway error as a model should read it: one line, or the
 // schema problems one per line.

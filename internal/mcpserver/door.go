@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -78,6 +79,13 @@ func (s *Server) newDoor(device string, p *auth.Principal) *door {
 		Logger:   s.sdkLog,
 		HasTools: true, // advertise tools (and listChanged) even while the device has none
 		PageSize: s.cfg.PageSize,
+		// A door's tools/list is filtered for its caller's key: no shared
+		// cache may serve it to another caller.
+		SetCacheable: func(_ context.Context, req mcp.Request, c *mcp.Cacheable) {
+			if _, ok := req.(*mcp.ListToolsRequest); ok {
+				c.CacheScope = "private"
+			}
+		},
 	})
 	d.srv.AddReceivingMiddleware(d.middleware)
 	if device == "" {
@@ -111,9 +119,14 @@ func (d *door) notifyChanged() {
 // middleware takes tools/call and tools/list from go-sdk's typed model:
 // calls go to the hub whether or not the name is listed (the hub answers
 // offline or unknown tool as an isError result rather than a protocol
-// error), and listings carry the device's own tool JSON.
+// error), and listings carry the device's own tool JSON. It also refuses
+// what go-sdk would accept but the doors do not serve: a log level MCP does
+// not define, and the methods of features not advertised.
 func (d *door) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if unserved[method] {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found: " + method + " (the gateway serves tools and logging only)"}
+		}
 		switch method {
 		case "tools/call":
 			if r, ok := req.(*mcp.CallToolRequest); ok && !(d.device == "" && r.Params.Name == listDevicesName) {
@@ -126,6 +139,13 @@ func (d *door) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if r, ok := req.(*mcp.ListToolsRequest); ok {
 				return d.list(ctx, r, next)
 			}
+		case "logging/setLevel":
+			// go-sdk stores any string, and a level it does not know then
+			// lets every message through.
+			if r, ok := req.(*mcp.ServerRequest[*mcp.SetLoggingLevelParams]); ok && (r.Params == nil || !logLevels[r.Params.Level]) {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
+					Message: "invalid log level: want one of debug, info, notice, warning, error, critical, alert, emergency"}
+			}
 		case "initialize":
 			res, err := next(ctx, method, req)
 			if ss, ok := req.GetSession().(*mcp.ServerSession); ok && err == nil {
@@ -135,6 +155,17 @@ func (d *door) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		return next(ctx, method, req)
 	}
+}
+
+// unserved are the methods of features the doors do not advertise, which
+// go-sdk would answer anyway (empty lists, "unknown prompt"): a client
+// learns at once that there is nothing there, as from any server without
+// them.
+var unserved = map[string]bool{
+	"prompts/list": true, "prompts/get": true,
+	"resources/list": true, "resources/templates/list": true, "resources/read": true,
+	"resources/subscribe": true, "resources/unsubscribe": true,
+	"completion/complete": true,
 }
 
 // list answers tools/list from the door's own listing, a page at a time in
@@ -193,7 +224,7 @@ func (d *door) list(ctx context.Context, req *mcp.ListToolsRequest, next mcp.Met
 		if end > start {
 			last = d.names[end-1]
 		}
-		lr.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(last))
+		lr.NextCursor = encodeCursor(last)
 	}
 	return &rawToolList{ListToolsResult: lr, tools: raws}, nil
 }
@@ -201,6 +232,16 @@ func (d *door) list(ctx context.Context, req *mcp.ListToolsRequest, next mcp.Met
 // listDevicesFirst is the cursor after a first page that held list_devices
 // only (a page size of 1): it sorts before every tool name.
 const listDevicesFirst = "\x00"
+
+// cursorPrefix starts every cursor the doors make, before encoding: a
+// cursor without it (a client's guess, another server's cursor) is refused
+// rather than read as a position.
+const cursorPrefix = "mcpgate.tools.v1:"
+
+// encodeCursor returns the cursor of the page after the name last.
+func encodeCursor(last string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(cursorPrefix + last))
+}
 
 // decodeCursor returns the last name of the previous page ("" for none).
 // A cursor is opaque to clients; a name that is gone since is fine, the
@@ -210,10 +251,11 @@ func decodeCursor(cursor string) (string, error) {
 		return "", nil
 	}
 	b, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil || len(b) == 0 {
+	last, ok := strings.CutPrefix(string(b), cursorPrefix)
+	if err != nil || !ok || last == "" || !utf8.ValidString(last) {
 		return "", errors.New("invalid cursor")
 	}
-	return string(b), nil
+	return last, nil
 }
 
 // rawToolList embeds the typed result only to satisfy mcp.Result (whose
@@ -516,14 +558,20 @@ func objectSchema(raw json.RawMessage) (json.RawMessage, bool) {
 	return raw, json.Unmarshal(typ, &s) == nil && s == "object"
 }
 
-// rewriteNames rewrites a device's tool names inside a description to their
-// aggregate names, so "call `self.get_device_status` first" stays true. A
-// name matches only as a whole word (not inside a longer name).
+// rewriteNames rewrites a device's tool names mentioned in a description to
+// their aggregate names, so "call `self.get_device_status` first" stays
+// true. Only mentions that are plainly tool names are rewritten: a whole
+// word equal to a name with a dot or an underscore (self.get_device_status,
+// set_volume), or any name alone in backticks (`status`). A name that can be
+// an ordinary word stays as written elsewhere: "Use status first" means the
+// word as often as the tool. The agent rewrites by the same rule
+// (internal/agent/names.go).
 func rewriteNames(desc string, names []string, alias string) string {
 	if desc == "" || len(names) == 0 {
 		return desc
 	}
 	sorted := append([]string(nil), names...)
+	// Longest first: self.audio_speaker.set_volume, not self.audio in it.
 	sort.Slice(sorted, func(i, j int) bool { return len(sorted[i]) > len(sorted[j]) })
 	var b strings.Builder
 	for i := 0; i < len(desc); {
@@ -536,17 +584,27 @@ func rewriteNames(desc string, names []string, alias string) string {
 				}
 			}
 		}
-		if matched != "" {
-			b.WriteString(alias)
-			b.WriteByte('.')
-			b.WriteString(matched)
-			i += len(matched)
+		if matched == "" {
+			b.WriteByte(desc[i])
+			i++
 			continue
 		}
-		b.WriteByte(desc[i])
-		i++
+		if mentionsTool(desc, i, i+len(matched)) {
+			b.WriteString(alias)
+			b.WriteByte('.')
+		}
+		b.WriteString(matched)
+		i += len(matched)
 	}
 	return b.String()
+}
+
+// mentionsTool reports whether the name at desc[start:end] is plainly a
+// tool's: it has a dot or an underscore, which words do not, or it stands
+// alone in backticks.
+func mentionsTool(desc string, start, end int) bool {
+	return strings.ContainsAny(desc[start:end], "._") ||
+		start > 0 && end < len(desc) && desc[start-1] == '`' && desc[end] == '`'
 }
 
 // wordEnd reports whether a name ending at end is a whole word: followed by

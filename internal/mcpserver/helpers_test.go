@@ -256,3 +256,48 @@ func (c *rawClient) call(t testing.TB, name string, args string) json.RawMessage
 	t.Fatalf("no result in %s", body)
 	return nil
 }
+
+// rpcAnswer is a JSON-RPC response as a client receives it.
+type rpcAnswer struct {
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// rpc sends a request and returns its answer, from a JSON body or an SSE stream.
+func (c *rawClient) rpc(t testing.TB, method string, params any) rpcAnswer {
+	t.Helper()
+	c.id++
+	msg := map[string]any{"jsonrpc": "2.0", "id": c.id, "method": method}
+	if params != nil {
+		msg["params"] = params
+	}
+	_, body := c.post(t, msg)
+	a, ok := answerIn(body, c.id)
+	if !ok {
+		t.Fatalf("%s: no answer in %s", method, body)
+	}
+	return a
+}
+
+// answerIn finds the answer to request id in a response body (JSON or SSE).
+func answerIn(body []byte, id int) (rpcAnswer, bool) {
+	lines := [][]byte{body}
+	for line := range bytes.Lines(body) {
+		if d, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r\n"), []byte("data: ")); ok {
+			lines = append(lines, d)
+		}
+	}
+	for _, l := range lines {
+		var msg struct {
+			ID json.RawMessage `json:"id"`
+			rpcAnswer
+		}
+		if json.Unmarshal(l, &msg) == nil && string(msg.ID) == fmt.Sprint(id) && (msg.Result != nil || msg.Error != nil) {
+			return msg.rpcAnswer, true
+		}
+	}
+	return rpcAnswer{}, false
+}

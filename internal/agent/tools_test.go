@@ -1,0 +1,90 @@
+package agent_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/mcpgate/mcpgate/internal/agent/llmtest"
+	"github.com/mcpgate/mcpgate/internal/devicetest"
+	"github.com/mcpgate/mcpgate/internal/gatewaytest"
+)
+
+// A tool whose input schema is not an object schema is not offered (model
+// APIs refuse such parameters, and would refuse the whole chat); the others
+// are, by the rule the MCP doors list tools by.
+func TestNonObjectSchemasAreNotOffered(t *testing.T) {
+	gw, stub := start(t, llmtest.Script(llmtest.Reply{Content: "ok"}), nil, nil)
+	tests := []struct {
+		tool   string
+		schema string // "" for no inputSchema member
+		want   string // the function's parameters; "" when not offered
+	}{
+		{"self.none", ``, `{"properties":{},"type":"object"}`},
+		{"self.null", `null`, `{"properties":{},"type":"object"}`},
+		{"self.untyped", `{"properties":{"v":{"type":"integer"}}}`, `{"properties":{"v":{"type":"integer"}},"type":"object"}`},
+		{"self.object", `{"type":"object","properties":{"v":{"type":"integer"}},"required":["v"]}`,
+			`{"properties":{"v":{"type":"integer"}},"required":["v"],"type":"object"}`},
+		{"self.bare_object", `{"type":"object"}`, `{"properties":{},"type":"object"}`},
+		{"self.string", `{"type":"string"}`, ``},
+		{"self.nullable", `{"type":["object","null"]}`, ``},
+		{"self.array", `[{"type":"object"}]`, ``},
+		{"self.number", `42`, ``},
+	}
+	var tools []json.RawMessage
+	for _, tc := range tests {
+		tool := `{"name":"` + tc.tool + `","description":"d"`
+		if tc.schema != "" {
+			tool += `,"inputSchema":` + tc.schema
+		}
+		tools = append(tools, json.RawMessage(tool+"}"))
+	}
+	const id = "02:00:00:00:0d:01"
+	gatewaytest.ConnectReady(t, gw, devicetest.Config{ID: id, Tools: tools})
+	if status, b := chatJSON(t, gw, id, "hello", ""); status != http.StatusOK {
+		t.Fatalf("HTTP %d: %s", status, b)
+	}
+	req := stub.Requests()[0]
+	if len(req.Tools) != 5 {
+		var names []string
+		for _, fn := range req.Tools {
+			names = append(names, fn.Function.Name)
+		}
+		t.Errorf("offered %v, want 5 functions", names)
+	}
+	for _, tc := range tests {
+		t.Run(tc.tool, func(t *testing.T) {
+			fn, ok := req.Tool(agentName(tc.tool))
+			switch {
+			case tc.want == "" && ok:
+				t.Errorf("offered with parameters %s", fn.Function.Parameters)
+			case tc.want != "" && !ok:
+				t.Error("not offered")
+			case ok && canonical(t, fn.Function.Parameters) != canonical(t, []byte(tc.want)):
+				t.Errorf("parameters %s, want %s", fn.Function.Parameters, tc.want)
+			}
+		})
+	}
+}
+
+// canonical is JSON with its keys sorted, to compare by value.
+func canonical(t *testing.T, b []byte) string {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	out, _ := json.Marshal(v) // a decoded value always marshals
+	return string(out)
+}
+
+// agentName is a dotted tool name as a function name.
+func agentName(tool string) string {
+	b := []byte(tool)
+	for i, c := range b {
+		if c == '.' {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
