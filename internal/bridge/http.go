@@ -99,7 +99,7 @@ func serveHTTP(ctx context.Context, cfg *Config, conn *websocket.Conn, s Server,
 // once more; a server that does not answer at all ends the connection.
 func (p *httpPipe) post(ctx context.Context, wg *sync.WaitGroup, data []byte, msg *jsonrpc.Message) {
 	resp, sid, err := p.send(ctx, data, true)
-	if err == nil && resp.StatusCode == http.StatusNotFound && sid != "" {
+	if err == nil && sessionGone(resp, sid) {
 		resp.Body.Close()
 		if err := p.reinit(ctx, wg, sid); err != nil {
 			if ctx.Err() == nil {
@@ -108,10 +108,10 @@ func (p *httpPipe) post(ctx context.Context, wg *sync.WaitGroup, data []byte, ms
 			}
 			return
 		}
-		resp, _, err = p.send(ctx, data, true)
-		if err == nil && resp.StatusCode == http.StatusNotFound {
+		resp, sid, err = p.send(ctx, data, true)
+		if err == nil && sessionGone(resp, sid) {
 			resp.Body.Close()
-			p.fail(ctx, msg, "MCP server answered HTTP 404 again after a new session was initialized")
+			p.fail(ctx, msg, fmt.Sprintf("MCP server answered HTTP %d for the session again after a new one was initialized", resp.StatusCode))
 			return
 		}
 	}
@@ -281,12 +281,37 @@ func (p *httpPipe) ping(ctx context.Context, wg *sync.WaitGroup, n int) error {
 	if err != nil {
 		return fmt.Errorf("%w: ping: %w", errUnreachable, err)
 	}
+	gone := sessionGone(resp, sid)
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, p.cfg.ReadLimit))
 	resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound && sid != "" {
+	if gone {
 		return p.reinit(ctx, wg, sid)
 	}
 	return nil
+}
+
+// sessionGone reports whether resp says the server no longer knows the
+// session sid: 404, as MCP asks, or 400 naming the session, as the
+// TypeScript SDK's servers answer after a restart ("Bad Request: No valid
+// session ID provided"). resp's body stays readable from its start.
+func sessionGone(resp *http.Response, sid string) bool {
+	if sid == "" {
+		return false
+	}
+	switch resp.StatusCode {
+	case http.StatusNotFound:
+		return true
+	case http.StatusBadRequest:
+		peek, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body = readCloser{io.MultiReader(bytes.NewReader(peek), resp.Body), resp.Body}
+		return bytes.Contains(bytes.ToLower(peek), []byte("session"))
+	}
+	return false
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 // probeHTTP reports whether the server at s.URL answers HTTP at all (any

@@ -28,14 +28,19 @@ import (
 type sdkServer struct {
 	t    *testing.T
 	addr string
+	// tsStyle answers an unknown session 400 "No valid session ID
+	// provided", as the TypeScript SDK's servers do, instead of 404.
+	tsStyle bool
 
 	mu  sync.Mutex
 	hs  *httptest.Server // nil while stopped
 	srv *mcp.Server
 }
 
-func newSDKServer(t *testing.T) *sdkServer {
-	s := &sdkServer{t: t}
+func newSDKServer(t *testing.T) *sdkServer { return newSDKServerStyle(t, false) }
+
+func newSDKServerStyle(t *testing.T, tsStyle bool) *sdkServer {
+	s := &sdkServer{t: t, tsStyle: tsStyle}
 	s.start()
 	s.addr = s.hs.Listener.Addr().String()
 	t.Cleanup(s.stop)
@@ -56,7 +61,11 @@ func (s *sdkServer) start() {
 		func(_ context.Context, _ *mcp.CallToolRequest, in addIn) (*mcp.CallToolResult, any, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprint(in.A + in.B)}}}, nil, nil
 		})
-	hs := httptest.NewUnstartedServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	if s.tsStyle {
+		h = notFoundAs400(h)
+	}
+	hs := httptest.NewUnstartedServer(h)
 	if s.addr != "" {
 		l, err := net.Listen("tcp", s.addr)
 		if err != nil {
@@ -99,6 +108,43 @@ func (s *sdkServer) dropSessions(srv *mcp.Server) int {
 		n++
 	}
 	return n
+}
+
+// notFoundAs400 answers what h answers 404 with the TypeScript SDK's 400
+// for an unknown session.
+func notFoundAs400(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(&statusRewriter{ResponseWriter: w}, r)
+	})
+}
+
+type statusRewriter struct {
+	http.ResponseWriter
+	swallow bool
+}
+
+func (w *statusRewriter) WriteHeader(code int) {
+	if code != http.StatusNotFound {
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
+	w.swallow = true
+	w.Header().Set("Content-Type", "application/json")
+	w.ResponseWriter.WriteHeader(http.StatusBadRequest)
+	_, _ = io.WriteString(w.ResponseWriter, `{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}`)
+}
+
+func (w *statusRewriter) Write(b []byte) (int, error) {
+	if w.swallow {
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusRewriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 func (s *sdkServer) sessions() int {
@@ -164,12 +210,18 @@ func TestHTTPServerDownAndBack(t *testing.T) {
 	}
 }
 
-// When the server forgets the session (404), the bridge initializes a new
-// one and sends the call again: the call succeeds and the gateway's session
-// with the source is untouched.
+// When the server forgets the session (404, or the TypeScript SDK's 400),
+// the bridge initializes a new one and sends the call again: the call
+// succeeds and the gateway's session with the source is untouched.
 func TestHTTPSessionExpired(t *testing.T) {
+	for _, ts := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tsStyle=%v", ts), func(t *testing.T) { testHTTPSessionExpired(t, ts) })
+	}
+}
+
+func testHTTPSessionExpired(t *testing.T, tsStyle bool) {
 	gw := startGateway(t)
-	srv := newSDKServer(t)
+	srv := newSDKServerStyle(t, tsStyle)
 	runBridge(t, bridge.Config{
 		URL:        "ws://" + gw.Addr() + endpoint.Path,
 		Servers:    []bridge.Server{{Name: "sdk", URL: srv.URL()}},
@@ -195,8 +247,14 @@ func TestHTTPSessionExpired(t *testing.T) {
 // An idle session that expires is renewed by the bridge's ping, before a
 // call meets it.
 func TestHTTPSessionRenewedByPing(t *testing.T) {
+	for _, ts := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tsStyle=%v", ts), func(t *testing.T) { testHTTPSessionRenewedByPing(t, ts) })
+	}
+}
+
+func testHTTPSessionRenewedByPing(t *testing.T, tsStyle bool) {
 	gw := startGateway(t)
-	srv := newSDKServer(t)
+	srv := newSDKServerStyle(t, tsStyle)
 	runBridge(t, bridge.Config{
 		URL:        "ws://" + gw.Addr() + endpoint.Path,
 		Servers:    []bridge.Server{{Name: "sdk", URL: srv.URL()}},
@@ -246,7 +304,7 @@ func TestHTTPSessionRetriedOnce(t *testing.T) {
 	waitReady(t, gw.Hub(), "forgetful", 3)
 	expire.Store(1)
 	got, err := call(t, gw.Hub(), "forgetful", "add", `{"a":1,"b":2}`)
-	if err != nil || !strings.Contains(got, "404 again") || !strings.Contains(got, `"isError":true`) {
+	if err != nil || !strings.Contains(got, "HTTP 404 for the session again") || !strings.Contains(got, `"isError":true`) {
 		t.Fatalf("add = %s, %v, want the 404-again error", got, err)
 	}
 	if n := inits.Load(); n != 2 {
