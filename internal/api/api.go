@@ -8,12 +8,14 @@
 package api
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -439,20 +441,33 @@ func (a *API) callTool(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	r.Body = http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes)
-	dec := json.NewDecoder(r.Body)
-	if err := dec.Decode(v); err != nil {
+	br := bufio.NewReader(r.Body)
+	first, err := firstByte(br)
+	dec := json.NewDecoder(br)
+	if err == nil {
+		err = dec.Decode(v)
+	}
+	if err == nil && first != '{' {
+		// null: it decodes into a request as nothing asked for.
+		a.badRequest(r, "wrong_type", nil)
+		writeError(w, http.StatusBadRequest, "bad_request", "request body must be a JSON object", nil)
+		return false
+	}
+	if err != nil {
+		var ute *json.UnmarshalTypeError
 		switch {
 		case a.refusedTooLarge(w, r, err):
 		case errors.Is(err, io.EOF):
 			a.badRequest(r, "empty_body", err)
 			writeError(w, http.StatusBadRequest, "bad_request", "empty request body: send a JSON object", nil)
+		case errors.As(err, &ute) && ute.Field == "":
+			a.badRequest(r, "wrong_type", err)
+			writeError(w, http.StatusBadRequest, "bad_request", "request body must be a JSON object", nil)
+		case errors.As(err, &ute):
+			a.badRequest(r, "wrong_type", err)
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("%q: want %s, not a JSON %s", ute.Field, jsonKind(ute.Type), ute.Value), nil)
 		default:
-			reason := "malformed_json"
-			var ute *json.UnmarshalTypeError
-			if errors.As(err, &ute) {
-				reason = "wrong_type"
-			}
-			a.badRequest(r, reason, err)
+			a.badRequest(r, "malformed_json", err)
 			writeError(w, http.StatusBadRequest, "bad_request", "request body is not valid JSON: "+err.Error(), nil)
 		}
 		return false
@@ -467,6 +482,40 @@ func (a *API) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
+}
+
+// firstByte skips white space and returns the next byte, unread.
+func firstByte(br *bufio.Reader) (byte, error) {
+	for {
+		b, err := br.Peek(1)
+		if err != nil {
+			return 0, err
+		}
+		switch b[0] {
+		case ' ', '\t', '\r', '\n':
+			_, _ = br.ReadByte()
+		default:
+			return b[0], nil
+		}
+	}
+}
+
+// jsonKind names what a Go type takes in JSON, for a wrong-type message.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "an object"
 }
 
 // refusedTooLarge answers 413 and counts the hit when err is the body

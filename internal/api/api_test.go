@@ -329,6 +329,29 @@ func TestCallRejected(t *testing.T) {
 	}
 }
 
+// TestBodyErrorMessages: a body that is JSON but not the request says what
+// is wrong with it, not that it is not JSON.
+func TestBodyErrorMessages(t *testing.T) {
+	t.Parallel()
+	tg := startGateway(t, gateway.Config{})
+	d := tg.connect(t, devicetest.Config{Tools: catalog})
+	path := "/api/v1/devices/" + d.ID() + "/tools/call"
+	for _, tc := range []struct{ body, want string }{
+		{`{"name":5}`, `"name": want a string, not a JSON number`},
+		{`{"name":"self.reboot","timeout_ms":1.5}`, `"timeout_ms": want a whole number, not a JSON number 1.5`},
+		{`{"name":"self.reboot","wait":"yes"}`, `"wait": want true or false, not a JSON string`},
+		{`null`, "request body must be a JSON object"},
+		{` [1]`, "request body must be a JSON object"},
+		{`"x"`, "request body must be a JSON object"},
+		{`{"name":`, "request body is not valid JSON"},
+	} {
+		e := tg.wantError(t, "POST", path, tc.body, 400, "bad_request")
+		if !strings.Contains(e.Error.Message, tc.want) {
+			t.Errorf("%s: message %q, want it to say %q", tc.body, e.Error.Message, tc.want)
+		}
+	}
+}
+
 func TestCallInvalidArgumentsClient(t *testing.T) {
 	t.Parallel()
 	tg := startGateway(t, gateway.Config{})

@@ -48,9 +48,9 @@ func TestHostileRESTClients(t *testing.T) {
 		metric: `mcpgate_bad_requests_total{door="rest",reason="malformed_json"}`, delta: 60,
 	}, {
 		name:   "JSON of the wrong shape",
-		attack: badBodies(`{"name":1}`, `[]`, `{"name":"x","arguments":{},"timeout_ms":"soon"}`),
+		attack: badBodies(`{"name":1}`, `[]`, `null`, `{"name":"x","arguments":{},"timeout_ms":"soon"}`),
 		log:    []string{"refused malformed REST request", "reason=wrong_type"},
-		metric: `mcpgate_bad_requests_total{door="rest",reason="wrong_type"}`, delta: 60,
+		metric: `mcpgate_bad_requests_total{door="rest",reason="wrong_type"}`, delta: 80,
 	}, {
 		name:   "data after the JSON object",
 		attack: badBodies(`{} {}`, `{"name":"self.audio_speaker.set_volume"}]`),
