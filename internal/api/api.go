@@ -146,6 +146,9 @@ func (a *API) noEndpoint(w http.ResponseWriter, r *http.Request) {
 		probe.Method = m
 		if _, pattern := a.mux.Handler(probe); pattern != "/api/" && pattern != "" {
 			allow = append(allow, m)
+			if m == http.MethodGet {
+				allow = append(allow, http.MethodHead) // net/http serves HEAD by GET's handler
+			}
 		}
 	}
 	if len(allow) == 0 {

@@ -121,10 +121,10 @@ func TestUnknownEndpoint(t *testing.T) {
 	// A path that exists, with a method it does not take: 405 and what it
 	// takes, in the header HTTP clients read and in the message.
 	for _, tc := range []struct{ method, path, allow string }{
-		{"PUT", "/api/v1/devices/" + devID, "GET, PATCH, DELETE"},
+		{"PUT", "/api/v1/devices/" + devID, "GET, HEAD, PATCH, DELETE"},
 		{"GET", callPath, "POST"},
-		{"POST", "/api/v1/devices", "GET"},
-		{"PATCH", "/api/v1/keys", "GET, POST"},
+		{"POST", "/api/v1/devices", "GET, HEAD"},
+		{"PATCH", "/api/v1/keys", "GET, HEAD, POST"},
 	} {
 		e := tg.wantError(t, tc.method, tc.path, "", 405, "method_not_allowed")
 		if !strings.Contains(e.Error.Message, tc.allow) {
