@@ -2,10 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/devicetest"
@@ -135,5 +138,27 @@ func TestServeQueueToolFlag(t *testing.T) {
 	r.want(t, 1)
 	if !strings.Contains(r.stderr, "--queue-tool self.camera.*=sometimes: queue policy \"sometimes\": want always or never") {
 		t.Errorf("stderr %q", r.stderr)
+	}
+}
+
+// TestQueueDurationFlags: the queue's durations take days, as
+// --audit-retention does.
+func TestQueueDurationFlags(t *testing.T) {
+	var cfg queue.Config
+	f := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	queueFlags(f, &cfg)
+	if err := f.Parse([]string{"--queue-retention", "7d", "--queue-max-ttl", "2d", "--queue-default-ttl", "90m"}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Retention != 7*24*time.Hour || cfg.MaxTTL != 48*time.Hour || cfg.DefaultTTL != 90*time.Minute {
+		t.Errorf("parsed %+v", cfg)
+	}
+	for _, bad := range []string{"-1h", "7x", "soon"} {
+		f := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+		f.SetOutput(io.Discard)
+		queueFlags(f, &queue.Config{})
+		if err := f.Parse([]string{"--queue-retention", bad}); err == nil {
+			t.Errorf("--queue-retention %s accepted", bad)
+		}
 	}
 }

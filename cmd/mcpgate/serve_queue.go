@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/mcpgate/mcpgate/internal/audit"
 	"github.com/mcpgate/mcpgate/internal/queue"
 )
 
@@ -12,11 +14,11 @@ import (
 // returns what fills in the per-tool policies once flags are parsed.
 func queueFlags(f *pflag.FlagSet, cfg *queue.Config) (apply func() error) {
 	var tools map[string]string
-	f.DurationVar(&cfg.MaxTTL, "queue-max-ttl", 0, "longest time to live a queued call may ask for (default 24h)")
-	f.DurationVar(&cfg.DefaultTTL, "queue-default-ttl", 0, "time to live of a queued call that gives none (default 1h)")
+	f.Var(ageFlag{&cfg.MaxTTL}, "queue-max-ttl", "longest time to live a queued call may ask for, e.g. 24h or 2d (default 24h)")
+	f.Var(ageFlag{&cfg.DefaultTTL}, "queue-default-ttl", "time to live of a queued call that gives none (default 1h)")
 	f.IntVar(&cfg.MaxPerDevice, "queue-max-per-device", 0, "most calls queued for one device (default 100)")
 	f.IntVar(&cfg.MaxPerKey, "queue-max-per-key", 0, "most calls queued by one API key, or by local callers together (default 1000)")
-	f.DurationVar(&cfg.Retention, "queue-retention", 0, "finished queued calls are deleted this long after they end (default 168h)")
+	f.Var(ageFlag{&cfg.Retention}, "queue-retention", "finished queued calls are deleted this long after they end, e.g. 7d or 72h (default 7d)")
 	f.StringToStringVar(&tools, "queue-tool", nil, "per-tool queuing default as PATTERN=always|never (path.Match patterns), e.g. 'self.camera.*=never'")
 	return func() error {
 		if len(tools) == 0 {
@@ -33,3 +35,25 @@ func queueFlags(f *pflag.FlagSet, cfg *queue.Config) (apply func() error) {
 		return nil
 	}
 }
+
+// ageFlag is a duration flag that also takes days and weeks (7d, 2w), as
+// --audit-retention does; 0 is the setting's default.
+type ageFlag struct{ d *time.Duration }
+
+func (a ageFlag) String() string {
+	if a.d == nil || *a.d == 0 {
+		return "0" // pflag shows no "(default ...)" for it
+	}
+	return a.d.String()
+}
+
+func (a ageFlag) Set(s string) error {
+	d, err := audit.ParseAge(s)
+	if err != nil {
+		return err
+	}
+	*a.d = d
+	return nil
+}
+
+func (a ageFlag) Type() string { return "duration" }
