@@ -577,10 +577,14 @@ func (h *Hub) finishDiscovery(a *Attachment, disc *mcpclient.Discovery, err erro
 	h.mu.Unlock()
 	h.persist.markDirty(id)
 
-	if err != nil || (disc != nil && disc.Truncated != "") {
+	switch {
+	case errors.Is(err, errNoMCP):
+		// Said by the device itself, every conversation: no failure of ours.
+		a.log.Info("device has no MCP, so no tools: its hello did not announce features.mcp")
+	case err != nil || (disc != nil && disc.Truncated != ""):
 		h.metrics.DiscoveryFailures.Inc()
 		a.log.Warn("discovery incomplete", "error", lastErr)
-	} else {
+	default:
 		a.log.Debug("device ready", "tools", newCat.Len())
 	}
 	h.bus.publish(Event{Type: EventState, Device: id, Alias: alias, Data: StateData{State: state, Error: lastErr}})

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/mcpgate/mcpgate/internal/hub/hubtest"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 )
@@ -244,6 +246,11 @@ func TestNoMCPDeviceIsDegraded(t *testing.T) {
 	d := waitState(t, h, "02:00:00:00:00:0a", StateDegraded)
 	if !strings.Contains(d.LastError, "features.mcp") {
 		t.Fatalf("last error %q", d.LastError)
+	}
+	// The device said so itself, every conversation: not a failure to count.
+	var m dto.Metric
+	if err := h.metrics.DiscoveryFailures.Write(&m); err != nil || m.GetCounter().GetValue() != 0 {
+		t.Errorf("discovery failures counted for a device without MCP: %v, %v", m.GetCounter().GetValue(), err)
 	}
 	sess.Close(errors.New("gone"))
 	<-done
