@@ -474,6 +474,16 @@ func (h *Hub) Attach(info ConnInfo, sess *mcpclient.Session) *Attachment {
 	return a
 }
 
+// ended reports whether the connection is over.
+func (a *Attachment) ended() bool {
+	select {
+	case <-a.sess.Done():
+		return true
+	default:
+		return false
+	}
+}
+
 // Touch records that the device just sent something.
 func (a *Attachment) Touch() { a.dev.lastSeen.Store(time.Now().UnixNano()) }
 
@@ -581,6 +591,9 @@ func (h *Hub) finishDiscovery(a *Attachment, disc *mcpclient.Discovery, err erro
 	case errors.Is(err, errNoMCP):
 		// Said by the device itself, every conversation: no failure of ours.
 		a.log.Info("device has no MCP, so no tools: its hello did not announce features.mcp")
+	case err != nil && a.ended():
+		// The conversation ended first: a device's choice, not a failure.
+		a.log.Info("device left during discovery", "error", lastErr)
 	case err != nil || (disc != nil && disc.Truncated != ""):
 		h.metrics.DiscoveryFailures.Inc()
 		a.log.Warn("discovery incomplete", "error", lastErr)

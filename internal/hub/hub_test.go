@@ -257,6 +257,23 @@ func TestNoMCPDeviceIsDegraded(t *testing.T) {
 	waitState(t, h, "02:00:00:00:00:0a", StateOffline)
 }
 
+// TestDeviceLeavingDuringDiscovery: a conversation that ends before the
+// device answered initialize is the device's choice, not a failed discovery.
+func TestDeviceLeavingDuringDiscovery(t *testing.T) {
+	h := New(Config{})
+	sess := newDevice(nil).Open(t.Context()) // never served: initialize is never answered
+	att := h.Attach(ConnInfo{DeviceID: "02:00:00:00:00:0b", Transport: "mem"}, sess)
+	done := make(chan struct{})
+	go func() { att.Run(t.Context()); close(done) }()
+	waitState(t, h, "02:00:00:00:00:0b", StateDiscovering)
+	sess.Close(errors.New("conversation over"))
+	<-done
+	var m dto.Metric
+	if err := h.metrics.DiscoveryFailures.Write(&m); err != nil || m.GetCounter().GetValue() != 0 {
+		t.Errorf("discovery failures counted for a device that left: %v, %v", m.GetCounter().GetValue(), err)
+	}
+}
+
 func TestToolTimeoutPatterns(t *testing.T) {
 	h := New(Config{ToolTimeouts: map[string]time.Duration{"self.camera.*": time.Minute, "self.*": time.Second}})
 	if got := h.toolTimeout("self.camera.take_photo"); got != time.Minute {
