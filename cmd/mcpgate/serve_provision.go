@@ -2,11 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
@@ -33,7 +35,7 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 	)
 	f.StringVar(&auth, "device-auth", "open", "device credentials: open (any device) or token (devices present a token from OTA or from 'mcpgate devices token')")
 	f.StringVar(&secretFile, "device-secret-file", "", "file with the secret signing device tokens (default DATA/device-secret, created 0600 if absent)")
-	f.DurationVar(&p.DeviceTokenTTL, "device-token-ttl", 0, "lifetime of device tokens the OTA endpoint issues (default 720h)")
+	f.DurationVar(&p.DeviceTokenTTL, "device-token-ttl", 720*time.Hour, "lifetime of device tokens the OTA endpoint issues")
 	f.StringVar(&policy, "ota-policy", "open", "which devices the OTA endpoint configures: open or allowlist")
 	f.StringSliceVar(&p.OTA.Allow, "ota-allow", nil, "device ids the allowlist policy accepts (repeatable or comma separated)")
 	f.StringVar(&transport, "ota-transport", "websocket", "what the OTA endpoint tells devices to connect with: websocket or mqtt")
@@ -42,7 +44,7 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 	f.StringVar(&p.OTA.MQTTEndpoint, "ota-mqtt-endpoint", "", "MQTT host:port handed to devices (default: the public host and the embedded broker's port, else 1883)")
 	f.StringVar(&firmwareFile, "firmware-table", "", "JSON or YAML file mapping board type to {version, url}, offered by OTA when newer")
 	f.Int64Var(&p.VisionMaxBytes, "vision-max-bytes", vision.DefaultMaxBytes, "largest photo a device may upload")
-	f.DurationVar(&p.VisionTokenTTL, "vision-token-ttl", 0, "lifetime of the vision token sent in initialize (default 1h)")
+	f.DurationVar(&p.VisionTokenTTL, "vision-token-ttl", time.Hour, "lifetime of the vision token sent in initialize")
 	f.StringVar(&llmBaseURL, "llm-base-url", "", "OpenAI-compatible API base URL of the chat model (--llm-model) and the vision model (--vision-model), e.g. https://api.openai.com/v1 (key in "+llmKeyEnv+")")
 	f.StringVar(&visionModel, "vision-model", "", "vision model name, e.g. gpt-4o-mini")
 
@@ -50,6 +52,18 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 		mode, err := devauth.ParseMode(auth)
 		if err != nil {
 			return fmt.Errorf("--device-auth: %w", err)
+		}
+		// A zero would silently mean the default in gateway.Provisioning.
+		for _, d := range []struct {
+			flag string
+			v    time.Duration
+		}{{"device-token-ttl", p.DeviceTokenTTL}, {"vision-token-ttl", p.VisionTokenTTL}} {
+			if d.v <= 0 {
+				return fmt.Errorf("--%s must be positive, got %s", d.flag, d.v)
+			}
+		}
+		if err := checkSettings(f, transportFor, log); err != nil {
+			return err
 		}
 		p.DeviceAuth = mode
 		if secretFile == "" {
@@ -86,7 +100,55 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 	}
 }
 
-// readFirmwareTable reads board → {version, url} as JSON or YAML (JSON is YAML).
+// checkSettings refuses, or warns about, settings that would otherwise be
+// ignored without a word, or read as a default. It reads the upstream and
+// MQTT flags of serve by name: they are declared with the rest of serve's.
+func checkSettings(f *pflag.FlagSet, transportFor map[string]string, log *slog.Logger) error {
+	if wait := flagValue(f, "upstream-init-wait"); wait != "" {
+		// gateway.Config takes zero for the default: the flag's 0 would
+		// silently mean 3s.
+		if d, err := time.ParseDuration(wait); err == nil && d <= 0 {
+			return fmt.Errorf("--upstream-init-wait must be positive, got %s (e.g. 100ms for mcpgate to initialize devices almost at once)", d)
+		}
+	}
+	if flagValue(f, "upstream-ota") != "" {
+		var ignored []string
+		for _, name := range []string{"ota-policy", "ota-allow", "ota-transport", "ota-transport-for", "ota-mqtt-endpoint", "firmware-table", "device-token-ttl"} {
+			if f.Changed(name) {
+				ignored = append(ignored, "--"+name)
+			}
+		}
+		if len(ignored) > 0 {
+			log.Warn("--upstream-ota forwards OTA requests to the voice server: these settings of mcpgate's own OTA do not apply",
+				"ignored", strings.Join(ignored, " "))
+		}
+		return nil
+	}
+	if f.Changed("ota-allow") && !strings.EqualFold(flagValue(f, "ota-policy"), string(ota.PolicyAllowlist)) {
+		return errors.New("--ota-allow needs --ota-policy allowlist: with the open policy every device is configured")
+	}
+	mqtt := strings.EqualFold(flagValue(f, "ota-transport"), string(ota.TransportMQTT))
+	for _, tr := range transportFor {
+		mqtt = mqtt || strings.EqualFold(tr, string(ota.TransportMQTT))
+	}
+	if mqtt && flagValue(f, "mqtt-addr") == "" && flagValue(f, "mqtt-broker") == "" && flagValue(f, "ota-mqtt-endpoint") == "" {
+		return errors.New("--ota-transport mqtt: no MQTT broker for the devices: the embedded one is off (--mqtt-addr is empty) " +
+			"and no --mqtt-broker is set; set one of them, or --ota-mqtt-endpoint to a broker mcpgate serves")
+	}
+	return nil
+}
+
+// flagValue is the value of a flag of f, "" when f has none of that name.
+func flagValue(f *pflag.FlagSet, name string) string {
+	fl := f.Lookup(name)
+	if fl == nil {
+		return ""
+	}
+	return fl.Value.String()
+}
+
+// readFirmwareTable reads board → {version, url} as JSON or YAML (JSON is
+// YAML), checked and normalised as devices need it (ota.CheckFirmware).
 func readFirmwareTable(path string) (map[string]ota.Firmware, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -100,6 +162,9 @@ func readFirmwareTable(path string) (map[string]ota.Firmware, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("--firmware-table %s: want board: {version, url}: %w", path, err)
+	}
+	if t, err = ota.CheckFirmware(t); err != nil {
+		return nil, fmt.Errorf("--firmware-table %s: %w", path, err)
 	}
 	return t, nil
 }

@@ -63,7 +63,7 @@ func TestKeyRoutes(t *testing.T) {
 		{Name: "x", Scope: "read", Expires: "soon"},          // a bad lifetime
 		{Name: "x", Scope: "read", Devices: []string{""}},    // an empty pattern would be no limit
 		{Name: "x", Scope: "read", Tools: []string{" "}},
-		{Name: "a\nb", Scope: "read"},                        // a control character breaks the key table
+		{Name: "a\nb", Scope: "read"}, // a control character breaks the key table
 		{Name: "a\x00b", Scope: "read"},
 		{Name: strings.Repeat("n", 201), Scope: "read"},
 	} {

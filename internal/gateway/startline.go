@@ -3,11 +3,11 @@ package gateway
 import (
 	"net"
 	"net/netip"
-	"net/url"
 	"strconv"
 	"strings"
 
 	"github.com/mcpgate/mcpgate/internal/httpguard"
+	"github.com/mcpgate/mcpgate/internal/redact"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
@@ -38,10 +38,10 @@ func (g *Gateway) logListening(bound net.Addr) {
 	attrs := []any{"addr", bound.String(), "devices_ws", strings.Join(ws, " "),
 		"api", "http://" + local + "/api/v1", "mcp", "http://" + local + "/mcp", "store", g.storeLocation()}
 	if g.cfg.Upstream != "" {
-		attrs = append(attrs, "upstream", redactURL(g.cfg.Upstream))
+		attrs = append(attrs, "upstream", redact.RawURL(g.cfg.Upstream))
 	}
 	if g.cfg.UpstreamOTA != "" {
-		attrs = append(attrs, "upstream_ota", redactURL(g.cfg.UpstreamOTA))
+		attrs = append(attrs, "upstream_ota", redact.RawURL(g.cfg.UpstreamOTA))
 	}
 	switch {
 	case ap.Addr().IsLoopback():
@@ -94,13 +94,4 @@ func usableHosts(ap netip.AddrPort, ifaddrs []net.Addr) (hosts []string, local s
 		hosts = []string{hostPlaceholder}
 	}
 	return hosts, net.JoinHostPort("127.0.0.1", port)
-}
-
-// redactURL is raw without a password; New has checked that it parses.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return ""
-	}
-	return u.Redacted()
 }

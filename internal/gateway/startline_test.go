@@ -61,7 +61,7 @@ func TestStartLine(t *testing.T) {
 	}{
 		{"wildcard", ":0", "", []string{"devices_ws=", "api=http://127.0.0.1:"}, true},
 		{"loopback", "127.0.0.1:0", "", []string{"devices_ws=ws://127.0.0.1:", "loopback only: devices on the network cannot reach it"}, false},
-		{"upstream", "127.0.0.1:0", "ws://voice:secret@voice-server:8000/xiaozhi/v1/", []string{"upstream=ws://voice:xxxxx@voice-server:8000/xiaozhi/v1/"}, false},
+		{"upstream", "127.0.0.1:0", "ws://voice:secret@voice-server:8000/xiaozhi/v1/?token=SECRET", []string{"upstream=\"ws://voice:xxxxx@voice-server:8000/xiaozhi/v1/?token=REDACTED\""}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := &hostiletest.Logs{}
@@ -88,7 +88,7 @@ func TestStartLine(t *testing.T) {
 					t.Errorf("start line lacks %q:\n%s", w, line)
 				}
 			}
-			for _, bad := range []string{"ws://[::]", "ws://0.0.0.0", "http://[::]"} {
+			for _, bad := range []string{"ws://[::]", "ws://0.0.0.0", "http://[::]", "secret", "SECRET"} {
 				if strings.Contains(line, bad) {
 					t.Errorf("start line shows %s:\n%s", bad, line)
 				}

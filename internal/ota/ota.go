@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/limits"
+	"github.com/mcpgate/mcpgate/internal/redact"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
@@ -86,7 +87,8 @@ type Config struct {
 	MQTTPublishTopic string
 	// MQTTKeepalive in seconds. Default 240.
 	MQTTKeepalive int
-	// Firmware maps a board type to its newest build.
+	// Firmware maps a board type to its newest build; New checks and
+	// normalises it (CheckFirmware).
 	Firmware map[string]Firmware
 	// IssueToken returns a device token for the websocket token and the
 	// MQTT password. Nil hands out none.
@@ -117,12 +119,14 @@ type Config struct {
 
 // Handler serves the endpoint.
 type Handler struct {
-	cfg    Config
-	log    *slog.Logger
-	allow  map[string]bool
-	pub    *url.URL // nil: derived per request
-	client *http.Client
-	// upstreamRedacted is Config.Upstream without a password, for logs.
+	cfg      Config
+	log      *slog.Logger
+	allow    map[string]bool
+	pub      *url.URL // nil: derived per request
+	client   *http.Client
+	upstream *url.URL // Config.Upstream, parsed
+	// upstreamRedacted is Config.Upstream without a password or query
+	// values, for logs.
 	upstreamRedacted string
 
 	mu    sync.Mutex
@@ -186,6 +190,11 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.MQTTKeepalive == 0 {
 		cfg.MQTTKeepalive = 240
 	}
+	fw, err := CheckFirmware(cfg.Firmware)
+	if err != nil {
+		return nil, fmt.Errorf("ota: %w", err)
+	}
+	cfg.Firmware = fw
 	h := &Handler{cfg: cfg, log: cfg.Logger, allow: make(map[string]bool), known: make(map[string]Record), client: cfg.HTTPClient}
 	if h.client == nil {
 		h.client = http.DefaultClient
@@ -195,7 +204,7 @@ func New(cfg Config) (*Handler, error) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("ota: upstream URL %q: want http://host:port/path or https://...", cfg.Upstream)
 		}
-		h.upstreamRedacted = u.Redacted()
+		h.upstream, h.upstreamRedacted = u, redact.URL(u)
 	}
 	for _, id := range cfg.Allow {
 		n, err := xiaozhi.NormalizeDeviceID(id)
@@ -214,15 +223,53 @@ func New(cfg Config) (*Handler, error) {
 		}
 		h.pub = u
 	}
-	for board, fw := range cfg.Firmware {
-		if fw.Version == "" || fw.URL == "" {
-			return nil, fmt.Errorf("ota: firmware for board %q needs a version and a url", board)
+	return h, nil
+}
+
+// CheckFirmware validates a firmware table and returns it normalised: each
+// version as the firmware reads it, dotted decimal numbers (a leading v is
+// dropped), and each url an http or https URL. Stock firmware reads a
+// version with std::stoi on each dot-separated part: "v2" throws, a crash at
+// every boot's check, and "0-rc1" reads as 0.
+func CheckFirmware(table map[string]Firmware) (map[string]Firmware, error) {
+	if len(table) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]Firmware, len(table))
+	for board, fw := range table {
+		if strings.TrimSpace(board) == "" {
+			return nil, errors.New("firmware for an empty board type: name the board, as devices report it in board.type")
 		}
-		if _, ok := parseVersion(fw.Version); !ok {
-			return nil, fmt.Errorf("ota: firmware for board %q: version %q is not dotted numbers such as 2.4.2", board, fw.Version)
+		v, err := firmwareVersion(fw.Version)
+		if err != nil {
+			return nil, fmt.Errorf("firmware for board %q: version %q: %w", board, fw.Version, err)
+		}
+		raw := strings.TrimSpace(fw.URL)
+		u, err := url.Parse(raw)
+		if raw == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("firmware for board %q: url %q: want the firmware file's http:// or https:// URL", board, fw.URL)
+		}
+		out[board] = Firmware{Version: v, URL: raw}
+	}
+	return out, nil
+}
+
+// firmwareVersion is v as firmware can read it: dotted decimal numbers,
+// each one fitting an int, without the leading v people write.
+func firmwareVersion(v string) (string, error) {
+	s := strings.TrimPrefix(strings.TrimSpace(v), "v")
+	if s == "" {
+		return "", errors.New("want dotted numbers such as 2.5.0")
+	}
+	for p := range strings.SplitSeq(s, ".") {
+		if p == "" || strings.Trim(p, "0123456789") != "" {
+			return "", errors.New("want dotted numbers such as 2.5.0: firmware reads each part as a number (a leading v is dropped; no suffix such as -rc1)")
+		}
+		if _, err := strconv.ParseInt(p, 10, 32); err != nil {
+			return "", fmt.Errorf("part %s is too large for firmware", p)
 		}
 	}
-	return h, nil
+	return s, nil
 }
 
 func checkTransport(t Transport) error {

@@ -181,6 +181,69 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
+// TestCheckFirmware: a firmware table entry is refused, saying which and
+// why, unless stock firmware can read its version (std::stoi on each
+// dot-separated part) and fetch its url; a leading v is dropped.
+func TestCheckFirmware(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		board, version, url string
+		want                string // the version sent, or "" for a refusal
+		errHas              string
+	}{
+		{"b", "2.5.0", "http://fw/b.bin", "2.5.0", ""},
+		{"b", "v2.5.0", "https://fw/b.bin", "2.5.0", ""},
+		{"b", " 2.5 ", " http://fw/b.bin ", "2.5", ""},
+		{"b", "2", "http://fw/b.bin", "2", ""},
+		{"b", "v2.5.0-rc1", "http://fw/b.bin", "", `board "b": version "v2.5.0-rc1": want dotted numbers`},
+		{"b", "2.5.0-rc1", "http://fw/b.bin", "", "no suffix such as -rc1"},
+		{"b", "V2.5.0", "http://fw/b.bin", "", "version"},
+		{"b", "2..5", "http://fw/b.bin", "", "version"},
+		{"b", "2.5.", "http://fw/b.bin", "", "version"},
+		{"b", "+2.5", "http://fw/b.bin", "", "version"},
+		{"b", "v", "http://fw/b.bin", "", "version"},
+		{"b", "", "http://fw/b.bin", "", "version"},
+		{"b", "latest", "http://fw/b.bin", "", "version"},
+		{"b", "2.99999999999", "http://fw/b.bin", "", "too large"},
+		{"b", "2.5.0", "", "", `board "b": url ""`},
+		{"b", "2.5.0", "fw/b.bin", "", "url"},
+		{"b", "2.5.0", "ftp://fw/b.bin", "", "url"},
+		{"b", "2.5.0", "http:///b.bin", "", "url"},
+		{"", "2.5.0", "http://fw/b.bin", "", "empty board"},
+	} {
+		got, err := CheckFirmware(map[string]Firmware{tc.board: {Version: tc.version, URL: tc.url}})
+		switch {
+		case tc.want == "" && (err == nil || !strings.Contains(err.Error(), tc.errHas)):
+			t.Errorf("%q %q %q: got %v, %v; want an error with %q", tc.board, tc.version, tc.url, got, err, tc.errHas)
+		case tc.want != "" && (err != nil || got[tc.board].Version != tc.want || got[tc.board].URL != strings.TrimSpace(tc.url)):
+			t.Errorf("%q %q %q: got %v, %v; want version %s", tc.board, tc.version, tc.url, got, err, tc.want)
+		}
+	}
+}
+
+// TestFirmwareVersionSent: a device is offered the version as firmware can
+// read it, without the leading v of the table.
+func TestFirmwareVersionSent(t *testing.T) {
+	t.Parallel()
+	table := map[string]Firmware{"bread-compact-wifi": {Version: "v2.5.0", URL: "http://fw/bread-2.5.0.bin"}}
+	h, err := New(Config{PublicURL: "http://gw:8000", Firmware: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest("POST", Path, strings.NewReader(body(mac, uuid, "2.4.2", "bread-compact-wifi")))
+	req.Header.Set("Device-Id", mac)
+	req.Header.Set("Client-Id", uuid)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	var resp Response
+	if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil || resp.Firmware == nil || resp.Firmware.Version != "2.5.0" {
+		t.Errorf("device got %d %s, want firmware version 2.5.0", rec.Code, rec.Body)
+	}
+	if table["bread-compact-wifi"].Version != "v2.5.0" {
+		t.Error("New changed the caller's table")
+	}
+}
+
 func TestNewer(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {

@@ -5,15 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"path"
 	"strings"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/limits"
+	"github.com/mcpgate/mcpgate/internal/redact"
 )
 
 // Upstream mode (docs/upstream.md): with Config.Upstream set, every OTA
@@ -50,17 +52,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 	log := h.log.With("device_id", r.Header.Get("Device-Id"), "remote", r.RemoteAddr, "upstream", h.upstreamRedacted)
 	ctx, cancel := context.WithTimeout(r.Context(), upstreamTimeout)
 	defer cancel()
-	target := h.cfg.Upstream
-	if r.URL.RawQuery != "" {
-		sep := "?"
-		if strings.Contains(target, "?") {
-			sep = "&"
-		}
-		target += sep + r.URL.RawQuery
-	}
-	req, err := http.NewRequestWithContext(ctx, r.Method, target, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, r.Method, h.target(r).String(), bytes.NewReader(body))
 	if err != nil {
-		log.Error("ota: could not build the upstream request", "error", err)
+		log.Error("ota: could not build the upstream request", "error", redact.Err(err))
 		writeError(w, http.StatusInternalServerError, "internal", "internal error")
 		return
 	}
@@ -68,12 +62,10 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 	for _, k := range hopHeaders {
 		req.Header.Del(k)
 	}
-	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		req.Header.Add("X-Forwarded-For", host)
-	}
+	forwardedFor(req.Header, r)
 	resp, err := h.client.Do(req)
 	if err != nil {
-		log.Warn("ota: upstream OTA unavailable", "error", err)
+		log.Warn("ota: upstream OTA unavailable", "path", req.URL.Path, "error", redact.Err(err))
 		writeError(w, http.StatusBadGateway, "upstream_unavailable", "the voice server's OTA endpoint did not answer")
 		return
 	}
@@ -85,10 +77,19 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if resp.StatusCode == http.StatusOK {
-		if out, err := h.rewrite(answer, h.wsURL(r, log), log); err == nil {
-			answer = out
-		} else {
+		out, err := h.rewrite(answer, h.wsURL(r, log), log)
+		switch {
+		case errors.Is(err, errTrailingData):
+			// Firmware's cJSON reads the object and ignores the rest: passed
+			// on, it would send the device to the voice server directly.
+			log.Warn("ota: bad upstream OTA answer", "error", err)
+			writeError(w, http.StatusBadGateway, "upstream_unavailable", "the voice server's OTA answer has data after its JSON object")
+			return
+		case err != nil:
+			// Not a JSON object: it holds no configuration a device would take.
 			log.Debug("ota: upstream answer passed through as it is", "error", err)
+		default:
+			answer = out
 		}
 	}
 	for _, k := range []string{"Content-Type", "Cache-Control"} {
@@ -98,6 +99,45 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(answer)
+}
+
+// target is the upstream URL for r. The path below /xiaozhi/ota is
+// appended to the upstream's path (the firmware posts activation to
+// <ota_url>activate), cleaned so that it cannot climb above it; the
+// query is the upstream's followed by the device's.
+func (h *Handler) target(r *http.Request) *url.URL {
+	u := *h.upstream
+	if rest, ok := strings.CutPrefix(r.URL.Path, PathNoSlash); ok && strings.HasPrefix(rest, "/") {
+		if sub := path.Clean(rest); sub != "/" {
+			u.Path = strings.TrimSuffix(u.Path, "/") + sub
+			u.RawPath = ""
+		}
+	}
+	if r.URL.RawQuery != "" {
+		if u.RawQuery != "" {
+			u.RawQuery += "&"
+		}
+		u.RawQuery += r.URL.RawQuery
+	}
+	return &u
+}
+
+// forwardedFor tells the upstream the device's address as the WebSocket
+// splice does: X-Real-IP is the peer (never what the client claimed), and
+// the peer ends X-Forwarded-For, one header line.
+func forwardedFor(h http.Header, r *http.Request) {
+	h.Del("X-Real-IP")
+	prior := strings.Join(r.Header.Values("X-Forwarded-For"), ", ")
+	h.Del("X-Forwarded-For")
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return // no peer address to vouch for
+	}
+	h.Set("X-Real-IP", host)
+	if prior != "" {
+		host = prior + ", " + host
+	}
+	h.Set("X-Forwarded-For", host)
 }
 
 // wsURL is the gateway's device WebSocket URL as devices reach it.
@@ -113,28 +153,31 @@ func (h *Handler) wsURL(r *http.Request, log *slog.Logger) string {
 
 // rewrite points the answer's websocket.url at wsURL, keeping every other
 // member's bytes, and drops an mqtt section (adding a websocket one when
-// the answer had none).
+// the answer had none, or one that is not an object, such as null). Keys
+// match case-insensitively, as firmware's cJSON looks them up.
 func (h *Handler) rewrite(answer []byte, wsURL string, log *slog.Logger) ([]byte, error) {
 	top, err := members(answer)
 	if err != nil {
 		return nil, err
 	}
 	urlJSON, _ := json.Marshal(wsURL) // a string always marshals
+	fresh := encodeMembers([]member{{"url", urlJSON}, {"token", json.RawMessage(`""`)}, {"version", json.RawMessage("1")}})
 	hasWS := false
 	out := top[:0]
 	for _, m := range top {
-		switch m.key {
-		case "mqtt":
+		switch {
+		case strings.EqualFold(m.key, "mqtt"):
 			log.Warn("ota: dropped the voice server's mqtt section: MQTT+UDP audio cannot pass through mcpgate, the device is sent to the WebSocket")
 			continue
-		case "websocket":
+		case strings.EqualFold(m.key, "websocket"):
 			ws, err := members(m.val)
 			if err != nil {
-				return nil, fmt.Errorf("websocket: %w", err)
+				m.val, hasWS = fresh, true // null or not an object: the device would keep an old URL
+				break
 			}
 			set := false
 			for i := range ws {
-				if ws[i].key == "url" {
+				if strings.EqualFold(ws[i].key, "url") {
 					ws[i].val, set = urlJSON, true
 				}
 			}
@@ -146,7 +189,7 @@ func (h *Handler) rewrite(answer []byte, wsURL string, log *slog.Logger) ([]byte
 		out = append(out, m)
 	}
 	if !hasWS {
-		out = append(out, member{"websocket", encodeMembers([]member{{"url", urlJSON}, {"token", json.RawMessage(`""`)}, {"version", json.RawMessage("1")}})})
+		out = append(out, member{"websocket", fresh})
 	}
 	return encodeMembers(out), nil
 }
@@ -156,6 +199,9 @@ type member struct {
 	key string
 	val json.RawMessage
 }
+
+// errTrailingData is a JSON object followed by more than white space.
+var errTrailingData = errors.New("data after the JSON object")
 
 // members returns the members of a JSON object in order.
 func members(obj []byte) ([]member, error) {
@@ -182,6 +228,9 @@ func members(obj []byte) ([]member, error) {
 	}
 	if _, err := dec.Token(); err != nil {
 		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errTrailingData
 	}
 	return ms, nil
 }

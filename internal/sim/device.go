@@ -117,7 +117,7 @@ func (d *Device) MQTTClient() (*device.MQTTClient, error) {
 	opts := device.MQTTClientOptions{
 		Broker: d.cfg.MQTTBroker, DeviceID: d.MAC, Server: d.Server,
 		ClientID:   xiaozhi.MQTTClientID{Group: xiaozhi.DefaultMQTTGroup, DeviceID: d.MAC, UUID: d.ClientID}.String(),
-		MinBackoff: minBackoff, MaxBackoff: maxBackoff, Logger: d.log, OnState: d.onState,
+		MinBackoff: minBackoff, MaxBackoff: maxBackoff, Logger: d.cfg.Logger, OnState: d.onState, // the client adds device_id itself
 	}
 	if d.cfg.Token != "" {
 		opts.Username, opts.Password = d.MAC, d.cfg.Token
@@ -173,7 +173,7 @@ func (d *Device) clientTo(url, token string) (*device.Client, error) {
 		Server:     d.Server,
 		MinBackoff: minBackoff,
 		MaxBackoff: maxBackoff,
-		Logger:     d.log,
+		Logger:     d.cfg.Logger, // the client adds device_id itself
 		OnState:    d.onState,
 	})
 	if err != nil {

@@ -153,3 +153,49 @@ func TestFleetSaysWhyItCannotConnect(t *testing.T) {
 		})
 	}
 }
+
+// TestDeviceIDLoggedOnce: every line a simulated device logs names it
+// once, whichever transport it uses.
+func TestDeviceIDLoggedOnce(t *testing.T) {
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := closed.Addr().String()
+	closed.Close()
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"websocket", Config{URL: "ws://" + addr + xiaozhi.Path}},
+		{"mqtt", Config{MQTTBroker: addr}},
+		{"servers", Config{Servers: []string{"ws://" + addr + xiaozhi.Path}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs syncBuffer
+			cfg := tc.cfg
+			cfg.Count, cfg.Logger = 1, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			ctx, stop := context.WithCancel(testContext(t))
+			done := make(chan error, 1)
+			go func() { done <- Run(ctx, cfg) }()
+			deadline := time.Now().Add(10 * time.Second)
+			for len(logs.lines("device_id=", "error=")) == 0 {
+				if time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			stop()
+			<-done
+			lines := logs.lines("device_id=")
+			if len(lines) == 0 {
+				t.Fatalf("no device logged:\n%s", logs.buf.String())
+			}
+			for _, l := range lines {
+				if n := strings.Count(l, "device_id="); n != 1 {
+					t.Errorf("device_id %d times: %s", n, l)
+				}
+			}
+		})
+	}
+}

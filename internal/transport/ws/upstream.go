@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +29,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
+	"github.com/mcpgate/mcpgate/internal/redact"
 	"github.com/mcpgate/mcpgate/internal/transport/conns"
 	"github.com/mcpgate/mcpgate/jsonrpc"
 	"github.com/mcpgate/mcpgate/xiaozhi"
@@ -47,7 +49,7 @@ type Upstream struct {
 	// HTTPClient dials the upstream; nil uses http.DefaultClient.
 	HTTPClient *http.Client
 
-	redacted string // URL without a password, for logs and close reasons
+	redacted string // URL without a password or query values, for logs
 }
 
 // upstreamIDBase is the first device-side id given to the upstream's
@@ -67,7 +69,7 @@ func (u *Upstream) fill() error {
 	if err != nil || (parsed.Scheme != "ws" && parsed.Scheme != "wss") || parsed.Host == "" {
 		return fmt.Errorf("ws: Upstream.URL %q: want ws://HOST[:PORT]/PATH or wss://...", u.URL)
 	}
-	u.redacted = parsed.Redacted()
+	u.redacted = redact.URL(parsed)
 	if u.InitWait <= 0 {
 		u.InitWait = 3 * time.Second
 	}
@@ -131,10 +133,33 @@ type splice struct {
 	done         chan struct{} // closed when read returns
 }
 
+// dialError is why the upstream could not be joined. The device is told
+// only cause: devices are untrusted, and the upstream's URL may hold a
+// token (?token=...) or a password.
+type dialError struct {
+	cause string // short, without the URL
+	err   error  // for the log, without the URL's secrets
+}
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// dialCause is the short cause of a failed dial, for the device.
+func dialCause(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "no answer in time"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "no answer in time"
+	}
+	return "cannot connect"
+}
+
 // dialUpstream opens the upstream connection with the device's own
 // credentials, sends it the device hello exactly as received and relays the
-// upstream's server hello to the device. It returns the splice, or an error
-// after which the device connection must be closed.
+// upstream's server hello to the device. It returns the splice, or a
+// *dialError after which the device connection must be closed.
 func (c *connection) dialUpstream(ctx context.Context, r http.Header, deviceHello []byte) (*splice, []byte, error) {
 	u := c.t.cfg.Upstream
 	ctx, cancel := context.WithTimeout(ctx, c.t.cfg.HelloTimeout)
@@ -142,21 +167,21 @@ func (c *connection) dialUpstream(ctx context.Context, r http.Header, deviceHell
 	up, resp, err := websocket.Dial(ctx, u.URL, &websocket.DialOptions{HTTPHeader: r, HTTPClient: u.HTTPClient})
 	if err != nil {
 		if resp != nil {
-			return nil, nil, fmt.Errorf("dial upstream %s: HTTP %s", u.redacted, resp.Status)
+			return nil, nil, &dialError{"HTTP " + resp.Status, fmt.Errorf("dial upstream %s: HTTP %s", u.redacted, resp.Status)}
 		}
-		return nil, nil, fmt.Errorf("dial upstream %s: %w", u.redacted, err)
+		return nil, nil, &dialError{dialCause(err), fmt.Errorf("dial upstream %s: %w", u.redacted, redact.Err(err))}
 	}
 	up.SetReadLimit(c.t.cfg.ReadLimit)
 	if err := up.Write(ctx, websocket.MessageText, deviceHello); err != nil {
 		up.CloseNow()
-		return nil, nil, fmt.Errorf("send hello to upstream: %w", err)
+		return nil, nil, &dialError{"hello not sent", fmt.Errorf("send hello to upstream: %w", err)}
 	}
 	var hello []byte
 	for {
 		typ, data, err := up.Read(ctx)
 		if err != nil {
 			up.CloseNow()
-			return nil, nil, fmt.Errorf("read upstream hello: %w", err)
+			return nil, nil, &dialError{"no hello", fmt.Errorf("read upstream hello: %w", err)}
 		}
 		if typ == websocket.MessageBinary {
 			continue // audio before the hello: nothing the device can play yet
@@ -164,7 +189,7 @@ func (c *connection) dialUpstream(ctx context.Context, r http.Header, deviceHell
 		env, err := xiaozhi.DecodeEnvelope(data)
 		if err != nil || env.Type != xiaozhi.TypeHello {
 			up.Close(websocket.StatusPolicyViolation, "want a server hello first")
-			return nil, nil, fmt.Errorf("upstream's first message is not a hello: %s", conns.Truncate(string(data), 200))
+			return nil, nil, &dialError{"no hello", fmt.Errorf("upstream's first message is not a hello: %s", conns.Truncate(string(data), 200))}
 		}
 		hello = data
 		sp := &splice{c: c, up: up, cfg: u, sessionID: env.SessionID, pending: make(map[int32]upstreamRequest),
@@ -193,7 +218,7 @@ func upstreamHeader(r *http.Request) http.Header {
 		}
 	}
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		if prior := r.Header.Get("X-Forwarded-For"); prior != "" {
+		if prior := strings.Join(r.Header.Values("X-Forwarded-For"), ", "); prior != "" {
 			h.Set("X-Forwarded-For", prior+", "+host)
 		} else {
 			h.Set("X-Forwarded-For", host)
@@ -212,8 +237,13 @@ func (c *connection) handshakeUpstream(deviceHello []byte) bool {
 	if err != nil {
 		c.t.m.UpstreamDialFailures.Inc()
 		c.t.m.Handshakes.WithLabelValues("websocket", "upstream_failed").Inc()
+		cause := "cannot connect"
+		var de *dialError
+		if errors.As(err, &de) {
+			cause = de.cause
+		}
 		c.t.upstreamDown.Warn(c.log, "upstream voice server unavailable: closing the device connection", "device_id", c.id.deviceID, "remote", c.remote, "error", err)
-		c.conn.Close(websocket.StatusTryAgainLater, conns.CloseReason(fmt.Errorf("upstream unavailable: %w", err)))
+		c.conn.Close(websocket.StatusTryAgainLater, conns.CloseReason(errors.New("upstream unavailable: "+cause)))
 		return false
 	}
 	wctx, cancel := context.WithTimeout(c.ctx, c.t.cfg.WriteTimeout)
@@ -354,7 +384,12 @@ func (s *splice) fromUpstream(data []byte) []byte {
 	}
 	msg, err := jsonrpc.DecodeValid(env.Payload) // DecodeEnvelope validated the frame
 	if err != nil {
-		return data // the device decides what to make of it
+		// Its id cannot be remapped (an empty method, jsonrpc "1.0"...),
+		// and the device's error reply with that id would reach mcpgate's
+		// own call of the same id: dropped, not forwarded.
+		s.c.t.m.DroppedFrames.WithLabelValues("upstream_unparseable").Inc()
+		s.c.log.Debug("dropped an upstream MCP message that is not valid JSON-RPC", "error", err)
+		return nil
 	}
 	switch msg.Kind() {
 	case jsonrpc.KindRequest:
@@ -385,9 +420,14 @@ func (s *splice) fromUpstream(data []byte) []byte {
 		return out
 	case jsonrpc.KindNotification:
 		if msg.Method == "notifications/cancelled" {
-			if out := s.remapCancelled(data, msg); out != nil {
-				return out
+			out := s.remapCancelled(data, msg)
+			if out == nil {
+				// Its requestId is no device-side id: as it is, it could
+				// name one of mcpgate's own calls.
+				s.c.t.m.DroppedFrames.WithLabelValues("upstream_unknown_id").Inc()
+				s.c.log.Debug("dropped an upstream cancel naming no pending upstream request")
 			}
+			return out
 		}
 	}
 	return data

@@ -2,6 +2,7 @@ package ws
 
 import (
 	"encoding/json"
+	"net/http/httptest"
 	"testing"
 )
 
@@ -51,4 +52,30 @@ func FuzzReplacePath(f *testing.F) {
 			t.Fatalf("%q became %q: id %s", frame, out, got.Payload["id"])
 		}
 	})
+}
+
+// TestUpstreamHeaderForwardedFor: the upstream gets the peer as X-Real-IP,
+// whatever the device claims, and every X-Forwarded-For line joined, the
+// peer last.
+func TestUpstreamHeaderForwardedFor(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		xff  []string
+		want string
+	}{
+		{nil, "192.0.2.1"},
+		{[]string{"10.0.0.1"}, "10.0.0.1, 192.0.2.1"},
+		{[]string{"10.0.0.1", "10.0.0.2"}, "10.0.0.1, 10.0.0.2, 192.0.2.1"},
+	} {
+		r := httptest.NewRequest("GET", "/xiaozhi/v1/", nil)
+		r.RemoteAddr = "192.0.2.1:4321"
+		r.Header.Set("X-Real-IP", "6.6.6.6")
+		for _, v := range tc.xff {
+			r.Header.Add("X-Forwarded-For", v)
+		}
+		h := upstreamHeader(r)
+		if got := h.Values("X-Forwarded-For"); len(got) != 1 || got[0] != tc.want || h.Get("X-Real-IP") != "192.0.2.1" {
+			t.Errorf("X-Forwarded-For %q: upstream gets %q, X-Real-IP %q; want %q, 192.0.2.1", tc.xff, got, h.Get("X-Real-IP"), tc.want)
+		}
+	}
 }

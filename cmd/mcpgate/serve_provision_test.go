@@ -1,0 +1,59 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestServeOTAFlags: OTA settings that would be ignored without a word are
+// refused, or warned about when another mode makes them moot. Every case
+// ends at a bad --tool-timeout if nothing refuses it before, so that no
+// gateway starts.
+func TestServeOTAFlags(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	table := func(version, url string) string {
+		p := filepath.Join(t.TempDir(), "fw.yaml")
+		if err := os.WriteFile(p, []byte("bread-compact-wifi:\n  version: "+version+"\n  url: "+url+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const stop = "--tool-timeout=x=bad"
+	const stopped = "--tool-timeout x=bad"
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // in stderr
+		warn string // in stderr too, a warning
+	}{
+		{"device token ttl 0", []string{"--device-token-ttl", "0"}, "--device-token-ttl must be positive, got 0s", ""},
+		{"device token ttl negative", []string{"--device-token-ttl=-1h"}, "--device-token-ttl must be positive", ""},
+		{"vision token ttl 0", []string{"--vision-token-ttl", "0s"}, "--vision-token-ttl must be positive, got 0s", ""},
+		{"upstream init wait 0", []string{"--upstream-init-wait", "0"}, "--upstream-init-wait must be positive", ""},
+		{"allow without allowlist", []string{"--ota-allow", "02:00:00:00:00:01"}, "--ota-allow needs --ota-policy allowlist", ""},
+		{"allow with allowlist", []string{"--ota-allow", "02:00:00:00:00:01", "--ota-policy", "allowlist"}, stopped, ""},
+		{"mqtt without broker", []string{"--ota-transport", "mqtt", "--mqtt-addr="}, "no MQTT broker for the devices", ""},
+		{"mqtt for one device without broker", []string{"--ota-transport-for", "02:00:00:00:00:01=MQTT", "--mqtt-addr="}, "no MQTT broker for the devices", ""},
+		{"mqtt to a named broker", []string{"--ota-transport", "mqtt", "--mqtt-addr=", "--ota-mqtt-endpoint", "broker.lan:1883"}, stopped, ""},
+		{"mqtt to the embedded broker", []string{"--ota-transport", "mqtt"}, stopped, ""},
+		{"own settings with upstream ota", []string{"--upstream-ota", "http://127.0.0.1:1/xiaozhi/ota/", "--ota-policy", "allowlist",
+			"--ota-allow", "02:00:00:00:00:01", "--firmware-table", table("2.5.0", "http://fw/b.bin")},
+			stopped, `ignored="--ota-policy --ota-allow --firmware-table"`},
+		{"firmware version with v and suffix", []string{"--firmware-table", table("v2.5.0-rc1", "http://fw/b.bin")},
+			`firmware for board "bread-compact-wifi": version "v2.5.0-rc1": want dotted numbers`, ""},
+		{"firmware without url", []string{"--firmware-table", table("2.5.0", `""`)}, `firmware for board "bread-compact-wifi": url ""`, ""},
+		{"firmware version with v", []string{"--firmware-table", table("v2.5.0", "http://fw/b.bin")}, stopped, ""},
+	} {
+		args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data", dir, stop}, tc.args...)
+		r := run(t, "http://127.0.0.1:1", args...)
+		if r.code == 0 || !strings.Contains(r.stderr, tc.want) || (tc.warn != "" && !strings.Contains(r.stderr, tc.warn)) {
+			t.Errorf("%s: exit %d, stderr:\n%s\nwant %q %q", tc.name, r.code, r.stderr, tc.want, tc.warn)
+		}
+		if tc.warn == "" && strings.Contains(r.stderr, "level=WARN") {
+			t.Errorf("%s: unexpected warning:\n%s", tc.name, r.stderr)
+		}
+	}
+}

@@ -1,0 +1,32 @@
+package redact
+
+import (
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+func TestRawURL(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"ws://voice:8000/xiaozhi/v1/", "ws://voice:8000/xiaozhi/v1/"},
+		{"ws://admin:pw123@voice:8000/x/?token=SECRET", "ws://admin:xxxxx@voice:8000/x/?token=REDACTED"},
+		{"http://h/ota/?key=a&key=b&v=1", "http://h/ota/?key=REDACTED&key=REDACTED&v=REDACTED"},
+		{"http://[::1", ""},
+	} {
+		if got := RawURL(tc.in); got != tc.want {
+			t.Errorf("RawURL(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestErr(t *testing.T) {
+	cause := errors.New("connection refused")
+	err := Err(&url.Error{Op: "Post", URL: "http://h/?token=SECRET", Err: cause})
+	if strings.Contains(err.Error(), "SECRET") || !errors.Is(err, cause) || err.Error() != "Post: connection refused" {
+		t.Errorf("Err = %q", err)
+	}
+	if plain := errors.New("x"); Err(plain) != plain {
+		t.Error("Err changed an error without a URL")
+	}
+}

@@ -1,0 +1,149 @@
+package ws_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/mcpgate/mcpgate/internal/devicetest"
+	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/upstreamtest"
+)
+
+// startSpliced runs a fake voice server and a gateway in upstream mode
+// that initializes devices itself at once.
+func startSpliced(t *testing.T) (*upstreamtest.Server, *server) {
+	t.Helper()
+	up := upstreamtest.Start(upstreamtest.Config{})
+	t.Cleanup(up.Close)
+	s := startGateway(t, gateway.Config{Upstream: up.URL(), UpstreamInitWait: time.Millisecond, MQTTAddr: ""})
+	// A connection the HTTP client dialed but never used would hold the
+	// gateway's shutdown for 5 s.
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	return up, s
+}
+
+// mcpPayloads records the MCP payloads a fake device receives.
+type mcpPayloads struct {
+	mu sync.Mutex
+	p  []json.RawMessage
+}
+
+func (m *mcpPayloads) add(typ websocket.MessageType, data []byte) {
+	var env struct {
+		Type    string          `json:"type"`
+		Payload json.RawMessage `json:"payload"`
+	}
+	if typ != websocket.MessageText || json.Unmarshal(data, &env) != nil || env.Type != "mcp" {
+		return
+	}
+	m.mu.Lock()
+	m.p = append(m.p, bytes.Clone(env.Payload))
+	m.mu.Unlock()
+}
+
+func (m *mcpPayloads) all() []json.RawMessage {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]json.RawMessage(nil), m.p...)
+}
+
+// TestUpstreamDropsWhatCannotBeRemapped: an upstream request whose id
+// cannot be remapped, and a cancel naming no pending upstream request, never
+// reach the device: the device's answer would carry an id of mcpgate's own
+// range and could complete mcpgate's call of that id.
+func TestUpstreamDropsWhatCannotBeRemapped(t *testing.T) {
+	t.Parallel()
+	up, s := startSpliced(t)
+	var got mcpPayloads
+	d := connect(t, s, devicetest.Config{OnFrame: got.add})
+	c, err := up.Accept(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, s.hub, d.ID(), hub.StateReady)
+
+	bad := []struct{ name, payload string }{
+		{"empty method", `{"jsonrpc":"2.0","id":3,"method":""}`},
+		{"numeric method", `{"jsonrpc":"2.0","id":3,"method":7}`},
+		{"jsonrpc 1.0", `{"jsonrpc":"1.0","id":3,"method":"tools/call","params":{"name":"self.audio_speaker.set_volume","arguments":{"volume":1}}}`},
+		{"object id", `{"jsonrpc":"2.0","id":{"n":3},"method":"tools/list"}`},
+		{"cancel of nothing pending", `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}`},
+		{"cancel without requestId", `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}`},
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	for _, b := range bad {
+		if err := c.SendText(ctx, upstreamtest.MCP(d.SessionID(), b.payload)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Frames are forwarded in order: once the device has answered this
+	// one, it has been sent whatever came before.
+	if err := c.SendText(ctx, upstreamtest.MCP(d.SessionID(), `{"jsonrpc":"2.0","id":"last","method":"tools/list"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := c.Next(ctx)
+		if err != nil {
+			t.Fatalf("waiting for the device's answer: %v", err)
+		}
+		if bytes.Contains(f.Data, []byte(`"id":"last"`)) {
+			break
+		}
+	}
+	for _, p := range got.all() {
+		for _, b := range bad {
+			if string(p) == b.payload {
+				t.Errorf("%s reached the device: %s", b.name, p)
+			}
+		}
+	}
+	if n := metric(t, s, `mcpgate_dropped_frames_total{reason="upstream_unparseable"}`); n != 4 {
+		t.Errorf("upstream_unparseable drops: %v, want 4", n)
+	}
+	if n := metric(t, s, `mcpgate_dropped_frames_total{reason="upstream_unknown_id"}`); n != 2 {
+		t.Errorf("upstream_unknown_id drops: %v, want 2", n)
+	}
+}
+
+// TestUpstreamUnavailableSaysNoURL: a device closed because the voice
+// server is unreachable is told why without the upstream's URL, which may
+// hold a token; the log has it redacted.
+func TestUpstreamUnavailableSaysNoURL(t *testing.T) {
+	t.Parallel()
+	up := upstreamtest.Start(upstreamtest.Config{})
+	addr := strings.TrimPrefix(strings.TrimSuffix(up.URL(), "/xiaozhi/v1/"), "ws://")
+	up.Close()
+	s := startGateway(t, gateway.Config{Upstream: "ws://voice:hunter2@" + addr + "/xiaozhi/v1/?token=SECRET", MQTTAddr: ""})
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	_, err := devicetest.Connect(ctx, devicetest.Config{Addr: s.addr})
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.StatusTryAgainLater || ce.Reason != "upstream unavailable: cannot connect" {
+		t.Fatalf("device got %v, want close 1013 %q", err, "upstream unavailable: cannot connect")
+	}
+	var warned bool
+	for line := range strings.Lines(s.logs.String()) {
+		if !strings.Contains(line, "upstream voice server unavailable") {
+			continue
+		}
+		warned = true
+		if strings.Contains(line, "SECRET") || strings.Contains(line, "hunter2") || !strings.Contains(line, "token=REDACTED") {
+			t.Errorf("warning not redacted: %s", line)
+		}
+	}
+	if !warned {
+		t.Errorf("no warning logged:\n%s", s.logs)
+	}
+}
