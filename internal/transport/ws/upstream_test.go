@@ -116,6 +116,24 @@ func TestUpstreamDropsWhatCannotBeRemapped(t *testing.T) {
 	}
 }
 
+// TestUpstreamDeviceWithoutMCP: a device whose hello announces no MCP is
+// not kept waiting for the voice server's initialize: nobody sends it one.
+func TestUpstreamDeviceWithoutMCP(t *testing.T) {
+	t.Parallel()
+	up := upstreamtest.Start(upstreamtest.Config{})
+	t.Cleanup(up.Close)
+	s := startGateway(t, gateway.Config{Upstream: up.URL(), UpstreamInitWait: time.Hour, MQTTAddr: ""})
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	d := connect(t, s, devicetest.Config{Hello: `{"type":"hello","version":1,"transport":"websocket","audio_params":{"format":"opus","sample_rate":16000,"channels":1,"frame_duration":60}}`})
+	if _, err := up.Accept(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	dev := waitState(t, s.hub, d.ID(), hub.StateDegraded) // not after the hour of InitWait
+	if !strings.Contains(dev.LastError, "features.mcp") {
+		t.Errorf("last error %q", dev.LastError)
+	}
+}
+
 // TestUpstreamUnavailableSaysNoURL: a device closed because the voice
 // server is unreachable is told why without the upstream's URL, which may
 // hold a token; the log has it redacted.

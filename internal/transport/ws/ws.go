@@ -319,6 +319,8 @@ type connection struct {
 	finish func()
 	// discovered is set when discovery has ended (see handOff).
 	discovered atomic.Bool
+	// noMCP: the device's hello did not announce MCP; set before start.
+	noMCP bool
 	// lastText and handedOffDiscovered are owned by the reader (whichever
 	// goroutine reads now: each starts the next): when the last text frame
 	// was read, and whether the reader handed off after discovery ended.
@@ -487,6 +489,7 @@ func (c *connection) handshake() bool {
 		NoMCP: !hello.SupportsMCP(), Logger: c.log,
 	}, c.sess)
 	c.att.Store(att)
+	c.noMCP = !hello.SupportsMCP()
 	c.log.Info("device connected", "mcp", hello.SupportsMCP(), "client_id", c.id.clientID)
 	return true
 }
@@ -510,7 +513,7 @@ func (c *connection) start() (finish func()) {
 	}
 	var discovery sync.WaitGroup
 	discovery.Go(func() {
-		if c.up != nil {
+		if c.up != nil && !c.noMCP { // a device without MCP is sent no initialize by anyone
 			c.up.awaitInit(sess)
 		}
 		att.Discover(sess.Context())
