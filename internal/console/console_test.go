@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +116,28 @@ func TestConsoleOpen(t *testing.T) {
 	status := eval[string](t, ctx, `fetch('/api/v1/devices/`+d1.MAC+`/tools/call', {method: 'POST', body: JSON.stringify({name: 'self.get_device_status'})}).then(r => r.text())`)
 	if !strings.Contains(status, `\"volume\":30`) {
 		t.Errorf("device status after the form's call: %s", status)
+	}
+
+	// A hash that does not decode (typed by hand, cut short) is taken as typed.
+	run(t, ctx, "a malformed hash", chromedp.Navigate(base+"/#/device/%E0%A4%A"))
+	waitJS(t, ctx, "a page for it", `document.querySelector('main').childElementCount > 0`)
+	run(t, ctx, "device page again", chromedp.Navigate(base+"/#/device/"+d1.MAC))
+	waitJS(t, ctx, "the volume form again", vol+`?.querySelector('input[name=volume]') != null`)
+
+	// "Copy as CLI" and "Copy as curl" give one shell word per argument,
+	// whatever a device names its tools: run by bash, nothing else runs.
+	for _, name := range []string{"x.a;touch${IFS}pwned;#", "it's $(id) `id` a b"} {
+		for _, fn := range []string{"cliFor", "curlFor"} {
+			line := eval[string](t, ctx, `import('/console/pages.js').then(m => m.`+fn+`('dev-1', `+jsString(name)+`, {v: "a'b"}))`)
+			args := shellArgs(t, line)
+			nameJSON, _ := json.Marshal(name)
+			body := `{"name":` + string(nameJSON) + `,"arguments":{"v":"a'b"}}`
+			ok := fn == "cliFor" && strings.Join(args, "\n") == strings.Join([]string{"mcpgate", "--server", base, "call", "dev-1", name, "--args", `{"v":"a'b"}`}, "\n") ||
+				fn == "curlFor" && args[0] == "curl" && args[len(args)-1] == body
+			if !ok {
+				t.Errorf("%s(%q) = %s\nbash reads %q", fn, name, line, args)
+			}
+		}
 	}
 
 	// An invalid argument: the gateway's message next to the field.
@@ -324,6 +348,10 @@ func TestConsoleKeys(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 	waitJS(t, ctx, "why", `document.getElementById('signin-err').textContent.includes('refused')`)
+	// Signed out: the header (menu, who, sign out) is gone, not only hidden.
+	if shown := eval[string](t, ctx, `getComputedStyle(document.getElementById('top')).display`); shown != "none" {
+		t.Errorf("the header shows (display %s) on the sign-in page", shown)
+	}
 	screenshot(t, ctx, "signin-revoked")
 	if key := eval[string](t, ctx, `sessionStorage.getItem('mcpgate.key') || ''`); key != "" {
 		t.Errorf("the revoked key is still kept: %q", key)
@@ -512,4 +540,25 @@ func TestConsoleOAuthConsent(t *testing.T) {
 	if err != nil || me.Scope != "call" || len(me.Devices) != 1 || me.Devices[0] != "kitchen*" || me.Name != "oauth: Test client" {
 		t.Fatalf("the token's key: %+v, %v", me, err)
 	}
+}
+
+// shellArgs is what bash makes of a command line: its words, the command
+// replaced by printf, so that nothing in it runs.
+func shellArgs(t *testing.T, line string) []string {
+	t.Helper()
+	cmd, rest, ok := strings.Cut(line, " ")
+	if !ok {
+		t.Fatalf("not a command line: %q", line)
+	}
+	dir := t.TempDir()
+	c := exec.Command("bash", "-c", `printf '%s\0' `+rest)
+	c.Dir = dir
+	out, err := c.Output()
+	if err != nil {
+		t.Fatalf("bash on %q: %v", line, err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("running %q made %s", line, entries[0].Name())
+	}
+	return append([]string{cmd}, strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")...)
 }

@@ -49,7 +49,9 @@ function route(ev) {
   }
   main.replaceChildren();
   document.title = 'mcpgate · ' + (NAV.find((n) => n[0] === page)?.[1] || (page === 'consent' ? 'Authorize' : 'Device'));
-  cleanup = pages[page](main, rest.map(decodeURIComponent)) || null;
+  // A hand-typed or truncated hash may not decode: take it as typed.
+  const arg = (s) => { try { return decodeURIComponent(s); } catch { return s; } };
+  cleanup = pages[page](main, rest.map(arg)) || null;
   // A keyboard or screen-reader user lands on the new page, not the old link.
   if (ev) main.focus({ preventScroll: true });
 }

@@ -148,13 +148,17 @@ function devicesPage(main) {
 
 function shellQuote(s) { return "'" + s.replace(/'/g, "'\\''") + "'"; }
 
-function curlFor(d, name, args) {
+// shellWord is s as one shell word: bare when that is safe, else quoted. A
+// device names its tools: a name may hold ; $ # or spaces.
+function shellWord(s) { return /^[A-Za-z0-9._:@%+=,\/-]+$/.test(s) ? s : shellQuote(s); }
+
+export function curlFor(d, name, args) {
   const auth = app.me.caller === 'local' ? '' : " -H \"Authorization: Bearer $MCPGATE_API_KEY\"";
   return `curl -s -X POST ${shellQuote(location.origin + dev(d) + '/tools/call')}${auth} -H 'Content-Type: application/json' -d ${shellQuote(JSON.stringify({ name, arguments: args }))}`;
 }
 
-function cliFor(d, name, args) {
-  return `mcpgate --server ${shellQuote(location.origin)} call ${d} ${name} --args ${shellQuote(JSON.stringify(args))}`;
+export function cliFor(d, name, args) {
+  return `mcpgate --server ${shellQuote(location.origin)} call ${shellWord(d)} ${shellWord(name)} --args ${shellQuote(JSON.stringify(args))}`;
 }
 
 function toolCard(d, t, open) {
