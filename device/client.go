@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
@@ -29,12 +31,19 @@ const (
 const stableAfter = 30 * time.Second
 
 // failureLogEvery is how often a client that keeps failing to connect for
-// the same reason says so again at info; the attempts between are logged
+// the same reason says so again at warn; the attempts between are logged
 // at debug.
 const failureLogEvery = time.Minute
 
 // ErrBadHello is returned when the gateway's hello is not usable.
 var ErrBadHello = errors.New("device: invalid server hello")
+
+// ErrReplaced is wrapped in the error of a session the gateway closed
+// because another connection with the same device id replaced it (close
+// 1008, "replaced by a newer connection of the same device"): two devices
+// share an id, e.g. a cloned SD card. Run then waits MaxBackoff before
+// reconnecting, so the two do not take turns forever.
+var ErrReplaced = errors.New("device: another connection with the same device id replaced this one")
 
 // ErrUnauthorized is returned, wrapped, by Connect when the gateway refuses
 // the device's credentials: HTTP 401 or 403 to the WebSocket handshake, or
@@ -255,9 +264,15 @@ func keepConnected(ctx context.Context, minB, maxB time.Duration, log *slog.Logg
 			return ctx.Err()
 		}
 		wait := b.next()
-		if connected {
+		switch {
+		case connected && isReplaced(err):
+			err = fmt.Errorf("%w: %w", ErrReplaced, err)
+			wait = maxB
+			log.Warn("another device connected with this device id and replaced this one; give each device its own id",
+				"error", err, "retry_in", wait)
+		case connected:
 			log.Info("disconnected", "error", err, "retry_in", wait)
-		} else {
+		default:
 			failing.log(ctx, log, err, wait, time.Now())
 		}
 		report(State{Status: StatusDisconnected, Err: err, Attempt: attempt, RetryIn: wait})
@@ -271,10 +286,18 @@ func keepConnected(ctx context.Context, minB, maxB time.Duration, log *slog.Logg
 	}
 }
 
+// isReplaced reports whether the gateway closed the session because a
+// newer connection of the same device id took its place.
+func isReplaced(err error) bool {
+	var ce websocket.CloseError
+	return errors.As(err, &ce) && ce.Code == websocket.StatusPolicyViolation && strings.Contains(ce.Reason, "replaced")
+}
+
 // failureStreak tracks failed connection attempts since the last
 // connection, so that a gateway that stays down or keeps refusing the
 // device is reported at info when it starts, when the reason changes and
-// then once every failureLogEvery, rather than silently or once per attempt.
+// then once every failureLogEvery, rather than silently or once per attempt:
+// the first failure at info, the lines after it and any refusal at warn.
 type failureStreak struct {
 	attempts int
 	reason   string    // error text last logged at info
@@ -283,12 +306,19 @@ type failureStreak struct {
 
 func (f *failureStreak) log(ctx context.Context, log *slog.Logger, err error, wait time.Duration, now time.Time) {
 	f.attempts++
+	refused := errors.Is(err, ErrUnauthorized)
 	level := slog.LevelDebug
 	if reason := err.Error(); f.attempts == 1 || reason != f.reason || now.Sub(f.logged) >= failureLogEvery {
-		level, f.reason, f.logged = slog.LevelInfo, reason, now
+		// One failed attempt may be a blip (info); a streak that goes on,
+		// or a refusal, needs a person (warn), so that it shows at
+		// --log-level warn.
+		level, f.reason, f.logged = slog.LevelWarn, reason, now
+		if f.attempts == 1 && !refused {
+			level = slog.LevelInfo
+		}
 	}
 	msg := "cannot connect; retrying"
-	if errors.Is(err, ErrUnauthorized) {
+	if refused {
 		msg = "the gateway refused the device's credentials; retrying"
 	}
 	log.Log(ctx, level, msg, "error", err, "failed_attempts", f.attempts, "retry_in", wait.Round(time.Millisecond))

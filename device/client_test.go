@@ -457,12 +457,12 @@ func TestReconnectSaysWhy(t *testing.T) {
 	defer unauthorized.Close()
 
 	for _, tc := range []struct {
-		name, url, msg, reason string
-		unauthorized           bool
+		name, url, msg, reason, level string
+		unauthorized                  bool
 	}{
-		{"refused", refusedURL, "cannot connect; retrying", "connection refused", false},
+		{"refused", refusedURL, "cannot connect; retrying", "connection refused", "INFO", false},
 		{"401", "ws" + strings.TrimPrefix(unauthorized.URL, "http") + "/xiaozhi/v1/",
-			"the gateway refused the device's credentials; retrying", "401 Unauthorized: device authentication failed: token expired", true},
+			"the gateway refused the device's credentials; retrying", "401 Unauthorized: device authentication failed: token expired", "WARN", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testContext(t)
@@ -514,7 +514,7 @@ func TestReconnectSaysWhy(t *testing.T) {
 				t.Fatalf("waits from %s to %s: want at most 1ms growing to 16..32ms", first, last)
 			}
 			lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
-			if len(lines) != 1 || !strings.Contains(lines[0], "level=INFO") || !strings.Contains(lines[0], `msg="`+tc.msg+`"`) ||
+			if len(lines) != 1 || !strings.Contains(lines[0], "level="+tc.level) || !strings.Contains(lines[0], `msg="`+tc.msg+`"`) ||
 				!strings.Contains(lines[0], tc.reason) || !strings.Contains(lines[0], "retry_in=") {
 				t.Fatalf("want one info line saying why, got:\n%s", logs.String())
 			}
@@ -534,8 +534,9 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// A streak of failures is logged at info when it starts, when the reason
-// changes and once a minute; the attempts between at debug.
+// A streak of failures is logged when it starts (info), when the reason
+// changes and once a minute (warn, so that it shows at --log-level warn);
+// the attempts between at debug.
 func TestFailureStreakLog(t *testing.T) {
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -549,10 +550,10 @@ func TestFailureStreakLog(t *testing.T) {
 	}{
 		{refused, 0, "INFO"},
 		{refused, time.Second, "DEBUG"},
-		{timeout, 2 * time.Second, "INFO"},
+		{timeout, 2 * time.Second, "WARN"},
 		{timeout, 30 * time.Second, "DEBUG"},
-		{timeout, 62 * time.Second, "INFO"},
-		{refused, 63 * time.Second, "INFO"},
+		{timeout, 62 * time.Second, "WARN"},
+		{refused, 63 * time.Second, "WARN"},
 		{refused, 64 * time.Second, "DEBUG"},
 	} {
 		logs.Reset()

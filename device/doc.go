@@ -52,6 +52,11 @@
 // For tests, [Client.Connect] establishes one session and [Session.Serve]
 // serves it until the connection breaks.
 //
+// A session cancels a tool handler's ctx when the gateway sends
+// notifications/cancelled for its request, and then sends no reply; it
+// sends notifications/tools/list_changed when tools are added or removed.
+// A program with a transport of its own gets the same from a [Conn].
+//
 // # Profiles
 //
 // The profiles differ where real devices differ (see the project's

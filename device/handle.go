@@ -38,6 +38,9 @@ type call struct {
 	id   []byte
 	tool Tool
 	args Args
+	// cancels is set, instead of a tool, for a notifications/cancelled: the
+	// id of the request to cancel, which only the connection can find.
+	cancels []byte
 }
 
 // dispatch does all the quick work for one message: it returns either the
@@ -69,6 +72,13 @@ func (s *Server) dispatch(payload []byte) ([]byte, *call) {
 		return s.invalid(req.ID, "method")
 	}
 	if strings.HasPrefix(method, "notifications") {
+		if method == "notifications/cancelled" {
+			if p, ok := decodeParams(req.Params); ok {
+				if id := s.cancelledID(p); id != nil {
+					return nil, &call{s: s, cancels: id}
+				}
+			}
+		}
 		return nil, nil
 	}
 	p, paramsOK := decodeParams(req.Params)
@@ -184,22 +194,24 @@ func (s *Server) initialize(id []byte, p params) []byte {
 			}
 		}
 	}
-	result, _ := marshal(struct {
+	var reply struct {
 		ProtocolVersion string `json:"protocolVersion"`
 		Capabilities    struct {
-			Tools struct{} `json:"tools"`
+			Tools struct {
+				// Only a spec server announces it: firmware's reply is
+				// reproduced byte for byte.
+				ListChanged bool `json:"listChanged,omitempty"`
+			} `json:"tools"`
 		} `json:"capabilities"`
 		ServerInfo struct {
 			Name    string `json:"name"`
 			Version string `json:"version"`
 		} `json:"serverInfo"`
-	}{
-		ProtocolVersion: "2024-11-05",
-		ServerInfo: struct {
-			Name    string `json:"name"`
-			Version string `json:"version"`
-		}{s.name, s.version},
-	})
+	}
+	reply.ProtocolVersion = "2024-11-05"
+	reply.Capabilities.Tools.ListChanged = s.profile == ProfileSpec
+	reply.ServerInfo.Name, reply.ServerInfo.Version = s.name, s.version
+	result, _ := marshal(reply)
 	return resultReply(id, result)
 }
 

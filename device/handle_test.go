@@ -71,6 +71,9 @@ func TestInitialize(t *testing.T) {
 			s := newTestServer(t, p)
 			got := handle(s, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{"vision":{"url":"http://v/explain","token":"tok"}},"clientInfo":{"name":"gw","version":"1"}}}`)
 			want := `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2024-11-05","capabilities":{"tools":{}},"serverInfo":{"name":"test-board","version":"2.4.2"}}}`
+			if p == ProfileSpec { // it sends notifications/tools/list_changed, so says so
+				want = strings.Replace(want, `"tools":{}`, `"tools":{"listChanged":true}`, 1)
+			}
 			if got != want {
 				t.Errorf("reply\n got %s\nwant %s", got, want)
 			}

@@ -52,6 +52,7 @@ type Server struct {
 	mu     sync.RWMutex // guards the fields below
 	tools  []*entry     // registration order, which is tools/list order
 	vision Vision
+	conns  map[*Conn]struct{} // connections told when the tools change
 }
 
 // entry is a registered tool and its tools/list item, encoded once.
@@ -111,6 +112,7 @@ func (s *Server) AddTool(t Tool) error {
 		return fmt.Errorf("device: tool %q already added", t.Name)
 	}
 	s.tools = append(s.tools, e)
+	s.toolsChanged()
 	return nil
 }
 
@@ -123,7 +125,16 @@ func (s *Server) RemoveTool(name string) bool {
 		return false
 	}
 	s.tools = slices.Delete(s.tools, i, i+1)
+	s.toolsChanged()
 	return true
+}
+
+// toolsChanged tells every connection that the catalog changed. s.mu must
+// be held; Conn.toolsChanged only starts a timer.
+func (s *Server) toolsChanged() {
+	for c := range s.conns {
+		c.toolsChanged()
+	}
 }
 
 // Tools returns the registered tools in catalog order.
@@ -182,10 +193,12 @@ func (s *Server) encodeTool(t Tool) []byte {
 //
 // Handle never fails: malformed input yields the profile's error reply or
 // nothing. For ProfileESP32 an error reply may deliberately not be valid
-// JSON (firmware does not escape error messages).
+// JSON (firmware does not escape error messages). Handle ignores
+// notifications/cancelled: a transport whose peer may cancel calls uses a
+// [Conn].
 func (s *Server) Handle(ctx context.Context, payload []byte) []byte {
 	reply, c := s.dispatch(payload)
-	if c != nil {
+	if c != nil && c.cancels == nil {
 		return c.run(ctx)
 	}
 	return reply

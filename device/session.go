@@ -56,6 +56,8 @@ type Session struct {
 	idleOut   atomic.Bool // set when the idle watch closed the link
 
 	reg *registerSession // set for ProfileRegister: plain frames, see register.go
+
+	conn *Conn // set by Serve before it reads
 }
 
 func newSession(l link, server *Server, sessionID string, idle time.Duration, log *slog.Logger) *Session {
@@ -89,22 +91,33 @@ func (s *Session) Close() error {
 func (s *Session) Serve(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	// conn tracks running calls for notifications/cancelled and tells the
+	// gateway when the tools change.
+	conn := s.server.NewConn(func(payload []byte) { s.send(ctx, payload) })
+	conn.mu.Lock()
+	conn.endSession = func() { _ = s.Close() }
+	conn.mu.Unlock()
+	s.conn = conn
 	// serial runs a firmware-like profile's calls in order. Its goroutine
 	// starts with the first call: an idle session (most of a large fleet)
 	// then costs one goroutine, the reader.
 	serialised := s.server.profile == ProfileESP32
-	var serial chan *call
+	var serial chan queuedCall
 	startSerial := func() {
-		serial = make(chan *call, serialQueue)
+		serial = make(chan queuedCall, serialQueue)
 		wg.Go(func() {
-			for c := range serial {
-				if ctx.Err() == nil {
-					s.send(ctx, c.run(ctx))
-				}
+			for q := range serial {
+				s.finish(ctx, q, q.ctx.Err() == nil) // cancelled while queued: not run
 			}
 		})
 	}
 	var sem chan struct{} // made with the first concurrent call, likewise
+	// A stop closes the link with its close frame; the read's ctx outlives
+	// it, because coder/websocket drops the connection without a close
+	// frame when a read's ctx ends.
+	readCtx := context.WithoutCancel(ctx)
+	stopClose := context.AfterFunc(ctx, func() { _ = s.Close() })
+	defer stopClose()
 	stopIdle := s.watchIdle()
 	defer func() {
 		stopIdle()
@@ -114,10 +127,11 @@ func (s *Session) Serve(ctx context.Context) error {
 			close(serial)
 		}
 		wg.Wait()
+		conn.Close()
 	}()
 
 	for {
-		msg, err := s.read(ctx)
+		msg, err := s.read(readCtx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -128,13 +142,22 @@ func (s *Session) Serve(ctx context.Context) error {
 		if c == nil {
 			continue
 		}
+		if c.cancels != nil {
+			conn.cancel(c.cancels)
+			continue
+		}
+		// Tracked on arrival, so that a call cancelled while it waits in
+		// the serial queue never runs.
+		cctx, done := conn.track(ctx, c.id)
+		q := queuedCall{c: c, ctx: cctx, done: done}
 		if serialised {
 			if serial == nil {
 				startSerial()
 			}
 			select {
-			case serial <- c:
+			case serial <- q:
 			case <-ctx.Done():
+				done()
 				return ctx.Err()
 			}
 			continue
@@ -145,13 +168,35 @@ func (s *Session) Serve(ctx context.Context) error {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
+			done()
 			return ctx.Err()
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			s.send(ctx, c.run(ctx))
+			s.finish(ctx, q, true)
 		})
 	}
+}
+
+// queuedCall is a tools/call with its own ctx, cancelled when the gateway
+// cancels the request; done reports whether it did.
+type queuedCall struct {
+	c    *call
+	ctx  context.Context
+	done func() (cancelled bool)
+}
+
+// finish runs the call (unless run is false) and sends its reply, except
+// to a request the gateway cancelled: it waits for no answer.
+func (s *Session) finish(ctx context.Context, q queuedCall, run bool) {
+	var reply []byte
+	if run && ctx.Err() == nil {
+		reply = q.c.run(q.ctx)
+	}
+	if cancelled := q.done(); !cancelled && ctx.Err() == nil {
+		s.send(ctx, reply)
+	}
+	s.conn.replied()
 }
 
 // read returns the next message; after the idle watch closed a silent link

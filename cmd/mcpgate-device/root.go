@@ -48,8 +48,8 @@ func (o *options) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.id, "id", "", "device id, a MAC address (default: a random one made on first run, kept in the state dir)")
 	fs.StringVar(&o.packs, "packs", strings.Join(devagent.Packs, ","), "tool packs to serve, comma-separated: "+strings.Join(devagent.Packs, ", "))
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
-	fs.StringVar(&o.irPort, "ir-port", envOr("IR_SERIAL_PORT", ir.DefaultPort), "serial port of the IR module (env IR_SERIAL_PORT)")
-	fs.IntVar(&o.irBaud, "ir-baud", envInt("IR_BAUD", ir.DefaultBaud), "baud rate of the IR module (env IR_BAUD)")
+	fs.StringVar(&o.irPort, "ir-port", ir.DefaultPort, "serial port of the IR module (env IR_SERIAL_PORT too)")
+	fs.IntVar(&o.irBaud, "ir-baud", ir.DefaultBaud, "baud rate of the IR module (env IR_BAUD too)")
 	fs.IntVar(&o.irAddr, "ir-addr", ir.Broadcast, "IR module address; 255 (0xFF) reaches any module")
 	fs.DurationVar(&o.irTimeout, "ir-timeout", ir.DefaultTimeout, "how long to wait for the IR module's answers")
 	fs.StringVar(&o.mixer, "mixer", "", "volume control: wpctl, pactl or amixer (default: the first installed)")
@@ -69,6 +69,9 @@ func (o *options) agent(stderr io.Writer, profile device.Profile) (*devagent.Age
 	if o.irAddr < 0 || o.irAddr > 255 {
 		return nil, nil, fmt.Errorf("--ir-addr %d: want 0..255", o.irAddr)
 	}
+	if o.irTimeout < 0 {
+		return nil, nil, fmt.Errorf("--ir-timeout %s: want a positive duration such as 1s", o.irTimeout)
+	}
 	var packs []string
 	for _, p := range strings.Split(o.packs, ",") {
 		if p = strings.TrimSpace(p); p != "" {
@@ -76,11 +79,13 @@ func (o *options) agent(stderr io.Writer, profile device.Profile) (*devagent.Age
 		}
 	}
 	if packs == nil {
-		packs = []string{}
+		// Serving no tools is never what was meant: an empty value in
+		// the file or the environment, most likely.
+		return nil, nil, fmt.Errorf("--packs %q names no pack: give one or more of %s", o.packs, strings.Join(devagent.Packs, ", "))
 	}
 	a, err := devagent.New(devagent.Config{
 		StateDir: o.stateDir, ID: o.id, Packs: packs,
-		IR:    ir.ModuleConfig{Port: o.irPort, Baud: o.irBaud, Addr: byte(o.irAddr), Timeout: o.irTimeout},
+		IR:    ir.ModuleConfig{Port: o.irPort, Baud: o.irBaud, Addr: byte(o.irAddr), ExactAddr: true, Timeout: o.irTimeout},
 		Mixer: o.mixer, AmixerControl: o.amixerControl,
 		Camera: o.camera, Capture: o.capture, Resolution: o.resolution,
 		Version: buildVersion(), Logger: log,
@@ -110,7 +115,7 @@ There is no shell or command tool, on purpose. See docs/device-agent.md.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			return flagconfig.Apply(cmd.Flags(), o.config, "MCPGATE_DEVICE_", "this command's --help")
+			return o.apply(cmd)
 		},
 	}
 	root.SetIn(stdin)
@@ -245,17 +250,46 @@ func newVersionCmd(stdout io.Writer) *cobra.Command {
 	}
 }
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
+// envPrefix names every setting in the environment: MCPGATE_DEVICE_IR_PORT.
+const envPrefix = "MCPGATE_DEVICE_"
+
+// compatEnv are py-xiaozhi's names for two settings; ours win over them.
+var compatEnv = map[string]string{"ir-port": "IR_SERIAL_PORT", "ir-baud": "IR_BAUD"}
+
+// apply fills the command's flags from the environment and the config file:
+// the command line wins over the environment, which wins over the file.
+func (o *options) apply(cmd *cobra.Command) error {
+	fs := cmd.Flags()
+	if !fs.Changed("config") {
+		if v := os.Getenv(envPrefix + "CONFIG"); v != "" {
+			o.config = v
+		}
 	}
-	return def
+	// py-xiaozhi's names are environment too: set before the file is read,
+	// so that they beat it.
+	for flag, env := range compatEnv {
+		v, ok := os.LookupEnv(env)
+		if !ok || v == "" || fs.Changed(flag) {
+			continue
+		}
+		if _, ours := os.LookupEnv(flagconfig.EnvName(envPrefix, flag)); ours {
+			continue
+		}
+		if err := fs.Set(flag, v); err != nil {
+			return fmt.Errorf("environment %s=%q: %w", env, v, err)
+		}
+	}
+	return flagconfig.ApplyOptions(fs, flagconfig.Options{File: o.config, EnvPrefix: envPrefix,
+		Help: "this command's --help", Ignore: otherCommandsFlags(cmd)})
 }
 
-func envInt(key string, def int) int {
-	var n int
-	if _, err := fmt.Sscan(os.Getenv(key), &n); err == nil {
-		return n
+// otherCommandsFlags lists the flags of every mcpgate-device command, so
+// that one config file with run's server: or endpoint's url: serves tools
+// and stdio too.
+func otherCommandsFlags(cmd *cobra.Command) []string {
+	var names []string
+	for _, c := range cmd.Root().Commands() {
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
 	}
-	return def
+	return names
 }

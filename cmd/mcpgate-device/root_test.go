@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
 )
 
 func execute(t *testing.T, args ...string) (string, string, error) {
@@ -58,4 +62,114 @@ func TestConfigErrors(t *testing.T) {
 	if _, _, err := execute(t, "tools", "--state-dir", dir, "--id", "a/b"); err == nil || !strings.Contains(err.Error(), "--id") {
 		t.Fatalf("bad id: %v", err)
 	}
+}
+
+// One config file serves every command: run's and endpoint's keys are
+// skipped by tools; unknown keys are still refused.
+func TestOneConfigFileForEveryCommand(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "device.yaml")
+	content := "state-dir: " + dir + "/state\npacks: [system]\nserver: ws://gw.lan:8000/xiaozhi/v1/\nota: http://gw.lan:8000/xiaozhi/ota/\ntoken: t\nurl: ws://gw.lan/mcp/endpoint?token=x\n"
+	if err := os.WriteFile(conf, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := execute(t, "tools", "--config", conf); err != nil || !strings.HasPrefix(out, "self.get_device_status()") {
+		t.Fatalf("tools with run's keys: %v\n%s", err, out)
+	}
+	// MCPGATE_DEVICE_CONFIG names the file too.
+	t.Setenv("MCPGATE_DEVICE_CONFIG", conf)
+	if out, _, err := execute(t, "tools"); err != nil || !strings.HasPrefix(out, "self.get_device_status()") || strings.Contains(out, "self.ir.") {
+		t.Fatalf("tools with MCPGATE_DEVICE_CONFIG: %v\n%s", err, out)
+	}
+}
+
+// The environment, py-xiaozhi's names included, wins over the file; a bad
+// IR_BAUD is refused.
+func TestEnvironmentBeatsFile(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "device.yaml")
+	if err := os.WriteFile(conf, []byte("state-dir: "+dir+"\nir-port: /dev/from-file\nir-baud: 19200\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		env       map[string]string
+		want, err string
+	}{
+		{"file", nil, "/dev/from-file 19200", ""},
+		{"py-xiaozhi names", map[string]string{"IR_SERIAL_PORT": "/dev/from-env", "IR_BAUD": "115200"}, "/dev/from-env 115200", ""},
+		{"ours win", map[string]string{"IR_SERIAL_PORT": "/dev/py", "MCPGATE_DEVICE_IR_PORT": "/dev/ours"}, "/dev/ours 19200", ""},
+		{"bad IR_BAUD", map[string]string{"IR_BAUD": "fast"}, "", `environment IR_BAUD="fast"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			var out bytes.Buffer
+			root := newRootCmd(strings.NewReader(""), &out, &out)
+			tools, _, _ := root.Find([]string{"tools"})
+			tools.RunE = func(c *cobra.Command, _ []string) error {
+				port, _ := c.Flags().GetString("ir-port")
+				baud, _ := c.Flags().GetInt("ir-baud")
+				fmt.Fprintf(&out, "%s %d", port, baud)
+				return nil
+			}
+			root.SetArgs([]string{"tools", "--config", conf})
+			err := root.Execute()
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || out.String() != tc.want {
+				t.Fatalf("%v: got %q, want %q", err, out.String(), tc.want)
+			}
+		})
+	}
+}
+
+func TestFlagMistakesStopAtStart(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"tools", "--packs", ""}, "names no pack"},
+		{[]string{"tools", "--packs", " , "}, "names no pack"},
+		{[]string{"tools", "--ir-timeout", "-1s"}, "--ir-timeout -1s"},
+		{[]string{"tools", "--packs", "ir", "--ir-baud", "14400"}, "supported: 1200, 2400"},
+		{[]string{"run", "--ota", "127.0.0.1:1/xiaozhi/ota/"}, "--ota"},
+		{[]string{"run", "--ota", "ws://127.0.0.1:1/xiaozhi/ota/"}, "want a http:// or https:// URL"},
+		{[]string{"run", "--server", "127.0.0.1:1/xiaozhi/v1/"}, "--server"},
+		{[]string{"run", "--server", "http://127.0.0.1:1/xiaozhi/v1/"}, "want a ws:// or wss:// URL"},
+		{[]string{"endpoint", "--url", "127.0.0.1:1/mcp?token=SECRET"}, "--url"},
+		{[]string{"endpoint", "--url", "ws://127.0.0.1:1/%zz?token=SECRET"}, "--url"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() {
+				_, _, err := execute(t, append(tc.args, "--state-dir", dir, "--packs", firstNonEmpty(tc.args, "system"))...)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "SECRET") {
+					t.Fatalf("err %v, want %q (and no token)", err, tc.want)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("still running: the mistake was not caught at start")
+			}
+		})
+	}
+}
+
+// firstNonEmpty returns the --packs value of args if it has one, else def.
+func firstNonEmpty(args []string, def string) string {
+	for i, a := range args {
+		if a == "--packs" && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return def
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -160,5 +162,35 @@ func TestQueueDurationFlags(t *testing.T) {
 		if err := f.Parse([]string{"--queue-retention", bad}); err == nil {
 			t.Errorf("--queue-retention %s accepted", bad)
 		}
+	}
+}
+
+// TestServeConfigFile: serve reads the file named by --config or
+// MCPGATE_CONFIG; a key with no value is the empty string; a bad key stops
+// it, naming the key.
+func TestServeConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// mqtt-addr: (empty) turns the embedded broker off, so MQTT for devices
+	// has no broker: refused, which shows the empty value was read.
+	empty := write("empty.yaml", "data: "+dir+"\naddr: 127.0.0.1:0\nmqtt-addr:\nota-transport: mqtt\n")
+	r := run(t, "unused", "serve", "--config", empty)
+	r.want(t, 1)
+	if !strings.Contains(r.stderr, "the embedded one is off") {
+		t.Errorf("serve --config %s: stderr %q", empty, r.stderr)
+	}
+	bad := write("bad.yaml", "data: "+dir+"\ncall-timout: 45s\n")
+	t.Setenv("MCPGATE_CONFIG", bad)
+	// Were the file not read, the address (no such IP) stops serve at once.
+	r = run(t, "unused", "serve", "--data", dir, "--addr", "256.0.0.1:1", "--mqtt-addr", "")
+	r.want(t, 1)
+	if !strings.Contains(r.stderr, `unknown setting "call-timout"`) || !strings.Contains(r.stderr, "did you mean call-timeout") {
+		t.Errorf("MCPGATE_CONFIG=%s serve: stderr %q", bad, r.stderr)
 	}
 }

@@ -47,6 +47,9 @@ environment, which wins over the file.`,
   mcpgate serve --config mcpgate.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if v, ok := os.LookupEnv("MCPGATE_CONFIG"); ok && !cmd.Flags().Changed(flagconfig.ConfigFlag) {
+				configFile = v // as every flag is also MCPGATE_<FLAG>
+			}
 			if err := flagconfig.Apply(cmd.Flags(), configFile, "MCPGATE_", "'mcpgate serve --help'"); err != nil {
 				return err
 			}
@@ -124,7 +127,7 @@ environment, which wins over the file.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&configFile, "config", "", "YAML config file whose keys are these flag names")
+	f.StringVar(&configFile, "config", "", "YAML config file whose keys are these flag names (env MCPGATE_CONFIG)")
 	f.StringVar(&cfg.Addr, "addr", "127.0.0.1:8000", "HTTP listen address for devices and clients (port 0 picks a free one)")
 	f.StringVar(&cfg.DataDir, "data", defaultDataDir(os.Getenv, os.Geteuid()), "directory for the gateway's files: the SQLite store, the device secret, photos")
 	f.StringVar(&cfg.StoreDSN, "store", "", "the store: empty for SQLite at DATA/mcpgate.db, sqlite:PATH, or postgres://USER:PASSWORD@HOST:PORT/DB")

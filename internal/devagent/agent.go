@@ -140,7 +140,7 @@ func (a *Agent) pack(name string) ([]device.Tool, error) {
 		return p.Tools(), nil
 	case "camera":
 		p, err := camera.New(camera.Config{Vision: a.srv.Vision, Device: a.cfg.Camera, Capture: a.cfg.Capture,
-			Resolution: a.cfg.Resolution, DeviceID: a.id, ClientID: a.clientID})
+			Resolution: a.cfg.Resolution, DeviceID: a.id, ClientID: a.clientID, OnTokenRefused: a.srv.Reconnect})
 		if err != nil {
 			return nil, fmt.Errorf("devagent: camera pack: %w", err)
 		}

@@ -371,7 +371,7 @@ func TestEndpointTokenStaysOutOfLogs(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	waitLog("got 401")
+	waitLog("refused the token in --url: 401 Unauthorized")
 	stop()
 	waitLog("REDACTED")
 	if out := logs.String(); strings.Contains(out, "wrong-token") {

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -29,27 +31,72 @@ type GatewayOptions struct {
 	// MinBackoff and MaxBackoff bound the reconnect waits; 0 means the
 	// device SDK's defaults.
 	MinBackoff, MaxBackoff time.Duration
+	// ReprovisionAfter and ReprovisionAttempts say when a provisioned
+	// endpoint counts as gone (the broker was disabled, the public URL
+	// changed) and the agent provisions again: after that many failed
+	// connection attempts in a row spanning at least that long. 0 means
+	// DefaultReprovisionAfter and DefaultReprovisionAttempts.
+	ReprovisionAfter    time.Duration
+	ReprovisionAttempts int
 	// OnState, if set, sees every connection state change.
 	OnState func(device.State)
 }
+
+// Defaults of [GatewayOptions]: with the default backoff, about eight
+// attempts over two minutes.
+const (
+	DefaultReprovisionAfter    = 2 * time.Minute
+	DefaultReprovisionAttempts = 5
+)
+
+// healthyAfter is how long a provisioned session must last before the
+// provisioning backoff starts over: a token the gateway refuses must not
+// make the agent hammer the OTA endpoint.
+const healthyAfter = 30 * time.Second
+
+// errUnreachable ends a provisioned run whose endpoint stays unreachable.
+var errUnreachable = errors.New("the provisioned endpoint stays unreachable")
 
 // RunGateway connects the agent to a gateway and keeps it connected until
 // ctx ends, reconnecting with jittered backoff. With OTA it first
 // provisions, retrying until the OTA endpoint answers, as firmware does at
 // boot, and provisions again whenever the gateway refuses the credentials
-// it was given (a device token expired or revoked). It returns ctx's
-// error, or a configuration error at once.
+// it was given (a device token expired or revoked) or the endpoint it
+// named stays unreachable. It returns ctx's error, or a configuration
+// error at once.
 func (a *Agent) RunGateway(ctx context.Context, o GatewayOptions) error {
 	if (o.Server == "") == (o.OTA == "") {
 		return errors.New("devagent: give either a server URL (--server) or an OTA URL (--ota)")
 	}
+	onState := o.OnState
+	o.OnState = func(s device.State) {
+		if errors.Is(s.Err, device.ErrReplaced) {
+			a.log.Warn("another device uses this device id (a cloned SD card?): give this one its own with --id, or delete its device-id file and restart",
+				"device_id", a.id, "device_id_file", filepath.Join(a.cfg.StateDir, "device-id"))
+		}
+		if onState != nil {
+			onState(s)
+		}
+	}
 	if o.OTA == "" {
+		if err := checkURL("--server", o.Server, "ws://gw.lan:8000/xiaozhi/v1/", "ws", "wss"); err != nil {
+			return err
+		}
 		c, err := device.NewClient(device.ClientOptions{URL: o.Server, DeviceID: a.id, ClientID: a.clientID, Token: o.Token,
 			Server: a.srv, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff, Logger: a.log, OnState: o.OnState})
 		if err != nil {
 			return err
 		}
 		return c.Run(ctx)
+	}
+	if err := checkURL("--ota", o.OTA, "http://gw.lan:8000/xiaozhi/ota/", "http", "https"); err != nil {
+		return err
+	}
+	if o.ReprovisionAfter <= 0 {
+		o.ReprovisionAfter = DefaultReprovisionAfter
+	}
+	if o.ReprovisionAttempts <= 0 {
+		o.ReprovisionAttempts = DefaultReprovisionAttempts
 	}
 	bo := bridge.Backoff{Min: o.MinBackoff, Max: o.MaxBackoff}
 	if bo.Min <= 0 {
@@ -58,26 +105,38 @@ func (a *Agent) RunGateway(ctx context.Context, o GatewayOptions) error {
 	if bo.Max <= 0 {
 		bo.Max = device.DefaultMaxBackoff
 	}
+	var otaFailing throttle
 	for {
 		reply, err := a.Provision(ctx, o.OTA)
+		level := slog.LevelWarn
 		if err == nil {
-			bo.Reset()
-			err = a.runProvisioned(ctx, reply, o)
+			otaFailing = throttle{}
+			var healthy bool
+			healthy, err = a.runProvisioned(ctx, reply, o)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if !errors.Is(err, device.ErrUnauthorized) {
+			if !errors.Is(err, device.ErrUnauthorized) && !errors.Is(err, errUnreachable) {
 				return err // a configuration error in the answer
 			}
+			if healthy {
+				bo.Reset()
+			}
+		} else {
+			level = otaFailing.level(time.Now(), err)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		wait := bo.Next()
-		if errors.Is(err, device.ErrUnauthorized) {
+		switch {
+		case errors.Is(err, device.ErrUnauthorized):
 			a.log.Warn("the gateway refused the provisioned credentials; provisioning again", "error", err, "retry_in", wait.Round(time.Millisecond))
-		} else {
-			a.log.Warn("OTA provisioning failed; retrying", "error", err, "retry_in", wait.Round(time.Millisecond))
+		case errors.Is(err, errUnreachable):
+			a.log.Warn("the provisioned endpoint stays unreachable; provisioning again", "error", err, "retry_in", wait.Round(time.Millisecond))
+		default:
+			a.log.Log(ctx, level, "OTA provisioning failed; retrying", "error", err, "failed_attempts", otaFailing.n,
+				"retry_in", wait.Round(time.Millisecond))
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -89,29 +148,61 @@ func (a *Agent) RunGateway(ctx context.Context, o GatewayOptions) error {
 	}
 }
 
-// runProvisioned runs the client the OTA answer asks for until ctx ends or
-// the gateway refuses its credentials (an expired or revoked token): then it
-// returns an error wrapping device.ErrUnauthorized, so the caller provisions
-// again for fresh ones, as a rebooted device would.
-func (a *Agent) runProvisioned(ctx context.Context, reply *OTAReply, o GatewayOptions) error {
+// runProvisioned runs the client the OTA answer asks for until ctx ends,
+// the gateway refuses its credentials (an expired or revoked token), or
+// the endpoint stays unreachable for ReprovisionAttempts attempts over
+// ReprovisionAfter: then it returns an error wrapping
+// device.ErrUnauthorized or errUnreachable, so the caller provisions again,
+// as a rebooted device would. healthy reports whether a session lasted
+// healthyAfter.
+func (a *Agent) runProvisioned(ctx context.Context, reply *OTAReply, o GatewayOptions) (healthy bool, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	onState := o.OnState
+	var (
+		connectedAt  time.Time // when the current session started; zero when none
+		failures     int       // failed attempts in a row
+		failingSince time.Time
+	)
+	// OnState is called from the goroutine running the client only, so
+	// these need no lock; healthy is read after run returns.
 	o.OnState = func(s device.State) {
 		if onState != nil {
 			onState(s)
 		}
-		if s.Status == device.StatusDisconnected && errors.Is(s.Err, device.ErrUnauthorized) {
-			cancel(s.Err)
+		now := time.Now()
+		switch s.Status {
+		case device.StatusConnected:
+			connectedAt, failures = now, 0
+		case device.StatusDisconnected:
+			if !connectedAt.IsZero() {
+				healthy = healthy || now.Sub(connectedAt) >= healthyAfter
+				connectedAt = time.Time{}
+				return // a session ended: not a failed attempt
+			}
+			if errors.Is(s.Err, device.ErrUnauthorized) {
+				cancel(s.Err)
+				return
+			}
+			if failures++; failures == 1 {
+				failingSince = now
+			}
+			if failures >= o.ReprovisionAttempts && now.Sub(failingSince) >= o.ReprovisionAfter {
+				cancel(fmt.Errorf("%w: %d failed attempts over %s: %w", errUnreachable, failures,
+					now.Sub(failingSince).Round(time.Second), s.Err))
+			}
 		}
 	}
 	run, err := a.clientFor(reply, o)
 	if err != nil {
-		return err
+		return false, err
 	}
 	a.log.Info("provisioned", "transport", reply.transport())
 	_ = run(ctx)
-	return context.Cause(ctx)
+	if !connectedAt.IsZero() && time.Since(connectedAt) >= healthyAfter {
+		healthy = true // still connected when stopped
+	}
+	return healthy, context.Cause(ctx)
 }
 
 // OTAReply is the part of an OTA answer the agent uses.

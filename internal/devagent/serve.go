@@ -2,11 +2,16 @@ package devagent
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -19,10 +24,29 @@ import (
 // maxMessage bounds one JSON-RPC message read from stdio or the endpoint.
 const maxMessage = 4 << 20
 
+// eofDrain bounds how long the stdio server waits, once its input ended,
+// for calls still running (each also has its own limit: an IR learn 60 s).
+const eofDrain = 90 * time.Second
+
+// errTooLong is returned by a read func for a message over maxMessage that
+// it skipped; serveMessages answers it and goes on.
+var errTooLong = fmt.Errorf("message over %d bytes", maxMessage)
+
+// errInputClosed is what the stdio reader returns at the end of its input:
+// unlike a broken connection, the peer may still read the answers.
+var errInputClosed = fmt.Errorf("input closed: %w", io.EOF)
+
+// tooLongReply answers a skipped message: its id is unknown.
+var tooLongReply = []byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"message too long: the limit is %d bytes; it was skipped"}}`, maxMessage))
+
 // serveMessages answers JSON-RPC messages from read with the agent's
 // server until read fails. Each message is handled on its own goroutine
 // (tool calls may be slow: a learning IR module waits for a button), and
-// replies go through write one at a time. It waits for every handler.
+// replies go through write one at a time; the peer's notifications/cancelled
+// cancels a running call, which then gets no reply. When read reports
+// errInputClosed (stdin ended) the calls still running may finish and
+// answer, within eofDrain; any other read error cancels them. It waits for
+// every handler.
 func (a *Agent) serveMessages(ctx context.Context, read func() ([]byte, error), write func([]byte) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -30,42 +54,67 @@ func (a *Agent) serveMessages(ctx context.Context, read func() ([]byte, error), 
 		wg sync.WaitGroup
 		mu sync.Mutex // serialises write
 	)
+	send := func(b []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err := write(b); err != nil {
+			cancel(err)
+		}
+	}
+	conn := a.srv.NewConn(send) // list_changed when the tools change
+	defer conn.Close()
 	defer wg.Wait()
 	for {
 		msg, err := read()
+		if errors.Is(err, errTooLong) {
+			a.log.Warn("skipped a message over the size limit", "limit", maxMessage)
+			send(tooLongReply)
+			continue
+		}
 		if err != nil {
+			if errors.Is(err, errInputClosed) {
+				waitAtMost(&wg, eofDrain)
+			}
 			cancel(err)
 			return err
 		}
 		wg.Go(func() {
-			reply := a.srv.Handle(ctx, msg)
-			if reply == nil {
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if err := write(reply); err != nil {
-				cancel(err)
+			if reply := conn.Handle(ctx, msg); reply != nil {
+				send(reply)
 			}
 		})
 	}
 }
 
+// waitAtMost waits for wg, but no longer than d.
+func waitAtMost(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
 // ServeStdio is a standard MCP server on r and w: newline-delimited
-// JSON-RPC, as MCP's stdio transport. It returns nil when r ends.
+// JSON-RPC, as MCP's stdio transport. It returns nil when r ends, once the
+// calls still running answered (at most eofDrain later).
 func (a *Agent) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), maxMessage)
+	br := bufio.NewReaderSize(r, 64<<10)
 	read := func() ([]byte, error) {
-		for sc.Scan() {
-			if line := sc.Bytes(); len(line) > 0 {
-				return append([]byte(nil), line...), nil
+		for {
+			line, err := readLine(br, maxMessage)
+			switch {
+			case errors.Is(err, io.EOF):
+				return nil, errInputClosed
+			case err != nil:
+				return nil, err
+			case len(bytes.TrimSpace(line)) > 0:
+				return line, nil
 			}
 		}
-		if err := sc.Err(); err != nil {
-			return nil, err
-		}
-		return nil, io.EOF
 	}
 	write := func(b []byte) error {
 		_, err := w.Write(append(b, '\n'))
@@ -83,6 +132,39 @@ func (a *Agent) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) error 
 		// The reader may be stuck in a read of stdin, which nothing can
 		// interrupt; the process is about to exit.
 		return ctx.Err()
+	}
+}
+
+// readLine returns the next line without its newline. A line longer than
+// limit is read to its end and dropped, with errTooLong, so that one huge
+// message does not end the server. At the end of input it returns the last
+// unterminated line, if any, then io.EOF.
+func readLine(br *bufio.Reader, limit int) ([]byte, error) {
+	var line []byte
+	tooLong := false
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if !tooLong {
+			if len(line)+len(chunk) > limit+1 { // +1: the newline
+				tooLong, line = true, nil
+			} else {
+				line = append(line, chunk...)
+			}
+		}
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case err != nil && (tooLong || len(line) == 0):
+			if tooLong {
+				return nil, errTooLong // the next read reports the end
+			}
+			return nil, err
+		case err != nil:
+			return line, nil // the last line had no newline; EOF comes next
+		case tooLong:
+			return nil, errTooLong
+		}
+		return bytes.TrimSuffix(line, []byte("\n")), nil
 	}
 }
 
@@ -104,10 +186,14 @@ type EndpointOptions struct {
 // RunEndpoint connects to an MCP endpoint in the XiaoZhi convention (one
 // bare JSON-RPC message per text frame; the endpoint is the MCP client)
 // and serves the agent's tools there, reconnecting with jittered backoff
-// until ctx ends. It returns ctx's error.
+// until ctx ends. It returns ctx's error, or at once an error for a URL
+// that is not ws:// or wss://.
 func (a *Agent) RunEndpoint(ctx context.Context, o EndpointOptions) error {
 	if o.URL == "" {
 		return errors.New("devagent: an endpoint URL is required (--url)")
+	}
+	if err := checkURL("--url", o.URL, "ws://gw.lan:8000/mcp/endpoint?token=...", "ws", "wss"); err != nil {
+		return err
 	}
 	bo := bridge.Backoff{Min: o.MinBackoff, Max: o.MaxBackoff}
 	if bo.Min <= 0 {
@@ -119,9 +205,10 @@ func (a *Agent) RunEndpoint(ctx context.Context, o EndpointOptions) error {
 	if o.PingInterval <= 0 {
 		o.PingInterval = 30 * time.Second
 	}
+	var warn throttle
 	for {
 		start := time.Now()
-		err := a.endpointSession(ctx, o)
+		connected, err := a.endpointSession(ctx, o)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -129,7 +216,12 @@ func (a *Agent) RunEndpoint(ctx context.Context, o EndpointOptions) error {
 			bo.Reset()
 		}
 		wait := bo.Next()
-		a.log.Warn("endpoint connection ended; reconnecting", "error", err, "retry_in", wait.Round(time.Millisecond))
+		if connected {
+			// A session that ran is news once; a reconnect loop is not.
+			warn = throttle{}
+		}
+		a.log.Log(ctx, warn.level(time.Now(), err), "endpoint connection ended; reconnecting", "error", err,
+			"failed_attempts", warn.n, "retry_in", wait.Round(time.Millisecond))
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -140,12 +232,42 @@ func (a *Agent) RunEndpoint(ctx context.Context, o EndpointOptions) error {
 	}
 }
 
-func (a *Agent) endpointSession(ctx context.Context, o EndpointOptions) error {
+// logEvery is how often a failure that keeps repeating is logged at warn;
+// the attempts between are logged at debug, as the device SDK does.
+const logEvery = time.Minute
+
+// throttle rate-limits the warnings of a retry loop: the first, any whose
+// reason changed, then one per logEvery. The zero value is ready.
+type throttle struct {
+	n      int       // attempts since the streak began
+	reason string    // the error last logged at warn
+	logged time.Time // when
+}
+
+func (t *throttle) level(now time.Time, err error) slog.Level {
+	t.n++
+	reason := fmt.Sprint(err)
+	if t.n == 1 || reason != t.reason || now.Sub(t.logged) >= logEvery {
+		t.reason, t.logged = reason, now
+		return slog.LevelWarn
+	}
+	return slog.LevelDebug
+}
+
+// endpointSession dials the endpoint and serves it until the connection
+// ends; connected says whether the dial succeeded.
+func (a *Agent) endpointSession(ctx context.Context, o EndpointOptions) (connected bool, err error) {
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	conn, _, err := websocket.Dial(dctx, o.URL, nil)
+	conn, resp, err := websocket.Dial(dctx, o.URL, nil)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("dial endpoint: %w", redact(err, o.URL))
+		if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+			resp.Body.Close()
+			msg := fmt.Sprintf("the endpoint refused the token in --url: %s: %s", resp.Status, bytes.TrimSpace(body))
+			return false, errors.New(redactText(msg, o.URL))
+		}
+		return false, fmt.Errorf("dial endpoint %s: %w", redactURL(o.URL), redact(err, o.URL))
 	}
 	defer conn.CloseNow()
 	conn.SetReadLimit(maxMessage)
@@ -153,23 +275,33 @@ func (a *Agent) endpointSession(ctx context.Context, o EndpointOptions) error {
 	if o.OnConnect != nil {
 		o.OnConnect()
 	}
-	ctx, stop := context.WithCancel(ctx)
-	var pinger sync.WaitGroup
-	defer pinger.Wait()
+	// The connection's own ctx outlives a stop (ctx ending), so that the
+	// close below sends its frame: coder/websocket tears the connection
+	// down without one when a read's ctx ends.
+	cctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	var helpers sync.WaitGroup
+	defer helpers.Wait()
 	defer stop()
-	pinger.Go(func() {
+	helpers.Go(func() {
+		select {
+		case <-ctx.Done():
+			conn.Close(websocket.StatusGoingAway, "mcpgate-device stopping")
+		case <-cctx.Done():
+		}
+	})
+	helpers.Go(func() {
 		t := time.NewTicker(o.PingInterval)
 		defer t.Stop()
 		for {
 			select {
-			case <-ctx.Done():
+			case <-cctx.Done():
 				return
 			case <-t.C:
 			}
-			pctx, cancel := context.WithTimeout(ctx, o.PingInterval)
+			pctx, cancel := context.WithTimeout(cctx, o.PingInterval)
 			err := conn.Ping(pctx)
 			cancel()
-			if err != nil && ctx.Err() == nil {
+			if err != nil && cctx.Err() == nil {
 				a.log.Info("endpoint did not answer ping", "error", err)
 				conn.CloseNow()
 				return
@@ -178,7 +310,7 @@ func (a *Agent) endpointSession(ctx context.Context, o EndpointOptions) error {
 	})
 	read := func() ([]byte, error) {
 		for {
-			typ, b, err := conn.Read(ctx)
+			typ, b, err := conn.Read(cctx)
 			if err != nil {
 				return nil, err
 			}
@@ -187,17 +319,69 @@ func (a *Agent) endpointSession(ctx context.Context, o EndpointOptions) error {
 			}
 		}
 	}
-	write := func(b []byte) error { return conn.Write(ctx, websocket.MessageText, b) }
+	write := func(b []byte) error {
+		wctx, cancel := context.WithTimeout(cctx, 10*time.Second)
+		defer cancel()
+		return conn.Write(wctx, websocket.MessageText, b)
+	}
 	err = a.serveMessages(ctx, read, write)
 	conn.Close(websocket.StatusGoingAway, "mcpgate-device closing")
+	return true, err
+}
+
+// checkURL refuses a URL flag whose scheme is not one of schemes, at start,
+// rather than retrying something that can never work. The message shows the
+// URL without its query (a token).
+func checkURL(flag, raw, example string, schemes ...string) error {
+	u, err := url.Parse(raw)
+	if err == nil && slices.Contains(schemes, u.Scheme) && u.Host != "" {
+		return nil
+	}
+	return fmt.Errorf("devagent: %s %q: want a %s:// URL with a host, e.g. %s", flag, redactURL(raw), strings.Join(schemes, ":// or "), example)
+}
+
+// redactURL returns the URL text with its query (where tokens go) cut,
+// whatever the text: it need not parse.
+func redactURL(raw string) string {
+	if i := strings.IndexByte(raw, '?'); i >= 0 {
+		return raw[:i] + "?REDACTED"
+	}
+	return raw
+}
+
+// redact returns err with the URL's query (its token) hidden wherever the
+// text repeats it: as is, quoted (%q), or escaped. It never returns the
+// query, even from a URL that does not parse.
+func redact(err error, rawURL string) error {
+	msg := err.Error()
+	if red := redactText(msg, rawURL); red != msg {
+		return errors.New(red)
+	}
 	return err
 }
 
-// redact hides the URL's query (its token) wherever err's text repeats it.
-func redact(err error, rawURL string) error {
-	u, perr := url.Parse(rawURL)
-	if perr != nil || u.RawQuery == "" || !strings.Contains(err.Error(), u.RawQuery) {
-		return err
+func redactText(msg, rawURL string) string {
+	_, query, ok := strings.Cut(rawURL, "?")
+	if !ok || query == "" {
+		return msg
 	}
-	return errors.New(strings.ReplaceAll(err.Error(), u.RawQuery, "REDACTED"))
+	quoted := strconv.Quote(query)
+	forms := []string{query, quoted[1 : len(quoted)-1], url.QueryEscape(query), url.PathEscape(query)}
+	if u, err := url.Parse(rawURL); err == nil {
+		forms = append(forms, u.RawQuery, u.Query().Encode())
+	}
+	for _, f := range forms {
+		if f != "" {
+			msg = strings.ReplaceAll(msg, f, "REDACTED")
+		}
+	}
+	// A value quoted or escaped some other way: hide each parameter value.
+	for _, kv := range strings.Split(query, "&") {
+		if _, v, ok := strings.Cut(kv, "="); ok && len(v) >= 4 {
+			for _, f := range []string{v, strconv.Quote(v), url.QueryEscape(v)} {
+				msg = strings.ReplaceAll(msg, strings.Trim(f, `"`), "REDACTED")
+			}
+		}
+	}
+	return msg
 }

@@ -4,8 +4,10 @@
 package flagconfig
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -25,46 +27,111 @@ const ConfigFlag = "config"
 // the file is an error naming the closest setting; help says where the
 // settings are listed (e.g. "'mcpgate serve --help'").
 func Apply(fs *pflag.FlagSet, file, envPrefix, help string) error {
-	var fromFile map[string]any
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return fmt.Errorf("config file: %w", err)
-		}
-		if err := yaml.Unmarshal(b, &fromFile); err != nil {
-			return fmt.Errorf("config file %s: %w", file, err)
-		}
-		var names []string
-		fs.VisitAll(func(f *pflag.Flag) {
-			if f.Name != ConfigFlag {
-				names = append(names, f.Name)
-			}
-		})
-		for k := range fromFile {
-			if fs.Lookup(k) == nil || k == ConfigFlag {
-				return fmt.Errorf("config file %s: unknown setting %q%s (settings are the flag names of %s)", file, k, suggest.DidYouMean(k, names), help)
-			}
-		}
+	return ApplyOptions(fs, Options{File: file, EnvPrefix: envPrefix, Help: help})
+}
+
+// Options configures [ApplyOptions].
+type Options struct {
+	// File is the YAML file; "" means none.
+	File string
+	// EnvPrefix is put before each flag's environment name.
+	EnvPrefix string
+	// Help says where the settings are listed, for the unknown-key error.
+	Help string
+	// Ignore lists keys the file may hold that are not flags of fs: the
+	// settings of the program's other commands, so that one file serves
+	// them all. They are skipped, not refused.
+	Ignore []string
+}
+
+// ApplyOptions is [Apply] with keys of other commands ignored.
+//
+// Values are taken as their YAML source text, so that 001122334455 stays
+// those twelve digits (YAML would read an octal number) and 1e3 stays 1e3:
+// the flag parses them. A list fills a flag that collects values one item
+// at a time, and any other flag with the items comma-separated; a mapping
+// fills a map flag (tool-timeout: {"self.camera.*": 90s}) and nothing
+// else; an empty value (key: with nothing after it, or ~) is the empty
+// string. A value of the wrong shape is refused, naming the key and line.
+func ApplyOptions(fs *pflag.FlagSet, o Options) error {
+	fromFile, err := readFile(fs, o)
+	if err != nil {
+		return err
 	}
 	var firstErr error
 	fs.VisitAll(func(f *pflag.Flag) {
 		if f.Changed || firstErr != nil || f.Name == ConfigFlag {
 			return
 		}
-		env := EnvName(envPrefix, f.Name)
+		env := EnvName(o.EnvPrefix, f.Name)
 		if v, ok := os.LookupEnv(env); ok {
 			if err := fs.Set(f.Name, v); err != nil {
 				firstErr = fmt.Errorf("environment %s: %w", env, err)
 			}
 			return
 		}
-		if v, ok := fromFile[f.Name]; ok {
-			if err := setFromYAML(fs, f, v); err != nil {
-				firstErr = fmt.Errorf("config file %s: %s: %w", file, f.Name, err)
+		if n, ok := fromFile[f.Name]; ok {
+			if err := setFromYAML(fs, f, n); err != nil {
+				firstErr = fmt.Errorf("config file %s: %s (line %d): %w", o.File, f.Name, n.Line, err)
 			}
 		}
 	})
 	return firstErr
+}
+
+// readFile returns the file's settings by key; none when o.File is "".
+func readFile(fs *pflag.FlagSet, o Options) (map[string]*yaml.Node, error) {
+	if o.File == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(o.File)
+	if err != nil {
+		return nil, fmt.Errorf("config file: %w", err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("config file %s: %w", o.File, err)
+	}
+	if len(doc.Content) == 0 {
+		return nil, nil // an empty file
+	}
+	root := resolve(doc.Content[0])
+	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		return nil, nil // only comments
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("config file %s: want settings as key: value lines", o.File)
+	}
+	var names []string
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Name != ConfigFlag {
+			names = append(names, f.Name)
+		}
+	})
+	settings := make(map[string]*yaml.Node, len(root.Content)/2)
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		key, val := resolve(root.Content[i]), resolve(root.Content[i+1])
+		k := key.Value
+		if _, dup := settings[k]; dup {
+			return nil, fmt.Errorf("config file %s: %q is set twice (line %d)", o.File, k, key.Line)
+		}
+		if fs.Lookup(k) == nil || k == ConfigFlag {
+			if slices.Contains(o.Ignore, k) {
+				continue
+			}
+			return nil, fmt.Errorf("config file %s: unknown setting %q%s (settings are the flag names of %s)", o.File, k, suggest.DidYouMean(k, names), o.Help)
+		}
+		settings[k] = val
+	}
+	return settings, nil
+}
+
+// resolve follows an alias (*anchor) to its node.
+func resolve(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
 }
 
 // EnvName is the environment variable of flag name: prefix + NAME, dashes
@@ -73,33 +140,73 @@ func EnvName(prefix, name string) string {
 	return prefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
-// setFromYAML sets flag f from a YAML value: a map is one KEY=VALUE each
-// (tool-timeout: {"self.camera.*": 90s}); a list is one value each for a
-// flag that collects them, else its items comma-separated (packs: [ir,
-// system]); anything else its text.
-func setFromYAML(fs *pflag.FlagSet, f *pflag.Flag, v any) error {
-	switch v := v.(type) {
-	case map[string]any:
-		for k, val := range v {
-			if err := fs.Set(f.Name, fmt.Sprintf("%s=%v", k, val)); err != nil {
+// setFromYAML sets flag f from a YAML node: a scalar is its source text; a
+// mapping is one KEY=VALUE each, for a map flag only (tool-timeout:
+// {"self.camera.*": 90s}); a list is one value each for a flag that
+// collects them, else its items comma-separated (packs: [ir, system]).
+func setFromYAML(fs *pflag.FlagSet, f *pflag.Flag, n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.MappingNode:
+		if !strings.HasPrefix(f.Value.Type(), "stringTo") { // pflag's map flags
+			return errors.New("want a single value, not a mapping")
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, err := scalar(resolve(n.Content[i]))
+			if err != nil {
+				return err
+			}
+			v, err := scalar(resolve(n.Content[i+1]))
+			if err != nil {
+				return fmt.Errorf("%s: %w", k, err)
+			}
+			if err := fs.Set(f.Name, k+"="+v); err != nil {
 				return err
 			}
 		}
 		return nil
-	case []any:
-		if !strings.HasSuffix(f.Value.Type(), "Slice") && !strings.HasSuffix(f.Value.Type(), "Array") {
-			parts := make([]string, len(v))
-			for i, val := range v {
-				parts[i] = fmt.Sprint(val)
+	case yaml.SequenceNode:
+		items := make([]string, len(n.Content))
+		for i, item := range n.Content {
+			v, err := scalar(resolve(item))
+			if err != nil {
+				return fmt.Errorf("item %d: %w", i+1, err)
 			}
-			return fs.Set(f.Name, strings.Join(parts, ","))
+			items[i] = v
 		}
-		for _, val := range v {
-			if err := fs.Set(f.Name, fmt.Sprint(val)); err != nil {
+		if !strings.HasSuffix(f.Value.Type(), "Slice") && !strings.HasSuffix(f.Value.Type(), "Array") {
+			return fs.Set(f.Name, strings.Join(items, ","))
+		}
+		for _, v := range items {
+			if err := fs.Set(f.Name, v); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	return fs.Set(f.Name, fmt.Sprint(v))
+	if isNull(n) {
+		// "mqtt-addr:" says empty, as --mqtt-addr "" does (it disables the broker).
+		return fs.Set(f.Name, "")
+	}
+	v, err := scalar(n)
+	if err != nil {
+		return err
+	}
+	return fs.Set(f.Name, v)
+}
+
+// isNull reports whether n is YAML's null: nothing after the key, ~ or null.
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null" && n.Style == 0 && (n.Value == "" || n.Value == "~" || n.Value == "null")
+}
+
+// scalar returns a scalar node's source text; null (an empty value) and
+// nested collections are refused.
+func scalar(n *yaml.Node) (string, error) {
+	switch {
+	case n.Kind != yaml.ScalarNode:
+		return "", errors.New("want a single value, not a list or mapping")
+	case isNull(n):
+		return "", errors.New(`no value: write one (quote it, "", for an empty string) or remove the item`)
+	}
+	return n.Value, nil
 }

@@ -96,3 +96,66 @@ func TestLists(t *testing.T) {
 		t.Fatalf("packs %q, hosts %q, tokens %q", *packs, *hosts, *tokens)
 	}
 }
+
+// Values are their YAML source text; a value that cannot be one is refused
+// with its key and line.
+func TestScalarsAsWritten(t *testing.T) {
+	for _, tc := range []struct {
+		name, content, want, err string
+	}{
+		{"octal-looking id", "id: 001122334455\n", "001122334455", ""},
+		{"float-looking token", "id: 1e3\n", "1e3", ""},
+		{"hex-looking", "id: 0x1F\n", "0x1F", ""},
+		{"quoted", "id: \"007\"\n", "007", ""},
+		{"empty string", "id: \"\"\n", "", ""},
+		{"bool text", "id: true\n", "true", ""},
+		{"anchor", "x-base: &b 0042\nid: *b\n", "", `unknown setting "x-base"`},
+		{"null is empty", "id:\n", "", ""},
+		{"tilde is empty", "id: ~\n", "", ""},
+		{"mapping", "id: {a: b}\n", "", "id (line 1): want a single value, not a mapping"},
+		{"nested list", "packs: [[a]]\n", "", "packs (line 1): item 1: want a single value"},
+		{"list item null", "packs: [a, ~]\n", "", "item 2: no value"},
+		{"twice", "id: a\nid: b\n", "", `"id" is set twice (line 2)`},
+		{"not a mapping", "- id\n", "", "want settings as key: value lines"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "c.yaml")
+			if err := os.WriteFile(file, []byte(tc.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+			id := fs.String("id", "default", "")
+			fs.String("other", "", "")
+			fs.String("packs", "", "")
+			err := Apply(fs, file, "TEST_", "t")
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || *id != tc.want {
+				t.Fatalf("id = %q, %v; want %q", *id, err, tc.want)
+			}
+		})
+	}
+}
+
+// Keys of a program's other commands are skipped; unknown ones still
+// refused.
+func TestIgnoredKeys(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("server: ws://gw/\nid: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	id := fs.String("id", "", "")
+	if err := ApplyOptions(fs, Options{File: file, Help: "t", Ignore: []string{"server"}}); err != nil || *id != "x" {
+		t.Fatalf("id %q, %v", *id, err)
+	}
+	fs = pflag.NewFlagSet("t", pflag.ContinueOnError)
+	fs.String("id", "", "")
+	if err := ApplyOptions(fs, Options{File: file, Help: "t"}); err == nil || !strings.Contains(err.Error(), `unknown setting "server"`) {
+		t.Fatalf("err %v", err)
+	}
+}

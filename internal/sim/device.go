@@ -117,7 +117,7 @@ func (d *Device) MQTTClient() (*device.MQTTClient, error) {
 	opts := device.MQTTClientOptions{
 		Broker: d.cfg.MQTTBroker, DeviceID: d.MAC, Server: d.Server,
 		ClientID:   xiaozhi.MQTTClientID{Group: xiaozhi.DefaultMQTTGroup, DeviceID: d.MAC, UUID: d.ClientID}.String(),
-		MinBackoff: minBackoff, MaxBackoff: maxBackoff, Logger: d.cfg.Logger, OnState: d.onState, // the client adds device_id itself
+		MinBackoff: minBackoff, MaxBackoff: maxBackoff, Logger: clientLogger(d.cfg.Logger), OnState: d.onState,
 	}
 	if d.cfg.Token != "" {
 		opts.Username, opts.Password = d.MAC, d.cfg.Token
@@ -173,7 +173,7 @@ func (d *Device) clientTo(url, token string) (*device.Client, error) {
 		Server:     d.Server,
 		MinBackoff: minBackoff,
 		MaxBackoff: maxBackoff,
-		Logger:     d.cfg.Logger, // the client adds device_id itself
+		Logger:     clientLogger(d.cfg.Logger),
 		OnState:    d.onState,
 	})
 	if err != nil {
@@ -233,3 +233,26 @@ func (d *Device) roll() float64 {
 	defer d.rngMu.Unlock()
 	return d.rng.Float64()
 }
+
+// clientLogger is the logger a device's client gets: the client adds
+// device_id itself, and its lines are capped at info, since the fleet
+// reports failures once at warn for all its devices (reconnect.go), not
+// once per device.
+func clientLogger(l *slog.Logger) *slog.Logger { return slog.New(atMostInfo{l.Handler()}) }
+
+type atMostInfo struct{ slog.Handler }
+
+func (h atMostInfo) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.Handler.Enabled(ctx, min(l, slog.LevelInfo))
+}
+
+func (h atMostInfo) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = min(r.Level, slog.LevelInfo)
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h atMostInfo) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return atMostInfo{h.Handler.WithAttrs(attrs)}
+}
+
+func (h atMostInfo) WithGroup(name string) slog.Handler { return atMostInfo{h.Handler.WithGroup(name)} }

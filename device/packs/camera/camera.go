@@ -48,6 +48,11 @@ type Config struct {
 	HTTPClient *http.Client
 	// LookPath finds a command; nil means exec.LookPath.
 	LookPath func(string) (string, error)
+	// OnTokenRefused, if set, is called when the vision service refuses
+	// the token (HTTP 401 or 403: it expired, by default after an hour).
+	// Pass the device Server's Reconnect: the gateway hands a fresh token
+	// in the next initialize.
+	OnTokenRefused func()
 }
 
 // Pack is the camera tool pack. It is safe for concurrent use.
@@ -144,8 +149,12 @@ func (p *Pack) capture(ctx context.Context) ([]byte, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	msg, err := exec.CommandContext(ctx, path, args...).CombinedOutput()
-	if err != nil {
+	cmd := exec.CommandContext(ctx, path, args...)
+	// A child the tool left holding the output pipe must not keep the call
+	// past its timeout; the photo is complete once the tool exited.
+	cmd.WaitDelay = time.Second
+	msg, err := cmd.CombinedOutput()
+	if err != nil && !errors.Is(err, exec.ErrWaitDelay) {
 		text := strings.TrimSpace(string(msg))
 		if text == "" {
 			text = err.Error()
@@ -194,6 +203,15 @@ func (p *Pack) upload(ctx context.Context, v device.Vision, photo []byte, questi
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return "", fmt.Errorf("read the vision answer: %w", err)
+	}
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		if p.cfg.OnTokenRefused != nil {
+			p.cfg.OnTokenRefused()
+			return "", fmt.Errorf("the vision service refused the token (%s: %s); reconnecting to get a fresh vision token; try again",
+				resp.Status, strings.TrimSpace(string(answer)))
+		}
+		return "", fmt.Errorf("the vision service refused the token (%s: %s); the gateway hands a fresh one when the device reconnects",
+			resp.Status, strings.TrimSpace(string(answer)))
 	}
 	if resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("the vision service answered %s: %s", resp.Status, strings.TrimSpace(string(answer)))

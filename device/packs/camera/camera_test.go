@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/device/packs/camera"
@@ -114,5 +116,40 @@ func TestTakePhotoFailures(t *testing.T) {
 				t.Fatalf("take_photo = %q, %v; want error starting %q", text, isErr, tt.want)
 			}
 		})
+	}
+}
+
+// TestExpiredVisionToken: a refused token asks for a reconnect (a fresh
+// token comes with the next initialize) and says so.
+func TestExpiredVisionToken(t *testing.T) {
+	t.Parallel()
+	vision := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "vision token refused: token expired", http.StatusUnauthorized)
+	}))
+	t.Cleanup(vision.Close)
+	refused := 0
+	text, isErr := takePhoto(t, camera.Config{
+		Vision:   func() device.Vision { return device.Vision{URL: vision.URL, Token: "old"} },
+		LookPath: fakeTools(t, writePhoto, "ffmpeg"), OnTokenRefused: func() { refused++ },
+	})
+	if !isErr || refused != 1 || !strings.Contains(text, "token expired") ||
+		!strings.HasSuffix(text, "reconnecting to get a fresh vision token; try again") {
+		t.Fatalf("take_photo = %q, %v, reconnects asked %d", text, isErr, refused)
+	}
+}
+
+// TestCaptureChildHoldingThePipe: a capture tool that exits but leaves a
+// child holding its output does not keep the call waiting for the child.
+func TestCaptureChildHoldingThePipe(t *testing.T) {
+	t.Parallel()
+	vision := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	t.Cleanup(vision.Close)
+	start := time.Now()
+	text, isErr := takePhoto(t, camera.Config{
+		Vision:   func() device.Vision { return device.Vision{URL: vision.URL} },
+		LookPath: fakeTools(t, writePhoto+"; sleep 30 &", "ffmpeg"),
+	})
+	if isErr || text != "ok" || time.Since(start) > 10*time.Second {
+		t.Fatalf("take_photo = %q, %v after %s", text, isErr, time.Since(start))
 	}
 }

@@ -47,6 +47,9 @@ func (c *Codes) Path() string { return c.path }
 type CodeInfo struct {
 	Name  string `json:"name"`
 	Bytes int    `json:"bytes"`
+	// Invalid says why the saved text is not a code (a hand-edited file),
+	// which send_named refuses too; "" for a valid one.
+	Invalid string `json:"invalid,omitempty"`
 }
 
 // List returns the saved codes sorted by name.
@@ -59,7 +62,13 @@ func (c *Codes) List() ([]CodeInfo, error) {
 	}
 	out := make([]CodeInfo, 0, len(m))
 	for name, h := range m {
-		out = append(out, CodeInfo{Name: name, Bytes: len(h) / 2})
+		info := CodeInfo{Name: name}
+		if code, err := ParseHex(h); err != nil {
+			info.Invalid = err.Error()
+		} else {
+			info.Bytes = len(code)
+		}
+		out = append(out, info)
 	}
 	slices.SortFunc(out, func(a, b CodeInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil

@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -31,8 +33,11 @@ type ModuleConfig struct {
 	// Baud is the port's speed; 0 means DefaultBaud.
 	Baud int
 	// Addr is the module address put in requests; 0 means Broadcast
-	// (0xFF), which every module answers.
+	// (0xFF), which every module answers, unless ExactAddr is set.
 	Addr byte
+	// ExactAddr makes Addr be used as given, so that 0 is the address 0;
+	// a program whose setting defaults to Broadcast sets it.
+	ExactAddr bool
 	// Timeout bounds the wait for a reply the module must send (baud,
 	// address, learning acks); 0 means DefaultTimeout.
 	Timeout time.Duration
@@ -84,15 +89,22 @@ func NewModule(cfg ModuleConfig) (*Module, error) {
 		cfg.Baud = DefaultBaud
 	}
 	if !slices.Contains(SupportedBauds, cfg.Baud) {
-		return nil, fmt.Errorf("ir: unsupported baud rate %d", cfg.Baud)
+		rates := make([]string, len(SupportedBauds))
+		for i, b := range SupportedBauds {
+			rates[i] = strconv.Itoa(b)
+		}
+		return nil, fmt.Errorf("ir: unsupported baud rate %d (supported: %s)", cfg.Baud, strings.Join(rates, ", "))
 	}
-	if cfg.Addr == 0 {
+	if cfg.Addr == 0 && !cfg.ExactAddr {
 		cfg.Addr = Broadcast
 	}
-	if cfg.Timeout <= 0 {
+	if cfg.Timeout < 0 || cfg.AckWindow < 0 {
+		return nil, fmt.Errorf("ir: negative timeout %v or ack window %v", cfg.Timeout, cfg.AckWindow)
+	}
+	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
 	}
-	if cfg.AckWindow <= 0 {
+	if cfg.AckWindow == 0 {
 		cfg.AckWindow = DefaultAckWindow
 	}
 	log := cfg.Logger
@@ -269,13 +281,26 @@ func (m *Module) transact(ctx context.Context, req Frame, wait time.Duration, mu
 	}
 	defer func() { m.turn <- struct{}{} }()
 
+	wasOpen := m.port != nil
 	if err := m.open(); err != nil {
 		return err
 	}
-	port := m.port
-	if err := flushInput(port); err != nil {
-		return m.fail("flush", err)
+	if err := flushInput(m.port); err != nil {
+		if !wasOpen {
+			return m.fail("flush", err)
+		}
+		// The port went stale while idle (the adapter was unplugged and
+		// plugged back in). Nothing was written yet: reopen it once.
+		_ = m.closePort()
+		if m.open() != nil {
+			return m.fail("flush", err)
+		}
+		if err := flushInput(m.port); err != nil {
+			return m.fail("flush", err)
+		}
+		m.log.Info("serial port reopened after it went away while idle")
 	}
+	port := m.port
 	deadline := time.Now().Add(wait)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline, wait = d, time.Until(d) // the caller's deadline comes first: say so

@@ -281,8 +281,11 @@ func run(ctx context.Context, path string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, args...)
+	// A child the mixer left holding the output pipe must not keep the
+	// call past its timeout; its output is complete once the mixer exited.
+	cmd.WaitDelay = time.Second
 	out, err := cmd.CombinedOutput()
-	if err != nil {
+	if err != nil && !errors.Is(err, exec.ErrWaitDelay) {
 		msg := strings.TrimSpace(string(out))
 		if msg == "" {
 			msg = err.Error()
