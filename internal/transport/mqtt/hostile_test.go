@@ -475,6 +475,52 @@ func attackCursor(loop hostiletest.CursorLoop) func(*testing.T, *broker, string)
 	}
 }
 
+// TestWillsDropped: the broker publishes a client's Will without the
+// access check, and a device may publish only to the uplink, so a Will
+// could only put forged calls on another device's downlink: every Will is
+// dropped.
+func TestWillsDropped(t *testing.T) {
+	h, tr, maddr, logs := bareBroker(t, mqtt.Config{})
+	victim, attacker := "02:00:00:01:cc:01", "02:00:00:01:cc:02"
+	srv := volumeServer(t)
+	var mu sync.Mutex
+	var got []string
+	d := dialScripted(t, tr.Addr(), victim, func(ctx context.Context, payload []byte) []byte {
+		mu.Lock()
+		got = append(got, string(payload))
+		mu.Unlock()
+		return srv.Handle(ctx, payload)
+	}, 0)
+	// SDK devices with Subscribe, and other clients, subscribe to their
+	// downlink: the Will would reach them that way.
+	sctx, cancel := context.WithTimeout(t.Context(), hostiletest.WaitTimeout)
+	defer cancel()
+	if _, err := d.cli.Subscribe(sctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: xiaozhi.P2PTopic(victim)}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, h, victim, hub.StateReady)
+
+	forged := `{"type":"mcp","payload":{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"self.reboot"}}}`
+	conn := rawConnectWith(t, tr.Addr(), attacker, 0, func(c *packets.ConnectParams) {
+		c.WillFlag, c.WillTopic, c.WillPayload = true, xiaozhi.P2PTopic(victim), []byte(forged)
+	})
+	checkFor(t, attacker+" online", func() bool { d, err := h.Device(attacker); return err == nil && d.Online })
+	conn.Close() // no DISCONNECT: the broker would send the Will now
+	waitState(t, h, attacker, hub.StateOffline)
+	mustCall(t, h, victim) // on the downlink after the Will would have been
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range got {
+		if strings.Contains(p, "self.reboot") {
+			t.Fatalf("the attacker's Will reached the victim: %s", p)
+		}
+	}
+	logs.WaitLine(t, 0, "ignored the MQTT client's will message", "client_id=GID_raw@@@02_00_00_01_cc_02")
+	if n := hostiletest.Metric(t, maddr, `mcpgate_dropped_frames_total{reason="will"}`); n != 1 {
+		t.Errorf("dropped wills: %v, want 1", n)
+	}
+}
+
 // mqttDevice is a device on a paho client that answers MCP with a
 // device.Server, each reply sent replies times (default once).
 type mqttDevice struct {
@@ -593,6 +639,13 @@ func (d *mqttDevice) publish(t testing.TB, msg []byte, sync bool) {
 // rawConnect opens an MQTT 3.1.1 connection by hand and reads its CONNACK.
 func rawConnect(t testing.TB, addr, mac string, keepalive uint16) net.Conn {
 	t.Helper()
+	return rawConnectWith(t, addr, mac, keepalive, nil)
+}
+
+// rawConnectWith is rawConnect with the CONNECT's parameters changed by
+// edit (nil: none).
+func rawConnectWith(t testing.TB, addr, mac string, keepalive uint16, edit func(*packets.ConnectParams)) net.Conn {
+	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, hostiletest.WaitTimeout)
 	if err != nil {
 		t.Fatal(err)
@@ -601,6 +654,9 @@ func rawConnect(t testing.TB, addr, mac string, keepalive uint16) net.Conn {
 	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4,
 		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: keepalive,
 			ClientIdentifier: xiaozhi.MQTTClientID{Group: "raw", DeviceID: mac, UUID: "6f1d9e52-0000-4000-8000-000000000002"}.String()}}
+	if edit != nil {
+		edit(&pk.Connect)
+	}
 	var buf bytes.Buffer
 	if err := pk.ConnectEncode(&buf); err != nil {
 		t.Fatal(err)

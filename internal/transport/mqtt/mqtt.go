@@ -511,6 +511,15 @@ func (h *hook) OnConnect(cl *mochi.Client, pk packets.Packet) error {
 		_ = h.t.srv.SendConnack(cl, packets.ErrClientIdentifierNotValid, false, nil)
 		return packets.ErrClientIdentifierNotValid
 	}
+	if atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 {
+		// The broker publishes a Will without the ACL check, and a device
+		// may publish only to the uplink, which nobody subscribes to: a
+		// Will could only reach another device's downlink. Dropped.
+		atomic.StoreUint32(&cl.Properties.Will.Flag, 0)
+		h.t.m.DroppedFrames.WithLabelValues("will").Inc()
+		h.t.log.Info("ignored the MQTT client's will message: a device publishes only to the uplink",
+			"client_id", cl.ID, "remote", cl.Net.Remote, "will_topic", cl.Properties.Will.TopicName)
+	}
 	return nil
 }
 
