@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -21,6 +23,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/ota"
 	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/transport/mqttext"
 	"github.com/mcpgate/mcpgate/internal/vision"
 )
 
@@ -101,6 +104,23 @@ func newDeviceServices(cfg Config, m *metrics.Metrics, lim *limits.Reporter, h *
 		return d.mqttPort()
 	}
 	oc.Upstream = cfg.UpstreamOTA
+	if cfg.MQTTUplinkTopic != "" {
+		oc.MQTTPublishTopic = cfg.MQTTUplinkTopic // where the broker listens for devices
+	}
+	if cfg.MQTTBroker != "" {
+		// Devices connect to that broker, each on a topic of its own.
+		oc.MQTTTopicPerDevice = true
+		if addr, err := mqttext.BrokerAddr(cfg.MQTTBroker); err == nil && oc.MQTTEndpoint == "" {
+			host, port, _ := net.SplitHostPort(addr)
+			if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() {
+				// The gateway's loopback is not the devices': the public
+				// host, with the broker's port.
+				d.mqttPort = func() string { return port }
+			} else {
+				oc.MQTTEndpoint = addr
+			}
+		}
+	}
 	oc.IssueToken = func(deviceID, clientID string) (string, error) {
 		return authority.IssueDevice(deviceID, clientID, p.DeviceTokenTTL)
 	}

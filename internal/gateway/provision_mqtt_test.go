@@ -2,8 +2,12 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +15,10 @@ import (
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/devauth"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/limits"
+	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/ota"
+	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
 // TestDeviceTokensOverMQTT: with --device-auth=token, the MQTT settings
@@ -74,4 +81,51 @@ func TestDeviceTokensOverMQTT(t *testing.T) {
 			t.Fatalf("transport %q", d.Transport)
 		}
 	})
+}
+
+// TestOTAMQTTSettings: what OTA tells an MQTT device follows the broker it
+// will meet: the uplink topic as --mqtt-uplink-topic set it, and with an
+// external broker that broker's address, a topic of the device's own and
+// its MAC in topic form as username (what the broker's ACL binds).
+func TestOTAMQTTSettings(t *testing.T) {
+	const mac, uuid = "02:00:00:20:00:09", "00000000-0000-4000-8000-000000200009"
+	for _, tc := range []struct {
+		name                      string
+		cfg                       Config
+		endpoint, topic, username string
+	}{
+		{"embedded, own uplink topic", Config{MQTTUplinkTopic: "xz/up"}, "127.0.0.1:1883", "xz/up", mac},
+		{"external broker", Config{MQTTBroker: "tcp://broker.lan:1884"}, "broker.lan:1884", "device-server/02_00_00_20_00_09", "02_00_00_20_00_09"},
+		{"external broker on loopback", Config{MQTTBroker: "tcp://user:pw@127.0.0.1:1885", MQTTUplinkTopic: "up"}, "127.0.0.1:1885", "up/02_00_00_20_00_09", "02_00_00_20_00_09"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			cfg.DataDir, cfg.Logger = t.TempDir(), slog.New(slog.DiscardHandler)
+			cfg.Provisioning.OTA.Transport = ota.TransportMQTT
+			m := metrics.New()
+			d, err := newDeviceServices(cfg, m, limits.NewReporter(m, cfg.Logger), hub.New(hub.Config{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(d.ota)
+			defer srv.Close()
+			req, _ := http.NewRequest(http.MethodPost, srv.URL+ota.Path,
+				strings.NewReader(`{"application":{"version":"2.4.2"}}`))
+			req.Host = "127.0.0.1:8000"
+			req.Header.Set(xiaozhi.HeaderDeviceID, mac)
+			req.Header.Set(xiaozhi.HeaderClientID, uuid)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var reply ota.Response
+			if err := json.NewDecoder(resp.Body).Decode(&reply); err != nil || reply.MQTT == nil {
+				t.Fatalf("OTA reply %+v: %v", reply, err)
+			}
+			if got := reply.MQTT; got.Endpoint != tc.endpoint || got.PublishTopic != tc.topic || got.Username != tc.username {
+				t.Errorf("endpoint %q topic %q username %q; want %q %q %q", got.Endpoint, got.PublishTopic, got.Username, tc.endpoint, tc.topic, tc.username)
+			}
+		})
+	}
 }

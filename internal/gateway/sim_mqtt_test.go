@@ -55,7 +55,7 @@ func TestSimProvisionsMQTTThroughOTA(t *testing.T) {
 	broker := freeLoopbackAddr(t)
 	gw := startGateway(t, Config{MQTTAddr: broker, MQTTUplinkTopic: "uplink-test", Provisioning: Provisioning{
 		DeviceAuth: devauth.ModeToken, DeviceSecret: testSecret,
-		OTA: ota.Config{Transport: ota.TransportMQTT, MQTTEndpoint: broker, MQTTPublishTopic: "uplink-test", MQTTGroup: "otatest"},
+		OTA: ota.Config{Transport: ota.TransportMQTT, MQTTEndpoint: broker, MQTTGroup: "otatest"}, // the topic follows MQTTUplinkTopic
 	}})
 	runSim(t, sim.Config{OTAURL: "http://" + gw.Addr() + ota.PathNoSlash, Count: 2, Stagger: time.Millisecond})
 	for i := range 2 {

@@ -85,6 +85,10 @@ type Config struct {
 	MQTTGroup string
 	// MQTTPublishTopic is where devices publish. Default "device-server".
 	MQTTPublishTopic string
+	// MQTTTopicPerDevice is for an external broker (docs/mqtt.md): each
+	// device publishes to MQTTPublishTopic/<mac_with_underscores>, and its
+	// username is that MAC form, which the broker's ACL binds the topic to.
+	MQTTTopicPerDevice bool
 	// MQTTKeepalive in seconds. Default 240.
 	MQTTKeepalive int
 	// Firmware maps a board type to its newest build; New checks and
@@ -564,6 +568,10 @@ func (h *Handler) respond(r *http.Request, log *slog.Logger, deviceID, clientID,
 			Password:     token,
 			PublishTopic: h.cfg.MQTTPublishTopic,
 			Keepalive:    h.cfg.MQTTKeepalive,
+		}
+		if h.cfg.MQTTTopicPerDevice {
+			resp.MQTT.Username = xiaozhi.MACTopicForm(deviceID)
+			resp.MQTT.PublishTopic += "/" + resp.MQTT.Username
 		}
 	default:
 		u := *base

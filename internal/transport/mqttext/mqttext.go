@@ -171,6 +171,11 @@ func New(cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Username == "" && u.User != nil {
+		// tcp://user:password@host, as brokers' own tools take it.
+		cfg.Username = u.User.Username()
+		cfg.Password, _ = u.User.Password()
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -217,6 +222,16 @@ func New(cfg Config) (*Transport, error) {
 	return &Transport{cfg: cfg, log: cfg.Logger.With("component", "mqtt_external"), m: cfg.Metrics, server: u,
 		filter: filter, subscribed: make(chan struct{}),
 		conns: conns.NewTracker(), live: make(map[string]*session), heard: make(map[string]int64)}, nil
+}
+
+// BrokerAddr is the host:port of a broker URL as --mqtt-broker takes it,
+// default port filled in.
+func BrokerAddr(broker string) (string, error) {
+	u, err := parseBrokerURL(broker)
+	if err != nil {
+		return "", err
+	}
+	return u.Host, nil
 }
 
 // parseBrokerURL accepts the schemes autopaho dials and fills in the default port.

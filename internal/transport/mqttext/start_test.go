@@ -31,3 +31,22 @@ func TestStartSaysWhyTheBrokerIsUnreachable(t *testing.T) {
 		t.Fatalf("Start = %v, want the deadline and the last attempt's connection refused", err)
 	}
 }
+
+// TestBrokerURLLogin: a login in the broker URL is the gateway's, unless
+// --mqtt-broker-username gives one.
+func TestBrokerURLLogin(t *testing.T) {
+	for _, tc := range []struct{ broker, user, wantUser, wantPass string }{
+		{"tcp://gw:secret@broker:1883", "", "gw", "secret"},
+		{"tcp://gw@broker:1883", "", "gw", ""},
+		{"tcp://gw:secret@broker:1883", "other", "other", ""},
+		{"tcp://broker:1883", "", "", ""},
+	} {
+		tr, err := New(Config{Hub: hub.New(hub.Config{}), Broker: tc.broker, Username: tc.user})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr.cfg.Username != tc.wantUser || tr.cfg.Password != tc.wantPass {
+			t.Errorf("%s (username %q): login %q/%q, want %q/%q", tc.broker, tc.user, tr.cfg.Username, tr.cfg.Password, tc.wantUser, tc.wantPass)
+		}
+	}
+}
