@@ -27,6 +27,14 @@ import (
 // scripts/test.sh installs it.
 func startMosquitto(t testing.TB) string {
 	t.Helper()
+	addr, _ := startMosquittoKillable(t)
+	return addr
+}
+
+// startMosquittoKillable is startMosquitto, with a function that kills the
+// broker at once.
+func startMosquittoKillable(t testing.TB) (addr string, kill func()) {
+	t.Helper()
 	bin, err := exec.LookPath("mosquitto")
 	if err != nil {
 		bin, err = exec.LookPath("/usr/sbin/mosquitto")
@@ -54,11 +62,12 @@ func startMosquitto(t testing.TB) string {
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
+	kill = func() {
 		_ = cmd.Process.Kill()
 		<-exited
-	})
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	}
+	t.Cleanup(kill)
+	addr = fmt.Sprintf("127.0.0.1:%d", port)
 	waitFor(t, "mosquitto to accept connections", 10*time.Second, func() bool {
 		select {
 		case <-exited:
@@ -72,7 +81,7 @@ func startMosquitto(t testing.TB) string {
 		c.Close()
 		return true
 	})
-	return addr
+	return addr, kill
 }
 
 type syncBuffer struct {
@@ -143,6 +152,23 @@ func TestExternalBrokerDiscoveryCallsAndWill(t *testing.T) {
 	waitState(t, gw, mac, hub.StateReady)
 	if text, _, err := call(t, gw, mac, "self.audio_speaker.set_volume", `{"volume":3}`, 0); err != nil || text != "true" {
 		t.Fatalf("call after reconnect = %q %v", text, err)
+	}
+}
+
+// A call while the broker is down fails device_disconnected: the device
+// cannot be reached, no fault of the gateway's.
+func TestExternalBrokerDownCallFailsDisconnected(t *testing.T) {
+	broker, kill := startMosquittoKillable(t)
+	gw := startExternalGateway(t, broker, time.Minute)
+	var mu sync.Mutex
+	level := 0
+	mac := "02:00:00:20:00:0d"
+	runStockBrokerDevice(t, broker, mac, newServer(t, device.ProfileESP32, volumeTool(&level, &mu)))
+	waitState(t, gw, mac, hub.StateReady)
+	kill()
+	_, _, err := call(t, gw, mac, "self.audio_speaker.set_volume", `{"volume":5}`, 5*time.Second)
+	if code := hub.Code(err); code != "device_disconnected" {
+		t.Fatalf("call with the broker down: %v (%s), want device_disconnected", err, code)
 	}
 }
 

@@ -416,12 +416,10 @@ func (c *connection) write(ctx context.Context, msg []byte) error {
 	}
 	if err != nil {
 		// Closed under this write (another write timed out and closed it;
-		// mochi closes the socket before it marks the client closed), or
-		// before it.
-		if errors.Is(err, net.ErrClosed) || c.cl.Closed() {
-			return fmt.Errorf("mqtt: write to device: %w: %v", mcpclient.ErrDisconnected, err)
-		}
-		return fmt.Errorf("mqtt: write to device: %w", err)
+		// mochi closes the socket before it marks the client closed),
+		// before it, or reset by the device: a socket a write failed on
+		// carries nothing more.
+		return fmt.Errorf("mqtt: write to device: %w: %v", mcpclient.ErrDisconnected, err)
 	}
 	return nil
 }

@@ -602,12 +602,16 @@ func (s *session) publish(ctx context.Context, msg []byte) error {
 	cm := s.t.cm
 	s.t.mu.Unlock()
 	if cm == nil {
-		return fmt.Errorf("mqttext: publish to device: %w", errNoConnection)
+		return fmt.Errorf("mqttext: publish to device: %w: %w", mcpclient.ErrDisconnected, errNoConnection)
 	}
 	// QoS 0, like firmware: a QoS 1 publish would wait for a PUBACK that
 	// paho delivers on the goroutine that may be running onPublish.
 	if _, err := cm.Publish(ctx, &paho.Publish{Topic: s.topic, QoS: 0, Payload: msg}); err != nil {
-		return fmt.Errorf("mqttext: publish to device: %w", err)
+		if ctx.Err() != nil {
+			return fmt.Errorf("mqttext: publish to device: %w", err)
+		}
+		// The broker connection is down: the device cannot be reached.
+		return fmt.Errorf("mqttext: publish to device: %w: %v", mcpclient.ErrDisconnected, err)
 	}
 	return nil
 }
