@@ -155,6 +155,12 @@ func TestQueueDurationFlags(t *testing.T) {
 	if cfg.Retention != 7*24*time.Hour || cfg.MaxTTL != 48*time.Hour || cfg.DefaultTTL != 90*time.Minute {
 		t.Errorf("parsed %+v", cfg)
 	}
+	for d, want := range map[time.Duration]string{0: "0", 30 * time.Second: "30s", time.Hour: "1h", 90 * time.Minute: "1h30m",
+		10 * time.Minute: "10m", 48 * time.Hour: "2d", 25 * time.Hour: "25h"} {
+		if got := (ageFlag{&d}).String(); got != want {
+			t.Errorf("ageFlag(%s).String() = %q, want %q", d, got, want)
+		}
+	}
 	for _, bad := range []string{"-1h", "7x", "soon"} {
 		f := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 		f.SetOutput(io.Discard)
@@ -192,5 +198,22 @@ func TestServeConfigFile(t *testing.T) {
 	r.want(t, 1)
 	if !strings.Contains(r.stderr, `unknown setting "call-timout"`) || !strings.Contains(r.stderr, "did you mean call-timeout") {
 		t.Errorf("MCPGATE_CONFIG=%s serve: stderr %q", bad, r.stderr)
+	}
+}
+
+func TestParseMQTTNode(t *testing.T) {
+	for _, tc := range []struct {
+		in           string
+		index, count int
+		ok           bool
+	}{
+		{"0/2", 0, 2, true}, {"1/2", 1, 2, true}, {"0/1", 0, 1, true},
+		{"0/2/3", 0, 0, false}, {"2/2", 0, 0, false}, {"-1/2", 0, 0, false}, {"0/0", 0, 0, false},
+		{"1", 0, 0, false}, {"a/2", 0, 0, false}, {"0/2x", 0, 0, false}, {" 0/2", 0, 0, false},
+	} {
+		i, c, err := parseMQTTNode(tc.in)
+		if (err == nil) != tc.ok || i != tc.index || c != tc.count {
+			t.Errorf("parseMQTTNode(%q) = %d, %d, %v", tc.in, i, c, err)
+		}
 	}
 }

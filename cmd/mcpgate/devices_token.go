@@ -85,7 +85,8 @@ With --client-id the token is valid only with that Client-Id; without, with any.
 	}
 	f := cmd.Flags()
 	f.StringVar(&clientID, "client-id", "", "bind the token to this Client-Id")
-	f.DurationVar(&ttl, "ttl", 720*time.Hour, "how long the token is valid")
+	ttl = 30 * 24 * time.Hour
+	f.Var(ageFlag{&ttl}, "ttl", "how long the token is valid, e.g. 30d or 24h")
 	f.StringVar(&secretFile, "device-secret-file", "", "the gateway's secret file (default DATA/device-secret)")
 	f.BoolVar(&newID, "new", false, "DEVICE is the id of a device the store does not know yet, though not a MAC")
 	return cmd

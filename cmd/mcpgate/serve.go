@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -102,8 +103,9 @@ environment, which wins over the file.`,
 				if cfg.MQTTBroker == "" {
 					return errors.New("--mqtt-node needs --mqtt-broker: it splits devices among gateway nodes sharing an external broker")
 				}
-				if _, err := fmt.Sscanf(mqttNode, "%d/%d", &cfg.MQTTNode, &cfg.MQTTNodes); err != nil || cfg.MQTTNodes < 1 || cfg.MQTTNode < 0 || cfg.MQTTNode >= cfg.MQTTNodes {
-					return fmt.Errorf("--mqtt-node %q: want INDEX/COUNT with 0 <= INDEX < COUNT, e.g. 0/2 and 1/2 for two nodes", mqttNode)
+				var err error
+				if cfg.MQTTNode, cfg.MQTTNodes, err = parseMQTTNode(mqttNode); err != nil {
+					return err
 				}
 			}
 			if err := applyAuditFlags(&cfg, auditRetention); err != nil {
@@ -197,4 +199,20 @@ func newLogger(w interface{ Write([]byte) (int, error) }, level, format string) 
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// parseMQTTNode reads --mqtt-node INDEX/COUNT, whole: a typo must not
+// quietly change the fleet's split.
+func parseMQTTNode(s string) (index, count int, err error) {
+	i, c, ok := strings.Cut(s, "/")
+	if ok {
+		index, err = strconv.Atoi(i)
+		if err == nil {
+			count, err = strconv.Atoi(c)
+		}
+	}
+	if !ok || err != nil || count < 1 || index < 0 || index >= count {
+		return 0, 0, fmt.Errorf("--mqtt-node %q: want INDEX/COUNT with 0 <= INDEX < COUNT, e.g. 0/2 and 1/2 for two nodes", s)
+	}
+	return index, count, nil
 }

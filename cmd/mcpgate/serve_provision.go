@@ -35,7 +35,8 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 	)
 	f.StringVar(&auth, "device-auth", "open", "device credentials: open (any device) or token (devices present a token from OTA or from 'mcpgate devices token')")
 	f.StringVar(&secretFile, "device-secret-file", "", "file with the secret signing device tokens (default DATA/device-secret, created 0600 if absent)")
-	f.DurationVar(&p.DeviceTokenTTL, "device-token-ttl", 720*time.Hour, "lifetime of device tokens the OTA endpoint issues")
+	p.DeviceTokenTTL = 30 * 24 * time.Hour
+	f.Var(ageFlag{&p.DeviceTokenTTL}, "device-token-ttl", "lifetime of device tokens the OTA endpoint issues, e.g. 30d or 12h")
 	f.StringVar(&policy, "ota-policy", "open", "which devices the OTA endpoint configures: open or allowlist")
 	f.StringSliceVar(&p.OTA.Allow, "ota-allow", nil, "device ids the allowlist policy accepts (repeatable or comma separated)")
 	f.StringVar(&transport, "ota-transport", "websocket", "what the OTA endpoint tells devices to connect with: websocket or mqtt")
@@ -44,7 +45,8 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 	f.StringVar(&p.OTA.MQTTEndpoint, "ota-mqtt-endpoint", "", "MQTT host:port handed to devices (default: the public host and the embedded broker's port, else 1883)")
 	f.StringVar(&firmwareFile, "firmware-table", "", "JSON or YAML file mapping board type to {version, url}, offered by OTA when newer")
 	f.Int64Var(&p.VisionMaxBytes, "vision-max-bytes", vision.DefaultMaxBytes, "largest photo a device may upload")
-	f.DurationVar(&p.VisionTokenTTL, "vision-token-ttl", time.Hour, "lifetime of the vision token sent in initialize")
+	p.VisionTokenTTL = time.Hour
+	f.Var(ageFlag{&p.VisionTokenTTL}, "vision-token-ttl", "lifetime of the vision token sent in initialize")
 	f.StringVar(&llmBaseURL, "llm-base-url", "", "OpenAI-compatible API base URL of the chat model (--llm-model) and the vision model (--vision-model), e.g. https://api.openai.com/v1 (key in "+llmKeyEnv+")")
 	f.StringVar(&visionModel, "vision-model", "", "vision model name, e.g. gpt-4o-mini")
 

@@ -30,7 +30,8 @@ func TestServeOTAFlags(t *testing.T) {
 		warn string // in stderr too, a warning
 	}{
 		{"device token ttl 0", []string{"--device-token-ttl", "0"}, "--device-token-ttl must be positive, got 0s", ""},
-		{"device token ttl negative", []string{"--device-token-ttl=-1h"}, "--device-token-ttl must be positive", ""},
+		{"device token ttl negative", []string{"--device-token-ttl=-1h"}, `"--device-token-ttl" flag: age "-1h" must not be negative`, ""},
+		{"device token ttl in days", []string{"--device-token-ttl", "90d"}, stopped, ""},
 		{"vision token ttl 0", []string{"--vision-token-ttl", "0s"}, "--vision-token-ttl must be positive, got 0s", ""},
 		{"upstream init wait 0", []string{"--upstream-init-wait", "0"}, "--upstream-init-wait must be positive", ""},
 		{"allow without allowlist", []string{"--ota-allow", "02:00:00:00:00:01"}, "--ota-allow needs --ota-policy allowlist", ""},

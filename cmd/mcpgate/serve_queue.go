@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -41,10 +43,20 @@ func queueFlags(f *pflag.FlagSet, cfg *queue.Config) (apply func() error) {
 type ageFlag struct{ d *time.Duration }
 
 func (a ageFlag) String() string {
-	if a.d == nil || *a.d == 0 {
+	switch {
+	case a.d == nil || *a.d == 0:
 		return "0" // pflag shows no "(default ...)" for it
+	case *a.d%(24*time.Hour) == 0:
+		return strconv.FormatInt(int64(*a.d/(24*time.Hour)), 10) + "d"
 	}
-	return a.d.String()
+	s := a.d.String() // 1h, not 1h0m0s
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }
 
 func (a ageFlag) Set(s string) error {
