@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/freeport"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
@@ -51,19 +51,10 @@ func (t *target) wsURL() string {
 }
 
 // freeAddr returns a loopback address with a port that was free a moment
-// ago. The child must be told its port up front to be found; another
-// process could take it in between, which startChild retries.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
-	}
-	return addr, nil
-}
+// ago (internal/freeport). The child must be told its port up front to be
+// found; another process could take it in between, which startChild
+// retries.
+func freeAddr() (string, error) { return freeport.Addr() }
 
 // startAttempts bounds startChild's tries when a port picked by freeAddr is
 // taken before the child binds it.
