@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,5 +88,31 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A call that waited for a slot and then timed out at the device says its
+// whole timeout, and how much of it went waiting, not only what was left.
+func TestSlotWaitInTimeoutMessage(t *testing.T) {
+	h := New(Config{MaxInFlight: 1, MaxQueue: 1, KeyRate: limits.Rate{PerSecond: -1}, DeviceRate: limits.Rate{PerSecond: -1}})
+	id := "02:00:00:00:0f:03"
+	hold := make(chan struct{})
+	defer close(hold)
+	d := newDevice(hold, volumeTool)
+	connect(t, h, id, d)
+	waitState(t, h, id, StateReady)
+	call := func(timeout time.Duration) error {
+		_, err := h.Call(t.Context(), CallRequest{Device: id, Tool: "self.audio_speaker.set_volume", Arguments: []byte(`{"volume":1}`), Timeout: timeout})
+		return err
+	}
+	first := make(chan error, 1)
+	go func() { first <- call(300 * time.Millisecond) }()
+	waitFor(t, "one call at the device", func() bool { return d.Calls.Load() == 1 })
+	err := call(600 * time.Millisecond) // waits ~300 ms for the slot, then times out at the device
+	if Code(err) != "device_timeout" || !strings.Contains(err.Error(), "after 600ms") || !strings.Contains(err.Error(), "waiting for one of the device's call slots") {
+		t.Fatalf("second call: %v (%s)", err, Code(err))
+	}
+	if err := <-first; Code(err) != "device_timeout" || !strings.Contains(err.Error(), "after 300ms") {
+		t.Fatalf("first call: %v", err)
 	}
 }
