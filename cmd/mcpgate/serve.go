@@ -149,7 +149,7 @@ environment, which wins over the file.`,
 	f.IntVar(&cfg.MaxPages, "max-pages", 50, "most tools/list pages read per discovery")
 	f.IntVar(&cfg.MaxTools, "max-tools", 1000, "most tools kept per device")
 	f.DurationVar(&cfg.HelloTimeout, "hello-timeout", 10*time.Second, "how long a device has to send its hello")
-	f.Int64Var(&cfg.ReadLimit, "read-limit", 1<<20, "largest device frame (WebSocket) or packet (MQTT) accepted, in bytes")
+	f.Int64Var(&cfg.ReadLimit, "read-limit", 1<<20, "largest device frame (WebSocket) or packet (embedded MQTT broker; an external broker limits its own) accepted, in bytes")
 	limitFlags(f, &cfg.Limits)
 	f.DurationVar(&cfg.PingInterval, "ping-interval", 30*time.Second, "WebSocket keepalive ping interval (negative disables)")
 	f.BoolVar(&cfg.ExposeUserOnly, "expose-user-only", false, "list user-only device tools (annotations.audience [\"user\"]) on the MCP doors")
