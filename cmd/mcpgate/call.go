@@ -81,7 +81,11 @@ final state posted, signed with --callback-secret.`,
 			if timeout < 0 || (timeout > 0 && timeout < time.Millisecond) {
 				return fmt.Errorf("--timeout %s: want at least 1ms (or 0 for the gateway's default)", timeout)
 			}
-			c, err := newClient(g)
+			answer := time.Duration(0) // the gateway answers by the tool's own timeout, however long
+			if timeout > 0 {
+				answer = timeout + callGrace
+			}
+			c, err := newClientWithin(g, answer)
 			if err != nil {
 				return err
 			}
@@ -162,7 +166,7 @@ final state posted, signed with --callback-secret.`,
 	f.StringVar(&argsJSON, "args", "", `the arguments as one JSON object, e.g. '{"volume":30}'`)
 	f.DurationVar(&timeout, "timeout", 0, "how long the device may take (default: the gateway's, 30s unless configured)")
 	f.BoolVar(&wait, "wait", false, "wait for the device's answer even for a control tool (registration dialect)")
-	f.DurationVar(&queueTTL, "queue", 0, "when the device is offline, queue the call for at most this long (e.g. 2h) instead of failing")
+	f.Var(ageFlag{&queueTTL}, "queue", "when the device is offline, queue the call for at most this long (e.g. 2h) instead of failing")
 	f.StringVar(&callback, "callback-url", "", "with --queue: URL that receives the call's final state")
 	f.StringVar(&secret, "callback-secret", "", "with --callback-url: secret of the X-Mcpgate-Signature HMAC")
 	return cmd

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -39,7 +40,9 @@ gateway refuses (no model configured, unknown device) prints
   mcpgate chat kitchen "set the screen to dark" --json`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient(g)
+			// The answer starts with the model's first words or tool call:
+			// a slow local model may take minutes.
+			c, err := newClientWithin(g, 5*time.Minute)
 			if err != nil {
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -18,9 +19,26 @@ import (
 	"github.com/mcpgate/mcpgate/internal/api"
 )
 
-// newClient returns a client of the gateway named by --server.
-func newClient(g *globals) (*api.Client, error) {
-	c, err := api.NewClient(g.server, nil)
+// answerWait is how long a client command waits for the gateway to start
+// answering: a process that accepts connections and never answers (a wrong
+// --server, a hung gateway) fails the command instead of hanging it.
+const answerWait = 30 * time.Second
+
+// newClient returns a client of the gateway named by --server that waits
+// answerWait for an answer.
+func newClient(g *globals) (*api.Client, error) { return newClientWithin(g, answerWait) }
+
+// newClientWithin is newClient waiting up to wait for an answer to start:
+// a call's answer comes once the device has answered.
+func newClientWithin(g *globals, wait time.Duration) (*api.Client, error) {
+	hc := &http.Client{Transport: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: wait,
+		ForceAttemptHTTP2:     true,
+	}}
+	c, err := api.NewClient(g.server, hc)
 	if err != nil {
 		return nil, fmt.Errorf("--server: %w", err)
 	}

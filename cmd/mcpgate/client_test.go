@@ -526,3 +526,36 @@ func TestDevicesForgetCmd(t *testing.T) {
 	}
 	run(t, addr, "devices", "forget").want(t, 1) // usage: one argument
 }
+
+// TestClientNoAnswer: a process that takes the connection and never answers
+// (a wrong --server, a hung gateway) fails a client command after its wait,
+// saying so, instead of hanging it.
+func TestClientNoAnswer(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	c, err := newClientWithin(&globals{server: "http://" + ln.Addr().String()}, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = c.Health(t.Context())
+	if !errors.Is(err, api.ErrNoAnswer) || !strings.Contains(err.Error(), "did not answer in time") {
+		t.Fatalf("Health against a silent server: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("gave up after %s, want about 200ms", took)
+	}
+}

@@ -22,6 +22,10 @@ import (
 // unresolvable host), as opposed to an answer the gateway gave (an [*APIError]).
 var ErrUnreachable = errors.New("cannot reach the gateway")
 
+// ErrNoAnswer is a gateway that took the connection and did not answer
+// within the client's wait.
+var ErrNoAnswer = errors.New("no answer from the gateway")
+
 // APIError is a non-2xx answer of the gateway, decoded from the error body
 // {"error":{"code","message","details"}}. When the body is not that shape (a
 // proxy's HTML page, say), Code is empty and Message holds the start of the body.
@@ -406,6 +410,11 @@ func (c *Client) transportError(ctx context.Context, err error) error {
 	}
 	var opErr *net.OpError
 	var dnsErr *net.DNSError
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() && !(errors.As(err, &opErr) && opErr.Op == "dial") {
+		return fmt.Errorf("%w: %s took the connection but did not answer in time (is --server a gateway? is it overloaded?)",
+			ErrNoAnswer, c.base)
+	}
 	if (errors.As(err, &opErr) && opErr.Op == "dial") || errors.As(err, &dnsErr) {
 		// The url.Error only repeats the URL; keep its cause, which says why.
 		cause := err
