@@ -189,6 +189,9 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 				// A soak is a check: a script or CI step must see it fail.
 				err = rep.Soak.Err()
 			}
+			if err == nil {
+				err = rep.Check() // figures of refused calls are no figures
+			}
 			return err
 		},
 	}

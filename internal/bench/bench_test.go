@@ -172,6 +172,29 @@ func TestRunCountsErrors(t *testing.T) {
 	if g := rep.Goals[2]; g.Status != "missed" {
 		t.Errorf("p99 goal with every call failing: %+v", g)
 	}
+	// The run is no measurement: Check says so, naming the failure.
+	if err := rep.Check(); !errors.Is(err, ErrMostlyFailed) || !strings.Contains(err.Error(), "invalid_arguments") || !strings.Contains(err.Error(), "check --tool and --args") {
+		t.Errorf("Check = %v", err)
+	}
+}
+
+func TestMostlyFailed(t *testing.T) {
+	for _, tc := range []struct {
+		calls  uint64
+		errors map[string]uint64
+		want   string
+	}{
+		{100, nil, ""},
+		{100, map[string]uint64{"rate_limited": 50}, ""},
+		{100, map[string]uint64{"rate_limited": 51}, "--key-call-rate -1 --device-call-rate -1"},
+		{100, map[string]uint64{"device_timeout": 30, "transport_error": 40}, "transport_error"},
+		{0, nil, ""},
+	} {
+		err := mostlyFailed("peak", &PhaseReport{Calls: tc.calls, Errors: tc.errors})
+		if (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%d calls, errors %v: %v, want %q", tc.calls, tc.errors, err, tc.want)
+		}
+	}
 }
 
 // TestRunChild starts a real mcpgate binary as the gateway, as the CLI

@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -134,6 +136,33 @@ func (p *PhaseReport) ErrorCount() uint64 {
 		n += c
 	}
 	return n
+}
+
+// ErrMostlyFailed is a phase whose calls mostly failed: its figures would
+// measure refusals, not calls.
+var ErrMostlyFailed = errors.New("most calls failed")
+
+// mostlyFailed returns an error naming the most common failure when more
+// than half of the phase's calls failed, with what to do about it.
+func mostlyFailed(phase string, p *PhaseReport) error {
+	failed := p.ErrorCount()
+	if p.Calls == 0 || failed*2 <= p.Calls {
+		return nil
+	}
+	code, n := "", uint64(0)
+	for c, k := range p.Errors {
+		if k > n || (k == n && c < code) {
+			code, n = c, k
+		}
+	}
+	hint := ""
+	switch code {
+	case "rate_limited":
+		hint = "; the target gateway limits call rates: start it with --key-call-rate -1 --device-call-rate -1, as bench does the gateway it starts"
+	case "tool_not_found", "invalid_arguments":
+		hint = "; check --tool and --args against the devices' tools"
+	}
+	return fmt.Errorf("bench: %s phase: %w: %d of %d (%s: %s)%s", phase, ErrMostlyFailed, failed, p.Calls, code, p.ErrorSamples[code], hint)
 }
 
 func merge(results []*workerResult, open bool) (lat, svc Histogram, calls uint64, errs map[string]uint64, samples map[string]string) {

@@ -58,6 +58,29 @@ type Report struct {
 	IdleCPU *CPUUse `json:"idle_cpu,omitempty"`
 }
 
+// Check reports a run whose figures do not measure calls: a phase in which
+// most calls failed (ErrMostlyFailed, with what to do). The report itself
+// still says what happened.
+func (r *Report) Check() error {
+	type phase struct {
+		name string
+		p    *PhaseReport
+	}
+	phases := []phase{{"peak", r.Peak}, {"MCP", r.MCP}, {"fixed-rate", r.Fixed}, {"idle calls", r.IdleCalls}}
+	if c := r.Cluster; c != nil {
+		phases = append(phases, phase{"local", c.Local}, phase{"cross-node", c.Cross})
+	}
+	for _, ph := range phases {
+		if ph.p == nil {
+			continue
+		}
+		if err := mostlyFailed(ph.name, ph.p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // RunConfig is the part of the Config that shapes the figures.
 type RunConfig struct {
 	Devices     int     `json:"devices"`
