@@ -147,6 +147,11 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 				return rep.WriteText(g.stdout)
 			}
 			p, err := device.ParseProfile(profile)
+			if err == nil && p == device.ProfileRegister {
+				// Its calls are answered on its own terms (control tools at
+				// once, in the background): not what the phases measure.
+				err = fmt.Errorf("profile %q is not benchmarked: want esp32, pyxiaozhi or spec", profile)
+			}
 			if err != nil {
 				return fmt.Errorf("--profile: %w", err)
 			}

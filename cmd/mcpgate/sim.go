@@ -102,6 +102,9 @@ connect (that gateway is down).`,
 				return err
 			}
 			cfg.Logger = logger
+			if err := cfg.Validate(); err != nil {
+				return err // before the banner: nothing is simulated
+			}
 			target := cfg.URL
 			if cfg.MQTTBroker != "" {
 				target = "MQTT broker " + cfg.MQTTBroker

@@ -98,13 +98,19 @@ const (
 // Config.MQTTBroker and Config.OTAURL are all empty.
 var ErrNoURL = errors.New("sim: Config.URL, Servers, MQTTBroker or OTAURL is required")
 
+// Validate checks the configuration as Run does, without running it.
+func (c Config) Validate() error {
+	_, err := c.normalize()
+	return err
+}
+
 // normalize validates the configuration and fills in defaults.
 func (c Config) normalize() (Config, error) {
 	if c.Count == 0 {
 		c.Count = 1
 	}
 	if c.Count < 0 || c.Start < 0 {
-		return c, fmt.Errorf("sim: negative Count or Start")
+		return c, fmt.Errorf("sim: negative Count or Start (--count, --start)")
 	}
 	if int64(c.Start)+int64(c.Count) > 1<<32-1 {
 		return c, fmt.Errorf("sim: Start+Count exceeds the MAC space")
@@ -116,10 +122,10 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("sim: %w", err)
 	}
 	if c.ExtraTools < 0 || c.Latency < 0 || c.Stagger < 0 {
-		return c, fmt.Errorf("sim: negative ExtraTools, Latency or Stagger")
+		return c, fmt.Errorf("sim: negative ExtraTools, Latency or Stagger (--extra-tools, --latency, --stagger)")
 	}
 	if c.FailureRate < 0 || c.FailureRate > 1 || c.FailureRate != c.FailureRate {
-		return c, fmt.Errorf("sim: FailureRate %v outside 0..1", c.FailureRate)
+		return c, fmt.Errorf("sim: FailureRate (--failure-rate) %v outside 0..1", c.FailureRate)
 	}
 	if len(c.Servers) > 0 && (c.URL != "" || c.MQTTBroker != "" || c.OTAURL != "") {
 		return c, errors.New("sim: Servers replaces URL, and is WebSocket only: not with MQTTBroker or OTAURL")
