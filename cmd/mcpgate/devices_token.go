@@ -76,9 +76,18 @@ With --client-id the token is valid only with that Client-Id; without, with any.
 		if err != nil {
 			return err
 		}
+		issued := time.Now()
 		tok, err := auth.IssueDevice(id, clientID, ttl)
 		if err != nil {
 			return err
+		}
+		if g.json {
+			return printJSON(g.stdout, struct {
+				Device    string    `json:"device"`
+				ClientID  string    `json:"client_id,omitempty"`
+				Token     string    `json:"token"`
+				ExpiresAt time.Time `json:"expires_at"`
+			}{id, clientID, tok, issued.Add(ttl).UTC().Truncate(time.Second)})
 		}
 		fmt.Fprintln(g.stdout, tok)
 		return nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -55,6 +56,18 @@ func TestDevicesToken(t *testing.T) {
 		t.Fatalf("other client: %v", err)
 	}
 	run(t, "http://127.0.0.1:1", "devices", "token", "02:00:00:00:00:01", "--ttl", "-1h", "--data", data).want(t, 1)
+
+	// --json: the token with what it is for, and until when; --ttl in days.
+	r = run(t, "http://127.0.0.1:1", "devices", "token", "02:00:00:00:00:01", "--ttl", "2d", "--data", data, "--json")
+	r.want(t, 0)
+	var out struct {
+		Device, Token string
+		ExpiresAt     time.Time `json:"expires_at"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out.Device != "02:00:00:00:00:01" || auth.Verify(out.Device, "", out.Token) != nil ||
+		out.ExpiresAt.Sub(time.Now()) < 47*time.Hour || out.ExpiresAt.Sub(time.Now()) > 49*time.Hour {
+		t.Fatalf("--json: %v\n%s", err, r.stdout)
+	}
 }
 
 // TestDevicesTokenDevice: DEVICE is a MAC (known or not), or the id or
