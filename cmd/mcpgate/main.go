@@ -13,7 +13,9 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP (a closed terminal, a service manager's reload) stops gracefully too:
+	// its default, an instant exit, would lose what is not yet stored.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	err := newRootCmd(os.Stdout, os.Stderr).ExecuteContext(ctx)
 	stop()
 	if err != nil {

@@ -193,3 +193,43 @@ func TestServeSIGTERM(t *testing.T) {
 		t.Errorf("audit records %+v, want the one call to self.slow, ok, from rest", recs)
 	}
 }
+
+// TestServeSIGHUP: SIGHUP (a closed terminal, a reload) stops the gateway
+// as SIGTERM does, storing what it holds: not the instant exit that is
+// SIGHUP's default, which lost the audit records not yet written.
+func TestServeSIGHUP(t *testing.T) {
+	data := t.TempDir()
+	child := startChild(t, "serve", "--addr", "127.0.0.1:0", "--mqtt-addr", "", "--data", data, "--log-format", "json")
+	addr, _ := child.waitLog(t, "gateway listening", time.Minute)["addr"].(string)
+	c, err := api.NewClient("http://"+addr, &http.Client{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Refused calls are audited too: records to store on the way out.
+	for range 3 {
+		if _, err := c.Call(t.Context(), "02:00:00:61:00:01", api.CallBody{Name: "self.nope"}); err == nil {
+			t.Fatal("a call to an unknown device succeeded")
+		}
+	}
+	if err := child.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	child.waitLog(t, "gateway stopping", time.Minute)
+	select {
+	case <-child.done:
+	case <-time.After(time.Minute):
+		t.Fatal("the gateway did not exit after SIGHUP")
+	}
+	if child.err != nil {
+		t.Fatalf("exit after SIGHUP: %v, want 0", child.err)
+	}
+	st, err := store.Open(t.Context(), "", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	recs, err := st.Audit(t.Context(), store.AuditQuery{Limit: 10})
+	if err != nil || len(recs) != 3 {
+		t.Fatalf("audit records after SIGHUP: %d, %v; want 3", len(recs), err)
+	}
+}
