@@ -81,7 +81,7 @@ func (a *API) audit(w http.ResponseWriter, r *http.Request) {
 			return // the caller left
 		}
 		a.log.Error("could not read the audit log", "error", err)
-		writeError(w, http.StatusInternalServerError, "internal", "could not read the audit log: "+err.Error(), nil)
+		writeError(w, http.StatusServiceUnavailable, "store_error", "could not read the audit log: "+err.Error(), nil)
 		return
 	}
 	writeJSON(w, http.StatusOK, page)

@@ -4,6 +4,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -369,7 +370,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Cluster != nil {
 		clusterHealth, ready = link.health, link.ready
 	}
-	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version, Agent: chat, Audit: flushedAudit{auditLog, cfg.Store}, Queue: calls, Keys: cfg.Store,
+	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version, Agent: chat, Audit: flushedAudit{w: auditLog, src: cfg.Store}, Queue: calls, Keys: cfg.Store,
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes, WriteTimeout: cfg.Limits.WriteTimeout, Limits: lim, Cluster: clusterHealth, Ready: ready})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -704,11 +705,25 @@ func originHosts(origins []string) []string {
 type flushedAudit struct {
 	w   *audit.Writer
 	src api.AuditSource
+	// wait bounds the flush: a store that takes no writes (down, full)
+	// must not hold the reader until it recovers. Default auditFlushWait.
+	wait time.Duration
 }
 
+// auditFlushWait is how long a read of the audit log waits for the
+// records before it to be stored.
+const auditFlushWait = 5 * time.Second
+
 func (a flushedAudit) Audit(ctx context.Context, q store.AuditQuery) ([]store.AuditRecord, error) {
-	if err := a.w.Flush(ctx); err != nil {
-		return nil, err
+	wait := cmp.Or(a.wait, auditFlushWait)
+	fctx, cancel := context.WithTimeout(ctx, wait)
+	err := a.w.Flush(fctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("the store took no audit records for %s (is it down or full? the gateway keeps them and retries): %w", wait, err)
 	}
 	return a.src.Audit(ctx, q)
 }
