@@ -38,6 +38,7 @@ func Run(t *testing.T, target Target) {
 		{"AuditCallFields", testAuditCallFields},
 		{"Reopen", testReopen},
 		{"TwoStores", testTwoStores},
+		{"GatewayLock", testGatewayLock},
 		{"ConcurrentOpen", testConcurrentOpen},
 		{"Close", testClose},
 	}
@@ -733,6 +734,34 @@ func testTwoStores(t *testing.T, target Target) {
 	if k, err := gw.Key(ctx, "k1"); err != nil || k.RevokedAt.IsZero() {
 		t.Fatalf("key revoked by another store: %+v, %v", k, err)
 	}
+}
+
+// testGatewayLock: one gateway at a time holds a store; another opening
+// it (another process) is refused until the first lets go, and a store
+// beside it (another schema, another directory) is not.
+func testGatewayLock(t *testing.T, target Target) {
+	ctx := context.Background()
+	dsn, dir := target(t)
+	first, second := Open(t, dsn, dir), Open(t, dsn, dir)
+	release, err := store.LockGateway(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.LockGateway(ctx, second); !errors.Is(err, store.ErrInUse) {
+		t.Fatalf("a second gateway's lock: %v, want ErrInUse", err)
+	}
+	otherDSN, otherDir := target(t)
+	releaseOther, err := store.LockGateway(ctx, Open(t, otherDSN, otherDir))
+	if err != nil {
+		t.Fatalf("another store's lock: %v", err)
+	}
+	releaseOther()
+	release()
+	release2, err := store.LockGateway(ctx, second)
+	if err != nil {
+		t.Fatalf("the lock once released: %v", err)
+	}
+	release2()
 }
 
 // testConcurrentOpen: several processes starting on a new database at once

@@ -1,0 +1,32 @@
+package store
+
+import (
+	"context"
+	"fmt"
+)
+
+// gatewayLockKey names the advisory lock of a gateway's store; the schema
+// is part of it, as stores in two schemas of one database are two stores.
+const gatewayLockKey = "mcpgate gateway:"
+
+// lockGateway holds a session advisory lock on a connection kept out of
+// the pool: PostgreSQL drops it with the connection, so with the gateway
+// however it ends.
+func (s *pgStore) lockGateway(ctx context.Context) (func(), error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store: lock: %w", err)
+	}
+	var got bool
+	err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1 || current_schema(), 0))`, gatewayLockKey).Scan(&got)
+	if err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("store: lock: %w", err)
+	}
+	if !got {
+		conn.Release()
+		return nil, fmt.Errorf("%w (postgres %s)", ErrInUse, s.location)
+	}
+	c := conn.Hijack() // the lock lives with this connection, not the pool's
+	return func() { _ = c.Close(context.Background()) }, nil
+}

@@ -1,0 +1,30 @@
+//go:build unix
+
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// lockGateway holds an exclusive flock on the database file: SQLite's own
+// locks are POSIX record locks, which an flock does not touch on Linux and
+// the BSDs, and the kernel drops it with the process however it ends.
+func (s *sqliteStore) lockGateway(context.Context) (func(), error) {
+	f, err := os.Open(s.path)
+	if err != nil {
+		return nil, fmt.Errorf("store: lock %s: %w", s.path, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w (sqlite %s)", ErrInUse, s.path)
+		}
+		return nil, fmt.Errorf("store: lock %s: %w", s.path, err)
+	}
+	return func() { f.Close() }, nil // closing the file releases the lock
+}
