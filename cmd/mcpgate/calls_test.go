@@ -217,3 +217,12 @@ func TestParseMQTTNode(t *testing.T) {
 		}
 	}
 }
+
+func TestServeShutdownTimeoutPositive(t *testing.T) {
+	for _, v := range []string{"0s", "-1s"} {
+		r := run(t, "unused", "serve", "--data", t.TempDir(), "--addr", "256.0.0.1:1", "--mqtt-addr", "", "--shutdown-timeout", v)
+		if r.code == 0 || !strings.Contains(r.stderr, "--shutdown-timeout must be positive") {
+			t.Errorf("--shutdown-timeout %s: exit %d, stderr %q", v, r.code, r.stderr)
+		}
+	}
+}

@@ -99,6 +99,10 @@ environment, which wins over the file.`,
 				}
 				cfg.MQTTAddr = ""
 			}
+			if cfg.ShutdownTimeout <= 0 {
+				// The gateway would take 0 for its default: say so rather than wait 10s.
+				return fmt.Errorf("--shutdown-timeout must be positive, got %s (e.g. 1s for a quick stop)", cfg.ShutdownTimeout)
+			}
 			if mqttNode != "" {
 				if cfg.MQTTBroker == "" {
 					return errors.New("--mqtt-node needs --mqtt-broker: it splits devices among gateway nodes sharing an external broker")

@@ -233,13 +233,13 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.ShutdownTimeout <= 0 {
+	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = 10 * time.Second
 	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"call timeout", cfg.CallTimeout}, {"request timeout", cfg.RequestTimeout}, {"hello timeout", cfg.HelloTimeout}} {
+	}{{"call timeout", cfg.CallTimeout}, {"request timeout", cfg.RequestTimeout}, {"hello timeout", cfg.HelloTimeout}, {"shutdown timeout", cfg.ShutdownTimeout}} {
 		if d.v < 0 {
 			return nil, fmt.Errorf("gateway: %s must not be negative, got %s", d.name, d.v)
 		}
