@@ -90,7 +90,8 @@ func (p *persister) pending() int {
 
 // RunPersistence writes changed devices to Config.Store until ctx ends,
 // then writes what is still pending (within 10 seconds) and returns. A
-// failed write is logged and retried at the next change or after a second.
+// failed write is retried after a second, then after twice as long each
+// time up to 30 s, and logged once a minute while it keeps failing.
 // Without a store it returns at once. Run it once; end it after the
 // transports have closed, so that the offline state of every device is
 // written.
@@ -102,6 +103,10 @@ func (h *Hub) RunPersistence(ctx context.Context) error {
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
+	var (
+		backoff time.Duration // since the last failed write; 0 while writes succeed
+		logged  time.Time     // the last warning of a failing streak
+	)
 	for {
 		select {
 		case <-ctx.Done():
@@ -112,6 +117,9 @@ func (h *Hub) RunPersistence(ctx context.Context) error {
 			}
 			return nil
 		case <-p.wake:
+			if backoff > 0 {
+				continue // the store is failing: the retry writes this change too
+			}
 		case <-retry.C:
 		}
 		// Let a burst of changes gather, unless we are stopping.
@@ -120,14 +128,25 @@ func (h *Hub) RunPersistence(ctx context.Context) error {
 		case <-ctx.Done():
 			continue
 		}
-		if err := h.FlushPersistence(ctx); err != nil {
-			if ctx.Err() == nil {
-				h.log.Warn("could not save devices to the store; retrying", "error", err, "pending", p.pending())
+		err := h.FlushPersistence(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			backoff = min(max(2*backoff, time.Second), persistMaxBackoff)
+			// A store down for minutes says so once a minute, not at each retry.
+			if now := time.Now(); now.Sub(logged) >= time.Minute {
+				h.log.Warn("could not save devices to the store; retrying", "error", err, "pending", p.pending(), "retry_in", backoff)
+				logged = now
 			}
-			retry.Reset(time.Second)
+			retry.Reset(backoff)
+		case err == nil && backoff > 0:
+			h.log.Info("devices saved to the store again")
+			backoff, logged = 0, time.Time{}
 		}
 	}
 }
+
+// persistMaxBackoff bounds the wait between writes while the store fails.
+const persistMaxBackoff = 30 * time.Second
 
 // FlushPersistence writes every device changed since the last write now.
 // Devices whose write failed stay pending.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -335,4 +337,57 @@ func TestTenThousandDevicesSQLite(t *testing.T) {
 	if loaded > 5*time.Second {
 		t.Errorf("loading 10,000 devices took %s", loaded)
 	}
+}
+
+// While the store fails, writes are retried with a growing wait, not at
+// every change, and the warning comes once, not at each retry; the first
+// write that succeeds says so.
+func TestPersistenceBacksOffWhileStoreFails(t *testing.T) {
+	st := &countingStore{failures: 1000}
+	var logs syncLog
+	h := New(Config{Store: st, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	runPersistence(t, h)
+	const id = "02:00:00:00:00:02"
+	connect(t, h, id, newDevice(nil, volumeTool))
+	waitState(t, h, id, StateReady)
+	deadline := time.Now().Add(3500 * time.Millisecond)
+	for i := 0; time.Now().Before(deadline); i++ { // a change every 50 ms
+		if _, err := h.SetAlias(id, fmt.Sprintf("a%d", i)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	st.mu.Lock()
+	attempts := 1000 - st.failures
+	st.failures = 0
+	st.mu.Unlock()
+	// Writes at about 0.25 s, then 1, 2 and 4 s after each failure: 3 or 4
+	// in 3.5 s, where one per change (every 250 ms) would be 14.
+	if attempts < 2 || attempts > 5 {
+		t.Errorf("%d write attempts in 3.5 s of a failing store", attempts)
+	}
+	if n := strings.Count(logs.String(), "could not save devices"); n != 1 {
+		t.Errorf("%d warnings, want 1:\n%s", n, logs.String())
+	}
+	waitFor(t, "the write after the store is back", func() bool { return strings.Contains(logs.String(), "devices saved to the store again") })
+	if d, err := st.Devices(t.Context()); err != nil || len(d) != 1 || !strings.HasPrefix(d[0].Alias, "a") {
+		t.Errorf("stored %+v, %v", d, err)
+	}
+}
+
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -51,9 +51,10 @@ func (q *Queue) postDue(ctx context.Context) {
 	wctx := context.WithoutCancel(ctx)
 	due, err := q.st.QueuedCalls(wctx, store.CallQuery{CallbackDue: time.Now().UTC(), Limit: 50})
 	if err != nil {
-		q.log.Warn("reading due callbacks", "error", err)
+		q.warnStore("reading due callbacks", err)
 		return
 	}
+	q.storeLog.ok("reading due callbacks")
 	for _, c := range due {
 		if ctx.Err() != nil {
 			return

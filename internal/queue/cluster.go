@@ -51,8 +51,10 @@ func (q *Queue) rescan(ctx context.Context) {
 	}
 	q.lastScan = time.Now()
 	if err := q.loadWaiting(ctx); err != nil {
-		q.log.Warn("reading which devices have queued calls", "error", err)
+		q.warnStore("reading which devices have queued calls", err)
+		return
 	}
+	q.storeLog.ok("reading which devices have queued calls")
 }
 
 // InterruptNode fails as interrupted the calls running on node, a cluster

@@ -163,9 +163,10 @@ func (q *Queue) kickReady() {
 func (q *Queue) sweep(ctx context.Context) error {
 	expired, err := q.st.ExpireCalls(ctx, time.Now().UTC())
 	if err != nil {
-		q.log.Warn("expiring queued calls", "error", err)
+		q.warnStore("expiring queued calls", err)
 		return err
 	}
+	q.storeLog.ok("expiring queued calls")
 	for _, c := range expired {
 		q.ended(c)
 	}

@@ -119,6 +119,7 @@ type Queue struct {
 	startOnce sync.Once
 	runCtx    context.Context // Run's ctx, for workers started by Submit; set before started closes
 	lastScan  time.Time       // in a cluster: when Run last read which devices have queued calls
+	storeLog  storeLog        // throttles the periodic tasks' store warnings
 }
 
 type worker struct{ again bool }
