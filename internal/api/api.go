@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -460,6 +461,10 @@ func (a *API) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		var ute *json.UnmarshalTypeError
 		switch {
 		case a.refusedTooLarge(w, r, err):
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// The body deadline (--read-body-timeout): counted and logged as
+			// that limit, not as a malformed body.
+			writeError(w, http.StatusRequestTimeout, "request_timeout", "the request body did not arrive in time", nil)
 		case errors.Is(err, io.EOF):
 			a.badRequest(r, "empty_body", err)
 			writeError(w, http.StatusBadRequest, "bad_request", "empty request body: send a JSON object", nil)

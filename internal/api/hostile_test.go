@@ -309,3 +309,31 @@ func attackSlowReader(t *testing.T, addr string) {
 		}
 	}
 }
+
+// TestBodyTimeoutAnswer: a body that does not arrive in time is answered
+// 408 request_timeout and counted as that limit only, not as malformed JSON.
+func TestBodyTimeoutAnswer(t *testing.T) {
+	gw, _ := gatewaytest.Start(t, gateway.Config{Limits: gateway.Limits{ReadBodyTimeout: 300 * time.Millisecond}})
+	addr := gw.Addr()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"name\":", restCallPath(), addr)
+	conn.SetReadDeadline(time.Now().Add(hostiletest.WaitTimeout))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), `"request_timeout"`) {
+		t.Fatalf("answer %d %s, want 408 request_timeout", resp.StatusCode, b)
+	}
+	if n := hostiletest.Metric(t, addr, `mcpgate_bad_requests_total{door="rest",reason="malformed_json"}`); n != 0 {
+		t.Errorf("counted as malformed JSON %v times", n)
+	}
+	if n := hostiletest.Metric(t, addr, `mcpgate_limit_hits_total{limit="http_body_timeout"}`); n != 1 {
+		t.Errorf("http_body_timeout hits %v, want 1", n)
+	}
+}
