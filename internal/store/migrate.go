@@ -2,6 +2,7 @@ package store
 
 import (
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -59,4 +60,34 @@ func checkVersion(current int, known []migration) error {
 			ErrSchemaTooNew, current, latest)
 	}
 	return nil
+}
+
+// tables are the tables the migrations make, each read by checkTables.
+var tables = []string{"devices", "catalogs", "api_keys", "revocations", "settings", "audit", "calls"}
+
+// ErrDamaged is a database whose tables are not what its recorded
+// migrations made: changed by hand or by another program.
+var ErrDamaged = errors.New("the database was changed outside mcpgate")
+
+// checkTables reads every table of a migrated database (none of its rows),
+// so that one dropped or renamed by hand stops the gateway at start rather
+// than failing the features that use it while /readyz says ready. query
+// runs one statement.
+func checkTables(query func(sql string) error) error {
+	for _, t := range tables {
+		if err := query("SELECT 1 FROM " + t + " LIMIT 0"); err != nil {
+			return fmt.Errorf("store: %w: table %s: %v; restore a backup (docs/store.md)", ErrDamaged, t, err)
+		}
+	}
+	return nil
+}
+
+// migrationFailed explains a first migration that fails on a database that
+// already has the tables: its schema_migrations was emptied or dropped.
+func migrationFailed(m migration, current int, err error) error {
+	if current == 0 && strings.Contains(err.Error(), "already exists") {
+		return fmt.Errorf("store: %w: migration %s: %v: the tables exist but schema_migrations does not record them; restore a backup (docs/store.md)",
+			ErrDamaged, m.name, err)
+	}
+	return fmt.Errorf("migration %s: %w", m.name, err)
 }

@@ -82,11 +82,14 @@ func migratePostgres(ctx context.Context, pool *pgxpool.Pool) error {
 		// No arguments: pgx sends it with the simple protocol, which runs
 		// every statement of the file.
 		if _, err := tx.Exec(ctx, m.sql); err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
+			return migrationFailed(m, current, err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
 			return fmt.Errorf("migration %s: %w", m.name, err)
 		}
+	}
+	if err := checkTables(func(q string) error { _, err := tx.Exec(ctx, q); return err }); err != nil {
+		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("migrations: %w", err)

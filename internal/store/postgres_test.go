@@ -79,3 +79,25 @@ func TestPostgresMigrationsRecorded(t *testing.T) {
 		t.Errorf("schema_migrations: %d rows up to %d, want %d", n, max, latest)
 	}
 }
+
+func TestPostgresDamaged(t *testing.T) {
+	for _, tc := range []struct{ name, sql, want string }{
+		{"table dropped", `DROP TABLE calls`, "table calls"},
+		{"migrations forgotten", `DELETE FROM schema_migrations`, "schema_migrations does not record them"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dsn := storetest.PostgresDSN(t)
+			s, err := store.Open(context.Background(), dsn, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := store.ExecRaw(s, tc.sql); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			if _, err = store.Open(context.Background(), dsn, ""); !errors.Is(err, store.ErrDamaged) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Open: %v, want ErrDamaged naming %q", err, tc.want)
+			}
+		})
+	}
+}

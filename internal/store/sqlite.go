@@ -196,12 +196,15 @@ func migrateSQLite(ctx context.Context, w *sql.DB) error {
 	}
 	for _, m := range known[current:] {
 		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
+			return migrationFailed(m, current, err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
 			m.version, m.name, time.Now().UnixMicro()); err != nil {
 			return fmt.Errorf("migration %s: %w", m.name, err)
 		}
+	}
+	if err := checkTables(func(q string) error { _, err := tx.ExecContext(ctx, q); return err }); err != nil {
+		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("migrations: %w", err)

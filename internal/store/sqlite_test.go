@@ -282,3 +282,28 @@ func TestSQLiteUpgradeToCalls(t *testing.T) {
 		t.Fatalf("CreateCall after the upgrade: %v", err)
 	}
 }
+
+// TestSQLiteDamaged: a database whose tables are not what its migrations
+// made (a table dropped, schema_migrations emptied) stops Open, saying so,
+// instead of failing later behind a ready gateway.
+func TestSQLiteDamaged(t *testing.T) {
+	for _, tc := range []struct{ name, sql, want string }{
+		{"table dropped", `DROP TABLE calls`, "table calls"},
+		{"migrations forgotten", `DELETE FROM schema_migrations`, "schema_migrations does not record them"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := Open(context.Background(), "", dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.(*sqliteStore).w.Exec(tc.sql); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			if _, err = Open(context.Background(), "", dir); !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Open: %v, want ErrDamaged naming %q", err, tc.want)
+			}
+		})
+	}
+}
