@@ -56,6 +56,19 @@ func TestSimAndBenchRefuseBadOptions(t *testing.T) {
 			t.Errorf("sim %v: exit %d, stderr %q; want a refusal before the banner", args, r.code, r.stderr)
 		}
 	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--servers", ""}, "--servers is empty"},
+		{[]string{"--servers", "ws://127.0.0.1:1/xiaozhi/v1/,ftp://x"}, `--servers "ftp://x": scheme must be http or https`},
+		{[]string{"--url", "http://127.0.0.1:1/"}, "--url \"http://127.0.0.1:1/\": want the device WebSocket"},
+	} {
+		r := run(t, "http://127.0.0.1:1", append([]string{"sim"}, tc.args...)...)
+		if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("sim %v: exit %d, stderr %q; want %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
 	r := run(t, "http://127.0.0.1:1", "bench", "--profile", "register", "--devices", "1")
 	if r.code == 0 || !strings.Contains(r.stderr, `--profile: profile "register" is not benchmarked`) {
 		t.Errorf("bench --profile register: exit %d, stderr %q", r.code, r.stderr)

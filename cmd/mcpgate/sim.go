@@ -79,6 +79,12 @@ connect (that gateway is down).`,
 			if wsURL != "" && cfg.MQTTBroker != "" {
 				return errors.New("--url and --mqtt are exclusive: a device uses one transport")
 			}
+			if cmd.Flags().Changed("servers") && len(servers) == 0 {
+				return errors.New("--servers is empty: give the gateways' URLs, or leave it out")
+			}
+			if wsURL != "" && !strings.HasPrefix(wsURL, "ws://") && !strings.HasPrefix(wsURL, "wss://") {
+				return fmt.Errorf("--url %q: want the device WebSocket, ws://host:port%s (a gateway's http:// address goes in --server)", wsURL, xiaozhi.Path)
+			}
 			if len(servers) > 0 {
 				if wsURL != "" || cfg.MQTTBroker != "" || cfg.OTAURL != "" {
 					return errors.New("--servers replaces --url, and is WebSocket only: not with --url, --mqtt or --ota")
@@ -153,21 +159,22 @@ func serverURL(s string) (string, error) {
 	if strings.HasPrefix(s, "ws://") || strings.HasPrefix(s, "wss://") {
 		return s, nil
 	}
-	u, err := deviceURL(s)
-	if err != nil {
-		return "", fmt.Errorf("--servers: %w", err)
-	}
-	return u, nil
+	return gatewayWS("--servers", s)
 }
 
-// deviceURL turns a gateway's HTTP URL into its device WebSocket URL.
-func deviceURL(server string) (string, error) {
+// deviceURL turns --server, a gateway's HTTP URL, into its device
+// WebSocket URL.
+func deviceURL(server string) (string, error) { return gatewayWS("--server", server) }
+
+// gatewayWS turns a gateway's HTTP URL, given with flag, into its device
+// WebSocket URL.
+func gatewayWS(flag, server string) (string, error) {
 	if !strings.Contains(server, "://") {
 		server = "http://" + server
 	}
 	u, err := url.Parse(server)
 	if err != nil || u.Host == "" {
-		return "", fmt.Errorf("--server %q is not a URL; use --url ws://host:port%s", server, xiaozhi.Path)
+		return "", fmt.Errorf("%s %q is not a URL; use --url ws://host:port%s", flag, server, xiaozhi.Path)
 	}
 	switch u.Scheme {
 	case "http", "ws":
@@ -175,7 +182,7 @@ func deviceURL(server string) (string, error) {
 	case "https", "wss":
 		u.Scheme = "wss"
 	default:
-		return "", fmt.Errorf("--server %q: scheme must be http or https", server)
+		return "", fmt.Errorf("%s %q: scheme must be http or https", flag, server)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/") + xiaozhi.Path
 	u.RawQuery, u.Fragment = "", ""
