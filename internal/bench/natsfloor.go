@@ -392,6 +392,9 @@ func (c *floorCaller) drive(ctx context.Context, rate float64, workers int, d ti
 				if every > 0 {
 					time.Sleep(time.Until(next))
 					next = next.Add(every)
+					if ctx.Err() != nil {
+						break // slept past the window: this one is not in it
+					}
 				}
 				if msg == nil {
 					n.Add(1)

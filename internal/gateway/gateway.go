@@ -538,7 +538,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return err
 	}
 	defer g.closeStore() // last: whatever flushes to the store on stop runs before
-	if g.cfg.Cluster == nil { // cluster nodes share one store, each with its own node id
+	// A store the gateway opened (mcpgate serve) is its own; one a program
+	// hands it is that program's to share. Cluster nodes share one store,
+	// each with its own node id.
+	if g.pendingStore != nil && g.cfg.Cluster == nil {
 		release, err := store.LockGateway(ctx, g.cfg.Store)
 		if err != nil {
 			return fmt.Errorf("%w: one store serves one gateway (the second would fail the first's running queued calls); "+

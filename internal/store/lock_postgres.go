@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // gatewayLockKey names the advisory lock of a gateway's store; the schema
@@ -28,5 +29,12 @@ func (s *pgStore) lockGateway(ctx context.Context) (func(), error) {
 		return nil, fmt.Errorf("%w (postgres %s)", ErrInUse, s.location)
 	}
 	c := conn.Hijack() // the lock lives with this connection, not the pool's
-	return func() { _ = c.Close(context.Background()) }, nil
+	return func() {
+		// Unlocked before the close: the server ends the session, and drops
+		// its locks, only after the connection is gone.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _ = c.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended($1 || current_schema(), 0))`, gatewayLockKey)
+		_ = c.Close(ctx)
+	}, nil
 }
