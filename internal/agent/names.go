@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"sort"
 	"strings"
+
+	"github.com/mcpgate/mcpgate/internal/hub"
 )
 
 // maxNameLen is the longest function name model APIs accept
@@ -121,78 +123,15 @@ func withHash(base, orig string, salt int) string {
 }
 
 // rewriteNames replaces mentions of the original tool names in a
-// description by their function names, so a description saying "call
-// `self.get_device_status` first" names a function the model can call.
-// Only mentions that are plainly tool names are rewritten: a whole word
-// equal to a name with a dot or an underscore (self.get_device_status,
-// set_level), or any name alone in backticks (`add`). A name that can be an
-// ordinary word stays as written elsewhere: endpoint calc's "add" described
-// "add two numbers" means the word. Longer names win over their prefixes.
-// The MCP doors rewrite by the same rule (internal/mcpserver/door.go).
+// description by their function names, by hub.RewriteMentions's rule (the
+// MCP doors' too), so a description saying "call `self.get_device_status`
+// first" names a function the model can call.
 func rewriteNames(desc string, names map[string]string) string {
-	if desc == "" || len(names) == 0 {
-		return desc
-	}
-	sorted := make([]string, 0, len(names))
+	var renamed []string
 	for orig, fn := range names {
 		if orig != fn && orig != "" {
-			sorted = append(sorted, orig)
+			renamed = append(renamed, orig)
 		}
 	}
-	if len(sorted) == 0 {
-		return desc
-	}
-	sort.Slice(sorted, func(i, j int) bool {
-		if len(sorted[i]) != len(sorted[j]) {
-			return len(sorted[i]) > len(sorted[j])
-		}
-		return sorted[i] < sorted[j]
-	})
-	var b strings.Builder
-	for i := 0; i < len(desc); {
-		matched := ""
-		if i == 0 || !wordByte(desc[i-1]) {
-			for _, n := range sorted {
-				if strings.HasPrefix(desc[i:], n) && wordEnd(desc, i+len(n)) {
-					matched = n
-					break
-				}
-			}
-		}
-		switch {
-		case matched == "":
-			b.WriteByte(desc[i])
-			i++
-			continue
-		case mentionsTool(desc, i, i+len(matched)):
-			b.WriteString(names[matched])
-		default:
-			b.WriteString(matched)
-		}
-		i += len(matched)
-	}
-	return b.String()
-}
-
-// mentionsTool reports whether the name at desc[start:end] is plainly a
-// tool's: it has a dot or an underscore, which words do not, or it stands
-// alone in backticks.
-func mentionsTool(desc string, start, end int) bool {
-	return strings.ContainsAny(desc[start:end], "._") ||
-		start > 0 && end < len(desc) && desc[start-1] == '`' && desc[end] == '`'
-}
-
-// wordByte is a byte that can continue a tool name in prose.
-func wordByte(c byte) bool { return nameChar(c) || c == '.' }
-
-// wordEnd reports whether a name ending at end is a whole word: followed by
-// nothing, a byte that cannot continue a name, or a sentence's full stop.
-func wordEnd(s string, end int) bool {
-	switch {
-	case end == len(s), !wordByte(s[end]):
-		return true
-	case s[end] == '.':
-		return end+1 == len(s) || !wordByte(s[end+1])
-	}
-	return false
+	return hub.RewriteMentions(desc, renamed, func(n string) string { return names[n] })
 }

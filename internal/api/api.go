@@ -8,7 +8,6 @@
 package api
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -445,13 +444,10 @@ func (a *API) callTool(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	r.Body = http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes)
-	br := bufio.NewReader(r.Body)
-	first, err := firstByte(br)
-	dec := json.NewDecoder(br)
-	if err == nil {
-		err = dec.Decode(v)
-	}
-	if err == nil && first != '{' {
+	body := &firstByte{r: r.Body}
+	dec := json.NewDecoder(body)
+	err := dec.Decode(v)
+	if err == nil && body.b != '{' {
 		// null: it decodes into a request as nothing asked for.
 		a.badRequest(r, "wrong_type", nil)
 		writeError(w, http.StatusBadRequest, "bad_request", "request body must be a JSON object", nil)
@@ -492,20 +488,25 @@ func (a *API) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-// firstByte skips white space and returns the next byte, unread.
-func firstByte(br *bufio.Reader) (byte, error) {
-	for {
-		b, err := br.Peek(1)
-		if err != nil {
-			return 0, err
-		}
-		switch b[0] {
-		case ' ', '\t', '\r', '\n':
-			_, _ = br.ReadByte()
-		default:
-			return b[0], nil
+// firstByte reads through r and keeps the first byte that is not white
+// space: what the body is (an object, null...), known without a buffer of
+// its own on every request.
+type firstByte struct {
+	r io.Reader
+	b byte
+}
+
+func (f *firstByte) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if f.b == 0 {
+		for _, c := range p[:n] {
+			if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+				f.b = c
+				break
+			}
 		}
 	}
+	return n, err
 }
 
 // jsonKind names what a Go type takes in JSON, for a wrong-type message.

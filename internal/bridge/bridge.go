@@ -35,11 +35,12 @@ import (
 	"log/slog"
 	"net/url"
 	"os/exec"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/mcpgate/mcpgate/internal/redact"
 )
 
 // Config tunes Run. URL and Servers are required; other zero values get defaults.
@@ -217,18 +218,16 @@ func keepalive(ctx context.Context, stop context.CancelCauseFunc, conn *websocke
 	}
 }
 
-// endpointURL adds ?name= to the gateway URL unless it has one.
 // redactURL hides the query of target (its ?token=, an endpoint token or
 // API key) wherever err's text repeats it, as net/http's errors do: the
 // error is logged. It still unwraps to err.
 func redactURL(err error, target string) error {
-	// The query is matched rather than the whole URL: the WebSocket
-	// library dials ws:// as http://.
-	u, perr := url.Parse(target)
-	if perr != nil || u.RawQuery == "" || !strings.Contains(err.Error(), u.RawQuery) {
+	msg := err.Error()
+	red := redact.InText(msg, target)
+	if red == msg {
 		return err
 	}
-	return &redactedError{msg: strings.ReplaceAll(err.Error(), u.RawQuery, "REDACTED"), err: err}
+	return &redactedError{msg: red, err: err}
 }
 
 type redactedError struct {
@@ -239,6 +238,7 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
+// endpointURL adds ?name= to the gateway URL unless it has one.
 func endpointURL(raw, name string) string {
 	if name == "" {
 		return raw

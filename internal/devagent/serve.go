@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/mcpgate/mcpgate/internal/bridge"
+	"github.com/mcpgate/mcpgate/internal/redact"
 )
 
 // maxMessage bounds one JSON-RPC message read from stdio or the endpoint.
@@ -265,9 +265,9 @@ func (a *Agent) endpointSession(ctx context.Context, o EndpointOptions) (connect
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
 			resp.Body.Close()
 			msg := fmt.Sprintf("the endpoint refused the token in --url: %s: %s", resp.Status, bytes.TrimSpace(body))
-			return false, errors.New(redactText(msg, o.URL))
+			return false, errors.New(redact.InText(msg, o.URL))
 		}
-		return false, fmt.Errorf("dial endpoint %s: %w", redactURL(o.URL), redact(err, o.URL))
+		return false, fmt.Errorf("dial endpoint %s: %w", redactURL(o.URL), redactErr(err, o.URL))
 	}
 	defer conn.CloseNow()
 	conn.SetReadLimit(maxMessage)
@@ -349,39 +349,13 @@ func redactURL(raw string) string {
 	return raw
 }
 
-// redact returns err with the URL's query (its token) hidden wherever the
+// redactErr returns err with the URL's query (its token) hidden wherever the
 // text repeats it: as is, quoted (%q), or escaped. It never returns the
 // query, even from a URL that does not parse.
-func redact(err error, rawURL string) error {
+func redactErr(err error, rawURL string) error {
 	msg := err.Error()
-	if red := redactText(msg, rawURL); red != msg {
+	if red := redact.InText(msg, rawURL); red != msg {
 		return errors.New(red)
 	}
 	return err
-}
-
-func redactText(msg, rawURL string) string {
-	_, query, ok := strings.Cut(rawURL, "?")
-	if !ok || query == "" {
-		return msg
-	}
-	quoted := strconv.Quote(query)
-	forms := []string{query, quoted[1 : len(quoted)-1], url.QueryEscape(query), url.PathEscape(query)}
-	if u, err := url.Parse(rawURL); err == nil {
-		forms = append(forms, u.RawQuery, u.Query().Encode())
-	}
-	for _, f := range forms {
-		if f != "" {
-			msg = strings.ReplaceAll(msg, f, "REDACTED")
-		}
-	}
-	// A value quoted or escaped some other way: hide each parameter value.
-	for _, kv := range strings.Split(query, "&") {
-		if _, v, ok := strings.Cut(kv, "="); ok && len(v) >= 4 {
-			for _, f := range []string{v, strconv.Quote(v), url.QueryEscape(v)} {
-				msg = strings.ReplaceAll(msg, strings.Trim(f, `"`), "REDACTED")
-			}
-		}
-	}
-	return msg
 }

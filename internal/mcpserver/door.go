@@ -8,7 +8,6 @@ import (
 	"errors"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -559,66 +558,7 @@ func objectSchema(raw json.RawMessage) (json.RawMessage, bool) {
 }
 
 // rewriteNames rewrites a device's tool names mentioned in a description to
-// their aggregate names, so "call `self.get_device_status` first" stays
-// true. Only mentions that are plainly tool names are rewritten: a whole
-// word equal to a name with a dot or an underscore (self.get_device_status,
-// set_volume), or any name alone in backticks (`status`). A name that can be
-// an ordinary word stays as written elsewhere: "Use status first" means the
-// word as often as the tool. The agent rewrites by the same rule
-// (internal/agent/names.go).
+// their aggregate names (<alias>.<tool>), by hub.RewriteMentions's rule.
 func rewriteNames(desc string, names []string, alias string) string {
-	if desc == "" || len(names) == 0 {
-		return desc
-	}
-	sorted := append([]string(nil), names...)
-	// Longest first: self.audio_speaker.set_volume, not self.audio in it.
-	sort.Slice(sorted, func(i, j int) bool { return len(sorted[i]) > len(sorted[j]) })
-	var b strings.Builder
-	for i := 0; i < len(desc); {
-		matched := ""
-		if i == 0 || !nameByte(desc[i-1]) {
-			for _, n := range sorted {
-				if strings.HasPrefix(desc[i:], n) && wordEnd(desc, i+len(n)) {
-					matched = n
-					break
-				}
-			}
-		}
-		if matched == "" {
-			b.WriteByte(desc[i])
-			i++
-			continue
-		}
-		if mentionsTool(desc, i, i+len(matched)) {
-			b.WriteString(alias)
-			b.WriteByte('.')
-		}
-		b.WriteString(matched)
-		i += len(matched)
-	}
-	return b.String()
-}
-
-// mentionsTool reports whether the name at desc[start:end] is plainly a
-// tool's: it has a dot or an underscore, which words do not, or it stands
-// alone in backticks.
-func mentionsTool(desc string, start, end int) bool {
-	return strings.ContainsAny(desc[start:end], "._") ||
-		start > 0 && end < len(desc) && desc[start-1] == '`' && desc[end] == '`'
-}
-
-// wordEnd reports whether a name ending at end is a whole word: followed by
-// nothing, a non-name byte, or a sentence's full stop.
-func wordEnd(s string, end int) bool {
-	switch {
-	case end == len(s), !nameByte(s[end]):
-		return true
-	case s[end] == '.':
-		return end+1 == len(s) || !nameByte(s[end+1])
-	}
-	return false
-}
-
-func nameByte(c byte) bool {
-	return c == '_' || c == '-' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+	return hub.RewriteMentions(desc, names, func(n string) string { return alias + "." + n })
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
+	"strings"
 )
 
 // URL is u without its password and with every query value replaced by
@@ -41,4 +43,33 @@ func Err(err error) error {
 		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
 	}
 	return err
+}
+
+// InText hides rawURL's query (where tokens go) wherever msg repeats it:
+// as is, quoted (%q) or escaped, and each of its values of 4 bytes or more
+// however quoted. It never returns the query, even of a URL that does not
+// parse.
+func InText(msg, rawURL string) string {
+	_, query, ok := strings.Cut(rawURL, "?")
+	if !ok || query == "" {
+		return msg
+	}
+	quoted := strconv.Quote(query)
+	forms := []string{query, quoted[1 : len(quoted)-1], url.QueryEscape(query), url.PathEscape(query)}
+	if u, err := url.Parse(rawURL); err == nil {
+		forms = append(forms, u.RawQuery, u.Query().Encode())
+	}
+	for _, f := range forms {
+		if f != "" {
+			msg = strings.ReplaceAll(msg, f, "REDACTED")
+		}
+	}
+	for _, kv := range strings.Split(query, "&") {
+		if _, v, ok := strings.Cut(kv, "="); ok && len(v) >= 4 {
+			for _, f := range []string{v, strconv.Quote(v), url.QueryEscape(v)} {
+				msg = strings.ReplaceAll(msg, strings.Trim(f, `"`), "REDACTED")
+			}
+		}
+	}
+	return msg
 }

@@ -30,3 +30,22 @@ func TestErr(t *testing.T) {
 		t.Error("Err changed an error without a URL")
 	}
 }
+
+func TestInText(t *testing.T) {
+	const raw = `ws://gw/mcp/endpoint?token=s3cr"et&name=x`
+	for _, msg := range []string{
+		`dial ws://gw/mcp/endpoint?token=s3cr"et&name=x: refused`,
+		`parse "ws://gw/mcp/endpoint?token=s3cr\"et&name=x": bad`,
+		`GET http://gw/mcp/endpoint?token=s3cr%22et&name=x failed`,
+	} {
+		if got := InText(msg, raw); strings.Contains(got, "s3cr") {
+			t.Errorf("InText(%q) = %q: the token shows", msg, got)
+		}
+	}
+	if got := InText("no url here", raw); got != "no url here" {
+		t.Errorf("InText changed a message without the URL: %q", got)
+	}
+	if got := InText("dial ws://gw/: refused", "ws://gw/"); got != "dial ws://gw/: refused" {
+		t.Errorf("a URL without a query: %q", got)
+	}
+}
