@@ -2,13 +2,17 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/audit"
 	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/suggest"
 )
 
 func init() { extraCommands = append(extraCommands, newAuditCmd) }
@@ -50,7 +54,7 @@ match than --limit, the last line says how to get the next page (--before).`,
 				return printJSON(g.stdout, page)
 			}
 			if len(page.Records) == 0 {
-				fmt.Fprintln(g.stderr, "No audit record matches.")
+				fmt.Fprintln(g.stderr, "No audit record matches."+outcomeHint(q.Outcome))
 				return nil
 			}
 			rows := make([][]string, 0, len(page.Records))
@@ -111,4 +115,18 @@ func applyAuditFlags(cfg *gateway.Config, retention string) error {
 		return fmt.Errorf("--audit-max-value %d: want at least 16 bytes", cfg.AuditMaxValueBytes)
 	}
 	return nil
+}
+
+// outcomeHint points at a likely typo in --outcome ("eror"), which would
+// otherwise read as "no failures". Rarer outcomes exist (an action's
+// "denied"), so an unknown one is not refused.
+func outcomeHint(outcome string) string {
+	known := append(hub.Codes(), "tool_error", "error", "denied", "forbidden", "key_not_found", "revocation_not_saved")
+	if outcome == "" || slices.Contains(known, outcome) {
+		return ""
+	}
+	if near := suggest.Closest(outcome, known); near != "" {
+		return fmt.Sprintf(" Is --outcome %q a typo? (did you mean %s?)", outcome, near)
+	}
+	return fmt.Sprintf(" Is --outcome %q a typo? The usual outcomes: %s.", outcome, strings.Join(known, ", "))
 }

@@ -79,6 +79,14 @@ func TestAuditCmd(t *testing.T) {
 	if !strings.Contains(none.stderr, "No audit record") {
 		t.Errorf("empty result: %+v", none)
 	}
+	typo := run(t, addr, "audit", "--outcome", "eror")
+	typo.want(t, 0)
+	if !strings.Contains(typo.stderr, `Is --outcome "eror" a typo? (did you mean error?)`) {
+		t.Errorf("--outcome typo: %+v", typo)
+	}
+	if failed := run(t, addr, "audit", "--outcome", "error"); !strings.Contains(failed.stdout, "self.fail") || failed.stderr != "" {
+		t.Errorf("--outcome error: %+v", failed)
+	}
 	bad := run(t, addr, "audit", "--since", "yesterday")
 	bad.want(t, 1)
 	if !strings.Contains(bad.stderr, "bad_request") || !strings.Contains(bad.stderr, "RFC 3339") {

@@ -94,11 +94,17 @@ func suggestFlag(c *cobra.Command, err error) error {
 // the whole help on every error, which left "accepts 1 arg(s), received 0"
 // with no hint of what the arguments are.
 func withUsageLine(cmd *cobra.Command) {
+	if cmd.HasParent() && !cmd.Runnable() && cmd.HasSubCommands() {
+		// cobra prints the help of a command that only groups others and
+		// exits 0, a typo ("keys lst") included: a script would go on.
+		cmd.Args = cobra.NoArgs
+		cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+	}
 	if check := cmd.Args; check != nil {
 		cmd.Args = func(c *cobra.Command, args []string) error {
 			if err := check(c, args); err != nil {
 				path := strings.TrimPrefix(c.CommandPath(), c.Root().Name()+" ")
-				return fmt.Errorf("%s: %w\nUsage: %s", path, err, c.UseLine())
+				return fmt.Errorf("%s: %w%s\nUsage: %s", path, err, nearSubcommand(c, args), c.UseLine())
 			}
 			return nil
 		}
@@ -106,6 +112,21 @@ func withUsageLine(cmd *cobra.Command) {
 	for _, sub := range cmd.Commands() {
 		withUsageLine(sub)
 	}
+}
+
+// nearSubcommand names the subcommand closest to a mistyped first argument
+// ("devices shw"): cobra suggests only below the root.
+func nearSubcommand(c *cobra.Command, args []string) string {
+	if len(args) == 0 || !c.HasAvailableSubCommands() {
+		return ""
+	}
+	var names []string
+	for _, sub := range c.Commands() {
+		if sub.IsAvailableCommand() {
+			names = append(append(names, sub.Name()), sub.Aliases...)
+		}
+	}
+	return suggest.DidYouMean(args[0], names)
 }
 
 // extraCommands lets command files register themselves without editing root.go.

@@ -65,6 +65,9 @@ func TestArityUsageLine(t *testing.T) {
 		{[]string{"devices", "forget", "a", "b"}, "devices forget: accepts 1 arg(s), received 2\nUsage: mcpgate devices forget DEVICE [flags]"},
 		{[]string{"keys", "list", "extra"}, "keys list: unknown command \"extra\" for \"mcpgate keys list\"\nUsage: mcpgate keys list"},
 		{[]string{"version", "x"}, "Usage: mcpgate version"},
+		// A typo of a subcommand: named, not a help page with exit 0.
+		{[]string{"devices", "shw"}, "devices: unknown command \"shw\" for \"mcpgate devices\" (did you mean show?)"},
+		{[]string{"keys", "lst"}, "keys: unknown command \"lst\" for \"mcpgate keys\" (did you mean list?)"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := run(t, "http://127.0.0.1:1", tc.args...)

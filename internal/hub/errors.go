@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -99,40 +100,49 @@ func (e *ValidationError) Error() string {
 // Is makes errors.Is(err, ErrInvalidArgs) true.
 func (e *ValidationError) Is(target error) bool { return target == ErrInvalidArgs }
 
+// codes maps gateway errors to their stable slugs, first match wins.
+var codes = []struct {
+	err  error
+	code string
+}{
+	{ErrDeviceNotFound, "device_not_found"},
+	{ErrToolNotFound, "tool_not_found"},
+	{ErrInvalidArgs, "invalid_arguments"},
+	{ErrDeviceOffline, "device_offline"},
+	{ErrDeviceOnline, "device_online"},
+	{ErrStore, "store_error"},
+	{ErrDeviceTimeout, "device_timeout"},
+	{ErrDeviceDisconnected, "device_disconnected"},
+	{ErrDeviceBusy, "device_busy"},
+	{ErrRateLimited, "rate_limited"},
+	{ErrAliasTaken, "alias_taken"},
+	{ErrBadAlias, "bad_request"},
+	{mcpclient.ErrMalformedResponse, "device_bad_response"},
+	{context.Canceled, "client_closed"},
+	{context.DeadlineExceeded, "client_closed"},
+}
+
 // Code returns the stable slug of a gateway error, as the REST API and
 // metrics name it, or "internal" for an unknown one.
 func Code(err error) string {
-	switch {
-	case err == nil:
+	if err == nil {
 		return "ok"
-	case errors.Is(err, ErrDeviceNotFound):
-		return "device_not_found"
-	case errors.Is(err, ErrToolNotFound):
-		return "tool_not_found"
-	case errors.Is(err, ErrInvalidArgs):
-		return "invalid_arguments"
-	case errors.Is(err, ErrDeviceOffline):
-		return "device_offline"
-	case errors.Is(err, ErrDeviceOnline):
-		return "device_online"
-	case errors.Is(err, ErrStore):
-		return "store_error"
-	case errors.Is(err, ErrDeviceTimeout):
-		return "device_timeout"
-	case errors.Is(err, ErrDeviceDisconnected):
-		return "device_disconnected"
-	case errors.Is(err, ErrDeviceBusy):
-		return "device_busy"
-	case errors.Is(err, ErrRateLimited):
-		return "rate_limited"
-	case errors.Is(err, ErrAliasTaken):
-		return "alias_taken"
-	case errors.Is(err, ErrBadAlias):
-		return "bad_request"
-	case errors.Is(err, mcpclient.ErrMalformedResponse):
-		return "device_bad_response"
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return "client_closed"
+	}
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
+			return c.code
+		}
 	}
 	return "internal"
+}
+
+// Codes lists every slug [Code] returns, "ok" first.
+func Codes() []string {
+	out := []string{"ok"}
+	for _, c := range codes {
+		if !slices.Contains(out, c.code) {
+			out = append(out, c.code)
+		}
+	}
+	return append(out, "internal")
 }
