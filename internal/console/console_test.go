@@ -154,6 +154,22 @@ func TestConsoleOpen(t *testing.T) {
 	checkPage(t, ctx, "audit")
 	screenshot(t, ctx, "audit")
 
+	// Integers beyond 2^53 are shown and sent as written, not rounded:
+	// arguments in the audit log, JSON text in a result, the form's boxes.
+	const big = "9007199254740993" // 2^53 + 1; JSON.parse reads 9007199254740992
+	do(t, ctx, `fetch('/api/v1/devices/`+d1.MAC+`/tools/call', {method: 'POST', body: '{"name": "self.audio_speaker.set_volume", "arguments": {"volume": `+big+`}}'})`)
+	do(t, ctx, `document.querySelector('form[role=search]').requestSubmit()`)
+	waitJS(t, ctx, "the big volume as written", `[...document.querySelectorAll('#audit tbody tr[data-seq]')].some(r => r.cells[7].innerText === '{"volume":`+big+`}')`)
+	for expr, want := range map[string]string{
+		`import('/console/json.js').then(m => JSON.stringify(m.parseExact('{"a":[` + big + `,-` + big + `,1.5,2]}')))`: `{"a":[` + big + `,-` + big + `,1.5,2]}`,
+		`import('/console/json.js').then(m => JSON.stringify({v: m.exactInteger(' ` + big + `')}))`:                    `{"v":` + big + `}`,
+		`import('/console/json.js').then(m => JSON.stringify({v: m.exactInteger('42')}))`:                              `{"v":42}`,
+	} {
+		if got := eval[string](t, ctx, expr); got != want {
+			t.Errorf("%s = %s, want %s", expr, got, want)
+		}
+	}
+
 	// Images: every content type of the spec profile, and the camera's photo.
 	run(t, ctx, "spec device page", chromedp.Navigate(base+"/#/device/"+d2.MAC))
 	all := `document.querySelector('details[data-tool="self.sim.all_content"]')`

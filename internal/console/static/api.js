@@ -2,6 +2,8 @@
 // for this tab (sessionStorage), and a 401 anywhere sends the user back to
 // sign-in.
 
+import { parseExact } from './json.js';
+
 const KEY = 'mcpgate.key';
 
 export const key = {
@@ -41,14 +43,16 @@ async function fail(r) {
   return e;
 }
 
-// api sends a JSON request and returns the decoded answer.
-export async function api(method, path, body) {
+// api sends a JSON request and returns the decoded answer; exact keeps
+// integers beyond 2^53 as written (json.js), for answers shown as they are.
+export async function api(method, path, body, { exact = false } = {}) {
   const init = { method, headers: headers(body === undefined ? {} : { 'Content-Type': 'application/json' }) };
   if (body !== undefined) init.body = JSON.stringify(body);
   const r = await fetch(path, init);
   if (!r.ok) throw await fail(r);
   const text = await r.text();
-  return text ? JSON.parse(text) : null;
+  if (!text) return null;
+  return exact ? parseExact(text) : JSON.parse(text);
 }
 
 // raw fetches a path with the key and returns the Response (metrics, photos).
@@ -112,7 +116,7 @@ export class Events {
         const data = block.split('\n').filter((l) => l.startsWith('data:')).map((l) => l.slice(5).trimStart()).join('\n');
         if (!data) continue;
         let ev;
-        try { ev = JSON.parse(data); } catch { continue; }
+        try { ev = parseExact(data); } catch { continue; }
         for (const f of this.subs) f(ev);
       }
     }

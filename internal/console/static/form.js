@@ -4,6 +4,7 @@
 // checked as it is typed. Gateway invalid_arguments problems are shown next
 // to the field their JSON pointer names.
 import { h, uid } from './dom.js';
+import { parseExact, exactInteger } from './json.js';
 
 function typeOf(s) {
   if (!s) return 'json';
@@ -45,8 +46,8 @@ function field(name, s, required) {
         if (num.validity.badInput) { err.textContent = 'Not a number'; throw new Error('number'); }
         return undefined;
       }
-      const v = Number(num.value);
-      if (!Number.isFinite(v)) { err.textContent = 'Not a number'; throw new Error('number'); }
+      const v = kind === 'integer' ? exactInteger(num.value) : Number(num.value);
+      if (typeof v === 'number' && !Number.isFinite(v)) { err.textContent = 'Not a number'; throw new Error('number'); }
       return v;
     };
     input = box;
@@ -76,9 +77,9 @@ function field(name, s, required) {
     const check = () => {
       if (input.value.trim() === '') { err.textContent = ''; return undefined; }
       let v;
-      try { v = JSON.parse(input.value); } catch (e) { err.textContent = 'Not valid JSON: ' + e.message; throw e; }
+      try { v = parseExact(input.value); } catch (e) { err.textContent = 'Not valid JSON: ' + e.message; throw e; }
       if (want === 'array' && !Array.isArray(v)) { err.textContent = 'Want a JSON array'; throw new Error('type'); }
-      if (want === 'object' && (v === null || typeof v !== 'object' || Array.isArray(v))) { err.textContent = 'Want a JSON object'; throw new Error('type'); }
+      if (want === 'object' && (v === null || typeof v !== 'object' || Array.isArray(v) || JSON.isRawJSON?.(v))) { err.textContent = 'Want a JSON object'; throw new Error('type'); }
       err.textContent = '';
       return v;
     };

@@ -178,7 +178,7 @@ function toolCard(d, t, open) {
     out.replaceChildren(h('p', { class: 'muted', text: 'Calling…' }));
     const t0 = performance.now();
     try {
-      const res = await api('POST', dev(d.id) + '/tools/call', { name: t.name, arguments: a });
+      const res = await api('POST', dev(d.id) + '/tools/call', { name: t.name, arguments: a }, { exact: true });
       out.replaceChildren(renderResult(res, performance.now() - t0));
     } catch (e2) {
       if (e2.code === 'invalid_arguments') form.showProblems(e2.details && e2.details.problems);
@@ -340,7 +340,7 @@ function auditPage(main, [ref]) {
     if (before) p.set('before', before);
     err.replaceChildren();
     try {
-      const r = await api('GET', '/api/v1/audit?' + p);
+      const r = await api('GET', '/api/v1/audit?' + p, undefined, { exact: true });
       cursor = before;
       const recs = r.records;
       body.replaceChildren(...recs.map((x) => h('tr', { class: x.outcome === 'ok' ? '' : 'bad', 'data-seq': x.seq },

@@ -3,6 +3,7 @@
 // gateway's error code or the device's own words.
 import { h } from './dom.js';
 import { raw } from './api.js';
+import { parseExact } from './json.js';
 
 // photoOf returns the stored photo's URL when a text result is the vision
 // endpoint's answer (docs/vision.md): the camera tool's photo, shown inline.
@@ -23,7 +24,7 @@ function photo(url) {
 function pretty(text) {
   const t = text.trim();
   if (!(t.startsWith('{') || t.startsWith('['))) return null;
-  try { return JSON.stringify(JSON.parse(t), null, 2); } catch { return null; }
+  try { return JSON.stringify(parseExact(t), null, 2); } catch { return null; }
 }
 
 function dataURL(mime, data) { return `data:${mime || 'application/octet-stream'};base64,${data}`; }
