@@ -93,7 +93,7 @@ func (sf *storeFlags) defaultData() bool {
 // where it looked, not a new empty store in the wrong place.
 func (sf *storeFlags) open(ctx context.Context) (store.Store, error) {
 	dataDir, dsn := sf.resolve()
-	s, err := store.OpenExisting(ctx, dsn, dataDir)
+	s, err := store.OpenExisting(ctx, dsn, dataDir, store.OpenOptions{KeepSchema: true})
 	if errors.Is(err, store.ErrNoStore) {
 		msg := fmt.Sprintf("%v: start the gateway once with 'mcpgate serve', or pass --data or --store (env MCPGATE_DATA, MCPGATE_STORE) as given to serve", err)
 		if hint := legacyHint(dsn, sf.defaultData()); hint != "" {
@@ -117,7 +117,7 @@ func (sf *storeFlags) openOrCreate(ctx context.Context) (store.Store, error) {
 			fmt.Fprintf(sf.cmd.ErrOrStderr(), "note: %s (this creates a new store)\n", hint)
 		}
 	}
-	s, err := store.Open(ctx, dsn, dataDir)
+	s, err := store.OpenWith(ctx, dsn, dataDir, store.OpenOptions{KeepSchema: true})
 	if err != nil {
 		return nil, err
 	}

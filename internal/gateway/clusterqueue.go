@@ -20,6 +20,20 @@ var lostCallsGrace = 30 * time.Second
 // the store ends each call once.
 func (g *Gateway) interruptLost(node *cluster.Node) {
 	grace := lostCallsGrace
+	// Calls running on a node that is not a member once this one has
+	// joined and heard the others: it left while no node was up to see it
+	// go, or was never a node (a gateway alone on this store before: the
+	// store lock keeps one from running beside the cluster).
+	time.AfterFunc(grace, func() {
+		if g.cluster.node.Load() != node {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := g.queue.InterruptAbsent(ctx, node.Members()); err != nil {
+			g.log.Warn("failing the queued calls left running by nodes that are gone", "error", err)
+		}
+	})
 	node.OnMembersChange(func(old, cur []string) {
 		for _, id := range old {
 			if slices.Contains(cur, id) {

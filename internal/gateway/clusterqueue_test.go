@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -224,5 +226,61 @@ func TestClusterLostNodeRunningCallInterrupted(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if got, err := ca.QueuedCall(t.Context(), running.ID); err != nil || got.State != "failed" {
 		t.Errorf("after b answered: %+v, %v; want still failed", got, err)
+	}
+}
+
+// TestClusterAbsentNodesCallsInterrupted: calls left running by a node that
+// is not a member when a node joins (a gateway alone on the store before,
+// node ""; a node since renamed) are failed as interrupted after
+// lostCallsGrace, not left running for ever; a running gateway alone on the
+// store keeps cluster nodes off it, so its calls are never taken for such.
+func TestClusterAbsentNodesCallsInterrupted(t *testing.T) {
+	defer func(g time.Duration) { lostCallsGrace = g }(lostCallsGrace)
+	lostCallsGrace = 500 * time.Millisecond
+	dsn := storetest.PostgresDSN(t)
+
+	alone, err := New(Config{Addr: "127.0.0.1:0", MQTTAddr: "", StoreDSN: dsn, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- alone.Run(ctx) }()
+	select {
+	case <-alone.Ready():
+	case err := <-done:
+		t.Fatalf("gateway alone: %v", err)
+	}
+	node, err := New(asNode(t, Config{Addr: "127.0.0.1:0", StoreDSN: dsn}, "q4", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Run(t.Context()); !errors.Is(err, store.ErrInUse) {
+		t.Fatalf("a cluster node on the store of a gateway alone: %v, want ErrInUse", err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	st := storetest.Open(t, dsn, "")
+	now := time.Now().UTC()
+	for _, n := range []string{"", "renamed"} {
+		c := store.QueuedCall{ID: "call_left_" + n, Device: "02:00:00:00:0e:04", Tool: "self.t", Arguments: []byte(`{}`),
+			Caller: "local", Door: "rest", State: store.CallQueued, QueuedAt: now, ExpiresAt: now.Add(time.Hour)}
+		if _, err := st.CreateCall(t.Context(), c); err != nil {
+			t.Fatal(err)
+		}
+		c.State, c.Attempts, c.StartedAt, c.Node = store.CallRunning, 1, now, n
+		if err := st.UpdateCall(t.Context(), c, store.CallQueued); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, _ := runGateway(t, asNode(t, Config{StoreDSN: dsn, Cluster: &cluster.Config{Heartbeat: 200 * time.Millisecond}}, "q4", "a"))
+	ca := restClient(t, a)
+	for _, id := range []string{"call_left_", "call_left_renamed"} {
+		if got := waitCallState(t, ca, id, "failed"); got.Reason != store.ReasonInterrupted {
+			t.Errorf("%s: %+v; want failed, interrupted", id, got)
+		}
 	}
 }

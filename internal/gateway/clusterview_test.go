@@ -181,9 +181,11 @@ func TestClusterOneView(t *testing.T) {
 		}
 		return out
 	}
-	waitFor(t, "both nodes to list both devices alike", 10*time.Second, func() bool {
+	// Ready, not only online: the tools are read below.
+	waitFor(t, "both nodes to list both devices alike, ready", 10*time.Second, func() bool {
 		la := listing(ca)
-		return len(la) == 2 && reflect.DeepEqual(la, listing(cb)) && la[0].Node != "" && la[1].Node != "" && la[0].Online && la[1].Online
+		return len(la) == 2 && reflect.DeepEqual(la, listing(cb)) && la[0].Node != "" && la[1].Node != "" &&
+			la[0].State == hub.StateReady && la[1].State == hub.StateReady
 	})
 	for _, c := range []*api.Client{ca, cb} {
 		tl, err := c.Tools(t.Context(), hall)

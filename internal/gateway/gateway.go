@@ -538,17 +538,6 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return err
 	}
 	defer g.closeStore() // last: whatever flushes to the store on stop runs before
-	// A store the gateway opened (mcpgate serve) is its own; one a program
-	// hands it is that program's to share. Cluster nodes share one store,
-	// each with its own node id.
-	if g.pendingStore != nil && g.cfg.Cluster == nil {
-		release, err := store.LockGateway(ctx, g.cfg.Store)
-		if err != nil {
-			return fmt.Errorf("%w: one store serves one gateway (the second would fail the first's running queued calls); "+
-				"stop the other, give this one its own --data or --store, or run both as nodes of a cluster (docs/cluster.md)", err)
-		}
-		defer release() // after every write of the stop, before the store closes
-	}
 	if err := g.checkKeys(ctx); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/mcpgate/mcpgate/internal/store"
@@ -19,13 +20,28 @@ func (g *Gateway) openStore(ctx context.Context) error {
 		g.log.Info("store", "kind", g.cfg.Store.Kind(), "location", g.cfg.Store.Location(), "owner", "caller")
 		return nil
 	}
-	s, err := store.Open(ctx, g.cfg.StoreDSN, g.cfg.DataDir)
+	// A store the gateway opens (mcpgate serve) is its own, locked before
+	// its schema is read: a second gateway would fail the first's running
+	// queued calls, and could upgrade the store under it. Cluster nodes
+	// share one store, each with its own node id, with nodes only.
+	alone := g.cfg.Cluster == nil
+	s, err := store.OpenWith(ctx, g.cfg.StoreDSN, g.cfg.DataDir, store.OpenOptions{Lock: alone, LockShared: !alone})
+	if errors.Is(err, store.ErrInUse) {
+		return fmt.Errorf("%w: one store serves one gateway (the second would fail the first's running queued calls); "+
+			"stop the other, give this one its own --data or --store, or run both as nodes of a cluster (docs/cluster.md)", err)
+	}
 	if err != nil {
-		return fmt.Errorf("open store: %w", err)
+		return err
 	}
 	g.pendingStore.Bind(s)
 	// Location never includes a password.
 	g.log.Info("store opened", "kind", s.Kind(), "location", s.Location())
+	switch from, to, _ := store.Schema(s); {
+	case from == 0:
+		g.log.Info("store created", "schema_version", to)
+	case from < to:
+		g.log.Info("store upgraded; an older mcpgate can no longer open it", "from_schema_version", from, "schema_version", to)
+	}
 	return nil
 }
 

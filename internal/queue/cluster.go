@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/hub"
@@ -57,12 +58,31 @@ func (q *Queue) rescan(ctx context.Context) {
 	q.storeLog.ok("reading which devices have queued calls")
 }
 
+// InterruptAbsent runs InterruptNode for every node that has calls running
+// and is not among members: a node renamed (its default id follows the
+// host name), or a gateway that ran alone on this store before it became
+// a cluster's (node ""), would otherwise leave them running for ever.
+func (q *Queue) InterruptAbsent(ctx context.Context, members []string) error {
+	nodes, err := q.st.RunningNodes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if !slices.Contains(members, n) {
+			if err := q.InterruptNode(ctx, n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // InterruptNode fails as interrupted the calls running on node, a cluster
 // node lost for good: whether its device ran them is unknown, and they are
 // never sent again. Several nodes may do it at once; each call ends once.
 func (q *Queue) InterruptNode(ctx context.Context, node string) error {
-	if node == "" || node == q.hub.NodeID() {
-		return nil
+	if node == q.hub.NodeID() {
+		return nil // its own, failed at start (Run)
 	}
 	calls, err := q.st.InterruptCalls(ctx, time.Now().UTC(), node)
 	if err != nil {

@@ -255,6 +255,14 @@ func (d *Deferred) InterruptCalls(ctx context.Context, now time.Time, node strin
 	return s.InterruptCalls(ctx, now, node)
 }
 
+func (d *Deferred) RunningNodes(ctx context.Context) ([]string, error) {
+	s, err := d.get()
+	if err != nil {
+		return nil, err
+	}
+	return s.RunningNodes(ctx)
+}
+
 func (d *Deferred) PruneCalls(ctx context.Context, finishedBefore time.Time) (int64, error) {
 	s, err := d.get()
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // gatewayLockKey names the advisory lock of a gateway's store; the schema
@@ -14,19 +16,27 @@ const gatewayLockKey = "mcpgate gateway:"
 // the pool: PostgreSQL drops it with the connection, so with the gateway
 // however it ends.
 func (s *pgStore) lockGateway(ctx context.Context) (func(), error) {
-	conn, err := s.pool.Acquire(ctx)
+	return lockPostgres(ctx, s.pool, s.location, false)
+}
+
+func lockPostgres(ctx context.Context, pool *pgxpool.Pool, location string, shared bool) (func(), error) {
+	kind := ""
+	if shared {
+		kind = "_shared"
+	}
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("store: lock: %w", err)
 	}
 	var got bool
-	err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1 || current_schema(), 0))`, gatewayLockKey).Scan(&got)
+	err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock`+kind+`(hashtextextended($1 || COALESCE(current_schema(), ''), 0))`, gatewayLockKey).Scan(&got)
 	if err != nil {
 		conn.Release()
 		return nil, fmt.Errorf("store: lock: %w", err)
 	}
 	if !got {
 		conn.Release()
-		return nil, fmt.Errorf("%w (postgres %s)", ErrInUse, s.location)
+		return nil, fmt.Errorf("%w (postgres %s)", ErrInUse, location)
 	}
 	c := conn.Hijack() // the lock lives with this connection, not the pool's
 	return func() {
@@ -34,7 +44,7 @@ func (s *pgStore) lockGateway(ctx context.Context) (func(), error) {
 		// its locks, only after the connection is gone.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, _ = c.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended($1 || current_schema(), 0))`, gatewayLockKey)
+		_, _ = c.Exec(ctx, `SELECT pg_advisory_unlock`+kind+`(hashtextextended($1 || COALESCE(current_schema(), ''), 0))`, gatewayLockKey)
 		_ = c.Close(ctx)
 	}, nil
 }

@@ -14,17 +14,23 @@ import (
 // lockGateway holds an exclusive flock on the database file: SQLite's own
 // locks are POSIX record locks, which an flock does not touch on Linux and
 // the BSDs, and the kernel drops it with the process however it ends.
-func (s *sqliteStore) lockGateway(context.Context) (func(), error) {
-	f, err := os.Open(s.path)
-	if err != nil {
-		return nil, fmt.Errorf("store: lock %s: %w", s.path, err)
+func (s *sqliteStore) lockGateway(context.Context) (func(), error) { return lockSQLite(s.path, false) }
+
+func lockSQLite(path string, shared bool) (func(), error) {
+	how := unix.LOCK_EX
+	if shared {
+		how = unix.LOCK_SH
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("store: lock %s: %w", path, err)
+	}
+	if err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w (sqlite %s)", ErrInUse, s.path)
+			return nil, fmt.Errorf("%w (sqlite %s)", ErrInUse, path)
 		}
-		return nil, fmt.Errorf("store: lock %s: %w", s.path, err)
+		return nil, fmt.Errorf("store: lock %s: %w", path, err)
 	}
 	return func() { f.Close() }, nil // closing the file releases the lock
 }

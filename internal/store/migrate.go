@@ -53,11 +53,18 @@ func migrations(backend string) ([]migration, error) {
 	return out, nil
 }
 
-// checkVersion refuses a database migrated past what this binary knows.
-func checkVersion(current int, known []migration) error {
-	if latest := len(known); current > latest {
-		return fmt.Errorf("store: %w: the database is at version %d, this binary knows up to %d; run a newer mcpgate (or restore a backup taken before the upgrade)",
+// checkVersion refuses a database migrated past what this binary knows,
+// and with keep one this binary would upgrade.
+func checkVersion(current int, known []migration, keep bool) error {
+	latest := len(known)
+	if current > latest {
+		return fmt.Errorf("%w: the database is at version %d, this binary knows up to %d; run a newer mcpgate (or restore a backup taken before the upgrade)",
 			ErrSchemaTooNew, current, latest)
+	}
+	if keep && current > 0 && current < latest {
+		return fmt.Errorf("%w: the database is at version %d, this mcpgate's is %d; only mcpgate serve upgrades a store, "+
+			"so run this command with the mcpgate that serves it, or back the store up and start the new mcpgate serve once (docs/store.md#upgrading)",
+			ErrSchemaOld, current, latest)
 	}
 	return nil
 }
@@ -76,7 +83,7 @@ var ErrDamaged = errors.New("the database was changed outside mcpgate")
 func checkTables(query func(sql string) error) error {
 	for _, t := range tables {
 		if err := query("SELECT 1 FROM " + t + " LIMIT 0"); err != nil {
-			return fmt.Errorf("store: %w: table %s: %v; restore a backup (docs/store.md)", ErrDamaged, t, err)
+			return fmt.Errorf("%w: table %s: %v; restore a backup (docs/store.md)", ErrDamaged, t, err)
 		}
 	}
 	return nil
@@ -86,7 +93,7 @@ func checkTables(query func(sql string) error) error {
 // already has the tables: its schema_migrations was emptied or dropped.
 func migrationFailed(m migration, current int, err error) error {
 	if current == 0 && strings.Contains(err.Error(), "already exists") {
-		return fmt.Errorf("store: %w: migration %s: %v: the tables exist but schema_migrations does not record them; restore a backup (docs/store.md)",
+		return fmt.Errorf("%w: migration %s: %v: the tables exist but schema_migrations does not record them; restore a backup (docs/store.md)",
 			ErrDamaged, m.name, err)
 	}
 	return fmt.Errorf("migration %s: %w", m.name, err)

@@ -15,12 +15,30 @@ import (
 // newer mcpgate than this one: running on would risk misreading its tables.
 var ErrSchemaTooNew = errors.New("database schema is newer than this mcpgate")
 
+// ErrSchemaOld is returned by an Open with KeepSchema when the store was
+// made by an older mcpgate: only the gateway upgrades a store.
+var ErrSchemaOld = errors.New("the store's schema is older than this mcpgate's")
+
 // ErrNoStore is returned by OpenExisting when the SQLite file it names does
 // not exist.
 var ErrNoStore = errors.New("no store")
 
 // DefaultFile is the SQLite file's name inside the data directory.
 const DefaultFile = "mcpgate.db"
+
+// OpenOptions are what an open does besides opening.
+type OpenOptions struct {
+	// Lock holds the store for this gateway alone until Close, as
+	// LockGateway does, taken before the schema is read: a second gateway
+	// is refused before it can upgrade the store under the first.
+	Lock bool
+	// LockShared is Lock for a cluster node: nodes share the store with
+	// each other, never with a gateway that holds it alone.
+	LockShared bool
+	// KeepSchema refuses a store of an older schema with ErrSchemaOld
+	// instead of upgrading it. A new, empty store is still made.
+	KeepSchema bool
+}
 
 // Open opens the store named by dsn and applies any pending migrations:
 //
@@ -32,12 +50,17 @@ const DefaultFile = "mcpgate.db"
 //
 // SQLite files (the database and its -wal and -shm files) are mode 0600.
 func Open(ctx context.Context, dsn, dataDir string) (Store, error) {
+	return OpenWith(ctx, dsn, dataDir, OpenOptions{})
+}
+
+// OpenWith is Open with options.
+func OpenWith(ctx context.Context, dsn, dataDir string, o OpenOptions) (Store, error) {
 	kind, target, err := parseDSN(dsn, dataDir)
 	if err != nil {
 		return nil, err
 	}
 	if kind == "postgres" {
-		return openPostgres(ctx, target)
+		return openPostgres(ctx, target, o)
 	}
 	// The default location's directory holds the gateway's other secrets
 	// too; an explicit path's directory is created the same way if missing.
@@ -48,14 +71,15 @@ func Open(ctx context.Context, dsn, dataDir string) (Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("store: directory of %s: %w", target, err)
 	}
-	return openSQLite(ctx, target)
+	return openSQLite(ctx, target, o)
 }
 
-// OpenExisting is Open for a store that must exist already, for commands
-// that work on a gateway's store: a missing SQLite file is ErrNoStore
-// (wrapped, with its path) rather than a new empty store in the wrong
-// place. PostgreSQL is opened as by Open: its database must exist anyway.
-func OpenExisting(ctx context.Context, dsn, dataDir string) (Store, error) {
+// OpenExisting is OpenWith for a store that must exist already, for
+// commands that work on a gateway's store: a missing SQLite file is
+// ErrNoStore (wrapped, with its path) rather than a new empty store in the
+// wrong place. PostgreSQL is opened as by Open: its database must exist
+// anyway.
+func OpenExisting(ctx context.Context, dsn, dataDir string, o OpenOptions) (Store, error) {
 	kind, target, err := parseDSN(dsn, dataDir)
 	if err != nil {
 		return nil, err
@@ -65,7 +89,22 @@ func OpenExisting(ctx context.Context, dsn, dataDir string) (Store, error) {
 			return nil, fmt.Errorf("%w at %s", ErrNoStore, target)
 		}
 	}
-	return Open(ctx, dsn, dataDir)
+	return OpenWith(ctx, dsn, dataDir, o)
+}
+
+// Schema reports the schema version s was at when opened (0: a new store)
+// and the one it is at now; ok is false for a store of another kind (a
+// test's).
+func Schema(s Store) (from, to int, ok bool) {
+	if d, isDeferred := s.(*Deferred); isDeferred {
+		s = d.Bound()
+	}
+	v, ok := s.(interface{ schema() (int, int) })
+	if !ok {
+		return 0, 0, false
+	}
+	from, to = v.schema()
+	return from, to, true
 }
 
 // CheckDSN reports whether Open would accept dsn's form (with a data

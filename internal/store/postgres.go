@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -20,9 +22,12 @@ const pgMigrationLock int64 = 0x6d6370676174 // "mcpgat"
 type pgStore struct {
 	location string // the DSN without a password
 	pool     *pgxpool.Pool
+
+	schemaFrom, schemaTo int    // the schema versions at open and after it
+	unlock               func() // OpenOptions.Lock's, or nil
 }
 
-func openPostgres(ctx context.Context, dsn string) (_ Store, err error) {
+func openPostgres(ctx context.Context, dsn string, o OpenOptions) (_ Store, err error) {
 	location := redactDSN(dsn)
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -43,68 +48,108 @@ func openPostgres(ctx context.Context, dsn string) (_ Store, err error) {
 	if err := pool.Ping(ctx); err != nil {
 		return nil, fmt.Errorf("store: PostgreSQL %s: %w", location, err)
 	}
-	if err := migratePostgres(ctx, pool); err != nil {
+	var unlock func()
+	if o.Lock || o.LockShared {
+		if unlock, err = lockPostgres(ctx, pool, location, o.LockShared); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				unlock()
+			}
+		}()
+	}
+	from, to, err := migratePostgres(ctx, pool, o.KeepSchema)
+	if err != nil {
 		return nil, fmt.Errorf("store: PostgreSQL %s: %w", location, err)
 	}
-	return &pgStore{location: location, pool: pool}, nil
+	if unlock != nil {
+		unlock = sync.OnceFunc(unlock) // Close may run twice
+	}
+	return &pgStore{location: location, pool: pool, schemaFrom: from, schemaTo: to, unlock: unlock}, nil
 }
 
 // migratePostgres applies pending migrations in one transaction holding an
 // advisory lock: a second process opening the database at the same time
-// waits, then finds nothing left to do.
-func migratePostgres(ctx context.Context, pool *pgxpool.Pool) error {
+// waits, then finds nothing left to do. Once the schema is current it
+// changes nothing, so a role without CREATE can run the gateway then
+// (docs/store.md).
+func migratePostgres(ctx context.Context, pool *pgxpool.Pool, keep bool) (from, to int, err error) {
 	known, err := migrations("postgres")
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
+		return 0, 0, fmt.Errorf("migrations: %w", err)
 	}
 	defer tx.Rollback(ctx)
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, pgMigrationLock); err != nil {
-		return fmt.Errorf("migrations: %w", err)
+		return 0, 0, fmt.Errorf("migrations: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		version    integer PRIMARY KEY,
-		name       text NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return fmt.Errorf("migrations: %w", err)
+	// CREATE ... IF NOT EXISTS needs the CREATE privilege even when the
+	// table exists: asked only when it does not.
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass('schema_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+		return 0, 0, fmt.Errorf("migrations: %w", err)
+	}
+	if !exists {
+		if _, err := tx.Exec(ctx, `CREATE TABLE schema_migrations (
+			version    integer PRIMARY KEY,
+			name       text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return 0, 0, fmt.Errorf("migrations: %w%s", err, noSchemaHint(err))
+		}
 	}
 	var current int
 	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
-		return fmt.Errorf("migrations: %w", err)
+		return 0, 0, fmt.Errorf("migrations: %w", err)
 	}
-	if err := checkVersion(current, known); err != nil {
-		return err
+	if err := checkVersion(current, known, keep); err != nil {
+		return 0, 0, err
 	}
 	for _, m := range known[current:] {
 		// No arguments: pgx sends it with the simple protocol, which runs
 		// every statement of the file.
 		if _, err := tx.Exec(ctx, m.sql); err != nil {
-			return migrationFailed(m, current, err)
+			return 0, 0, migrationFailed(m, current, err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
+			return 0, 0, fmt.Errorf("migration %s: %w", m.name, err)
 		}
 	}
 	if err := checkTables(func(q string) error { _, err := tx.Exec(ctx, q); return err }); err != nil {
-		return err
+		return 0, 0, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("migrations: %w", err)
+		return 0, 0, fmt.Errorf("migrations: %w", err)
 	}
-	return nil
+	return current, len(known), nil
 }
 
 func (s *pgStore) Kind() string     { return "postgres" }
 func (s *pgStore) Location() string { return s.location }
 
-// Close waits for queries in flight, then closes every connection. It is
-// idempotent.
+func (s *pgStore) schema() (int, int) { return s.schemaFrom, s.schemaTo }
+
+// Close waits for queries in flight, then closes every connection, then
+// releases OpenOptions.Lock's lock. It is idempotent.
 func (s *pgStore) Close() error {
 	s.pool.Close()
+	if s.unlock != nil {
+		s.unlock()
+	}
 	return nil
+}
+
+// noSchemaHint explains PostgreSQL's "no schema has been selected to create
+// in" (3F000): no schema of the URL's search_path exists.
+func noSchemaHint(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "3F000" {
+		return "; no schema of the search_path exists: create it (CREATE SCHEMA name) or name one that exists in the URL (?search_path=name)"
+	}
+	return ""
 }
 
 // ts stores the zero time as NULL.

@@ -100,6 +100,18 @@ func (s *pgStore) QueuedDevices(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
+func (s *pgStore) RunningNodes(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT node FROM calls WHERE state = 'running' ORDER BY node`)
+	if err != nil {
+		return nil, fmt.Errorf("store: running nodes: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("store: running nodes: %w", err)
+	}
+	return out, nil
+}
+
 func (s *pgStore) UpdateCall(ctx context.Context, c QueuedCall, from CallState) error {
 	if !c.State.Valid() {
 		return fmt.Errorf("store: update call %s: bad state %q", c.ID, c.State)

@@ -38,6 +38,9 @@ type sqliteStore struct {
 	path string
 	w, r *sql.DB
 
+	schemaFrom, schemaTo int    // the schema versions at open and after it
+	unlock               func() // OpenOptions.Lock's, or nil
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -53,13 +56,27 @@ func sqliteURI(abs string) string {
 	return "file:" + (&url.URL{Path: p}).EscapedPath()
 }
 
-func openSQLite(ctx context.Context, path string) (_ Store, err error) {
+func openSQLite(ctx context.Context, path string, o OpenOptions) (_ Store, err error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
+	if err := refuseEmptyFile(ctx, abs); err != nil {
+		return nil, err
+	}
 	if err := prepareSQLiteFiles(abs); err != nil {
 		return nil, err
+	}
+	var unlock func()
+	if o.Lock || o.LockShared {
+		if unlock, err = lockSQLite(abs, o.LockShared); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				unlock()
+			}
+		}()
 	}
 	pragmas := func(extra ...string) string {
 		q := url.Values{}
@@ -91,7 +108,8 @@ func openSQLite(ctx context.Context, path string) (_ Store, err error) {
 	if err := pingSQLite(ctx, w); err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", abs, err)
 	}
-	if err := migrateSQLite(ctx, w); err != nil {
+	from, to, err := migrateSQLite(ctx, w, o.KeepSchema)
+	if err != nil {
 		return nil, fmt.Errorf("store: %s: %w", abs, err)
 	}
 	r, err := sql.Open("sqlite", name+"?"+pragmas("query_only(1)"))
@@ -111,7 +129,37 @@ func openSQLite(ctx context.Context, path string) (_ Store, err error) {
 		r.Close()
 		return nil, err
 	}
-	return &sqliteStore{path: abs, w: w, r: r}, nil
+	return &sqliteStore{path: abs, w: w, r: r, schemaFrom: from, schemaTo: to, unlock: unlock}, nil
+}
+
+// ErrEmptyFile is a SQLite database file of 0 bytes, refused at open.
+var ErrEmptyFile = errors.New("the database file is empty")
+
+// emptyFileWait is how long refuseEmptyFile gives another process, which
+// has just created the file, to write its first page.
+const emptyFileWait = 2 * time.Second
+
+// refuseEmptyFile refuses an existing database file of 0 bytes, which
+// SQLite would take for a new, empty store: what a failed copy or a
+// "> mcpgate.db" leaves, and the keys, devices and audit log would be
+// silently gone. A file another process is creating is given a moment.
+func refuseEmptyFile(ctx context.Context, path string) error {
+	deadline := time.Now().Add(emptyFileWait)
+	for {
+		fi, err := os.Stat(path)
+		if err != nil || fi.Size() > 0 || !fi.Mode().IsRegular() {
+			return nil // missing (a new store), or for SQLite to judge
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("store: %s: %w (0 bytes), as a failed copy leaves it; restore a backup, "+
+				"or delete the file to start a new, empty store (docs/store.md)", path, ErrEmptyFile)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // pingSQLite opens w's connection, which sets journal_mode(WAL). On a new
@@ -171,53 +219,58 @@ func restrictSQLiteFiles(path string) error {
 // migrateSQLite applies pending migrations in one BEGIN IMMEDIATE
 // transaction: a second process opening the store at the same time waits
 // on the write lock (busy_timeout) and then finds nothing left to do.
-func migrateSQLite(ctx context.Context, w *sql.DB) error {
+func migrateSQLite(ctx context.Context, w *sql.DB, keep bool) (from, to int, err error) {
 	known, err := migrations("sqlite")
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	tx, err := w.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
+		return 0, 0, fmt.Errorf("migrations: %w", err)
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    INTEGER PRIMARY KEY,
 		name       TEXT NOT NULL,
 		applied_at INTEGER NOT NULL)`); err != nil {
-		return fmt.Errorf("migrations: %w", err)
+		return 0, 0, fmt.Errorf("migrations: %w", err)
 	}
 	var current int
 	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
-		return fmt.Errorf("migrations: %w", err)
+		return 0, 0, fmt.Errorf("migrations: %w", err)
 	}
-	if err := checkVersion(current, known); err != nil {
-		return err
+	if err := checkVersion(current, known, keep); err != nil {
+		return 0, 0, err
 	}
 	for _, m := range known[current:] {
 		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-			return migrationFailed(m, current, err)
+			return 0, 0, migrationFailed(m, current, err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
 			m.version, m.name, time.Now().UnixMicro()); err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
+			return 0, 0, fmt.Errorf("migration %s: %w", m.name, err)
 		}
 	}
 	if err := checkTables(func(q string) error { _, err := tx.ExecContext(ctx, q); return err }); err != nil {
-		return err
+		return 0, 0, err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("migrations: %w", err)
+		return 0, 0, fmt.Errorf("migrations: %w", err)
 	}
-	return nil
+	return current, len(known), nil
 }
 
 func (s *sqliteStore) Kind() string     { return "sqlite" }
 func (s *sqliteStore) Location() string { return s.path }
 
+func (s *sqliteStore) schema() (int, int) { return s.schemaFrom, s.schemaTo }
+
 func (s *sqliteStore) Close() error {
 	s.closeOnce.Do(func() {
 		s.closeErr = errors.Join(s.r.Close(), s.w.Close())
+		if s.unlock != nil {
+			s.unlock() // after the last write: the next gateway may start
+		}
 	})
 	return s.closeErr
 }

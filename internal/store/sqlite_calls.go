@@ -96,23 +96,37 @@ func (s *sqliteStore) CountQueuedCalls(ctx context.Context, device, caller strin
 }
 
 func (s *sqliteStore) QueuedDevices(ctx context.Context) ([]string, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT DISTINCT device FROM calls WHERE state = 'queued' ORDER BY device`)
+	out, err := s.strings(ctx, `SELECT DISTINCT device FROM calls WHERE state = 'queued' ORDER BY device`)
 	if err != nil {
 		return nil, fmt.Errorf("store: queued devices: %w", err)
+	}
+	return out, nil
+}
+
+func (s *sqliteStore) RunningNodes(ctx context.Context) ([]string, error) {
+	out, err := s.strings(ctx, `SELECT DISTINCT node FROM calls WHERE state = 'running' ORDER BY node`)
+	if err != nil {
+		return nil, fmt.Errorf("store: running nodes: %w", err)
+	}
+	return out, nil
+}
+
+// strings runs a query of one text column.
+func (s *sqliteStore) strings(ctx context.Context, query string) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, query)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var out []string
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("store: queued devices: %w", err)
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
 		}
-		out = append(out, id)
+		out = append(out, v)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: queued devices: %w", err)
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 func (s *sqliteStore) UpdateCall(ctx context.Context, c QueuedCall, from CallState) error {

@@ -49,13 +49,15 @@ func TestSQLiteExistingFileTightened(t *testing.T) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, nil, 0o644); err != nil {
+	s, err := Open(context.Background(), "sqlite:"+path, "")
+	if err != nil {
 		t.Fatal(err)
 	}
+	s.Close()
 	if err := os.Chmod(path, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(context.Background(), "sqlite:"+path, "")
+	s, err = Open(context.Background(), "sqlite:"+path, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +106,7 @@ func TestSQLiteOddDataDirectory(t *testing.T) {
 		if fi, err := os.Stat(filepath.Join(dir, DefaultFile)); err != nil || fi.Size() == 0 {
 			t.Fatalf("data directory %q: the database is not in it: %v", name, err)
 		}
-		s, err = OpenExisting(context.Background(), "", dir)
+		s, err = OpenExisting(context.Background(), "", dir, OpenOptions{})
 		if err != nil {
 			t.Fatalf("data directory %q, reopened: %v", name, err)
 		}
@@ -217,7 +219,7 @@ func TestOpenExisting(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "data")
 	for _, dsn := range []string{"", "sqlite:" + filepath.Join(dir, "other.db")} {
-		_, err := OpenExisting(ctx, dsn, dir)
+		_, err := OpenExisting(ctx, dsn, dir, OpenOptions{})
 		if !errors.Is(err, ErrNoStore) || !strings.Contains(err.Error(), dir) {
 			t.Fatalf("OpenExisting(%q) on nothing: %v, want ErrNoStore naming the path", dsn, err)
 		}
@@ -230,7 +232,7 @@ func TestOpenExisting(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	s, err = OpenExisting(ctx, "", dir)
+	s, err = OpenExisting(ctx, "", dir, OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,5 +307,47 @@ func TestSQLiteDamaged(t *testing.T) {
 				t.Fatalf("Open: %v, want ErrDamaged naming %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestSQLiteEmptyFile: a database file of 0 bytes (a failed copy) is
+// refused, not taken for a new store, and left as it is; one another
+// process fills within a moment (a store being created) opens.
+func TestSQLiteEmptyFile(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, DefaultFile)
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(ctx, "", dir)
+	if !errors.Is(err, ErrEmptyFile) || !strings.Contains(err.Error(), "empty (0 bytes)") || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Open of an empty file: %v, want ErrEmptyFile naming the file", err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
+		t.Fatalf("the empty file after the refusal: %v, %v", fi, err)
+	}
+
+	src := t.TempDir()
+	s, err := Open(ctx, "", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetSetting(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	full, err := os.ReadFile(filepath.Join(src, DefaultFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(emptyFileWait/4, func() { _ = os.WriteFile(path, full, 0o600) })
+	s, err = Open(ctx, "", dir)
+	if err != nil {
+		t.Fatalf("Open of a file filled while it waits: %v", err)
+	}
+	defer s.Close()
+	if v, err := s.Setting(ctx, "k"); err != nil || v != "v" {
+		t.Errorf("the filled store's setting: %q, %v", v, err)
 	}
 }

@@ -125,6 +125,9 @@ type CallStore interface {
 	// returns them: run at start for this node, and in a cluster for a
 	// node lost for good.
 	InterruptCalls(ctx context.Context, now time.Time, node string) ([]QueuedCall, error)
+	// RunningNodes returns the nodes (QueuedCall.Node) that have calls
+	// running, sorted.
+	RunningNodes(ctx context.Context) ([]string, error)
 	// PruneCalls deletes calls that ended before finishedBefore and have no
 	// callback left to deliver; it returns how many.
 	PruneCalls(ctx context.Context, finishedBefore time.Time) (int64, error)

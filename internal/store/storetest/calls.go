@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -195,6 +196,9 @@ func testExpireAndInterrupt(t *testing.T, target Target) {
 		t.Errorf("ExpireCalls again: %v, %v; want nothing", again, err)
 	}
 
+	if nodes, err := s.RunningNodes(ctx); err != nil || !slices.Equal(nodes, []string{"node-a"}) {
+		t.Errorf("RunningNodes = %q, %v; want node-a", nodes, err)
+	}
 	// Only the node that marked a call running interrupts it.
 	if got, err := s.InterruptCalls(ctx, t0.Add(2*time.Second), "node-b"); err != nil || len(got) != 0 {
 		t.Errorf("InterruptCalls of another node = %+v, %v; want nothing", got, err)
@@ -206,6 +210,9 @@ func testExpireAndInterrupt(t *testing.T, target Target) {
 	if len(got) != 1 || got[0].ID != run.ID || got[0].State != store.CallFailed || got[0].Reason != store.ReasonInterrupted ||
 		got[0].CallbackState != "" || got[0].Attempts != 1 || got[0].Node != "node-a" {
 		t.Errorf("InterruptCalls = %+v; want %s failed, interrupted", got, run.ID)
+	}
+	if nodes, err := s.RunningNodes(ctx); err != nil || len(nodes) != 0 {
+		t.Errorf("RunningNodes after the interruption = %q, %v; want none", nodes, err)
 	}
 	if l, _ := s.QueuedCall(ctx, long.ID); l.State != store.CallQueued {
 		t.Errorf("%s: %s, want still queued", long.ID, l.State)
