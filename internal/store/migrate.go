@@ -93,8 +93,9 @@ func checkTables(query func(sql string) error) error {
 // already has the tables: its schema_migrations was emptied or dropped.
 func migrationFailed(m migration, current int, err error) error {
 	if current == 0 && strings.Contains(err.Error(), "already exists") {
-		return fmt.Errorf("%w: migration %s: %v: the tables exist but schema_migrations does not record them; restore a backup (docs/store.md)",
-			ErrDamaged, m.name, err)
+		return fmt.Errorf("%w: migration %s: %v: the tables exist but schema_migrations does not record them: "+
+			"if another program's tables share this database, give mcpgate its own (or its own schema: ?search_path=mcpgate); "+
+			"if they are mcpgate's, restore a backup (docs/store.md)", ErrDamaged, m.name, err)
 	}
 	return fmt.Errorf("migration %s: %w", m.name, err)
 }
