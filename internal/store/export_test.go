@@ -1,6 +1,10 @@
 package store
 
-import "context"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // Hooks for the external tests (package store_test), which can import
 // storetest.
@@ -24,6 +28,31 @@ func ExecRaw(s Store, query string, args ...any) error {
 	case *pgStore:
 		_, err := s.pool.Exec(ctx, query, args...)
 		return err
+	}
+	panic("unknown store")
+}
+
+// TableColumns is what checkTables reads: table name to columns.
+func TableColumns() map[string][]string {
+	out := map[string][]string{}
+	for _, t := range tables {
+		out[t.name] = t.columns
+	}
+	return out
+}
+
+// QueryStrings runs a query returning one text column.
+func QueryStrings(s Store, query string) ([]string, error) {
+	ctx := context.Background()
+	switch s := s.(type) {
+	case *sqliteStore:
+		return s.strings(ctx, query)
+	case *pgStore:
+		rows, err := s.pool.Query(ctx, query)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, pgx.RowTo[string])
 	}
 	panic("unknown store")
 }

@@ -69,21 +69,36 @@ func checkVersion(current int, known []migration, keep bool) error {
 	return nil
 }
 
-// tables are the tables the migrations make, each read by checkTables.
-var tables = []string{"devices", "catalogs", "api_keys", "revocations", "settings", "audit", "calls"}
+// tables are the tables and columns the migrations make, each read by
+// checkTables. TestTableColumns keeps the list true to the migrations.
+var tables = []struct {
+	name    string
+	columns []string
+}{
+	{"devices", []string{"id", "alias", "client_id", "kind", "transport", "board", "firmware", "first_seen", "last_seen", "catalog_hash"}},
+	{"catalogs", []string{"hash", "tools", "created_at"}},
+	{"api_keys", []string{"id", "name", "hash", "scope", "devices", "tools", "created_at", "expires_at", "revoked_at"}},
+	{"revocations", []string{"device_id", "token_id", "issued_before_ms", "expires_ms"}},
+	{"settings", []string{"name", "value", "updated_at"}},
+	{"audit", []string{"seq", "time", "caller", "door", "device", "tool", "arguments", "outcome", "latency_ms", "error_code", "error",
+		"call_id", "queued_at", "node", "served_by"}},
+	{"calls", []string{"seq", "id", "device", "tool", "arguments", "timeout_ms", "caller", "door", "state", "reason", "error", "result",
+		"attempts", "queued_at", "expires_at", "started_at", "finished_at", "callback_url", "callback_secret", "callback_state",
+		"callback_attempts", "callback_next", "node"}},
+}
 
 // ErrDamaged is a database whose tables are not what its recorded
 // migrations made: changed by hand or by another program.
 var ErrDamaged = errors.New("the database was changed outside mcpgate")
 
-// checkTables reads every table of a migrated database (none of its rows),
-// so that one dropped or renamed by hand stops the gateway at start rather
-// than failing the features that use it while /readyz says ready. query
-// runs one statement.
+// checkTables reads every column of every table of a migrated database
+// (none of its rows), so that one dropped or renamed by hand stops the
+// gateway at start rather than failing the features that use it while
+// /readyz says ready. query runs one statement.
 func checkTables(query func(sql string) error) error {
 	for _, t := range tables {
-		if err := query("SELECT 1 FROM " + t + " LIMIT 0"); err != nil {
-			return fmt.Errorf("%w: table %s: %v; restore a backup (docs/store.md)", ErrDamaged, t, err)
+		if err := query("SELECT " + strings.Join(t.columns, ", ") + " FROM " + t.name + " LIMIT 0"); err != nil {
+			return fmt.Errorf("%w: table %s: %v; restore a backup (docs/store.md)", ErrDamaged, t.name, err)
 		}
 	}
 	return nil

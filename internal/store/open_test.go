@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -132,4 +133,29 @@ func TestPostgresLeastPrivilege(t *testing.T) {
 	if err := s.AppendAudit(ctx, []store.AuditRecord{{Caller: "local", Door: "cli", Device: "d", Tool: "t", Outcome: "ok", Time: time.Now()}}); err != nil {
 		t.Fatalf("an audit record as that role: %v", err)
 	}
+}
+
+// TestTableColumns: the columns Open checks are exactly those the
+// migrations make, on both backends.
+func TestTableColumns(t *testing.T) {
+	storetest.EachTarget(t, func(t *testing.T, dsn, dir string) {
+		s := storetest.Open(t, dsn, dir)
+		for table, want := range store.TableColumns() {
+			q := `SELECT name FROM pragma_table_info('` + table + `') ORDER BY name`
+			if s.Kind() == "postgres" {
+				q = `SELECT column_name::text FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = '` + table + `' ORDER BY column_name`
+			}
+			got, err := store.QueryStrings(s, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = slices.Sorted(slices.Values(want))
+			if s.Kind() == "postgres" {
+				slices.Sort(got) // information_schema sorts by the database's collation
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s columns: the database has %q, checkTables reads %q", table, got, want)
+			}
+		}
+	})
 }

@@ -84,6 +84,7 @@ func TestPostgresDamaged(t *testing.T) {
 	for _, tc := range []struct{ name, sql, want string }{
 		{"table dropped", `DROP TABLE calls`, "table calls"},
 		{"migrations forgotten", `DELETE FROM schema_migrations`, "schema_migrations does not record them"},
+		{"column dropped", `ALTER TABLE audit DROP COLUMN served_by`, "served_by"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dsn := storetest.PostgresDSN(t)

@@ -292,6 +292,7 @@ func TestSQLiteDamaged(t *testing.T) {
 	for _, tc := range []struct{ name, sql, want string }{
 		{"table dropped", `DROP TABLE calls`, "table calls"},
 		{"migrations forgotten", `DELETE FROM schema_migrations`, "schema_migrations does not record them"},
+		{"column dropped", `ALTER TABLE audit DROP COLUMN served_by`, "served_by"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
