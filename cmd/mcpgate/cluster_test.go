@@ -17,6 +17,13 @@ func TestServeClusterFlagsRefused(t *testing.T) {
 		{[]string{"--nats", "nats://127.0.0.1:1", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--cluster-name"},
 		{[]string{"--cluster-name", "prod", "--cluster-tls-cert", "c.pem", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--cluster-tls-key"},
 		{[]string{"--cluster-name", "prod", "--nats", "nats://127.0.0.1:1", "--cluster-token", "s", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--nats-creds"},
+		// Flags that would be ignored, leaving the node alone: refused.
+		{[]string{"--cluster-listen", "127.0.0.1:0", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--cluster-listen needs --cluster-name"},
+		{[]string{"--cluster-routes", "nats://127.0.0.1:1", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--cluster-routes needs --cluster-name"},
+		{[]string{"--cluster-token", "s", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--cluster-token needs --cluster-name"},
+		{[]string{"--cluster-name", "prod", "--cluster-routes", "nats://127.0.0.1:1", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--cluster-routes needs --cluster-listen"},
+		{[]string{"--cluster-name", "prod", "--nats", "nats://127.0.0.1:1", "--cluster-listen", "127.0.0.1:0", "--store", "postgres://u:p@127.0.0.1:1/db"}, "with --nats, your NATS routes"},
+		{[]string{"--cluster-name", "prod", "--cluster-listen", "127.0.0.1:0", "--nats-creds", "x.creds", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--nats-creds is for --nats"},
 	} {
 		args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data", t.TempDir()}, tc.args...)
 		r := run(t, "http://127.0.0.1:1", args...)

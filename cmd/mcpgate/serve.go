@@ -118,10 +118,19 @@ environment, which wins over the file.`,
 			if err := applyQueue(); err != nil {
 				return err
 			}
-			if clusterCfg.Name != "" || len(clusterCfg.NATS) > 0 {
-				if clusterCfg.Name == "" {
-					return errors.New("--nats needs --cluster-name: the nodes of one cluster share a name")
+			if clusterCfg.Name == "" {
+				// Without a name they would be ignored, and the node run alone.
+				for _, f := range []struct {
+					flag string
+					set  bool
+				}{{"--nats", len(clusterCfg.NATS) > 0}, {"--cluster-listen", clusterCfg.Listen != ""}, {"--cluster-routes", len(clusterCfg.Routes) > 0},
+					{"--cluster-token", clusterCfg.Token != ""}, {"--nats-creds", clusterCfg.Creds != ""}, {"--cluster-tls-cert", clusterCfg.TLSCert != ""},
+					{"--cluster-tls-key", clusterCfg.TLSKey != ""}, {"--cluster-tls-ca", clusterCfg.TLSCA != ""}} {
+					if f.set {
+						return fmt.Errorf("%s needs --cluster-name: the nodes of one cluster share a name (docs/cluster.md)", f.flag)
+					}
 				}
+			} else {
 				c := clusterCfg
 				cfg.Cluster = &c
 			}

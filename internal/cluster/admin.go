@@ -124,7 +124,8 @@ func (n *Node) broadcast(what string, m deviceMsg) {
 func (n *Node) adminRequest(ctx context.Context, m adminMsg) (adminReply, error) {
 	m.Node = n.cfg.NodeID
 	if err := n.reachable(); err != nil {
-		return adminReply{}, fmt.Errorf("asking the node holding %s: %w", m.Device, err)
+		// As for a call: the node that may hold it cannot be asked.
+		return adminReply{}, fmt.Errorf("%w: %s: %w", hub.ErrDeviceOffline, m.Device, err)
 	}
 	b, err := json.Marshal(m)
 	if err != nil {

@@ -92,9 +92,11 @@ func loopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// CheckSecurity refuses route security flags that cannot work: TLS files
-// not given together, or route settings with an operator's NATS (which
-// secures its own routes).
+// CheckSecurity refuses route settings that cannot work, rather than let
+// the node run alone: TLS files not given together, route settings with an
+// operator's NATS (which routes and secures itself), routes without a
+// route port (the embedded server would ignore them), credentials without
+// --nats.
 func (c Config) CheckSecurity() error {
 	tls := c.TLSCert != "" || c.TLSKey != "" || c.TLSCA != ""
 	if tls && (c.TLSCert == "" || c.TLSKey == "" || c.TLSCA == "") {
@@ -102,6 +104,15 @@ func (c Config) CheckSecurity() error {
 	}
 	if len(c.NATS) > 0 && (tls || c.Token != "") {
 		return errors.New("cluster: --cluster-token and --cluster-tls-* secure the embedded NATS's routes; with --nats, secure your NATS itself (--nats-creds)")
+	}
+	if len(c.NATS) > 0 && (c.Listen != "" || len(c.Routes) > 0) {
+		return errors.New("cluster: --cluster-listen and --cluster-routes are the embedded NATS's routes; with --nats, your NATS routes the nodes")
+	}
+	if len(c.NATS) == 0 && len(c.Routes) > 0 && c.Listen == "" {
+		return errors.New("cluster: --cluster-routes needs --cluster-listen: the embedded NATS routes only with a route port of its own (e.g. --cluster-listen 0.0.0.0:6222)")
+	}
+	if len(c.NATS) == 0 && c.Creds != "" {
+		return errors.New("cluster: --nats-creds is for --nats")
 	}
 	return nil
 }

@@ -56,9 +56,21 @@ func TestRouteWrongTokenRefused(t *testing.T) {
 	}{
 		{"wrong token", Config{Token: "s3cret"}, Config{Token: "guess"}},
 		{"no token", Config{Token: "s3cret"}, Config{}},
+		{"wrong name", Config{Name: "prod"}, Config{Name: "prd"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// The refusal is logged, on one side or the other, and not
+			// once a second for as long as the route is retried.
+			var logs syncBuffer
+			tc.a.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			tc.b.Logger = tc.a.Logger
 			nodes := startNodes(t, tc.a, tc.b)
+			defer func() {
+				warned := strings.Count(logs.String(), "embedded NATS server")
+				if warned == 0 || warned > 4 {
+					t.Errorf("%d warnings of the embedded NATS server; want a few:\n%s", warned, logs.String())
+				}
+			}()
 			connect(t, nodes[0].hub, "dev-a", "a")
 			time.Sleep(time.Second) // time enough for a route to form, were it allowed
 			for _, tn := range nodes {

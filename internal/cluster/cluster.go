@@ -250,7 +250,7 @@ func embedded(cfg Config) (*server.Server, string, error) {
 	// NoLog keeps the server quiet, but a listener it cannot open (the
 	// route port taken) is reported only through its logger: caught here,
 	// it fails the start at once and says why.
-	fatal := &fatalLog{msg: make(chan string, 1)}
+	fatal := &natsLog{msg: make(chan string, 1), log: cfg.Logger.With("node", cfg.NodeID), last: map[string]time.Time{}}
 	srv.SetLoggerV2(fatal, false, false, false)
 	srv.Start()
 	deadline := time.Now().Add(10 * time.Second)
@@ -269,22 +269,58 @@ func embedded(cfg Config) (*server.Server, string, error) {
 	return srv, token, nil
 }
 
-// fatalLog is the embedded server's logger: it keeps the first fatal error
-// (the server goes on, broken, where its own logger would exit) and drops
-// the rest, as NoLog did.
-type fatalLog struct{ msg chan string }
+// natsLog is the embedded server's logger. It keeps the first fatal error
+// (the server goes on, broken, where its own logger would exit), and logs
+// its errors and warnings as warnings, each kind at most once a minute: a
+// route refused for a wrong --cluster-token or --cluster-name is retried
+// every second, and would otherwise leave the node alone without a word.
+// Notices and debug output are dropped.
+type natsLog struct {
+	msg chan string
+	log *slog.Logger
 
-func (l *fatalLog) Fatalf(format string, v ...any) {
+	mu   sync.Mutex
+	last map[string]time.Time // by format without digits; guarded by mu
+}
+
+// natsLogEvery is how often natsLog repeats one kind of message.
+const natsLogEvery = time.Minute
+
+func (l *natsLog) Fatalf(format string, v ...any) {
 	select {
 	case l.msg <- fmt.Sprintf(format, v...):
 	default:
 	}
 }
-func (*fatalLog) Noticef(string, ...any) {}
-func (*fatalLog) Warnf(string, ...any)   {}
-func (*fatalLog) Errorf(string, ...any)  {}
-func (*fatalLog) Debugf(string, ...any)  {}
-func (*fatalLog) Tracef(string, ...any)  {}
+func (l *natsLog) Warnf(format string, v ...any)  { l.warn(format, v) }
+func (l *natsLog) Errorf(format string, v ...any) { l.warn(format, v) }
+func (*natsLog) Noticef(string, ...any)           {}
+func (*natsLog) Debugf(string, ...any)            {}
+func (*natsLog) Tracef(string, ...any)            {}
+
+func (l *natsLog) warn(format string, v []any) {
+	// A connection's messages start with its address and number
+	// ("127.0.0.1:6222 - rid:7 - "), new at every retry.
+	kind := strings.Map(func(r rune) rune {
+		if '0' <= r && r <= '9' {
+			return -1
+		}
+		return r
+	}, format)
+	l.mu.Lock()
+	now := time.Now()
+	if now.Sub(l.last[kind]) < natsLogEvery {
+		l.mu.Unlock()
+		return
+	}
+	l.last[kind] = now
+	l.mu.Unlock()
+	level := slog.LevelWarn
+	if strings.HasPrefix(format, "Error trying to connect to route") {
+		level = slog.LevelInfo // a node not started yet, or restarting: retried
+	}
+	l.log.Log(context.Background(), level, "cluster: embedded NATS server: "+fmt.Sprintf(format, v...))
+}
 
 // ID returns the node's id.
 func (n *Node) ID() string { return n.cfg.NodeID }

@@ -333,8 +333,8 @@ func TestCutOffNodeRefusesRequests(t *testing.T) {
 	if hub.Code(err) != "device_offline" || !hub.NotSent(err) || !errors.Is(err, ErrCutOff) || time.Since(start) > 500*time.Millisecond {
 		t.Errorf("a call from a cut-off node: %v (not sent %v) after %s; want device_offline, not sent, at once", err, hub.NotSent(err), time.Since(start))
 	}
-	if _, _, err := nodes[0].node.Forget(ctx, "dev-c", true); !errors.Is(err, ErrCutOff) {
-		t.Errorf("a forget from a cut-off node: %v, want ErrCutOff", err)
+	if _, _, err := nodes[0].node.Forget(ctx, "dev-c", true); !errors.Is(err, ErrCutOff) || hub.Code(err) != "device_offline" {
+		t.Errorf("a forget from a cut-off node: %v (%s), want ErrCutOff, device_offline", err, hub.Code(err))
 	}
 
 	startNATS(t, port)
@@ -435,6 +435,8 @@ func TestDuplicateNodeID(t *testing.T) {
 	nodes := startCluster(t, 2)
 	connect(t, nodes[0].hub, "dev-d", "d")
 	waitFor(t, "n1 listing dev-d", func() bool { return seesOnline(nodes[1].hub, "dev-d", "n0") })
+	sub := nodes[1].hub.Subscribe()
+	defer sub.Close()
 	dup := startNode(t, nodes, Config{NodeID: "n0"}, hub.Config{})
 	select {
 	case err := <-dup.node.Fatal():
@@ -453,6 +455,19 @@ func TestDuplicateNodeID(t *testing.T) {
 	}
 	waitFor(t, "n1 listing dev-d on n0 after the duplicate left", func() bool { return seesOnline(nodes[1].hub, "dev-d", "n0") })
 	callUntil(t, nodes[1].hub, hub.CallRequest{Device: "dev-d", Tool: "echo"})
+	// The live node's device never looked gone meanwhile.
+	time.Sleep(2 * testTiming)
+	for {
+		select {
+		case e := <-sub.C:
+			if e.Device == "dev-d" && (e.Type == hub.EventOffline || e.Type == hub.EventOnline) {
+				t.Errorf("n1 saw %s for dev-d while n0 held it: %+v", e.Type, e)
+			}
+			continue
+		default:
+		}
+		break
+	}
 }
 
 // TestMissedClaimHealedByView: a node that missed another's claim of a
@@ -530,5 +545,27 @@ func TestConnectionLostWarnsOnlyWhenLost(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // nats.go runs its callbacks on a goroutine of their own
 	if strings.Contains(stopped.String(), "connection lost") {
 		t.Errorf("a node stopping warned:\n%s", stopped.String())
+	}
+}
+
+// TestCallerTimeoutWhenServingNodeSilent: a call whose serving node stops
+// answering (frozen, cut off) ends device_timeout soon after its own
+// timeout, not only when the node has been silent for long.
+func TestCallerTimeoutWhenServingNodeSilent(t *testing.T) {
+	n0 := startNode(t, nil, Config{NodeID: "n0", silence: time.Minute}, hub.Config{})
+	n1 := startNode(t, []*testNode{n0}, Config{NodeID: "n1"}, hub.Config{})
+	d := connect(t, n1.hub, "dev-f", "f")
+	callUntil(t, n0.hub, hub.CallRequest{Device: "dev-f", Tool: "echo"})
+	go func() {
+		for d.slow.Load() == 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		n1.node.Sever()
+	}()
+	start := time.Now()
+	_, err := n0.hub.Call(t.Context(), hub.CallRequest{Device: "dev-f", Tool: "slow", Timeout: time.Second})
+	if hub.Code(err) != "device_timeout" || time.Since(start) > time.Second+timeoutGrace+time.Second {
+		t.Errorf("a call to a node gone silent: %v (%s) after %s; want device_timeout after about %s",
+			err, hub.Code(err), time.Since(start), time.Second+timeoutGrace)
 	}
 }

@@ -80,11 +80,22 @@ func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 	}
 	quiet := time.NewTimer(n.cfg.silence)
 	defer quiet.Stop()
+	// The serving node times the call out itself; this is for a node that
+	// cannot (frozen, overloaded) and yet sends keepalives late.
+	var deadline <-chan time.Time
+	if req.Timeout > 0 {
+		t := time.NewTimer(req.Timeout + timeoutGrace)
+		defer t.Stop()
+		deadline = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			n.cancelCall(msg.ID)
 			return nil, ctx.Err()
+		case <-deadline:
+			n.cancelCall(msg.ID)
+			return nil, fmt.Errorf("%w: the node serving %s did not answer within the call's timeout (%s)", hub.ErrDeviceTimeout, id, req.Timeout)
 		case <-quiet.C:
 			// Given up: should the serving node be merely slow, its
 			// call ends too.
@@ -117,6 +128,10 @@ func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 		}
 	}
 }
+
+// timeoutGrace is how long past a call's timeout its caller waits for the
+// serving node's own answer (device_timeout, or a result just in time).
+const timeoutGrace = time.Second
 
 // cancelCall tells every node that call id is cancelled: the one serving
 // it ends it, the others keep it in case the call is still on its way.

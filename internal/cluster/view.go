@@ -595,6 +595,14 @@ func (v *view) apply(msg *viewMsg) bool {
 		return true
 	}
 	p := v.peers[msg.Node]
+	if p != nil && msg.Epoch > p.epoch && time.Since(p.heard) < v.n.cfg.Heartbeat*3/2 {
+		// A newer incarnation while the known one still beats: another
+		// node started under its id (duplicateID makes it leave within a
+		// beat), not a restart. Taking it would drop the live node's
+		// devices, then bring them back. A restarted node is taken once its
+		// old incarnation has missed a beat, or said bye.
+		return true
+	}
 	counted := msg.Held != nil || msg.Gone != "" || msg.Event != nil
 	if p == nil || msg.Epoch != p.epoch || (counted && msg.Seq > p.seq+1) || (!counted && msg.Seq > p.seq) {
 		// A node not known yet, restarted, or messages missed: start from

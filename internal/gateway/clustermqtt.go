@@ -27,10 +27,12 @@ const mqttRebalanceEvery = 5 * time.Second
 const roleMQTT = "mqtt-broker"
 
 // ownsMQTT is mqttext's Config.Owns: whether this node serves an external
-// broker's device. Nothing is owned before the node joined the cluster.
+// broker's device. Nothing is owned before the node joined the cluster,
+// nor while it is cut off from NATS: it would count itself the only member
+// and take every device the others serve (it keeps those it holds).
 func (l *clusterLink) ownsMQTT(deviceID string) bool {
 	n := l.node.Load()
-	return n != nil && n.Owns(roleMQTT, deviceID)
+	return n != nil && n.Connected() && n.Owns(roleMQTT, deviceID)
 }
 
 // heldElsewhere reports whether another node holds device id live; the
@@ -103,6 +105,9 @@ func (g *Gateway) balanceMQTT(ctx context.Context) (stop func()) {
 // their owners, and takes over the devices it owns that it heard lately and
 // that no node holds (their node left or died).
 func (g *Gateway) rebalanceMQTT(ctx context.Context, node *cluster.Node) {
+	if !node.Connected() {
+		return // its members are only itself: see ownsMQTT
+	}
 	t := g.mqttExt
 	self := node.ID()
 	members := node.MembersWith(roleMQTT)

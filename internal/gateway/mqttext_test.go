@@ -283,3 +283,36 @@ func TestExternalBrokerShutdownIgnoresNewDevices(t *testing.T) {
 	finishCall(t, release, res)
 	waitStopped(t, stopped)
 }
+
+// TestExternalBrokerTwoSessionsKeepTheirAnswers: two gateways that both
+// serve one device of an external broker (as two cluster nodes cut off from
+// each other may) both hear every answer it publishes; each call still gets
+// its own, as the sessions' request ids start at random.
+func TestExternalBrokerTwoSessionsKeepTheirAnswers(t *testing.T) {
+	broker := startMosquitto(t)
+	// Share groups of their own: both hear every uplink, as cluster nodes do.
+	gateway := func(group string) *Gateway {
+		return startGateway(t, Config{MQTTBroker: "tcp://" + broker, MQTTShareGroup: group, MQTTSilenceTimeout: time.Minute, RequestTimeout: time.Second})
+	}
+	a, b := gateway("a"), gateway("b")
+	mac := "02:00:00:20:00:07"
+	srv := newServer(t, device.ProfileESP32, device.Tool{
+		Name: "self.echo", Description: "Say the text back.", Properties: []device.Property{device.Str("text")},
+		Handler: func(_ context.Context, args device.Args) (any, error) { return args.String("text"), nil },
+	})
+	runStockBrokerDevice(t, broker, mac, srv)
+	waitState(t, a, mac, hub.StateReady)
+	waitState(t, b, mac, hub.StateReady)
+	for i := range 20 {
+		var wg sync.WaitGroup
+		for name, gw := range map[string]*Gateway{"a": a, "b": b} {
+			wg.Go(func() {
+				want := fmt.Sprintf("%s-%d", name, i)
+				if text, _, err := call(t, gw, mac, "self.echo", `{"text":"`+want+`"}`, 0); err != nil || text != want {
+					t.Errorf("call %s through %s = %q, %v", want, name, text, err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+}

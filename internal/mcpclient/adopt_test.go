@@ -24,6 +24,27 @@ func TestMaxIDWraps(t *testing.T) {
 	}
 }
 
+// TestFirstID: ids start at FirstID; one out of range is 1.
+func TestFirstID(t *testing.T) {
+	for _, tc := range []struct{ first, max, want int32 }{
+		{0, 0, 1}, {1 << 20, 0, 1 << 20}, {5, 4, 1}, {-3, 0, 1},
+	} {
+		p := newPipe()
+		s := New(t.Context(), p, Config{RequestTimeout: time.Second, FirstID: tc.first, MaxID: tc.max})
+		var got []int32
+		for range 2 {
+			go func() { _, _ = s.Request(t.Context(), "tools/list", nil, 0) }()
+			m := p.next(t)
+			id, _ := m.ID.Int32()
+			got = append(got, id)
+			reply(t, s, m, `{}`)
+		}
+		if got[0] != tc.want || got[1] != tc.want+1 {
+			t.Errorf("FirstID %d, MaxID %d: ids %v, want %d then %d", tc.first, tc.max, got, tc.want, tc.want+1)
+		}
+	}
+}
+
 // TestAdoptInitialize: a session whose device another client initialized
 // sends no initialize of its own and goes straight to tools/list.
 func TestAdoptInitialize(t *testing.T) {

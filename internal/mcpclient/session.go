@@ -104,6 +104,12 @@ type Config struct {
 	// transport that shares the device with another MCP client (upstream
 	// mode) lowers it and gives the other client's requests the ids above.
 	MaxID int32
+	// FirstID is the first request id, 1 to MaxID; default 1. A transport
+	// whose device may also hear another session's requests and answer
+	// both (an external broker's device served by two nodes while they
+	// cannot see each other) starts at a random one, so that one session
+	// never takes the other's answers for its own.
+	FirstID int32
 	// OnDrop, when set, is told of each inbound payload the session drops,
 	// with a short reason (DropUnparseable, DropUnknownID, DropRequest,
 	// DropNotification), so a hostile or broken peer shows in metrics and
@@ -155,6 +161,9 @@ func (c *Config) fill() {
 	if c.MaxID <= 0 {
 		c.MaxID = math.MaxInt32
 	}
+	if c.FirstID <= 0 || c.FirstID > c.MaxID {
+		c.FirstID = 1
+	}
 }
 
 // Session is one MCP session with a device over one connection. All methods
@@ -186,6 +195,7 @@ func New(ctx context.Context, link Link, cfg Config) *Session {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		pending: make(map[int32]*pendingCall),
+		nextID:  cfg.FirstID - 1, // incremented before each use
 	}
 	s.ctx, s.cancel = context.WithCancelCause(ctx)
 	// No goroutine waits for this: AfterFunc runs only if ctx ends first.

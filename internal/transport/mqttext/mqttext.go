@@ -49,6 +49,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net"
 	"net/url"
 	"strconv"
@@ -521,6 +522,11 @@ func (t *Transport) start(deviceID string) *session {
 	s.log = t.log.With("device_id", deviceID, "session_id", s.sessionID)
 	scfg := t.cfg.Session
 	scfg.Logger = s.log
+	// Every node hears every uplink, and a node that cannot see the others
+	// may open a session with a device another node serves: ids from a
+	// random start keep each session's answers its own. It also keeps a
+	// late answer to the device's previous session from matching a new call.
+	scfg.FirstID = 1 + mrand.Int32N(1<<30)
 	s.sess = mcpclient.New(t.conns.Context(), s, scfg)
 	s.lastSeen.Store(time.Now().UnixNano())
 	s.att = t.cfg.Hub.Attach(hub.ConnInfo{
