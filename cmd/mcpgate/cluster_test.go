@@ -17,6 +17,8 @@ func TestServeClusterFlagsRefused(t *testing.T) {
 		{[]string{"--nats", "nats://127.0.0.1:1", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--cluster-name"},
 		{[]string{"--cluster-name", "prod", "--cluster-tls-cert", "c.pem", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--cluster-tls-key"},
 		{[]string{"--cluster-name", "prod", "--nats", "nats://127.0.0.1:1", "--cluster-token", "s", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--nats-creds"},
+		{[]string{"--cluster-name", "prod", "--node-id", "a.b", "--cluster-listen", "127.0.0.1:0", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--node-id \"a.b\""},
+		{[]string{"--cluster-name", "prod", "--node-id", "n 1", "--cluster-listen", "127.0.0.1:0", "--store", "postgres://u:p@127.0.0.1:1/db"}, "letters, digits"},
 		// Flags that would be ignored, leaving the node alone: refused.
 		{[]string{"--cluster-listen", "127.0.0.1:0", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--cluster-listen needs --cluster-name"},
 		{[]string{"--cluster-routes", "nats://127.0.0.1:1", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--cluster-routes needs --cluster-name"},

@@ -98,6 +98,9 @@ func loopback(host string) bool {
 // route port (the embedded server would ignore them), credentials without
 // --nats.
 func (c Config) CheckSecurity() error {
+	if err := CheckNodeID(c.NodeID); err != nil {
+		return err
+	}
 	tls := c.TLSCert != "" || c.TLSKey != "" || c.TLSCA != ""
 	if tls && (c.TLSCert == "" || c.TLSKey == "" || c.TLSCA == "") {
 		return errors.New("cluster: route TLS needs --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca together")

@@ -133,6 +133,21 @@ func DefaultNodeID() string {
 	}, name)
 }
 
+// CheckNodeID refuses a node id ("" takes DefaultNodeID) that cannot be a
+// subject token: a '.', '*' or '>' in it would make another node's
+// subjects of its own.
+func CheckNodeID(id string) error {
+	if len(id) > 64 {
+		return fmt.Errorf("cluster: --node-id %q: at most 64 characters", id)
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return fmt.Errorf("cluster: --node-id %q: use letters, digits, '-' and '_' only", id)
+		}
+	}
+	return nil
+}
+
 // Start starts the embedded NATS server (unless cfg.NATS is set) and
 // connects to NATS. Call Bind before any device attaches, Close at the end.
 func Start(cfg Config) (*Node, error) {
@@ -141,6 +156,9 @@ func Start(cfg Config) (*Node, error) {
 	}
 	if cfg.NodeID == "" {
 		cfg.NodeID = DefaultNodeID()
+	}
+	if err := CheckNodeID(cfg.NodeID); err != nil {
+		return nil, err
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -82,7 +82,7 @@ func (g *Gateway) joinCluster() (leave func(), err error) {
 	g.cluster.node.Store(node)
 	g.shareRevocations(node)
 	g.interruptLost(node)
-	g.log.Info("joined the cluster", "cluster", cfg.Name, "node", node.ID(), "routes", node.RouteURL())
+	g.log.Info("joined the cluster", "cluster", cfg.Name, "node", node.ID(), "route_listen", node.RouteURL())
 	return func() {
 		g.cluster.node.Store(nil)
 		node.Close()
