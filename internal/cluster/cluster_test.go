@@ -249,6 +249,20 @@ func TestNodeLoss(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("call in flight through the lost node hangs")
 	}
+	// Audited with the node that ran it, known from its keepalives.
+	waitFor(t, "the slow call's audit record", func() bool {
+		for _, r := range nodes[0].audited() {
+			if r.Tool == "slow" {
+				return true
+			}
+		}
+		return false
+	})
+	for _, r := range nodes[0].audited() {
+		if r.Tool == "slow" && (r.ServedBy != "n2" || r.Node != "n0") {
+			t.Errorf("the lost call's audit record: node %q, served_by %q; want n0, n2", r.Node, r.ServedBy)
+		}
+	}
 	waitFor(t, "device_offline from the surviving nodes", func() bool {
 		_, err := nodes[1].hub.Call(t.Context(), hub.CallRequest{Device: "dev-l", Tool: "echo"})
 		return errors.Is(err, hub.ErrDeviceOffline)

@@ -160,7 +160,7 @@ func (f *fastPath) served(id string) {
 func (n *Node) keepAlive() {
 	t := time.NewTicker(n.cfg.keepalive)
 	defer t.Stop()
-	alive := appendReply(nil, &replyMsg{Kind: kindAlive})
+	alive := appendReply(nil, &replyMsg{Kind: kindAlive, Node: n.cfg.NodeID})
 	var replies []string
 	for {
 		select {

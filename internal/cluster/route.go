@@ -109,6 +109,11 @@ func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 			if err := decodeReply(m.Data, &r); err != nil {
 				return nil, fmt.Errorf("%w: cluster: bad reply: %w", mcpclient.ErrMalformedResponse, err)
 			}
+			if r.Node != "" {
+				// Known before the result: a call that ends without one
+				// (the node died) is audited with the node that ran it.
+				hub.ServedBy(ctx, r.Node)
+			}
 			switch r.Kind {
 			case kindProgress:
 				if req.OnProgress != nil {
@@ -230,7 +235,7 @@ func (n *Node) serve(reply string, data []byte) {
 		Timeout: time.Duration(msg.TimeoutMS) * time.Millisecond, Caller: msg.Caller, Door: msg.Door, Meta: msg.Meta}
 	if msg.Progress {
 		req.OnProgress = func(p json.RawMessage) {
-			n.answer(reply, replyMsg{Kind: kindProgress, Progress: p})
+			n.answer(reply, replyMsg{Kind: kindProgress, Node: n.cfg.NodeID, Progress: p})
 		}
 	}
 	res, err := h.ServeRemote(ctx, req)
