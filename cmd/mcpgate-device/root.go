@@ -69,6 +69,15 @@ func (o *options) agent(stderr io.Writer, profile device.Profile) (*devagent.Age
 	if o.irAddr < 0 || o.irAddr > 255 {
 		return nil, nil, fmt.Errorf("--ir-addr %d: want 0..255", o.irAddr)
 	}
+	// A key with no value in the config file is the empty string: where
+	// that means nothing, it is a mistake, better said at start than met
+	// on the first photo or IR code.
+	for _, f := range []struct{ flag, value string }{{"--state-dir", o.stateDir}, {"--ir-port", o.irPort},
+		{"--amixer-control", o.amixerControl}, {"--camera", o.camera}, {"--resolution", o.resolution}} {
+		if strings.TrimSpace(f.value) == "" {
+			return nil, nil, fmt.Errorf("%s is empty: a key with no value in the config file, or an empty variable? Leave it out for the default", f.flag)
+		}
+	}
 	if o.irTimeout < 0 {
 		return nil, nil, fmt.Errorf("--ir-timeout %s: want a positive duration such as 1s", o.irTimeout)
 	}

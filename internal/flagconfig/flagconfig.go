@@ -119,7 +119,7 @@ func readFile(fs *pflag.FlagSet, o Options) (map[string]*yaml.Node, error) {
 			if slices.Contains(o.Ignore, k) {
 				continue
 			}
-			return nil, fmt.Errorf("config file %s: unknown setting %q%s (settings are the flag names of %s)", o.File, k, suggest.DidYouMean(k, names), o.Help)
+			return nil, fmt.Errorf("config file %s: unknown setting %q (line %d)%s (settings are the flag names of %s)", o.File, k, key.Line, suggest.DidYouMean(k, names), o.Help)
 		}
 		settings[k] = val
 	}

@@ -50,8 +50,8 @@ func TestPrecedence(t *testing.T) {
 func TestErrors(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct{ name, content, want string }{
-		{"unknown key", "adr: x\n", `unknown setting "adr" (did you mean addr?)`},
-		{"unknown key far from any", "colour: x\n", `unknown setting "colour" (settings are`},
+		{"unknown key", "adr: x\n", `unknown setting "adr" (line 1) (did you mean addr?)`},
+		{"unknown key far from any", "addr: x\ncolour: x\n", `unknown setting "colour" (line 2) (settings are`},
 		{"bad value", "call-timeout: soon\n", "call-timeout"},
 		{"not yaml", "addr: [\n", "config file"},
 	} {
