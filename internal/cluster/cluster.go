@@ -456,6 +456,10 @@ func (n *Node) Bind(h *hub.Hub) error {
 	n.mem = m
 	n.mu.Unlock()
 	if err := n.startView(h, m); err != nil {
+		// Its loop never started: Close must not wait for it.
+		n.mu.Lock()
+		n.mem = nil
+		n.mu.Unlock()
 		return err
 	}
 	// The others answer the hello with a beat within a round trip (and a

@@ -61,7 +61,9 @@ func (n *Node) start() error {
 	f := &n.fast
 	f.once.Do(func() {
 		f.prefix = nats.InboxPrefix + nuid.Next() + "."
+		f.mu.Lock() // a metrics scrape may read it already
 		f.pending = make(map[string]chan *nats.Msg)
+		f.mu.Unlock()
 		f.inbox = make(chan *nats.Msg, inbound)
 		for range servers {
 			go n.serveLoop()
@@ -118,8 +120,10 @@ func (n *Node) expect() (subject string, replies <-chan *nats.Msg, done func(), 
 }
 
 // deliver hands a reply to its call. A reply for a call that has ended (a
-// keepalive racing the result) is dropped, and so is one its caller is too
-// slow for, as NATS drops messages for a slow subscriber.
+// keepalive racing the result) is dropped. When its caller is too slow for
+// its progress, the oldest reply waiting is dropped for the newest, as NATS
+// drops messages for a slow subscriber: the result, which comes last, is
+// never the one lost.
 func (f *fastPath) deliver(m *nats.Msg) {
 	tok, ok := strings.CutPrefix(m.Subject, f.prefix)
 	if !ok {
@@ -130,6 +134,17 @@ func (f *fastPath) deliver(m *nats.Msg) {
 	f.mu.Unlock()
 	if c == nil {
 		return
+	}
+	select {
+	case c <- m:
+		return
+	default:
+	}
+	// The subscription's one goroutine is the only sender: once one is
+	// taken out, there is room.
+	select {
+	case <-c:
+	default:
 	}
 	select {
 	case c <- m:

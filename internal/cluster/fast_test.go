@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/mcpgate/mcpgate/internal/hub"
 )
 
@@ -75,4 +77,26 @@ func TestServerGoroutinesGrowAndShrink(t *testing.T) {
 	waitFor(t, fmt.Sprintf("the server goroutines back to %d idle", servers), func() bool {
 		return nodes[0].node.fast.idle.Load() == servers
 	})
+}
+
+// TestDeliverKeepsTheLastReply: a caller too slow for its call's progress
+// loses the oldest replies, never the newest (the result comes last).
+func TestDeliverKeepsTheLastReply(t *testing.T) {
+	nodes := startCluster(t, 1)
+	n := nodes[0].node
+	subject, replies, done, err := n.expect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	for i := range replyBuffer + 5 {
+		n.fast.deliver(&nats.Msg{Subject: subject, Data: []byte(fmt.Sprint(i))})
+	}
+	var last string
+	for len(replies) > 0 {
+		last = string((<-replies).Data)
+	}
+	if want := fmt.Sprint(replyBuffer + 4); last != want {
+		t.Errorf("last reply kept %q, want %q", last, want)
+	}
 }

@@ -139,3 +139,22 @@ func TestHeldAndHandoff(t *testing.T) {
 		t.Errorf("ListKnown gave %d devices, want %d in order", len(listed), len(held))
 	}
 }
+
+// TestBeatsWhileViewBusy: a node whose view is busy for longer than the
+// loss timeout (a sync waiting on a slow peer holds its lock) still beats,
+// so the others do not take it for lost.
+func TestBeatsWhileViewBusy(t *testing.T) {
+	nodes := startClusterOf(t, 2, Config{Heartbeat: 50 * time.Millisecond, MemberTimeout: 300 * time.Millisecond}, hub.Config{})
+	waitFor(t, "n1 to count n0", func() bool { return slices.Contains(nodes[1].node.Members(), "n0") })
+	v := nodes[0].node.view
+	v.mu.Lock()
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		if !slices.Contains(nodes[1].node.Members(), "n0") {
+			v.mu.Unlock()
+			t.Fatal("n1 took n0 for lost while n0's view was busy")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	v.mu.Unlock()
+}

@@ -119,9 +119,10 @@ type view struct {
 
 	// pubMu orders what this node sends: a record read and its sequence
 	// number together, so a snapshot and the messages agree.
-	pubMu sync.Mutex
-	seq   uint64 // guarded by pubMu
-	epoch int64
+	pubMu   sync.Mutex
+	seq     uint64 // guarded by pubMu
+	byeSent bool   // guarded by pubMu: nothing goes out after the bye
+	epoch   int64
 
 	qmu    sync.Mutex
 	queue  []hub.Event // this node's events, to send; guarded by qmu
@@ -139,8 +140,9 @@ type view struct {
 	// ownCalls is how this node's batches of call events start.
 	ownCalls []byte
 
-	subs []*nats.Subscription
-	wg   sync.WaitGroup
+	subs    []*nats.Subscription
+	viewSub atomic.Pointer[nats.Subscription] // subs[0], read by the handlers
+	wg      sync.WaitGroup
 
 	// Counters for docs, tests and metrics.
 	catalogFetches, catalogBytes int64 // guarded by mu
@@ -177,6 +179,9 @@ func (n *Node) startView(h *hub.Hub, mem *members) error {
 		// a gap costs a snapshot.
 		_ = sub.SetPendingLimits(-1, 256<<20)
 		v.subs = append(v.subs, sub)
+		if len(v.subs) == 1 {
+			v.viewSub.Store(sub) // its handler may run before this returns
+		}
 	}
 	if err := n.nc.Flush(); err != nil {
 		v.unsubscribe()
@@ -189,6 +194,7 @@ func (n *Node) startView(h *hub.Hub, mem *members) error {
 	v.send(viewOut{Hello: true})
 	v.wg.Go(v.forward)
 	v.wg.Go(v.beat)
+	v.wg.Go(v.sweep)
 	return nil
 }
 
@@ -410,6 +416,10 @@ func (v *view) message(e hub.Event) (viewOut, bool) {
 func (v *view) send(msg viewOut) {
 	v.pubMu.Lock()
 	defer v.pubMu.Unlock()
+	if v.byeSent {
+		return // a late beat would bring the node back for the others
+	}
+	v.byeSent = msg.Bye
 	if b, ok := v.encodeLocked(&msg); ok {
 		v.publish(b)
 	}
@@ -460,6 +470,22 @@ func (v *view) beat() {
 		case <-t.C:
 		}
 		v.send(viewOut{Beat: true})
+	}
+}
+
+// sweep drops, every heartbeat, the peers silent for longer than the loss
+// timeout. It waits for mu, which a sync holds across its requests to a
+// peer: on a goroutine of its own, so that beat never waits with it, and
+// one slow peer does not make this node look lost to the others.
+func (v *view) sweep() {
+	t := time.NewTicker(v.n.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-v.done:
+			return
+		case <-t.C:
+		}
 		timeout := v.lossTimeout()
 		v.mu.Lock()
 		for id, at := range v.forgotten {
@@ -479,7 +505,11 @@ func (v *view) beat() {
 
 // backlog returns how many view messages wait to be applied here.
 func (v *view) backlog() int {
-	pending, _, err := v.subs[0].Pending()
+	sub := v.viewSub.Load()
+	if sub == nil {
+		return 0
+	}
+	pending, _, err := sub.Pending()
 	if err != nil {
 		return 0
 	}

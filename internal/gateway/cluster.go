@@ -41,7 +41,12 @@ func checkCluster(cfg Config) error {
 
 // clusterLink is the hub's hub.Cluster until Run has joined the cluster:
 // New stays cheap and opens nothing, and no device attaches before Run.
-type clusterLink struct{ node atomic.Pointer[cluster.Node] }
+type clusterLink struct {
+	node atomic.Pointer[cluster.Node]
+	// joined is closed a heartbeat after the node joined with no other
+	// node holding its id: the call queue starts then (queue.Config.StartAfter).
+	joined chan struct{}
+}
 
 func (l *clusterLink) Call(ctx context.Context, id string, req hub.CallRequest) (*mcpclient.Result, error) {
 	if n := l.node.Load(); n != nil {
@@ -82,6 +87,14 @@ func (g *Gateway) joinCluster() (leave func(), err error) {
 	g.cluster.node.Store(node)
 	g.shareRevocations(node)
 	g.interruptLost(node)
+	// A node under a live node's id hears of it within a beat of joining
+	// (cluster.ErrDuplicateID, and the gateway stops); until then its
+	// queue must not fail the calls that node is running.
+	beat := cfg.Heartbeat
+	if beat <= 0 {
+		beat = cluster.DefaultHeartbeat
+	}
+	time.AfterFunc(beat+beat/2, func() { close(g.cluster.joined) })
 	g.log.Info("joined the cluster", "cluster", cfg.Name, "node", node.ID(), "route_listen", node.RouteURL())
 	return func() {
 		g.cluster.node.Store(nil)

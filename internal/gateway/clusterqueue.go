@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/cluster"
@@ -17,15 +18,17 @@ var lostCallsGrace = 30 * time.Second
 // interruptLost makes this node fail, as interrupted, the queued calls
 // left running by a node that left the cluster and did not come back
 // within lostCallsGrace (docs/queued-calls.md). Every survivor does it;
-// the store ends each call once.
+// the store ends each call once. A node cut off from NATS does nothing of
+// the kind: it counts only itself, and the others are alive.
 func (g *Gateway) interruptLost(node *cluster.Node) {
 	grace := lostCallsGrace
+	active := func() bool { return g.cluster.node.Load() == node && node.Connected() }
 	// Calls running on a node that is not a member once this one has
 	// joined and heard the others: it left while no node was up to see it
 	// go, or was never a node (a gateway alone on this store before: the
 	// store lock keeps one from running beside the cluster).
 	time.AfterFunc(grace, func() {
-		if g.cluster.node.Load() != node {
+		if !active() {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -34,14 +37,31 @@ func (g *Gateway) interruptLost(node *cluster.Node) {
 			g.log.Warn("failing the queued calls left running by nodes that are gone", "error", err)
 		}
 	})
+	// lostAt is when each node now absent left: a node that comes back and
+	// leaves again starts its grace again.
+	var mu sync.Mutex
+	lostAt := map[string]time.Time{}
 	node.OnMembersChange(func(old, cur []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range cur {
+			delete(lostAt, id)
+		}
 		for _, id := range old {
 			if slices.Contains(cur, id) {
 				continue
 			}
+			at := time.Now()
+			lostAt[id] = at
 			time.AfterFunc(grace, func() {
-				if g.cluster.node.Load() != node || slices.Contains(node.Members(), id) {
-					return // this node left, or the lost one is back
+				mu.Lock()
+				same := lostAt[id] == at
+				if same {
+					delete(lostAt, id)
+				}
+				mu.Unlock()
+				if !same || !active() || slices.Contains(node.Members(), id) {
+					return // back (perhaps gone again, on a grace of its own), or this node left or is cut off
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()

@@ -284,3 +284,40 @@ func TestClusterAbsentNodesCallsInterrupted(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterDuplicateNodeLeavesRunningCalls: a gateway started under a
+// live node's id leaves (cluster.ErrDuplicateID) without failing the calls
+// that node is running: its queue starts only once its id is its own.
+func TestClusterDuplicateNodeLeavesRunningCalls(t *testing.T) {
+	dsn := storetest.PostgresDSN(t)
+	a, _ := runGateway(t, asNode(t, Config{StoreDSN: dsn, Cluster: &cluster.Config{Heartbeat: 200 * time.Millisecond}}, "q5", "a"))
+	ca := restClient(t, a)
+	const id = "02:00:00:00:0e:05"
+	release := make(chan struct{})
+	var once sync.Once
+	session(t, a, devicetest.Config{ID: id, OnCall: func(devicetest.Call) devicetest.Answer {
+		<-release
+		return devicetest.Answer{Result: devicetest.TextResult("true", false)}
+	}})
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	running, err := a.queue.Submit(t.Context(), queue.Request{CallRequest: hub.CallRequest{Device: id,
+		Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":7}`), Door: "rest"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCallState(t, ca, running.ID, "running")
+
+	dup, err := New(asNode(t, Config{Addr: "127.0.0.1:0", StoreDSN: dsn, DataDir: t.TempDir(),
+		Cluster: &cluster.Config{Heartbeat: 200 * time.Millisecond}}, "q5", "a", a.ClusterRoute()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dup.Run(t.Context()); !errors.Is(err, cluster.ErrDuplicateID) {
+		t.Fatalf("a gateway under a live node's id: %v, want ErrDuplicateID", err)
+	}
+	if got, err := ca.QueuedCall(t.Context(), running.ID); err != nil || got.State != "running" {
+		t.Fatalf("the live node's running call after the duplicate left: %+v, %v; want still running", got, err)
+	}
+	once.Do(func() { close(release) })
+	waitCallState(t, ca, running.ID, "done")
+}

@@ -358,6 +358,10 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	qcfg := cfg.Queue
 	qcfg.Hub, qcfg.Store, qcfg.Logger, qcfg.Metrics, qcfg.Audit = h, cfg.Store, cfg.Logger, m, auditLog.Record
+	if cfg.Cluster != nil {
+		link.joined = make(chan struct{})
+		qcfg.StartAfter = link.joined
+	}
 	if qcfg.Authorize == nil {
 		qcfg.Authorize = queueAuthorize(cfg.Store, time.Now)
 	}

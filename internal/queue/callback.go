@@ -24,6 +24,10 @@ const (
 // maxCallbackBackoff caps the wait between two tries of a callback.
 const maxCallbackBackoff = 5 * time.Minute
 
+// callbackClaimSlack is how long past its post's timeout a claim on a
+// callback lasts: time to record the try.
+const callbackClaimSlack = 10 * time.Second
+
 // Sign returns the signature header's value for body under secret.
 func Sign(secret string, body []byte) string {
 	m := hmac.New(sha256.New, []byte(secret))
@@ -59,6 +63,17 @@ func (q *Queue) postDue(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		// Every node of a cluster sweeps the same store: the one whose
+		// claim takes posts, and the others do not see the callback due
+		// again until the claim runs out (a node that died posting it).
+		claim := time.Now().UTC().Add(q.cfg.CallbackTimeout + callbackClaimSlack)
+		if ok, err := q.st.ClaimCallback(wctx, c, claim); err != nil {
+			q.warnStore("claiming a callback", err)
+			return
+		} else if !ok {
+			continue
+		}
+		c.CallbackNext = claim
 		perr := q.post(ctx, c)
 		if perr != nil && ctx.Err() != nil {
 			return // cut by shutdown: not a try; the next run posts it

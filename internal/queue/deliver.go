@@ -17,6 +17,21 @@ func (q *Queue) subscribe() *hub.Subscription {
 	return q.hub.SubscribeTypes(hub.EventState, hub.EventCallQueued, hub.EventForgotten)
 }
 
+// startup fails, as interrupted, every call left running by a previous
+// run, and reads which devices have calls waiting.
+func (q *Queue) startup(ctx context.Context) error {
+	interrupted, err := q.st.InterruptCalls(ctx, time.Now().UTC(), q.hub.NodeID())
+	if err != nil {
+		return err
+	}
+	for _, c := range interrupted {
+		q.log.Warn("queued call was on the device when the gateway stopped: failed, not sent again",
+			"call_id", c.ID, "device_id", c.Device, "tool", c.Tool)
+		q.ended(c)
+	}
+	return q.loadWaiting(ctx)
+}
+
 // Run delivers queued calls until ctx ends, then waits for the deliveries
 // in progress: a call on the device is not abandoned half way (it ends
 // with its device's session when the gateway closes it). First, every call
@@ -28,17 +43,27 @@ func (q *Queue) Run(ctx context.Context) error {
 	// Store writes outlive ctx: a call that ends during shutdown is still
 	// recorded.
 	wctx := context.WithoutCancel(ctx)
-	interrupted, err := q.st.InterruptCalls(wctx, time.Now().UTC(), q.hub.NodeID())
-	if err != nil {
-		return fmt.Errorf("queue: %w", err)
+	if q.cfg.StartAfter != nil {
+		select {
+		case <-q.cfg.StartAfter:
+		case <-ctx.Done():
+			return nil
+		}
 	}
-	for _, c := range interrupted {
-		q.log.Warn("queued call was on the device when the gateway stopped: failed, not sent again",
-			"call_id", c.ID, "device_id", c.Device, "tool", c.Tool)
-		q.ended(c)
-	}
-	if err := q.loadWaiting(wctx); err != nil {
-		return fmt.Errorf("queue: %w", err)
+	// A store down at start delays delivery, not ends it: calls queued
+	// meanwhile are stored by Submit, and delivered once this is done.
+	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 30*time.Second) {
+		err := q.startup(wctx)
+		if err == nil {
+			q.storeLog.ok("starting the call queue")
+			break
+		}
+		q.warnStore("starting the call queue", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("queue: %w", err)
+		case <-time.After(wait):
+		}
 	}
 	q.runCtx = wctx
 	q.startOnce.Do(func() { close(q.started) })

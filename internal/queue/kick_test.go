@@ -2,7 +2,11 @@ package queue
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,5 +156,94 @@ func TestClusterReadyDeviceWithNothingQueuedCostsNoQuery(t *testing.T) {
 	}
 	if n := st.queries(busy); n == 0 {
 		t.Error("the device with a queued call was never queried")
+	}
+}
+
+// downAtStart is a store whose InterruptCalls fails until up is closed.
+type downAtStart struct {
+	store.Store
+	up chan struct{}
+}
+
+func (s *downAtStart) InterruptCalls(ctx context.Context, now time.Time, node string) ([]store.QueuedCall, error) {
+	select {
+	case <-s.up:
+		return s.Store.InterruptCalls(ctx, now, node)
+	default:
+		return nil, errors.New("store down")
+	}
+}
+
+// TestStoreDownAtStartDelaysDelivery: a store that fails when the queue
+// starts delays delivery until it is back; it does not end it.
+func TestStoreDownAtStartDelaysDelivery(t *testing.T) {
+	off := limits.Rate{PerSecond: -1}
+	h := hub.New(hub.Config{KeyRate: off, DeviceRate: off})
+	st := &downAtStart{Store: storetest.Open(t, "", t.TempDir()), up: make(chan struct{})}
+	q, err := New(Config{Hub: h, Store: st, SweepInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- q.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	attachReady(t, h, "dev-up")
+	c, err := q.Submit(t.Context(), Request{CallRequest: hub.CallRequest{Device: "dev-up", Tool: "self.audio_speaker.set_volume",
+		Arguments: []byte(`{"volume":2}`), Door: "rest"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("Run ended while the store was down: %v", err)
+	default:
+	}
+	close(st.up)
+	hubtest.WaitFor(t, "the call delivered once the store is back", func() bool {
+		got, err := st.QueuedCall(t.Context(), c.ID)
+		return err == nil && got.State == store.CallDone
+	})
+}
+
+// TestCallbackPostedOnceByTwoNodes: two queues on one store (two cluster
+// nodes) sweeping the same due callback post it once.
+func TestCallbackPostedOnceByTwoNodes(t *testing.T) {
+	var posts atomic.Int64
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		time.Sleep(50 * time.Millisecond) // a receiver that takes its time: the other sweeps meanwhile
+	}))
+	defer hook.Close()
+	st := storetest.Open(t, "", t.TempDir())
+	now := time.Now().UTC()
+	if _, err := st.CreateCall(t.Context(), store.QueuedCall{ID: "call_cb", Device: "dev-cb", Tool: "self.t", Arguments: []byte(`{}`),
+		Caller: "k", Door: "rest", State: store.CallQueued, QueuedAt: now, ExpiresAt: now.Add(time.Millisecond), CallbackURL: hook.URL}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ExpireCalls(t.Context(), now.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var queues []*Queue
+	for _, node := range []string{"a", "b"} {
+		q, err := New(Config{Hub: hub.New(hub.Config{NodeID: node}), Store: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		queues = append(queues, q)
+	}
+	var wg sync.WaitGroup
+	for range 3 {
+		for _, q := range queues {
+			wg.Go(func() { q.postDue(t.Context()) })
+		}
+	}
+	wg.Wait()
+	if n := posts.Load(); n != 1 {
+		t.Errorf("the callback was posted %d times, want once", n)
+	}
+	if c, err := st.QueuedCall(t.Context(), "call_cb"); err != nil || c.CallbackState != store.CallbackDelivered || c.CallbackAttempts != 1 {
+		t.Errorf("the call after the sweeps: %+v, %v; want its callback delivered in one try", c, err)
 	}
 }

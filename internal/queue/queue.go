@@ -61,6 +61,11 @@ type Config struct {
 	Metrics *metrics.Metrics
 	// Audit receives one record per call when it ends; nil: none.
 	Audit func(hub.CallRecord)
+	// StartAfter, when set, holds back Run's start (failing the calls its
+	// node left running, then delivering) until it is closed: a cluster
+	// node waits to know its id is its own, or it would fail the running
+	// calls of the live node whose id it took by mistake.
+	StartAfter <-chan struct{}
 	// DefaultTTL is a call's time to live when the caller gives none.
 	// Default 1h.
 	DefaultTTL time.Duration

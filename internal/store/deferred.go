@@ -255,6 +255,14 @@ func (d *Deferred) InterruptCalls(ctx context.Context, now time.Time, node strin
 	return s.InterruptCalls(ctx, now, node)
 }
 
+func (d *Deferred) ClaimCallback(ctx context.Context, c QueuedCall, until time.Time) (bool, error) {
+	s, err := d.get()
+	if err != nil {
+		return false, err
+	}
+	return s.ClaimCallback(ctx, c, until)
+}
+
 func (d *Deferred) RunningNodes(ctx context.Context) ([]string, error) {
 	s, err := d.get()
 	if err != nil {

@@ -100,6 +100,16 @@ func (s *pgStore) QueuedDevices(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
+func (s *pgStore) ClaimCallback(ctx context.Context, c QueuedCall, until time.Time) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE calls SET callback_next = $1
+		WHERE id = $2 AND callback_state = 'pending' AND callback_attempts = $3 AND callback_next IS NOT DISTINCT FROM $4`,
+		until, c.ID, c.CallbackAttempts, ts(c.CallbackNext))
+	if err != nil {
+		return false, fmt.Errorf("store: claim callback %s: %w", c.ID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
 func (s *pgStore) RunningNodes(ctx context.Context) ([]string, error) {
 	rows, err := s.pool.Query(ctx, `SELECT DISTINCT node FROM calls WHERE state = 'running' ORDER BY node`)
 	if err != nil {

@@ -103,6 +103,20 @@ func (s *sqliteStore) QueuedDevices(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
+func (s *sqliteStore) ClaimCallback(ctx context.Context, c QueuedCall, until time.Time) (bool, error) {
+	res, err := s.w.ExecContext(ctx, `UPDATE calls SET callback_next = ?
+		WHERE id = ? AND callback_state = 'pending' AND callback_attempts = ? AND callback_next IS ?`,
+		until.UnixMicro(), c.ID, c.CallbackAttempts, micros(c.CallbackNext))
+	if err != nil {
+		return false, fmt.Errorf("store: claim callback %s: %w", c.ID, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("store: claim callback %s: %w", c.ID, err)
+	}
+	return n == 1, nil
+}
+
 func (s *sqliteStore) RunningNodes(ctx context.Context) ([]string, error) {
 	out, err := s.strings(ctx, `SELECT DISTINCT node FROM calls WHERE state = 'running' ORDER BY node`)
 	if err != nil {

@@ -125,6 +125,11 @@ type CallStore interface {
 	// returns them: run at start for this node, and in a cluster for a
 	// node lost for good.
 	InterruptCalls(ctx context.Context, now time.Time, node string) ([]QueuedCall, error)
+	// ClaimCallback makes c's pending callback this process's to post
+	// until until (its callback_next), if it is still as c read it (same
+	// tries, same next time): false when another process claimed or
+	// recorded it first. Nodes sharing a store post each callback once.
+	ClaimCallback(ctx context.Context, c QueuedCall, until time.Time) (bool, error)
 	// RunningNodes returns the nodes (QueuedCall.Node) that have calls
 	// running, sorted.
 	RunningNodes(ctx context.Context) ([]string, error)

@@ -248,3 +248,55 @@ func testAuditCallFields(t *testing.T, target Target) {
 		t.Errorf("live call's record: call_id %q queued_at %v; want none", got[0].CallID, got[0].QueuedAt)
 	}
 }
+
+// testClaimCallback: a due callback is claimed by one process only; the
+// claim hides it until it runs out, and a recorded try ends any claim made
+// on what was read before it.
+func testClaimCallback(t *testing.T, target Target) {
+	ctx := context.Background()
+	s := open(t, target)
+	t0 := now()
+	c := newCall(1, "aa:bb:cc:dd:ee:02", "k1", t0, time.Second)
+	c.CallbackURL = "https://example.com/hook"
+	if _, err := s.CreateCall(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ExpireCalls(ctx, t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	due := func(at time.Time) []store.QueuedCall {
+		t.Helper()
+		got, err := s.QueuedCalls(ctx, store.CallQuery{CallbackDue: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	read := due(t0.Add(2 * time.Second))
+	if len(read) != 1 {
+		t.Fatalf("due callbacks = %+v, want the expired call's", read)
+	}
+	until := t0.Add(time.Minute)
+	if ok, err := s.ClaimCallback(ctx, read[0], until); err != nil || !ok {
+		t.Fatalf("first claim = %v, %v; want it taken", ok, err)
+	}
+	if ok, err := s.ClaimCallback(ctx, read[0], until); err != nil || ok {
+		t.Errorf("a second claim of what was read before = %v, %v; want refused", ok, err)
+	}
+	if got := due(t0.Add(2 * time.Second)); len(got) != 0 {
+		t.Errorf("due while claimed: %+v", got)
+	}
+	again := due(until)
+	if len(again) != 1 || !sameTime(again[0].CallbackNext, until) {
+		t.Fatalf("due once the claim ran out: %+v", again)
+	}
+	// The claimant records its try: a claim on the older read fails.
+	tried := again[0]
+	tried.CallbackAttempts, tried.CallbackNext = 1, until.Add(time.Minute)
+	if err := s.UpdateCall(ctx, tried, tried.State); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.ClaimCallback(ctx, again[0], until.Add(time.Hour)); err != nil || ok {
+		t.Errorf("a claim on a read older than the recorded try = %v, %v; want refused", ok, err)
+	}
+}
