@@ -12,13 +12,9 @@ import (
 // is part of it, as stores in two schemas of one database are two stores.
 const gatewayLockKey = "mcpgate gateway:"
 
-// lockGateway holds a session advisory lock on a connection kept out of
+// lockPostgres holds a session advisory lock on a connection kept out of
 // the pool: PostgreSQL drops it with the connection, so with the gateway
 // however it ends.
-func (s *pgStore) lockGateway(ctx context.Context) (func(), error) {
-	return lockPostgres(ctx, s.pool, s.location, false)
-}
-
 func lockPostgres(ctx context.Context, pool *pgxpool.Pool, location string, shared bool) (func(), error) {
 	kind := ""
 	if shared {

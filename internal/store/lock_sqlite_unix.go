@@ -3,7 +3,6 @@
 package store
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -11,11 +10,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// lockGateway holds an exclusive flock on the database file: SQLite's own
-// locks are POSIX record locks, which an flock does not touch on Linux and
-// the BSDs, and the kernel drops it with the process however it ends.
-func (s *sqliteStore) lockGateway(context.Context) (func(), error) { return lockSQLite(s.path, false) }
-
+// lockSQLite holds an flock on the database file: SQLite's own locks are
+// POSIX record locks, which an flock does not touch on Linux and the BSDs,
+// and the kernel drops it with the process however it ends. It must be
+// taken before SQLite opens the file and released after SQLite closed it:
+// closing any descriptor of the file drops the process's POSIX locks on it.
 func lockSQLite(path string, shared bool) (func(), error) {
 	how := unix.LOCK_EX
 	if shared {

@@ -28,9 +28,9 @@ const DefaultFile = "mcpgate.db"
 
 // OpenOptions are what an open does besides opening.
 type OpenOptions struct {
-	// Lock holds the store for this gateway alone until Close, as
-	// LockGateway does, taken before the schema is read: a second gateway
-	// is refused before it can upgrade the store under the first.
+	// Lock holds the store for this gateway alone until Close (ErrInUse
+	// while another holds it), taken before the schema is read: a second
+	// gateway is refused before it can upgrade the store under the first.
 	Lock bool
 	// LockShared is Lock for a cluster node: nodes share the store with
 	// each other, never with a gateway that holds it alone.

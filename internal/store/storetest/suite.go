@@ -739,30 +739,48 @@ func testTwoStores(t *testing.T, target Target) {
 
 // testGatewayLock: one gateway at a time holds a store; another opening
 // it (another process) is refused until the first lets go, and a store
-// beside it (another schema, another directory) is not.
+// beside it (another schema, another directory) is not. Cluster nodes
+// share it with each other, never with a gateway alone.
 func testGatewayLock(t *testing.T, target Target) {
 	ctx := context.Background()
 	dsn, dir := target(t)
-	first, second := Open(t, dsn, dir), Open(t, dsn, dir)
-	release, err := store.LockGateway(ctx, first)
+	alone := store.OpenOptions{Lock: true}
+	first, err := store.OpenWith(ctx, dsn, dir, alone)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.LockGateway(ctx, second); !errors.Is(err, store.ErrInUse) {
-		t.Fatalf("a second gateway's lock: %v, want ErrInUse", err)
+	for _, o := range []store.OpenOptions{alone, {LockShared: true}} {
+		if _, err := store.OpenWith(ctx, dsn, dir, o); !errors.Is(err, store.ErrInUse) {
+			t.Fatalf("a second gateway (%+v) beside one alone: %v, want ErrInUse", o, err)
+		}
 	}
 	otherDSN, otherDir := target(t)
-	releaseOther, err := store.LockGateway(ctx, Open(t, otherDSN, otherDir))
+	other, err := store.OpenWith(ctx, otherDSN, otherDir, alone)
 	if err != nil {
 		t.Fatalf("another store's lock: %v", err)
 	}
-	releaseOther()
-	release()
-	release2, err := store.LockGateway(ctx, second)
+	other.Close()
+	first.Close()
+	second, err := store.OpenWith(ctx, dsn, dir, alone)
 	if err != nil {
 		t.Fatalf("the lock once released: %v", err)
 	}
-	release2()
+	second.Close()
+
+	var nodes []store.Store
+	for range 2 {
+		n, err := store.OpenWith(ctx, dsn, dir, store.OpenOptions{LockShared: true})
+		if err != nil {
+			t.Fatalf("a cluster node beside another: %v", err)
+		}
+		nodes = append(nodes, n)
+	}
+	if _, err := store.OpenWith(ctx, dsn, dir, alone); !errors.Is(err, store.ErrInUse) {
+		t.Fatalf("a gateway alone beside cluster nodes: %v, want ErrInUse", err)
+	}
+	for _, n := range nodes {
+		n.Close()
+	}
 }
 
 // testConcurrentOpen: several processes starting on a new database at once
