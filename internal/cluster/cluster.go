@@ -482,6 +482,18 @@ func (n *Node) close() {
 		n.view.stop()
 	}
 	n.cancel()
+	// The calls served here end with client_closed: their answers go out
+	// before the connection closes, or their callers would wait out the
+	// keepalive gap instead.
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		n.mu.Lock()
+		serving := len(n.calls)
+		n.mu.Unlock()
+		if serving == 0 {
+			break
+		}
+	}
+	_ = n.nc.FlushTimeout(time.Second)
 	n.nc.Close()
 	if n.srv != nil {
 		n.srv.Shutdown()

@@ -583,3 +583,28 @@ func TestCallerTimeoutWhenServingNodeSilent(t *testing.T) {
 			err, hub.Code(err), time.Since(start), time.Second+timeoutGrace)
 	}
 }
+
+// TestServingNodeStopsDuringCall: a node that stops while serving another
+// node's call answers it device_disconnected before it goes, so its caller
+// does not wait out the keepalive gap.
+func TestServingNodeStopsDuringCall(t *testing.T) {
+	nodes := startClusterOf(t, 2, Config{silence: 30 * time.Second}, hub.Config{})
+	d := connect(t, nodes[1].hub, "dev-stop", "stop")
+	callUntil(t, nodes[0].hub, hub.CallRequest{Device: "dev-stop", Tool: "echo"})
+	done := make(chan error, 1)
+	go func() {
+		_, err := nodes[0].hub.Call(t.Context(), hub.CallRequest{Device: "dev-stop", Tool: "slow"})
+		done <- err
+	}()
+	waitFor(t, "the slow call on the device", func() bool { return d.slow.Load() == 1 })
+	start := time.Now()
+	nodes[1].node.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, hub.ErrDeviceDisconnected) || time.Since(start) > 3*time.Second {
+			t.Errorf("a call whose serving node stopped: %v after %s; want device_disconnected at once", err, time.Since(start))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call outlived its serving node's stop by 10 s")
+	}
+}

@@ -239,6 +239,11 @@ func (n *Node) serve(reply string, data []byte) {
 		}
 	}
 	res, err := h.ServeRemote(ctx, req)
+	if err != nil && n.ctx.Err() != nil {
+		// Cut by this node's stop, not by its caller: the caller's device
+		// went away with the node.
+		err = fmt.Errorf("%w: node %s stopped during the call: %w", hub.ErrDeviceDisconnected, n.cfg.NodeID, err)
+	}
 	n.metrics.count("served", res, err)
 	r := replyMsg{Kind: kindResult, Node: n.cfg.NodeID, Result: res}
 	if err != nil {
