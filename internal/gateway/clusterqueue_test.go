@@ -201,20 +201,7 @@ func TestClusterLostNodeRunningCallInterrupted(t *testing.T) {
 	a, _ := runGateway(t, asNode(t, base, "q3", "a"))
 	b, _ := runGateway(t, asNode(t, base, "q3", "b", a.ClusterRoute()))
 	ca := restClient(t, a)
-	const id = "02:00:00:00:0e:03"
-	release := make(chan struct{})
-	var once sync.Once
-	session(t, b, devicetest.Config{ID: id, OnCall: func(devicetest.Call) devicetest.Answer {
-		<-release
-		return devicetest.Answer{Result: devicetest.TextResult("true", false)}
-	}})
-	t.Cleanup(func() { once.Do(func() { close(release) }) })
-	running, err := b.queue.Submit(t.Context(), queue.Request{CallRequest: hub.CallRequest{Device: id,
-		Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":6}`), Door: "rest"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitCallState(t, ca, running.ID, "running")
+	running, release := runningCall(t, b, ca, "02:00:00:00:0e:03")
 
 	b.cluster.node.Load().Sever() // b dies for the cluster
 	got := waitCallState(t, ca, running.ID, "failed")
@@ -222,7 +209,7 @@ func TestClusterLostNodeRunningCallInterrupted(t *testing.T) {
 		t.Errorf("the lost node's call: %+v; want failed, interrupted", got)
 	}
 	// What b would still write loses: the call stays as the survivors left it.
-	once.Do(func() { close(release) })
+	release()
 	time.Sleep(200 * time.Millisecond)
 	if got, err := ca.QueuedCall(t.Context(), running.ID); err != nil || got.State != "failed" {
 		t.Errorf("after b answered: %+v, %v; want still failed", got, err)
@@ -292,20 +279,7 @@ func TestClusterDuplicateNodeLeavesRunningCalls(t *testing.T) {
 	dsn := storetest.PostgresDSN(t)
 	a, _ := runGateway(t, asNode(t, Config{StoreDSN: dsn, Cluster: &cluster.Config{Heartbeat: 200 * time.Millisecond}}, "q5", "a"))
 	ca := restClient(t, a)
-	const id = "02:00:00:00:0e:05"
-	release := make(chan struct{})
-	var once sync.Once
-	session(t, a, devicetest.Config{ID: id, OnCall: func(devicetest.Call) devicetest.Answer {
-		<-release
-		return devicetest.Answer{Result: devicetest.TextResult("true", false)}
-	}})
-	t.Cleanup(func() { once.Do(func() { close(release) }) })
-	running, err := a.queue.Submit(t.Context(), queue.Request{CallRequest: hub.CallRequest{Device: id,
-		Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":7}`), Door: "rest"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitCallState(t, ca, running.ID, "running")
+	running, release := runningCall(t, a, ca, "02:00:00:00:0e:05")
 
 	dup, err := New(asNode(t, Config{Addr: "127.0.0.1:0", StoreDSN: dsn, DataDir: t.TempDir(),
 		Cluster: &cluster.Config{Heartbeat: 200 * time.Millisecond}}, "q5", "a", a.ClusterRoute()))
@@ -318,6 +292,28 @@ func TestClusterDuplicateNodeLeavesRunningCalls(t *testing.T) {
 	if got, err := ca.QueuedCall(t.Context(), running.ID); err != nil || got.State != "running" {
 		t.Fatalf("the live node's running call after the duplicate left: %+v, %v; want still running", got, err)
 	}
-	once.Do(func() { close(release) })
+	release()
 	waitCallState(t, ca, running.ID, "done")
+}
+
+// runningCall connects device id to gw, queues a call to it there, and
+// returns the call once c shows it running: the device holds it until
+// release is called (at the latest when the test ends).
+func runningCall(t *testing.T, gw *Gateway, c *api.Client, id string) (running store.QueuedCall, release func()) {
+	t.Helper()
+	held := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(held) }) }
+	session(t, gw, devicetest.Config{ID: id, OnCall: func(devicetest.Call) devicetest.Answer {
+		<-held
+		return devicetest.Answer{Result: devicetest.TextResult("true", false)}
+	}})
+	t.Cleanup(release)
+	running, err := gw.queue.Submit(t.Context(), queue.Request{CallRequest: hub.CallRequest{Device: id,
+		Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":6}`), Door: "rest"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCallState(t, c, running.ID, "running")
+	return running, release
 }
