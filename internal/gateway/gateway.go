@@ -623,6 +623,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	case fatal = <-g.clusterFatal():
 		g.log.Error("gateway leaving the cluster", "error", fatal)
 		stopping()
+	case fatal = <-store.LockLost(g.cfg.Store):
+		g.log.Error("gateway stopping: another gateway uses its store", "error", fatal)
+		stopping()
 	}
 
 	g.log.Info("gateway stopping")

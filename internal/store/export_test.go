@@ -41,6 +41,17 @@ func TableColumns() map[string][]string {
 	return out
 }
 
+// LockPID returns the PostgreSQL backend pid holding s's lock, 0 when none.
+func LockPID(s Store) int {
+	l := s.(*pgStore).lock
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.c == nil {
+		return 0
+	}
+	return int(l.c.PgConn().PID())
+}
+
 // QueryStrings runs a query returning one text column.
 func QueryStrings(s Store, query string) ([]string, error) {
 	ctx := context.Background()

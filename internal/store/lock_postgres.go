@@ -2,9 +2,12 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -12,35 +15,123 @@ import (
 // is part of it, as stores in two schemas of one database are two stores.
 const gatewayLockKey = "mcpgate gateway:"
 
-// lockPostgres holds a session advisory lock on a connection kept out of
-// the pool: PostgreSQL drops it with the connection, so with the gateway
-// however it ends.
-func lockPostgres(ctx context.Context, pool *pgxpool.Pool, location string, shared bool) (func(), error) {
-	kind := ""
+// lockCheckEvery is how often a PostgreSQL store checks that its lock's
+// connection still holds it.
+const lockCheckEvery = 5 * time.Second
+
+// pgLock is the gateway's lock on a PostgreSQL store: a session advisory
+// lock on a connection kept out of the pool. PostgreSQL drops it with the
+// connection, so with the gateway however it ends; a server restart or a
+// proxy's idle timeout drops it too, unnoticed by the pool. A watcher
+// takes it again on a new connection, and reports it lost when another
+// gateway took it meanwhile.
+type pgLock struct {
+	pool     *pgxpool.Pool
+	location string
+	kind     string // "" or "_shared"
+	lost     chan error
+	stop     context.CancelFunc
+	done     chan struct{}
+
+	mu sync.Mutex
+	c  *pgx.Conn // guarded by mu
+}
+
+func lockPostgres(ctx context.Context, pool *pgxpool.Pool, location string, shared bool, every time.Duration) (*pgLock, error) {
+	l := &pgLock{pool: pool, location: location, lost: make(chan error, 1), done: make(chan struct{})}
 	if shared {
-		kind = "_shared"
+		l.kind = "_shared"
 	}
-	conn, err := pool.Acquire(ctx)
+	c, err := l.take(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l.c = c
+	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	l.stop = stop
+	if every <= 0 {
+		every = lockCheckEvery
+	}
+	go l.watch(wctx, every)
+	return l, nil
+}
+
+// take locks the store on a connection of its own.
+func (l *pgLock) take(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := l.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("store: lock: %w", err)
 	}
 	var got bool
-	err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock`+kind+`(hashtextextended($1 || COALESCE(current_schema(), ''), 0))`, gatewayLockKey).Scan(&got)
+	err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock`+l.kind+`(hashtextextended($1 || COALESCE(current_schema(), ''), 0))`, gatewayLockKey).Scan(&got)
 	if err != nil {
 		conn.Release()
 		return nil, fmt.Errorf("store: lock: %w", err)
 	}
 	if !got {
 		conn.Release()
-		return nil, fmt.Errorf("%w (postgres %s)", ErrInUse, location)
+		return nil, fmt.Errorf("%w (postgres %s)", ErrInUse, l.location)
 	}
-	c := conn.Hijack() // the lock lives with this connection, not the pool's
-	return func() {
-		// Unlocked before the close: the server ends the session, and drops
-		// its locks, only after the connection is gone.
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, _ = c.Exec(ctx, `SELECT pg_advisory_unlock`+kind+`(hashtextextended($1 || COALESCE(current_schema(), ''), 0))`, gatewayLockKey)
-		_ = c.Close(ctx)
-	}, nil
+	return conn.Hijack(), nil // the lock lives with this connection, not the pool's
+}
+
+func (l *pgLock) watch(ctx context.Context, every time.Duration) {
+	defer close(l.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		c := l.c
+		l.mu.Unlock()
+		if c != nil {
+			pctx, cancel := context.WithTimeout(ctx, every)
+			err := c.Ping(pctx)
+			cancel()
+			if err == nil || ctx.Err() != nil {
+				continue
+			}
+			_ = c.Close(context.Background())
+			l.mu.Lock()
+			l.c = nil
+			l.mu.Unlock()
+		}
+		// The connection, and the lock with it, is gone: take it again.
+		tctx, cancel := context.WithTimeout(ctx, every)
+		c, err := l.take(tctx)
+		cancel()
+		switch {
+		case err == nil:
+			l.mu.Lock()
+			l.c = c
+			l.mu.Unlock()
+		case errors.Is(err, ErrInUse):
+			l.lost <- fmt.Errorf("store: the lock on this store was lost (its connection to PostgreSQL dropped) and another gateway took it meanwhile: %w", err)
+			return
+		}
+		// Otherwise PostgreSQL is still down: again at the next tick.
+	}
+}
+
+// release unlocks and closes the lock's connection, once the watcher has stopped.
+func (l *pgLock) release() {
+	l.stop()
+	<-l.done
+	l.mu.Lock()
+	c := l.c
+	l.c = nil
+	l.mu.Unlock()
+	if c == nil {
+		return
+	}
+	// Unlocked before the close: the server ends the session, and drops
+	// its locks, only after the connection is gone.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = c.Exec(ctx, `SELECT pg_advisory_unlock`+l.kind+`(hashtextextended($1 || COALESCE(current_schema(), ''), 0))`, gatewayLockKey)
+	_ = c.Close(ctx)
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // ErrSchemaTooNew is returned by Open when the database was migrated by a
@@ -35,6 +36,10 @@ type OpenOptions struct {
 	// LockShared is Lock for a cluster node: nodes share the store with
 	// each other, never with a gateway that holds it alone.
 	LockShared bool
+	// LockCheck is how often a PostgreSQL store checks that it still holds
+	// its lock (a server restart drops it), taking it again when it can;
+	// default 5 s. See LockLost.
+	LockCheck time.Duration
 	// KeepSchema refuses a store of an older schema with ErrSchemaOld
 	// instead of upgrading it. A new, empty store is still made.
 	KeepSchema bool
@@ -105,6 +110,20 @@ func Schema(s Store) (from, to int, ok bool) {
 	}
 	from, to = v.schema()
 	return from, to, true
+}
+
+// LockLost delivers an error if the lock an Open with Lock or LockShared
+// took is lost for good: PostgreSQL dropped it (a restart) and another
+// gateway took it before this one could again. A gateway should stop: two
+// now share the store. Nil (never ready) for a store without such a lock.
+func LockLost(s Store) <-chan error {
+	if d, isDeferred := s.(*Deferred); isDeferred {
+		s = d.Bound()
+	}
+	if l, ok := s.(interface{ lost() <-chan error }); ok {
+		return l.lost()
+	}
+	return nil
 }
 
 // CheckDSN reports whether Open would accept dsn's form (with a data

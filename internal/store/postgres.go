@@ -23,8 +23,9 @@ type pgStore struct {
 	location string // the DSN without a password
 	pool     *pgxpool.Pool
 
-	schemaFrom, schemaTo int    // the schema versions at open and after it
-	unlock               func() // OpenOptions.Lock's, or nil
+	schemaFrom, schemaTo int     // the schema versions at open and after it
+	unlock               func()  // OpenOptions.Lock's, or nil
+	lock                 *pgLock // OpenOptions.Lock's, or nil
 }
 
 func openPostgres(ctx context.Context, dsn string, o OpenOptions) (_ Store, err error) {
@@ -48,14 +49,14 @@ func openPostgres(ctx context.Context, dsn string, o OpenOptions) (_ Store, err 
 	if err := pool.Ping(ctx); err != nil {
 		return nil, fmt.Errorf("store: PostgreSQL %s: %w", location, err)
 	}
-	var unlock func()
+	var lock *pgLock
 	if o.Lock || o.LockShared {
-		if unlock, err = lockPostgres(ctx, pool, location, o.LockShared); err != nil {
+		if lock, err = lockPostgres(ctx, pool, location, o.LockShared, o.LockCheck); err != nil {
 			return nil, err
 		}
 		defer func() {
 			if err != nil {
-				unlock()
+				lock.release()
 			}
 		}()
 	}
@@ -63,10 +64,12 @@ func openPostgres(ctx context.Context, dsn string, o OpenOptions) (_ Store, err 
 	if err != nil {
 		return nil, fmt.Errorf("store: PostgreSQL %s: %w", location, err)
 	}
-	if unlock != nil {
-		unlock = sync.OnceFunc(unlock) // Close may run twice
+	st := &pgStore{location: location, pool: pool, schemaFrom: from, schemaTo: to}
+	if lock != nil {
+		st.unlock = sync.OnceFunc(lock.release) // Close may run twice
+		st.lock = lock
 	}
-	return &pgStore{location: location, pool: pool, schemaFrom: from, schemaTo: to, unlock: unlock}, nil
+	return st, nil
 }
 
 // migratePostgres applies pending migrations in one transaction holding an
@@ -131,6 +134,13 @@ func (s *pgStore) Kind() string     { return "postgres" }
 func (s *pgStore) Location() string { return s.location }
 
 func (s *pgStore) schema() (int, int) { return s.schemaFrom, s.schemaTo }
+
+func (s *pgStore) lost() <-chan error {
+	if s.lock == nil {
+		return nil
+	}
+	return s.lock.lost
+}
 
 // Close waits for queries in flight, then closes every connection, then
 // releases OpenOptions.Lock's lock. It is idempotent.

@@ -6,6 +6,9 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
@@ -100,5 +103,67 @@ func TestPostgresDamaged(t *testing.T) {
 				t.Fatalf("Open: %v, want ErrDamaged naming %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestPostgresLockRetaken: a store whose lock's connection drops (a server
+// restart, a proxy's idle timeout) takes the lock again; when another
+// gateway took it first, LockLost says so.
+func TestPostgresLockRetaken(t *testing.T) {
+	dsn := storetest.PostgresDSN(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, storetest.RequirePostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	kill := func(pid int) {
+		t.Helper()
+		if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := store.OpenWith(ctx, dsn, "", store.OpenOptions{Lock: true, LockCheck: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	first := store.LockPID(s)
+	kill(first)
+	deadline := time.Now().Add(5 * time.Second)
+	for store.LockPID(s) == first || store.LockPID(s) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the lock was not taken again after its connection dropped")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := store.OpenWith(ctx, dsn, "", store.OpenOptions{Lock: true}); !errors.Is(err, store.ErrInUse) {
+		t.Fatalf("a second gateway once the lock was taken again: %v, want ErrInUse", err)
+	}
+
+	// Dropped again, and another gateway is quicker.
+	s.Close()
+	s, err = store.OpenWith(ctx, dsn, "", store.OpenOptions{Lock: true, LockCheck: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	kill(store.LockPID(s))
+	other, err := store.OpenWith(ctx, dsn, "", store.OpenOptions{Lock: true})
+	for i := 0; errors.Is(err, store.ErrInUse) && i < 50; i++ { // the server ends the session a moment after
+		time.Sleep(10 * time.Millisecond)
+		other, err = store.OpenWith(ctx, dsn, "", store.OpenOptions{Lock: true})
+	}
+	if err != nil {
+		t.Fatalf("another gateway once the lock dropped: %v", err)
+	}
+	defer other.Close()
+	select {
+	case err := <-store.LockLost(s):
+		if !errors.Is(err, store.ErrInUse) || !strings.Contains(err.Error(), "another gateway took it") {
+			t.Errorf("LockLost: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("LockLost said nothing when another gateway took the lock")
 	}
 }
