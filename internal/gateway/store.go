@@ -26,9 +26,12 @@ func (g *Gateway) openStore(ctx context.Context) error {
 	// share one store, each with its own node id, with nodes only.
 	alone := g.cfg.Cluster == nil
 	s, err := store.OpenWith(ctx, g.cfg.StoreDSN, g.cfg.DataDir, store.OpenOptions{Lock: alone, LockShared: !alone})
-	if errors.Is(err, store.ErrInUse) {
+	switch {
+	case errors.Is(err, store.ErrInUse) && alone:
 		return fmt.Errorf("%w: one store serves one gateway (the second would fail the first's running queued calls); "+
 			"stop the other, give this one its own --data or --store, or run both as nodes of a cluster (docs/cluster.md)", err)
+	case errors.Is(err, store.ErrInUse):
+		return fmt.Errorf("%w: a gateway that is not a node of this cluster holds the store; stop it, or run it as a node (docs/cluster.md)", err)
 	}
 	if err != nil {
 		return err
