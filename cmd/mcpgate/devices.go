@@ -195,7 +195,10 @@ The revocation is kept in the gateway's store and survives a restart.`,
 				return printJSON(g.stdout, res)
 			}
 			state := "it was not connected"
-			if res.Disconnected {
+			switch {
+			case res.NotDisconnected != "":
+				state = "its connection, if it has one, could not be closed: " + res.NotDisconnected
+			case res.Disconnected:
 				state = "its connection was closed"
 			}
 			fmt.Fprintf(g.stdout, "revoked every credential of %s issued until %s; %s\n", res.Device, res.RevokedUntil.Format(time.RFC3339), state)

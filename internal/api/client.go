@@ -176,9 +176,10 @@ func (c *Client) SetAlias(ctx context.Context, ref, alias string) (*hub.Device, 
 
 // RevokeResult is the answer of a revocation.
 type RevokeResult struct {
-	Device       string    `json:"device"`
-	RevokedUntil time.Time `json:"revoked_until"`
-	Disconnected bool      `json:"disconnected"`
+	Device          string    `json:"device"`
+	RevokedUntil    time.Time `json:"revoked_until"`
+	Disconnected    bool      `json:"disconnected"`
+	NotDisconnected string    `json:"not_disconnected,omitempty"`
 }
 
 // RevokeTokens revokes every credential issued to a device so far and

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -316,4 +317,27 @@ func runningCall(t *testing.T, gw *Gateway, c *api.Client, id string) (running s
 	}
 	waitCallState(t, c, running.ID, "running")
 	return running, release
+}
+
+// TestClusterRevokeFromCutOffNode: a revocation through a node cut off from
+// NATS holds (stored, in force) and says the device's connection on the
+// other node could not be closed, instead of answering device_not_found.
+func TestClusterRevokeFromCutOffNode(t *testing.T) {
+	_, a, b, ca, _ := queueCluster(t, "q6")
+	const id = "02:00:00:00:0e:06"
+	session(t, b, devicetest.Config{ID: id})
+	seenOn(t, a, id, true)
+	a.cluster.node.Load().Sever()
+	waitUntil(t, "a cut off", func() bool { return !a.cluster.node.Load().Connected() })
+	res, err := ca.RevokeTokens(t.Context(), id)
+	if err != nil {
+		t.Fatalf("revoke through a cut-off node: %v", err)
+	}
+	if res.Disconnected || !strings.Contains(res.NotDisconnected, "cut off") {
+		t.Errorf("revoke result %+v; want not disconnected, saying the node is cut off", res)
+	}
+	revs, err := a.Store().Revocations(t.Context(), time.Now())
+	if err != nil || len(revs) != 1 || revs[0].DeviceID != id {
+		t.Errorf("stored revocations %+v, %v; want the device's", revs, err)
+	}
 }

@@ -162,6 +162,9 @@ type RevokeResult struct {
 	Device       string    `json:"device"`
 	RevokedUntil time.Time `json:"revoked_until"`
 	Disconnected bool      `json:"disconnected"`
+	// NotDisconnected says why a connection the device may have could not
+	// be closed (its node cannot be reached): the revocation holds anyway.
+	NotDisconnected string `json:"not_disconnected,omitempty"`
 }
 
 // revoke invalidates every token issued to a device until now (device and
@@ -204,15 +207,19 @@ func (d *deviceServices) revoke(w http.ResponseWriter, r *http.Request) {
 			"the device's credentials are revoked until the gateway restarts, but the store did not keep the revocation: "+err.Error())
 		return
 	}
-	_, disconnected, err := d.hub.Disconnect(dev.ID, errRevoked)
+	res := RevokeResult{Device: dev.ID, RevokedUntil: now}
+	// Revoked and stored already: a connection that cannot be closed now
+	// (held by a node this one cannot reach) is said, not a failure.
+	_, res.Disconnected, err = d.hub.Disconnect(dev.ID, errRevoked)
 	if err != nil {
-		fail(http.StatusNotFound, "device_not_found", err, err.Error())
-		return
+		res.NotDisconnected = err.Error()
+		d.log.Warn("device credentials revoked, but its connection could not be closed", "device_id", dev.ID, "error", err)
+	} else {
+		d.log.Info("device credentials revoked", "device_id", dev.ID, "disconnected", res.Disconnected)
 	}
-	d.log.Info("device credentials revoked", "device_id", dev.ID, "disconnected", disconnected)
 	d.hub.AuditAction(act)
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(RevokeResult{Device: dev.ID, RevokedUntil: now, Disconnected: disconnected})
+	_ = json.NewEncoder(w).Encode(res)
 }
 
 func writeAPIError(w http.ResponseWriter, status int, code, msg string) {
