@@ -23,6 +23,7 @@ func TestServeClusterFlagsRefused(t *testing.T) {
 		{[]string{"--cluster-listen", "127.0.0.1:0", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--cluster-listen needs --cluster-name"},
 		{[]string{"--cluster-routes", "nats://127.0.0.1:1", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--cluster-routes needs --cluster-name"},
 		{[]string{"--cluster-token", "s", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--cluster-token needs --cluster-name"},
+		{[]string{"--node-id", "n1"}, "--node-id needs --cluster-name"},
 		{[]string{"--cluster-name", "prod", "--cluster-routes", "nats://127.0.0.1:1", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--cluster-routes needs --cluster-listen"},
 		{[]string{"--cluster-name", "prod", "--nats", "nats://127.0.0.1:1", "--cluster-listen", "127.0.0.1:0", "--store", "postgres://u:p@127.0.0.1:1/db"}, "with --nats, your NATS routes"},
 		{[]string{"--cluster-name", "prod", "--cluster-listen", "127.0.0.1:0", "--nats-creds", "x.creds", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--nats-creds is for --nats"},

@@ -125,7 +125,7 @@ environment, which wins over the file.`,
 					set  bool
 				}{{"--nats", len(clusterCfg.NATS) > 0}, {"--cluster-listen", clusterCfg.Listen != ""}, {"--cluster-routes", len(clusterCfg.Routes) > 0},
 					{"--cluster-token", clusterCfg.Token != ""}, {"--nats-creds", clusterCfg.Creds != ""}, {"--cluster-tls-cert", clusterCfg.TLSCert != ""},
-					{"--cluster-tls-key", clusterCfg.TLSKey != ""}, {"--cluster-tls-ca", clusterCfg.TLSCA != ""}} {
+					{"--cluster-tls-key", clusterCfg.TLSKey != ""}, {"--cluster-tls-ca", clusterCfg.TLSCA != ""}, {"--node-id", clusterCfg.NodeID != ""}} {
 					if f.set {
 						return fmt.Errorf("%s needs --cluster-name: the nodes of one cluster share a name (docs/cluster.md)", f.flag)
 					}
