@@ -120,7 +120,6 @@ func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 					req.OnProgress(r.Progress)
 				}
 			case kindResult:
-				hub.ServedBy(ctx, r.Node)
 				if r.Code != "" {
 					return nil, remoteError(r)
 				}

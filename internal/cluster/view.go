@@ -460,34 +460,17 @@ func (v *view) publish(b []byte) {
 // behind on the view (a backlog of a storm, a long snapshot) would take the
 // others' queued beats for silence. While the view's subscription has a
 // backlog, a peer is lost only after twice the timeout.
-func (v *view) beat() {
-	t := time.NewTicker(v.n.cfg.Heartbeat)
-	defer t.Stop()
-	for {
-		select {
-		case <-v.done:
-			return
-		case <-t.C:
-		}
-		v.send(viewOut{Beat: true})
-	}
-}
+func (v *view) beat() { v.everyBeat(func() { v.send(viewOut{Beat: true}) }) }
 
 // sweep drops, every heartbeat, the peers silent for longer than the loss
 // timeout. It waits for mu, which a sync holds across its requests to a
 // peer: on a goroutine of its own, so that beat never waits with it, and
 // one slow peer does not make this node look lost to the others.
 func (v *view) sweep() {
-	t := time.NewTicker(v.n.cfg.Heartbeat)
-	defer t.Stop()
-	for {
-		select {
-		case <-v.done:
-			return
-		case <-t.C:
-		}
+	v.everyBeat(func() {
 		timeout := v.lossTimeout()
 		v.mu.Lock()
+		defer v.mu.Unlock()
 		for id, at := range v.forgotten {
 			if time.Since(at) > forgetKeep {
 				delete(v.forgotten, id)
@@ -499,7 +482,20 @@ func (v *view) sweep() {
 				v.dropPeer(id, "node "+id+" lost")
 			}
 		}
-		v.mu.Unlock()
+	})
+}
+
+// everyBeat runs f every heartbeat until the view stops.
+func (v *view) everyBeat(f func()) {
+	t := time.NewTicker(v.n.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-v.done:
+			return
+		case <-t.C:
+			f()
+		}
 	}
 }
 

@@ -75,43 +75,19 @@ func TestAuditReadWhileStoreDown(t *testing.T) {
 // on a store another uses is refused: it would take the first one's
 // running queued calls for its own, left by a crash, and fail them.
 func TestSecondGatewayOnOneStoreRefused(t *testing.T) {
-	data := t.TempDir()
-	first, err := New(Config{Addr: "127.0.0.1:0", MQTTAddr: "", DataDir: data})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- first.Run(ctx) }()
-	select {
-	case <-first.Ready():
-	case err := <-done:
-		t.Fatalf("first gateway: %v", err)
-	}
-	second, err := New(Config{Addr: "127.0.0.1:0", MQTTAddr: "", DataDir: data})
+	cfg := Config{MQTTAddr: "", DataDir: t.TempDir()}
+	_, stop := runGateway(t, cfg)
+	second, err := New(Config{Addr: "127.0.0.1:0", MQTTAddr: "", DataDir: cfg.DataDir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := second.Run(t.Context()); !errors.Is(err, store.ErrInUse) || !strings.Contains(err.Error(), "cluster") {
 		t.Fatalf("second gateway on the same store: %v, want ErrInUse", err)
 	}
-	stop()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("first gateway: %v", err)
 	}
-	// Once the first has stopped, the store is free.
-	third, err := New(Config{Addr: "127.0.0.1:0", MQTTAddr: "", DataDir: data})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx3, stop3 := context.WithCancel(t.Context())
-	done3 := make(chan error, 1)
-	go func() { done3 <- third.Run(ctx3) }()
-	select {
-	case <-third.Ready():
-	case err := <-done3:
-		t.Fatalf("a gateway after the first stopped: %v", err)
-	}
-	stop3()
-	<-done3
+	// Once the first has stopped, the store is free: runGateway fails the
+	// test if it does not start.
+	runGateway(t, cfg)
 }

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -227,18 +226,7 @@ func TestClusterAbsentNodesCallsInterrupted(t *testing.T) {
 	lostCallsGrace = 500 * time.Millisecond
 	dsn := storetest.PostgresDSN(t)
 
-	alone, err := New(Config{Addr: "127.0.0.1:0", MQTTAddr: "", StoreDSN: dsn, DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- alone.Run(ctx) }()
-	select {
-	case <-alone.Ready():
-	case err := <-done:
-		t.Fatalf("gateway alone: %v", err)
-	}
+	_, stop := runGateway(t, Config{MQTTAddr: "", StoreDSN: dsn, DataDir: t.TempDir()})
 	node, err := New(asNode(t, Config{Addr: "127.0.0.1:0", StoreDSN: dsn}, "q4", "a"))
 	if err != nil {
 		t.Fatal(err)
@@ -246,8 +234,7 @@ func TestClusterAbsentNodesCallsInterrupted(t *testing.T) {
 	if err := node.Run(t.Context()); !errors.Is(err, store.ErrInUse) {
 		t.Fatalf("a cluster node on the store of a gateway alone: %v, want ErrInUse", err)
 	}
-	stop()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 

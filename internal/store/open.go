@@ -101,10 +101,7 @@ func OpenExisting(ctx context.Context, dsn, dataDir string, o OpenOptions) (Stor
 // and the one it is at now; ok is false for a store of another kind (a
 // test's).
 func Schema(s Store) (from, to int, ok bool) {
-	if d, isDeferred := s.(*Deferred); isDeferred {
-		s = d.Bound()
-	}
-	v, ok := s.(interface{ schema() (int, int) })
+	v, ok := unwrap(s).(interface{ schema() (int, int) })
 	if !ok {
 		return 0, 0, false
 	}
@@ -117,13 +114,18 @@ func Schema(s Store) (from, to int, ok bool) {
 // gateway took it before this one could again. A gateway should stop: two
 // now share the store. Nil (never ready) for a store without such a lock.
 func LockLost(s Store) <-chan error {
-	if d, isDeferred := s.(*Deferred); isDeferred {
-		s = d.Bound()
-	}
-	if l, ok := s.(interface{ lost() <-chan error }); ok {
+	if l, ok := unwrap(s).(interface{ lost() <-chan error }); ok {
 		return l.lost()
 	}
 	return nil
+}
+
+// unwrap is the store a Deferred is bound to, or s itself.
+func unwrap(s Store) Store {
+	if d, ok := s.(*Deferred); ok {
+		return d.Bound()
+	}
+	return s
 }
 
 // CheckDSN reports whether Open would accept dsn's form (with a data

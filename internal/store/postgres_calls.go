@@ -89,15 +89,20 @@ func (s *pgStore) CountQueuedCalls(ctx context.Context, device, caller string) (
 }
 
 func (s *pgStore) QueuedDevices(ctx context.Context) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT DISTINCT device FROM calls WHERE state = 'queued' ORDER BY device`)
-	if err != nil {
-		return nil, fmt.Errorf("store: queued devices: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	out, err := s.strings(ctx, `SELECT DISTINCT device FROM calls WHERE state = 'queued' ORDER BY device`)
 	if err != nil {
 		return nil, fmt.Errorf("store: queued devices: %w", err)
 	}
 	return out, nil
+}
+
+// strings runs a query of one text column.
+func (s *pgStore) strings(ctx context.Context, query string) ([]string, error) {
+	rows, err := s.pool.Query(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 func (s *pgStore) ClaimCallback(ctx context.Context, c QueuedCall, until time.Time) (bool, error) {
@@ -111,11 +116,7 @@ func (s *pgStore) ClaimCallback(ctx context.Context, c QueuedCall, until time.Ti
 }
 
 func (s *pgStore) RunningNodes(ctx context.Context) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT DISTINCT node FROM calls WHERE state = 'running' ORDER BY node`)
-	if err != nil {
-		return nil, fmt.Errorf("store: running nodes: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	out, err := s.strings(ctx, `SELECT DISTINCT node FROM calls WHERE state = 'running' ORDER BY node`)
 	if err != nil {
 		return nil, fmt.Errorf("store: running nodes: %w", err)
 	}
