@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/mcpgate/mcpgate/internal/freeport"
 	"github.com/mcpgate/mcpgate/internal/leakcheck"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
@@ -445,12 +445,7 @@ func TestPingsKeepIdleSessionAlive(t *testing.T) {
 // not once per attempt, names a refusal of its credentials as such, and
 // backs off further on each attempt.
 func TestReconnectSaysWhy(t *testing.T) {
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refusedURL := "ws://" + closed.Addr().String() + "/xiaozhi/v1/"
-	closed.Close()
+	refusedURL := "ws://" + freeport.Refused + "/xiaozhi/v1/"
 	unauthorized := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "device authentication failed: token expired", http.StatusUnauthorized)
 	}))

@@ -15,6 +15,7 @@ import (
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/devicetest"
+	"github.com/mcpgate/mcpgate/internal/freeport"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/internal/hub"
@@ -408,12 +409,7 @@ func TestCallCmd(t *testing.T) {
 
 func TestClientCmdsUnreachable(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeport.Refused
 	for _, args := range [][]string{{"devices"}, {"devices", "show", "x"}, {"tools", "x"}, {"call", "x", "t"}, {"call", "x", "t", "a=1"}} {
 		r := run(t, addr, args...)
 		r.want(t, 1)

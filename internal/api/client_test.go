@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/freeport"
 )
 
 func TestNewClient(t *testing.T) {
@@ -49,13 +49,7 @@ func TestNewClient(t *testing.T) {
 
 func TestClientUnreachable(t *testing.T) {
 	t.Parallel()
-	// A port that was just free: nothing listens there.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeport.Refused
 
 	c, err := api.NewClient(addr, nil)
 	if err != nil {

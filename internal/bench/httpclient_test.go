@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/mcpgate/mcpgate/internal/freeport"
 )
 
 // TestCallers checks both load-generator clients against net/http's server
@@ -77,10 +79,7 @@ func TestCallers(t *testing.T) {
 
 func TestRawCallerReportsTransportErrors(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(http.NotFoundHandler())
-	addr := srv.URL
-	srv.Close()
-	c := newCaller(ClientRaw, addr, nil)
+	c := newCaller(ClientRaw, "http://"+freeport.Refused, nil)
 	defer c.close()
 	got, err := c.call(context.Background(), "/x", []byte(`{}`))
 	if got != outcomeTransport || err == nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/devagent"
 	"github.com/mcpgate/mcpgate/internal/devauth"
+	"github.com/mcpgate/mcpgate/internal/freeport"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 )
@@ -239,9 +240,7 @@ func TestOTARefusedTokenBacksOff(t *testing.T) {
 // that stays unreachable makes the agent provision again.
 func TestOTAProvisionsAgainWhenUnreachable(t *testing.T) {
 	gw, _ := gatewaytest.Start(t, gateway.Config{})
-	dead := httptest.NewServer(http.NotFoundHandler())
-	deadURL := "ws" + strings.TrimPrefix(dead.URL, "http") + "/xiaozhi/v1/"
-	dead.Close()
+	deadURL := "ws://" + freeport.Refused + "/xiaozhi/v1/"
 	var (
 		mu    sync.Mutex
 		posts int
@@ -275,9 +274,7 @@ func TestOTAProvisionsAgainWhenUnreachable(t *testing.T) {
 // TestEndpointQuotedTokenStaysOutOfLogs: a token that %q escapes (a quote
 // in it) is hidden from dial errors too.
 func TestEndpointQuotedTokenStaysOutOfLogs(t *testing.T) {
-	dead := httptest.NewServer(http.NotFoundHandler())
-	url := "ws" + strings.TrimPrefix(dead.URL, "http") + `/mcp?token=se"cret-value`
-	dead.Close()
+	url := "ws://" + freeport.Refused + `/mcp?token=se"cret-value`
 	var logs syncBuffer
 	a, _ := plainAgent(t, &logs, device.ProfileSpec, 0)
 	run(t, func(ctx context.Context) error {

@@ -17,6 +17,14 @@ import (
 	"strings"
 )
 
+// Refused is a loopback address that refuses connections, for a client
+// tested against a server that is down. Port 1 (tcpmux, long unused) is
+// below every port the kernel or Addr hands out, so no other test's server
+// can take it while the client keeps dialing it, as one can take a port
+// closed after listening on it (a simulated device redialing such a port
+// once reached another test's gateway and replaced its device).
+const Refused = "127.0.0.1:1"
+
 // lowest is the lowest port picked: well clear of the well-known and
 // registered ports services tend to use.
 const lowest = 10000

@@ -1,8 +1,10 @@
 package freeport
 
 import (
+	"errors"
 	"net"
 	"strconv"
+	"syscall"
 	"testing"
 )
 
@@ -29,5 +31,12 @@ func TestAddr(t *testing.T) {
 	}
 	if len(seen) < 15 {
 		t.Errorf("20 picks gave %d ports: not random", len(seen))
+	}
+}
+
+func TestRefused(t *testing.T) {
+	_, err := net.Dial("tcp", Refused)
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial %s: %v, want connection refused", Refused, err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/internal/freeport"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
@@ -43,14 +44,13 @@ func startMosquittoKillable(t testing.TB) (addr string, kill func()) {
 		t.Fatalf("mosquitto is required by the external-broker tests and was not found (%v): "+
 			"install it (Debian: apt-get install -y mosquitto; scripts/test.sh does so as root)", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err = freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	_, port, _ := net.SplitHostPort(addr)
 	conf := filepath.Join(t.TempDir(), "mosquitto.conf")
-	body := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n", port)
+	body := fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence false\n", port)
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,6 @@ func startMosquittoKillable(t testing.TB) (addr string, kill func()) {
 		<-exited
 	}
 	t.Cleanup(kill)
-	addr = fmt.Sprintf("127.0.0.1:%d", port)
 	waitFor(t, "mosquitto to accept connections", 10*time.Second, func() bool {
 		select {
 		case <-exited:

@@ -20,6 +20,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/devicetest"
+	"github.com/mcpgate/mcpgate/internal/freeport"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/internal/hub"
@@ -637,10 +638,7 @@ func TestUpstreamSlowCallerDoesNotDelayAudio(t *testing.T) {
 // TestUpstreamUnavailable: a device is closed with a reason when the voice
 // server cannot be reached, and the dial failure is counted.
 func TestUpstreamUnavailable(t *testing.T) {
-	up := upstreamtest.Start(upstreamtest.Config{})
-	url := up.URL()
-	up.Close()
-	gw, _ := gatewaytest.Start(t, gateway.Config{Upstream: url, MQTTAddr: ""})
+	gw, _ := gatewaytest.Start(t, gateway.Config{Upstream: "ws://" + freeport.Refused + "/xiaozhi/v1/", MQTTAddr: ""})
 	t.Cleanup(http.DefaultClient.CloseIdleConnections)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()

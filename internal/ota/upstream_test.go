@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/mcpgate/mcpgate/internal/freeport"
 )
 
 // TestUpstreamOTA: the device's request reaches the voice server's OTA as
@@ -85,9 +87,7 @@ func TestUpstreamOTA(t *testing.T) {
 // TestUpstreamOTADown: the voice server's OTA unreachable is a 502.
 func TestUpstreamOTADown(t *testing.T) {
 	t.Parallel()
-	voice := httptest.NewServer(http.NotFoundHandler())
-	voice.Close()
-	h, err := New(Config{Upstream: voice.URL + "/xiaozhi/ota/"})
+	h, err := New(Config{Upstream: "http://" + freeport.Refused + "/xiaozhi/ota/"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,11 +219,9 @@ func TestUpstreamOTARewrite(t *testing.T) {
 // may be credentials, are never logged.
 func TestUpstreamOTARedacted(t *testing.T) {
 	t.Parallel()
-	voice := httptest.NewServer(http.NotFoundHandler())
-	voice.Close()
 	var logs strings.Builder
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h, err := New(Config{Upstream: strings.Replace(voice.URL, "http://", "http://user:hunter2@", 1) + "/xiaozhi/ota/?key=SECRET", Logger: log})
+	h, err := New(Config{Upstream: "http://user:hunter2@" + freeport.Refused + "/xiaozhi/ota/?key=SECRET", Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +234,7 @@ func TestUpstreamOTARedacted(t *testing.T) {
 	if strings.Contains(out, "SECRET") || strings.Contains(out, "hunter2") || !strings.Contains(out, "key=REDACTED") {
 		t.Errorf("log holds a secret or no redacted URL:\n%s", out)
 	}
-	if strings.Contains(rec.Body.String(), "SECRET") || strings.Contains(rec.Body.String(), voice.URL) {
+	if strings.Contains(rec.Body.String(), "SECRET") || strings.Contains(rec.Body.String(), freeport.Refused) {
 		t.Errorf("device got the upstream URL: %s", rec.Body)
 	}
 }

@@ -2,10 +2,10 @@ package sim
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/freeport"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/internal/hub"
@@ -16,12 +16,7 @@ import (
 // gateway is down moves on to the next one: here a closed port between two
 // real gateways, then the first gateway stopped.
 func TestServersFailover(t *testing.T) {
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closedURL := "ws://" + closed.Addr().String() + xiaozhi.Path
-	closed.Close()
+	closedURL := "ws://" + freeport.Refused + xiaozhi.Path
 	a, stopA := gatewaytest.Start(t, gateway.Config{})
 	b, _ := gatewaytest.Start(t, gateway.Config{})
 	ctx, stop := context.WithCancel(t.Context())

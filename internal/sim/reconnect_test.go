@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/devauth"
+	"github.com/mcpgate/mcpgate/internal/freeport"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/xiaozhi"
@@ -104,12 +104,7 @@ func TestFleetLog(t *testing.T) {
 // (warn) once, not once per device and attempt, however the gateway
 // refuses it; each device says why at info.
 func TestFleetSaysWhyItCannotConnect(t *testing.T) {
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closedAddr := closed.Addr().String()
-	closed.Close()
+	closedAddr := freeport.Refused
 	gw, _ := gatewaytest.Start(t, gateway.Config{MQTTAddr: "127.0.0.1:0", Provisioning: gateway.Provisioning{
 		DeviceAuth: devauth.ModeToken, DeviceSecret: []byte("test-secret-test-secret-test-secret!"),
 	}})
@@ -157,12 +152,7 @@ func TestFleetSaysWhyItCannotConnect(t *testing.T) {
 // TestDeviceIDLoggedOnce: every line a simulated device logs names it
 // once, whichever transport it uses.
 func TestDeviceIDLoggedOnce(t *testing.T) {
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := closed.Addr().String()
-	closed.Close()
+	addr := freeport.Refused
 	for _, tc := range []struct {
 		name string
 		cfg  Config

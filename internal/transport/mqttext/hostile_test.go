@@ -15,6 +15,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/internal/freeport"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/internal/hostiletest"
@@ -216,14 +217,13 @@ func startMosquitto(t *testing.T) string {
 		t.Fatalf("mosquitto is required by the external-broker tests and was not found (%v): "+
 			"install it (Debian: apt-get install -y mosquitto; scripts/test.sh does so as root)", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	_, port, _ := net.SplitHostPort(addr)
 	conf := filepath.Join(t.TempDir(), "mosquitto.conf")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, "listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n", port), 0o600); err != nil {
+	if err := os.WriteFile(conf, fmt.Appendf(nil, "listener %s 127.0.0.1\nallow_anonymous true\npersistence false\n", port), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "-c", conf)
@@ -236,7 +236,6 @@ func startMosquitto(t *testing.T) string {
 		_ = cmd.Process.Kill()
 		<-exited
 	})
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	hostiletest.CheckFor(t, "mosquitto to accept connections", func() bool {
 		select {
 		case <-exited:

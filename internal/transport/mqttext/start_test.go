@@ -3,24 +3,18 @@ package mqttext
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/freeport"
 	"github.com/mcpgate/mcpgate/internal/hub"
 )
 
 // A broker that cannot be reached fails Start when its context ends, and
 // the error says why the attempts failed, not only that time ran out.
 func TestStartSaysWhyTheBrokerIsUnreachable(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // a port nobody listens on
-	tr, err := New(Config{Hub: hub.New(hub.Config{}), Broker: "tcp://" + addr, Owns: func(string) bool { return true }})
+	tr, err := New(Config{Hub: hub.New(hub.Config{}), Broker: "tcp://" + freeport.Refused, Owns: func(string) bool { return true }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/mcpgate/mcpgate/internal/devicetest"
+	"github.com/mcpgate/mcpgate/internal/freeport"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/upstreamtest"
@@ -139,10 +140,7 @@ func TestUpstreamDeviceWithoutMCP(t *testing.T) {
 // hold a token; the log has it redacted.
 func TestUpstreamUnavailableSaysNoURL(t *testing.T) {
 	t.Parallel()
-	up := upstreamtest.Start(upstreamtest.Config{})
-	addr := strings.TrimPrefix(strings.TrimSuffix(up.URL(), "/xiaozhi/v1/"), "ws://")
-	up.Close()
-	s := startGateway(t, gateway.Config{Upstream: "ws://voice:hunter2@" + addr + "/xiaozhi/v1/?token=SECRET", MQTTAddr: ""})
+	s := startGateway(t, gateway.Config{Upstream: "ws://voice:hunter2@" + freeport.Refused + "/xiaozhi/v1/?token=SECRET", MQTTAddr: ""})
 	t.Cleanup(http.DefaultClient.CloseIdleConnections)
 	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 	defer cancel()
