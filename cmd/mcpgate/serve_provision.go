@@ -68,12 +68,6 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 			return err
 		}
 		p.DeviceAuth = mode
-		if secretFile == "" {
-			secretFile = filepath.Join(*dataDir, "device-secret")
-		}
-		if p.DeviceSecret, err = devauth.LoadOrCreateSecret(secretFile, log); err != nil {
-			return err
-		}
 		p.OTA.Policy = ota.Policy(strings.ToLower(policy))
 		p.OTA.Transport = ota.Transport(strings.ToLower(transport))
 		if len(transportFor) > 0 {
@@ -98,7 +92,13 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 		if llmBaseURL != "" && visionModel != "" {
 			p.VisionModel = &vision.Model{BaseURL: llmBaseURL, Name: visionModel, APIKey: os.Getenv(llmKeyEnv)}
 		}
-		return nil
+		// Last: a refused flag must not leave a new secret (and its
+		// directory) behind.
+		if secretFile == "" {
+			secretFile = filepath.Join(*dataDir, "device-secret")
+		}
+		p.DeviceSecret, err = devauth.LoadOrCreateSecret(secretFile, log)
+		return err
 	}
 }
 

@@ -58,3 +58,17 @@ func TestServeOTAFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestServeRefusedLeavesNoSecret: a serve refused for a flag read after the
+// device-auth flags creates no device secret in its data directory.
+func TestServeRefusedLeavesNoSecret(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data")
+	r := run(t, "http://127.0.0.1:1", "serve", "--addr", "127.0.0.1:0", "--data", dir, "--vision-model", "m")
+	if r.code == 0 || !strings.Contains(r.stderr, "--vision-model needs --llm-base-url") {
+		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "device-secret")); !os.IsNotExist(err) {
+		t.Errorf("a refused serve left a device secret: %v", err)
+	}
+}
