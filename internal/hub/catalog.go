@@ -8,10 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
+	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
@@ -176,7 +179,7 @@ func addCauses(verr *ValidationError, e *jsonschema.ValidationError, pr *message
 		}
 		return
 	}
-	p := Problem{Path: instancePath(e.InstanceLocation), Message: e.ErrorKind.LocalizedString(pr)}
+	p := Problem{Path: instancePath(e.InstanceLocation), Message: problemMessage(e.ErrorKind, pr)}
 	if seen[p] {
 		return
 	}
@@ -187,6 +190,57 @@ func addCauses(verr *ValidationError, e *jsonschema.ValidationError, pr *message
 	case n == maxProblems:
 		verr.Problems = append(verr.Problems, Problem{Message: "and more"})
 	}
+}
+
+// problemMessage is the validator's message for k, with numbers as JSON
+// writes them: its printer rounds an integer past 2^53 to a float
+// ("1.2345678901234567×10¹⁹") and groups digits ("123,456").
+func problemMessage(k jsonschema.ErrorKind, pr *message.Printer) string {
+	switch k := k.(type) {
+	case *kind.Minimum:
+		return bound("minimum", k.Got, k.Want)
+	case *kind.Maximum:
+		return bound("maximum", k.Got, k.Want)
+	case *kind.ExclusiveMinimum:
+		return bound("exclusiveMinimum", k.Got, k.Want)
+	case *kind.ExclusiveMaximum:
+		return bound("exclusiveMaximum", k.Got, k.Want)
+	case *kind.MultipleOf:
+		return bound("multipleOf", k.Got, k.Want)
+	case *kind.MinLength:
+		return fmt.Sprintf("minLength: got %d, want %d", k.Got, k.Want)
+	case *kind.MaxLength:
+		return fmt.Sprintf("maxLength: got %d, want %d", k.Got, k.Want)
+	case *kind.MinItems:
+		return fmt.Sprintf("minItems: got %d, want %d", k.Got, k.Want)
+	case *kind.MaxItems:
+		return fmt.Sprintf("maxItems: got %d, want %d", k.Got, k.Want)
+	case *kind.MinProperties:
+		return fmt.Sprintf("minProperties: got %d, want %d", k.Got, k.Want)
+	case *kind.MaxProperties:
+		return fmt.Sprintf("maxProperties: got %d, want %d", k.Got, k.Want)
+	}
+	return k.LocalizedString(pr)
+}
+
+func bound(keyword string, got, want *big.Rat) string {
+	return keyword + ": got " + ratString(got) + ", want " + ratString(want)
+}
+
+// ratString writes an integer of up to 30 digits exactly (an id, a
+// timestamp in nanoseconds), any other number as the shortest decimal that
+// reads back as the same float64 (1e+300, not its 301 digits).
+func ratString(r *big.Rat) string {
+	if r == nil {
+		return "?"
+	}
+	if r.IsInt() {
+		if s := r.Num().String(); len(s) <= 30 {
+			return s
+		}
+	}
+	f, _ := r.Float64()
+	return strconv.FormatFloat(f, 'g', -1, 64)
 }
 
 // instancePath is a JSON pointer to where in the arguments a problem is.

@@ -83,3 +83,33 @@ func TestValidationProblemsAreBounded(t *testing.T) {
 		t.Fatalf("%d problems, last %+v; want %d and \"and more\"", len(ve.Problems), ve.Problems[len(ve.Problems)-1], maxProblems+1)
 	}
 }
+
+// Numbers in problems are written as JSON writes them: an integer past 2^53
+// exactly, none with digit groups or a power of ten.
+func TestValidationNumbersExact(t *testing.T) {
+	cat := newCatalogs(nil).acquire([]mcpclient.Tool{{Name: "t", InputSchema: json.RawMessage(`{"type":"object","properties":{
+		"max": {"type": "integer", "maximum": 100},
+		"min": {"type": "number", "minimum": 1000000},
+		"xmin": {"type": "number", "exclusiveMinimum": 0.5},
+		"xmax": {"type": "number", "exclusiveMaximum": 2},
+		"mul": {"type": "integer", "multipleOf": 7},
+		"len": {"type": "string", "maxLength": 2},
+		"items": {"type": "array", "minItems": 1500},
+		"props": {"type": "object", "maxProperties": 0}}}`)}})
+	for _, tc := range []struct{ args, want string }{
+		{`{"max":12345678901234567891}`, "maximum: got 12345678901234567891, want 100"},
+		{`{"min":123456}`, "minimum: got 123456, want 1000000"},
+		{`{"xmin":0.25}`, "exclusiveMinimum: got 0.25, want 0.5"},
+		{`{"xmax":1e300}`, "exclusiveMaximum: got 1e+300, want 2"},
+		{`{"mul":12345678901234567891}`, "multipleOf: got 12345678901234567891, want 7"},
+		{`{"len":"abc"}`, "maxLength: got 3, want 2"},
+		{`{"items":[1]}`, "minItems: got 1, want 1500"},
+		{`{"props":{"a":1}}`, "maxProperties: got 1, want 0"},
+	} {
+		err := cat.validate(0, json.RawMessage(tc.args))
+		var ve *ValidationError
+		if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].Message != tc.want {
+			t.Errorf("%s: %v, want the one problem %q", tc.args, err, tc.want)
+		}
+	}
+}
