@@ -318,7 +318,9 @@ func (a *Agent) Chat(ctx context.Context, req Request, emit func(Event)) (*Reply
 	log := a.log.With("device_id", dev.ID, "conversation", conv, "caller", p.Caller())
 	tools := buildToolset(a.hub, dev, cat, p, !a.cfg.NoEndpointTools, log)
 
-	c, past, end, err := a.hist.begin(ctx, dev.ID+"\x00"+conv)
+	// A conversation is the caller's own: another key naming it must
+	// neither read what this one's tools returned nor write into it.
+	c, past, end, err := a.hist.begin(ctx, p.Caller()+"\x00"+dev.ID+"\x00"+conv)
 	if err != nil {
 		return nil, err
 	}

@@ -229,3 +229,34 @@ func TestEndpointToolNameClash(t *testing.T) {
 		}
 	}
 }
+
+// TestHistoryIsTheCallers: two keys naming the same conversation of a
+// device each have their own: one key never sees the other's turns.
+func TestHistoryIsTheCallers(t *testing.T) {
+	gw, a, stub := newAgent(t, func(int, llmtest.Request) llmtest.Reply { return llmtest.Reply{Content: "ok"} }, agent.Config{})
+	d := runSim(t, gw, 0)
+	ctx := context.Background()
+	admin := &auth.Principal{KeyID: "admin", Scope: auth.ScopeAdmin}
+	getters := &auth.Principal{KeyID: "getters", Scope: auth.ScopeCall, Tools: []string{"self.get_*"}}
+	for _, c := range []struct {
+		p    *auth.Principal
+		text string
+	}{{admin, "the admin's secret"}, {getters, "what did the admin say?"}, {admin, "and again"}} {
+		if _, err := a.Chat(ctx, agent.Request{Device: d.MAC, Text: c.text, Conversation: "shared", Principal: c.p}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	texts := func(i int) string {
+		var s []string
+		for _, m := range stub.Requests()[i].Messages {
+			s = append(s, m.Content)
+		}
+		return strings.Join(s, "|")
+	}
+	if got := texts(1); strings.Contains(got, "secret") {
+		t.Errorf("another key's chat saw the admin's conversation: %s", got)
+	}
+	if got := texts(2); !strings.Contains(got, "the admin's secret") || strings.Contains(got, "what did the admin say") {
+		t.Errorf("the admin's next turn: %s, want its own history only", got)
+	}
+}
