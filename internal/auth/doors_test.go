@@ -751,6 +751,29 @@ func TestOAuthDiscoveryRefused(t *testing.T) {
 			t.Fatalf("%s /register from a browser: %d without CORS headers %v", method, resp.StatusCode, resp.Header)
 		}
 	}
+	// The doors' preflights are answered before authentication, and a
+	// browser may read the challenge of a request without a key.
+	for _, path := range []string{"/mcp", "/mcp/devices/dev-000001", "/api/v1/devices"} {
+		for _, method := range []string{"OPTIONS", "POST"} {
+			req, err := http.NewRequestWithContext(t.Context(), method, f.base+path, strings.NewReader(`{}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Origin", "http://localhost:6274")
+			req.Header.Set("Access-Control-Request-Method", "POST")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			want := map[string]int{"OPTIONS": http.StatusNoContent, "POST": http.StatusUnauthorized}[method]
+			h := resp.Header
+			if resp.StatusCode != want || h.Get("Access-Control-Allow-Origin") != "http://localhost:6274" || len(h.Values("Vary")) != 1 ||
+				(method == "POST" && !strings.Contains(h.Get("Access-Control-Expose-Headers"), "WWW-Authenticate")) {
+				t.Errorf("%s %s from a browser without a key: %d %v, want %d with CORS headers", method, path, resp.StatusCode, h, want)
+			}
+		}
+	}
 	status, hdr, body := f.do(t, "", "POST", "/mcp", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`)
 	if challenge := hdr.Get("WWW-Authenticate"); status != 401 || challenge != `Bearer realm="mcpgate"` || !bytes.Contains(body, []byte("Bearer <key>")) {
 		t.Fatalf("MCP door without a key: %d %q %s", status, challenge, body)

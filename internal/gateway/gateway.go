@@ -443,7 +443,9 @@ func New(cfg Config) (*Gateway, error) {
 	// and then authentication (keys, scopes, device visibility).
 	restAuth := api.Authenticate(da.doors, h)
 	restWrap := func(next http.Handler) http.Handler { return guard.Wrap(restAuth(next)) }
-	door.Register(mux, da.doors.Wrap)
+	// The guard first, as for REST: a browser's preflight is answered
+	// without a key, and a refusal for want of one carries CORS headers.
+	door.Register(mux, func(next http.Handler) http.Handler { return guard.Wrap(da.doors.Wrap(next)) })
 	if cfg.OAuth {
 		as, err := oauth.New(oauth.Config{Keys: cfg.Store, Audit: h.AuditAction, Logger: cfg.Logger, PublicURL: cfg.Provisioning.OTA.PublicURL})
 		if err != nil {
