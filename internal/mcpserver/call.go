@@ -68,6 +68,9 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	}
 	var fwd *callForwarder
 	if req.Session != nil {
+		var forget func()
+		ctx, forget = d.s.sessionCalls.track(ctx, sessionKey{d.p.Caller(), req.Session.ID()})
+		defer forget()
 		token := req.Params.GetProgressToken()
 		fwd = newCallForwarder(ctx, req.Session, token)
 		cr.OnLog = fwd.logged

@@ -151,6 +151,8 @@ type Server struct {
 	// byDevice indexes devices by device id, so an event resyncs the doors
 	// of its device without scanning every device door of every caller.
 	byDevice map[string][]*door // guarded by mu
+
+	sessionCalls sessionCalls // calls in flight by session, ended by a DELETE
 }
 
 // doorKey names a device server: the caller's key id ("" for the local
@@ -294,6 +296,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !s.admitSession(w, r) {
 		return
+	}
+	if r.Method == http.MethodDelete {
+		// Before the SDK, which waits for the session's calls to return.
+		if sid := r.Header.Get("Mcp-Session-Id"); sid != "" {
+			s.sessionCalls.cancel(sessionKey{p.Caller(), sid})
+		}
 	}
 	rec := &recorder{ResponseWriter: w}
 	h.ServeHTTP(rec, r)

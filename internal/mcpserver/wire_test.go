@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -212,4 +214,52 @@ func TestCancelledCallAnswer(t *testing.T) {
 	if !ok || a.Error == nil || a.Error.Code != -32800 || a.Error.Message != "request cancelled" || a.Result != nil {
 		t.Fatalf("answer to the cancelled call: %s", got.body)
 	}
+}
+
+// A session its client deletes ends the calls it has in flight: the device
+// is told, its slot freed, and the DELETE does not wait for the call.
+func TestDeletedSessionCancelsItsCalls(t *testing.T) {
+	gw := startGateway(t, gateway.Config{})
+	cancelled := make(chan struct{}, 1)
+	d := fake(t, gw, devicetest.Config{ID: "02:00:00:00:0c:41",
+		OnFrame: func(_ websocket.MessageType, data []byte) {
+			if bytes.Contains(data, []byte(`"notifications/cancelled"`)) {
+				select {
+				case cancelled <- struct{}{}:
+				default:
+				}
+			}
+		},
+		OnCall: func(devicetest.Call) devicetest.Answer { return devicetest.Answer{Silent: true} }})
+	c := rawConnect(t, "http://"+gw.Addr()+"/mcp/devices/"+d.ID())
+	go func() {
+		// Answered with nothing anyone reads: the session is gone.
+		req, _ := http.NewRequest(http.MethodPost, c.url, strings.NewReader(
+			`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"self.audio_speaker.set_volume","arguments":{"volume":1}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", c.sid)
+		req.Header.Set("Mcp-Protocol-Version", c.version)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	waitFor(t, "the device to receive the call", func() bool { return len(d.Calls()) == 1 })
+	deleted := make(chan struct{})
+	go func() { c.close(t); close(deleted) }()
+	select {
+	case <-cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the device was not told that the deleted session's call is cancelled")
+	}
+	select {
+	case <-deleted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("DELETE waited for the call")
+	}
+	waitFor(t, "the device's slot freed", func() bool {
+		dev, _ := gw.Hub().Device(d.ID())
+		return dev.PendingCalls == 0
+	})
 }
