@@ -64,11 +64,12 @@ func (a *API) queueCall(w http.ResponseWriter, r *http.Request, body CallBody, p
 		case err == nil:
 			writeJSON(w, http.StatusOK, res)
 			return
-		case !errors.Is(err, hub.ErrDeviceOffline):
+		case !hub.Unreached(err):
 			writeHubError(w, err)
 			return
 		}
-		// Gone offline since: queue it after all.
+		// Gone offline since, or while it waited for a slot: queue it
+		// after all.
 	}
 	c, err := q.Submit(r.Context(), req)
 	if err != nil {

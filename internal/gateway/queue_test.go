@@ -713,3 +713,54 @@ func TestQueuedCallArgumentsNoLongerFit(t *testing.T) {
 		t.Errorf("device received %+v; want nothing", d.Calls())
 	}
 }
+
+// TestDeliverQueueWaitingForSlot: a "deliver":"queue" call to an online
+// device that goes away while the call waits for one of its slots (so the
+// call was never sent) is queued, not failed, and audited once.
+func TestDeliverQueueWaitingForSlot(t *testing.T) {
+	cfg := Config{DataDir: t.TempDir()}
+	cfg.Limits.DeviceMaxInFlight = 1
+	gw, _ := runGateway(t, cfg)
+	c, err := api.NewClient("http://"+gw.Addr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "02:00:00:00:00:47"
+	d, _ := session(t, gw, devicetest.Config{ID: id,
+		OnCall: func(devicetest.Call) devicetest.Answer { return devicetest.Answer{Silent: true} }})
+	go func() { // holds the one slot
+		_, _ = c.Call(t.Context(), id, api.CallBody{Name: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":1}`)})
+	}()
+	waitUntil(t, "the first call sent", func() bool { return len(d.Calls()) == 1 })
+	type outcome struct {
+		qc  *queue.Call
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		_, qc, err := c.CallOrQueue(t.Context(), id, api.CallBody{Name: "self.audio_speaker.set_volume",
+			Arguments: json.RawMessage(`{"volume":2}`), Deliver: api.DeliverQueue, TTL: "10m"})
+		done <- outcome{qc, err}
+	}()
+	waitUntil(t, "the second call waiting for the slot", func() bool {
+		dev, _ := gw.Hub().Device(id)
+		return dev.QueuedCalls == 1
+	})
+	d.Close()
+	got := <-done
+	if got.err != nil || got.qc == nil || got.qc.State != "queued" {
+		t.Fatalf("deliver queue, the device gone while the call waited: %+v, %v; want it queued", got.qc, got.err)
+	}
+	if n := len(d.Calls()); n != 1 {
+		t.Errorf("the device got %d calls, want 1", n)
+	}
+	audit, err := c.Audit(t.Context(), api.AuditQuery{Device: id, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range audit.Records {
+		if r.Outcome == "device_disconnected" && r.CallID == "" && strings.Contains(string(r.Arguments), `"volume":2`) {
+			t.Errorf("the queued call was audited as a failed live call too: %+v", r)
+		}
+	}
+}

@@ -37,8 +37,9 @@ type CallRequest struct {
 	// once and the answer is awaited in the background (see kinds.go).
 	Wait bool
 	// QueueIfOffline says the caller queues the call should the device be
-	// offline: that refusal is then neither audited nor published, since
-	// the queued call will be, once (docs/audit.md).
+	// offline or go away before the call is sent (Unreached): that refusal
+	// is then neither audited nor published, since the queued call will
+	// be, once (docs/audit.md).
 	QueueIfOffline bool
 	// QueuedID is set by the queue (internal/queue) when it delivers a
 	// stored call: the caller's rate was charged when the call was queued,
@@ -87,7 +88,7 @@ func (h *Hub) finish(ctx context.Context, req CallRequest, start time.Time, res 
 		outcome = "tool_error"
 	}
 	h.metrics.Calls.WithLabelValues(outcome).Inc()
-	recorded := req.QueuedID == "" && !(req.QueueIfOffline && errors.Is(err, ErrDeviceOffline))
+	recorded := req.QueuedID == "" && !(req.QueueIfOffline && Unreached(err))
 	if h.cfg.Audit != nil && recorded {
 		rec := h.callRecord(req, start, dev, outcome, res, err)
 		rec.ServedBy = h.servedBy(ctx)
@@ -309,6 +310,13 @@ type notSent struct{ err error }
 
 func (e notSent) Error() string { return e.err.Error() }
 func (e notSent) Unwrap() error { return e.err }
+
+// Unreached reports whether err ended a call because its device was
+// offline, or went away before the call was sent to it: a call that may be
+// queued instead (QueueIfOffline).
+func Unreached(err error) bool {
+	return errors.Is(err, ErrDeviceOffline) || (errors.Is(err, ErrDeviceDisconnected) && NotSent(err))
+}
 
 // NotSent reports whether a call that failed with err was refused before
 // anything reached the device, so that sending it later cannot run it

@@ -83,7 +83,7 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	if fwd != nil {
 		fwd.close() // progress and logs are delivered before the result
 	}
-	if queued && errors.Is(err, hub.ErrDeviceOffline) && ctx.Err() == nil {
+	if queued && hub.Unreached(err) && ctx.Err() == nil {
 		return d.submit(ctx, hub.CallRequest{Device: device, Tool: tool, Arguments: req.Params.Arguments,
 			Caller: d.p.Caller(), Door: door}, ttl), nil // gone offline since
 	}
