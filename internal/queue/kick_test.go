@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -245,5 +246,24 @@ func TestCallbackPostedOnceByTwoNodes(t *testing.T) {
 	}
 	if c, err := st.QueuedCall(t.Context(), "call_cb"); err != nil || c.CallbackState != store.CallbackDelivered || c.CallbackAttempts != 1 {
 		t.Errorf("the call after the sweeps: %+v, %v; want its callback delivered in one try", c, err)
+	}
+}
+
+// TestCallbackRedirectNotFollowed: a receiver answering a redirect has not
+// taken the call: the POST is not turned into a GET elsewhere, and the
+// callback is not delivered.
+func TestCallbackRedirectNotFollowed(t *testing.T) {
+	var gets atomic.Int64
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { gets.Add(1) }))
+	defer elsewhere.Close()
+	hook := httptest.NewServer(http.RedirectHandler(elsewhere.URL, http.StatusFound))
+	defer hook.Close()
+	q, err := New(Config{Hub: hub.New(hub.Config{}), Store: storetest.Open(t, "", t.TempDir())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = q.post(t.Context(), store.QueuedCall{ID: "call_r", Device: "dev-r", Tool: "self.t", CallbackURL: hook.URL})
+	if err == nil || !strings.Contains(err.Error(), "302") || gets.Load() != 0 {
+		t.Errorf("a callback answered 302: %v, %d requests elsewhere; want an error and none", err, gets.Load())
 	}
 }

@@ -80,7 +80,8 @@ type Config struct {
 	// SweepInterval is how often expiry and callbacks are checked.
 	// Default 1s.
 	SweepInterval time.Duration
-	// HTTPClient posts callbacks; nil: a client with CallbackTimeout.
+	// HTTPClient posts callbacks; nil: a client with CallbackTimeout that
+	// follows no redirect.
 	HTTPClient *http.Client
 	// CallbackTimeout bounds one callback post. Default 10s.
 	CallbackTimeout time.Duration
@@ -173,7 +174,11 @@ func New(cfg Config) (*Queue, error) {
 		}
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: cfg.CallbackTimeout}
+		// A redirect is an answer like any other but 2xx (retried): followed,
+		// the POST would become a GET without the call, sent to a host
+		// the caller did not name, and count as delivered.
+		cfg.HTTPClient = &http.Client{Timeout: cfg.CallbackTimeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	return &Queue{cfg: cfg, hub: cfg.Hub, st: cfg.Store, log: cfg.Logger.With("component", "queue"), m: cfg.Metrics,
 		workers: make(map[string]*worker), waiting: make(map[string]bool),
