@@ -553,7 +553,7 @@ func TestQueuedCallThroughMCP(t *testing.T) {
 	}
 	callID, _ := res.Meta["mcpgate/call_id"].(string)
 	text := res.Content[0].(*mcp.TextContent).Text
-	if callID == "" || !strings.Contains(text, "Queued as "+callID) || !strings.Contains(text, "get_call_result") {
+	if callID == "" || !strings.Contains(text, "Queued as "+callID+": device porch is offline") || !strings.Contains(text, "Call get_call_result") {
 		t.Fatalf("queued call's answer: %q, meta %v", text, res.Meta)
 	}
 
@@ -570,6 +570,11 @@ func TestQueuedCallThroughMCP(t *testing.T) {
 		t.Fatalf("queued call through the device door: %+v, %v", res, err)
 	}
 	second, _ := res.Meta["mcpgate/call_id"].(string)
+	// This door has no get_call_result: its answer names where to look.
+	if text := res.Content[0].(*mcp.TextContent).Text; !strings.Contains(text, "device porch is offline") ||
+		!strings.Contains(text, "on the gateway's /mcp door, or GET /api/v1/calls/"+second) {
+		t.Errorf("queued call's answer through the device door: %q", text)
+	}
 
 	_, end = session(t, gw, devicetest.Config{ID: id})
 	defer end()

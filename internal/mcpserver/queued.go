@@ -75,8 +75,17 @@ func (d *door) submit(ctx context.Context, cr hub.CallRequest, ttl time.Duration
 		}
 		return gatewayError(code, errorText(err))
 	}
-	text := fmt.Sprintf("Queued as %s: device %s is offline, so %s runs when it next connects, if that is before %s; nothing has run yet. "+
-		"Call get_call_result with call_id %q to see its state and result.", c.ID, cr.Device, cr.Tool, c.ExpiresAt.Format(time.RFC3339), c.ID)
+	device := cr.Device
+	if dev, err := d.s.hub.Device(cr.Device); err == nil {
+		device = dev.Alias // as the aggregate door names it
+	}
+	see := fmt.Sprintf("Call get_call_result with call_id %q to see its state and result.", c.ID)
+	if d.device != "" {
+		// This door has only the device's tools.
+		see = fmt.Sprintf("Its state and result: get_call_result with call_id %q on the gateway's /mcp door, or GET /api/v1/calls/%s.", c.ID, c.ID)
+	}
+	text := fmt.Sprintf("Queued as %s: device %s is offline, so %s runs when it next connects, if that is before %s; nothing has run yet. %s",
+		c.ID, device, cr.Tool, c.ExpiresAt.Format(time.RFC3339), see)
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}},
 		Meta: mcp.Meta{"mcpgate/call_id": c.ID, "mcpgate/queued": true}}
 }
