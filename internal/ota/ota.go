@@ -112,7 +112,8 @@ type Config struct {
 	// websocket.url set to this gateway (upstream mode, docs/upstream.md);
 	// the policy, transport and firmware settings then do not apply.
 	Upstream string
-	// HTTPClient asks Upstream; nil uses http.DefaultClient.
+	// HTTPClient asks Upstream; nil uses a client that follows no redirect
+	// (the device gets it, as any other answer but 200).
 	HTTPClient *http.Client
 	// MaxKnown bounds the devices remembered (Known): the open policy
 	// accepts any well-formed Device-Id, so a flood of made-up ids must not
@@ -201,7 +202,9 @@ func New(cfg Config) (*Handler, error) {
 	cfg.Firmware = fw
 	h := &Handler{cfg: cfg, log: cfg.Logger, allow: make(map[string]bool), known: make(map[string]Record), client: cfg.HTTPClient}
 	if h.client == nil {
-		h.client = http.DefaultClient
+		// Followed, a 302 would turn the device's POST into a GET
+		// without its body.
+		h.client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	if cfg.Upstream != "" {
 		u, err := url.Parse(cfg.Upstream)

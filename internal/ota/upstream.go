@@ -77,6 +77,8 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if resp.StatusCode == http.StatusOK {
+		// Firmware's cJSON skips a byte order mark: so does the rewrite.
+		answer = bytes.TrimPrefix(answer, utf8BOM)
 		out, err := h.rewrite(answer, h.wsURL(r, log), log)
 		switch {
 		case errors.Is(err, errTrailingData):
@@ -85,6 +87,13 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 			log.Warn("ota: bad upstream OTA answer", "error", err)
 			writeError(w, http.StatusBadGateway, "upstream_unavailable", "the voice server's OTA answer has data after its JSON object")
 			return
+		case err != nil && looksLikeObject(answer):
+			// An object JSON refuses and cJSON may read (a raw control
+			// character in a string): passed on, it could send the device
+			// to the voice server directly.
+			log.Warn("ota: bad upstream OTA answer", "error", err)
+			writeError(w, http.StatusBadGateway, "upstream_unavailable", "the voice server's OTA answer is not valid JSON")
+			return
 		case err != nil:
 			// Not a JSON object: it holds no configuration a device would take.
 			log.Debug("ota: upstream answer passed through as it is", "error", err)
@@ -92,13 +101,21 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 			answer = out
 		}
 	}
-	for _, k := range []string{"Content-Type", "Cache-Control"} {
+	for _, k := range []string{"Content-Type", "Cache-Control", "Location", "Retry-After", "WWW-Authenticate"} {
 		if v := resp.Header.Get(k); v != "" {
 			w.Header().Set(k, v)
 		}
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(answer)
+}
+
+var utf8BOM = []byte{0xef, 0xbb, 0xbf}
+
+// looksLikeObject reports whether answer starts as a JSON object does.
+func looksLikeObject(answer []byte) bool {
+	trimmed := bytes.TrimLeft(answer, " \t\r\n")
+	return len(trimmed) > 0 && trimmed[0] == '{'
 }
 
 // target is the upstream URL for r. The path below /xiaozhi/ota is

@@ -202,6 +202,9 @@ func TestUpstreamOTARewrite(t *testing.T) {
 		{"white space after", "{\"x\":1}\n", 200, `{"x":1,"websocket":` + ws + `}`},
 		{"data after", `{"websocket":{"url":"ws://voice/"}} {"x":1}`, 502, "data after its JSON object"},
 		{"garbage after", `{"websocket":{"url":"ws://voice/"}}garbage`, 502, "data after its JSON object"},
+		{"a byte order mark", "\ufeff{\"websocket\":{\"url\":\"ws://voice/\"}}", 200, `{"websocket":{"url":"ws://gw:8000/xiaozhi/v1/"}}`},
+		{"a raw tab in a string", "{\"websocket\":{\"url\":\"ws://voice/\",\"token\":\"a\tb\"}}", 502, "not valid JSON"},
+		{"a cut object", " {\"websocket\":{\"url\":", 502, "not valid JSON"},
 		{"not json", "not json", 200, "not json"},
 		{"an array", `[{"websocket":{"url":"ws://voice/"}}]`, 200, `[{"websocket":{"url":"ws://voice/"}}]`},
 	} {
@@ -236,5 +239,27 @@ func TestUpstreamOTARedacted(t *testing.T) {
 	}
 	if strings.Contains(rec.Body.String(), "SECRET") || strings.Contains(rec.Body.String(), freeport.Refused) {
 		t.Errorf("device got the upstream URL: %s", rec.Body)
+	}
+}
+
+// TestUpstreamOTARedirect: a redirect from the voice server reaches the
+// device as it is, not followed (a 302 would make the POST a GET without
+// its body).
+func TestUpstreamOTARedirect(t *testing.T) {
+	t.Parallel()
+	var requests atomic.Int64
+	voice := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		http.Redirect(w, r, "/elsewhere/", http.StatusFound)
+	}))
+	defer voice.Close()
+	h, err := New(Config{Upstream: voice.URL + "/xiaozhi/ota/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("POST", "/xiaozhi/ota/", strings.NewReader("{}")))
+	if rec.Code != http.StatusFound || rec.Header().Get("Location") != "/elsewhere/" || requests.Load() != 1 {
+		t.Errorf("device got %d (Location %q) after %d requests to the voice server, want the 302 after one", rec.Code, rec.Header().Get("Location"), requests.Load())
 	}
 }
