@@ -769,3 +769,25 @@ func TestDeliverQueueWaitingForSlot(t *testing.T) {
 		}
 	}
 }
+
+// TestQueuedCallNotSentAfterItsTTL: a queued call waiting for the device's
+// rate when its TTL passes is expired, never sent late.
+func TestQueuedCallNotSentAfterItsTTL(t *testing.T) {
+	cfg := Config{DataDir: t.TempDir()}
+	cfg.Limits.DeviceCallRate, cfg.Limits.DeviceCallBurst = 0.2, 1 // a token every 5 s
+	gw, _ := runGateway(t, cfg)
+	c, _ := api.NewClient("http://"+gw.Addr(), nil)
+	const id = "02:00:00:00:00:48"
+	_, end := session(t, gw, devicetest.Config{ID: id})
+	end()
+	first := queueVolume(t, c, id, 1, "1h")
+	late := queueVolume(t, c, id, 2, "2s")
+	d, end := session(t, gw, devicetest.Config{ID: id})
+	defer end()
+	waitCallState(t, c, first.ID, "done")
+	waitCallState(t, c, late.ID, "expired")
+	time.Sleep(200 * time.Millisecond) // what a late send would take to arrive
+	if n := len(d.Calls()); n != 1 {
+		t.Errorf("the device got %d calls, want 1: the second's TTL passed while it waited for the device's rate", n)
+	}
+}

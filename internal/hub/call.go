@@ -47,6 +47,10 @@ type CallRequest struct {
 	// audits the call itself when it ends (so it is audited once), while
 	// the call_completed event names the call.
 	QueuedID string
+	// SendBy, when set, is when the call may be sent at the latest: waiting
+	// past it (for discovery, the device's rate or a slot) ends the call
+	// unsent (NotSent), so a queued call is never sent after its TTL.
+	SendBy time.Time
 
 	// remote is set by ServeRemote: another node took the call.
 	remote bool
@@ -170,12 +174,18 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 		return nil, d, fmt.Errorf("%w: %s", ErrDeviceOffline, d.id)
 	}
 
+	wctx := ctx // what waits before the call is sent
+	if !req.SendBy.IsZero() {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithDeadlineCause(ctx, req.SendBy, errSendByPassed)
+		defer cancel()
+	}
 	select {
 	case <-att.discovered:
 	case <-att.sess.Done():
 		return nil, d, notSent{fmt.Errorf("%w: %w", ErrDeviceDisconnected, att.sess.Err())}
-	case <-ctx.Done():
-		return nil, d, notSent{fmt.Errorf("waiting for discovery of %s: %w", d.id, ctx.Err())}
+	case <-wctx.Done():
+		return nil, d, notSent{fmt.Errorf("waiting for discovery of %s: %w", d.id, context.Cause(wctx))}
 	}
 
 	h.mu.RLock()
@@ -201,7 +211,7 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 	}
 	switch {
 	case req.QueuedID != "":
-		if err := h.waitDeviceRate(ctx, d.id, att); err != nil {
+		if err := h.waitDeviceRate(wctx, d.id, att); err != nil {
 			return nil, d, err
 		}
 	case !charged:
@@ -211,7 +221,7 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 	}
 	full := timeout
 	if h.cfg.MaxInFlight > 0 {
-		if timeout, err = h.acquireSlot(ctx, d.id, att, timeout); err != nil {
+		if timeout, err = h.acquireSlot(wctx, d.id, att, timeout); err != nil {
 			return nil, d, err
 		}
 		defer att.slots.Release()
@@ -263,7 +273,7 @@ func (h *Hub) waitDeviceRate(ctx context.Context, id string, att *Attachment) er
 			return notSent{fmt.Errorf("%w: %w", ErrDeviceDisconnected, att.sess.Err())}
 		case <-ctx.Done():
 			t.Stop()
-			return notSent{fmt.Errorf("waiting for the call rate of %s: %w", id, ctx.Err())}
+			return notSent{fmt.Errorf("waiting for the call rate of %s: %w", id, context.Cause(ctx))}
 		}
 	}
 }
@@ -300,8 +310,15 @@ func (h *Hub) acquireSlot(ctx context.Context, id string, att *Attachment, timeo
 	case errors.Is(err, limits.ErrAbandoned):
 		return 0, notSent{fmt.Errorf("%w: %w", ErrDeviceDisconnected, att.sess.Err())}
 	}
+	if cause := context.Cause(ctx); cause != nil {
+		err = cause
+	}
 	return 0, notSent{fmt.Errorf("waiting for a call slot on %s: %w", id, err)}
 }
+
+// errSendByPassed ends a call unsent whose CallRequest.SendBy passed while
+// it waited.
+var errSendByPassed = errors.New("its time to be sent passed while it waited")
 
 // notSent marks an error that ended a call before anything was sent to the
 // device, where the sentinel alone (device_disconnected, device_timeout)

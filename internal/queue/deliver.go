@@ -340,7 +340,7 @@ func (q *Queue) deliver(ctx context.Context, c store.QueuedCall) deliveryResult 
 
 	res, err := q.hub.Call(ctx, hub.CallRequest{Device: c.Device, Tool: c.Tool, Arguments: c.Arguments,
 		Timeout: time.Duration(c.TimeoutMS) * time.Millisecond, Caller: c.Caller, Door: c.Door,
-		Wait: true, QueuedID: c.ID})
+		Wait: true, QueuedID: c.ID, SendBy: c.ExpiresAt})
 
 	// Refused before sending for a passing reason: back in line, same place.
 	if err != nil && hub.NotSent(err) && !errors.Is(err, hub.ErrToolNotFound) &&
