@@ -373,6 +373,11 @@ func (s *splice) toUpstream(typ websocket.MessageType, data []byte, start time.T
 // nil drops it.
 func (s *splice) fromUpstream(data []byte) []byte {
 	env, err := xiaozhi.DecodeEnvelope(data)
+	if err == nil && ambiguous(data) {
+		s.c.t.m.DroppedFrames.WithLabelValues("upstream_ambiguous").Inc()
+		s.c.log.Debug("dropped an upstream message the device could read otherwise: a member named twice")
+		return nil
+	}
 	if err != nil || env.Type != xiaozhi.TypeMCP {
 		if err == nil && env.Type == xiaozhi.TypeHello && env.SessionID != "" && env.SessionID != s.sessionID {
 			// A new audio channel with a new session id: mcpgate's own

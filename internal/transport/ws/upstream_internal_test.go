@@ -1,8 +1,10 @@
 package ws
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -78,4 +80,62 @@ func TestUpstreamHeaderForwardedFor(t *testing.T) {
 			t.Errorf("X-Forwarded-For %q: upstream gets %q, X-Real-IP %q; want %q, 192.0.2.1", tc.xff, got, h.Get("X-Real-IP"), tc.want)
 		}
 	}
+}
+
+// FuzzAmbiguous: a valid frame ambiguous passes names each member the
+// firmware reads at most once, in any case, in the envelope and in its
+// payload (keys decoded by encoding/json, escapes undone).
+func FuzzAmbiguous(f *testing.F) {
+	f.Add([]byte(`{"session_id":"s","type":"mcp","payload":{"jsonrpc":"2.0","id":7,"method":"x"}}`))
+	f.Add([]byte(`{"type":"mcp","payload":{"id":1,"ID":2},"type":"tts"}`))
+	f.Add([]byte(`{"typ\u0065":"mcp","Type":"tts"}`))
+	f.Add([]byte(`{"ſession_id":"a","session_id":"b"}`))
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		if !json.Valid(frame) || ambiguous(frame) {
+			return
+		}
+		var env map[string]json.RawMessage
+		if json.Unmarshal(frame, &env) != nil {
+			return // not an object
+		}
+		if k := repeatedKey(frame, envelopeKeys); k != "" {
+			t.Fatalf("%q passed with %q named twice", frame, k)
+		}
+		for key, v := range env {
+			if strings.EqualFold(key, "payload") && len(v) > 0 && v[0] == '{' {
+				if k := repeatedKey(v, payloadKeys); k != "" {
+					t.Fatalf("%q passed with %q named twice in its payload", frame, k)
+				}
+			}
+		}
+	})
+}
+
+// repeatedKey returns the first of names the object obj (valid JSON) has
+// twice, in any case.
+func repeatedKey(obj []byte, names []string) string {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return ""
+	}
+	count := map[string]int{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		key, _ := tok.(string)
+		for _, n := range names {
+			if strings.EqualFold(key, n) {
+				if count[n]++; count[n] > 1 {
+					return n
+				}
+			}
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return ""
+		}
+	}
+	return ""
 }

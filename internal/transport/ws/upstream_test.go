@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -161,5 +162,81 @@ func TestUpstreamUnavailableSaysNoURL(t *testing.T) {
 	}
 	if !warned {
 		t.Errorf("no warning logged:\n%s", s.logs)
+	}
+}
+
+// TestUpstreamDropsAmbiguousFrames: a voice server frame the firmware could
+// read otherwise than mcpgate (a member named twice: cJSON takes the first,
+// in any case) never reaches the device: read as a tts frame by mcpgate, or
+// under another id, its request would run unremapped and its answer
+// complete one of mcpgate's calls.
+func TestUpstreamDropsAmbiguousFrames(t *testing.T) {
+	t.Parallel()
+	up, s := startSpliced(t)
+	var mu sync.Mutex
+	var frames []string
+	d := connect(t, s, devicetest.Config{OnFrame: func(typ websocket.MessageType, data []byte) {
+		if typ == websocket.MessageText {
+			mu.Lock()
+			frames = append(frames, string(data))
+			mu.Unlock()
+		}
+	}})
+	c, err := up.Accept(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, s.hub, d.ID(), hub.StateReady)
+	sid := `"session_id":"` + d.SessionID() + `"`
+	call := func(id string, volume int) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"name":"self.audio_speaker.set_volume","arguments":{"volume":%d}}}`, id, volume)
+	}
+	bad := []string{
+		`{` + sid + `,"type":"mcp","payload":` + call("2", 91) + `,"type":"tts"}`,
+		`{` + sid + `,"type":"mcp","payload":{"jsonrpc":"2.0","id":2,"id":"mine","method":"tools/call","params":{"name":"self.audio_speaker.set_volume","arguments":{"volume":92}}}}`,
+		`{` + sid + `,"Type":"mcp","type":"tts","payload":` + call("2", 93) + `}`,
+		`{` + sid + `,"type":"mcp","payload":{"jsonrpc":"2.0","ID":2,"id":7,"method":"tools/call","params":{"name":"self.audio_speaker.set_volume","arguments":{"volume":94}}}}`,
+		`{` + sid + `,"typ\u0065":"mcp","payload":` + call("2", 95) + `}`,
+		`{"ſession_id":"x",` + sid + `,"type":"mcp","payload":` + call("2", 96) + `}`,
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	for _, b := range bad {
+		if err := c.SendText(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tts := `{` + sid + `,"type":"tts","state":"start"}` // unambiguous: forwarded
+	if err := c.SendText(ctx, tts); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SendText(ctx, upstreamtest.MCP(d.SessionID(), `{"jsonrpc":"2.0","id":"last","method":"tools/list"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := c.Next(ctx)
+		if err != nil {
+			t.Fatalf("waiting for the device's answer: %v", err)
+		}
+		if bytes.Contains(f.Data, []byte(`"id":"last"`)) {
+			break
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	sawTTS := false
+	for _, f := range frames {
+		sawTTS = sawTTS || f == tts
+		for v := 91; v <= 96; v++ {
+			if strings.Contains(f, fmt.Sprintf(`"volume":%d`, v)) {
+				t.Errorf("an ambiguous frame reached the device: %s", f)
+			}
+		}
+	}
+	if !sawTTS {
+		t.Error("a plain tts frame did not reach the device")
+	}
+	if n := metric(t, s, `mcpgate_dropped_frames_total{reason="upstream_ambiguous"}`); n != float64(len(bad)) {
+		t.Errorf("upstream_ambiguous drops: %v, want %d", n, len(bad))
 	}
 }
