@@ -35,7 +35,8 @@ type deviceInfo struct {
 // listDevices answers list_devices from the hub's current state: the devices
 // the caller may see. Tools counts the tools this door lists for the device
 // (user-only ones excluded unless exposed, and only those within the
-// caller's tool patterns).
+// caller's tool patterns), from its last known catalog when it is offline:
+// what a queued call may name.
 func (d *door) listDevices() *mcp.CallToolResult {
 	devs := d.s.hub.Devices()
 	out := struct {
