@@ -72,3 +72,24 @@ func TestServeRefusedLeavesNoSecret(t *testing.T) {
 		t.Errorf("a refused serve left a device secret: %v", err)
 	}
 }
+
+// TestServeQueueFlags: queue settings the queue would take for its defaults,
+// or refuse without naming the flags, are refused naming them.
+func TestServeQueueFlags(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--queue-max-per-device", "-5"}, "--queue-max-per-device must be positive, got -5"},
+		{[]string{"--queue-max-per-key", "-1"}, "--queue-max-per-key must be positive, got -1"},
+		{[]string{"--queue-default-ttl", "500ms"}, "--queue-default-ttl 500ms: a queued call's time to live is at least 1s"},
+		{[]string{"--queue-max-ttl", "30m"}, "--queue-default-ttl 1h0m0s is longer than --queue-max-ttl 30m0s"},
+	} {
+		r := run(t, "http://127.0.0.1:1", append([]string{"serve", "--addr", "127.0.0.1:0", "--data", dir}, tc.args...)...)
+		if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr:\n%s\nwant %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -19,6 +21,9 @@ func queueFlags(f *pflag.FlagSet, cfg *queue.Config) (apply func() error) {
 	f.Var(ageFlag{&cfg.Retention}, "queue-retention", "finished queued calls are deleted this long after they end, e.g. 7d or 72h (default 7d)")
 	f.StringToStringVar(&tools, "queue-tool", nil, "per-tool queuing default as PATTERN=always|never (path.Match patterns), e.g. 'self.camera.*=never'")
 	return func() error {
+		if err := checkQueueFlags(cfg); err != nil {
+			return err
+		}
 		if len(tools) == 0 {
 			return nil
 		}
@@ -32,4 +37,30 @@ func queueFlags(f *pflag.FlagSet, cfg *queue.Config) (apply func() error) {
 		}
 		return nil
 	}
+}
+
+// checkQueueFlags refuses queue settings queue.New would take silently for
+// its defaults, or refuse without naming the flags.
+func checkQueueFlags(cfg *queue.Config) error {
+	for _, n := range []struct {
+		flag string
+		v    int
+	}{{"queue-max-per-device", cfg.MaxPerDevice}, {"queue-max-per-key", cfg.MaxPerKey}} {
+		if n.v < 0 {
+			return fmt.Errorf("--%s must be positive, got %d", n.flag, n.v)
+		}
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"queue-default-ttl", cfg.DefaultTTL}, {"queue-max-ttl", cfg.MaxTTL}} {
+		if d.v != 0 && d.v < time.Second {
+			return fmt.Errorf("--%s %s: a queued call's time to live is at least 1s", d.flag, d.v)
+		}
+	}
+	def, maxTTL := cmp.Or(cfg.DefaultTTL, queue.DefaultTTL), cmp.Or(cfg.MaxTTL, queue.DefaultMaxTTL)
+	if def > maxTTL {
+		return fmt.Errorf("--queue-default-ttl %s is longer than --queue-max-ttl %s: lower the first or raise the second", def, maxTTL)
+	}
+	return nil
 }

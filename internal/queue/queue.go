@@ -51,6 +51,12 @@ var (
 	ErrForbidden = errors.New("caller may no longer make this call")
 )
 
+// Defaults of Config.DefaultTTL and Config.MaxTTL.
+const (
+	DefaultTTL    = time.Hour
+	DefaultMaxTTL = 24 * time.Hour
+)
+
 // Config configures a Queue. Hub and Store are required.
 type Config struct {
 	Hub   *hub.Hub
@@ -144,7 +150,7 @@ func New(cfg Config) (*Queue, error) {
 	for _, d := range []struct {
 		v   *time.Duration
 		def time.Duration
-	}{{&cfg.DefaultTTL, time.Hour}, {&cfg.MaxTTL, 24 * time.Hour}, {&cfg.Retention, 7 * 24 * time.Hour},
+	}{{&cfg.DefaultTTL, DefaultTTL}, {&cfg.MaxTTL, DefaultMaxTTL}, {&cfg.Retention, 7 * 24 * time.Hour},
 		{&cfg.SweepInterval, time.Second}, {&cfg.CallbackTimeout, 10 * time.Second}, {&cfg.CallbackBackoff, time.Second}} {
 		if *d.v < 0 {
 			return nil, fmt.Errorf("queue: durations must not be negative, got %s", *d.v)
