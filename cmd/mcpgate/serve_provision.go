@@ -113,6 +113,15 @@ func checkSettings(f *pflag.FlagSet, transportFor map[string]string, log *slog.L
 			return fmt.Errorf("--upstream-init-wait must be positive, got %s (e.g. 100ms for mcpgate to initialize devices almost at once)", d)
 		}
 	}
+	if flagValue(f, "upstream") == "" {
+		// Without a voice server behind it, mcpgate answers devices'
+		// hellos itself: forwarded OTA would send them here for no voice.
+		for _, name := range []string{"upstream-ota", "upstream-init-wait"} {
+			if f.Changed(name) {
+				return fmt.Errorf("--%s needs --upstream (the voice server's WebSocket URL): without it mcpgate is the devices' server, with no voice", name)
+			}
+		}
+	}
 	if flagValue(f, "upstream-ota") != "" {
 		var ignored []string
 		for _, name := range []string{"ota-policy", "ota-allow", "ota-transport", "ota-transport-for", "ota-mqtt-endpoint", "firmware-table", "device-token-ttl"} {
