@@ -372,6 +372,9 @@ func (a *Agent) Chat(ctx context.Context, req Request, emit func(Event)) (*Reply
 			return nil, err
 		}
 		thought.WriteString(comp.Reasoning)
+		if comp.Dropped {
+			log.Warn("the model asked for more tool calls at once than are run: those past the limit are dropped", "step", reply.Steps, "limit", maxCalls)
+		}
 		assistant := Message{Role: "assistant", Content: comp.Content, ToolCalls: fixCallIDs(comp.ToolCalls)}
 		msgs = append(msgs, assistant)
 		turn = append(turn, assistant)

@@ -71,6 +71,9 @@ type completion struct {
 	Reasoning string
 	ToolCalls []ToolCall
 	Finish    string
+	// Dropped says the answer asked for more than maxCalls calls: those
+	// past it are not in ToolCalls.
+	Dropped bool
 }
 
 // ProviderError is a failure of the model's API: an HTTP error with the
@@ -256,7 +259,11 @@ func (c *llmClient) readJSON(r io.Reader, onDelta deltaFunc) (*completion, error
 	if w.Choices[0].FinishReason != nil {
 		out.Finish = *w.Choices[0].FinishReason
 	}
-	for _, tc := range m.ToolCalls {
+	calls := m.ToolCalls
+	if len(calls) > maxCalls {
+		calls, out.Dropped = calls[:maxCalls], true
+	}
+	for _, tc := range calls {
 		out.ToolCalls = append(out.ToolCalls, ToolCall{ID: tc.ID, Type: "function",
 			Function: FunctionCall{Name: tc.Function.Name, Arguments: argumentsText(tc.Function.Arguments)}})
 	}
@@ -298,7 +305,8 @@ type streamAccumulator struct {
 	content, reasoning strings.Builder
 	calls              []ToolCall
 	finish             string
-	chunks             int // chunks with a choice
+	chunks             int  // chunks with a choice
+	dropped            bool // a call past maxCalls began: it and what follows without an index are dropped
 }
 
 // add takes one event's data. It reports done at "[DONE]".
@@ -347,8 +355,9 @@ func (a *streamAccumulator) add(data []byte, onDelta deltaFunc) (done bool, err 
 	return false, nil
 }
 
-// maxCalls bounds the calls of one answer: a stream cannot make the
-// gateway hold or run more.
+// maxCalls bounds the calls of one answer: a model cannot make the gateway
+// hold or run more. Those past it are dropped (and the model never hears
+// of them: its history has only the calls run).
 const maxCalls = 128
 
 // addCall merges one tool-call fragment. Fragments are matched by index; a
@@ -357,13 +366,21 @@ const maxCalls = 128
 func (a *streamAccumulator) addCall(tc wireToolCall) {
 	var cur *ToolCall
 	switch {
-	case tc.Index != nil && *tc.Index >= 0 && *tc.Index < maxCalls:
+	case tc.Index != nil && *tc.Index >= maxCalls:
+		a.dropped = true
+		return
+	case tc.Index != nil && *tc.Index >= 0:
 		for len(a.calls) <= *tc.Index {
 			a.calls = append(a.calls, ToolCall{Type: "function"})
 		}
 		cur = &a.calls[*tc.Index]
-	case len(a.calls) > 0 && (len(a.calls) >= maxCalls || continues(&a.calls[len(a.calls)-1], tc)):
+	case a.dropped:
+		return // past maxCalls, calls are told apart no more: all dropped
+	case len(a.calls) > 0 && continues(&a.calls[len(a.calls)-1], tc):
 		cur = &a.calls[len(a.calls)-1]
+	case len(a.calls) >= maxCalls:
+		a.dropped = true
+		return
 	default:
 		a.calls = append(a.calls, ToolCall{Type: "function"})
 		cur = &a.calls[len(a.calls)-1]
@@ -396,7 +413,7 @@ func (a *streamAccumulator) result() (*completion, error) {
 	if a.chunks == 0 {
 		return nil, &ProviderError{Message: "the stream ended without any choice"}
 	}
-	out := &completion{Content: a.content.String(), Reasoning: a.reasoning.String(), Finish: a.finish}
+	out := &completion{Content: a.content.String(), Reasoning: a.reasoning.String(), Finish: a.finish, Dropped: a.dropped}
 	for _, c := range a.calls {
 		if c.Function.Name == "" && c.Function.Arguments == "" && c.ID == "" {
 			continue // a gap left by a sparse index

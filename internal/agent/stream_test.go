@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -175,4 +176,44 @@ func FuzzReadStream(f *testing.F) {
 			t.Fatalf("%d tool calls", len(comp.ToolCalls))
 		}
 	})
+}
+
+// TestCallsPastTheLimitDropped: an answer with more than maxCalls calls,
+// streamed (with or without indexes) or whole, keeps the first maxCalls
+// intact and drops the rest, never merging them into the last one.
+func TestCallsPastTheLimitDropped(t *testing.T) {
+	const n = 200
+	frag := func(i int, index bool) string {
+		idx := ""
+		if index {
+			idx = fmt.Sprintf(`"index":%d,`, i)
+		}
+		return fmt.Sprintf(`{%s"id":"c%d","type":"function","function":{"name":"f%d","arguments":"{}"}}`, idx, i, i)
+	}
+	check := func(name string, comp *completion, err error) {
+		t.Helper()
+		if err != nil || len(comp.ToolCalls) != maxCalls || !comp.Dropped {
+			t.Fatalf("%s: %d calls, dropped %v, %v; want %d and dropped", name, len(comp.ToolCalls), comp != nil && comp.Dropped, err, maxCalls)
+		}
+		last := comp.ToolCalls[maxCalls-1]
+		if want := fmt.Sprintf("f%d", maxCalls-1); last.ID != fmt.Sprintf("c%d", maxCalls-1) || last.Function.Name != want || last.Function.Arguments != "{}" {
+			t.Errorf("%s: the last call kept: %+v", name, last)
+		}
+	}
+	for _, index := range []bool{true, false} {
+		var b strings.Builder
+		for i := range n {
+			fmt.Fprintf(&b, "data: {\"choices\":[{\"delta\":{\"tool_calls\":[%s]}}]}\n\n", frag(i, index))
+		}
+		b.WriteString("data: [DONE]\n\n")
+		comp, _, err := readTestStream(t, b.String())
+		check(fmt.Sprintf("streamed, index %v", index), comp, err)
+	}
+	var calls []string
+	for i := range n {
+		calls = append(calls, frag(i, false))
+	}
+	c := &llmClient{maxEvent: 1 << 20}
+	comp, err := c.readJSON(strings.NewReader(`{"choices":[{"message":{"role":"assistant","tool_calls":[`+strings.Join(calls, ",")+`]}}]}`), nil)
+	check("whole", comp, err)
 }
