@@ -108,6 +108,31 @@ func (s *Session) Initialize(ctx context.Context) (*InitializeResult, error) {
 	return &res, nil
 }
 
+// HasCapability reports whether the server declared capability name
+// ("logging", "tools"...) in its initialize result.
+func (r *InitializeResult) HasCapability(name string) bool {
+	var caps map[string]json.RawMessage
+	if json.Unmarshal(r.Capabilities, &caps) != nil {
+		return false
+	}
+	v, ok := caps[name]
+	return ok && string(v) != "null"
+}
+
+// SetLogLevel asks the server for its log messages from level up
+// (logging/setLevel). Servers built on the official SDKs send none until
+// asked.
+func (s *Session) SetLogLevel(ctx context.Context, level string) error {
+	reply, err := s.Request(ctx, "logging/setLevel", map[string]string{"level": level}, 0)
+	if err != nil {
+		return fmt.Errorf("logging/setLevel: %w", err)
+	}
+	if reply.Error != nil {
+		return &RPCError{Method: "logging/setLevel", Err: reply.Error}
+	}
+	return nil
+}
+
 // AdoptInitialize records res as the session's initialize result without
 // sending initialize: another client of the device (an upstream voice
 // server) initialized it, and the firmware applies initialize once per

@@ -25,6 +25,8 @@ type Server struct {
 	Name string
 	// PageSize is the number of tools per tools/list page; 0 means all at once.
 	PageSize int
+	// Logging declares the logging capability (logging/setLevel answered).
+	Logging bool
 
 	mu       sync.Mutex
 	tools    []string          // guarded by mu; tool names in listing order
@@ -107,13 +109,21 @@ func (s *Server) Handle(data []byte) []byte {
 			ProtocolVersion string `json:"protocolVersion"`
 		}
 		_ = json.Unmarshal(m.Params, &p)
+		caps := map[string]any{"tools": map[string]any{"listChanged": true}}
+		if s.Logging {
+			caps["logging"] = map[string]any{}
+		}
 		return reply(m.ID, map[string]any{
 			"protocolVersion": p.ProtocolVersion,
-			"capabilities":    map[string]any{"tools": map[string]any{"listChanged": true}},
+			"capabilities":    caps,
 			"serverInfo":      map[string]any{"name": s.Name, "version": "1.0.0"},
 		})
 	case "ping":
 		return reply(m.ID, map[string]any{})
+	case "logging/setLevel":
+		if s.Logging {
+			return reply(m.ID, map[string]any{})
+		}
 	case "tools/list":
 		return reply(m.ID, s.page(m.Params, tools))
 	case "tools/call":

@@ -393,6 +393,13 @@ func (c *connection) run(sess *mcpclient.Session) {
 	}
 	log.Info("MCP server connected", "server_name", init.ServerInfo.Name,
 		"server_version", init.ServerInfo.Version, "protocol_version", init.ProtocolVersion)
+	if init.HasCapability("logging") {
+		// All of them: each MCP client of the gateway gets those from the
+		// level it asked for (docs/mcp.md, "Log messages").
+		if err := sess.SetLogLevel(ctx, "debug"); err != nil {
+			log.Info("MCP server refused to send its log messages", "error", err)
+		}
+	}
 	att.Discover(ctx)
 	c.maintain(ctx, sess, att, id, name, log)
 }

@@ -356,3 +356,23 @@ func TestSanitizeName(t *testing.T) {
 		}
 	}
 }
+
+// TestLogLevelAsked: a source declaring the logging capability is asked for
+// its log messages (servers of the official SDKs send none until asked);
+// one that does not is not sent a method it lacks.
+func TestLogLevelAsked(t *testing.T) {
+	f := newFixture(t, endpoint.Config{AllowNoToken: true})
+	logs := mcptest.New("logs")
+	logs.Logging = true
+	dial(t, f.url, logs, nil)
+	waitReady(t, f.hub, "logs", 3)
+	quiet := mcptest.New("quiet")
+	dial(t, f.url, quiet, nil)
+	waitReady(t, f.hub, "quiet", 3)
+	if n := logs.Count("logging/setLevel"); n != 1 {
+		t.Errorf("a source with the logging capability got %d logging/setLevel, want 1", n)
+	}
+	if n := quiet.Count("logging/setLevel"); n != 0 {
+		t.Errorf("a source without it got %d logging/setLevel, want 0", n)
+	}
+}
