@@ -24,6 +24,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/redact"
+	"github.com/mcpgate/mcpgate/internal/transport/conns"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
@@ -133,6 +134,9 @@ type Handler struct {
 	// upstreamRedacted is Config.Upstream without a password or query
 	// values, for logs.
 	upstreamRedacted string
+	// droppedMQTT samples the warning that the voice server's mqtt section
+	// was dropped: it comes with every answer, so every device's boot.
+	droppedMQTT conns.Sampler
 
 	mu    sync.Mutex
 	known map[string]Record // guarded by mu

@@ -184,7 +184,7 @@ func (h *Handler) rewrite(answer []byte, wsURL string, log *slog.Logger) ([]byte
 	for _, m := range top {
 		switch {
 		case strings.EqualFold(m.key, "mqtt"):
-			log.Warn("ota: dropped the voice server's mqtt section: MQTT+UDP audio cannot pass through mcpgate, the device is sent to the WebSocket")
+			h.droppedMQTT.Warn(log, "ota: dropped the voice server's mqtt section: MQTT+UDP audio cannot pass through mcpgate, the device is sent to the WebSocket")
 			continue
 		case strings.EqualFold(m.key, "websocket"):
 			ws, err := members(m.val)
