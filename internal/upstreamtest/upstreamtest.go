@@ -43,6 +43,9 @@ type Config struct {
 	Echo bool
 	// ReadLimit caps a frame from the device side. Default 1 MiB.
 	ReadLimit int64
+	// Deaf stops reading after the hello: the device side's frames, and
+	// its close, go unanswered (a stuck voice server).
+	Deaf bool
 }
 
 // Server is a running fake voice server.
@@ -140,7 +143,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.all = append(s.all, c)
 	s.mu.Unlock()
-	go c.read()
+	if s.cfg.Deaf {
+		close(c.done)
+		close(c.frames)
+	} else {
+		go c.read()
+	}
 	select {
 	case s.conns <- c:
 	default: // nobody accepts: the connection still runs

@@ -240,3 +240,27 @@ func TestUpstreamDropsAmbiguousFrames(t *testing.T) {
 		t.Errorf("upstream_ambiguous drops: %v, want %d", n, len(bad))
 	}
 }
+
+// TestOfflineWhileVoiceServerCloses: a device that leaves is offline at
+// once, though a stuck voice server takes the whole close handshake's
+// timeout (5 s) to let its connection go.
+func TestOfflineWhileVoiceServerCloses(t *testing.T) {
+	t.Parallel()
+	up := upstreamtest.Start(upstreamtest.Config{Deaf: true})
+	s := startGateway(t, gateway.Config{Upstream: up.URL(), UpstreamInitWait: time.Millisecond, MQTTAddr: ""})
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	t.Cleanup(up.Close) // first: the gateway's stop would wait out the close handshake
+	d := connect(t, s, devicetest.Config{})
+	waitState(t, s.hub, d.ID(), hub.StateReady)
+	start := time.Now()
+	d.Close()
+	for {
+		if dev, err := s.hub.Device(d.ID()); err == nil && !dev.Online {
+			break
+		}
+		if time.Since(start) > 3*time.Second {
+			t.Fatal("the device was still listed online 3 s after it left: its voice server's close was awaited first")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

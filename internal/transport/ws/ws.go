@@ -524,12 +524,19 @@ func (c *connection) start() (finish func()) {
 		if !stopCloser() {
 			<-closed
 		}
-		if c.up != nil {
-			c.up.close(context.Cause(sess.Context()))
-		}
+		// The voice server's close handshake may take its 5 s: the device
+		// is offline meanwhile, not listed online until it ends.
+		upClosed := make(chan struct{})
+		go func() {
+			defer close(upClosed)
+			if c.up != nil {
+				c.up.close(context.Cause(sess.Context()))
+			}
+		}()
 		stopKeepalive()
 		discovery.Wait()
 		att.Detach()
+		<-upClosed
 	}
 }
 
