@@ -358,6 +358,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	qcfg := cfg.Queue
 	qcfg.Hub, qcfg.Store, qcfg.Logger, qcfg.Metrics, qcfg.Audit = h, cfg.Store, cfg.Logger, m, auditLog.Record
+	qcfg.ExposeUserOnly = cfg.ExposeUserOnly
 	if cfg.Cluster != nil {
 		link.joined = make(chan struct{})
 		qcfg.StartAfter = link.joined

@@ -791,3 +791,38 @@ func TestQueuedCallNotSentAfterItsTTL(t *testing.T) {
 		t.Errorf("the device got %d calls, want 1: the second's TTL passed while it waited for the device's rate", n)
 	}
 }
+
+// TestQueuedMCPCallToolNowUserOnly: a call queued through an MCP door to a
+// tool the device then lists as user-only fails tool_hidden unsent, as a
+// live call through that door would; one queued through REST runs.
+func TestQueuedMCPCallToolNowUserOnly(t *testing.T) {
+	gw, _ := runGateway(t, Config{DataDir: t.TempDir()})
+	c, _ := api.NewClient("http://"+gw.Addr(), nil)
+	const id = "02:00:00:00:00:4a"
+	_, end := session(t, gw, devicetest.Config{ID: id})
+	end()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "queue-test", Version: "1"}, nil).
+		Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://" + gw.Addr() + "/mcp/devices/" + id}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "self.audio_speaker.set_volume",
+		Arguments: map[string]any{"volume": 5}, Meta: mcp.Meta{"mcpgate/queue": true}})
+	if err != nil || res.IsError {
+		t.Fatalf("queued call through the device door: %+v, %v", res, err)
+	}
+	viaMCP, _ := res.Meta["mcpgate/call_id"].(string)
+	viaREST := queueVolume(t, c, id, 6, "1h")
+
+	userOnly := strings.Replace(devicetest.SetVolumeTool, `"name":`, `"annotations":{"audience":["user"]},"name":`, 1)
+	d, end := session(t, gw, devicetest.Config{ID: id, Tools: []json.RawMessage{json.RawMessage(userOnly)}})
+	defer end()
+	if got := waitCallState(t, c, viaMCP, "failed"); got.Reason != "tool_hidden" {
+		t.Errorf("the call queued through MCP: %+v, want failed tool_hidden", got)
+	}
+	waitCallState(t, c, viaREST.ID, "done")
+	if n := len(d.Calls()); n != 1 {
+		t.Errorf("the device got %d calls, want 1 (the REST one)", n)
+	}
+}

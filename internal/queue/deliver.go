@@ -278,11 +278,17 @@ func (q *Queue) deliverAll(device string) {
 					q.log.Warn("checking a queued call's caller", "call_id", c.ID, "error", err)
 					return // the next sweep or kick tries again
 				}
-				if !q.refuse(ctx, c, err) {
+				if !q.refuse(ctx, c, "forbidden", err) {
 					return
 				}
 				continue
 			}
+		}
+		if err := q.hidden(c); err != nil {
+			if !q.refuse(ctx, c, "tool_hidden", err) {
+				return
+			}
+			continue
 		}
 		switch q.deliver(ctx, c) {
 		case retryLater:
@@ -293,11 +299,31 @@ func (q *Queue) deliverAll(device string) {
 	}
 }
 
-// refuse fails a queued call whose caller may no longer make it, unsent. It
-// reports false when the store failed, so the caller stops for now.
-func (q *Queue) refuse(ctx context.Context, c store.QueuedCall, why error) bool {
+// mcpDoors are the doors that hide user-only tools (Config.ExposeUserOnly).
+var mcpDoors = map[string]bool{"mcp": true, "mcp-device": true}
+
+// hidden is why call c, queued through an MCP door, may not run now: its
+// tool is user-only in the device's catalog.
+func (q *Queue) hidden(c store.QueuedCall) error {
+	if q.cfg.ExposeUserOnly || !mcpDoors[c.Door] {
+		return nil
+	}
+	_, cat, err := q.hub.Tools(c.Device)
+	if err != nil || cat == nil {
+		return nil
+	}
+	if t, ok := cat.Tool(c.Tool); ok && t.UserOnly() {
+		return fmt.Errorf("tool %q is now meant for the device's user only and is hidden from MCP clients (the gateway's expose-user-only setting allows it)", c.Tool)
+	}
+	return nil
+}
+
+// refuse fails a queued call, unsent, for reason (its caller may no longer
+// make it, its tool is hidden). It reports false when the store failed, so
+// the caller stops for now.
+func (q *Queue) refuse(ctx context.Context, c store.QueuedCall, reason string, why error) bool {
 	fin := c
-	fin.State, fin.Reason, fin.FinishedAt = store.CallFailed, "forbidden", time.Now().UTC()
+	fin.State, fin.Reason, fin.FinishedAt = store.CallFailed, reason, time.Now().UTC()
 	fin.Error = "not sent: " + why.Error()
 	if fin.CallbackURL != "" {
 		fin.CallbackState = store.CallbackPending

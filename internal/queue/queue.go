@@ -103,6 +103,11 @@ type Config struct {
 	// store failing) leaves it queued for a later try. alias is the
 	// device's alias now.
 	Authorize func(ctx context.Context, caller, device, alias, tool string) error
+	// ExposeUserOnly is the MCP doors' setting: without it, a call queued
+	// through one of them to a tool that is user-only when it is delivered
+	// (the device's catalog changed meanwhile) fails, reason "tool_hidden",
+	// unsent, as a live call through that door would.
+	ExposeUserOnly bool
 	// Tools sets per-tool defaults by path.Match pattern ("self.camera.*"):
 	// PolicyAlways or PolicyNever. The most specific (longest) pattern wins.
 	Tools map[string]Policy
