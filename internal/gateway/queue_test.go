@@ -826,3 +826,28 @@ func TestQueuedMCPCallToolNowUserOnly(t *testing.T) {
 		t.Errorf("the device got %d calls, want 1 (the REST one)", n)
 	}
 }
+
+// TestQueuedCallTimesAsStored: the times a call is answered with when it is
+// queued or cancelled are those later reads show, to the microsecond.
+func TestQueuedCallTimesAsStored(t *testing.T) {
+	gw, _ := runGateway(t, Config{DataDir: t.TempDir()})
+	c, _ := api.NewClient("http://"+gw.Addr(), nil)
+	const id = "02:00:00:00:00:4b"
+	_, end := session(t, gw, devicetest.Config{ID: id})
+	end()
+	queued := queueVolume(t, c, id, 1, "1h")
+	cancelled, err := c.CancelCall(t.Context(), queued.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.QueuedCall(t.Context(), queued.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.QueuedAt.Equal(queued.QueuedAt) || !got.ExpiresAt.Equal(queued.ExpiresAt) {
+		t.Errorf("queued at %s, expires %s; read back %s, %s", queued.QueuedAt, queued.ExpiresAt, got.QueuedAt, got.ExpiresAt)
+	}
+	if cancelled.FinishedAt == nil || got.FinishedAt == nil || !got.FinishedAt.Equal(*cancelled.FinishedAt) {
+		t.Errorf("cancelled at %v, read back %v", cancelled.FinishedAt, got.FinishedAt)
+	}
+}

@@ -323,7 +323,7 @@ func (q *Queue) hidden(c store.QueuedCall) error {
 // the caller stops for now.
 func (q *Queue) refuse(ctx context.Context, c store.QueuedCall, reason string, why error) bool {
 	fin := c
-	fin.State, fin.Reason, fin.FinishedAt = store.CallFailed, reason, time.Now().UTC()
+	fin.State, fin.Reason, fin.FinishedAt = store.CallFailed, reason, stamp()
 	fin.Error = "not sent: " + why.Error()
 	if fin.CallbackURL != "" {
 		fin.CallbackState = store.CallbackPending
@@ -352,7 +352,7 @@ const (
 // sending it leaves it running, hence interrupted, never sent twice.
 func (q *Queue) deliver(ctx context.Context, c store.QueuedCall) deliveryResult {
 	run := c
-	run.State, run.Attempts, run.StartedAt = store.CallRunning, c.Attempts+1, time.Now().UTC()
+	run.State, run.Attempts, run.StartedAt = store.CallRunning, c.Attempts+1, stamp()
 	run.Node = q.hub.NodeID()
 	if err := q.st.UpdateCall(ctx, run, store.CallQueued); err != nil {
 		if errors.Is(err, store.ErrStateChanged) || errors.Is(err, store.ErrNotFound) {
@@ -384,7 +384,7 @@ func (q *Queue) deliver(ctx context.Context, c store.QueuedCall) deliveryResult 
 	}
 
 	fin := run
-	fin.FinishedAt = time.Now().UTC()
+	fin.FinishedAt = stamp()
 	if err != nil {
 		fin.State, fin.Reason, fin.Error = store.CallFailed, hub.Code(err), err.Error()
 	} else {

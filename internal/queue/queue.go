@@ -230,7 +230,7 @@ func (q *Queue) Submit(ctx context.Context, req Request) (store.QueuedCall, erro
 	if caller == "" {
 		caller = "local"
 	}
-	now := time.Now().UTC()
+	now := stamp()
 	c := store.QueuedCall{ID: newID(), Device: dev.ID, Tool: req.Tool, Arguments: args,
 		TimeoutMS: req.Timeout.Milliseconds(), Caller: caller, Door: req.Door, State: store.CallQueued,
 		QueuedAt: now, ExpiresAt: now.Add(ttl), CallbackURL: req.CallbackURL, CallbackSecret: req.CallbackSecret}
@@ -309,7 +309,7 @@ func (q *Queue) Cancel(ctx context.Context, id, by string) (store.QueuedCall, er
 	if by == "" {
 		by = "local"
 	}
-	c.State, c.FinishedAt, c.Error = store.CallCancelled, time.Now().UTC(), "cancelled by "+by
+	c.State, c.FinishedAt, c.Error = store.CallCancelled, stamp(), "cancelled by "+by
 	if c.CallbackURL != "" {
 		c.CallbackState = store.CallbackPending
 	}
@@ -325,6 +325,10 @@ func (q *Queue) Cancel(ctx context.Context, id, by string) (store.QueuedCall, er
 	q.ended(c)
 	return c, nil
 }
+
+// stamp is the time now as the store keeps it (to the microsecond), so
+// that a call answered when it is stored reads the same when fetched.
+func stamp() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
 
 // ended counts, audits and announces a call that reached a final state,
 // and wakes the callback loop when it has a callback.
