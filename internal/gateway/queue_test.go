@@ -687,6 +687,10 @@ func TestForgetCancelsQueuedCalls(t *testing.T) {
 	if list, err := c.Calls(t.Context(), api.CallQuery{Device: "02-00-00-00-00-4C"}); err != nil || len(list) != 1 || list[0].ID != qc.ID {
 		t.Errorf("calls of the forgotten device: %+v, %v", list, err)
 	}
+	// Filtered down to none, they are no typo.
+	if list, err := c.Calls(t.Context(), api.CallQuery{Device: id, State: "queued"}); err != nil || len(list) != 0 {
+		t.Errorf("queued calls of the forgotten device: %+v, %v; want none", list, err)
+	}
 	var ae *api.APIError
 	if _, err := c.Calls(t.Context(), api.CallQuery{Device: "02:00:00:00:00:4d"}); !errors.As(err, &ae) || ae.Code != "device_not_found" {
 		t.Errorf("calls of a device never seen: %v, want device_not_found", err)
