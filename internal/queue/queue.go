@@ -349,8 +349,8 @@ func (q *Queue) ended(c store.QueuedCall) {
 	default:
 		data := hub.CallData{Tool: c.Tool, Caller: c.Caller, Door: c.Door, Outcome: outcome,
 			CallID: c.ID, Queued: true, Error: c.Error, IsError: outcome == "tool_error"}
-		if !c.StartedAt.IsZero() && !c.FinishedAt.IsZero() {
-			data.DurationMS = float64(c.FinishedAt.Sub(c.StartedAt).Microseconds()) / 1000
+		if d, ok := deliveryTime(c); ok {
+			data.DurationMS = float64(d.Microseconds()) / 1000
 		}
 		q.hub.Publish(hub.Event{Type: hub.EventCall, Device: c.Device, Data: data})
 	}
@@ -387,6 +387,15 @@ func Outcome(c store.QueuedCall) string {
 	return ""
 }
 
+// deliveryTime is how long call c ran on its device, when that is known:
+// not for a call interrupted by a stop, whose end is the next start.
+func deliveryTime(c store.QueuedCall) (time.Duration, bool) {
+	if c.StartedAt.IsZero() || c.FinishedAt.IsZero() || (c.State == store.CallFailed && c.Reason == store.ReasonInterrupted) {
+		return 0, false
+	}
+	return c.FinishedAt.Sub(c.StartedAt), true
+}
+
 // record is the audit record of a finished call: its time is when it was
 // delivered, or when it ended undelivered.
 func (q *Queue) record(c store.QueuedCall, outcome string) hub.CallRecord {
@@ -394,7 +403,7 @@ func (q *Queue) record(c store.QueuedCall, outcome string) hub.CallRecord {
 		Arguments: c.Arguments, Outcome: outcome, CallID: c.ID, QueuedAt: c.QueuedAt}
 	if !c.StartedAt.IsZero() {
 		rec.Start = c.StartedAt
-		rec.Latency = c.FinishedAt.Sub(c.StartedAt)
+		rec.Latency, _ = deliveryTime(c)
 	}
 	switch {
 	case outcome == "tool_error":

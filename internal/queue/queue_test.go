@@ -129,7 +129,7 @@ func TestRunInterruptsAndStops(t *testing.T) {
 		}
 	}
 	a, _ := s.QueuedCall(t.Context(), "call_a")
-	a.State, a.Attempts, a.StartedAt = store.CallRunning, 1, now
+	a.State, a.Attempts, a.StartedAt = store.CallRunning, 1, now.Add(-time.Minute) // a minute before the stop, as far as anyone knows
 	if err := s.UpdateCall(t.Context(), a, store.CallQueued); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestRunInterruptsAndStops(t *testing.T) {
 	if got, _ := s.QueuedCall(t.Context(), "call_b"); got.State != store.CallQueued {
 		t.Errorf("queued call after Run started: %+v", got)
 	}
-	if len(audited) != 1 || audited[0].CallID != "call_a" || audited[0].Outcome != "interrupted" || audited[0].QueuedAt.IsZero() {
+	if len(audited) != 1 || audited[0].CallID != "call_a" || audited[0].Outcome != "interrupted" || audited[0].QueuedAt.IsZero() || audited[0].Latency != 0 {
 		t.Errorf("audited %+v; want call_a once, interrupted", audited)
 	}
 }
