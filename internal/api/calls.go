@@ -133,7 +133,7 @@ func (a *API) lookupCall(w http.ResponseWriter, r *http.Request) (store.QueuedCa
 func (a *API) getCall(w http.ResponseWriter, r *http.Request) {
 	c, alias, ok := a.lookupCall(w, r)
 	if ok {
-		writeJSON(w, http.StatusOK, queue.View(c, alias))
+		writeJSON(w, http.StatusOK, queue.ViewFor(c, alias, principal(r).Caller()))
 	}
 }
 
@@ -147,7 +147,7 @@ func (a *API) cancelCall(w http.ResponseWriter, r *http.Request) {
 		writeQueueError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, queue.View(c, alias))
+	writeJSON(w, http.StatusOK, queue.ViewFor(c, alias, principal(r).Caller()))
 }
 
 func (a *API) listCalls(w http.ResponseWriter, r *http.Request) {
@@ -216,7 +216,7 @@ func (a *API) listCalls(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, c := range calls {
 			if alias, ok := a.visibleCall(p, c); ok && len(out.Calls) < want {
-				out.Calls = append(out.Calls, queue.View(c, alias))
+				out.Calls = append(out.Calls, queue.ViewFor(c, alias, p.Caller()))
 			}
 		}
 		if len(calls) < want {

@@ -450,6 +450,23 @@ func TestQueuedCallKeys(t *testing.T) {
 	if _, err := base.WithKey(reader).QueuedCall(t.Context(), qc.ID); err != nil {
 		t.Errorf("reading with a read key: %v", err)
 	}
+	// A callback URL's token is shown whole only to the key that gave it.
+	hooked, _, err := base.WithKey(caller).CallOrQueue(t.Context(), id, api.CallBody{Name: "self.audio_speaker.set_volume",
+		Arguments: json.RawMessage(`{"volume":2}`), Deliver: api.DeliverQueue, TTL: "1h", CallbackURL: "http://hook:pw@127.0.0.1:1/hook?token=s3cret"})
+	if err != nil || hooked != nil {
+		t.Fatalf("queueing with a callback: %+v, %v", hooked, err)
+	}
+	list, err := base.WithKey(caller).Calls(t.Context(), api.CallQuery{Device: id, State: "queued"})
+	if err != nil || len(list) == 0 || list[len(list)-1].Callback == nil || !strings.Contains(list[len(list)-1].Callback.URL, "s3cret") {
+		t.Fatalf("the caller's own view of its callback: %+v, %v", list, err)
+	}
+	withHook := list[len(list)-1].ID
+	for name, key := range map[string]string{"read key": reader, "admin key": admin} {
+		got, err := base.WithKey(key).QueuedCall(t.Context(), withHook)
+		if err != nil || got.Callback == nil || strings.Contains(got.Callback.URL, "s3cret") || strings.Contains(got.Callback.URL, "pw") {
+			t.Errorf("%s's view of another key's callback: %+v, %v; want it redacted", name, got.Callback, err)
+		}
+	}
 	if _, err := base.WithKey(reader).CancelCall(t.Context(), qc.ID); !errors.As(err, &ae) || ae.Status != http.StatusForbidden {
 		t.Errorf("cancelling with a read key: %v, want 403", err)
 	}

@@ -119,7 +119,7 @@ func (d *door) getCallResult(ctx context.Context, req *mcp.CallToolRequest) *mcp
 	if err != nil {
 		return gatewayError("store_error", err.Error())
 	}
-	b, err := json.Marshal(queue.View(c, alias))
+	b, err := json.Marshal(queue.ViewFor(c, alias, d.p.Caller()))
 	if err != nil {
 		return gatewayError("internal", err.Error())
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/redact"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
 
@@ -178,6 +179,16 @@ func View(c store.QueuedCall, alias string) Call {
 	}
 	if c.CallbackURL != "" {
 		v.Callback = &CallbackInfo{URL: c.CallbackURL, State: c.CallbackState, Attempts: c.CallbackAttempts}
+	}
+	return v
+}
+
+// ViewFor is View as caller may see it: the callback URL, whose password or
+// query may be a webhook's token, whole only for the caller that gave it.
+func ViewFor(c store.QueuedCall, alias, caller string) Call {
+	v := View(c, alias)
+	if v.Callback != nil && caller != c.Caller {
+		v.Callback.URL = redact.RawURL(v.Callback.URL)
 	}
 	return v
 }
