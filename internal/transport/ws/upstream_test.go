@@ -59,6 +59,25 @@ func (m *mcpPayloads) all() []json.RawMessage {
 	return append([]json.RawMessage(nil), m.p...)
 }
 
+// flushed returns once the device has answered a request the voice server
+// sends now: frames are forwarded in order, so it has been sent (or
+// dropped) whatever the voice server sent before.
+func flushed(ctx context.Context, t *testing.T, c *upstreamtest.Conn, sessionID string) {
+	t.Helper()
+	if err := c.SendText(ctx, upstreamtest.MCP(sessionID, `{"jsonrpc":"2.0","id":"last","method":"tools/list"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := c.Next(ctx)
+		if err != nil {
+			t.Fatalf("waiting for the device's answer: %v", err)
+		}
+		if bytes.Contains(f.Data, []byte(`"id":"last"`)) {
+			return
+		}
+	}
+}
+
 // TestUpstreamDropsWhatCannotBeRemapped: an upstream request whose id
 // cannot be remapped, and a cancel naming no pending upstream request, never
 // reach the device: the device's answer would carry an id of mcpgate's own
@@ -89,20 +108,7 @@ func TestUpstreamDropsWhatCannotBeRemapped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Frames are forwarded in order: once the device has answered this
-	// one, it has been sent whatever came before.
-	if err := c.SendText(ctx, upstreamtest.MCP(d.SessionID(), `{"jsonrpc":"2.0","id":"last","method":"tools/list"}`)); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		f, err := c.Next(ctx)
-		if err != nil {
-			t.Fatalf("waiting for the device's answer: %v", err)
-		}
-		if bytes.Contains(f.Data, []byte(`"id":"last"`)) {
-			break
-		}
-	}
+	flushed(ctx, t, c, d.SessionID())
 	for _, p := range got.all() {
 		for _, b := range bad {
 			if string(p) == b.payload {
@@ -210,18 +216,7 @@ func TestUpstreamDropsAmbiguousFrames(t *testing.T) {
 	if err := c.SendText(ctx, tts); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.SendText(ctx, upstreamtest.MCP(d.SessionID(), `{"jsonrpc":"2.0","id":"last","method":"tools/list"}`)); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		f, err := c.Next(ctx)
-		if err != nil {
-			t.Fatalf("waiting for the device's answer: %v", err)
-		}
-		if bytes.Contains(f.Data, []byte(`"id":"last"`)) {
-			break
-		}
-	}
+	flushed(ctx, t, c, d.SessionID())
 	mu.Lock()
 	defer mu.Unlock()
 	sawTTS := false
