@@ -67,6 +67,12 @@ func TestDisconnectAcrossNodes(t *testing.T) {
 func TestForgetAcrossNodes(t *testing.T) {
 	nodes := startCluster(t, 3)
 	moved(t, nodes, "dev-f", 2, 0) // n2 knows it offline, n0 holds it, n1 never saw it
+	// n1 knows it through the view alone (within the view's delay: under
+	// load, later than the calls above).
+	waitFor(t, "n1 to list the device online", func() bool {
+		dev, err := nodes[1].hub.Device("dev-f")
+		return err == nil && dev.Online
+	})
 
 	_, err := nodes[1].hub.Forget(t.Context(), hub.ForgetRequest{Device: "dev-f"})
 	if !errors.Is(err, hub.ErrDeviceOnline) {
