@@ -395,3 +395,55 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// TestRefusedTokenSaidOnce: an OTA answer whose token the gateway keeps
+// refusing is said once at warn, then at debug until a minute has passed,
+// however often the agent provisions again.
+func TestRefusedTokenSaidOnce(t *testing.T) {
+	gw, _ := gatewaytest.Start(t, gateway.Config{Provisioning: gateway.Provisioning{
+		DeviceAuth: devauth.ModeToken, DeviceSecret: bytes.Repeat([]byte("k"), 32)}})
+	var mu sync.Mutex
+	posts := 0
+	otaProxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		answer := proxyOTA(t, w, r, gw)
+		if answer == nil {
+			return
+		}
+		answer["websocket"].(map[string]any)["token"] = "mgd1.bogus"
+		mu.Lock()
+		posts++
+		mu.Unlock()
+		_ = json.NewEncoder(w).Encode(answer)
+	}))
+	t.Cleanup(otaProxy.Close)
+	var logs syncBuffer
+	a, err := devagent.New(devagent.Config{StateDir: t.TempDir(), Packs: []string{"system"},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, device.ProfilePyXiaozhi) // info, as run by default
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	run(t, func(ctx context.Context) error {
+		return a.RunGateway(ctx, devagent.GatewayOptions{OTA: otaProxy.URL, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := posts
+		mu.Unlock()
+		if n >= 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d OTA requests in 10 s, want 6", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	out := logs.String()
+	if n := strings.Count(out, "level=WARN"); n > 2 || !strings.Contains(out, "refused the provisioned credentials") {
+		t.Errorf("%d warnings over 6 refusals, want the first refusal said once (the client's line and the agent's):\n%s", n, out)
+	}
+	if n := strings.Count(out, "msg=provisioned"); n != 1 {
+		t.Errorf("provisioned said %d times at info, want once:\n%s", n, out)
+	}
+}

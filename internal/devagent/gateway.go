@@ -105,14 +105,18 @@ func (a *Agent) RunGateway(ctx context.Context, o GatewayOptions) error {
 	if bo.Max <= 0 {
 		bo.Max = device.DefaultMaxBackoff
 	}
-	var otaFailing throttle
+	// otaFailing and refused say each failure once, when its reason
+	// changes, and then once a minute: the attempts between go to debug.
+	var otaFailing, refused throttle
 	for {
 		reply, err := a.Provision(ctx, o.OTA)
 		level := slog.LevelWarn
 		if err == nil {
 			otaFailing = throttle{}
 			var healthy bool
-			healthy, err = a.runProvisioned(ctx, reply, o)
+			// In a streak of refusals the client's own lines say again
+			// what the line below says: debug.
+			healthy, err = a.runProvisioned(ctx, reply, o, refused.n > 0)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -121,6 +125,11 @@ func (a *Agent) RunGateway(ctx context.Context, o GatewayOptions) error {
 			}
 			if healthy {
 				bo.Reset()
+			}
+			if errors.Is(err, device.ErrUnauthorized) {
+				level = refused.level(time.Now(), err)
+			} else {
+				refused = throttle{}
 			}
 		} else {
 			level = otaFailing.level(time.Now(), err)
@@ -131,7 +140,8 @@ func (a *Agent) RunGateway(ctx context.Context, o GatewayOptions) error {
 		wait := bo.Next()
 		switch {
 		case errors.Is(err, device.ErrUnauthorized):
-			a.log.Warn("the gateway refused the provisioned credentials; provisioning again", "error", err, "retry_in", wait.Round(time.Millisecond))
+			a.log.Log(ctx, level, "the gateway refused the provisioned credentials; provisioning again", "error", err,
+				"failed_attempts", refused.n, "retry_in", wait.Round(time.Millisecond))
 		case errors.Is(err, errUnreachable):
 			a.log.Warn("the provisioned endpoint stays unreachable; provisioning again", "error", err, "retry_in", wait.Round(time.Millisecond))
 		default:
@@ -155,7 +165,7 @@ func (a *Agent) RunGateway(ctx context.Context, o GatewayOptions) error {
 // device.ErrUnauthorized or errUnreachable, so the caller provisions again,
 // as a rebooted device would. healthy reports whether a session lasted
 // healthyAfter.
-func (a *Agent) runProvisioned(ctx context.Context, reply *OTAReply, o GatewayOptions) (healthy bool, err error) {
+func (a *Agent) runProvisioned(ctx context.Context, reply *OTAReply, o GatewayOptions, quiet bool) (healthy bool, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	onState := o.OnState
@@ -193,11 +203,15 @@ func (a *Agent) runProvisioned(ctx context.Context, reply *OTAReply, o GatewayOp
 			}
 		}
 	}
-	run, err := a.clientFor(reply, o)
+	log, level := a.log, slog.LevelInfo
+	if quiet {
+		log, level = slog.New(quieter{log.Handler()}), slog.LevelDebug
+	}
+	run, err := a.clientFor(reply, o, log)
 	if err != nil {
 		return false, err
 	}
-	a.log.Info("provisioned", "transport", reply.transport())
+	a.log.Log(ctx, level, "provisioned", "transport", reply.transport())
 	_ = run(ctx)
 	if !connectedAt.IsZero() && time.Since(connectedAt) >= healthyAfter {
 		healthy = true // still connected when stopped
@@ -287,7 +301,7 @@ func (a *Agent) Provision(ctx context.Context, otaURL string) (*OTAReply, error)
 }
 
 // clientFor returns the run loop of the client the OTA answer asks for.
-func (a *Agent) clientFor(r *OTAReply, o GatewayOptions) (func(context.Context) error, error) {
+func (a *Agent) clientFor(r *OTAReply, o GatewayOptions, log *slog.Logger) (func(context.Context) error, error) {
 	if m := r.MQTT; m != nil {
 		broker := m.Endpoint
 		if _, _, err := net.SplitHostPort(broker); err != nil {
@@ -299,16 +313,38 @@ func (a *Agent) clientFor(r *OTAReply, o GatewayOptions) (func(context.Context) 
 		}
 		c, err := device.NewMQTTClient(device.MQTTClientOptions{Broker: broker, TLS: tlsConf, DeviceID: a.id, ClientID: m.ClientID,
 			Username: m.Username, Password: m.Password, PublishTopic: m.PublishTopic, Keepalive: time.Duration(m.Keepalive) * time.Second,
-			Server: a.srv, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff, Logger: a.log, OnState: o.OnState})
+			Server: a.srv, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff, Logger: log, OnState: o.OnState})
 		if err != nil {
 			return nil, err
 		}
 		return c.Run, nil
 	}
 	c, err := device.NewClient(device.ClientOptions{URL: r.WebSocket.URL, DeviceID: a.id, ClientID: a.clientID,
-		Token: r.WebSocket.Token, Server: a.srv, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff, Logger: a.log, OnState: o.OnState})
+		Token: r.WebSocket.Token, Server: a.srv, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff, Logger: log, OnState: o.OnState})
 	if err != nil {
 		return nil, err
 	}
 	return c.Run, nil
 }
+
+// quieter logs warnings at debug: those of a provisioned client in a
+// streak of refusals, which RunGateway reports itself, throttled. Info
+// lines (connected) keep their level.
+type quieter struct{ slog.Handler }
+
+func (q quieter) Enabled(ctx context.Context, l slog.Level) bool {
+	return q.Handler.Enabled(ctx, l) || q.Handler.Enabled(ctx, slog.LevelDebug)
+}
+
+func (q quieter) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		r.Level = slog.LevelDebug
+	}
+	if !q.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return q.Handler.Handle(ctx, r)
+}
+
+func (q quieter) WithAttrs(attrs []slog.Attr) slog.Handler { return quieter{q.Handler.WithAttrs(attrs)} }
+func (q quieter) WithGroup(name string) slog.Handler       { return quieter{q.Handler.WithGroup(name)} }
