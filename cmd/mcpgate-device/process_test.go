@@ -143,7 +143,7 @@ func TestStdioProcess(t *testing.T) {
 		t.Fatalf("connect: %v\n%s", err, stderr.String())
 	}
 	init := cs.InitializeResult()
-	if init.ServerInfo.Name != "mcpgate-device" {
+	if !strings.HasPrefix(init.ServerInfo.Name, "mcpgate-device-") {
 		t.Fatalf("serverInfo %+v", init.ServerInfo)
 	}
 	tools, err := cs.ListTools(t.Context(), nil)

@@ -45,7 +45,8 @@ type Config struct {
 	// Camera, Capture and Resolution configure the camera pack.
 	Camera, Capture, Resolution string
 	// Name and Version are the serverInfo of the MCP server; "" means
-	// "mcpgate-device" and "dev".
+	// DefaultName and "dev". Name is also the application name told to
+	// OTA ("" means "mcpgate-device").
 	Name, Version string
 	// Logger receives the agent's logs; nil discards them.
 	Logger *slog.Logger
@@ -77,9 +78,6 @@ func New(cfg Config, profile device.Profile) (*Agent, error) {
 			return nil, fmt.Errorf("devagent: unknown pack %q (packs: %s)", p, strings.Join(Packs, ", "))
 		}
 	}
-	if cfg.Name == "" {
-		cfg.Name = "mcpgate-device"
-	}
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
@@ -98,7 +96,11 @@ func New(cfg Config, profile device.Profile) (*Agent, error) {
 	if a.clientID, err = a.stateValue("client-id", newUUID); err != nil {
 		return nil, err
 	}
-	a.srv, err = device.NewServer(device.ServerOptions{Profile: profile, Name: cfg.Name, Version: cfg.Version, Logger: log})
+	name := cfg.Name
+	if name == "" {
+		name = DefaultName(a.id)
+	}
+	a.srv, err = device.NewServer(device.ServerOptions{Profile: profile, Name: name, Version: cfg.Version, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -240,4 +242,25 @@ func DefaultStateDir() string {
 		return filepath.Join(home, ".local", "state", "mcpgate-device")
 	}
 	return ".mcpgate-device"
+}
+
+// DefaultName is the serverInfo name of the agent whose device id is id:
+// "mcpgate-device-" and the id's last six letters and digits. An endpoint
+// names an unnamed source after it, so each board keeps its own name
+// whichever connects first (the same name for all made the second one
+// "mcpgate-device-2", a name the first took after a restart).
+func DefaultName(id string) string {
+	var b []byte
+	for i := 0; i < len(id); i++ {
+		if c := id[i] | 0x20; c >= 'a' && c <= 'z' || id[i] >= '0' && id[i] <= '9' {
+			b = append(b, id[i]|0x20)
+		}
+	}
+	if len(b) > 6 {
+		b = b[len(b)-6:]
+	}
+	if len(b) == 0 {
+		return "mcpgate-device"
+	}
+	return "mcpgate-device-" + string(b)
 }

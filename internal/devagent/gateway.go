@@ -2,6 +2,7 @@ package devagent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -259,7 +260,7 @@ func (a *Agent) Provision(ctx context.Context, otaURL string) (*OTAReply, error)
 		} `json:"board"`
 	}
 	info.MACAddress, info.UUID = a.id, a.clientID
-	info.Application.Name, info.Application.Version = a.cfg.Name, a.cfg.Version
+	info.Application.Name, info.Application.Version = cmp.Or(a.cfg.Name, "mcpgate-device"), a.cfg.Version
 	info.Board.Type, info.Board.Name = "mcpgate-device", "linux"
 	body, _ := json.Marshal(info) // plain strings always marshal
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -346,5 +347,7 @@ func (q quieter) Handle(ctx context.Context, r slog.Record) error {
 	return q.Handler.Handle(ctx, r)
 }
 
-func (q quieter) WithAttrs(attrs []slog.Attr) slog.Handler { return quieter{q.Handler.WithAttrs(attrs)} }
-func (q quieter) WithGroup(name string) slog.Handler       { return quieter{q.Handler.WithGroup(name)} }
+func (q quieter) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return quieter{q.Handler.WithAttrs(attrs)}
+}
+func (q quieter) WithGroup(name string) slog.Handler { return quieter{q.Handler.WithGroup(name)} }

@@ -291,3 +291,18 @@ func TestEndpointQuotedTokenStaysOutOfLogs(t *testing.T) {
 		t.Fatalf("the token is in the logs:\n%s", out)
 	}
 }
+
+// TestDefaultName: an agent's serverInfo name comes from its device id, so
+// an endpoint names each unnamed board the same whichever connects first.
+func TestDefaultName(t *testing.T) {
+	for id, want := range map[string]string{
+		"02:5A:1B:2C:3D:4E": "mcpgate-device-2c3d4e",
+		"001122334455":      "mcpgate-device-334455",
+		"ab":                "mcpgate-device-ab",
+		"::":                "mcpgate-device",
+	} {
+		if got := devagent.DefaultName(id); got != want {
+			t.Errorf("DefaultName(%q) = %q, want %q", id, got, want)
+		}
+	}
+}
