@@ -605,3 +605,25 @@ func TestIdleSessionHasOnlyItsReader(t *testing.T) {
 		t.Errorf("%d serial workers after a call, want 1", n)
 	}
 }
+
+// TestDialErrorHidesToken: a token in the gateway URL's query stays out of
+// the errors (and so the logs) of a failed dial or refusal.
+func TestDialErrorHidesToken(t *testing.T) {
+	unauthorized := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "device authentication failed", http.StatusUnauthorized)
+	}))
+	defer unauthorized.Close()
+	for _, url := range []string{
+		"ws://" + freeport.Refused + "/xiaozhi/v1/?token=SECRET9",
+		"ws" + strings.TrimPrefix(unauthorized.URL, "http") + "/xiaozhi/v1/?token=SECRET9",
+	} {
+		c, err := NewClient(ClientOptions{URL: url, DeviceID: "02:00:00:00:00:01", Server: newTestServer(t, ProfileSpec)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Connect(t.Context())
+		if err == nil || strings.Contains(err.Error(), "SECRET9") || !strings.Contains(err.Error(), "REDACTED") {
+			t.Errorf("dialing %s: %v; want an error with the token hidden", url, err)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/mcpgate/mcpgate/internal/redact"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
@@ -56,13 +57,14 @@ func (c *Client) Connect(ctx context.Context) (*Session, error) {
 
 // dialError says why a WebSocket dial failed; a refusal of the device's
 // credentials wraps ErrUnauthorized and quotes the gateway's reason.
+// The URL's query (a token) is hidden wherever the error repeats it.
 func dialError(url string, resp *http.Response, err error) error {
 	if resp == nil || (resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden) {
-		return fmt.Errorf("device: dial %s: %w", url, err)
+		return redact.ErrIn(fmt.Errorf("device: dial %s: %w", url, err), url)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 256)) // the library keeps at most 1 KiB
-	return fmt.Errorf("%w: %s answered %s: %s", ErrUnauthorized, url, resp.Status, bytes.TrimSpace(body))
+	return redact.ErrIn(fmt.Errorf("%w: %s answered %s: %s", ErrUnauthorized, url, resp.Status, bytes.TrimSpace(body)), url)
 }
 
 // header returns the handshake headers firmware sends.

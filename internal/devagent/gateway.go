@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/internal/redact"
 	"github.com/mcpgate/mcpgate/internal/bridge"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
@@ -276,7 +277,7 @@ func (a *Agent) Provision(ctx context.Context, otaURL string) (*OTAReply, error)
 	req.Header.Set("User-Agent", "mcpgate-device/"+a.cfg.Version)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("OTA: %w", err)
+		return nil, redact.ErrIn(fmt.Errorf("OTA: %w", err), otaURL)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

@@ -267,7 +267,7 @@ func (a *Agent) endpointSession(ctx context.Context, o EndpointOptions) (connect
 			msg := fmt.Sprintf("the endpoint refused the token in --url: %s: %s", resp.Status, bytes.TrimSpace(body))
 			return false, errors.New(redact.InText(msg, o.URL))
 		}
-		return false, fmt.Errorf("dial endpoint %s: %w", redactURL(o.URL), redactErr(err, o.URL))
+		return false, fmt.Errorf("dial endpoint %s: %w", redactURL(o.URL), redact.ErrIn(err, o.URL))
 	}
 	defer conn.CloseNow()
 	conn.SetReadLimit(maxMessage)
@@ -347,15 +347,4 @@ func redactURL(raw string) string {
 		return raw[:i] + "?REDACTED"
 	}
 	return raw
-}
-
-// redactErr returns err with the URL's query (its token) hidden wherever the
-// text repeats it: as is, quoted (%q), or escaped. It never returns the
-// query, even from a URL that does not parse.
-func redactErr(err error, rawURL string) error {
-	msg := err.Error()
-	if red := redact.InText(msg, rawURL); red != msg {
-		return errors.New(red)
-	}
-	return err
 }

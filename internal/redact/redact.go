@@ -73,3 +73,24 @@ func InText(msg, rawURL string) string {
 	}
 	return msg
 }
+
+// ErrIn is err with rawURL's query hidden wherever its text repeats it
+// (InText), still matching what err wraps with errors.Is and errors.As.
+func ErrIn(err error, rawURL string) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	if red := InText(msg, rawURL); red != msg {
+		return &hiddenErr{msg: red, err: err}
+	}
+	return err
+}
+
+type hiddenErr struct {
+	msg string
+	err error
+}
+
+func (e *hiddenErr) Error() string { return e.msg }
+func (e *hiddenErr) Unwrap() error { return e.err }

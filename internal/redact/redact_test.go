@@ -2,6 +2,7 @@ package redact
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -47,5 +48,17 @@ func TestInText(t *testing.T) {
 	}
 	if got := InText("dial ws://gw/: refused", "ws://gw/"); got != "dial ws://gw/: refused" {
 		t.Errorf("a URL without a query: %q", got)
+	}
+}
+
+func TestErrIn(t *testing.T) {
+	const raw = "ws://gw/xiaozhi/v1/?token=SECRET2"
+	cause := errors.New("connection refused")
+	err := ErrIn(fmt.Errorf("dial %s: %w", raw, &url.Error{Op: "Get", URL: raw, Err: cause}), raw)
+	if strings.Contains(err.Error(), "SECRET2") || !errors.Is(err, cause) {
+		t.Errorf("ErrIn = %q (still wrapping the cause: %v)", err, errors.Is(err, cause))
+	}
+	if plain := errors.New("x"); ErrIn(plain, raw) != plain || ErrIn(nil, raw) != nil {
+		t.Error("ErrIn changed an error without the URL's query")
 	}
 }
