@@ -126,7 +126,9 @@ There is no shell or command tool, on purpose. See docs/device-agent.md.`,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			return o.apply(cmd)
 		},
+		Version: buildVersion(),
 	}
+	root.SetVersionTemplate("mcpgate-device {{.Version}}\n")
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -252,6 +254,8 @@ func newVersionCmd(stdout io.Writer) *cobra.Command {
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
+		// Whatever the configuration: it is what one checks first.
+		PersistentPreRunE: func(*cobra.Command, []string) error { return nil },
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fmt.Fprintln(stdout, "mcpgate-device", buildVersion())
 			return nil

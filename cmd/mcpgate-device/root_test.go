@@ -145,6 +145,7 @@ func TestFlagMistakesStopAtStart(t *testing.T) {
 		{[]string{"run", "--ota", "ws://127.0.0.1:1/xiaozhi/ota/"}, "want a http:// or https:// URL"},
 		{[]string{"run", "--server", "127.0.0.1:1/xiaozhi/v1/"}, "--server"},
 		{[]string{"run", "--server", "http://127.0.0.1:1/xiaozhi/v1/"}, "want a ws:// or wss:// URL"},
+		{[]string{"run", "--ota", "http://127.0.0.1:1/xiaozhi/ota/", "--token", "t"}, "--token (or MCPGATE_DEVICE_TOKEN) is for --server"},
 		{[]string{"endpoint", "--url", "127.0.0.1:1/mcp?token=SECRET"}, "--url"},
 		{[]string{"endpoint", "--url", "ws://127.0.0.1:1/%zz?token=SECRET"}, "--url"},
 	} {
@@ -174,4 +175,16 @@ func firstNonEmpty(args []string, def string) string {
 		}
 	}
 	return def
+}
+
+// TestVersionWhateverTheConfig: version answers with a broken or missing
+// configuration too, as a command and as --version.
+func TestVersionWhateverTheConfig(t *testing.T) {
+	t.Setenv("MCPGATE_DEVICE_CONFIG", filepath.Join(t.TempDir(), "missing.yaml"))
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		stdout, _, err := execute(t, args...)
+		if err != nil || !strings.HasPrefix(stdout, "mcpgate-device ") {
+			t.Errorf("%v: %q, %v", args, stdout, err)
+		}
+	}
 }

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/device"
-	"github.com/mcpgate/mcpgate/internal/redact"
 	"github.com/mcpgate/mcpgate/internal/bridge"
+	"github.com/mcpgate/mcpgate/internal/redact"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
@@ -69,6 +69,9 @@ var errUnreachable = errors.New("the provisioned endpoint stays unreachable")
 func (a *Agent) RunGateway(ctx context.Context, o GatewayOptions) error {
 	if (o.Server == "") == (o.OTA == "") {
 		return errors.New("devagent: give either a server URL (--server) or an OTA URL (--ota)")
+	}
+	if o.OTA != "" && o.Token != "" {
+		return errors.New("devagent: --token (or MCPGATE_DEVICE_TOKEN) is for --server: with --ota the OTA answer gives the token")
 	}
 	onState := o.OnState
 	o.OnState = func(s device.State) {
