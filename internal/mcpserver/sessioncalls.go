@@ -3,6 +3,8 @@ package mcpserver
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 )
 
@@ -54,7 +56,7 @@ func (c *sessionCalls) track(ctx context.Context, k sessionKey) (context.Context
 // cancel ends every call session k has in flight.
 func (c *sessionCalls) cancel(k sessionKey) {
 	c.mu.Lock()
-	calls := c.m[k]
+	calls := slices.Collect(maps.Values(c.m[k])) // the map itself: its calls' ends delete from it
 	delete(c.m, k)
 	c.mu.Unlock()
 	for _, cancel := range calls {
