@@ -79,8 +79,9 @@ type Answer struct {
 	// Result is the JSON-RPC result member sent back.
 	Result json.RawMessage
 	// Error, when not empty, answers instead with a JSON-RPC error in the
-	// firmware's form: a message and no code.
-	Error string
+	// firmware's form: a message and no code, unless ErrorCode is set.
+	Error     string
+	ErrorCode int
 	// Silent sends nothing, so the call times out at the gateway.
 	Silent bool
 	// Drop closes the connection abruptly instead of answering.
@@ -306,7 +307,7 @@ func (d *Device) handle(frame []byte) error {
 			Arguments json.RawMessage `json:"arguments"`
 		}
 		if err := json.Unmarshal(req.Params, &p); err != nil {
-			return d.replyError(req.ID, "Invalid params")
+			return d.replyError(req.ID, "Invalid params", 0)
 		}
 		c := Call{ID: req.ID, Name: p.Name, Arguments: p.Arguments}
 		d.mu.Lock()
@@ -323,7 +324,7 @@ func (d *Device) handle(frame []byte) error {
 		case ans.Silent:
 			return nil
 		case ans.Error != "":
-			return d.replyError(req.ID, ans.Error)
+			return d.replyError(req.ID, ans.Error, ans.ErrorCode)
 		case len(ans.Result) == 0:
 			return d.reply(req.ID, json.RawMessage(`{}`))
 		}
@@ -337,8 +338,12 @@ func (d *Device) reply(id, result json.RawMessage) error {
 }
 
 // replyError answers as ESP32 firmware does: an error with a message and no code.
-func (d *Device) replyError(id json.RawMessage, msg string) error {
-	return d.send(map[string]any{"jsonrpc": "2.0", "id": id, "error": map[string]string{"message": msg}})
+func (d *Device) replyError(id json.RawMessage, msg string, code int) error {
+	e := map[string]any{"message": msg}
+	if code != 0 {
+		e["code"] = code
+	}
+	return d.send(map[string]any{"jsonrpc": "2.0", "id": id, "error": e})
 }
 
 func (d *Device) send(payload any) error {

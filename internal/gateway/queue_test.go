@@ -872,3 +872,32 @@ func TestQueuedCallTimesAsStored(t *testing.T) {
 		t.Errorf("cancelled at %v, read back %v", cancelled.FinishedAt, got.FinishedAt)
 	}
 }
+
+// TestQueuedToolErrorKeepsTheDevicesCode: a queued call the device answers
+// with a JSON-RPC error is audited with the device's code, as a live call.
+func TestQueuedToolErrorKeepsTheDevicesCode(t *testing.T) {
+	gw, _ := runGateway(t, Config{DataDir: t.TempDir()})
+	c, _ := api.NewClient("http://"+gw.Addr(), nil)
+	const id = "02:00:00:00:00:4f"
+	_, end := session(t, gw, devicetest.Config{ID: id})
+	end()
+	qc := queueVolume(t, c, id, 1, "1h")
+	_, end = session(t, gw, devicetest.Config{ID: id, OnCall: func(devicetest.Call) devicetest.Answer {
+		return devicetest.Answer{Error: "volume locked", ErrorCode: -32000}
+	}})
+	defer end()
+	waitCallState(t, c, qc.ID, "done")
+	audit, err := c.Audit(t.Context(), api.AuditQuery{Device: id, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range audit.Records {
+		if r.CallID == qc.ID {
+			if r.Outcome != "tool_error" || r.ErrorCode != "-32000" || r.Error != "volume locked" {
+				t.Errorf("the queued call's record: %+v, want tool_error with the device's code -32000", r)
+			}
+			return
+		}
+	}
+	t.Errorf("no audit record of %s", qc.ID)
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/hub"
@@ -393,6 +394,11 @@ func (q *Queue) deliver(ctx context.Context, c store.QueuedCall) deliveryResult 
 			fin.State, fin.Reason, fin.Error = store.CallFailed, "internal", "could not encode the device's result: "+merr.Error()
 		} else {
 			fin.State, fin.Result = store.CallDone, b
+			if res.RPCError != nil && res.RPCError.Code != nil {
+				// The device's JSON-RPC error code, which the result
+				// does not keep: the audit record's error_code.
+				fin.Reason = strconv.FormatInt(int64(*res.RPCError.Code), 10)
+			}
 		}
 	}
 	if fin.CallbackURL != "" {

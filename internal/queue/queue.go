@@ -18,6 +18,7 @@ package queue
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -407,7 +408,7 @@ func (q *Queue) record(c store.QueuedCall, outcome string) hub.CallRecord {
 	}
 	switch {
 	case outcome == "tool_error":
-		rec.ErrorCode, rec.Error = "tool_error", toolErrorText(c.Result)
+		rec.ErrorCode, rec.Error = cmp.Or(c.Reason, "tool_error"), toolErrorText(c.Result)
 	case outcome != "ok":
 		rec.ErrorCode, rec.Error = outcome, c.Error
 	}
