@@ -60,7 +60,7 @@ func ApplyOptions(fs *pflag.FlagSet, o Options) error {
 	}
 	var firstErr error
 	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Changed || firstErr != nil || f.Name == ConfigFlag {
+		if f.Changed || firstErr != nil || notSetting(f.Name) {
 			return
 		}
 		env := EnvName(o.EnvPrefix, f.Name)
@@ -104,7 +104,7 @@ func readFile(fs *pflag.FlagSet, o Options) (map[string]*yaml.Node, error) {
 	}
 	var names []string
 	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Name != ConfigFlag {
+		if !notSetting(f.Name) {
 			names = append(names, f.Name)
 		}
 	})
@@ -115,7 +115,7 @@ func readFile(fs *pflag.FlagSet, o Options) (map[string]*yaml.Node, error) {
 		if _, dup := settings[k]; dup {
 			return nil, fmt.Errorf("config file %s: %q is set twice (line %d)", o.File, k, key.Line)
 		}
-		if fs.Lookup(k) == nil || k == ConfigFlag {
+		if fs.Lookup(k) == nil || notSetting(k) {
 			if slices.Contains(o.Ignore, k) {
 				continue
 			}
@@ -124,6 +124,12 @@ func readFile(fs *pflag.FlagSet, o Options) (map[string]*yaml.Node, error) {
 		settings[k] = val
 	}
 	return settings, nil
+}
+
+// notSetting reports whether flag name is a command-line switch with no
+// place in a file or the environment: the file itself, help, version.
+func notSetting(name string) bool {
+	return name == ConfigFlag || name == "help" || name == "version"
 }
 
 // resolve follows an alias (*anchor) to its node.

@@ -16,6 +16,7 @@ func newTestFlags() (*pflag.FlagSet, *string, *time.Duration, *map[string]string
 	timeout := fs.Duration("call-timeout", 30*time.Second, "")
 	tt := fs.StringToString("tool-timeout", nil, "")
 	fs.String("config", "", "")
+	fs.Bool("help", false, "") // cobra's, on every command
 	return fs, addr, timeout, tt
 }
 
@@ -54,6 +55,7 @@ func TestErrors(t *testing.T) {
 		{"unknown key far from any", "addr: x\ncolour: x\n", `unknown setting "colour" (line 2) (settings are`},
 		{"bad value", "call-timeout: soon\n", "call-timeout"},
 		{"not yaml", "addr: [\n", "config file"},
+		{"help is no setting", "help: true\n", `unknown setting "help" (line 1)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := filepath.Join(dir, tc.name+".yaml")
@@ -70,6 +72,11 @@ func TestErrors(t *testing.T) {
 	fs, _, _, _ := newTestFlags()
 	if err := Apply(fs, filepath.Join(dir, "missing.yaml"), "MCPGATE_", "serve"); err == nil {
 		t.Fatal("missing file accepted")
+	}
+	t.Setenv("MCPGATE_HELP", "true") // no setting: ignored
+	fs, _, _, _ = newTestFlags()
+	if err := Apply(fs, "", "MCPGATE_", "serve"); err != nil || fs.Changed("help") {
+		t.Fatalf("MCPGATE_HELP: %v, help set %v", err, fs.Changed("help"))
 	}
 	t.Setenv("MCPGATE_CALL_TIMEOUT", "never")
 	fs, _, _, _ = newTestFlags()
