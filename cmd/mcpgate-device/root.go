@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -68,6 +70,13 @@ func (o *options) agent(stderr io.Writer, profile device.Profile) (*devagent.Age
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if o.irAddr < 0 || o.irAddr > 255 {
 		return nil, nil, fmt.Errorf("--ir-addr %d: want 0..255", o.irAddr)
+	}
+	if !slices.Contains(ir.SupportedBauds, o.irBaud) {
+		rates := make([]string, len(ir.SupportedBauds))
+		for i, b := range ir.SupportedBauds {
+			rates[i] = strconv.Itoa(b)
+		}
+		return nil, nil, fmt.Errorf("--ir-baud %d (or IR_BAUD): unsupported baud rate (supported: %s)", o.irBaud, strings.Join(rates, ", "))
 	}
 	// A key with no value in the config file is the empty string: where
 	// that means nothing, it is a mistake, better said at start than met

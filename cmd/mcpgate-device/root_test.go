@@ -140,7 +140,7 @@ func TestFlagMistakesStopAtStart(t *testing.T) {
 		{[]string{"tools", "--ir-timeout", "-1s"}, "--ir-timeout -1s"},
 		{[]string{"tools", "--ir-port", ""}, "--ir-port is empty"},
 		{[]string{"tools", "--camera", " "}, "--camera is empty"},
-		{[]string{"tools", "--packs", "ir", "--ir-baud", "14400"}, "supported: 1200, 2400"},
+		{[]string{"tools", "--packs", "ir", "--ir-baud", "14400"}, "--ir-baud 14400 (or IR_BAUD): unsupported baud rate (supported: 1200, 2400"},
 		{[]string{"run", "--ota", "127.0.0.1:1/xiaozhi/ota/"}, "--ota"},
 		{[]string{"run", "--ota", "ws://127.0.0.1:1/xiaozhi/ota/"}, "want a http:// or https:// URL"},
 		{[]string{"run", "--server", "127.0.0.1:1/xiaozhi/v1/"}, "--server"},
