@@ -111,6 +111,18 @@ func (o *options) agent(stderr io.Writer, profile device.Profile) (*devagent.Age
 	return a, log, err
 }
 
+// checkIRPort warns at start when the IR pack's serial port is missing: the
+// IR tools say so only to their callers, so the board's log would show
+// nothing of a module on another port than the default.
+func (o *options) checkIRPort(log *slog.Logger) {
+	if !slices.Contains(strings.Split(strings.ReplaceAll(o.packs, " ", ""), ","), "ir") {
+		return
+	}
+	if _, err := os.Stat(o.irPort); err != nil {
+		log.Warn("the IR module's serial port cannot be found: IR tools fail until it appears (set --ir-port)", "ir_port", o.irPort, "error", err)
+	}
+}
+
 func newRootCmd(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	var o options
 	root := &cobra.Command{
@@ -164,6 +176,7 @@ It reconnects with jittered backoff until stopped. Tool failures are isError res
 			defer a.Close()
 			log.Info("mcpgate-device starting", "device_id", a.ID(), "version", buildVersion(), "packs", o.packs,
 				"ir_port", o.irPort, "state_dir", o.stateDir, "tools", len(a.Server().Tools()))
+			o.checkIRPort(log)
 			err = a.RunGateway(cmd.Context(), g)
 			if cmd.Context().Err() != nil {
 				return nil // stopped by a signal
@@ -216,6 +229,7 @@ It reconnects with jittered backoff until stopped.`,
 			}
 			defer a.Close()
 			log.Info("mcpgate-device starting", "mode", "endpoint", "version", buildVersion(), "tools", len(a.Server().Tools()))
+			o.checkIRPort(log)
 			err = a.RunEndpoint(cmd.Context(), e)
 			if cmd.Context().Err() != nil {
 				return nil

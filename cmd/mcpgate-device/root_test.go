@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -185,6 +186,31 @@ func TestVersionWhateverTheConfig(t *testing.T) {
 		stdout, _, err := execute(t, args...)
 		if err != nil || !strings.HasPrefix(stdout, "mcpgate-device ") {
 			t.Errorf("%v: %q, %v", args, stdout, err)
+		}
+	}
+}
+
+// TestMissingIRPortSaidAtStart: a missing serial port shows in the board's
+// log at start, not only to the IR tools' callers.
+func TestMissingIRPortSaidAtStart(t *testing.T) {
+	present := filepath.Join(t.TempDir(), "ttyUSB0")
+	if err := os.WriteFile(present, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		packs, port string
+		warn        bool
+	}{
+		{"ir,system", "/dev/ttyMISSING9", true},
+		{" system , ir", "/dev/ttyMISSING9", true},
+		{"ir", present, false},
+		{"system", "/dev/ttyMISSING9", false},
+	} {
+		var logs bytes.Buffer
+		o := options{packs: tc.packs, irPort: tc.port}
+		o.checkIRPort(slog.New(slog.NewTextHandler(&logs, nil)))
+		if got := strings.Contains(logs.String(), "level=WARN"); got != tc.warn {
+			t.Errorf("packs %q, port %s: warned %v, want %v:\n%s", tc.packs, tc.port, got, tc.warn, logs.String())
 		}
 	}
 }
