@@ -438,8 +438,10 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(xiaozhi.Path, wst)
-	mux.Handle(endpoint.Path, ep)
+	// The WebSocket doors too: a page on a rebound name could otherwise
+	// join a loopback gateway as a device or a tool source.
+	mux.Handle(xiaozhi.Path, guard.Wrap(wst))
+	mux.Handle(endpoint.Path, guard.Wrap(ep))
 	// Every REST route, whoever registers it, passes the Host/Origin guard
 	// and then authentication (keys, scopes, device visibility).
 	restAuth := api.Authenticate(da.doors, h)
@@ -684,13 +686,19 @@ func (g *Gateway) serveDebug() (*http.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("debug listener on %s: %w", g.cfg.DebugAddr, err)
 	}
+	// Behind the Host/Origin guard: its command line may hold tokens.
+	guard, err := httpguard.New(g.cfg.DebugAddr, g.cfg.AllowedHosts, nil)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("debug listener: %w", err)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: guard.Wrap(mux), ReadHeaderTimeout: 10 * time.Second}
 	g.log.Info("pprof listening", "addr", "http://"+ln.Addr().String()+"/debug/pprof/")
 	go func() { _ = srv.Serve(ln) }() // ends when the caller closes srv
 	return srv, nil

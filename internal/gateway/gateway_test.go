@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/internal/freeport"
 	"github.com/mcpgate/mcpgate/internal/hub"
 )
 
@@ -352,19 +353,35 @@ func waitReady(t *testing.T, gw *Gateway, n int, timeout time.Duration) {
 // A web page must not be able to drive REST calls on a gateway bound to
 // loopback: neither through DNS rebinding (a foreign Host) nor as a
 // cross-site request (a foreign Origin).
+// The WebSocket doors (a device, a tool source) and the pprof listener
+// likewise.
 func TestRESTRefusesRebindingAndCrossSite(t *testing.T) {
-	gw := startGateway(t, Config{})
-	url := "http://" + gw.Addr() + "/api/v1/devices"
+	debug, err := freeport.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := startGateway(t, Config{DebugAddr: debug})
 	for _, tc := range []struct {
-		name, host, origin string
-		want               int
+		name, url, host, origin string
+		want                    int // 0: anything but 403
 	}{
-		{"plain client", "", "", http.StatusOK},
-		{"local web page", "", "http://localhost:3000", http.StatusOK},
-		{"rebinding", "attacker.example:8000", "", http.StatusForbidden},
-		{"cross-site", "", "https://attacker.example", http.StatusForbidden},
+		{"plain client", "/api/v1/devices", "", "", http.StatusOK},
+		{"local web page", "/api/v1/devices", "", "http://localhost:3000", http.StatusOK},
+		{"rebinding", "/api/v1/devices", "attacker.example:8000", "", http.StatusForbidden},
+		{"cross-site", "/api/v1/devices", "", "https://attacker.example", http.StatusForbidden},
+		{"device door", "/xiaozhi/v1/", "", "", 0},
+		{"device door, rebinding", "/xiaozhi/v1/", "attacker.example:8000", "", http.StatusForbidden},
+		{"device door, cross-site", "/xiaozhi/v1/", "", "https://attacker.example", http.StatusForbidden},
+		{"endpoint door", "/mcp/endpoint", "", "", 0},
+		{"endpoint door, rebinding", "/mcp/endpoint", "attacker.example:8000", "", http.StatusForbidden},
+		{"pprof", "http://" + debug + "/debug/pprof/cmdline", "", "", http.StatusOK},
+		{"pprof, rebinding", "http://" + debug + "/debug/pprof/cmdline", "attacker.example:8000", "", http.StatusForbidden},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			url := tc.url
+			if !strings.HasPrefix(url, "http://") {
+				url = "http://" + gw.Addr() + url
+			}
 			req, err := http.NewRequest(http.MethodGet, url, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -380,7 +397,7 @@ func TestRESTRefusesRebindingAndCrossSite(t *testing.T) {
 				t.Fatal(err)
 			}
 			resp.Body.Close()
-			if resp.StatusCode != tc.want {
+			if (tc.want != 0 && resp.StatusCode != tc.want) || (tc.want == 0 && resp.StatusCode == http.StatusForbidden) {
 				t.Fatalf("status %d, want %d", resp.StatusCode, tc.want)
 			}
 		})
