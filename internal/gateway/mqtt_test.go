@@ -204,12 +204,13 @@ func TestMQTTDuplicateClientID(t *testing.T) {
 
 func TestMQTTRefusesMalformedClientIDs(t *testing.T) {
 	gw := startMQTTGateway(t)
-	for _, id := range []string{"plain-client", "GID_test@@@02_00_00_14_00_01", "test@@@02_00_00_14_00_01@@@uuid", "GID_test@@@a/b@@@uuid", "GID_@@@02_00_00_14_00_01@@@uuid"} {
+	for _, id := range []string{"plain-client", "GID_test@@@02_00_00_14_00_01", "test@@@02_00_00_14_00_01@@@uuid", "GID_test@@@a/b@@@uuid", "GID_@@@02_00_00_14_00_01@@@uuid",
+		"GID_test@@@endpoint-calc@@@uuid"} { // a tool source's id
 		if _, err := dialRaw(t, gw, id, nil); err == nil {
 			t.Errorf("client id %q accepted", id)
 		}
 	}
-	if got := grepLines(scrape(t, gw), `result="bad_client_id"`); !strings.HasSuffix(got, " 5") {
+	if got := grepLines(scrape(t, gw), `result="bad_client_id"`); !strings.HasSuffix(got, " 6") {
 		t.Fatalf("metric = %q", got)
 	}
 	if n := len(gw.Hub().Devices()); n != 0 {

@@ -31,6 +31,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/mcpgate/mcpgate/internal/deviceid"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/jsonrpc"
 	"github.com/mcpgate/mcpgate/xiaozhi"
@@ -159,6 +160,9 @@ func Decode(params json.RawMessage, opts Options) (*Registration, error) {
 		return nil, fmt.Errorf("%w: mac_addr must be a string such as \"AA-BB-CC-DD-EE-FF\"", ErrInvalid)
 	}
 	id, err := xiaozhi.NormalizeDeviceID(mac)
+	if err == nil {
+		err = deviceid.Check(id)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: mac_addr: %w", ErrInvalid, err)
 	}

@@ -117,6 +117,7 @@ func TestDecodeProblems(t *testing.T) {
 		{"not an object", `[]`, "params must be an object"},
 		{"no mac", `{"tools":[]}`, "missing mac_addr"},
 		{"mac not a string", `{"mac_addr":1,"tools":[]}`, "mac_addr must be a string"},
+		{"mac of a tool source", `{"mac_addr":"endpoint-calc","tools":[]}`, "device id reserved"},
 		{"bad mac", `{"mac_addr":"a/b","tools":[]}`, "mac_addr: xiaozhi: invalid device id"},
 		{"no tools", `{"mac_addr":"d"}`, "missing tools"},
 		{"tools not an array", `{"mac_addr":"d","tools":{}}`, "tools must be an array"},

@@ -58,6 +58,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/mcpgate/mcpgate/internal/deviceid"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
@@ -73,8 +74,9 @@ const Path = "/mcp/endpoint"
 // ProtocolVersion is the MCP version the gateway asks servers for.
 const ProtocolVersion = "2025-06-18"
 
-// DeviceIDPrefix starts the hub device id of every source.
-const DeviceIDPrefix = "endpoint-"
+// DeviceIDPrefix starts the hub device id of every source (no device may
+// take such an id: deviceid.Check).
+const DeviceIDPrefix = deviceid.EndpointPrefix
 
 // maxNameLen keeps "endpoint-<name>-<n>" a valid alias and device id.
 const maxNameLen = 48

@@ -48,6 +48,7 @@ import (
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/mcpgate/mcpgate/internal/deviceid"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
@@ -503,7 +504,11 @@ func (h *hook) OnConnect(cl *mochi.Client, pk packets.Packet) error {
 		// Keepalive 0 would leave a half-open connection up forever.
 		cl.State.Keepalive, cl.State.ServerKeepalive = limit, true
 	}
-	if _, err := xiaozhi.ParseMQTTClientID(cl.ID); err != nil {
+	id, err := xiaozhi.ParseMQTTClientID(cl.ID)
+	if err == nil {
+		err = deviceid.Check(id.DeviceID)
+	}
+	if err != nil {
 		h.t.m.Handshakes.WithLabelValues("mqtt", "bad_client_id").Inc()
 		h.t.log.Info("refused MQTT client with a malformed client id", "remote", cl.Net.Remote, "error", err)
 		_ = h.t.srv.SendConnack(cl, packets.ErrClientIdentifierNotValid, false, nil)

@@ -61,6 +61,7 @@ import (
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/mcpgate/mcpgate/internal/deviceid"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/metrics"
@@ -500,7 +501,7 @@ func (t *Transport) deviceOf(topic string) (string, bool) {
 		seg = strings.ReplaceAll(seg, "_", ":")
 	}
 	id, err := xiaozhi.NormalizeDeviceID(seg)
-	return id, err == nil
+	return id, err == nil && deviceid.Check(id) == nil
 }
 
 // start attaches a new session for a device the gateway just heard from. It

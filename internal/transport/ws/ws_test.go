@@ -98,6 +98,8 @@ func TestIdentityRefused(t *testing.T) {
 		// names the device in mac_addr.
 		{"Device-Id with a slash", http.Header{"Device-Id": {"a/b"}}, nil, "invalid device id"},
 		{"Device-Id too long", http.Header{"Device-Id": {strings.Repeat("x", 129)}}, nil, "invalid device id"},
+		{"Device-Id of a tool source", http.Header{"Device-Id": {"endpoint-calc"}}, nil, "device id reserved"},
+		{"Device-Id a parent directory", nil, url.Values{"device-id": {".."}}, "device id reserved"},
 		{"Protocol-Version not a number", http.Header{"Device-Id": {"02:00:00:00:02:01"}, "Protocol-Version": {"abc"}}, nil, "Protocol-Version"},
 		{"Protocol-Version zero", http.Header{"Device-Id": {"02:00:00:00:02:02"}, "Protocol-Version": {"0"}}, nil, "Protocol-Version"},
 		{"Protocol-Version negative", http.Header{"Device-Id": {"02:00:00:00:02:03"}, "Protocol-Version": {"-1"}}, nil, "Protocol-Version"},
