@@ -122,7 +122,7 @@ func (q *Queue) post(ctx context.Context, c store.QueuedCall) error {
 	}
 	resp, err := q.cfg.HTTPClient.Do(req)
 	if err != nil {
-		return err
+		return redact.Err(err) // its URL may hold the receiver's token: logged
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()

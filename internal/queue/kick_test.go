@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/freeport"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/hub/hubtest"
 	"github.com/mcpgate/mcpgate/internal/limits"
@@ -265,5 +266,19 @@ func TestCallbackRedirectNotFollowed(t *testing.T) {
 	err = q.post(t.Context(), store.QueuedCall{ID: "call_r", Device: "dev-r", Tool: "self.t", CallbackURL: hook.URL})
 	if err == nil || !strings.Contains(err.Error(), "302") || gets.Load() != 0 {
 		t.Errorf("a callback answered 302: %v, %d requests elsewhere; want an error and none", err, gets.Load())
+	}
+}
+
+// TestCallbackErrorHidesURL: a failed post's error, which is logged, does
+// not repeat the callback URL (its password or query may be a token).
+func TestCallbackErrorHidesURL(t *testing.T) {
+	q, err := New(Config{Hub: hub.New(hub.Config{}), Store: storetest.Open(t, "", t.TempDir())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = q.post(t.Context(), store.QueuedCall{ID: "call_u", Device: "dev-u", Tool: "self.t",
+		CallbackURL: "http://user:pw@" + freeport.Refused + "/hook?token=s3cret"})
+	if err == nil || strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "pw@") {
+		t.Errorf("a failed post: %v; want an error without the URL's secrets", err)
 	}
 }
