@@ -16,6 +16,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/cluster"
 	"github.com/mcpgate/mcpgate/internal/flagconfig"
 	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
 
@@ -161,6 +162,7 @@ environment, which wins over the file.`,
 	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 10*time.Second, "timeout of initialize and of each tools/list page")
 	f.IntVar(&cfg.MaxPages, "max-pages", 50, "most tools/list pages read per discovery")
 	f.IntVar(&cfg.MaxTools, "max-tools", 1000, "most tools kept per device")
+	f.IntVar(&cfg.MaxCatalogBytes, "max-catalog-bytes", mcpclient.DefaultMaxCatalogBytes, "most bytes of tools kept per device, as it lists them")
 	f.DurationVar(&cfg.HelloTimeout, "hello-timeout", 10*time.Second, "how long a device has to send its hello")
 	f.Int64Var(&cfg.ReadLimit, "read-limit", 1<<20, "largest device frame (WebSocket) or packet (embedded MQTT broker; an external broker limits its own) accepted, in bytes")
 	limitFlags(f, &cfg.Limits)

@@ -57,8 +57,9 @@ type Config struct {
 	ToolTimeouts map[string]time.Duration
 	// RequestTimeout bounds initialize and each tools/list page. Default 10s.
 	RequestTimeout time.Duration
-	// MaxPages and MaxTools guard discovery. Defaults 50 and 1000.
-	MaxPages, MaxTools int
+	// MaxPages, MaxTools and MaxCatalogBytes guard discovery. Defaults 50,
+	// 1000 and mcpclient.DefaultMaxCatalogBytes.
+	MaxPages, MaxTools, MaxCatalogBytes int
 	// HelloTimeout is how long a device has to send its hello. Default 10s.
 	HelloTimeout time.Duration
 	// ReadLimit caps one device frame. Default 1 MiB.
@@ -244,8 +245,8 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: %s must not be negative, got %s", d.name, d.v)
 		}
 	}
-	if cfg.MaxPages < 0 || cfg.MaxTools < 0 {
-		return nil, errors.New("gateway: max pages and max tools must not be negative")
+	if cfg.MaxPages < 0 || cfg.MaxTools < 0 || cfg.MaxCatalogBytes < 0 {
+		return nil, errors.New("gateway: max pages, max tools and max catalog bytes must not be negative")
 	}
 	if err := cfg.Limits.fill(); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -310,7 +311,7 @@ func New(cfg Config) (*Gateway, error) {
 		DeviceRate: limits.Rate{PerSecond: cfg.Limits.DeviceCallRate, Burst: cfg.Limits.DeviceCallBurst}})
 	session := mcpclient.Config{
 		CallTimeout: cfg.CallTimeout, RequestTimeout: cfg.RequestTimeout,
-		MaxPages: cfg.MaxPages, MaxTools: cfg.MaxTools,
+		MaxPages: cfg.MaxPages, MaxTools: cfg.MaxTools, MaxCatalogBytes: cfg.MaxCatalogBytes,
 		ClientName: "mcpgate", ClientVersion: cfg.Version,
 		// Every transport's sessions count what they drop (unknown ids,
 		// unparseable payloads...): a hostile device shows in metrics.

@@ -710,6 +710,29 @@ func TestDiscoveryLimits(t *testing.T) {
 	waitHits(t, gw, limits.MaxTools, 1)
 }
 
+// A device whose tools are over max-catalog-bytes (a few huge descriptions:
+// the count alone does not bound memory) keeps those below it, is degraded,
+// and the hit counted.
+func TestMaxCatalogBytes(t *testing.T) {
+	gw, _ := gatewaytest.Start(t, gateway.Config{MaxCatalogBytes: 64 << 10, Limits: noCallLimits(gateway.Limits{})})
+	var tools []json.RawMessage
+	for i := range 3 {
+		tools = append(tools, json.RawMessage(fmt.Sprintf(`{"name":"self.t%d","description":"%s","inputSchema":{"type":"object"}}`, i, strings.Repeat("x", 30<<10))))
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	d, err := devicetest.Connect(ctx, devicetest.Config{Addr: gw.Addr(), ID: "02:00:00:00:0d:05", Tools: tools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	waitFor(t, "the device degraded", func() bool {
+		dev, err := gw.Hub().Device(d.ID())
+		return err == nil && dev.State == hub.StateDegraded && dev.Tools == 2 && strings.Contains(dev.LastError, "bytes (limit)")
+	})
+	waitHits(t, gw, limits.MaxCatalogBytes, 1)
+}
+
 // A device whose catalog spans more pages than max-pages is degraded, and
 // the hit counted.
 func TestMaxPages(t *testing.T) {

@@ -30,6 +30,7 @@ const (
 	VisionBody          = "vision_body"                 // a photo upload over --vision-max-bytes
 	MaxTools            = "max_tools"                   // a device listed more than --max-tools tools
 	MaxPages            = "max_pages"                   // a discovery stopped after --max-pages pages
+	MaxCatalogBytes     = "max_catalog_bytes"           // a device's tools were over --max-catalog-bytes
 	DeviceBusy          = "device_busy"                 // a device's call queue was full
 	KeyRate             = "key_rate"                    // a caller exceeded --key-call-rate
 	DeviceRate          = "device_rate"                 // a device exceeded --device-call-rate
@@ -47,7 +48,7 @@ const (
 
 // Names lists every limit, in the order docs/limits.md does.
 var Names = []string{
-	WSFrame, MQTTPacket, EndpointFrame, RESTBody, MCPBody, OTABody, OTAKnown, VisionBody, MaxTools, MaxPages, DeviceBusy,
+	WSFrame, MQTTPacket, EndpointFrame, RESTBody, MCPBody, OTABody, OTAKnown, VisionBody, MaxTools, MaxPages, MaxCatalogBytes, DeviceBusy,
 	KeyRate, DeviceRate, HeaderTimeout, BodyTimeout, RESTWriteTimeout, HelloTimeout, MQTTConnectTimeout, EndpointInitTimeout, ConnsPerIP, MCPSessions,
 	UpstreamFrame, UpstreamPending,
 }

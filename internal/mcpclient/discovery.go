@@ -162,6 +162,7 @@ func (s *Session) ListTools(ctx context.Context) (tools []Tool, pages int, trunc
 	seenCursor := map[string]bool{}
 	seenTool := map[string]bool{}
 	cursor := ""
+	size := 0 // bytes of the tools kept
 	for {
 		if pages >= s.cfg.MaxPages {
 			s.cfg.OnLimit(limits.MaxPages)
@@ -201,6 +202,10 @@ func (s *Session) ListTools(ctx context.Context) (tools []Tool, pages int, trunc
 			if len(tools) >= s.cfg.MaxTools {
 				s.cfg.OnLimit(limits.MaxTools)
 				return tools, pages, fmt.Sprintf("more than %d tools (limit)", s.cfg.MaxTools), nil
+			}
+			if size += len(raw); size > s.cfg.MaxCatalogBytes {
+				s.cfg.OnLimit(limits.MaxCatalogBytes)
+				return tools, pages, fmt.Sprintf("tools over %d bytes (limit)", s.cfg.MaxCatalogBytes), nil
 			}
 			t.Raw = raw
 			seenTool[t.Name] = true

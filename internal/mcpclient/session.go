@@ -84,6 +84,10 @@ type Config struct {
 	MaxPages int
 	// MaxTools caps tools per device. Default 1000.
 	MaxTools int
+	// MaxCatalogBytes caps the bytes of a device's tool list, as it sent
+	// the tools: the count alone does not bound a catalog of huge
+	// descriptions and schemas. Default DefaultMaxCatalogBytes.
+	MaxCatalogBytes int
 	// ClientName and ClientVersion go into initialize's clientInfo.
 	ClientName, ClientVersion string
 	// Vision, when set, is sent as capabilities.vision in the session's
@@ -117,7 +121,8 @@ type Config struct {
 	// must not block.
 	OnDrop func(reason string)
 	// OnLimit, when set, is told when a discovery guard stops tools/list
-	// (limits.MaxTools or limits.MaxPages), for the limit-hit metric; the
+	// (limits.MaxTools, limits.MaxPages or limits.MaxCatalogBytes), for the
+	// limit-hit metric; the
 	// hub logs the truncation with the device's state.
 	OnLimit func(limit string)
 }
@@ -129,6 +134,10 @@ const (
 	DropRequest      = "device_request"
 	DropNotification = "ignored_notification"
 )
+
+// DefaultMaxCatalogBytes is Config.MaxCatalogBytes's default: firmware
+// lists a few KiB, a large MCP server's thousand tools well under it.
+const DefaultMaxCatalogBytes = 4 << 20
 
 func (c *Config) fill() {
 	if c.Logger == nil {
@@ -145,6 +154,9 @@ func (c *Config) fill() {
 	}
 	if c.MaxTools <= 0 {
 		c.MaxTools = 1000
+	}
+	if c.MaxCatalogBytes <= 0 {
+		c.MaxCatalogBytes = DefaultMaxCatalogBytes
 	}
 	if c.ClientName == "" {
 		c.ClientName = "mcpgate"
