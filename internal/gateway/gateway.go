@@ -604,10 +604,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 	srv := &http.Server{
 		Handler:           headers.Wrap(bodyDeadline(g.cfg.Limits.ReadBodyTimeout, g.limits, g.handler)),
 		ReadHeaderTimeout: g.cfg.Limits.ReadHeaderTimeout,
-		IdleTimeout:       g.cfg.Limits.IdleTimeout,
-		ConnContext:       headers.ConnContext,
-		ConnState:         headers.ConnState,
-		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+		// Go's default, 1 MiB, let 300 unfinished headers hold 700 MB.
+		MaxHeaderBytes: maxHeaderBytes,
+		IdleTimeout:    g.cfg.Limits.IdleTimeout,
+		ConnContext:    headers.ConnContext,
+		ConnState:      headers.ConnState,
+		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
 	}
 
 	if g.cfg.DebugAddr != "" {
@@ -680,6 +682,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.log.Info("gateway stopped")
 	return fatal
 }
+
+// maxHeaderBytes bounds an HTTP request's header: a browser's cookies and a
+// device's headers fit many times over.
+const maxHeaderBytes = 64 << 10
 
 // serveDebug starts the pprof listener. Closing the returned server stops it.
 func (g *Gateway) serveDebug() (*http.Server, error) {

@@ -403,3 +403,27 @@ func TestRESTRefusesRebindingAndCrossSite(t *testing.T) {
 		})
 	}
 }
+
+// A request header over 64 KiB is refused (431) before any handler: Go's
+// default, 1 MiB, let a few hundred unfinished headers hold gigabytes.
+func TestHeaderSizeBounded(t *testing.T) {
+	gw := startGateway(t, Config{})
+	for _, tc := range []struct {
+		size int
+		want int
+	}{{1 << 10, http.StatusOK}, {100 << 10, http.StatusRequestHeaderFieldsTooLarge}} {
+		req, err := http.NewRequest(http.MethodGet, "http://"+gw.Addr()+"/api/v1/devices", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Padding", strings.Repeat("x", tc.size))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("a %d-byte header: %d, want %d", tc.size, resp.StatusCode, tc.want)
+		}
+	}
+}
