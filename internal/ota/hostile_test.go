@@ -77,13 +77,13 @@ func TestHostileOTAClients(t *testing.T) {
 		metric: `mcpgate_limit_hits_total{limit="ota_body"}`, delta: 1,
 	}, {
 		name: "oversized identity headers",
-		attack: refused(http.StatusBadRequest, "bad_request", map[string]string{"Device-Id": strings.Repeat("02:00", 20_000)},
+		attack: refused(http.StatusBadRequest, "bad_request", map[string]string{"Device-Id": strings.Repeat("02:00", 6_000)},
 			body(otaMAC, otaUUID)),
 		log:    []string{"refused malformed OTA request", "reason=bad_device_id"},
 		metric: `mcpgate_bad_requests_total{door="ota",reason="bad_device_id"}`, delta: 20,
 	}, {
 		name: "oversized client id",
-		attack: refused(http.StatusBadRequest, "bad_request", map[string]string{"Client-Id": strings.Repeat("x", 100_000)},
+		attack: refused(http.StatusBadRequest, "bad_request", map[string]string{"Client-Id": strings.Repeat("x", 30_000)},
 			body(otaMAC, otaUUID)),
 		log:    []string{"refused malformed OTA request", "reason=bad_client_id"},
 		metric: `mcpgate_bad_requests_total{door="ota",reason="bad_client_id"}`, delta: 20,
