@@ -122,6 +122,9 @@ func newDeviceServices(cfg Config, m *metrics.Metrics, lim *limits.Reporter, h *
 		}
 	}
 	oc.IssueToken = func(deviceID, clientID string) (string, error) {
+		if err := boundElsewhere(h, mode, deviceID, clientID); err != nil {
+			return "", err
+		}
 		return authority.IssueDevice(deviceID, clientID, p.DeviceTokenTTL)
 	}
 	if d.ota, err = ota.New(oc); err != nil {
@@ -254,4 +257,22 @@ func (d *deviceServices) restoreRevocations(ctx context.Context) (int, error) {
 	}
 	d.auth.Authority().Restore(out)
 	return len(out), nil
+}
+
+// boundElsewhere refuses, when devices need tokens, a token for a device
+// the gateway knows under another client id: without it anyone who knew a
+// device's MAC got a token from the OTA endpoint and took the device's
+// place (the firmware has no secret of its own). The first client id a
+// device connects with is trusted; a device that was reset (a new client
+// id) is provisioned again once forgotten.
+func boundElsewhere(h *hub.Hub, mode devauth.Mode, deviceID, clientID string) error {
+	if mode != devauth.ModeToken {
+		return nil
+	}
+	dev, err := h.Device(deviceID)
+	if err != nil || dev.ID != deviceID || dev.ClientID == "" || strings.EqualFold(dev.ClientID, clientID) {
+		return nil
+	}
+	return fmt.Errorf("%w: device %s is bound to another client id than %q: if it was reset, forget it "+
+		"(mcpgate devices forget %s) so that it can be provisioned again", ota.ErrForbidden, deviceID, clientID, deviceID)
 }

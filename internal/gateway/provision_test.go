@@ -317,3 +317,58 @@ func TestRevokeCutsDeviceOff(t *testing.T) {
 		t.Errorf("audit of revocations:\n%s\nwant\n%s", strings.Join(got, "\n"), want)
 	}
 }
+
+// TestOTAKeepsATokenToItsClient: with device tokens, the OTA endpoint gives
+// a device known under one client id no token for another (anyone knowing
+// a MAC got one, and took the device's place), until the device is
+// forgotten (a reset device has a new client id).
+func TestOTAKeepsATokenToItsClient(t *testing.T) {
+	gw := startGateway(t, Config{Provisioning: Provisioning{DeviceAuth: devauth.ModeToken, DeviceSecret: testSecret}})
+	const mac, cid = "02:00:00:00:00:61", "client-own"
+	reply, err := askOTA(t, gw, mac, cid)
+	if err != nil || reply.WebSocket == nil || reply.WebSocket.Token == "" {
+		t.Fatalf("first OTA: %+v, %v", reply, err)
+	}
+	c, err := device.NewClient(device.ClientOptions{URL: wsURL(gw), DeviceID: mac, ClientID: cid, Token: reply.WebSocket.Token,
+		Server: newServer(t, device.ProfileESP32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	ran := make(chan struct{})
+	go func() { defer close(ran); _ = c.Run(ctx) }()
+	defer func() { stop(); <-ran }()
+	waitState(t, gw, mac, hub.StateReady)
+
+	status := func(client string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, "http://"+gw.Addr()+ota.Path,
+			strings.NewReader(`{"mac_address":"`+mac+`","uuid":"`+client+`","application":{"version":"2.4.2"}}`))
+		req.Header.Set(xiaozhi.HeaderDeviceID, mac)
+		req.Header.Set(xiaozhi.HeaderClientID, client)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := status("client-thief"); got != http.StatusForbidden {
+		t.Errorf("OTA for another client id of a known device: %d, want 403", got)
+	}
+	if got := status(cid); got != http.StatusOK {
+		t.Errorf("OTA for the device's own client id: %d, want 200", got)
+	}
+	stop() // the device reset: its old client is gone
+	<-ran
+	waitFor(t, "the device offline", 10*time.Second, func() bool {
+		d, err := gw.Hub().Device(mac)
+		return err == nil && !d.Online
+	})
+	if _, err := gw.Hub().Forget(t.Context(), hub.ForgetRequest{Device: mac}); err != nil {
+		t.Fatal(err)
+	}
+	if got := status("client-after-reset"); got != http.StatusOK {
+		t.Errorf("OTA for a new client id once the device is forgotten: %d, want 200", got)
+	}
+}

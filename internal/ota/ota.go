@@ -123,6 +123,10 @@ type Config struct {
 	MaxKnown int
 }
 
+// ErrForbidden, wrapped in Config.IssueToken's error, refuses the device
+// (403 with the error's message) rather than failing the request (500).
+var ErrForbidden = errors.New("ota: device refused")
+
 // Handler serves the endpoint.
 type Handler struct {
 	cfg      Config
@@ -388,6 +392,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.remember(log, Record{DeviceID: deviceID, ClientID: clientID, Board: board, Version: req.Application.Version})
 
 	resp, err := h.respond(r, log, deviceID, clientID, board, req.Application.Version)
+	if errors.Is(err, ErrForbidden) {
+		log.Warn("ota: refused a device", "error", err)
+		writeError(w, http.StatusForbidden, "forbidden", err.Error())
+		return
+	}
 	if err != nil {
 		log.Error("ota: could not build the reply", "error", err)
 		writeError(w, http.StatusInternalServerError, "internal", "internal error")
