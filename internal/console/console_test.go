@@ -322,9 +322,15 @@ func TestConsoleKeys(t *testing.T) {
 		t.Fatalf("keys after creating two in the console: %+v, %v", keys, err)
 	}
 
-	// A read key: no Call button, and the API refuses the call.
+	// A read key: no Call button, and the API refuses the call. What the
+	// admin's session saw (its events, its device list) is gone.
+	do(t, ctx, `window.mcpgate.log.push({type: 'sentinel'}); window.mcpgate.devices.map.set('ghost', {id: 'ghost'})`)
 	do(t, ctx, `document.getElementById('signout').click()`)
 	signIn(reader)
+	waitJS(t, ctx, "signed in with the read key", `document.getElementById('who').textContent.includes('reader')`)
+	if left := eval[bool](t, ctx, `window.mcpgate.log.some((e) => e.type === 'sentinel') || window.mcpgate.devices.map.has('ghost')`); left {
+		t.Error("the previous key's events or devices are still in the page after signing in with another key")
+	}
 	run(t, ctx, "device page", chromedp.Navigate(base+"/#/device/"+d1.MAC))
 	vol := `document.querySelector('details[data-tool="self.audio_speaker.set_volume"]')`
 	waitJS(t, ctx, "the volume tool", vol+` !== null`)

@@ -3,7 +3,7 @@
 import { api, key, onUnauthorized, Events } from './api.js';
 import { h } from './dom.js';
 import { Devices } from './devices.js';
-import { pages } from './pages.js';
+import { pages, resetPages } from './pages.js';
 
 const main = document.getElementById('main');
 const nav = document.getElementById('nav');
@@ -78,6 +78,10 @@ function signin(message) {
   app.me = null;
   clearInterval(heartbeat);
   app.events.stop();
+  // The next key may see less: nothing the last one saw stays.
+  app.log.length = 0;
+  app.devices.reset();
+  resetPages();
   top.hidden = true;
   const input = h('input', { id: 'key', name: 'key', type: 'password', autocomplete: 'off', spellcheck: 'false', required: true, placeholder: 'mgk_…', 'aria-describedby': 'signin-err' });
   const err = h('p', { class: 'err', id: 'signin-err', role: 'alert', text: message || '' });

@@ -23,14 +23,50 @@ export class Devices {
     this.flushTimer = 0;
     this.buffer = null; // events that came while the whole list was being read
     this.nodes = false; // a device or an event named a cluster node: the pages show nodes
+    this.gen = 0; // bumped by reset: reads started before it are dropped
+    this.loading = null; // the whole list's read in flight
+    this.again = false; // another read of the whole list is due after it
     events.subscribe((ev) => this.apply(ev));
     events.onReconnect(() => this.load().catch(() => {}));
   }
   listen(f) { this.listeners.add(f); return () => this.listeners.delete(f); }
-  async load() {
+  // reset forgets every device, for another key's session: what the last
+  // one saw must not show, even from a read still in flight.
+  reset() {
+    this.gen++;
+    this.map = new Map();
+    this.reasons.clear();
+    this.version.clear();
+    this.stale.clear();
+    this.loaded = false;
+    this.nodes = false;
+    this.changed();
+  }
+  // load reads the whole list. Reads never overlap: one asked for while
+  // another runs follows it (two at once lost the events between them).
+  load() {
+    if (this.loading) {
+      this.again = true;
+      return this.loading;
+    }
+    this.loading = (async () => {
+      try {
+        do {
+          this.again = false;
+          await this.loadOnce();
+        } while (this.again);
+      } finally {
+        this.loading = null;
+      }
+    })();
+    return this.loading;
+  }
+  async loadOnce() {
+    const gen = this.gen;
     this.buffer = [];
     try {
       const r = await api('GET', '/api/v1/devices');
+      if (gen !== this.gen) return;
       if (!this.loaded) app.stats.listedMs = performance.now();
       this.map = new Map(r.devices.map((d) => [d.id, d]));
       if (r.devices.some((d) => d.node)) this.nodes = true;
@@ -63,13 +99,16 @@ export class Devices {
   }
   async readOne(id) {
     const v = this.version.get(id) || 0;
+    const gen = this.gen;
     let d;
     try {
       d = await api('GET', dev(id));
     } catch (e) {
+      if (gen !== this.gen) return;
       if (e.status === 404 && (this.version.get(id) || 0) === v) { this.map.delete(id); this.changed(); }
       return;
     }
+    if (gen !== this.gen) return;
     if ((this.version.get(id) || 0) !== v) { this.refresh(id); return; }
     if (d.node) this.nodes = true;
     this.map.set(d.id, d);

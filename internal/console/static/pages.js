@@ -514,6 +514,9 @@ function spark(values, max) {
 
 const samples = []; // kept across visits to the page: {t, calls, errors, online, known}
 
+// resetPages forgets what pages keep across visits, for another key's session.
+export function resetPages() { samples.length = 0; }
+
 function overviewPage(main) {
   const charts = h('div', { class: 'charts', id: 'charts' });
   const err = h('div');
