@@ -307,6 +307,23 @@ func (h *Hub) lookupLocked(ref string) (*device, error) {
 
 var aliasRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
+// ErrIDIsAlias refuses a device whose id is another device's alias.
+var ErrIDIsAlias = errors.New("device id is another device's alias")
+
+// CheckNewID refuses a connection naming itself id when id is another
+// device's alias: lookups take an alias first, so REST, MCP and admin
+// actions naming it would reach the other device (a revocation revoked
+// it), and it could squat an alias its owner wants back.
+func (h *Hub) CheckNewID(id string) error {
+	h.mu.RLock()
+	owner, ok := h.aliases[strings.ToLower(id)]
+	h.mu.RUnlock()
+	if ok && owner != id {
+		return fmt.Errorf("%w: %q is the alias of another device; give this device its own id", ErrIDIsAlias, id)
+	}
+	return nil
+}
+
 // setAlias gives a device a new alias: 1-63 characters of lower-case letters,
 // digits, '-' and '_', starting with a letter or digit, unique in the hub, and
 // not another device's id. Aliases have no dots so "<alias>.<tool>" names stay

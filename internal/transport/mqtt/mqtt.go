@@ -508,6 +508,9 @@ func (h *hook) OnConnect(cl *mochi.Client, pk packets.Packet) error {
 	if err == nil {
 		err = deviceid.Check(id.DeviceID)
 	}
+	if err == nil {
+		err = h.t.cfg.Hub.CheckNewID(id.DeviceID)
+	}
 	if err != nil {
 		h.t.m.Handshakes.WithLabelValues("mqtt", "bad_client_id").Inc()
 		h.t.log.Info("refused MQTT client with a malformed client id", "remote", cl.Net.Remote, "error", err)

@@ -501,7 +501,13 @@ func (t *Transport) deviceOf(topic string) (string, bool) {
 		seg = strings.ReplaceAll(seg, "_", ":")
 	}
 	id, err := xiaozhi.NormalizeDeviceID(seg)
-	return id, err == nil && deviceid.Check(id) == nil
+	if err == nil {
+		err = deviceid.Check(id)
+	}
+	if err != nil {
+		return "", false
+	}
+	return id, true
 }
 
 // start attaches a new session for a device the gateway just heard from. It
@@ -514,6 +520,10 @@ func (t *Transport) start(deviceID string) *session {
 	}
 	if t.draining.Load() {
 		t.m.DroppedFrames.WithLabelValues("shutdown").Inc()
+		return nil
+	}
+	if err := t.cfg.Hub.CheckNewID(deviceID); err != nil {
+		t.log.Debug("ignored a device whose id is another device's alias", "device_id", deviceID, "error", err)
 		return nil
 	}
 	if !t.conns.Add() {

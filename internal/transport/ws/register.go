@@ -98,6 +98,9 @@ func (c *connection) decodeRegistration(params json.RawMessage, want string) (*r
 		return nil, &registrationError{code: codeWrongDevice, result: "bad_identity",
 			err: fmt.Errorf("mac_addr %q is device %s, but this connection is device %s", reg.MAC, reg.DeviceID, want)}
 	}
+	if err := c.t.cfg.Hub.CheckNewID(reg.DeviceID); err != nil {
+		return nil, &registrationError{code: jsonrpc.CodeInvalidParams, result: "bad_identity", err: err}
+	}
 	return reg, nil
 }
 

@@ -243,6 +243,9 @@ func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	id, err := identify(r)
+	if err == nil && id.deviceID != "" {
+		err = t.cfg.Hub.CheckNewID(id.deviceID)
+	}
 	if err != nil {
 		t.m.Handshakes.WithLabelValues("websocket", "bad_identity").Inc()
 		http.Error(w, err.Error(), http.StatusBadRequest)

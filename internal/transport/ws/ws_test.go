@@ -807,3 +807,24 @@ func jsonEqualRaw(a, b json.RawMessage) bool {
 	var x, y any
 	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && jsonEqual(x, y)
 }
+
+// A device naming itself with another device's alias is refused: lookups
+// take an alias first, so calls and admin actions naming it would reach the
+// other device.
+func TestIDOfAnotherDevicesAliasRefused(t *testing.T) {
+	t.Parallel()
+	s := startGateway(t, gateway.Config{})
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	d, err := devicetest.Connect(ctx, devicetest.Config{Addr: s.addr, ID: "02:00:00:00:0e:01"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	waitState(t, s.hub, d.ID(), hub.StateReady)
+	dev, _ := s.hub.Device(d.ID())
+	resp, body := upgradeRequest(t, s, nil, http.Header{"Device-Id": {dev.Alias}})
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "alias of another device") {
+		t.Errorf("a device named %q (another's alias): %d %q, want 400", dev.Alias, resp.StatusCode, body)
+	}
+}
