@@ -17,10 +17,10 @@ import (
 //  1. /healthz and /readyz stay open (health checks carry no key).
 //  2. The caller is authenticated by doors: a key, or the local caller
 //     when keys are not required (401 unauthorized otherwise).
-//  3. A route under /api/v1/devices/{ref} naming a device outside the key's
+//  3. The route's scope ([RequiredScope]) is checked: 403 forbidden.
+//  4. A route under /api/v1/devices/{ref} naming a device outside the key's
 //     device patterns answers 404 device_not_found, exactly as an unknown
 //     device does, so a key cannot learn what exists beyond its reach.
-//  4. The route's scope ([RequiredScope]) is checked: 403 forbidden.
 //
 // Handlers then find the principal with auth.FromContext and filter what
 // they list by it.
@@ -36,15 +36,17 @@ func Authenticate(doors *auth.Doors, h *hub.Hub) func(http.Handler) http.Handler
 				doors.Refuse(w, r, err)
 				return
 			}
+			// The scope first: it does not depend on the device, so a key
+			// short of it learns nothing of which devices exist.
+			if need := RequiredScope(r.Method, r.URL.Path); !p.Can(need) {
+				auth.Forbid(w, p, need)
+				return
+			}
 			if ref, ok := deviceRef(r.URL); ok {
 				if id, alias, ok := h.IdentifyContext(r.Context(), ref); ok && !p.CanSeeDevice(id, alias) {
 					writeError(w, http.StatusNotFound, "device_not_found", fmt.Errorf("%w: %q", hub.ErrDeviceNotFound, ref).Error(), nil)
 					return
 				}
-			}
-			if need := RequiredScope(r.Method, r.URL.Path); !p.Can(need) {
-				auth.Forbid(w, p, need)
-				return
 			}
 			r = r.WithContext(auth.WithPrincipal(r.Context(), p))
 			if r.URL.Path == "/api/v1/events" { // a stream: it ends when its key stops working
