@@ -434,6 +434,18 @@ func TestMCPDoors(t *testing.T) {
 			t.Errorf("%s: %s answered %q, want %q", tc.name, tc.tool, got, tc.want)
 		}
 	}
+	// A key short of the call scope is told so whatever the device: hidden
+	// and unknown alike.
+	_, limitedRead := createKey(t, f.st, auth.ScopeRead, []string{"kitchen-*"}, nil, 0)
+	lr, err := mcpConnect(t, agg, limitedRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"bedroom.self.audio_speaker.set_volume", "nowhere.self.audio_speaker.set_volume"} {
+		if got := callCode(t, lr, name, vol); got != "forbidden" {
+			t.Errorf("a read key limited to kitchen-*, %s: %q, want forbidden", name, got)
+		}
+	}
 	if d := waitCall(t, sub); d.Caller != f.callID || d.Door != "mcp" {
 		t.Fatalf("first call event: caller %q door %q, want %s mcp", d.Caller, d.Door, f.callID)
 	}

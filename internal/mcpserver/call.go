@@ -29,16 +29,16 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 		}
 		device, tool = alias, rest
 	}
-	// What the caller may not see does not exist for it; what it sees but
-	// may not call is forbidden.
+	// A caller short of the scope is told so first, whatever the device
+	// (hidden or unknown alike); what it may not see does not exist for it.
+	if !d.p.Can(auth.ScopeCall) {
+		return gatewayError("forbidden", auth.ForbiddenMessage(d.p, auth.ScopeCall)), nil
+	}
 	if id, alias, ok := d.s.hub.IdentifyContext(ctx, device); ok && !d.p.CanSeeDevice(id, alias) {
 		return gatewayError("device_not_found", fmt.Errorf("%w: %q", hub.ErrDeviceNotFound, device).Error()), nil
 	}
 	if !d.p.CanSeeTool(tool) {
 		return gatewayError("tool_not_found", fmt.Sprintf("%s: %q on device %s", hub.ErrToolNotFound, tool, device)), nil
-	}
-	if !d.p.Can(auth.ScopeCall) {
-		return gatewayError("forbidden", auth.ForbiddenMessage(d.p, auth.ScopeCall)), nil
 	}
 	if !d.s.cfg.ExposeUserOnly {
 		if _, cat, err := d.s.hub.Tools(device); err == nil {
