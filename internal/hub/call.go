@@ -299,11 +299,7 @@ func (h *Hub) acquireSlot(ctx context.Context, id string, att *Attachment, timeo
 		}
 		return timeout, nil
 	case errors.Is(err, limits.ErrQueueFull):
-		busy, queued := att.slots.Stats()
-		slots, queue := att.slots.Max()
-		h.limits.Hit(limits.DeviceBusy, "call refused: device call queue full", "device_id", id, "in_flight", busy, "queued", queued)
-		return 0, &LimitError{Err: ErrDeviceBusy, Limit: limits.DeviceBusy, RetryAfter: busyRetryAfter,
-			Msg: fmt.Sprintf("%s has %d calls in flight and %d waiting (limits %d and %d); retry later", id, busy, queued, slots, queue)}
+		return 0, h.busy(id, att)
 	case errors.Is(err, limits.ErrWaitTimeout):
 		slots, _ := att.slots.Max()
 		return 0, notSent{fmt.Errorf("%w: waited %s in line for one of the %d call slots of %s; nothing was sent", ErrDeviceTimeout, limit, slots, id)}
@@ -319,6 +315,15 @@ func (h *Hub) acquireSlot(ctx context.Context, id string, att *Attachment, timeo
 // errSendByPassed ends a call unsent whose CallRequest.SendBy passed while
 // it waited.
 var errSendByPassed = errors.New("its time to be sent passed while it waited")
+
+// busy is the refusal of a call finding the device's slots and queue full.
+func (h *Hub) busy(id string, att *Attachment) error {
+	busy, queued := att.slots.Stats()
+	slots, queue := att.slots.Max()
+	h.limits.Hit(limits.DeviceBusy, "call refused: device call queue full", "device_id", id, "in_flight", busy, "queued", queued)
+	return &LimitError{Err: ErrDeviceBusy, Limit: limits.DeviceBusy, RetryAfter: busyRetryAfter,
+		Msg: fmt.Sprintf("%s has %d calls in flight and %d waiting (limits %d and %d); retry later", id, busy, queued, slots, queue)}
+}
 
 // notSent marks an error that ended a call before anything was sent to the
 // device, where the sentinel alone (device_disconnected, device_timeout)

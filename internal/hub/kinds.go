@@ -198,6 +198,11 @@ func (h *Hub) acceptControl(ctx context.Context, req CallRequest) (*mcpclient.Re
 	if err := h.checkDeviceRate(id, req.Caller); err != nil {
 		return nil, d, true, err
 	}
+	if h.cfg.MaxInFlight > 0 && att.slots.Full() {
+		// Said now, as to any call: "sent" would be untrue, and the
+		// background call would fail at once.
+		return nil, d, true, h.busy(id, att)
+	}
 
 	callID := newCallID()
 	bg := req

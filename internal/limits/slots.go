@@ -111,6 +111,14 @@ func (s *Slots) Release() {
 	s.mu.Unlock()
 }
 
+// Full reports whether Acquire would now fail with ErrQueueFull: every slot
+// taken and the queue full.
+func (s *Slots) Full() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !(s.busy < s.max && len(s.queue) == 0) && len(s.queue) >= s.maxQueue
+}
+
 // Stats returns the slots held and the calls waiting.
 func (s *Slots) Stats() (busy, queued int) {
 	s.mu.Lock()

@@ -1017,3 +1017,27 @@ func TestControlRateLimited(t *testing.T) {
 		t.Fatalf("refusal event = %+v, want a rate_limited answer to the caller", data)
 	}
 }
+
+// A control call finding the device's slots and queue full is refused
+// device_busy at once, as any call: "sent to the device" would be untrue.
+func TestControlBusyRefused(t *testing.T) {
+	t.Parallel()
+	cfg := gateway.Config{}
+	cfg.Limits.DeviceMaxInFlight, cfg.Limits.DeviceMaxQueue = 1, -1 // -1: no queue
+	gw, _ := gatewaytest.Start(t, cfg)
+	f := &fixture{gw: gw, hub: gw.Hub(), url: "ws://" + gw.Addr() + "/xiaozhi/v1/"}
+	const id = "02:00:00:00:06:0b"
+	slow := newGate(nil)
+	f.connect(t, id, newServer(t, device.Tool{Name: "set_level", Properties: []device.Property{device.Int("level", 0, 100)}, SubType: "control", Handler: slow.handler}), nil)
+	defer close(slow.release)
+	call := func() (*mcpclient.Result, error) {
+		return f.hub.Call(t.Context(), hub.CallRequest{Device: id, Tool: "set_level", Arguments: json.RawMessage(`{"level":30}`)})
+	}
+	if res, err := call(); err != nil || res.IsError {
+		t.Fatalf("first control call: %+v, %v", res, err)
+	}
+	checkFor(t, "the device runs the call", func() bool { return slow.runs.Load() == 1 })
+	if res, err := call(); !errors.Is(err, hub.ErrDeviceBusy) {
+		t.Fatalf("a control call with the device's one slot taken: %+v, %v; want device_busy", res, err)
+	}
+}
