@@ -325,3 +325,40 @@ func TestExternalBrokerTwoSessionsKeepTheirAnswers(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// TestExternalBrokerIgnoresRetainedUplinks: a retained message the broker
+// kept from before the gateway started is no device speaking now: it starts
+// no session.
+func TestExternalBrokerIgnoresRetainedUplinks(t *testing.T) {
+	broker := startMosquitto(t)
+	stale, live := "02:00:00:20:00:05", "02:00:00:20:00:06"
+	u, _ := url.Parse("tcp://" + broker)
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := paho.NewClient(paho.ClientConfig{Conn: conn})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cli.Connect(ctx, &paho.Connect{ClientID: "retainer", CleanStart: true, KeepAlive: 30}); err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Disconnect(&paho.Disconnect{})
+	online := []byte(`{"type":"online"}`)
+	if _, err := cli.Publish(ctx, &paho.Publish{Topic: xiaozhi.DeviceUplinkTopic(xiaozhi.DefaultUplinkTopic, stale), QoS: 1, Retain: true, Payload: online}); err != nil {
+		t.Fatal(err)
+	}
+	gw := startExternalGateway(t, broker, time.Minute)
+	// A live message after the retained one: once it is heard, the
+	// retained one (delivered at subscription) has been seen too.
+	if _, err := cli.Publish(ctx, &paho.Publish{Topic: xiaozhi.DeviceUplinkTopic(xiaozhi.DefaultUplinkTopic, live), QoS: 1, Payload: online}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the live device to be known", 10*time.Second, func() bool {
+		_, err := gw.Hub().Device(live)
+		return err == nil
+	})
+	if _, err := gw.Hub().Device(stale); err == nil {
+		t.Error("a retained uplink message started a session")
+	}
+}

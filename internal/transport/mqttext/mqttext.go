@@ -417,6 +417,12 @@ var (
 // onPublish handles one uplink message; it runs on paho's router goroutine.
 func (t *Transport) onPublish(pr paho.PublishReceived) (bool, error) {
 	p := pr.Packet
+	if p.Retain {
+		// Kept by the broker from some time before: no device speaks now
+		// (an old "online" would start a session for nobody).
+		t.m.DroppedFrames.WithLabelValues("retained").Inc()
+		return true, nil
+	}
 	deviceID, ok := t.deviceOf(p.Topic)
 	if !ok {
 		t.m.DroppedFrames.WithLabelValues("bad_topic").Inc()
