@@ -901,3 +901,26 @@ func TestQueuedToolErrorKeepsTheDevicesCode(t *testing.T) {
 	}
 	t.Errorf("no audit record of %s", qc.ID)
 }
+
+// TestSlotWaitSaidWithTheDefaultTimeout: a call without a timeout of its own
+// that waited for a slot and timed out says the whole (default) timeout and
+// how much went waiting, not only what was left.
+func TestSlotWaitSaidWithTheDefaultTimeout(t *testing.T) {
+	cfg := Config{DataDir: t.TempDir(), CallTimeout: 400 * time.Millisecond}
+	cfg.Limits.DeviceMaxInFlight = 1
+	gw, _ := runGateway(t, cfg)
+	c, _ := api.NewClient("http://"+gw.Addr(), nil)
+	const id = "02:00:00:00:00:5a"
+	d, end := session(t, gw, devicetest.Config{ID: id, OnCall: func(devicetest.Call) devicetest.Answer { return devicetest.Answer{Silent: true} }})
+	defer end()
+	body := api.CallBody{Name: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":1}`)}
+	first := make(chan error, 1)
+	go func() { _, err := c.Call(t.Context(), id, body); first <- err }()
+	waitUntil(t, "the first call sent", func() bool { return len(d.Calls()) == 1 })
+	_, err := c.Call(t.Context(), id, body)
+	var ae *api.APIError
+	if !errors.As(err, &ae) || ae.Code != "device_timeout" || !strings.Contains(ae.Message, "after 400ms") || !strings.Contains(ae.Message, "waiting for one of the device's call slots") {
+		t.Errorf("the call that waited for the slot: %v; want device_timeout after 400ms, saying it waited", err)
+	}
+	<-first
+}

@@ -219,7 +219,7 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 			return nil, d, err
 		}
 	}
-	full := timeout
+	full := timeout // 0: the session's own call timeout
 	if h.cfg.MaxInFlight > 0 {
 		if timeout, err = h.acquireSlot(wctx, d.id, att, timeout); err != nil {
 			return nil, d, err
@@ -227,7 +227,10 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 		defer att.slots.Release()
 	}
 	res, err := att.sess.CallTool(ctx, req.Tool, args, mcpclient.CallOptions{Timeout: timeout, Meta: req.Meta, OnProgress: req.OnProgress, OnLog: req.OnLog})
-	if timeout < full && errors.Is(err, mcpclient.ErrTimeout) {
+	if timeout != full && full <= 0 {
+		full = att.sess.CallTimeout() // what acquireSlot counted the wait against
+	}
+	if timeout != full && errors.Is(err, mcpclient.ErrTimeout) {
 		// The session only knows what was left after the wait for a slot.
 		err = fmt.Errorf("tools/call: %w after %s, %s of it waiting for one of the device's call slots",
 			mcpclient.ErrTimeout, full, (full - timeout).Round(time.Millisecond))
