@@ -25,6 +25,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -313,9 +314,19 @@ var exts = map[string]string{"image/jpeg": ".jpg", "image/png": ".png", "image/w
 // photoID is <UTC time>-<random>; the pattern guards GET against path tricks.
 var photoID = regexp.MustCompile(`^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}$`)
 
+// deviceDir is the directory of a device's photos: a MAC as topics write it
+// (02_00_00_00_00_01), any other id escaped behind a prefix no MAC form
+// has, so that two ids never share one (02_00:00:00:03:01, no MAC, wrote
+// into 02:00:00:00:03:01's and read its photos).
 func (s *Service) deviceDir(deviceID string) string {
-	return filepath.Join(s.cfg.Dir, xiaozhi.MACTopicForm(deviceID))
+	if canonicalMAC.MatchString(deviceID) {
+		return filepath.Join(s.cfg.Dir, xiaozhi.MACTopicForm(deviceID))
+	}
+	return filepath.Join(s.cfg.Dir, "id-"+url.PathEscape(deviceID))
 }
+
+// canonicalMAC is a MAC as xiaozhi.NormalizeDeviceID writes it.
+var canonicalMAC = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
 
 func (s *Service) store(deviceID, clientID, question, ctype string, photo []byte) (*Photo, error) {
 	var rnd [4]byte

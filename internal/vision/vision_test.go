@@ -235,3 +235,24 @@ func TestModel(t *testing.T) {
 		t.Fatalf("%d %q", status, body)
 	}
 }
+
+// TestDeviceDirsDoNotCollide: every device id has a photo directory of its
+// own: an id that is no MAC but reads as one with underscores does not share
+// a MAC's.
+func TestDeviceDirsDoNotCollide(t *testing.T) {
+	s := &Service{cfg: Config{Dir: t.TempDir()}}
+	seen := map[string]string{}
+	for _, id := range []string{"02:00:00:00:03:01", "02_00:00:00:03:01", "02_00_00_00_03_01", "kitchen", "id-kitchen", "a%2Fb", "a/b"} {
+		dir := s.deviceDir(id)
+		if other, ok := seen[dir]; ok {
+			t.Errorf("%q and %q share the photo directory %s", id, other, dir)
+		}
+		if filepath.Dir(dir) != s.cfg.Dir {
+			t.Errorf("%q: directory %s is not directly under %s", id, dir, s.cfg.Dir)
+		}
+		seen[dir] = id
+	}
+	if got := filepath.Base(s.deviceDir("02:00:00:00:03:01")); got != "02_00_00_00_03_01" {
+		t.Errorf("a MAC's directory: %s, want 02_00_00_00_03_01 (as before)", got)
+	}
+}
