@@ -173,7 +173,8 @@ func TestOAuth(t *testing.T) {
 	}
 	approve := func() string {
 		t.Helper()
-		_, _, body := do("POST", oauth.ConsentAPI+consent(), admin, "application/json", `{"approve":true,"scope":"call","devices":["kitchen*"],"expires":"30d"}`)
+		// No expires: 30 days, as on the consent page (checked on the token below).
+		_, _, body := do("POST", oauth.ConsentAPI+consent(), admin, "application/json", `{"approve":true,"scope":"call","devices":["kitchen*"]}`)
 		decode(body, &rd)
 		u, _ := url.Parse(rd.Redirect)
 		return u.Query().Get("code")

@@ -354,6 +354,10 @@ type Decision struct {
 	Expires string   `json:"expires,omitempty"`
 }
 
+// DefaultKeyLife is the lifetime of a client's key when the decision names
+// none.
+const DefaultKeyLife = "30d"
+
 // Redirect is the answer to a decision: where the console sends the browser.
 type Redirect struct {
 	Redirect string `json:"redirect"`
@@ -395,6 +399,9 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	req := s.pending(w, r)
 	if req == nil {
 		return
+	}
+	if d.Expires == "" {
+		d.Expires = DefaultKeyLife // as the consent page presets it: a client's key never lives forever unasked
 	}
 	p := auth.FromContext(r.Context())
 	args, _ := json.Marshal(map[string]any{"client_id": req.ClientID, "client_name": req.ClientName, "approve": d.Approve,
