@@ -45,6 +45,7 @@ func runChild() {
 	fmt.Fprintln(out, "fake server starting (not JSON)")
 	out.Flush()
 	fmt.Fprintln(os.Stderr, "hello from stderr")
+	fmt.Fprintln(os.Stderr, "probe="+os.Getenv("MCPGATE_TEST_PROBE")) // mcpgate's settings are not passed on
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(nil, 1<<20)
 	for in.Scan() {
@@ -56,6 +57,9 @@ func runChild() {
 			out.WriteByte('\n')
 			out.Flush()
 		}
+	}
+	if os.Getenv("BRIDGE_TEST_LINGER") != "" {
+		select {} // a server that outlives its stdin, until interrupted
 	}
 }
 
@@ -130,6 +134,7 @@ func call(t *testing.T, h *hub.Hub, dev, tool, args string) (string, error) {
 }
 
 func TestStdioEndToEnd(t *testing.T) {
+	t.Setenv("MCPGATE_TEST_PROBE", "s3cret")
 	gw := startGateway(t)
 	logs := &logBuffer{}
 	runBridge(t, bridge.Config{
@@ -147,6 +152,9 @@ func TestStdioEndToEnd(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "not JSON") || !strings.Contains(logs.String(), "hello from stderr") {
 		t.Fatalf("logs lack the stray stdout line or the stderr line:\n%s", logs)
+	}
+	if !strings.Contains(logs.String(), "probe=") || strings.Contains(logs.String(), "s3cret") {
+		t.Errorf("the MCP server was given the bridge's MCPGATE_ settings (or said nothing):\n%s", logs)
 	}
 
 	// The child crashes mid-call: the call fails, the source goes offline,
@@ -166,7 +174,8 @@ func TestStdioEndToEnd(t *testing.T) {
 
 func TestGatewayRestart(t *testing.T) {
 	// A bridge outlives its gateway: it reconnects to a new one on the same
-	// address, whose hub initializes a fresh child.
+	// address, whose hub initializes a fresh child. The old child outlives
+	// its stdin: it is interrupted at once, not left until a ping fails.
 	gw1, err := gateway.New(gateway.Config{Addr: "127.0.0.1:0", DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +188,7 @@ func TestGatewayRestart(t *testing.T) {
 	addr := gw1.Addr()
 	runBridge(t, bridge.Config{
 		URL:        "ws://" + addr + endpoint.Path,
-		Servers:    []bridge.Server{{Name: "fake", Command: os.Args[0], Env: map[string]string{childEnv: "1"}}},
+		Servers:    []bridge.Server{{Name: "fake", Command: os.Args[0], Env: map[string]string{childEnv: "1", "BRIDGE_TEST_LINGER": "1"}}},
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 	})
 	waitReady(t, gw1.Hub(), "fake", 4)

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,14 +25,17 @@ var errChildExited = errors.New("MCP server exited")
 // until either ends or ctx ends. The child is stopped (interrupt, then kill
 // after 5s) and awaited before it returns.
 func serveStdio(ctx context.Context, cfg *Config, conn *websocket.Conn, s Server, log *slog.Logger) error {
+	// The command's context is the one cancelled when the connection ends
+	// (below): cmd.Wait then interrupts a server that outlives its stdin,
+	// and kills it after WaitDelay.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
 	cmd := exec.CommandContext(ctx, s.Command, s.Args...)
-	if len(s.Env) > 0 {
-		env := cmd.Environ()
-		for k, v := range s.Env {
-			env = append(env, k+"="+v)
-		}
-		cmd.Env = env
+	env := childEnv(cmd.Environ())
+	for k, v := range s.Env {
+		env = append(env, k+"="+v)
 	}
+	cmd.Env = env
 	cmd.Cancel = func() error {
 		// Let the server clean up; WaitDelay kills it if it does not exit.
 		if err := cmd.Process.Signal(os.Interrupt); err != nil {
@@ -58,7 +62,6 @@ func serveStdio(ctx context.Context, cfg *Config, conn *websocket.Conn, s Server
 	log = log.With("pid", cmd.Process.Pid)
 	log.Info("started MCP server")
 
-	ctx, stop := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { logLines(stderr, log) })
 	wg.Go(func() { stop(childToGateway(ctx, cfg, stdout, conn, log)) })
@@ -74,6 +77,20 @@ func serveStdio(ctx context.Context, cfg *Config, conn *websocket.Conn, s Server
 		return fmt.Errorf("%w: %w", errChildExited, waitErr)
 	}
 	return reason
+}
+
+// childEnv is the bridge's environment less mcpgate's own settings
+// (MCPGATE_*): its endpoint token and API key are no business of the
+// servers it runs, whose tools any caller may have print their environment.
+// A server that needs one gets it with --env.
+func childEnv(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "MCPGATE_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // childToGateway forwards each JSON line of the child's stdout as one text
