@@ -57,6 +57,14 @@ Example config:
 				return err
 			}
 			cfg.Logger = logger
+			// From the environment here, not as the flags' defaults:
+			// --help would print them.
+			if cfg.URL == "" {
+				cfg.URL = os.Getenv("MCPGATE_ENDPOINT_URL")
+			}
+			if token == "" {
+				token = os.Getenv("MCPGATE_ENDPOINT_TOKEN")
+			}
 			if cfg.URL == "" {
 				return errors.New("--url is required, e.g. ws://127.0.0.1:8000/mcp/endpoint?token=T")
 			}
@@ -93,8 +101,8 @@ Example config:
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.URL, "url", envOr("MCPGATE_ENDPOINT_URL", ""), "gateway MCP endpoint, ws(s)://HOST:PORT/mcp/endpoint[?token=T] (env MCPGATE_ENDPOINT_URL)")
-	f.StringVar(&token, "token", envOr("MCPGATE_ENDPOINT_TOKEN", ""), "endpoint token, added to the URL as ?token= (env MCPGATE_ENDPOINT_TOKEN)")
+	f.StringVar(&cfg.URL, "url", "", "gateway MCP endpoint, ws(s)://HOST:PORT/mcp/endpoint[?token=T] (env MCPGATE_ENDPOINT_URL)")
+	f.StringVar(&token, "token", "", "endpoint token, added to the URL as ?token= (env MCPGATE_ENDPOINT_TOKEN)")
 	f.StringVarP(&configFile, "config", "c", "", "mcpServers JSON file; bridges every server in it")
 	f.StringVar(&name, "name", "", "source name for a command after -- (default: the server's serverInfo.name)")
 	f.StringToStringVar(&env, "env", nil, "extra environment for a command after --, as KEY=VALUE")

@@ -78,3 +78,22 @@ func TestArityUsageLine(t *testing.T) {
 		})
 	}
 }
+
+// TestHelpShowsNoSecrets: a token or URL in the environment is no flag
+// default, so --help never prints it.
+func TestHelpShowsNoSecrets(t *testing.T) {
+	t.Setenv("MCPGATE_ENDPOINT_TOKEN", "supersecret")
+	t.Setenv("MCPGATE_ENDPOINT_URL", "ws://127.0.0.1:1/mcp/endpoint?token=urlsecret")
+	r := run(t, "http://127.0.0.1:1", "bridge", "--help")
+	r.want(t, 0)
+	if strings.Contains(r.stdout, "supersecret") || strings.Contains(r.stdout, "urlsecret") {
+		t.Errorf("bridge --help shows a secret from the environment:\n%s", r.stdout)
+	}
+	// Still read from there: a URL that is no WebSocket's is refused, its
+	// token hidden.
+	t.Setenv("MCPGATE_ENDPOINT_URL", "http://127.0.0.1:1/mcp/endpoint?token=urlsecret")
+	r = run(t, "http://127.0.0.1:1", "bridge", "--", "true")
+	if r.code == 0 || !strings.Contains(r.stderr, "want ws(s)://") || strings.Contains(r.stderr, "secret") {
+		t.Errorf("bridge with MCPGATE_ENDPOINT_URL an http URL: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

@@ -67,7 +67,11 @@ type Config struct {
 func (c *Config) fill() error {
 	u, err := url.Parse(c.URL)
 	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Hostname() == "" {
-		return fmt.Errorf("bridge: gateway URL %q: want ws(s)://host:port/mcp/endpoint?token=...", c.URL)
+		shown := redact.InText(c.URL, c.URL) // its token stays out of the error
+		if err == nil {
+			shown = redact.URL(u)
+		}
+		return fmt.Errorf("bridge: gateway URL %q: want ws(s)://host:port/mcp/endpoint?token=...", shown)
 	}
 	if len(c.Servers) == 0 {
 		return errors.New("bridge: no servers to run")

@@ -354,9 +354,10 @@ func TestParseConfig(t *testing.T) {
 // A gateway URL Run cannot dial is refused before anything starts.
 func TestRunRefusesBadGatewayURL(t *testing.T) {
 	servers := []bridge.Server{{Name: "a", Command: "true"}}
-	for _, u := range []string{"", "http://127.0.0.1:8000/mcp/endpoint", "ws://:8000/mcp/endpoint", "ws:///mcp/endpoint", "%zz"} {
+	for _, u := range []string{"", "http://127.0.0.1:8000/mcp/endpoint", "ws://:8000/mcp/endpoint", "ws:///mcp/endpoint", "%zz",
+		"http://127.0.0.1:8000/mcp/endpoint?token=s3cret"} {
 		err := bridge.Run(t.Context(), bridge.Config{URL: u, Servers: servers})
-		if err == nil || !strings.Contains(err.Error(), "want ws(s)://host") {
+		if err == nil || !strings.Contains(err.Error(), "want ws(s)://host") || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("Run with gateway URL %q: %v", u, err)
 		}
 	}
