@@ -32,9 +32,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"os/exec"
+	"strings"
 	"sync"
 	"time"
 
@@ -176,10 +178,19 @@ func connect(ctx context.Context, cfg *Config, s Server, log *slog.Logger) error
 	}
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	target := endpointURL(cfg.URL, s.Name)
-	conn, _, err := websocket.Dial(dctx, target, nil)
+	conn, resp, err := websocket.Dial(dctx, target, nil)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("dial gateway: %w", redactURL(err, target))
+		if resp != nil && resp.StatusCode >= 400 && resp.Body != nil {
+			// The gateway's reason (a refused token, a bad name) says
+			// what to fix; the library's error only the status.
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+			resp.Body.Close()
+			if reason := strings.TrimSpace(string(body)); reason != "" {
+				err = fmt.Errorf("%w: %s", err, reason)
+			}
+		}
+		return fmt.Errorf("dial gateway: %w", redact.ErrIn(err, target)) // the error is logged
 	}
 	defer conn.CloseNow()
 	conn.SetReadLimit(cfg.ReadLimit)
@@ -221,26 +232,6 @@ func keepalive(ctx context.Context, stop context.CancelCauseFunc, conn *websocke
 		}
 	}
 }
-
-// redactURL hides the query of target (its ?token=, an endpoint token or
-// API key) wherever err's text repeats it, as net/http's errors do: the
-// error is logged. It still unwraps to err.
-func redactURL(err error, target string) error {
-	msg := err.Error()
-	red := redact.InText(msg, target)
-	if red == msg {
-		return err
-	}
-	return &redactedError{msg: red, err: err}
-}
-
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
 
 // endpointURL adds ?name= to the gateway URL unless it has one.
 func endpointURL(raw, name string) string {

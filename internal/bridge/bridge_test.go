@@ -372,3 +372,17 @@ func TestRunRefusesMissingCommand(t *testing.T) {
 		t.Fatalf("Run = %v, want the missing command named", err)
 	}
 }
+
+// TestRefusalReasonLogged: when the gateway refuses the bridge, the log
+// says the gateway's reason (what to fix), not only the status.
+func TestRefusalReasonLogged(t *testing.T) {
+	gw := startGateway(t)
+	logs := &logBuffer{}
+	runBridge(t, bridge.Config{
+		URL:        "ws://" + gw.Addr() + endpoint.Path + "?name=---",
+		Servers:    []bridge.Server{{Command: os.Args[0], Env: map[string]string{childEnv: "1"}}},
+		Logger:     slog.New(slog.NewTextHandler(logs, nil)),
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+	})
+	waitFor(t, "the refusal's reason in the log", func() bool { return strings.Contains(logs.String(), "has no letters or digits") })
+}

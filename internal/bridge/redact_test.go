@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/mcpgate/mcpgate/internal/redact"
 )
 
 // A failed dial must not log the endpoint token or API key carried in the URL.
@@ -20,7 +22,7 @@ func TestDialErrorHidesToken(t *testing.T) {
 		conn.CloseNow()
 		err = errors.New(`failed to send handshake request: Get "http://127.0.0.1:1/mcp/endpoint?name=calc&token=mgk_secretsecret": refused`)
 	}
-	red := redactURL(err, target)
+	red := redact.ErrIn(err, target)
 	if strings.Contains(red.Error(), "secretsecret") {
 		t.Fatalf("redacted error still has the token: %v", red)
 	}
@@ -28,7 +30,7 @@ func TestDialErrorHidesToken(t *testing.T) {
 		t.Fatal("the redacted error no longer unwraps to the dial error")
 	}
 	synthetic := errors.New(`Get "` + target + `": refused`)
-	if got := redactURL(synthetic, target).Error(); strings.Contains(got, "secretsecret") || !strings.Contains(got, "127.0.0.1:1/mcp/endpoint?REDACTED\"") {
+	if got := redact.ErrIn(synthetic, target).Error(); strings.Contains(got, "secretsecret") || !strings.Contains(got, "127.0.0.1:1/mcp/endpoint?REDACTED\"") {
 		t.Fatalf("redactURL = %q", got)
 	}
 }
