@@ -429,6 +429,13 @@ func (c *connection) maintain(ctx context.Context, sess *mcpclient.Session, att 
 			return
 		case <-pingC:
 			reply, err := sess.Request(ctx, "ping", nil, c.t.cfg.PingTimeout)
+			if err != nil && errors.Is(err, mcpclient.ErrTimeout) && sess.Pending() > 0 {
+				// A server that handles one message at a time answers no
+				// ping while it runs a call: the call's own timeout bounds
+				// it, not the ping's.
+				log.Debug("MCP server did not answer ping while running a call", "pending", sess.Pending())
+				continue
+			}
 			if err != nil {
 				if ctx.Err() == nil {
 					// %v, not %w: the ping's own timeout must not make the

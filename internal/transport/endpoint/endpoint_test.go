@@ -3,6 +3,7 @@ package endpoint_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -29,6 +30,7 @@ type peer struct {
 	srv  *mcptest.Server
 	conn *websocket.Conn
 	mute atomic.Bool // when set, pings go unanswered
+	busy atomic.Bool // when set, calls go unanswered too (one running, as a single-threaded server)
 	done chan struct{}
 }
 
@@ -64,6 +66,9 @@ func (p *peer) serve() {
 			return
 		}
 		if p.mute.Load() && strings.Contains(string(data), `"ping"`) {
+			continue
+		}
+		if p.busy.Load() && strings.Contains(string(data), `"tools/call"`) {
 			continue
 		}
 		if out := p.srv.Handle(data); out != nil {
@@ -374,5 +379,24 @@ func TestLogLevelAsked(t *testing.T) {
 	}
 	if n := quiet.Count("logging/setLevel"); n != 0 {
 		t.Errorf("a source without it got %d logging/setLevel, want 0", n)
+	}
+}
+
+// TestPingNotAnsweredDuringACall: a server that handles one message at a
+// time answers no ping while it runs a call: it stays connected, and the
+// call ends by its own timeout, not as a disconnect.
+func TestPingNotAnsweredDuringACall(t *testing.T) {
+	f := newFixture(t, endpoint.Config{AllowNoToken: true, PingInterval: 50 * time.Millisecond, PingTimeout: 100 * time.Millisecond})
+	srv := mcptest.New("serial")
+	p := dial(t, f.url, srv, nil)
+	waitReady(t, f.hub, "serial", 3)
+	p.mute.Store(true)
+	p.busy.Store(true)
+	_, err := f.hub.Call(t.Context(), hub.CallRequest{Device: "serial", Tool: "echo", Arguments: json.RawMessage(`{"text":"x"}`), Timeout: time.Second})
+	if !errors.Is(err, hub.ErrDeviceTimeout) {
+		t.Fatalf("the call: %v, want device_timeout (ten pings went unanswered meanwhile)", err)
+	}
+	if d, err := f.hub.Device("serial"); err != nil || !d.Online {
+		t.Fatalf("after the call: %+v, %v; want the source still online", d, err)
 	}
 }
