@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -32,5 +33,16 @@ func TestDialErrorHidesToken(t *testing.T) {
 	synthetic := errors.New(`Get "` + target + `": refused`)
 	if got := redact.ErrIn(synthetic, target).Error(); strings.Contains(got, "secretsecret") || !strings.Contains(got, "127.0.0.1:1/mcp/endpoint?REDACTED\"") {
 		t.Fatalf("redactURL = %q", got)
+	}
+}
+
+// TestStderrAfterALongLine: a server's stderr line over the limit is logged
+// cut, and the lines after it still are.
+func TestStderrAfterALongLine(t *testing.T) {
+	var logs strings.Builder
+	in := strings.Repeat("a", 70_000) + "\nafter-line\n"
+	logLines(strings.NewReader(in), slog.New(slog.NewTextHandler(&logs, nil)))
+	if !strings.Contains(logs.String(), "after-line") || !strings.Contains(logs.String(), "truncated=true") {
+		t.Errorf("stderr after a long line:\n%.300s", logs.String())
 	}
 }

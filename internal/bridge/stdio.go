@@ -142,13 +142,29 @@ func gatewayToChild(ctx context.Context, conn *websocket.Conn, stdin io.Writer) 
 
 // logLines logs each line of the child's stderr.
 func logLines(r io.Reader, log *slog.Logger) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), 64<<10)
-	for sc.Scan() {
-		log.Info("MCP server stderr", "line", sc.Text())
+	br := bufio.NewReaderSize(r, maxStderrLine)
+	for {
+		line, isPrefix, err := br.ReadLine()
+		if err != nil {
+			return
+		}
+		if !isPrefix {
+			log.Info("MCP server stderr", "line", string(line))
+			continue
+		}
+		// An over-long line: its start is logged, the rest skipped, and
+		// the lines after it logged as before.
+		log.Info("MCP server stderr", "line", truncate(line, maxStderrLine), "truncated", true)
+		for isPrefix {
+			if _, isPrefix, err = br.ReadLine(); err != nil {
+				return
+			}
+		}
 	}
-	_, _ = io.Copy(io.Discard, r) // after an over-long line, keep the pipe drained
 }
+
+// maxStderrLine is the most of one stderr line of a server that is logged.
+const maxStderrLine = 64 << 10
 
 func truncate(b []byte, n int) string {
 	if len(b) <= n {
