@@ -233,7 +233,7 @@ func keepalive(ctx context.Context, stop context.CancelCauseFunc, conn *websocke
 	}
 }
 
-// endpointURL adds ?name= to the gateway URL unless it has one.
+// endpointURL sets ?name= of the gateway URL to name, when given.
 func endpointURL(raw, name string) string {
 	if name == "" {
 		return raw
@@ -242,11 +242,11 @@ func endpointURL(raw, name string) string {
 	if err != nil { // validated by fill
 		return raw
 	}
+	// The server's own name (--name, its config key) wins over the URL's,
+	// which would give every server of a config file the same one.
 	q := u.Query()
-	if q.Get("name") == "" {
-		q.Set("name", name)
-		u.RawQuery = q.Encode()
-	}
+	q.Set("name", name)
+	u.RawQuery = q.Encode()
 	return u.String()
 }
 

@@ -46,3 +46,15 @@ func TestStderrAfterALongLine(t *testing.T) {
 		t.Errorf("stderr after a long line:\n%.300s", logs.String())
 	}
 }
+
+func TestEndpointURLName(t *testing.T) {
+	for _, tc := range []struct{ raw, name, want string }{
+		{"ws://gw/mcp/endpoint?token=t", "calc", "ws://gw/mcp/endpoint?name=calc&token=t"},
+		{"ws://gw/mcp/endpoint?name=url&token=t", "calc", "ws://gw/mcp/endpoint?name=calc&token=t"},
+		{"ws://gw/mcp/endpoint?name=url", "", "ws://gw/mcp/endpoint?name=url"},
+	} {
+		if got := endpointURL(tc.raw, tc.name); got != tc.want {
+			t.Errorf("endpointURL(%q, %q) = %q, want %q", tc.raw, tc.name, got, tc.want)
+		}
+	}
+}
