@@ -183,12 +183,13 @@ func NewKey(name string, scope Scope, devices, tools []string, lifetime time.Dur
 		return store.APIKey{}, "", errors.New("a key's lifetime must not be negative")
 	}
 	id, secret := NewSecret()
+	now = now.UTC().Truncate(time.Microsecond) // as the store keeps it: the key reads back the same
 	k := store.APIKey{
 		ID: id, Name: name, Hash: HashSecret(secret), Scope: scope.String(),
-		Devices: devices, Tools: tools, CreatedAt: now.UTC(),
+		Devices: devices, Tools: tools, CreatedAt: now,
 	}
 	if lifetime > 0 {
-		k.ExpiresAt = now.Add(lifetime).UTC()
+		k.ExpiresAt = now.Add(lifetime)
 	}
 	return k, secret, nil
 }

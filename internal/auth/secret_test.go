@@ -246,3 +246,16 @@ func FuzzParsePatterns(f *testing.F) {
 		}
 	})
 }
+
+// A new key's times are kept to the microsecond, as the store keeps them:
+// what creating it answers is what listing it shows.
+func TestNewKeyTimesAsStored(t *testing.T) {
+	now := time.Date(2026, 11, 26, 20, 0, 0, 123456789, time.UTC)
+	k, _, err := NewKey("k", ScopeRead, nil, nil, time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.CreatedAt.Nanosecond() != 123456000 || k.ExpiresAt.Nanosecond() != 123456000 {
+		t.Errorf("created %s, expires %s: want microseconds", k.CreatedAt, k.ExpiresAt)
+	}
+}
