@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,7 +21,7 @@ func newBridgeCmd(g *globals) *cobra.Command {
 		configFile string
 		token      string
 		name       string
-		env        map[string]string
+		envs       []string
 		logLevel   string
 		logFormat  string
 	)
@@ -82,7 +83,7 @@ Example config:
 			case configFile != "" && len(args) > 0:
 				return errors.New("give either --config or a command after --, not both")
 			case configFile != "":
-				if name != "" || len(env) > 0 {
+				if name != "" || len(envs) > 0 {
 					return errors.New("--name and --env apply to a command after --; set name and env in the config file")
 				}
 				data, err := os.ReadFile(configFile)
@@ -93,6 +94,10 @@ Example config:
 					return fmt.Errorf("%s: %w", configFile, err)
 				}
 			case len(args) > 0:
+				env, err := parseEnv(envs)
+				if err != nil {
+					return err
+				}
 				cfg.Servers = []bridge.Server{{Name: name, Command: args[0], Args: args[1:], Env: env}}
 			default:
 				return errors.New("nothing to bridge: give a command after -- or --config FILE")
@@ -105,11 +110,28 @@ Example config:
 	f.StringVar(&token, "token", "", "endpoint token, added to the URL as ?token= (env MCPGATE_ENDPOINT_TOKEN)")
 	f.StringVarP(&configFile, "config", "c", "", "mcpServers JSON file; bridges every server in it")
 	f.StringVar(&name, "name", "", "source name for a command after -- (default: the server's serverInfo.name)")
-	f.StringToStringVar(&env, "env", nil, "extra environment for a command after --, as KEY=VALUE")
+	f.StringArrayVar(&envs, "env", nil, "extra environment for a command after --, as KEY=VALUE (repeatable; the value as written, commas and quotes included)")
 	f.DurationVar(&cfg.MinBackoff, "min-backoff", time.Second, "first reconnect delay")
 	f.DurationVar(&cfg.MaxBackoff, "max-backoff", time.Minute, "longest reconnect delay")
 	f.DurationVar(&cfg.HealthyAfter, "healthy-after", 30*time.Second, "a connection this long resets the backoff")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	return cmd
+}
+
+// parseEnv reads --env KEY=VALUE items, each value whole (a string-to-string
+// flag split values at commas and ate quotes).
+func parseEnv(items []string) (map[string]string, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	env := make(map[string]string, len(items))
+	for _, kv := range items {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--env %q: want KEY=VALUE", kv)
+		}
+		env[k] = v
+	}
+	return env, nil
 }

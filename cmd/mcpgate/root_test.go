@@ -97,3 +97,13 @@ func TestHelpShowsNoSecrets(t *testing.T) {
 		t.Errorf("bridge with MCPGATE_ENDPOINT_URL an http URL: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+func TestParseEnv(t *testing.T) {
+	env, err := parseEnv([]string{"FOO=x=1,y=2", `BAR="q"`, "EMPTY="})
+	if err != nil || env["FOO"] != "x=1,y=2" || env["BAR"] != `"q"` || env["EMPTY"] != "" || len(env) != 3 {
+		t.Errorf("parseEnv: %q, %v", env, err)
+	}
+	if _, err := parseEnv([]string{"NOVALUE"}); err == nil {
+		t.Error("an item without = accepted")
+	}
+}
