@@ -116,6 +116,9 @@ onUnauthorized((e) => {
 });
 
 document.getElementById('signout').addEventListener('click', () => { key.set(''); signin('Signed out.'); });
+// The skip link moves focus to the page, not to a #main route (the router
+// took it for the devices page).
+document.querySelector('a.skip').addEventListener('click', (e) => { e.preventDefault(); main.focus(); });
 window.addEventListener('hashchange', route);
 
 (async () => {
