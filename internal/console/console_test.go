@@ -169,6 +169,11 @@ func TestConsoleOpen(t *testing.T) {
 		`import('/console/json.js').then(m => JSON.stringify(m.parseExact('{"a":[` + big + `,-` + big + `,1.5,2]}')))`: `{"a":[` + big + `,-` + big + `,1.5,2]}`,
 		`import('/console/json.js').then(m => JSON.stringify({v: m.exactInteger(' ` + big + `')}))`:                    `{"v":` + big + `}`,
 		`import('/console/json.js').then(m => JSON.stringify({v: m.exactInteger('42')}))`:                              `{"v":42}`,
+		// A schema's enum and default beyond 2^53, read exactly: the form
+		// offers and sends them as written.
+		`Promise.all([import('/console/json.js'), import('/console/form.js')]).then(([j, f]) => JSON.stringify(f.schemaForm(j.parseExact(` +
+			"`" + `{"type":"object","required":["id"],"properties":{"id":{"enum":[` + big + `,12345678901234567891]},"d":{"type":"integer","default":9007199254740995}}}` + "`" +
+			`)).values()))`: `{"id":` + big + `,"d":9007199254740995}`,
 	} {
 		if got := eval[string](t, ctx, expr); got != want {
 			t.Errorf("%s = %s, want %s", expr, got, want)

@@ -6,9 +6,14 @@
 import { h, uid } from './dom.js';
 import { parseExact, exactInteger } from './json.js';
 
+// A schema read exactly (api's exact) keeps an integer beyond 2^53 as a raw
+// JSON value: text shows it as written.
+const isRaw = (v) => !!JSON.isRawJSON?.(v);
+const text = (v) => (isRaw(v) ? v.rawJSON : String(v));
+
 function typeOf(s) {
   if (!s) return 'json';
-  if (Array.isArray(s.enum) && s.enum.length && s.enum.every((v) => ['string', 'number', 'integer', 'boolean'].includes(typeof v) || typeof v === 'number')) return 'enum';
+  if (Array.isArray(s.enum) && s.enum.length && s.enum.every((v) => ['string', 'number', 'boolean'].includes(typeof v) || isRaw(v))) return 'enum';
   let t = s.type;
   if (Array.isArray(t)) t = t.filter((x) => x !== 'null').length === 1 ? t.find((x) => x !== 'null') : null;
   if (t === 'integer' || t === 'number' || t === 'boolean' || t === 'string') return t;
@@ -27,15 +32,16 @@ function field(name, s, required) {
   let input, get;
   const def = s && s.default;
   if (kind === 'integer' || kind === 'number') {
-    const min = s.minimum ?? (s.exclusiveMinimum !== undefined ? s.exclusiveMinimum : undefined);
-    const max = s.maximum ?? (s.exclusiveMaximum !== undefined ? s.exclusiveMaximum : undefined);
+    const bound = (v) => (v === undefined ? undefined : isRaw(v) ? v.rawJSON : v);
+    const min = bound(s.minimum ?? s.exclusiveMinimum);
+    const max = bound(s.maximum ?? s.exclusiveMaximum);
     const step = kind === 'integer' ? 1 : 'any';
     input = h('input', { id, name, type: 'number', step, min, max, required, 'aria-describedby': described, inputMode: kind === 'integer' ? 'numeric' : 'decimal' });
-    if (def !== undefined) input.value = def;
+    if (def !== undefined) input.value = text(def);
     let box = input;
-    if (min !== undefined && max !== undefined && max - min <= 100000) {
+    if (typeof min === 'number' && typeof max === 'number' && max - min <= 100000) {
       const slider = h('input', { type: 'range', min, max, step: kind === 'integer' ? 1 : (max - min) / 100, 'aria-label': name + ' slider', tabIndex: -1 });
-      slider.value = def ?? min;
+      slider.value = def === undefined ? min : text(def);
       slider.addEventListener('input', () => { input.value = slider.value; err.textContent = ''; });
       input.addEventListener('input', () => { if (input.value !== '') slider.value = input.value; });
       box = h('div', { class: 'range' }, slider, input);
@@ -54,8 +60,9 @@ function field(name, s, required) {
   } else if (kind === 'enum') {
     input = h('select', { id, name, required, 'aria-describedby': described },
       required ? null : h('option', { value: '' }, '—'),
-      s.enum.map((v, i) => h('option', { value: String(i) }, String(v))));
-    if (def !== undefined && s.enum.includes(def)) input.value = String(s.enum.indexOf(def));
+      s.enum.map((v, i) => h('option', { value: String(i) }, text(v))));
+    const at = def === undefined ? -1 : s.enum.findIndex((v) => typeof v === typeof def && text(v) === text(def));
+    if (at >= 0) input.value = String(at);
     get = () => (input.value === '' ? undefined : s.enum[Number(input.value)]);
   } else if (kind === 'boolean') {
     const box = h('input', { id, name, type: 'checkbox', role: 'switch', 'aria-describedby': described });
@@ -68,7 +75,7 @@ function field(name, s, required) {
   } else if (kind === 'string') {
     const long = s.maxLength === undefined || s.maxLength > 200;
     input = h(long && s.format !== 'uri' ? 'textarea' : 'input', { id, name, type: 'text', required, maxLength: s.maxLength, 'aria-describedby': described, rows: 2 });
-    if (def !== undefined) input.value = def;
+    if (def !== undefined) input.value = text(def);
     get = () => (input.value === '' && !required ? undefined : input.value);
   } else {
     const want = s && s.type;

@@ -237,7 +237,7 @@ function devicePage(main, [ref]) {
   }
   async function load() {
     try {
-      const r = await api('GET', dev(ref) + '/tools');
+      const r = await api('GET', dev(ref) + '/tools', undefined, { exact: true }); // schemas' big integers as written
       id = r.device || id;
       const d = app.devices.get(id) || (await api('GET', dev(ref)));
       if (!app.devices.map.has(d.id)) app.devices.map.set(d.id, d);
