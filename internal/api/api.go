@@ -408,10 +408,16 @@ func (a *API) callTool(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principal(r)
+	// A device or tool beyond the key's patterns is answered, counted,
+	// rate-charged and audited as one that does not exist: a key learns
+	// nothing of them, not even from its rate limit.
+	unseen := hub.CallRequest{Device: r.PathValue("id"), Tool: body.Name, Arguments: body.Arguments, Caller: p.Caller(), Door: "rest"}
+	if id, alias, ok := a.hub.IdentifyContext(r.Context(), unseen.Device); ok && !p.CanSeeDevice(id, alias) {
+		writeHubError(w, a.hub.RefuseUnseen(unseen, false))
+		return
+	}
 	if !p.CanSeeTool(body.Name) {
-		// As for a tool the device does not have: a key learns nothing of
-		// tools beyond its patterns.
-		writeHubError(w, fmt.Errorf("%w: %q on device %s", hub.ErrToolNotFound, body.Name, r.PathValue("id")))
+		writeHubError(w, a.hub.RefuseUnseen(unseen, true))
 		return
 	}
 	deliver := body.Deliver

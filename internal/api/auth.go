@@ -42,7 +42,9 @@ func Authenticate(doors *auth.Doors, h *hub.Hub) func(http.Handler) http.Handler
 				auth.Forbid(w, p, need)
 				return
 			}
-			if ref, ok := deviceRef(r.URL); ok {
+			// A tool call checks for itself (callTool): refused as a call to
+			// an unknown device is, its rate charged and audited.
+			if ref, ok := deviceRef(r.URL); ok && !(r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/tools/call")) {
 				if id, alias, ok := h.IdentifyContext(r.Context(), ref); ok && !p.CanSeeDevice(id, alias) {
 					writeError(w, http.StatusNotFound, "device_not_found", fmt.Errorf("%w: %q", hub.ErrDeviceNotFound, ref).Error(), nil)
 					return

@@ -199,6 +199,23 @@ func TestRESTScopesAndRestrictions(t *testing.T) {
 		})
 	}
 
+	// Its calls beyond its patterns are audited as calls to what does not
+	// exist are.
+	outcomes := map[string]string{}
+	waitFor(t, "the call key's refused calls in the audit log", func() bool {
+		_, _, audit := f.do(t, f.admin, "GET", "/api/v1/audit?caller="+f.callID+"&limit=100", "")
+		var page struct {
+			Records []struct{ Device, Tool, Outcome string }
+		}
+		if err := json.Unmarshal(audit, &page); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range page.Records {
+			outcomes[r.Device+" "+r.Tool] = r.Outcome
+		}
+		return outcomes["bedroom self.audio_speaker.set_volume"] == "device_not_found" && outcomes["kitchen-1 self.camera.take_photo"] == "tool_not_found"
+	})
+
 	// What a restricted key lists: one device, one tool.
 	_, _, body := f.do(t, f.call, "GET", "/api/v1/devices", "")
 	var list struct{ Devices []hub.Device }

@@ -360,6 +360,27 @@ func NotSent(err error) bool {
 	return false
 }
 
+// RefuseUnseen answers a call its caller may not make because the device
+// or the tool is outside its key's patterns exactly as a call to a device or
+// tool that does not exist is answered: the caller's rate charged, the
+// refusal counted and audited (device_not_found, or tool_not_found when
+// tool says so), so that nothing tells the two apart.
+func (h *Hub) RefuseUnseen(req CallRequest, tool bool) error {
+	h.inflight.Add(1)
+	defer h.inflight.Add(-1)
+	start := time.Now()
+	err := h.checkKeyRate(req.Caller)
+	switch {
+	case err != nil:
+	case tool:
+		err = fmt.Errorf("%w: %q on device %s", ErrToolNotFound, req.Tool, req.Device)
+	default:
+		err = fmt.Errorf("%w: %q", ErrDeviceNotFound, req.Device)
+	}
+	_, err = h.finish(context.Background(), req, start, nil, nil, err)
+	return err
+}
+
 // AuditRefused records a call refused before it was sent or queued (the
 // queue's own checks), as a live call's refusal is: outcome is its code.
 func (h *Hub) AuditRefused(req CallRequest, start time.Time, outcome string, err error) {

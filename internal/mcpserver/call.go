@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -34,25 +35,30 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	if !d.p.Can(auth.ScopeCall) {
 		return gatewayError("forbidden", auth.ForbiddenMessage(d.p, auth.ScopeCall)), nil
 	}
-	if id, alias, ok := d.s.hub.IdentifyContext(ctx, device); ok && !d.p.CanSeeDevice(id, alias) {
-		return gatewayError("device_not_found", fmt.Errorf("%w: %q", hub.ErrDeviceNotFound, device).Error()), nil
-	}
-	if !d.p.CanSeeTool(tool) {
-		return gatewayError("tool_not_found", fmt.Sprintf("%s: %q on device %s", hub.ErrToolNotFound, tool, device)), nil
-	}
-	if !d.s.cfg.ExposeUserOnly {
-		if _, cat, err := d.s.hub.Tools(device); err == nil {
-			if t, ok := cat.Tool(tool); ok && t.UserOnly() {
-				return gatewayError("tool_hidden", fmt.Sprintf("tool %q is meant for the device's user only and is hidden from MCP clients (the gateway's expose-user-only setting allows it)", name)), nil
-			}
-		}
-	}
-
 	door := "mcp"
 	if d.device != "" {
 		door = "mcp-device"
 	}
 	cr := hub.CallRequest{Device: device, Tool: tool, Arguments: req.Params.Arguments, Caller: d.p.Caller(), Door: door}
+	// Beyond the key's patterns: answered, rate-charged and audited as what
+	// does not exist.
+	if id, alias, ok := d.s.hub.IdentifyContext(ctx, device); ok && !d.p.CanSeeDevice(id, alias) {
+		err := d.s.hub.RefuseUnseen(cr, false)
+		return gatewayError(hub.Code(err), errorText(err)), nil
+	}
+	if !d.p.CanSeeTool(tool) {
+		err := d.s.hub.RefuseUnseen(cr, true)
+		return gatewayError(hub.Code(err), errorText(err)), nil
+	}
+	if !d.s.cfg.ExposeUserOnly {
+		if _, cat, err := d.s.hub.Tools(device); err == nil {
+			if t, ok := cat.Tool(tool); ok && t.UserOnly() {
+				err := fmt.Errorf("tool %q is meant for the device's user only and is hidden from MCP clients (the gateway's expose-user-only setting allows it)", name)
+				d.s.hub.AuditRefused(cr, time.Now(), "tool_hidden", err)
+				return gatewayError("tool_hidden", err.Error()), nil
+			}
+		}
+	}
 	cr.Wait, _ = req.Params.Meta[MetaWait].(bool) // control tools answer at once unless asked to wait
 	queued, ttl, err := d.queueTTL(req, tool)
 	if err != nil {
