@@ -900,3 +900,21 @@ func TestStreamsEndWhenKeyRevoked(t *testing.T) {
 	default:
 	}
 }
+
+// TestMCPSessionShare: one API key may hold half of --max-mcp-sessions, so a
+// key opening sessions in a loop leaves room for the others.
+func TestMCPSessionShare(t *testing.T) {
+	f := newFixture(t, gateway.Config{RequireKeys: true, Limits: gateway.Limits{MaxMCPSessions: 4}})
+	agg := f.base + "/mcp"
+	for i := range 2 {
+		if _, err := mcpConnect(t, agg, f.read); err != nil {
+			t.Fatalf("the read key's session %d: %v", i+1, err)
+		}
+	}
+	if _, err := mcpConnect(t, agg, f.read); err == nil {
+		t.Fatal("a third session of one key with --max-mcp-sessions 4 was opened")
+	}
+	if _, err := mcpConnect(t, agg, f.admin); err != nil {
+		t.Fatalf("another key's session while the first holds its share: %v", err)
+	}
+}

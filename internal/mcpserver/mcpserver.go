@@ -212,39 +212,59 @@ func New(cfg Config) (*Server, error) {
 // counting those refused a client's initialize that came right after its
 // own probe.
 func (s *Server) Sessions() int {
+	n, _ := s.sessions("")
+	return n
+}
+
+// sessions counts the initialized sessions open on every door, and those
+// of caller's doors.
+func (s *Server) sessions(caller string) (all, callers int) {
 	s.mu.Lock()
 	doors := make([]*door, 0, len(s.handler))
 	for d := range s.handler {
 		doors = append(doors, d)
 	}
 	s.mu.Unlock()
-	n := 0
 	for _, d := range doors {
 		for ss := range d.srv.Sessions() {
 			if ss.InitializeParams() != nil {
-				n++
+				all++
+				if d.p.Caller() == caller {
+					callers++
+				}
 			}
 		}
 	}
-	return n
+	return all, callers
 }
 
 // admitSession refuses a request that would open a session beyond
 // MaxSessions. Concurrent initializes may pass the check together, so the
 // bound may be overshot by as many.
-func (s *Server) admitSession(w http.ResponseWriter, r *http.Request) bool {
+func (s *Server) admitSession(w http.ResponseWriter, r *http.Request, p *auth.Principal) bool {
 	if s.cfg.MaxSessions < 0 || r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
 		return true
 	}
-	open := s.Sessions()
-	if open < s.cfg.MaxSessions {
+	// One API key may hold half the sessions: a key that opens them in a
+	// loop does not lock every other caller out. (The local caller is
+	// every process of the machine: it has all of them.)
+	perCaller := max(s.cfg.MaxSessions/2, 1)
+	open, mine := s.sessions(p.Caller())
+	var msg string
+	switch {
+	case open >= s.cfg.MaxSessions:
+		msg = fmt.Sprintf("mcpgate: %d MCP sessions are open, the most this gateway allows (--max-mcp-sessions): "+
+			"end idle sessions with DELETE, or retry later", open)
+	case mine >= perCaller && p.Caller() != "local":
+		msg = fmt.Sprintf("mcpgate: this API key has %d MCP sessions open, the most one key may hold (half of --max-mcp-sessions): "+
+			"end idle sessions with DELETE, or retry later", mine)
+	default:
 		return true
 	}
 	s.cfg.Limits.Hit(limits.MCPSessions, "refused MCP session: too many open",
-		"remote", r.RemoteAddr, "path", r.URL.Path, "open", open, "max_mcp_sessions", s.cfg.MaxSessions)
+		"remote", r.RemoteAddr, "path", r.URL.Path, "caller", p.Caller(), "open", open, "callers", mine, "max_mcp_sessions", s.cfg.MaxSessions)
 	w.Header().Set("Retry-After", "10")
-	http.Error(w, fmt.Sprintf("mcpgate: %d MCP sessions are open, the most this gateway allows (--max-mcp-sessions): "+
-		"end idle sessions with DELETE, or retry later", open), http.StatusServiceUnavailable)
+	http.Error(w, msg, http.StatusServiceUnavailable)
 	return false
 }
 
@@ -294,7 +314,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "mcpgate: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
-	if !s.admitSession(w, r) {
+	if !s.admitSession(w, r, p) {
 		return
 	}
 	if r.Method == http.MethodDelete {
