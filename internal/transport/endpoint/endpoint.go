@@ -428,14 +428,20 @@ func (c *connection) maintain(ctx context.Context, sess *mcpclient.Session, att 
 		case <-ctx.Done():
 			return
 		case <-pingC:
-			reply, err := sess.Request(ctx, "ping", nil, c.t.cfg.PingTimeout)
-			if err != nil && errors.Is(err, mcpclient.ErrTimeout) && sess.Pending() > 0 {
+			if sess.Pending() > 0 {
 				// A server that handles one message at a time answers no
-				// ping while it runs a call: the call's own timeout bounds
-				// it, not the ping's.
-				log.Debug("MCP server did not answer ping while running a call", "pending", sess.Pending())
+				// MCP ping while it runs a call: its WebSocket answering
+				// says it is there, and the call's own timeout bounds it.
+				if err := c.alive(ctx); err != nil {
+					if ctx.Err() == nil {
+						sess.Close(fmt.Errorf("%w: %v", errNoPong, err))
+					}
+					return
+				}
+				att.Touch()
 				continue
 			}
+			reply, err := sess.Request(ctx, "ping", nil, c.t.cfg.PingTimeout)
 			if err != nil {
 				if ctx.Err() == nil {
 					// %v, not %w: the ping's own timeout must not make the
@@ -463,6 +469,17 @@ func (c *connection) maintain(ctx context.Context, sess *mcpclient.Session, att 
 			}
 		}
 	}
+}
+
+// alive checks that the source's WebSocket answers a ping within the ping
+// timeout: its peer is there, however busy the MCP server behind it.
+func (c *connection) alive(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, c.t.cfg.PingTimeout)
+	defer cancel()
+	if err := c.conn.Ping(pctx); err != nil {
+		return fmt.Errorf("WebSocket ping during a call: %w", err)
+	}
+	return nil
 }
 
 // onNotification runs on the reader and must not block.
