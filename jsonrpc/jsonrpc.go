@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -191,6 +192,31 @@ type Error struct {
 	Code    *Code           `json:"code,omitempty"`
 	Message string          `json:"message"`
 	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+// UnmarshalJSON reads an error object as devices send it: a code that is
+// no integer (a string, "E42"; a float, -32000.0) is kept when the float is
+// a whole number and dropped otherwise, as a missing code is: the message
+// still reaches the caller, where a strict decoder dropped the whole reply
+// and left the call to time out.
+func (e *Error) UnmarshalJSON(b []byte) error {
+	var w struct {
+		Code    json.RawMessage `json:"code"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*e = Error{Message: w.Message, Data: w.Data}
+	if len(w.Code) > 0 && string(w.Code) != "null" {
+		var f float64
+		if json.Unmarshal(w.Code, &f) == nil && f == math.Trunc(f) && math.Abs(f) <= 1<<53 {
+			c := Code(f)
+			e.Code = &c
+		}
+	}
+	return nil
 }
 
 // NewError returns an error object with a code.

@@ -77,7 +77,9 @@ func TestDecodeKinds(t *testing.T) {
 		{name: "id array", in: `{"jsonrpc":"2.0","id":[1],"result":1}`, errIs: jsonrpc.ErrInvalid, errText: "id must be a number or a string"},
 		{name: "method number", in: `{"jsonrpc":"2.0","id":1,"method":5}`, errIs: jsonrpc.ErrInvalid, errText: "method"},
 		{name: "error string", in: `{"jsonrpc":"2.0","id":1,"error":"boom"}`, errIs: jsonrpc.ErrInvalid, errText: "error"},
-		{name: "error code string", in: `{"jsonrpc":"2.0","id":1,"error":{"code":"x","message":"m"}}`, errIs: jsonrpc.ErrInvalid, errText: "code"},
+		// A device's error with a code that is no integer is still its
+		// answer (its message kept, the code dropped): TestErrorCodeVariants.
+		{name: "error code string", in: `{"jsonrpc":"2.0","id":1,"error":{"code":"x","message":"m"}}`, kind: jsonrpc.KindResponse},
 
 		// Not a message at all.
 		{name: "batch", in: `[` + gwInitialized + `]`, errIs: jsonrpc.ErrBatch, errText: "batch"},
@@ -795,3 +797,26 @@ func jsonEqual(a, b json.RawMessage) bool {
 	var ca, cb bytes.Buffer
 	return json.Compact(&ca, a) == nil && json.Compact(&cb, b) == nil && bytes.Equal(ca.Bytes(), cb.Bytes())
 }
+
+// An error object as devices send it keeps its message whatever its code:
+// a whole float is a code, anything else none.
+func TestErrorCodeVariants(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		code *jsonrpc.Code
+	}{
+		{`{"code":-32000,"message":"m"}`, ptr(-32000)},
+		{`{"code":-32000.0,"message":"m"}`, ptr(-32000)},
+		{`{"code":"E42","message":"m"}`, nil},
+		{`{"code":1.5,"message":"m"}`, nil},
+		{`{"code":null,"message":"m"}`, nil},
+		{`{"message":"m"}`, nil},
+	} {
+		var e jsonrpc.Error
+		if err := json.Unmarshal([]byte(tc.in), &e); err != nil || e.Message != "m" || (e.Code == nil) != (tc.code == nil) || (e.Code != nil && *e.Code != *tc.code) {
+			t.Errorf("%s: %+v, %v", tc.in, e, err)
+		}
+	}
+}
+
+func ptr(c jsonrpc.Code) *jsonrpc.Code { return &c }
