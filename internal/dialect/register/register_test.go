@@ -198,6 +198,13 @@ func TestFromDevice(t *testing.T) {
 			`{"jsonrpc":"2.0","id":"tool-call-12345-abcdef","error":{"code":-32001,"message":"x"}}`},
 		{"prefix only", `{"jsonrpc":"2.0","id":"mcpgate-call-x","result":1}`,
 			`{"jsonrpc":"2.0","id":"mcpgate-call-x","result":{"content":[{"type":"text","text":"1"}],"isError":false}}`},
+		// Ids the gateway never issued cannot name one of its calls.
+		{"numeric id", `{"jsonrpc":"2.0","id":1,"result":"x"}`,
+			`{"jsonrpc":"2.0","id":"1","result":{"content":[{"type":"text","text":"x"}],"isError":false}}`},
+		{"leading zero", `{"jsonrpc":"2.0","id":"mcpgate-call-02","result":"x"}`,
+			`{"jsonrpc":"2.0","id":"mcpgate-call-02","result":{"content":[{"type":"text","text":"x"}],"isError":false}}`},
+		{"plus sign", `{"jsonrpc":"2.0","id":"mcpgate-call-+2","result":"x"}`,
+			`{"jsonrpc":"2.0","id":"mcpgate-call-+2","result":{"content":[{"type":"text","text":"x"}],"isError":false}}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

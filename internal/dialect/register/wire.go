@@ -107,9 +107,15 @@ type AIMessage struct {
 func FromDevice(msg *jsonrpc.Message) ([]byte, error) {
 	out := *msg
 	if s, ok := msg.ID.Text(); ok {
-		if n, err := strconv.ParseInt(strings.TrimPrefix(s, IDPrefix), 10, 32); err == nil && strings.HasPrefix(s, IDPrefix) && n > 0 {
+		digits, issued := strings.CutPrefix(s, IDPrefix)
+		if n, err := strconv.ParseInt(digits, 10, 32); err == nil && issued && n > 0 && strconv.FormatInt(n, 10) == digits {
 			out.ID = jsonrpc.IntID(n)
 		}
+	} else if !msg.ID.IsZero() {
+		// A number the gateway never issued (its ids are "mcpgate-call-N"):
+		// boards forward other servers' replies. As a string it matches
+		// none of the engine's numeric ids, and is dropped as unmatched.
+		out.ID = jsonrpc.StringID(string(msg.ID.Raw()))
 	}
 	if msg.Error == nil {
 		res, err := marshal(ResultOf(msg.Result))
