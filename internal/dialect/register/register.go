@@ -130,8 +130,10 @@ func ToolKind(t *mcpclient.Tool) (k Kind, ok bool) {
 // IsRegistration reports whether a frame is an mcp/registerTools request:
 // what a connection of this dialect sends first, instead of a hello.
 func IsRegistration(frame []byte) bool {
-	if !bytes.Contains(frame, []byte(MethodRegister)) {
-		return false // most frames: no decoding
+	// Most frames: no decoding. "registerTools" is in every spelling of
+	// the method, "mcp\/registerTools" (an escaped slash) included.
+	if !bytes.Contains(frame, []byte("registerTools")) {
+		return false
 	}
 	msg, err := jsonrpc.Decode(frame)
 	return err == nil && msg.Kind() == jsonrpc.KindRequest && msg.Method == MethodRegister

@@ -225,6 +225,7 @@ func TestIsRegistration(t *testing.T) {
 	t.Parallel()
 	for frame, want := range map[string]bool{
 		`{"jsonrpc":"2.0","method":"mcp/registerTools","params":{},"id":"r"}`:   true,
+		`{"jsonrpc":"2.0","method":"mcp\/registerTools","params":{},"id":"r"}`:  true,  // an escaped slash: the same string
 		`{"jsonrpc":"2.0","method":"mcp/registerTools","params":{}}`:            false, // a notification cannot be acked
 		`{"type":"hello","version":1}`:                                          false,
 		`{"jsonrpc":"2.0","id":1,"result":"mcp/registerTools"}`:                 false,
