@@ -77,7 +77,7 @@ func (c *connection) serveRegister(first []byte) {
 		SessionID: c.sessionID, Remote: c.remote, ProtocolVersion: c.id.protoVer, Logger: c.log,
 	}, c.sess)
 	c.att.Store(att)
-	c.log.Info("device connected", "dialect", hub.KindRegister, "mac_addr", reg.MAC, "client_id", c.id.clientID)
+	c.log.Info("device connected", "mac_addr", reg.MAC, "client_id", c.id.clientID) // c.log names the dialect
 	finish := c.startRegister()
 	c.applyRegistration(att, msg.ID, reg)
 	c.sess.Close(c.readRegister())
