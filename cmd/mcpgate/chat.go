@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/agent"
 	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/deviceid"
 )
 
 func init() { extraCommands = append(extraCommands, newChatCmd) }
@@ -115,10 +116,7 @@ func (p *chatPrinter) event(ev api.ChatEvent) {
 		var c agent.CallInfo
 		if json.Unmarshal(ev.Data, &c) == nil {
 			p.endLine()
-			name := c.Tool
-			if name == "" {
-				name = c.Function
-			}
+			name := callName(c)
 			args := string(c.Arguments)
 			if args == "" {
 				args = c.RawArguments
@@ -129,10 +127,7 @@ func (p *chatPrinter) event(ev api.ChatEvent) {
 		var c agent.CallInfo
 		if json.Unmarshal(ev.Data, &c) == nil {
 			p.endLine()
-			name := c.Tool
-			if name == "" {
-				name = c.Function
-			}
+			name := callName(c)
 			switch {
 			case c.Error != nil:
 				fmt.Fprintf(p.errw, "✗ %s: %s: %s\n", name, c.Error.Code, oneLine(c.Error.Message, 200))
@@ -145,4 +140,17 @@ func (p *chatPrinter) event(ev api.ChatEvent) {
 	case "final":
 		p.endLine()
 	}
+}
+
+// callName is how a call shows: the device's tool by its name, a tool
+// source's as <source>.<tool> (the agent offers both), a function the model
+// made up by the name it used.
+func callName(c agent.CallInfo) string {
+	if c.Tool == "" {
+		return c.Function
+	}
+	if src, ok := strings.CutPrefix(c.Device, deviceid.EndpointPrefix); ok {
+		return src + "." + c.Tool
+	}
+	return c.Tool
 }

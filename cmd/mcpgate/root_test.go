@@ -7,6 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/mcpgate/mcpgate/internal/agent"
 )
 
 // TestHelpValueNames: pflag takes a backquoted phrase in a flag's usage as
@@ -105,5 +107,20 @@ func TestParseEnv(t *testing.T) {
 	}
 	if _, err := parseEnv([]string{"NOVALUE"}); err == nil {
 		t.Error("an item without = accepted")
+	}
+}
+
+func TestChatCallName(t *testing.T) {
+	for _, tc := range []struct {
+		c    agent.CallInfo
+		want string
+	}{
+		{agent.CallInfo{Function: "self_lamp_on", Device: "02:00:00:00:00:01", Tool: "self.lamp.on"}, "self.lamp.on"},
+		{agent.CallInfo{Function: "probe__fail", Device: "endpoint-probe", Tool: "fail"}, "probe.fail"},
+		{agent.CallInfo{Function: "made_up"}, "made_up"},
+	} {
+		if got := callName(tc.c); got != tc.want {
+			t.Errorf("callName(%+v) = %q, want %q", tc.c, got, tc.want)
+		}
 	}
 }
