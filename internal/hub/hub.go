@@ -345,7 +345,9 @@ func (h *Hub) setAlias(ref, alias string) (Device, error) {
 	}
 	if owner, ok := h.aliases[alias]; ok && owner != d.id {
 		h.mu.Unlock()
-		return Device{}, fmt.Errorf("%w: %q belongs to %s", ErrAliasTaken, alias, owner)
+		// Not naming the owner: a key limited to some devices must not
+		// learn of another through it.
+		return Device{}, fmt.Errorf("%w: %q is another device's alias", ErrAliasTaken, alias)
 	}
 	if other, ok := h.devices[alias]; ok && other != d {
 		h.mu.Unlock()

@@ -214,8 +214,12 @@ func TestAliases(t *testing.T) {
 		{"dev-001001", "alias_taken"}, {"has.dot", "bad_request"}, {"", "bad_request"}, {"-x", "bad_request"},
 		{strings.Repeat("a", 64), "bad_request"}, {"02:00:00:00:10:01", "bad_request"},
 	} {
-		if _, err := h.SetAlias("dev-000001", tc.alias); Code(err) != tc.code {
+		_, err := h.SetAlias("dev-000001", tc.alias)
+		if Code(err) != tc.code {
 			t.Errorf("SetAlias(%q) = %v, want %s", tc.alias, err, tc.code)
+		}
+		if err != nil && strings.Contains(err.Error(), "02:00:00:00:10:01") && tc.code == "alias_taken" {
+			t.Errorf("SetAlias(%q) = %v: names the owner, which a limited key may not see", tc.alias, err)
 		}
 	}
 	if d, err := h.SetAlias("dev-000001", "Living_Room"); err != nil || d.Alias != "living_room" {
