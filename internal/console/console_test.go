@@ -169,6 +169,8 @@ func TestConsoleOpen(t *testing.T) {
 		`import('/console/json.js').then(m => JSON.stringify(m.parseExact('{"a":[` + big + `,-` + big + `,1.5,2]}')))`: `{"a":[` + big + `,-` + big + `,1.5,2]}`,
 		`import('/console/json.js').then(m => JSON.stringify({v: m.exactInteger(' ` + big + `')}))`:                    `{"v":` + big + `}`,
 		`import('/console/json.js').then(m => JSON.stringify({v: m.exactInteger('42')}))`:                              `{"v":42}`,
+		// Several missing properties in one problem: each field says so.
+		`import('/console/form.js').then((f) => { const form = f.schemaForm({type: 'object', required: ['count', 'person'], properties: {count: {type: 'integer'}, person: {type: 'string'}}}); form.showProblems([{path: '', message: "missing properties 'count', 'person'"}]); return form.fields.map((x) => x.err.textContent).join(' | '); })`: "missing property 'count' | missing property 'person'",
 		// A schema's enum and default beyond 2^53, read exactly: the form
 		// offers and sends them as written.
 		`Promise.all([import('/console/json.js'), import('/console/form.js')]).then(([j, f]) => JSON.stringify(f.schemaForm(j.parseExact(` +

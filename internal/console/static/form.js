@@ -125,10 +125,16 @@ export function schemaForm(schema) {
     // (/volume, /person/address/street → person), the rest on top.
     showProblems(problems) {
       const rest = [];
+      const all = [];
       for (const p of problems || []) {
+        // "missing properties 'a', 'b'" names several fields: one each.
+        const names = !p.path && /^missing propert(?:y|ies) /.test(p.message || '') ? [...p.message.matchAll(/'([^']+)'/g)].map((m) => m[1]) : [];
+        if (names.length) for (const n of names) all.push({ name: n, p: { path: '', message: 'missing property ' + "'" + n + "'" } });
+        else all.push({ p });
+      }
+      for (const { name: missing, p } of all) {
         let first = (p.path || '').split('/')[1];
-        const missing = !p.path && /missing propert(?:y|ies) '([^']+)'/.exec(p.message || '');
-        if (missing) first = missing[1];
+        if (missing) first = missing;
         const name = first === undefined ? undefined : first.replace(/~1/g, '/').replace(/~0/g, '~');
         const f = fields.find((x) => x.name === name);
         const msg = (p.path && f && p.path !== '/' + first ? p.path + ': ' : '') + p.message;
