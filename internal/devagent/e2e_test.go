@@ -447,3 +447,37 @@ func TestRefusedTokenSaidOnce(t *testing.T) {
 		t.Errorf("provisioned said %d times at info, want once:\n%s", n, out)
 	}
 }
+
+// TestEndpointSessionEndIsNoWarning: a session that ends (the gateway
+// restarting) is said at info, and so is the first failed attempt after
+// it; a refused token is a warning at once.
+func TestEndpointSessionEndIsNoWarning(t *testing.T) {
+	gw, stop := gatewaytest.Start(t, gateway.Config{EndpointTokens: []string{"s3cret"}})
+	var logs syncBuffer
+	a, err := devagent.New(devagent.Config{StateDir: t.TempDir(), Packs: []string{"system"},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, device.ProfileSpec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, func(ctx context.Context) error {
+		return a.RunEndpoint(ctx, devagent.EndpointOptions{URL: "ws://" + gw.Addr() + "/mcp/endpoint?token=s3cret",
+			MinBackoff: time.Second, MaxBackoff: time.Second})
+	})
+	deadline := time.Now().Add(waitFor)
+	for !strings.Contains(logs.String(), "connected to the MCP endpoint") {
+		if time.Now().After(deadline) {
+			t.Fatalf("not connected:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	for !strings.Contains(logs.String(), "cannot connect to the endpoint") {
+		if time.Now().After(deadline.Add(waitFor)) {
+			t.Fatalf("no failed attempt logged:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if out := logs.String(); strings.Contains(out, "level=WARN") || !strings.Contains(out, "endpoint connection ended") {
+		t.Errorf("a gateway restart logged a warning, or not the end:\n%s", out)
+	}
+}

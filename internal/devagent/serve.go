@@ -217,11 +217,18 @@ func (a *Agent) RunEndpoint(ctx context.Context, o EndpointOptions) error {
 		}
 		wait := bo.Next()
 		if connected {
-			// A session that ran is news once; a reconnect loop is not.
+			// A session that ended (a gateway restarting) is news, not
+			// trouble; a reconnect loop that fails is.
 			warn = throttle{}
+			a.log.Info("endpoint connection ended; reconnecting", "error", err, "retry_in", wait.Round(time.Millisecond))
+		} else {
+			level := warn.level(time.Now(), err)
+			if warn.n == 1 && !errors.Is(err, errEndpointRefused) {
+				level = slog.LevelInfo // one failed attempt, as run says it
+			}
+			a.log.Log(ctx, level, "cannot connect to the endpoint; retrying", "error", err,
+				"failed_attempts", warn.n, "retry_in", wait.Round(time.Millisecond))
 		}
-		a.log.Log(ctx, warn.level(time.Now(), err), "endpoint connection ended; reconnecting", "error", err,
-			"failed_attempts", warn.n, "retry_in", wait.Round(time.Millisecond))
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -231,6 +238,10 @@ func (a *Agent) RunEndpoint(ctx context.Context, o EndpointOptions) error {
 		}
 	}
 }
+
+// errEndpointRefused is a refusal of the token in --url: said at warn at
+// once, as it needs a person.
+var errEndpointRefused = errors.New("the endpoint refused the token in --url")
 
 // logEvery is how often a failure that keeps repeating is logged at warn;
 // the attempts between are logged at debug, as the device SDK does.
@@ -264,8 +275,7 @@ func (a *Agent) endpointSession(ctx context.Context, o EndpointOptions) (connect
 		if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
 			resp.Body.Close()
-			msg := fmt.Sprintf("the endpoint refused the token in --url: %s: %s", resp.Status, bytes.TrimSpace(body))
-			return false, errors.New(redact.InText(msg, o.URL))
+			return false, fmt.Errorf("%w: %s: %s", errEndpointRefused, resp.Status, redact.InText(string(bytes.TrimSpace(body)), o.URL))
 		}
 		return false, fmt.Errorf("dial endpoint %s: %w", redactURL(o.URL), redact.ErrIn(err, o.URL))
 	}
