@@ -352,11 +352,7 @@ func TestStdioWithMCPClient(t *testing.T) {
 func TestEndpointTokenStaysOutOfLogs(t *testing.T) {
 	gw, stop := gatewaytest.Start(t, gateway.Config{EndpointTokens: []string{"s3cret"}})
 	var logs syncBuffer
-	a, err := devagent.New(devagent.Config{StateDir: t.TempDir(), Packs: []string{"system"},
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, device.ProfileSpec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := infoAgent(t, &logs, device.ProfileSpec)
 	run(t, func(ctx context.Context) error {
 		return a.RunEndpoint(ctx, devagent.EndpointOptions{URL: "ws://" + gw.Addr() + "/mcp/endpoint?token=wrong-token",
 			MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
@@ -417,12 +413,7 @@ func TestRefusedTokenSaidOnce(t *testing.T) {
 	}))
 	t.Cleanup(otaProxy.Close)
 	var logs syncBuffer
-	a, err := devagent.New(devagent.Config{StateDir: t.TempDir(), Packs: []string{"system"},
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, device.ProfilePyXiaozhi) // info, as run by default
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
+	a := infoAgent(t, &logs, device.ProfilePyXiaozhi)
 	run(t, func(ctx context.Context) error {
 		return a.RunGateway(ctx, devagent.GatewayOptions{OTA: otaProxy.URL, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 	})
@@ -454,11 +445,7 @@ func TestRefusedTokenSaidOnce(t *testing.T) {
 func TestEndpointSessionEndIsNoWarning(t *testing.T) {
 	gw, stop := gatewaytest.Start(t, gateway.Config{EndpointTokens: []string{"s3cret"}})
 	var logs syncBuffer
-	a, err := devagent.New(devagent.Config{StateDir: t.TempDir(), Packs: []string{"system"},
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, device.ProfileSpec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := infoAgent(t, &logs, device.ProfileSpec)
 	run(t, func(ctx context.Context) error {
 		return a.RunEndpoint(ctx, devagent.EndpointOptions{URL: "ws://" + gw.Addr() + "/mcp/endpoint?token=s3cret",
 			MinBackoff: time.Second, MaxBackoff: time.Second})
@@ -480,4 +467,17 @@ func TestEndpointSessionEndIsNoWarning(t *testing.T) {
 	if out := logs.String(); strings.Contains(out, "level=WARN") || !strings.Contains(out, "endpoint connection ended") {
 		t.Errorf("a gateway restart logged a warning, or not the end:\n%s", out)
 	}
+}
+
+// infoAgent is an agent with the system pack logging to logs at info, the
+// level it runs at by default.
+func infoAgent(t *testing.T, logs io.Writer, profile device.Profile) *devagent.Agent {
+	t.Helper()
+	a, err := devagent.New(devagent.Config{StateDir: t.TempDir(), Packs: []string{"system"},
+		Logger: slog.New(slog.NewTextHandler(logs, nil))}, profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
 }
