@@ -144,6 +144,11 @@ final state posted, signed with --callback-secret.`,
 				res, err = c.Call(ctx, ref, body)
 			}
 			if err != nil {
+				var ae *api.APIError
+				if errors.As(err, &ae) && ae.Code == "bad_request" {
+					// Said in the flag's words, not the API field's.
+					ae.Message = strings.Replace(ae.Message, fmt.Sprintf(`"timeout_ms" %d`, body.TimeoutMS), "--timeout "+timeout.String(), 1)
+				}
 				return reportNotFound(cmd.Context(), g, c, ref, tool, err)
 			}
 			switch {

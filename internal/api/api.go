@@ -404,7 +404,7 @@ func (a *API) callTool(w http.ResponseWriter, r *http.Request) {
 	timeout := time.Duration(body.TimeoutMS) * time.Millisecond
 	if timeout > a.cfg.MaxCallTimeout {
 		writeError(w, http.StatusBadRequest, "bad_request",
-			fmt.Sprintf(`"timeout_ms" %d exceeds the maximum of %d`, body.TimeoutMS, a.cfg.MaxCallTimeout.Milliseconds()), nil)
+			fmt.Sprintf(`"timeout_ms" %d exceeds the maximum of %d (%s)`, body.TimeoutMS, a.cfg.MaxCallTimeout.Milliseconds(), a.cfg.MaxCallTimeout), nil)
 		return
 	}
 	p := principal(r)
