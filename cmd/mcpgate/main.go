@@ -16,6 +16,9 @@ func main() {
 	// SIGHUP (a closed terminal, a service manager's reload) stops gracefully too:
 	// its default, an instant exit, would lose what is not yet stored.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	// After the first, a signal has its default effect: a second Ctrl-C
+	// ends a drain that takes too long.
+	context.AfterFunc(ctx, stop)
 	err := newRootCmd(os.Stdout, os.Stderr).ExecuteContext(ctx)
 	stop()
 	if err != nil {

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/devicetest"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
@@ -231,5 +233,45 @@ func TestServeSIGHUP(t *testing.T) {
 	recs, err := st.Audit(t.Context(), store.AuditQuery{Limit: 10})
 	if err != nil || len(recs) != 3 {
 		t.Fatalf("audit records after SIGHUP: %d, %v; want 3", len(recs), err)
+	}
+}
+
+// TestServeSecondSignal: a second SIGTERM (or Ctrl-C) during a drain that
+// waits for a call ends the process at once, as an impatient operator means.
+func TestServeSecondSignal(t *testing.T) {
+	const wait = 60 * time.Second
+	child := startChild(t, "serve", "--addr", "127.0.0.1:0", "--mqtt-addr", "", "--data", t.TempDir(),
+		"--shutdown-timeout", "5m", "--call-timeout", "5m", "--log-format", "json")
+	addr, _ := child.waitLog(t, "gateway listening", wait)["addr"].(string)
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+	d, err := devicetest.Connect(ctx, devicetest.Config{Addr: addr, ID: "02:00:00:60:00:02",
+		OnCall: func(devicetest.Call) devicetest.Answer { return devicetest.Answer{Silent: true} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	c, err := api.NewClient("http://"+addr, &http.Client{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = c.Call(context.Background(), d.ID(), api.CallBody{Name: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":1}`)}) }()
+	for len(d.Calls()) == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the call did not reach the device")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := child.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	child.waitLog(t, "gateway stopping", wait)
+	if err := child.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-child.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a second SIGTERM did not end a drain waiting for a call (shutdown timeout 5m)")
 	}
 }
