@@ -157,3 +157,20 @@ func TestParseBrokerURL(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceOfNoSharedDownlink: an uplink naming an id with a colon that is
+// no MAC is refused: its downlink topic (colons as underscores) would be
+// another device's.
+func TestDeviceOfNoSharedDownlink(t *testing.T) {
+	tr := &Transport{cfg: Config{UplinkTopic: xiaozhi.DefaultUplinkTopic}}
+	for topic, want := range map[string]string{
+		"device-server/x_y":               "x_y",
+		"device-server/x:y":               "",
+		"device-server/02_00_00_00_00_01": "02:00:00:00:00:01",
+		"device-server/02:00:00:00:00:01": "",
+	} {
+		if id, _ := tr.deviceOf(topic); id != want {
+			t.Errorf("deviceOf(%q) = %q, want %q", topic, id, want)
+		}
+	}
+}

@@ -502,7 +502,12 @@ func (t *Transport) deviceOf(topic string) (string, bool) {
 	if !ok || seg == "" || strings.Contains(seg, "/") {
 		return "", false
 	}
-	// MACs travel with underscores (topic-safe); other ids as they are.
+	// MACs travel with underscores (topic-safe); other ids as they are,
+	// but without a colon: the downlink topic writes colons as
+	// underscores, so x:y and x_y would share one (and its messages).
+	if strings.Contains(seg, ":") {
+		return "", false
+	}
 	if len(seg) == 17 && strings.Count(seg, "_") == 5 {
 		seg = strings.ReplaceAll(seg, "_", ":")
 	}
