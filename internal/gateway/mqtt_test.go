@@ -280,3 +280,27 @@ func TestMQTTAudioHelloIsRefusedAndMCPGoesOn(t *testing.T) {
 		t.Fatalf("call after audio hello = %q %v", text, err)
 	}
 }
+
+// TestMQTTPacketOverDevicesMaximumCloses: a message over the Maximum Packet
+// Size an MQTT 5 device announced cannot be written: the connection is
+// closed (the device reconnects) rather than left up with its session failed.
+func TestMQTTPacketOverDevicesMaximumCloses(t *testing.T) {
+	gw := startMQTTGateway(t)
+	conn, err := net.Dial("tcp", gw.MQTTAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := paho.NewClient(paho.ClientConfig{Conn: conn})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	small := uint32(64) // the gateway's initialize is longer
+	if _, err := cli.Connect(ctx, &paho.Connect{ClientID: "GID_test@@@02_00_00_14_00_09@@@u-9", KeepAlive: 240, CleanStart: true,
+		Properties: &paho.ConnectProperties{MaximumPacketSize: &small}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-cli.Done():
+	case <-ctx.Done():
+		t.Fatal("the connection stayed up though the gateway could not write to it")
+	}
+}

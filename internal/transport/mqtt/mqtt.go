@@ -419,7 +419,13 @@ func (c *connection) write(ctx context.Context, msg []byte) error {
 		// Closed under this write (another write timed out and closed it;
 		// mochi closes the socket before it marks the client closed),
 		// before it, or reset by the device: a socket a write failed on
-		// carries nothing more.
+		// carries nothing more. A message over the device's MQTT 5
+		// Maximum Packet Size leaves the socket open: closed here too,
+		// or the device would stay connected with its session failed.
+		if errors.Is(err, packets.ErrPacketTooLarge) {
+			err = fmt.Errorf("%w: %d bytes are over the Maximum Packet Size the device announced", err, len(msg))
+		}
+		c.cl.Stop(fmt.Errorf("downlink write: %w", err))
 		return fmt.Errorf("mqtt: write to device: %w: %v", mcpclient.ErrDisconnected, err)
 	}
 	return nil
