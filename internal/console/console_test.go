@@ -126,13 +126,13 @@ func TestConsoleOpen(t *testing.T) {
 
 	// "Copy as CLI" and "Copy as curl" give one shell word per argument,
 	// whatever a device names its tools: run by bash, nothing else runs.
-	for _, name := range []string{"x.a;touch${IFS}pwned;#", "it's $(id) `id` a b"} {
+	for _, name := range []string{"x.a;touch${IFS}pwned;#", "it's $(id) `id` a b", "--json", "-h"} {
 		for _, fn := range []string{"cliFor", "curlFor"} {
 			line := eval[string](t, ctx, `import('/console/pages.js').then(m => m.`+fn+`('dev-1', `+jsString(name)+`, {v: "a'b"}))`)
 			args := shellArgs(t, line)
 			nameJSON, _ := json.Marshal(name)
 			body := `{"name":` + string(nameJSON) + `,"arguments":{"v":"a'b"}}`
-			ok := fn == "cliFor" && strings.Join(args, "\n") == strings.Join([]string{"mcpgate", "--server", base, "call", "dev-1", name, "--args", `{"v":"a'b"}`}, "\n") ||
+			ok := fn == "cliFor" && strings.Join(args, "\n") == strings.Join([]string{"mcpgate", "--server", base, "call", "--args", `{"v":"a'b"}`, "--", "dev-1", name}, "\n") ||
 				fn == "curlFor" && args[0] == "curl" && args[len(args)-1] == body
 			if !ok {
 				t.Errorf("%s(%q) = %s\nbash reads %q", fn, name, line, args)

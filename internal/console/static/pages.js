@@ -157,8 +157,10 @@ export function curlFor(d, name, args) {
   return `curl -s -X POST ${shellQuote(location.origin + dev(d) + '/tools/call')}${auth} -H 'Content-Type: application/json' -d ${shellQuote(JSON.stringify({ name, arguments: args }))}`;
 }
 
+// cliFor puts the device and tool after --: a tool named --json or -h is
+// then a tool, not a flag.
 export function cliFor(d, name, args) {
-  return `mcpgate --server ${shellQuote(location.origin)} call ${shellWord(d)} ${shellWord(name)} --args ${shellQuote(JSON.stringify(args))}`;
+  return `mcpgate --server ${shellQuote(location.origin)} call --args ${shellQuote(JSON.stringify(args))} -- ${shellWord(d)} ${shellWord(name)}`;
 }
 
 function toolCard(d, t, open) {
