@@ -255,7 +255,9 @@ func TestServeSecondSignal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _, _ = c.Call(context.Background(), d.ID(), api.CallBody{Name: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":1}`)}) }()
+	go func() {
+		_, _ = c.Call(context.Background(), d.ID(), api.CallBody{Name: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":1}`)})
+	}()
 	for len(d.Calls()) == 0 {
 		if ctx.Err() != nil {
 			t.Fatal("the call did not reach the device")

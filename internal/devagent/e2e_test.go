@@ -357,19 +357,9 @@ func TestEndpointTokenStaysOutOfLogs(t *testing.T) {
 		return a.RunEndpoint(ctx, devagent.EndpointOptions{URL: "ws://" + gw.Addr() + "/mcp/endpoint?token=wrong-token",
 			MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 	})
-	waitLog := func(text string) {
-		t.Helper()
-		deadline := time.Now().Add(waitFor)
-		for !strings.Contains(logs.String(), text) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %q logged:\n%s", text, logs.String())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	waitLog("refused the token in --url: 401 Unauthorized")
+	waitLogged(t, &logs, "refused the token in --url: 401 Unauthorized")
 	stop()
-	waitLog("REDACTED")
+	waitLogged(t, &logs, "REDACTED")
 	if out := logs.String(); strings.Contains(out, "wrong-token") {
 		t.Fatalf("the token is in the logs:\n%s", out)
 	}
@@ -450,22 +440,23 @@ func TestEndpointSessionEndIsNoWarning(t *testing.T) {
 		return a.RunEndpoint(ctx, devagent.EndpointOptions{URL: "ws://" + gw.Addr() + "/mcp/endpoint?token=s3cret",
 			MinBackoff: time.Second, MaxBackoff: time.Second})
 	})
-	deadline := time.Now().Add(waitFor)
-	for !strings.Contains(logs.String(), "connected to the MCP endpoint") {
-		if time.Now().After(deadline) {
-			t.Fatalf("not connected:\n%s", logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitLogged(t, &logs, "connected to the MCP endpoint")
 	stop()
-	for !strings.Contains(logs.String(), "cannot connect to the endpoint") {
-		if time.Now().After(deadline.Add(waitFor)) {
-			t.Fatalf("no failed attempt logged:\n%s", logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitLogged(t, &logs, "cannot connect to the endpoint")
 	if out := logs.String(); strings.Contains(out, "level=WARN") || !strings.Contains(out, "endpoint connection ended") {
 		t.Errorf("a gateway restart logged a warning, or not the end:\n%s", out)
+	}
+}
+
+// waitLogged waits until logs hold text.
+func waitLogged(t *testing.T, logs *syncBuffer, text string) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !strings.Contains(logs.String(), text) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q logged:\n%s", text, logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

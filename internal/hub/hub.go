@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/deviceid"
 	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/metrics"
@@ -310,11 +311,15 @@ var aliasRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 // ErrIDIsAlias refuses a device whose id is another device's alias.
 var ErrIDIsAlias = errors.New("device id is another device's alias")
 
-// CheckNewID refuses a connection naming itself id when id is another
-// device's alias: lookups take an alias first, so REST, MCP and admin
-// actions naming it would reach the other device (a revocation revoked
-// it), and it could squat an alias its owner wants back.
+// CheckNewID refuses a connection naming itself id when mcpgate keeps id
+// (deviceid.Check) or id is another device's alias: lookups take an alias
+// first, so REST, MCP and admin actions naming it would reach the other
+// device (a revocation revoked it), and it could squat an alias its owner
+// wants back.
 func (h *Hub) CheckNewID(id string) error {
+	if err := deviceid.Check(id); err != nil {
+		return err
+	}
 	h.mu.RLock()
 	owner, ok := h.aliases[strings.ToLower(id)]
 	h.mu.RUnlock()

@@ -48,7 +48,6 @@ import (
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"github.com/mcpgate/mcpgate/internal/deviceid"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
@@ -512,10 +511,7 @@ func (h *hook) OnConnect(cl *mochi.Client, pk packets.Packet) error {
 	}
 	id, err := xiaozhi.ParseMQTTClientID(cl.ID)
 	if err == nil {
-		err = deviceid.Check(id.DeviceID)
-	}
-	if err == nil {
-		err = h.t.cfg.Hub.CheckNewID(id.DeviceID)
+		err = h.t.cfg.Hub.CheckNewID(id.DeviceID) // reserved ids, another's alias
 	}
 	if err != nil {
 		h.t.m.Handshakes.WithLabelValues("mqtt", "bad_client_id").Inc()

@@ -44,7 +44,6 @@ import (
 	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/mcpgate/mcpgate/internal/deviceid"
 	"github.com/mcpgate/mcpgate/internal/dialect/register"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/limits"
@@ -210,9 +209,6 @@ func identify(r *http.Request) (identity, error) {
 	// refused after the upgrade (errNoIdentity).
 	if raw := get(xiaozhi.HeaderDeviceID, xiaozhi.QueryDeviceID); raw != "" {
 		devID, err := xiaozhi.NormalizeDeviceID(raw)
-		if err == nil {
-			err = deviceid.Check(devID)
-		}
 		if err != nil {
 			return id, err
 		}
