@@ -758,3 +758,33 @@ func TestClusterProcessesMCP(t *testing.T) {
 		t.Errorf("the device got %d calls through the MCP doors of another node, want 2", got)
 	}
 }
+
+// TestClusterProcessesDeviceTokens: with --device-auth token and no
+// --device-secret-file, nodes started together sign with one secret, kept
+// in the store: a device provisioned by one node's OTA (which sends it to
+// the other, as a load balancer may) connects to the other with that token,
+// and `mcpgate devices token --store` mints tokens the nodes accept.
+func TestClusterProcessesDeviceTokens(t *testing.T) {
+	dsn := storetest.PostgresDSN(t)
+	nodes := newClusterNodes(t, 2, dsn, "")
+	for _, nd := range nodes {
+		nd.args = append(nd.args, "--device-auth", "token")
+	}
+	nodes[0].args = append(nodes[0].args, "--public-url", "http://"+nodes[1].addr)
+	startCluster(t, nodes)
+
+	const prefix = 0x31
+	startChild(t, "sim", "--ota", "http://"+nodes[0].addr+"/xiaozhi/ota/", "--mac-prefix", fmt.Sprint(prefix), "--log-format", "json")
+	id := sim.MAC(prefix, 0)
+	waitFor(t, "the device provisioned by node n1 online on node n2", clusterWait, func() bool {
+		return slices.Contains(nodes[1].held(t), id)
+	})
+
+	r := run(t, "http://127.0.0.1:1", "devices", "token", "--store", dsn, "--data", t.TempDir(), sim.MAC(prefix, 1))
+	r.want(t, 0)
+	startChild(t, "sim", "--url", "ws://"+nodes[0].addr+"/xiaozhi/v1/", "--token", strings.TrimSpace(r.stdout),
+		"--start", "1", "--mac-prefix", fmt.Sprint(prefix), "--log-format", "json")
+	waitFor(t, "a device with a token from `devices token --store` online", clusterWait, func() bool {
+		return slices.Contains(nodes[0].held(t), sim.MAC(prefix, 1))
+	})
+}

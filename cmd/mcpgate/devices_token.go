@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpgate/mcpgate/internal/devauth"
+	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/suggest"
 	"github.com/mcpgate/mcpgate/xiaozhi"
@@ -33,7 +35,9 @@ func newDevicesTokenCmd(g *globals) *cobra.Command {
 (as its WebSocket bearer token, or its MQTT password). The token is signed with
 the gateway's secret file, so run this where the gateway's data lives; it does
 not talk to the gateway. Both the store and the secret file must exist: the
-gateway creates them at its first start.
+gateway creates them at its first start. A cluster keeps its secret in the
+store (unless its nodes were given --device-secret-file): then --store is
+enough.
 
 DEVICE is a MAC in any form (a device that has not connected yet may get a
 token), or the id or alias of a device in the gateway's store. Any other name
@@ -49,28 +53,21 @@ With --client-id the token is valid only with that Client-Id; without, with any.
 	sf := addStoreFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		dataDir, _ := sf.resolve()
-		if secretFile == "" {
-			secretFile = filepath.Join(dataDir, "device-secret")
-		}
-		// A new secret here would sign tokens no gateway accepts.
-		if _, err := os.Stat(secretFile); errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("no device secret at %s: start the gateway once (it creates it), or pass --data or --device-secret-file as given to serve", secretFile)
-		}
 		st, err := sf.open(cmd.Context())
 		if err != nil {
 			return err
 		}
 		defer st.Close()
+		secret, err := tokenSecret(cmd.Context(), st, secretFile, dataDir, slog.New(slog.NewTextHandler(g.stderr, nil)))
+		if err != nil {
+			return err
+		}
 		id, err := tokenDeviceID(cmd.Context(), st, args[0], newID)
 		if err != nil {
 			return err
 		}
 		if id != args[0] {
 			fmt.Fprintf(g.stderr, "device: %s\n", id)
-		}
-		secret, err := devauth.LoadOrCreateSecret(secretFile, slog.New(slog.NewTextHandler(g.stderr, nil)))
-		if err != nil {
-			return err
 		}
 		auth, err := devauth.New(devauth.Config{Secret: secret})
 		if err != nil {
@@ -99,6 +96,30 @@ With --client-id the token is valid only with that Client-Id; without, with any.
 	f.StringVar(&secretFile, "device-secret-file", "", "the gateway's secret file (default DATA/device-secret)")
 	f.BoolVar(&newID, "new", false, "DEVICE is the id of a device the store does not know yet, though not a MAC")
 	return cmd
+}
+
+// tokenSecret returns the secret the gateway signs with: a cluster's, kept
+// in the store, unless secretFile is given; else the secret file.
+func tokenSecret(ctx context.Context, st store.Store, secretFile, dataDir string, log *slog.Logger) ([]byte, error) {
+	if secretFile == "" {
+		v, err := st.Setting(ctx, gateway.SecretSetting)
+		if err == nil {
+			secret, err := hex.DecodeString(v)
+			if err != nil {
+				return nil, fmt.Errorf("the cluster's device secret (setting %s in the store) is damaged: %w", gateway.SecretSetting, err)
+			}
+			return secret, nil
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			return nil, err
+		}
+		secretFile = filepath.Join(dataDir, "device-secret")
+	}
+	// A new secret here would sign tokens no gateway accepts.
+	if _, err := os.Stat(secretFile); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("no device secret at %s: start the gateway once (it creates it), or pass --data or --device-secret-file as given to serve", secretFile)
+	}
+	return devauth.LoadOrCreateSecret(secretFile, log)
 }
 
 // macID matches a MAC as xiaozhi.NormalizeDeviceID writes it.

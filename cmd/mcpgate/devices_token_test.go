@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/devauth"
+	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
 
@@ -119,13 +121,17 @@ func TestDevicesTokenDevice(t *testing.T) {
 func TestDevicesTokenMissing(t *testing.T) {
 	t.Setenv("MCPGATE_DATA", "")
 	t.Setenv("MCPGATE_STORE", "")
-	empty := t.TempDir()
-	r := run(t, "http://127.0.0.1:1", "devices", "token", "02:00:00:00:00:01", "--data", empty)
+	noSecret, _ := tokenData(t)
+	secretFile := filepath.Join(noSecret, "device-secret")
+	if err := os.Remove(secretFile); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, "http://127.0.0.1:1", "devices", "token", "02:00:00:00:00:01", "--data", noSecret)
 	r.want(t, 1)
-	if !strings.Contains(r.stderr, "no device secret at "+filepath.Join(empty, "device-secret")) {
+	if !strings.Contains(r.stderr, "no device secret at "+secretFile) {
 		t.Errorf("stderr %q", r.stderr)
 	}
-	if _, err := os.Stat(filepath.Join(empty, "device-secret")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(secretFile); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the secret was created: %v", err)
 	}
 	data, _ := tokenData(t)
@@ -136,5 +142,35 @@ func TestDevicesTokenMissing(t *testing.T) {
 	r.want(t, 1)
 	if !strings.Contains(r.stderr, "no store at") {
 		t.Errorf("stderr %q", r.stderr)
+	}
+}
+
+// TestDevicesTokenClusterSecret: a store holding a cluster's secret signs
+// the token, not the secret file beside it, unless that file is named.
+func TestDevicesTokenClusterSecret(t *testing.T) {
+	t.Setenv("MCPGATE_DATA", "")
+	t.Setenv("MCPGATE_STORE", "")
+	data, fileAuth := tokenData(t)
+	clusterSecret := []byte("the-cluster-secret-the-cluster-secret")
+	st, err := store.Open(t.Context(), "", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.SetSetting(t.Context(), gateway.SecretSetting, hex.EncodeToString(clusterSecret))
+	st.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusterAuth, _ := devauth.New(devauth.Config{Secret: clusterSecret})
+
+	r := run(t, "http://127.0.0.1:1", "devices", "token", "02:00:00:00:00:01", "--data", data)
+	r.want(t, 0)
+	if err := clusterAuth.Verify("02:00:00:00:00:01", "", strings.TrimSpace(r.stdout)); err != nil {
+		t.Errorf("the token with a cluster's secret in the store: %v", err)
+	}
+	r = run(t, "http://127.0.0.1:1", "devices", "token", "02:00:00:00:00:01", "--data", data, "--device-secret-file", filepath.Join(data, "device-secret"))
+	r.want(t, 0)
+	if err := fileAuth.Verify("02:00:00:00:00:01", "", strings.TrimSpace(r.stdout)); err != nil {
+		t.Errorf("the token with --device-secret-file: %v", err)
 	}
 }

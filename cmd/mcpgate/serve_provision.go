@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -34,7 +35,7 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 		transportFor                                      map[string]string
 	)
 	f.StringVar(&auth, "device-auth", "open", "device credentials: open (any device) or token (devices present a token from OTA or from 'mcpgate devices token')")
-	f.StringVar(&secretFile, "device-secret-file", "", "file with the secret signing device tokens (default DATA/device-secret, created 0600 if absent)")
+	f.StringVar(&secretFile, "device-secret-file", "", "file with the secret signing device tokens (default DATA/device-secret, created 0600 if absent; a cluster without it keeps one secret in the store)")
 	p.DeviceTokenTTL = 30 * 24 * time.Hour
 	f.Var(ageFlag{&p.DeviceTokenTTL}, "device-token-ttl", "lifetime of device tokens the OTA endpoint issues, e.g. 30d or 12h")
 	f.StringVar(&policy, "ota-policy", "open", "which devices the OTA endpoint configures: open or allowlist")
@@ -96,6 +97,15 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 		// directory) behind.
 		if secretFile == "" {
 			secretFile = filepath.Join(*dataDir, "device-secret")
+			if flagValue(f, "cluster-name") != "" {
+				// Every node must sign with one secret: the store's, which
+				// the first node puts there (this node's file if it has one,
+				// a random one if not).
+				p.SecretInStore = true
+				if _, err := os.Stat(secretFile); errors.Is(err, fs.ErrNotExist) {
+					return nil
+				}
+			}
 		}
 		p.DeviceSecret, err = devauth.LoadOrCreateSecret(secretFile, log)
 		return err

@@ -55,6 +55,12 @@ type Config struct {
 	// every node presents its certificate and checks the others' against
 	// the CA. Unused with NATS.
 	TLSCert, TLSKey, TLSCA string
+	// SecretMark is the fingerprint of the secret signing device and
+	// vision tokens (devauth.SecretMark): a node signing with another
+	// secret refuses the tokens the others issue, so a node joining with a
+	// mark other than an older live node's leaves (ErrSecretMismatch).
+	// Empty: not compared.
+	SecretMark string
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// Registerer, when set, takes the node's Prometheus series
@@ -114,6 +120,9 @@ type Node struct {
 
 	fatal     chan error   // why the node must leave the cluster (Fatal)
 	dupWarned atomic.Int64 // epoch of the younger node under this id last warned about
+	// markWarned is the epoch of the younger node with another secret
+	// last warned about.
+	markWarned atomic.Int64
 }
 
 // DefaultNodeID derives a node id from the host name.
@@ -363,8 +372,8 @@ func (n *Node) Connected() bool { return n.nc.IsConnected() }
 var ErrDuplicateID = errors.New("cluster: another node has this node's id")
 
 // Fatal delivers the reason this node must leave the cluster: another node
-// that has run longer under the same id (ErrDuplicateID). The gateway
-// stops on it.
+// that has run longer under the same id (ErrDuplicateID), or with another
+// device secret (ErrSecretMismatch). The gateway stops on it.
 func (n *Node) Fatal() <-chan error { return n.fatal }
 
 // duplicateID handles a view message under this node's id from another
@@ -380,6 +389,29 @@ func (n *Node) duplicateID(theirs, ours int64) {
 	}
 	err := fmt.Errorf("%w (%q, running since %s): give each node its own --node-id (default: the host name)",
 		ErrDuplicateID, n.cfg.NodeID, time.Unix(0, theirs).UTC().Format(time.RFC3339))
+	select {
+	case n.fatal <- err:
+	default:
+	}
+}
+
+// ErrSecretMismatch: another live node signs device tokens with another
+// secret.
+var ErrSecretMismatch = errors.New("cluster: another node signs device tokens with another secret")
+
+// secretMismatch handles a beat of node, which joined at theirs (this node
+// at ours), signing with another device secret: a device provisioned by one
+// would be refused by the other, at random behind a load balancer. The
+// younger leaves, as with a duplicate id; on a tie, both do.
+func (n *Node) secretMismatch(node string, theirs, ours int64) {
+	if theirs > ours {
+		if n.markWarned.Swap(theirs) != theirs {
+			n.log.Error("cluster: a node joined with another device secret; it is leaving the cluster", "other", node)
+		}
+		return
+	}
+	err := fmt.Errorf("%w (node %q, running since %s): give every node the same secret: the same --device-secret-file on every node, or none on any (the cluster then keeps one in its store)",
+		ErrSecretMismatch, node, time.Unix(0, theirs).UTC().Format(time.RFC3339))
 	select {
 	case n.fatal <- err:
 	default:

@@ -45,6 +45,8 @@ type viewMsg struct {
 	Clock int64 `json:"clock,omitempty"`
 	// Roles are the node's roles (AddRole), on a beat or hello.
 	Roles []string `json:"roles,omitempty"`
+	// Mark is the node's Config.SecretMark, on a beat or hello.
+	Mark string `json:"mark,omitempty"`
 	// Held is the record of a device the node holds, as it is now; Gone a
 	// device it held and no longer does.
 	Held  *hub.RemoteDevice `json:"held,omitempty"`
@@ -65,6 +67,7 @@ type viewOut struct {
 	Bye   bool              `json:"bye,omitempty"`
 	Clock int64             `json:"clock,omitempty"`
 	Roles []string          `json:"roles,omitempty"`
+	Mark  string            `json:"mark,omitempty"`
 	Held  *hub.RemoteDevice `json:"held,omitempty"`
 	Gone  string            `json:"gone,omitempty"`
 	Event *eventOut         `json:"event,omitempty"`
@@ -431,6 +434,7 @@ func (v *view) encodeLocked(msg *viewOut) ([]byte, bool) {
 	if msg.Beat || msg.Hello {
 		msg.Roles = v.mem.ownRoles()
 		msg.Clock = v.n.now().UnixNano()
+		msg.Mark = v.n.cfg.SecretMark
 	}
 	counted := msg.Held != nil || msg.Gone != "" || msg.Event != nil
 	if counted {
@@ -611,6 +615,9 @@ func (v *view) apply(msg *viewMsg) bool {
 	if msg.Node == v.n.cfg.NodeID {
 		v.n.duplicateID(msg.Epoch, v.epoch)
 		return true
+	}
+	if msg.Mark != "" && v.n.cfg.SecretMark != "" && msg.Mark != v.n.cfg.SecretMark {
+		v.n.secretMismatch(msg.Node, msg.Epoch, v.epoch)
 	}
 	if msg.Bye {
 		// Only from the incarnation known here: a restarted node's old

@@ -42,6 +42,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpgate/mcpgate/xiaozhi"
@@ -127,7 +128,7 @@ type Config struct {
 
 // Authority issues and verifies tokens.
 type Authority struct {
-	secret []byte
+	secret atomic.Pointer[[]byte] // SetSecret replaces it
 	now    func() time.Time
 
 	mu         sync.Mutex
@@ -143,9 +144,24 @@ func New(cfg Config) (*Authority, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Authority{secret: bytes.Clone(cfg.Secret), now: cfg.Now,
-		revoked: make(map[string]int64), revokedDev: make(map[string]int64)}, nil
+	a := &Authority{now: cfg.Now, revoked: make(map[string]int64), revokedDev: make(map[string]int64)}
+	a.secret.Store(new(bytes.Clone(cfg.Secret)))
+	return a, nil
 }
+
+// SetSecret replaces the signing secret: tokens signed with the old one no
+// longer verify. A cluster node takes the cluster's secret from the store
+// this way once it is open, before it serves.
+func (a *Authority) SetSecret(secret []byte) error {
+	if len(secret) < MinSecretLen {
+		return fmt.Errorf("devauth: secret is %d bytes, want at least %d", len(secret), MinSecretLen)
+	}
+	a.secret.Store(new(bytes.Clone(secret)))
+	return nil
+}
+
+// Mark returns a fingerprint of the secret (SecretMark).
+func (a *Authority) Mark() string { return SecretMark(*a.secret.Load()) }
 
 // IssueDevice returns a device token for deviceID, bound to clientID (empty
 // binds it to none), valid for ttl.
@@ -179,8 +195,17 @@ func (a *Authority) issue(purpose, deviceID, clientID string, ttl time.Duration)
 	return payload + "." + base64.RawURLEncoding.EncodeToString(a.sign(payload)), nil
 }
 
+// SecretMark returns a fingerprint of a secret: equal for equal secrets,
+// and telling nothing of the secret. Cluster nodes compare theirs, since a
+// node with another secret refuses the tokens the others issue.
+func SecretMark(secret []byte) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("mcpgate: device secret mark"))
+	return hex.EncodeToString(m.Sum(nil)[:12])
+}
+
 func (a *Authority) sign(payload string) []byte {
-	m := hmac.New(sha256.New, a.secret)
+	m := hmac.New(sha256.New, *a.secret.Load())
 	m.Write([]byte(payload))
 	return m.Sum(nil)
 }

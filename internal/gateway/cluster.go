@@ -76,6 +76,11 @@ func (g *Gateway) joinCluster() (leave func(), err error) {
 	cfg := *g.cfg.Cluster
 	cfg.Logger = g.log
 	cfg.Registerer = g.metrics.Registry
+	if p := g.cfg.Provisioning; len(p.DeviceSecret) > 0 || p.SecretInStore {
+		// Not a secret made up for this process alone (tests): the
+		// nodes must agree on it.
+		cfg.SecretMark = g.devices.auth.Authority().Mark()
+	}
 	node, err := cluster.Start(cfg)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/cluster"
 	"github.com/mcpgate/mcpgate/internal/devauth"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
@@ -132,5 +134,70 @@ func TestClusterRevocationAcrossGateways(t *testing.T) {
 	})
 	if d, _ := b.Hub().Device(mac); d.Online {
 		t.Fatal("device back online on another node with a revoked token")
+	}
+}
+
+// TestClusterSecretMismatchLeaves: a node joining with another device
+// secret than a live node's leaves the cluster (it would refuse the tokens
+// the other issues), and the live node stays; a node with the same secret
+// joins.
+func TestClusterSecretMismatchLeaves(t *testing.T) {
+	st := storetest.Open(t, "", t.TempDir())
+	beat := &cluster.Config{Heartbeat: 200 * time.Millisecond}
+	prov := Provisioning{DeviceAuth: devauth.ModeToken, DeviceSecret: testSecret}
+	a := startGateway(t, asNode(t, Config{Store: st, Provisioning: prov, Cluster: beat}, "sm", "a"))
+
+	other := prov
+	other.DeviceSecret = []byte("another-secret-another-secret-another")
+	b, err := New(asNode(t, Config{Addr: "127.0.0.1:0", Store: st, Provisioning: other, Cluster: beat}, "sm", "b", a.ClusterRoute()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	err = b.Run(ctx)
+	if !errors.Is(err, cluster.ErrSecretMismatch) || !strings.Contains(err.Error(), "--device-secret-file") {
+		t.Fatalf("a node with another device secret: %v, want ErrSecretMismatch naming --device-secret-file", err)
+	}
+	if _, err := restClient(t, a).Devices(t.Context()); err != nil {
+		t.Fatalf("the live node after the other left: %v", err)
+	}
+
+	c := startGateway(t, asNode(t, Config{Store: st, Provisioning: prov, Cluster: beat}, "sm", "c", a.ClusterRoute()))
+	waitFor(t, "the node with the same secret to be a member", 5*time.Second, func() bool {
+		return len(c.cluster.node.Load().Members()) == 2
+	})
+	select {
+	case err := <-c.clusterFatal():
+		t.Fatalf("a node with the same secret left: %v", err)
+	case <-time.After(time.Second):
+	}
+}
+
+// TestClusterSharesDeviceSecret: with the secret in the store, nodes with
+// secret files of their own (or none) sign with the first node's, so a
+// token one node issues opens a session on the other.
+func TestClusterSharesDeviceSecret(t *testing.T) {
+	st := storetest.Open(t, "", t.TempDir())
+	prov := Provisioning{DeviceAuth: devauth.ModeToken, DeviceSecret: testSecret, SecretInStore: true}
+	other := prov
+	other.DeviceSecret = nil
+	a := startGateway(t, asNode(t, Config{Store: st, Provisioning: prov}, "ss", "a"))
+	b := startGateway(t, asNode(t, Config{Store: st, Provisioning: other}, "ss", "b", a.ClusterRoute()))
+
+	const mac, cid = "02:00:00:00:0d:05", "client-d5"
+	token, err := a.devices.auth.Authority().IssueDevice(mac, cid, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.devices.auth.Authority().Verify(mac, cid, token); err != nil {
+		t.Fatalf("a token node a issued, on node b: %v", err)
+	}
+	if a.devices.auth.Authority().Mark() != devauth.SecretMark(testSecret) {
+		t.Error("the first node does not sign with its own secret, which it put in the store")
+	}
+	v, err := st.Setting(t.Context(), SecretSetting)
+	if err != nil || strings.Contains(v, string(testSecret)) {
+		t.Errorf("the store's secret: %q, %v; want it hex encoded", v, err)
 	}
 }

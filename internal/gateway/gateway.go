@@ -551,6 +551,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if err := g.checkKeys(ctx); err != nil {
 		return err
 	}
+	if g.cfg.Cluster != nil && g.cfg.Provisioning.SecretInStore {
+		if err := g.devices.shareSecret(ctx); err != nil {
+			return err
+		}
+	}
 	if err := g.restoreState(ctx); err != nil {
 		return err
 	}

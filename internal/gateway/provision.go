@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,6 +39,12 @@ type Provisioning struct {
 	// --device-secret-file; nil uses a random secret for this process only,
 	// so tokens issued by `mcpgate devices token` would not verify.
 	DeviceSecret []byte
+	// SecretInStore (cluster mode) signs with the secret kept in the shared
+	// store, which the first node to start puts there (DeviceSecret when
+	// set, else a random one): every node then verifies the tokens any node
+	// issued. Without it each node signs with its own DeviceSecret, which
+	// must then be the same on every node (cluster.ErrSecretMismatch).
+	SecretInStore bool
 	// DeviceTokenTTL is the lifetime of device tokens the OTA endpoint
 	// issues. Default 720h (30 days); a device fetches a new one at every boot.
 	DeviceTokenTTL time.Duration
@@ -242,6 +250,35 @@ func (d *deviceServices) visionFor(deviceID, base string) *mcpclient.Vision {
 		return nil // an id the transport accepted always normalises; no vision rather than no session
 	}
 	return &mcpclient.Vision{URL: strings.TrimSuffix(base, "/") + vision.Path, Token: tok}
+}
+
+// SecretSetting is the store's setting holding the cluster's device secret
+// (Provisioning.SecretInStore), hex encoded.
+const SecretSetting = "device_secret"
+
+// shareSecret makes the store's device secret this node's, putting this
+// node's there first if there is none (Provisioning.SecretInStore).
+func (d *deviceServices) shareSecret(ctx context.Context) error {
+	own := d.cfg.DeviceSecret
+	if len(own) == 0 {
+		own = make([]byte, 32)
+		_, _ = rand.Read(own)
+	}
+	v, err := d.store.InitSetting(ctx, SecretSetting, hex.EncodeToString(own))
+	if err != nil {
+		return fmt.Errorf("the cluster's device secret: %w", err)
+	}
+	secret, err := hex.DecodeString(v)
+	if err == nil {
+		err = d.auth.Authority().SetSecret(secret)
+	}
+	if err != nil {
+		return fmt.Errorf("the cluster's device secret (setting %s in the store) is damaged: %w", SecretSetting, err)
+	}
+	if len(d.cfg.DeviceSecret) > 0 && !bytes.Equal(secret, d.cfg.DeviceSecret) {
+		d.log.Info("signing device tokens with the cluster's secret from the store, not this node's own secret file")
+	}
+	return nil
 }
 
 // restoreRevocations puts the device-credential revocations of the store

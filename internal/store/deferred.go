@@ -136,6 +136,14 @@ func (d *Deferred) SetSetting(ctx context.Context, name, value string) error {
 	return s.SetSetting(ctx, name, value)
 }
 
+func (d *Deferred) InitSetting(ctx context.Context, name, value string) (string, error) {
+	s, err := d.get()
+	if err != nil {
+		return "", err
+	}
+	return s.InitSetting(ctx, name, value)
+}
+
 func (d *Deferred) Setting(ctx context.Context, name string) (string, error) {
 	s, err := d.get()
 	if err != nil {

@@ -377,6 +377,17 @@ func (s *pgStore) SetSetting(ctx context.Context, name, value string) error {
 	return nil
 }
 
+func (s *pgStore) InitSetting(ctx context.Context, name, value string) (string, error) {
+	if name == "" {
+		return "", errors.New("store: setting without a name")
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO settings (name, value, updated_at) VALUES ($1, $2, now())
+		ON CONFLICT (name) DO NOTHING`, name, value); err != nil {
+		return "", fmt.Errorf("store: init setting %s: %w", name, err)
+	}
+	return s.Setting(ctx, name)
+}
+
 func (s *pgStore) Setting(ctx context.Context, name string) (string, error) {
 	var v string
 	err := s.pool.QueryRow(ctx, `SELECT value FROM settings WHERE name = $1`, name).Scan(&v)

@@ -537,6 +537,17 @@ func (s *sqliteStore) SetSetting(ctx context.Context, name, value string) error 
 	return nil
 }
 
+func (s *sqliteStore) InitSetting(ctx context.Context, name, value string) (string, error) {
+	if name == "" {
+		return "", errors.New("store: setting without a name")
+	}
+	if _, err := s.w.ExecContext(ctx, `INSERT INTO settings (name, value, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (name) DO NOTHING`, name, value, time.Now().UnixMicro()); err != nil {
+		return "", fmt.Errorf("store: init setting %s: %w", name, err)
+	}
+	return s.Setting(ctx, name)
+}
+
 func (s *sqliteStore) Setting(ctx context.Context, name string) (string, error) {
 	var v string
 	err := s.r.QueryRowContext(ctx, `SELECT value FROM settings WHERE name = ?`, name).Scan(&v)

@@ -174,6 +174,10 @@ type Store interface {
 	// SetSetting stores a named value; Setting reads it (ErrNotFound).
 	SetSetting(ctx context.Context, name, value string) error
 	Setting(ctx context.Context, name string) (string, error)
+	// InitSetting stores value under name unless a value is stored there
+	// already, and returns the stored one: of gateways racing to set it,
+	// all get the first's.
+	InitSetting(ctx context.Context, name, value string) (string, error)
 
 	// AppendAudit writes records in one transaction, in order.
 	AppendAudit(ctx context.Context, recs []AuditRecord) error

@@ -87,13 +87,14 @@ func TestDeferred(t *testing.T) {
 		"Revocations": func() error { _, err := d.Revocations(ctx, time.Now()); return err },
 		"SetSetting":  func() error { return d.SetSetting(ctx, "a", "b") },
 		"Setting":     func() error { _, err := d.Setting(ctx, "a"); return err },
+		"InitSetting": func() error { _, err := d.InitSetting(ctx, "a", "c"); return err },
 		"AppendAudit": func() error { return d.AppendAudit(ctx, []store.AuditRecord{{Outcome: "ok"}}) },
 		"Audit":       func() error { _, err := d.Audit(ctx, store.AuditQuery{}); return err },
 		"PruneAudit":  func() error { _, err := d.PruneAudit(ctx, time.Time{}, 1); return err },
 	}
 	// In an order where each bound call succeeds.
 	order := []string{"SaveDevice", "Devices", "DeleteDevice", "SaveCatalog", "Catalog", "CreateKey", "Key", "Keys",
-		"RevokeKey", "AddRevocation", "Revocations", "SetSetting", "Setting", "AppendAudit", "Audit", "PruneAudit"}
+		"RevokeKey", "AddRevocation", "Revocations", "SetSetting", "Setting", "InitSetting", "AppendAudit", "Audit", "PruneAudit"}
 	if len(order) != len(calls) {
 		t.Fatal("order does not list every call")
 	}

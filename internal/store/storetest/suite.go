@@ -324,6 +324,22 @@ func testSettings(t *testing.T, target Target) {
 	if err := s.SetSetting(ctx, "", "v"); err == nil {
 		t.Error("SetSetting without a name: no error")
 	}
+	// InitSetting: the first value stays, whoever sets it.
+	if got, err := s.InitSetting(ctx, "init", "first"); err != nil || got != "first" {
+		t.Fatalf("InitSetting of a new name = %q, %v; want first", got, err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if got, err := s.InitSetting(ctx, "init", "later"); err != nil || got != "first" {
+				t.Errorf("InitSetting of a set name = %q, %v; want first", got, err)
+			}
+		})
+	}
+	wg.Wait()
+	if _, err := s.InitSetting(ctx, "", "v"); err == nil {
+		t.Error("InitSetting without a name: no error")
+	}
 }
 
 func rec(i int, device, tool, caller string, at time.Time) store.AuditRecord {
