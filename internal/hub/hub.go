@@ -413,7 +413,7 @@ type ConnInfo struct {
 	ClientID        string
 	Kind            string // "xiaozhi" when empty
 	Transport       string // "websocket", "mqtt"...
-	SessionID       string
+	SessionID       string // the first; see Attachment.SetSessionID
 	Remote          string
 	ProtocolVersion string
 	// NoMCP is set when the device did not announce MCP; it then has no tools.
@@ -506,6 +506,19 @@ func (a *Attachment) ended() bool {
 	default:
 		return false
 	}
+}
+
+// SetSessionID records the session id the connection now uses, when it
+// changes after Attach (a voice server's later hello in upstream mode): the
+// device's snapshot shows it and the hub's own messages to the device
+// (SendLLM) carry it. ConnInfo.SessionID stays the first one.
+func (a *Attachment) SetSessionID(sid string) {
+	h := a.hub
+	h.mu.Lock()
+	if a.dev.att == a {
+		a.dev.sessionID = sid
+	}
+	h.mu.Unlock()
 }
 
 // Touch records that the device just sent something.

@@ -379,9 +379,9 @@ func (s *splice) fromUpstream(data []byte) []byte {
 		return nil
 	}
 	if err != nil || env.Type != xiaozhi.TypeMCP {
-		if err == nil && env.Type == xiaozhi.TypeHello && env.SessionID != "" && env.SessionID != s.sessionID {
+		if err == nil && env.Type == xiaozhi.TypeHello && env.SessionID != "" && env.SessionID != s.sessionID && websocketHello(env) {
 			// A new audio channel with a new session id: mcpgate's own
-			// messages follow it. Rare; the link reads it under its lock.
+			// messages, and the device's record, follow it. Rare.
 			s.c.log.Info("upstream changed the session id", "new_session_id", env.SessionID)
 			s.setSessionID(env.SessionID)
 		}
@@ -614,11 +614,27 @@ func (s *splice) adoptInit(msg *jsonrpc.Message) {
 	s.initOnce.Do(func() { close(s.initDone) })
 }
 
-// setSessionID changes the session id of mcpgate's own envelopes.
+// websocketHello reports whether the firmware takes a server hello's
+// session id: only from a hello whose transport is "websocket"
+// (WebsocketProtocol::ParseServerHello ignores any other). Later messages
+// of other types never change it, whatever session_id they carry.
+func websocketHello(env *xiaozhi.Envelope) bool {
+	var h struct {
+		Transport string `json:"transport"`
+	}
+	return json.Unmarshal(env.Raw, &h) == nil && h.Transport == xiaozhi.TransportWebSocket
+}
+
+// setSessionID changes the session id of mcpgate's own envelopes (the
+// link reads it under mu) and of the device's record in the hub (REST,
+// the hub's own messages such as the agent's "llm").
 func (s *splice) setSessionID(sid string) {
 	s.mu.Lock()
 	s.sessionID = sid
 	s.mu.Unlock()
+	if a := s.c.att.Load(); a != nil { // attached before read starts
+		a.SetSessionID(sid)
+	}
 }
 
 func (s *splice) currentSessionID() string {
