@@ -8,6 +8,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,8 +67,9 @@ type Config struct {
 	// on a single node.
 	Cluster func() *ClusterHealth
 	// Ready says why the gateway should get no new devices or callers
-	// (GET /readyz answers 503 with it); nil, or a nil error: ready.
-	Ready func() error
+	// (GET /readyz answers 503 with it); nil, or a nil error: ready. It
+	// runs within the request's context and should answer within a second.
+	Ready func(context.Context) error
 }
 
 // DefaultWriteTimeout is Config.WriteTimeout's default: ample for any answer
@@ -574,10 +576,11 @@ func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
 
 // readyz answers whether a load balancer should send devices and callers
 // here: /healthz says the gateway runs, /readyz that it can do its work (in
-// a cluster, that it reaches the other nodes).
+// a cluster, that it reaches the other nodes; in upstream mode, that it
+// reaches the voice server).
 func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
 	if a.cfg.Ready != nil {
-		if err := a.cfg.Ready(); err != nil {
+		if err := a.cfg.Ready(r.Context()); err != nil {
 			writeError(w, http.StatusServiceUnavailable, "not_ready", err.Error(), nil)
 			return
 		}

@@ -372,9 +372,25 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	var clusterHealth func() *api.ClusterHealth
-	var ready func() error
 	if cfg.Cluster != nil {
-		clusterHealth, ready = link.health, link.ready
+		clusterHealth = link.health
+	}
+	// Not ready while cut off from the cluster or unable to reach the voice
+	// server, saying each that holds.
+	ready := func(ctx context.Context) error {
+		var why []string
+		if cfg.Cluster != nil {
+			if err := link.ready(); err != nil {
+				why = append(why, err.Error())
+			}
+		}
+		if err := wst.UpstreamReady(ctx); err != nil {
+			why = append(why, err.Error())
+		}
+		if len(why) > 0 {
+			return errors.New(strings.Join(why, "; "))
+		}
+		return nil
 	}
 	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version, Agent: chat, Audit: flushedAudit{w: auditLog, src: cfg.Store}, Queue: calls, Keys: cfg.Store,
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes, WriteTimeout: cfg.Limits.WriteTimeout, Limits: lim, Cluster: clusterHealth, Ready: ready})

@@ -413,7 +413,7 @@ type ConnInfo struct {
 	ClientID        string
 	Kind            string // "xiaozhi" when empty
 	Transport       string // "websocket", "mqtt"...
-	SessionID       string
+	SessionID       string // the first; see Attachment.SetSessionID
 	Remote          string
 	ProtocolVersion string
 	// NoMCP is set when the device did not announce MCP; it then has no tools.
@@ -498,6 +498,43 @@ func (h *Hub) Attach(info ConnInfo, sess *mcpclient.Session) *Attachment {
 	return a
 }
 
+// Refused records a connection the transport closed before attaching it,
+// and why (upstream mode: the voice server could not be reached). The
+// device is listed offline with reason as its last_error, until it attaches;
+// a device unknown so far is added (info names it). A device connected now,
+// here or on another node, is left as it is: its session goes on.
+// device_state is published when the state or the reason changes.
+func (h *Hub) Refused(info ConnInfo, reason string) {
+	if info.Kind == "" {
+		info.Kind = "xiaozhi"
+	}
+	now := time.Now().UTC()
+	h.mu.Lock()
+	d, ok := h.devices[info.DeviceID]
+	if ok && (d.att != nil || d.remoteNode != "") {
+		h.mu.Unlock()
+		return
+	}
+	if !ok {
+		d = &device{id: info.DeviceID, firstSeen: now, state: StateOffline}
+		d.alias = h.defaultAliasLocked(info.DeviceID)
+		h.aliases[d.alias] = d.id
+		h.devices[d.id] = d
+		h.metrics.DevicesKnown.Set(float64(len(h.devices)))
+		d.kind, d.clientID, d.transport = info.Kind, info.ClientID, info.Transport
+		d.remote, d.protoVer = info.Remote, info.ProtocolVersion
+	}
+	changed := !ok || d.state != StateOffline || d.lastError != reason
+	d.state, d.lastError = StateOffline, reason
+	d.lastSeen.Store(now.UnixNano())
+	id, alias := d.id, d.alias
+	h.mu.Unlock()
+	h.persist.markDirty(id)
+	if changed {
+		h.bus.publish(Event{Type: EventState, Device: id, Alias: alias, Data: StateData{State: StateOffline, Error: reason}})
+	}
+}
+
 // ended reports whether the connection is over.
 func (a *Attachment) ended() bool {
 	select {
@@ -506,6 +543,19 @@ func (a *Attachment) ended() bool {
 	default:
 		return false
 	}
+}
+
+// SetSessionID records the session id the connection now uses, when it
+// changes after Attach (a voice server's later hello in upstream mode): the
+// device's snapshot shows it and the hub's own messages to the device
+// (SendLLM) carry it. ConnInfo.SessionID stays the first one.
+func (a *Attachment) SetSessionID(sid string) {
+	h := a.hub
+	h.mu.Lock()
+	if a.dev.att == a {
+		a.dev.sessionID = sid
+	}
+	h.mu.Unlock()
 }
 
 // Touch records that the device just sent something.

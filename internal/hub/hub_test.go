@@ -322,3 +322,24 @@ func TestRefreshPublishesChange(t *testing.T) {
 		t.Fatalf("tools_changed events = %d, want 2 (discovery, refresh)", changes)
 	}
 }
+
+// TestRefused: a device refused before attaching is listed offline with
+// the reason; one connected meanwhile is left as it is, and its next
+// connection clears the reason.
+func TestRefused(t *testing.T) {
+	h := New(Config{})
+	id := "02:00:00:00:00:0c"
+	h.Refused(ConnInfo{DeviceID: id, Transport: "websocket", Remote: "127.0.0.1:1234"}, "voice server unreachable: cannot connect")
+	d, err := h.Device(id)
+	if err != nil || d.Online || d.State != StateOffline || d.LastError != "voice server unreachable: cannot connect" ||
+		d.Transport != "websocket" || d.Kind != "xiaozhi" || d.Alias == "" || d.LastSeen == nil {
+		t.Fatalf("refused device = %+v, %v", d, err)
+	}
+	stop := connect(t, h, id, newDevice(nil, volumeTool))
+	defer stop(nil)
+	waitState(t, h, id, StateReady)
+	h.Refused(ConnInfo{DeviceID: id, Transport: "websocket"}, "voice server unreachable: cannot connect")
+	if d, _ := h.Device(id); !d.Online || d.State != StateReady || d.LastError != "" {
+		t.Fatalf("a connected device was changed by a refused connection: %+v", d)
+	}
+}

@@ -18,8 +18,11 @@ func (h *Hub) SendLLM(ctx context.Context, ref string, msg xiaozhi.LLM) error {
 	h.mu.RLock()
 	d, err := h.lookupLocked(ref)
 	var att *Attachment
+	var sid string
 	if err == nil {
-		att = d.att
+		// The device's session id now, which may have changed since Attach
+		// (Attachment.SetSessionID).
+		att, sid = d.att, d.sessionID
 	}
 	h.mu.RUnlock()
 	if err != nil {
@@ -29,7 +32,7 @@ func (h *Hub) SendLLM(ctx context.Context, ref string, msg xiaozhi.LLM) error {
 		return fmt.Errorf("%w: %s", ErrDeviceOffline, d.id)
 	}
 	msg.Type = xiaozhi.TypeLLM
-	msg.SessionID = att.info.SessionID
+	msg.SessionID = sid
 	b, err := json.Marshal(msg)
 	if err != nil {
 		return fmt.Errorf("encode llm message: %w", err)

@@ -16,6 +16,7 @@ package upstreamtest
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -60,15 +61,31 @@ type Server struct {
 
 // Start starts a fake voice server on a random loopback port.
 func Start(cfg Config) *Server {
+	s := newServer(cfg)
+	s.hs = httptest.NewServer(http.HandlerFunc(s.serve))
+	return s
+}
+
+// Serve starts a fake voice server on ln, which it closes: a server that
+// comes up at an address the gateway was given while it was down (listen
+// on one from freeport.Addr).
+func Serve(cfg Config, ln net.Listener) *Server {
+	s := newServer(cfg)
+	s.hs = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	s.hs.Listener.Close()
+	s.hs.Listener = ln
+	s.hs.Start()
+	return s
+}
+
+func newServer(cfg Config) *Server {
 	if cfg.SessionID == "" {
 		cfg.SessionID = DefaultSessionID
 	}
 	if cfg.ReadLimit <= 0 {
 		cfg.ReadLimit = 1 << 20
 	}
-	s := &Server{cfg: cfg, conns: make(chan *Conn, 64)}
-	s.hs = httptest.NewServer(http.HandlerFunc(s.serve))
-	return s
+	return &Server{cfg: cfg, conns: make(chan *Conn, 64)}
 }
 
 // URL is the server's device WebSocket URL, ws://127.0.0.1:PORT/xiaozhi/v1/.

@@ -45,6 +45,7 @@ const (
 type server struct {
 	addr string
 	hub  *hub.Hub
+	tr   *ws.Transport // startTransport's; nil for a gateway
 	logs *logBuffer
 	// scrape returns the Prometheus exposition of the server's metrics.
 	scrape func(t testing.TB) string
@@ -87,7 +88,7 @@ func startTransport(t testing.TB, cfg ws.Config) *server {
 	}
 	t.Cleanup(stop)
 	m := cfg.Metrics
-	return &server{addr: srv.Listener.Addr().String(), hub: cfg.Hub, logs: logs, stop: stop,
+	return &server{addr: srv.Listener.Addr().String(), hub: cfg.Hub, tr: tr, logs: logs, stop: stop,
 		scrape: func(t testing.TB) string {
 			rec := httptest.NewRecorder()
 			promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))

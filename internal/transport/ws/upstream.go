@@ -48,6 +48,9 @@ type Upstream struct {
 	MaxPending int
 	// HTTPClient dials the upstream; nil uses http.DefaultClient.
 	HTTPClient *http.Client
+	// ProbeInterval is how often, at most, UpstreamReady dials the
+	// upstream itself while it is unreachable. Default 5s.
+	ProbeInterval time.Duration
 
 	redacted string // URL without a password or query values, for logs
 }
@@ -75,6 +78,9 @@ func (u *Upstream) fill() error {
 	}
 	if u.MaxPending <= 0 {
 		u.MaxPending = 256
+	}
+	if u.ProbeInterval <= 0 {
+		u.ProbeInterval = 5 * time.Second
 	}
 	return nil
 }
@@ -139,6 +145,15 @@ type splice struct {
 type dialError struct {
 	cause string // short, without the URL
 	err   error  // for the log, without the URL's secrets
+	down  bool   // the upstream was not reached (see unreachable)
+}
+
+// reason is the device's last_error in the hub.
+func (e *dialError) reason() string {
+	if e.down {
+		return "voice server unreachable: " + e.cause
+	}
+	return "voice server unavailable: " + e.cause
 }
 
 func (e *dialError) Error() string { return e.err.Error() }
@@ -162,26 +177,31 @@ func dialCause(err error) string {
 // *dialError after which the device connection must be closed.
 func (c *connection) dialUpstream(ctx context.Context, r http.Header, deviceHello []byte) (*splice, []byte, error) {
 	u := c.t.cfg.Upstream
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, c.t.cfg.HelloTimeout)
 	defer cancel()
 	up, resp, err := websocket.Dial(ctx, u.URL, &websocket.DialOptions{HTTPHeader: r, HTTPClient: u.HTTPClient})
+	if parent.Err() == nil { // not the gateway shutting down
+		c.t.recordDial(resp, err, dialCause(err))
+	}
 	if err != nil {
+		down := unreachable(resp, err)
 		if resp != nil {
-			return nil, nil, &dialError{"HTTP " + resp.Status, fmt.Errorf("dial upstream %s: HTTP %s", u.redacted, resp.Status)}
+			return nil, nil, &dialError{"HTTP " + resp.Status, fmt.Errorf("dial upstream %s: HTTP %s", u.redacted, resp.Status), down}
 		}
-		return nil, nil, &dialError{dialCause(err), fmt.Errorf("dial upstream %s: %w", u.redacted, redact.Err(err))}
+		return nil, nil, &dialError{dialCause(err), fmt.Errorf("dial upstream %s: %w", u.redacted, redact.Err(err)), down}
 	}
 	up.SetReadLimit(c.t.cfg.ReadLimit)
 	if err := up.Write(ctx, websocket.MessageText, deviceHello); err != nil {
 		up.CloseNow()
-		return nil, nil, &dialError{"hello not sent", fmt.Errorf("send hello to upstream: %w", err)}
+		return nil, nil, &dialError{cause: "hello not sent", err: fmt.Errorf("send hello to upstream: %w", err)}
 	}
 	var hello []byte
 	for {
 		typ, data, err := up.Read(ctx)
 		if err != nil {
 			up.CloseNow()
-			return nil, nil, &dialError{"no hello", fmt.Errorf("read upstream hello: %w", err)}
+			return nil, nil, &dialError{cause: "no hello", err: fmt.Errorf("read upstream hello: %w", err)}
 		}
 		if typ == websocket.MessageBinary {
 			continue // audio before the hello: nothing the device can play yet
@@ -189,7 +209,7 @@ func (c *connection) dialUpstream(ctx context.Context, r http.Header, deviceHell
 		env, err := xiaozhi.DecodeEnvelope(data)
 		if err != nil || env.Type != xiaozhi.TypeHello {
 			up.Close(websocket.StatusPolicyViolation, "want a server hello first")
-			return nil, nil, &dialError{"no hello", fmt.Errorf("upstream's first message is not a hello: %s", conns.Truncate(string(data), 200))}
+			return nil, nil, &dialError{cause: "no hello", err: fmt.Errorf("upstream's first message is not a hello: %s", conns.Truncate(string(data), 200))}
 		}
 		hello = data
 		sp := &splice{c: c, up: up, cfg: u, sessionID: env.SessionID, pending: make(map[int32]upstreamRequest),
@@ -237,13 +257,15 @@ func (c *connection) handshakeUpstream(deviceHello []byte) bool {
 	if err != nil {
 		c.t.m.UpstreamDialFailures.Inc()
 		c.t.m.Handshakes.WithLabelValues("websocket", "upstream_failed").Inc()
-		cause := "cannot connect"
-		var de *dialError
-		if errors.As(err, &de) {
-			cause = de.cause
-		}
+		de := &dialError{cause: "cannot connect", err: err, down: true}
+		errors.As(err, &de)
 		c.t.upstreamDown.Warn(c.log, "upstream voice server unavailable: closing the device connection", "device_id", c.id.deviceID, "remote", c.remote, "error", err)
-		c.conn.Close(websocket.StatusTryAgainLater, conns.CloseReason(errors.New("upstream unavailable: "+cause)))
+		if c.t.conns.Context().Err() == nil { // not a dial cut short by shutdown
+			// Listed, offline with the reason, before the device hears it.
+			c.t.cfg.Hub.Refused(hub.ConnInfo{DeviceID: c.id.deviceID, ClientID: c.id.clientID, Transport: "websocket",
+				Remote: c.remote, ProtocolVersion: c.id.protoVer}, de.reason())
+		}
+		c.conn.Close(websocket.StatusTryAgainLater, conns.CloseReason(errors.New("upstream unavailable: "+de.cause)))
 		return false
 	}
 	wctx, cancel := context.WithTimeout(c.ctx, c.t.cfg.WriteTimeout)
@@ -379,9 +401,9 @@ func (s *splice) fromUpstream(data []byte) []byte {
 		return nil
 	}
 	if err != nil || env.Type != xiaozhi.TypeMCP {
-		if err == nil && env.Type == xiaozhi.TypeHello && env.SessionID != "" && env.SessionID != s.sessionID {
+		if err == nil && env.Type == xiaozhi.TypeHello && env.SessionID != "" && env.SessionID != s.sessionID && websocketHello(env) {
 			// A new audio channel with a new session id: mcpgate's own
-			// messages follow it. Rare; the link reads it under its lock.
+			// messages, and the device's record, follow it. Rare.
 			s.c.log.Info("upstream changed the session id", "new_session_id", env.SessionID)
 			s.setSessionID(env.SessionID)
 		}
@@ -614,11 +636,27 @@ func (s *splice) adoptInit(msg *jsonrpc.Message) {
 	s.initOnce.Do(func() { close(s.initDone) })
 }
 
-// setSessionID changes the session id of mcpgate's own envelopes.
+// websocketHello reports whether the firmware takes a server hello's
+// session id: only from a hello whose transport is "websocket"
+// (WebsocketProtocol::ParseServerHello ignores any other). Later messages
+// of other types never change it, whatever session_id they carry.
+func websocketHello(env *xiaozhi.Envelope) bool {
+	var h struct {
+		Transport string `json:"transport"`
+	}
+	return json.Unmarshal(env.Raw, &h) == nil && h.Transport == xiaozhi.TransportWebSocket
+}
+
+// setSessionID changes the session id of mcpgate's own envelopes (the
+// link reads it under mu) and of the device's record in the hub (REST,
+// the hub's own messages such as the agent's "llm").
 func (s *splice) setSessionID(sid string) {
 	s.mu.Lock()
 	s.sessionID = sid
 	s.mu.Unlock()
+	if a := s.c.att.Load(); a != nil { // attached before read starts
+		a.SetSessionID(sid)
+	}
 }
 
 func (s *splice) currentSessionID() string {

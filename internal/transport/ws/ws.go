@@ -114,6 +114,8 @@ type Transport struct {
 	// upstreamDown samples "upstream unavailable" lines: a fleet
 	// reconnecting while the voice server is down must not flood the log.
 	upstreamDown conns.Sampler
+	// upHealth is whether the last dial reached the upstream (UpstreamReady).
+	upHealth upstreamHealth
 	// The upstream mode's per-frame metrics, looked up once.
 	framesToUp, framesToDevice   prometheus.Counter
 	bytesToUp, bytesToDevice     prometheus.Counter
