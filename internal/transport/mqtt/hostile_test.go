@@ -521,6 +521,44 @@ func TestWillsDropped(t *testing.T) {
 	}
 }
 
+// TestRetainedWill: the broker keeps no retained messages. An MQTT 3.1.1
+// device whose Will asks to be retained is accepted (3.1.1 has no "retain
+// not supported"), its Will dropped like any other; an MQTT 5 one is refused
+// with CONNACK 0x9A, as MQTT 5 requires.
+func TestRetainedWill(t *testing.T) {
+	h, tr, maddr, logs := bareBroker(t, mqtt.Config{})
+	mac := "02:00:00:01:cc:03"
+	rawConnectWith(t, tr.Addr(), mac, 0, func(c *packets.ConnectParams) { // fails unless CONNACK 0
+		c.WillFlag, c.WillRetain, c.WillTopic, c.WillPayload = true, true, xiaozhi.DefaultUplinkTopic, []byte(`{"type":"goodbye"}`)
+	})
+	checkFor(t, mac+" online", func() bool { d, err := h.Device(mac); return err == nil && d.Online })
+	logs.WaitLine(t, 0, "ignored the MQTT client's will message", "client_id=GID_raw@@@02_00_00_01_cc_03")
+	if n := hostiletest.Metric(t, maddr, `mcpgate_dropped_frames_total{reason="will"}`); n != 1 {
+		t.Errorf("dropped wills: %v, want 1", n)
+	}
+
+	v5 := "02:00:00:01:cc:04"
+	conn, err := net.Dial("tcp", tr.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cli := paho.NewClient(paho.ClientConfig{Conn: conn})
+	ctx, cancel := context.WithTimeout(t.Context(), hostiletest.WaitTimeout)
+	defer cancel()
+	ack, err := cli.Connect(ctx, &paho.Connect{CleanStart: true,
+		ClientID:    xiaozhi.MQTTClientID{Group: "test", DeviceID: v5, UUID: "6f1d9e52-0000-4000-8000-000000000003"}.String(),
+		WillMessage: &paho.WillMessage{Topic: xiaozhi.DefaultUplinkTopic, Payload: []byte(`{"type":"goodbye"}`), Retain: true}})
+	if err == nil || ack == nil || ack.ReasonCode != packets.ErrRetainNotSupported.Code {
+		t.Fatalf("MQTT 5 CONNECT with a retained Will: CONNACK %+v, %v; want 0x9A", ack, err)
+	}
+	logs.WaitLine(t, 0, "refused MQTT 5 client: its Will asks to be retained")
+	hostiletest.WaitMetric(t, maddr, `mcpgate_handshakes_total{result="will_retain",transport="mqtt"}`, 1)
+	if _, err := h.Device(v5); err == nil {
+		t.Errorf("the refused MQTT 5 device %s is known", v5)
+	}
+}
+
 // mqttDevice is a device on a paho client that answers MCP with a
 // device.Server, each reply sent replies times (default once).
 type mqttDevice struct {
