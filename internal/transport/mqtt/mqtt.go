@@ -488,6 +488,7 @@ func (h *hook) Provides(b byte) bool {
 	return bytes.IndexByte([]byte{
 		mochi.OnConnect, mochi.OnConnectAuthenticate, mochi.OnACLCheck,
 		mochi.OnSessionEstablished, mochi.OnDisconnect, mochi.OnPublish, mochi.OnPacketRead,
+		mochi.OnPacketEncode,
 	}, b) >= 0
 }
 
@@ -576,6 +577,20 @@ func (h *hook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet
 		c.att.Touch()
 	}
 	return pk, nil
+}
+
+// OnPacketEncode keeps DISCONNECT from MQTT 3.1.1 (and 3.1) clients: only
+// MQTT 5 has one from server to client; a 3.1.1 client is disconnected by
+// closing its connection. mochi sends it to every version on a session
+// takeover (and on a QoS 1 publish its ACL refuses, or over the receive
+// maximum). A size limit under the packet's makes the client's WritePacket
+// refuse it (ErrPacketTooLarge) before a byte is written; DisconnectClient
+// ignores that and closes the connection, which is all 3.1.1 wants.
+func (h *hook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Disconnect && pk.ProtocolVersion < 5 {
+		pk.Mods.MaxSize = 1 // a DISCONNECT is 2 bytes
+	}
+	return pk
 }
 
 // unretainWill clears the Will Retain flag of an MQTT 3.1.1 (or 3.1)
