@@ -372,9 +372,22 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	var clusterHealth func() *api.ClusterHealth
-	var ready func() error
 	if cfg.Cluster != nil {
-		clusterHealth, ready = link.health, link.ready
+		clusterHealth = link.health
+	}
+	var mqx *mqttext.Transport // set below, before Run serves /readyz
+	ready := func() error {
+		if cfg.Cluster != nil {
+			if err := link.ready(); err != nil {
+				return err
+			}
+		}
+		if mqx != nil {
+			if err := mqx.Ready(); err != nil {
+				return fmt.Errorf("MQTT devices cannot be heard: %w", err)
+			}
+		}
+		return nil
 	}
 	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version, Agent: chat, Audit: flushedAudit{w: auditLog, src: cfg.Store}, Queue: calls, Keys: cfg.Store,
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes, WriteTimeout: cfg.Limits.WriteTimeout, Limits: lim, Cluster: clusterHealth, Ready: ready})
@@ -406,7 +419,6 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 	}
-	var mqx *mqttext.Transport
 	if cfg.MQTTBroker != "" {
 		var owns func(string) bool
 		if cfg.Cluster != nil {
