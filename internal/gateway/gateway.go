@@ -375,8 +375,10 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Cluster != nil {
 		clusterHealth = link.health
 	}
-	// Not ready while cut off from the cluster or unable to reach the voice
-	// server, saying each that holds.
+	var mqx *mqttext.Transport // set below, before Run serves /readyz
+	// Not ready while cut off from the cluster, unable to reach the voice
+	// server or unable to hear the external broker's devices, saying each
+	// that holds.
 	ready := func(ctx context.Context) error {
 		var why []string
 		if cfg.Cluster != nil {
@@ -386,6 +388,11 @@ func New(cfg Config) (*Gateway, error) {
 		}
 		if err := wst.UpstreamReady(ctx); err != nil {
 			why = append(why, err.Error())
+		}
+		if mqx != nil {
+			if err := mqx.Ready(); err != nil {
+				why = append(why, fmt.Sprintf("MQTT devices cannot be heard: %v", err))
+			}
 		}
 		if len(why) > 0 {
 			return errors.New(strings.Join(why, "; "))
@@ -422,7 +429,6 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 	}
-	var mqx *mqttext.Transport
 	if cfg.MQTTBroker != "" {
 		var owns func(string) bool
 		if cfg.Cluster != nil {

@@ -3,13 +3,11 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,87 +16,25 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/mcpgate/mcpgate/device"
-	"github.com/mcpgate/mcpgate/internal/freeport"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/mosquittotest"
+	"github.com/mcpgate/mcpgate/internal/transport/mqttext"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
 // startMosquitto runs a real Mosquitto on a free loopback port until the
-// test ends and returns its host:port. A missing binary fails the test:
-// scripts/test.sh installs it.
+// test ends and returns its host:port.
 func startMosquitto(t testing.TB) string {
 	t.Helper()
-	addr, _ := startMosquittoKillable(t)
-	return addr
+	return mosquittotest.Start(t, "").Addr
 }
 
 // startMosquittoKillable is startMosquitto, with a function that kills the
 // broker at once.
 func startMosquittoKillable(t testing.TB) (addr string, kill func()) {
 	t.Helper()
-	bin, err := exec.LookPath("mosquitto")
-	if err != nil {
-		bin, err = exec.LookPath("/usr/sbin/mosquitto")
-	}
-	if err != nil {
-		t.Fatalf("mosquitto is required by the external-broker tests and was not found (%v): "+
-			"install it (Debian: apt-get install -y mosquitto; scripts/test.sh does so as root)", err)
-	}
-	addr, err = freeport.Addr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(addr)
-	conf := filepath.Join(t.TempDir(), "mosquitto.conf")
-	body := fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence false\n", port)
-	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-c", conf)
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start mosquitto: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	kill = func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	}
-	t.Cleanup(kill)
-	waitFor(t, "mosquitto to accept connections", 10*time.Second, func() bool {
-		select {
-		case <-exited:
-			t.Fatalf("mosquitto exited: %s", out.String())
-		default:
-		}
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			return false
-		}
-		c.Close()
-		return true
-	})
-	return addr, kill
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b = append(s.b, p...)
-	return len(p), nil
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return string(s.b)
+	b := mosquittotest.Start(t, "")
+	return b.Addr, b.Kill
 }
 
 func startExternalGateway(t testing.TB, broker string, silence time.Duration) *Gateway {
@@ -360,5 +296,37 @@ func TestExternalBrokerIgnoresRetainedUplinks(t *testing.T) {
 	})
 	if _, err := gw.Hub().Device(stale); err == nil {
 		t.Error("a retained uplink message started a session")
+	}
+}
+
+// /readyz says why MQTT devices cannot be heard: here the broker comes back
+// with an ACL that grants the gateway's subscription (Mosquitto's acl_file
+// grants every one) and lets it read nothing of it, and write its probe.
+func TestExternalBrokerReadyzSaysWhy(t *testing.T) {
+	b := mosquittotest.Start(t, "")
+	gw := startExternalGateway(t, b.Addr, time.Minute)
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + gw.Addr() + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := readyz(); code != http.StatusOK {
+		t.Fatalf("/readyz = %d %s, want 200", code, body)
+	}
+	b.Kill()
+	mosquittotest.StartOn(t, b.Addr, "acl_file "+mosquittotest.WriteFile(t, "acl",
+		"topic write devices/p2p/+\ntopic write device-server/"+mqttext.ProbeLevel+"\n"))
+	var code int
+	var body string
+	waitFor(t, "/readyz to say why", 20*time.Second, func() bool {
+		code, body = readyz()
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "did not come back")
+	})
+	if !strings.Contains(body, "not_ready") || !strings.Contains(body, "MQTT devices cannot be heard") {
+		t.Errorf("/readyz = %d %s", code, body)
 	}
 }

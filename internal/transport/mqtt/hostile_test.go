@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http/httptest"
 	"strings"
@@ -519,6 +520,105 @@ func TestWillsDropped(t *testing.T) {
 	if n := hostiletest.Metric(t, maddr, `mcpgate_dropped_frames_total{reason="will"}`); n != 1 {
 		t.Errorf("dropped wills: %v, want 1", n)
 	}
+}
+
+// TestRetainedWill: the broker keeps no retained messages. An MQTT 3.1.1
+// device whose Will asks to be retained is accepted (3.1.1 has no "retain
+// not supported"), its Will dropped like any other; an MQTT 5 one is refused
+// with CONNACK 0x9A, as MQTT 5 requires.
+func TestRetainedWill(t *testing.T) {
+	h, tr, maddr, logs := bareBroker(t, mqtt.Config{})
+	mac := "02:00:00:01:cc:03"
+	rawConnectWith(t, tr.Addr(), mac, 0, func(c *packets.ConnectParams) { // fails unless CONNACK 0
+		c.WillFlag, c.WillRetain, c.WillTopic, c.WillPayload = true, true, xiaozhi.DefaultUplinkTopic, []byte(`{"type":"goodbye"}`)
+	})
+	checkFor(t, mac+" online", func() bool { d, err := h.Device(mac); return err == nil && d.Online })
+	logs.WaitLine(t, 0, "ignored the MQTT client's will message", "client_id=GID_raw@@@02_00_00_01_cc_03")
+	if n := hostiletest.Metric(t, maddr, `mcpgate_dropped_frames_total{reason="will"}`); n != 1 {
+		t.Errorf("dropped wills: %v, want 1", n)
+	}
+
+	v5 := "02:00:00:01:cc:04"
+	conn, err := net.Dial("tcp", tr.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cli := paho.NewClient(paho.ClientConfig{Conn: conn})
+	ctx, cancel := context.WithTimeout(t.Context(), hostiletest.WaitTimeout)
+	defer cancel()
+	ack, err := cli.Connect(ctx, &paho.Connect{CleanStart: true,
+		ClientID:    xiaozhi.MQTTClientID{Group: "test", DeviceID: v5, UUID: "6f1d9e52-0000-4000-8000-000000000003"}.String(),
+		WillMessage: &paho.WillMessage{Topic: xiaozhi.DefaultUplinkTopic, Payload: []byte(`{"type":"goodbye"}`), Retain: true}})
+	if err == nil || ack == nil || ack.ReasonCode != packets.ErrRetainNotSupported.Code {
+		t.Fatalf("MQTT 5 CONNECT with a retained Will: CONNACK %+v, %v; want 0x9A", ack, err)
+	}
+	logs.WaitLine(t, 0, "refused MQTT 5 client: its Will asks to be retained")
+	hostiletest.WaitMetric(t, maddr, `mcpgate_handshakes_total{result="will_retain",transport="mqtt"}`, 1)
+	if _, err := h.Device(v5); err == nil {
+		t.Errorf("the refused MQTT 5 device %s is known", v5)
+	}
+}
+
+// TestTakeoverClosesQuietly: when a newer connection takes a client id
+// over, the older MQTT 3.1.1 connection is closed without a DISCONNECT,
+// which 3.1.1 has only from client to server; an MQTT 5 one gets DISCONNECT
+// 0x8E session taken over.
+func TestTakeoverClosesQuietly(t *testing.T) {
+	h, tr, maddr, _ := bareBroker(t, mqtt.Config{})
+	mac := "02:00:00:01:cc:05"
+	old := rawConnect(t, tr.Addr(), mac, 0)
+	checkFor(t, mac+" online", func() bool { d, err := h.Device(mac); return err == nil && d.Online })
+	rawConnect(t, tr.Addr(), mac, 0) // the same client id
+	old.SetReadDeadline(time.Now().Add(hostiletest.WaitTimeout))
+	b, err := io.ReadAll(old) // the gateway's initialize, and then?
+	if err != nil {
+		t.Fatalf("the older MQTT 3.1.1 connection stayed open: %v", err)
+	}
+	for len(b) > 0 {
+		var fh packets.FixedHeader
+		if err := fh.Decode(b[0]); err != nil {
+			t.Fatalf("the older MQTT 3.1.1 connection read %x: %v", b, err)
+		}
+		n, used, err := packets.DecodeLength(bytes.NewReader(b[1:]))
+		if err != nil || 1+used+n > len(b) {
+			t.Fatalf("the older MQTT 3.1.1 connection read a truncated packet %x: %v", b, err)
+		}
+		if fh.Type != packets.Publish {
+			t.Errorf("the older MQTT 3.1.1 connection read a packet of type %d (%x), want only its downlink and then the connection closed",
+				fh.Type, b[:1+used+n])
+		}
+		b = b[1+used+n:]
+	}
+	if n := hostiletest.Metric(t, maddr, `mcpgate_limit_hits_total{limit="mqtt_packet"}`); n != 0 {
+		t.Errorf("the DISCONNECT left unsent counted as %v packets over the size limit", n)
+	}
+
+	v5 := "02:00:00:01:cc:06"
+	disconnected := make(chan byte, 1)
+	conn, err := net.Dial("tcp", tr.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cli := paho.NewClient(paho.ClientConfig{Conn: conn, OnServerDisconnect: func(d *paho.Disconnect) { disconnected <- d.ReasonCode }})
+	ctx, cancel := context.WithTimeout(t.Context(), hostiletest.WaitTimeout)
+	defer cancel()
+	id := xiaozhi.MQTTClientID{Group: "raw", DeviceID: v5, UUID: "6f1d9e52-0000-4000-8000-000000000002"}.String()
+	if _, err := cli.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true}); err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, v5+" online", func() bool { d, err := h.Device(v5); return err == nil && d.Online })
+	rawConnect(t, tr.Addr(), v5, 0) // rawConnect's client id
+	select {
+	case code := <-disconnected:
+		if code != packets.ErrSessionTakenOver.Code {
+			t.Errorf("the older MQTT 5 connection got DISCONNECT %#x, want 0x8E", code)
+		}
+	case <-ctx.Done():
+		t.Fatal("the older MQTT 5 connection got no DISCONNECT")
+	}
+	<-cli.Done()
 }
 
 // mqttDevice is a device on a paho client that answers MCP with a

@@ -133,6 +133,11 @@ func (l *listener) ended(tc *trackedConn, err error) {
 	case errors.Is(err, packets.ErrPacketTooLarge):
 		l.t.cfg.Limits.Hit(limits.MQTTPacket, "closed MQTT connection: packet over the size limit",
 			"remote", tc.remote, "max_packet_size", l.t.cfg.MaxPacketSize)
+	case errors.Is(err, packets.ErrRetainNotSupported):
+		// An MQTT 5 CONNECT whose Will asks to be retained (see unretainWill).
+		l.t.m.Handshakes.WithLabelValues("mqtt", "will_retain").Inc()
+		l.t.log.Info("refused MQTT 5 client: its Will asks to be retained, and the broker keeps no retained messages (CONNACK 0x9A)",
+			"remote", tc.remote)
 	case !tc.connected.Load() && errors.Is(err, os.ErrDeadlineExceeded):
 		l.t.m.Handshakes.WithLabelValues("mqtt", "no_connect").Inc()
 		l.t.cfg.Limits.Hit(limits.MQTTConnectTimeout, "closed MQTT connection: no CONNECT in time",

@@ -488,6 +488,7 @@ func (h *hook) Provides(b byte) bool {
 	return bytes.IndexByte([]byte{
 		mochi.OnConnect, mochi.OnConnectAuthenticate, mochi.OnACLCheck,
 		mochi.OnSessionEstablished, mochi.OnDisconnect, mochi.OnPublish, mochi.OnPacketRead,
+		mochi.OnPacketEncode,
 	}, b) >= 0
 }
 
@@ -566,12 +567,45 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 	return pk, packets.CodeSuccessIgnore
 }
 
-// OnPacketRead records any packet, PINGREQ included, as a sign of life.
+// OnPacketRead records any packet, PINGREQ included, as a sign of life. It
+// also sees the CONNECT, before the broker validates it.
 func (h *hook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type == packets.Connect {
+		return unretainWill(pk), nil
+	}
 	if c := h.t.connection(cl); c != nil {
 		c.att.Touch()
 	}
 	return pk, nil
+}
+
+// OnPacketEncode keeps DISCONNECT from MQTT 3.1.1 (and 3.1) clients: only
+// MQTT 5 has one from server to client; a 3.1.1 client is disconnected by
+// closing its connection. mochi sends it to every version on a session
+// takeover (and on a QoS 1 publish its ACL refuses, or over the receive
+// maximum). A size limit under the packet's makes the client's WritePacket
+// refuse it (ErrPacketTooLarge) before a byte is written; DisconnectClient
+// ignores that and closes the connection, which is all 3.1.1 wants.
+func (h *hook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Disconnect && pk.ProtocolVersion < 5 {
+		pk.Mods.MaxSize = 1 // a DISCONNECT is 2 bytes
+	}
+	return pk
+}
+
+// unretainWill clears the Will Retain flag of an MQTT 3.1.1 (or 3.1)
+// CONNECT. The broker keeps no retained messages, and mochi refuses a
+// retained Will with CONNACK 0x9A "retain not supported", which MQTT 5
+// requires [MQTT-3.2.2-13] but 3.1.1 does not have (its return codes stop at
+// 5): a 3.1.1 device is accepted instead, and its Will dropped in OnConnect
+// like any other. An MQTT 5 device is still refused with 0x9A, as its spec
+// says; it learns why and may connect again without it. The flag is left
+// alone without a Will: that CONNECT is malformed and refused as such.
+func unretainWill(pk packets.Packet) packets.Packet {
+	if pk.ProtocolVersion < 5 && pk.Connect.WillFlag && pk.Connect.WillRetain {
+		pk.Connect.WillRetain = false
+	}
+	return pk
 }
 
 // demoted logs the broker's Info records at Debug: its start and stop steps

@@ -24,6 +24,14 @@
 // delivers it only to a subscriber, so the device subscribes itself (the SDK
 // with MQTTClientOptions.Subscribe) or the broker auto-subscribes it (EMQX).
 //
+// # Uplink check
+//
+// A broker may grant the uplink subscription and deliver nothing of it
+// (Mosquitto's acl_file checks reading at each message). On each connection
+// the gateway therefore publishes a probe on an uplink topic no device can
+// have and expects it back; Ready reports why the uplink does not work until
+// it does (uplink.go).
+//
 // # Presence
 //
 // A session starts when the gateway first hears from a device, or again when
@@ -114,8 +122,9 @@ type Config struct {
 	// SilenceTimeout is how long a device may stay silent before the gateway
 	// pings it, and ends its session if the ping fails. Default 5m.
 	SilenceTimeout time.Duration
-	// ProbeTimeout bounds that ping and the transport's own publishes.
-	// Default Session.RequestTimeout, else 10s.
+	// ProbeTimeout bounds that ping, the transport's own publishes, and
+	// the wait for its uplink probe to come back (uplink.go). Default
+	// Session.RequestTimeout, else 10s.
 	ProbeTimeout time.Duration
 	// ConnectTimeout bounds one connection attempt to the broker. Default 10s.
 	ConnectTimeout time.Duration
@@ -128,9 +137,12 @@ type Transport struct {
 	m      *metrics.Metrics
 	server *url.URL
 	filter string // the uplink subscription
-	// subscribed is closed when the uplink subscription first succeeds:
-	// Start waits for it, so a gateway that says it is ready does not
-	// miss the hellos of devices that connect right away.
+	// probeTopic is where the gateway checks that its subscription
+	// delivers (uplink.go).
+	probeTopic string
+	// subscribed is closed when the uplink first works: Start waits for
+	// it, so a gateway that says it is ready does not miss the hellos of
+	// devices that connect right away.
 	subscribed     chan struct{}
 	subscribedOnce sync.Once
 
@@ -149,6 +161,13 @@ type Transport struct {
 	live   map[string]*session // by device id; guarded by mu
 	cm     *autopaho.ConnectionManager
 	cancel context.CancelFunc // stops cm
+
+	// uplinkErr is why the device uplink does not work now, nil when it
+	// does (Ready); stopCheck ends the check of the current connection's
+	// uplink; probes are the probes in flight, by nonce. Guarded by mu.
+	uplinkErr error
+	stopCheck context.CancelFunc
+	probes    map[string]chan struct{}
 
 	// heard is when each device was last heard, with Config.Owns only:
 	// every node hears every device. A device leaves it on its Will and
@@ -222,7 +241,8 @@ func New(cfg Config) (*Transport, error) {
 		cfg.ConnectTimeout = 10 * time.Second
 	}
 	return &Transport{cfg: cfg, log: cfg.Logger.With("component", "mqtt_external"), m: cfg.Metrics, server: u,
-		filter: filter, subscribed: make(chan struct{}),
+		filter: filter, probeTopic: cfg.UplinkTopic + "/" + ProbeLevel, subscribed: make(chan struct{}),
+		uplinkErr: errNoConnection, probes: make(map[string]chan struct{}),
 		conns: conns.NewTracker(), live: make(map[string]*session), heard: make(map[string]int64)}, nil
 }
 
@@ -292,17 +312,10 @@ func (t *Transport) Start(ctx context.Context) error {
 		ReconnectBackoff:              autopaho.NewExponentialBackoff(100*time.Millisecond, 10*time.Second, 2*time.Second, 2),
 		ConnectUsername:               t.cfg.Username,
 		ConnectPassword:               []byte(t.cfg.Password),
-		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
-			// Resubscribe on every connection (no broker session is kept).
-			// This callback must not block paho, hence the goroutine; the
-			// tracker owns it, so Close waits for it.
-			if t.conns.Add() {
-				go func() {
-					defer t.conns.Done()
-					t.subscribe(cm)
-				}()
-			}
-		},
+		// Subscribe and check the uplink on every connection (no broker
+		// session is kept), on a goroutine: these must not block paho.
+		OnConnectionUp:   func(cm *autopaho.ConnectionManager, _ *paho.Connack) { t.connectionUp(cm) },
+		OnConnectionDown: func() bool { t.connectionDown(); return true },
 		OnConnectError: func(err error) {
 			t.log.Warn("cannot connect to MQTT broker", "broker", t.server.Redacted(), "error", err)
 			lastMu.Lock()
@@ -340,33 +353,12 @@ func (t *Transport) Start(ctx context.Context) error {
 	select {
 	case <-t.subscribed:
 	case <-ctx.Done():
+		last := t.Ready()
 		t.Close()
-		return fmt.Errorf("mqttext: subscribe to %s on %s: %w", t.filter, t.server.Redacted(), ctx.Err())
+		return fmt.Errorf("mqttext: device uplink %s on %s: %w (%v)", t.filter, t.server.Redacted(), ctx.Err(), last)
 	}
 	t.log.Info("connected to external MQTT broker", "broker", t.server.Redacted(), "client_id", t.cfg.ClientID, "subscription", t.filter)
 	return nil
-}
-
-// subscribe subscribes to the uplink, retrying until it succeeds or the
-// transport closes: without the subscription the node serves nobody.
-func (t *Transport) subscribe(cm *autopaho.ConnectionManager) {
-	ctx := t.conns.Context()
-	for {
-		sctx, cancel := context.WithTimeout(ctx, t.cfg.ProbeTimeout)
-		_, err := cm.Subscribe(sctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: t.filter, QoS: 0}}})
-		cancel()
-		if err == nil {
-			t.log.Info("subscribed to the device uplink", "subscription", t.filter)
-			t.subscribedOnce.Do(func() { close(t.subscribed) })
-			return
-		}
-		t.log.Error("cannot subscribe to the device uplink; retrying", "subscription", t.filter, "error", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
 }
 
 // StopAccepting makes the transport ignore devices it is not serving yet
@@ -417,6 +409,10 @@ var (
 // onPublish handles one uplink message; it runs on paho's router goroutine.
 func (t *Transport) onPublish(pr paho.PublishReceived) (bool, error) {
 	p := pr.Packet
+	if p.Topic == t.probeTopic {
+		t.probeBack(p.Payload)
+		return true, nil
+	}
 	if p.Retain {
 		// Kept by the broker from some time before: no device speaks now
 		// (an old "online" would start a session for nobody).
