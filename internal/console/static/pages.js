@@ -196,6 +196,33 @@ function toolCard(d, t, open) {
     f, out);
 }
 
+// revokeText says what revoking a device's credentials does under the
+// gateway's --device-auth (GET /api/v1/me; docs/security.md): it revokes
+// every device and vision token issued to it until now and closes its
+// connection, but under open a device needs no token to connect, so it may
+// come straight back.
+export function revokeText(mode) {
+  if (mode === 'token') {
+    return {
+      confirm: 'Confirm: revoke its tokens and disconnect',
+      help: 'Revoke credentials refuses every token issued to this device until now and closes its connection. It connects again only with a newer token: the OTA endpoint gives one whenever the device asks (its firmware does at every boot) unless --ota-policy allowlist leaves it out, and mcpgate devices token makes one.',
+      after: 'It connects again only with a newer token (OTA at its next boot, or mcpgate devices token).',
+    };
+  }
+  if (mode === 'open') {
+    return {
+      confirm: 'Confirm: revoke its tokens and disconnect (it may reconnect at once)',
+      help: 'This gateway runs with --device-auth open: devices connect without a token. Revoke credentials closes this device\'s connection and refuses the tokens issued to it until now (its camera\'s uploads fail until its next session brings a new one), but it can reconnect at once, and a XiaoZhi device does at its next conversation. Only under --device-auth token do revoked tokens keep it out.',
+      after: 'Under --device-auth open it can reconnect at once, without a token.',
+    };
+  }
+  return {
+    confirm: 'Confirm: revoke its tokens and disconnect',
+    help: 'Revoke credentials refuses every token issued to this device until now and closes its connection; under --device-auth open it can reconnect at once without one.',
+    after: '',
+  };
+}
+
 function devicePage(main, [ref]) {
   const head = h('div');
   const tools = h('div', { id: 'tools' });
@@ -214,8 +241,8 @@ function devicePage(main, [ref]) {
       h('p', {}, h('a', { href: '#/photos/' + encodeURIComponent(d.id), text: 'Photos' }), ' · ', h('a', { href: '#/audit/' + encodeURIComponent(d.id), text: 'Audit' }), ' · ', h('a', { href: '#/events/' + encodeURIComponent(d.id), text: 'Events' })));
   }
   // Two-step buttons: the first click arms, the second acts.
-  function armed(label, confirm, act) {
-    const b = h('button', { type: 'button', class: 'danger' }, label);
+  function armed(label, confirm, act, attrs) {
+    const b = h('button', { type: 'button', class: 'danger', ...attrs }, label);
     b.addEventListener('click', async () => {
       if (b.dataset.armed !== '1') { b.dataset.armed = '1'; b.textContent = confirm; return; }
       b.disabled = true;
@@ -225,17 +252,21 @@ function devicePage(main, [ref]) {
   }
   // Drawn once, not with the header, so an armed button stays armed while events stream.
   function adminActions() {
-    return h('div', { class: 'row', id: 'device-admin' },
-      armed('Revoke credentials', 'Confirm: revoke its tokens and disconnect', async () => {
-        const r = await api('POST', dev(id) + '/revoke');
-        note.replaceChildren(h('p', { text: `Credentials revoked${r.disconnected ? '; disconnected' : ''}: it must be provisioned again.` }));
-      }),
-      armed('Forget', 'Confirm: forget (disconnecting it if online)', async () => {
-        await api('DELETE', dev(id) + '?force=true');
-        app.devices.map.delete(id);
-        app.devices.changed();
-        location.hash = '#/devices';
-      }));
+    const r = revokeText(app.me.device_auth);
+    return h('div', {},
+      h('div', { class: 'row', id: 'device-admin' },
+        armed('Revoke credentials', r.confirm, async () => {
+          const res = await api('POST', dev(id) + '/revoke');
+          const conn = res.disconnected ? 'its connection was closed' : res.not_disconnected ? 'its connection could not be closed: ' + res.not_disconnected : 'it was not connected';
+          note.replaceChildren(h('p', { id: 'revoke-done', text: `Tokens issued until now revoked; ${conn}. ${r.after}` }));
+        }, { 'aria-describedby': 'revoke-help' }),
+        armed('Forget', 'Confirm: forget (disconnecting it if online)', async () => {
+          await api('DELETE', dev(id) + '?force=true');
+          app.devices.map.delete(id);
+          app.devices.changed();
+          location.hash = '#/devices';
+        })),
+      h('p', { class: 'muted', id: 'revoke-help', 'data-mode': app.me.device_auth || '', text: r.help }));
   }
   async function load() {
     try {
