@@ -1,6 +1,9 @@
 package console_test
 
 import (
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -54,5 +57,68 @@ func TestConsoleRevokeText(t *testing.T) {
 	}
 	if strings.Contains(help, "reconnect at once") {
 		t.Errorf("token gateway's revoke help says it reconnects at once: %q", help)
+	}
+}
+
+// TestConsoleQueuedCalls: the device page of an offline device lists the
+// calls queued for it (state, tool, arguments, times), live; one is
+// cancelled from the page; the device comes back and the other shows done,
+// with the device's result.
+func TestConsoleQueuedCalls(t *testing.T) {
+	ctx := browser(t, 1280, 900)
+	gw := startGateway(t, gateway.Config{})
+	base := "http://" + gw.Addr()
+	d, stop := simDevice(t, gw, device.ProfileESP32, 1)
+	waitState(t, gw, d.MAC, hub.StateReady)
+	stop()
+	waitState(t, gw, d.MAC, hub.StateOffline)
+
+	queue := func(volume int) string {
+		t.Helper()
+		resp, err := http.Post(base+"/api/v1/devices/"+d.MAC+"/tools/call", "application/json",
+			strings.NewReader(fmt.Sprintf(`{"name":"self.audio_speaker.set_volume","arguments":{"volume":%d},"deliver":"queue","ttl":"2h"}`, volume)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var c struct{ ID, State string }
+		if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || resp.StatusCode != http.StatusAccepted || c.State != "queued" {
+			t.Fatalf("queue a call: %d %+v %v", resp.StatusCode, c, err)
+		}
+		return c.ID
+	}
+	first := queue(20)
+	run(t, ctx, "the device page", chromedp.Navigate(base+"/#/device/"+d.MAC))
+	row := func(id string) string { return `document.querySelector('#queued tr[data-call="` + id + `"]')` }
+	waitJS(t, ctx, "the queued call", row(first)+`?.dataset.state === 'queued'`)
+	// A call queued while the page is open appears without a reload.
+	second := queue(30)
+	waitJS(t, ctx, "the second call, live", row(second)+`?.dataset.state === 'queued'`)
+	cells := eval[[]string](t, ctx, `[...`+row(first)+`.cells].map(c => c.textContent)`)
+	if cells[1] != "self.audio_speaker.set_volume" || cells[2] != `{"volume":20}` || cells[3] == "" || cells[4] == "" {
+		t.Errorf("the queued call's row: %q", cells)
+	}
+	checkPage(t, ctx, "device")
+
+	// Cancel the first from the page.
+	do(t, ctx, row(first)+`.querySelector('button').click()`)
+	waitJS(t, ctx, "the first cancelled", row(first)+`?.dataset.state === 'cancelled' && !`+row(first)+`.querySelector('button')`)
+	var got struct{ State string }
+	resp, err := http.Get(base + "/api/v1/calls/" + first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&got)
+	resp.Body.Close()
+	if err != nil || got.State != "cancelled" {
+		t.Errorf("the call cancelled in the console: %+v, %v", got, err)
+	}
+	screenshot(t, ctx, "device-queued")
+
+	// The device comes back: the second runs, and its result shows.
+	simDevice(t, gw, device.ProfileESP32, 1)
+	waitJS(t, ctx, "the second done", row(second)+`?.dataset.state === 'done' && `+row(second)+`.cells[5].textContent.includes('true')`)
+	if n := eval[int](t, ctx, `document.querySelectorAll('#queued button').length`); n != 0 {
+		t.Errorf("%d Cancel buttons left with no call waiting", n)
 	}
 }

@@ -227,8 +227,9 @@ function devicePage(main, [ref]) {
   const head = h('div');
   const tools = h('div', { id: 'tools' });
   const note = h('div', { 'aria-live': 'polite' });
-  main.append(h('p', {}, h('a', { href: '#/devices', text: '← Devices' })), head, app.can('admin') ? adminActions() : '', note, tools);
   let id = ref;
+  const queued = queuedCalls(() => id);
+  main.append(h('p', {}, h('a', { href: '#/devices', text: '← Devices' })), head, app.can('admin') ? adminActions() : '', note, queued.el, tools);
   function header() {
     const d = app.devices.get(id);
     if (!d) { head.replaceChildren(h('h1', { text: ref })); return; }
@@ -276,10 +277,12 @@ function devicePage(main, [ref]) {
       if (!app.devices.map.has(d.id)) app.devices.map.set(d.id, d);
       id = d.id;
       header();
+      queued.load();
       tools.replaceChildren(h('h2', { text: `Tools (${r.tools.length})` }),
         ...(r.tools.length ? r.tools.map((t) => toolCard(d, t, r.tools.length <= 8)) : [h('p', { class: 'muted', text: 'No tools known yet.' })]));
     } catch (e) {
       tools.replaceChildren(renderError(e));
+      queued.load(); // a device forgotten since may still have calls
     }
   }
   header();
@@ -290,12 +293,108 @@ function devicePage(main, [ref]) {
       note.replaceChildren(h('p', {}, 'The device\'s tools changed. ', h('button', { type: 'button', onclick: () => { note.replaceChildren(); load(); } }, 'Reload tools')));
     }
   });
-  return () => { off(); unsub(); };
+  return () => { off(); unsub(); queued.stop(); };
+}
+
+// ---- A device's queued calls (docs/queued-calls.md): calls that wait for
+// its next session. Those waiting first, in the order they will run, then
+// the finished ones, newest first; read again when one of its calls
+// changes (events) or the stream reconnects.
+
+const QUEUE_EVENTS = new Set(['call_queued', 'call_started', 'call_expired', 'call_cancelled']);
+const SHOWN_CALLS = 50;
+
+function callResult(c) {
+  if (c.state === 'done' && c.result) {
+    const res = c.result;
+    const text = (res.content || []).map((x) => (x && x.type === 'text' ? x.text : '[' + ((x && x.type) || '?') + ']')).join(' ');
+    const summary = (res.isError ? 'The device reported a failure: ' : '') + (text.length > 120 ? text.slice(0, 120) + '…' : text || '(no content)');
+    const ms = c.started_at && c.finished_at ? Date.parse(c.finished_at) - Date.parse(c.started_at) : 0;
+    return h('details', {}, h('summary', { text: summary }), renderResult(res, ms));
+  }
+  if (c.reason || c.error) return h('span', { class: c.state === 'failed' ? 'err' : 'muted', text: [c.reason, c.error].filter(Boolean).join(': ') });
+  return '';
+}
+
+function queuedCalls(deviceID) {
+  const body = h('tbody');
+  const info = h('p', { class: 'muted', id: 'queued-info' });
+  const err = h('div', { 'aria-live': 'polite' });
+  const el = h('section', { 'aria-labelledby': 'queued-title' },
+    h('h2', { id: 'queued-title', text: 'Queued calls' }),
+    h('p', { class: 'muted', text: 'Calls that wait for the device\'s next session (mcpgate call --queue, or "deliver": "queue"), and how they ended.' }),
+    info, err,
+    table(['State', 'Tool', 'Arguments', 'Queued', 'Expires or ended', 'Result', ''], body, { id: 'queued' }));
+  let calls = [];
+  let timer = 0;
+  let gen = 0;
+  function row(c) {
+    const cell = h('td');
+    if (c.state === 'queued' && app.can('call')) {
+      cell.append(h('button', { type: 'button', 'aria-label': 'Cancel queued call ' + c.id + ' (' + c.tool + ')', onclick: async (e) => {
+        e.currentTarget.disabled = true;
+        try {
+          await api('DELETE', '/api/v1/calls/' + encodeURIComponent(c.id));
+          err.replaceChildren();
+        } catch (e2) { err.replaceChildren(renderError(e2)); }
+        load();
+      } }, 'Cancel'));
+    }
+    const done = c.finished_at ? 'ended ' + when(c.finished_at) : '';
+    return h('tr', { 'data-call': c.id, 'data-state': c.state, class: ['queued', 'running', 'done'].includes(c.state) ? '' : 'offline' },
+      h('td', {}, h('span', { class: 'pill ' + c.state, text: c.state })),
+      h('td', { class: 'mono', text: c.tool }),
+      h('td', { class: 'mono', text: JSON.stringify(c.arguments ?? {}) }),
+      h('td', { title: c.id, text: when(c.queued_at) }),
+      h('td', { title: done, text: ['queued', 'running'].includes(c.state) ? when(c.expires_at) : done || when(c.expires_at) }),
+      h('td', {}, callResult(c)),
+      cell);
+  }
+  function render() {
+    const waiting = calls.filter((c) => c.state === 'queued' || c.state === 'running');
+    const ended = calls.filter((c) => c.state !== 'queued' && c.state !== 'running').reverse();
+    const shown = [...waiting, ...ended].slice(0, SHOWN_CALLS);
+    body.replaceChildren(...shown.map(row));
+    if (!shown.length) body.append(h('tr', {}, h('td', { colSpan: 7, class: 'muted', text: 'No queued calls.' })));
+    info.textContent = `${waiting.length} waiting, ${calls.length - waiting.length} ended` + (shown.length < calls.length ? ` (the ${SHOWN_CALLS} shown: waiting first, then the newest)` : '');
+  }
+  // load reads every call of the device the gateway keeps (finished ones
+  // for --queue-retention), a page of 1000 at a time.
+  async function load() {
+    const g = ++gen;
+    const all = [];
+    try {
+      for (let page = 0; page < 10; page++) {
+        const p = new URLSearchParams({ device: deviceID(), limit: '1000' });
+        if (all.length) p.set('after', String(JSON.isRawJSON?.(all.at(-1).seq) ? all.at(-1).seq.rawJSON : all.at(-1).seq));
+        const r = await api('GET', '/api/v1/calls?' + p, undefined, { exact: true });
+        if (g !== gen) return;
+        all.push(...r.calls);
+        if (r.calls.length < 1000) break;
+      }
+      calls = all;
+      err.replaceChildren();
+      render();
+    } catch (e) {
+      if (g !== gen) return;
+      if (e.code === 'queue_unavailable') { el.hidden = true; return; }
+      err.replaceChildren(renderError(e));
+    }
+  }
+  const later = () => { if (!timer) timer = setTimeout(() => { timer = 0; load(); }, 150); };
+  const unsub = app.events.subscribe((ev) => {
+    if (ev.device !== deviceID()) return;
+    if (QUEUE_EVENTS.has(ev.type) || (ev.type === 'call_completed' && ev.data && ev.data.queued)) later();
+  });
+  const unre = app.events.onReconnect(later);
+  body.append(h('tr', {}, h('td', { colSpan: 7, class: 'muted', text: 'Loading…' })));
+  return { el, load, stop: () => { unsub(); unre(); clearTimeout(timer); gen++; } };
 }
 
 // ---- Events
 
-const EVENT_TYPES = ['device_online', 'device_state', 'tools_changed', 'call_completed', 'alias_changed', 'device_offline', 'device_forgotten'];
+const EVENT_TYPES = ['device_online', 'device_state', 'tools_changed', 'call_completed', 'alias_changed', 'device_offline', 'device_forgotten',
+  'call_queued', 'call_started', 'call_expired', 'call_cancelled'];
 
 function eventsPage(main, [ref]) {
   const dq = h('input', { id: 'ev-device', type: 'search', value: ref || '', placeholder: 'alias or id' });
