@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -120,5 +121,70 @@ func TestConsoleQueuedCalls(t *testing.T) {
 	waitJS(t, ctx, "the second done", row(second)+`?.dataset.state === 'done' && `+row(second)+`.cells[5].textContent.includes('true')`)
 	if n := eval[int](t, ctx, `document.querySelectorAll('#queued button').length`); n != 0 {
 		t.Errorf("%d Cancel buttons left with no call waiting", n)
+	}
+}
+
+// TestConsoleURLState: the page, its device and tool, and its filters are
+// kept in the URL: a reload comes back to them, and Back and Forward go
+// between pages with theirs.
+func TestConsoleURLState(t *testing.T) {
+	ctx := browser(t, 1280, 900)
+	gw := startGateway(t, gateway.Config{})
+	base := "http://" + gw.Addr()
+	d1, _ := simDevice(t, gw, device.ProfileESP32, 1)
+	d2, _ := simDevice(t, gw, device.ProfileESP32, 2)
+	waitState(t, gw, d1.MAC, hub.StateReady)
+	waitState(t, gw, d2.MAC, hub.StateReady)
+
+	// Devices: the search and the state filter.
+	run(t, ctx, "devices", chromedp.Navigate(base+"/#/devices"))
+	waitJS(t, ctx, "two rows", rowState(d1.MAC)+` === 'ready' && `+rowState(d2.MAC)+` === 'ready'`)
+	do(t, ctx, `const q = document.getElementById('dev-search'); q.value = '`+d2.MAC+`'; q.dispatchEvent(new Event('input'));
+		const s = document.getElementById('dev-state'); s.value = 'online'; s.dispatchEvent(new Event('change'))`)
+	run(t, ctx, "reload", chromedp.Reload())
+	waitJS(t, ctx, "the filtered table again", `document.getElementById('dev-search')?.value === '`+d2.MAC+`' && document.getElementById('dev-state').value === 'online' && `+
+		`document.querySelectorAll('#devices tbody tr').length === 1 && !!document.querySelector('#devices tr[data-id="`+d2.MAC+`"]')`)
+
+	// A device's page and the tool opened on it.
+	vol := `document.querySelector('details[data-tool="self.audio_speaker.set_volume"]')`
+	run(t, ctx, "device", chromedp.Navigate(base+"/#/device/"+d1.MAC))
+	waitJS(t, ctx, "the tools, closed", vol+` !== null && !`+vol+`.open`)
+	do(t, ctx, vol+`.querySelector('summary').click()`)
+	waitJS(t, ctx, "the tool in the URL", `decodeURIComponent(location.hash) === '#/device/`+d1.MAC+`/self.audio_speaker.set_volume'`)
+	run(t, ctx, "reload", chromedp.Reload())
+	waitJS(t, ctx, "the tool open again, the others not", vol+`?.open && document.querySelectorAll('details.tool[open]').length === 1`)
+	do(t, ctx, vol+`.querySelector('summary').click()`)
+	waitJS(t, ctx, "closed: no tool in the URL", `decodeURIComponent(location.hash) === '#/device/`+d1.MAC+`'`)
+	do(t, ctx, vol+`.querySelector('summary').click()`)
+
+	// Audit filters, and Back and Forward between the pages.
+	run(t, ctx, "audit", chromedp.Navigate(base+"/#/audit"))
+	waitJS(t, ctx, "the audit page", `!!document.getElementById('au-tool')`)
+	do(t, ctx, `document.getElementById('au-tool').value = 'self.get_device_status'; document.getElementById('au-outcome').value = 'error';
+		document.querySelector('form[role=search]').requestSubmit()`)
+	waitJS(t, ctx, "the filters in the URL", `location.hash.includes('tool=self.get_device_status') && location.hash.includes('outcome=error')`)
+	do(t, ctx, `history.back()`)
+	waitJS(t, ctx, "back on the device, its tool open", `decodeURIComponent(location.hash) === '#/device/`+d1.MAC+`/self.audio_speaker.set_volume' && `+vol+`?.open && document.querySelectorAll('details.tool[open]').length === 1`)
+	do(t, ctx, `history.forward()`)
+	waitJS(t, ctx, "forward on the audit, its filters", `document.getElementById('au-tool')?.value === 'self.get_device_status' && document.getElementById('au-outcome').value === 'error'`)
+
+	// Events: the device and the kind.
+	run(t, ctx, "events", chromedp.Navigate(base+"/#/events"))
+	waitJS(t, ctx, "the events page", `!!document.getElementById('ev-type')`)
+	do(t, ctx, `const k = document.getElementById('ev-type'); k.value = 'device_online'; k.dispatchEvent(new Event('change'));
+		const d = document.getElementById('ev-device'); d.value = '`+d1.MAC+`'; d.dispatchEvent(new Event('input'))`)
+	run(t, ctx, "reload", chromedp.Reload())
+	waitJS(t, ctx, "the events filters again", `document.getElementById('ev-type')?.value === 'device_online' && document.getElementById('ev-device').value === '`+d1.MAC+`'`)
+	checkPage(t, ctx, "events")
+
+	// A page left before its answer came does not write its view into the
+	// next page's URL: the audit log answers late, the user is on Events.
+	do(t, ctx, `const f = window.fetch; window.fetch = (u, o) => String(u).startsWith('/api/v1/audit') ? new Promise((r) => setTimeout(r, 500)).then(() => f(u, o)) : f(u, o)`)
+	do(t, ctx, `location.hash = '#/audit?tool=late'`)
+	waitJS(t, ctx, "the audit page", `document.getElementById('au-tool')?.value === 'late'`)
+	do(t, ctx, `location.hash = '#/events'`)
+	time.Sleep(time.Second)
+	if hash := eval[string](t, ctx, `location.hash`); hash != "#/events" {
+		t.Errorf("after leaving the audit page before its answer: the URL is %s, want #/events", hash)
 	}
 }

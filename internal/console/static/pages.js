@@ -4,7 +4,7 @@ import { api, raw, dev, APIError } from './api.js';
 import { h, ago, when, copy } from './dom.js';
 import { schemaForm } from './form.js';
 import { renderResult, renderError } from './result.js';
-import { app } from './app.js';
+import { app, setView } from './app.js';
 
 const PAGE = 100; // rows per page of the device table
 
@@ -31,13 +31,17 @@ function table(headers, body, attrs) {
 
 // ---- Devices
 
-function devicesPage(main) {
-  const q = h('input', { id: 'dev-search', type: 'search', placeholder: 'alias, id, firmware…', autocomplete: 'off' });
-  const state = h('select', { id: 'dev-state' }, ['all', 'online', 'offline', 'ready', 'degraded', 'discovering'].map((s) => h('option', { value: s }, s)));
+const DEVICE_STATES = ['all', 'online', 'offline', 'ready', 'degraded', 'discovering'];
+
+function devicesPage(main, _, params) {
+  const q = h('input', { id: 'dev-search', type: 'search', placeholder: 'alias, id, firmware…', autocomplete: 'off', value: params.get('q') || '' });
+  const state = h('select', { id: 'dev-state' }, DEVICE_STATES.map((s) => h('option', { value: s }, s)));
+  if (DEVICE_STATES.includes(params.get('state'))) state.value = params.get('state');
   const counts = h('div', { class: 'counts', id: 'dev-counts', 'aria-live': 'polite' });
   const body = h('tbody');
   const pager = h('div', { class: 'pager' });
-  let page = 0;
+  let page = Math.max(0, (parseInt(params.get('page'), 10) || 1) - 1);
+  const save = () => setView('devices', [], { q: q.value, state: state.value === 'all' ? '' : state.value, page: page ? page + 1 : '' });
   let editing = null; // the id whose alias is being edited: renders wait
   let dirty = false;
   // In a cluster (a device or an event names a node) a Node column follows the id.
@@ -116,7 +120,8 @@ function devicesPage(main) {
     const text = q.value.trim().toLowerCase();
     const list = all.filter((d) => matches(d, text, state.value)).sort((a, b) => (a.alias < b.alias ? -1 : a.alias > b.alias ? 1 : 0));
     const pages = Math.max(1, Math.ceil(list.length / PAGE));
-    page = Math.min(page, pages - 1);
+    // The page asked for in the URL is kept until the list is read.
+    if (app.devices.loaded && page > pages - 1) { page = pages - 1; save(); }
     counts.replaceChildren(
       h('span', {}, h('b', { id: 'count-online', text: String(online) }), ' online'),
       h('span', {}, h('b', { id: 'count-offline', text: String(all.length - online) }), ' offline'),
@@ -125,9 +130,9 @@ function devicesPage(main) {
     body.replaceChildren(...list.slice(page * PAGE, (page + 1) * PAGE).map(row));
     if (!list.length) body.append(h('tr', {}, h('td', { colSpan: withNode ? 10 : 9, class: 'muted', text: app.devices.loaded ? 'No devices match.' : 'Loading…' })));
     pager.replaceChildren(
-      h('button', { type: 'button', disabled: page === 0, onclick: () => { page--; render(); } }, 'Previous'),
+      h('button', { type: 'button', disabled: page === 0, onclick: () => { page--; save(); render(); } }, 'Previous'),
       h('span', { text: `Page ${page + 1} of ${pages}` }),
-      h('button', { type: 'button', disabled: page >= pages - 1, onclick: () => { page++; render(); } }, 'Next'));
+      h('button', { type: 'button', disabled: page >= pages - 1, onclick: () => { page++; save(); render(); } }, 'Next'));
     // What the browser tests measure: the time to the first full table
     // (since the page started loading) and the cost of each render.
     const ms = performance.now() - t0;
@@ -136,8 +141,8 @@ function devicesPage(main) {
     st.maxRenderMs = Math.max(st.maxRenderMs, ms);
     if (app.devices.loaded && st.firstTableMs === null) st.firstTableMs = performance.now();
   }
-  q.addEventListener('input', () => { page = 0; render(); });
-  state.addEventListener('change', () => { page = 0; render(); });
+  q.addEventListener('input', () => { page = 0; save(); render(); });
+  state.addEventListener('change', () => { page = 0; save(); render(); });
   render();
   const off = app.devices.listen(render);
   const tick = setInterval(render, 15000); // keeps "last seen" fresh
@@ -163,7 +168,7 @@ export function cliFor(d, name, args) {
   return `mcpgate --server ${shellQuote(location.origin)} call --args ${shellQuote(JSON.stringify(args))} -- ${shellWord(d)} ${shellWord(name)}`;
 }
 
-function toolCard(d, t, open) {
+function toolCard(d, t, open, onUse) {
   const form = schemaForm(t.inputSchema);
   const out = h('div', { class: 'out', 'aria-live': 'polite' });
   const canCall = app.can('call');
@@ -174,6 +179,7 @@ function toolCard(d, t, open) {
   const f = h('form', { novalidate: true, onsubmit: async (e) => {
     e.preventDefault();
     if (!canCall) return;
+    onUse(t.name, true);
     let a;
     try { a = args(); } catch (e2) { out.replaceChildren(renderError(new APIError(0, 'invalid_input', e2.message))); return; }
     callBtn.disabled = true;
@@ -190,10 +196,13 @@ function toolCard(d, t, open) {
     }
   } }, form.el, h('div', { class: 'row' }, callBtn, copyCurl, copyCLI,
     canCall ? null : h('span', { class: 'muted', text: 'Your key may not call tools (scope ' + app.me.scope + ').' })));
-  return h('details', { class: 'card tool', open, 'data-tool': t.name },
-    h('summary', {}, h('code', { text: t.name }), t.userOnly ? h('span', {}, ' ', h('span', { class: 'pill user', title: 'annotations.audience is ["user"]: meant for people; hidden from AI agents on the MCP doors unless --expose-user-only', text: 'user-only' })) : ''),
+  // A click on the summary (Enter and Space too) opens or closes the card:
+  // the URL names the tool last opened or called.
+  const card = h('details', { class: 'card tool', open, 'data-tool': t.name },
+    h('summary', { onclick: () => onUse(t.name, !card.open) }, h('code', { text: t.name }), t.userOnly ? h('span', {}, ' ', h('span', { class: 'pill user', title: 'annotations.audience is ["user"]: meant for people; hidden from AI agents on the MCP doors unless --expose-user-only', text: 'user-only' })) : ''),
     t.description ? h('p', { class: 'muted', text: t.description }) : null,
     f, out);
+  return card;
 }
 
 // revokeText says what revoking a device's credentials does under the
@@ -223,11 +232,17 @@ export function revokeText(mode) {
   };
 }
 
-function devicePage(main, [ref]) {
+function devicePage(main, [ref, toolName]) {
   const head = h('div');
   const tools = h('div', { id: 'tools' });
   const note = h('div', { 'aria-live': 'polite' });
   let id = ref;
+  let current = toolName || ''; // the tool the URL names
+  const use = (name, open) => {
+    if (open) current = name;
+    else if (current === name) current = '';
+    setView('device', [ref, current]);
+  };
   const queued = queuedCalls(() => id);
   main.append(h('p', {}, h('a', { href: '#/devices', text: '← Devices' })), head, app.can('admin') ? adminActions() : '', note, queued.el, tools);
   function header() {
@@ -279,7 +294,10 @@ function devicePage(main, [ref]) {
       header();
       queued.load();
       tools.replaceChildren(h('h2', { text: `Tools (${r.tools.length})` }),
-        ...(r.tools.length ? r.tools.map((t) => toolCard(d, t, r.tools.length <= 8)) : [h('p', { class: 'muted', text: 'No tools known yet.' })]));
+        ...(r.tools.length ? r.tools.map((t) => toolCard(d, t, r.tools.length <= 8 || t.name === current, use)) : [h('p', { class: 'muted', text: 'No tools known yet.' })]));
+      // A reload or a link that names a tool comes back to it.
+      const named = current && [...tools.querySelectorAll('details.tool')].find((x) => x.dataset.tool === current);
+      if (named) named.scrollIntoView({ block: 'start' });
     } catch (e) {
       tools.replaceChildren(renderError(e));
       queued.load(); // a device forgotten since may still have calls
@@ -396,9 +414,11 @@ function queuedCalls(deviceID) {
 const EVENT_TYPES = ['device_online', 'device_state', 'tools_changed', 'call_completed', 'alias_changed', 'device_offline', 'device_forgotten',
   'call_queued', 'call_started', 'call_expired', 'call_cancelled'];
 
-function eventsPage(main, [ref]) {
+function eventsPage(main, [ref], params) {
   const dq = h('input', { id: 'ev-device', type: 'search', value: ref || '', placeholder: 'alias or id' });
   const kind = h('select', { id: 'ev-type' }, h('option', { value: '' }, 'all kinds'), EVENT_TYPES.map((t) => h('option', { value: t }, t)));
+  if (EVENT_TYPES.includes(params.get('kind'))) kind.value = params.get('kind');
+  const save = () => setView('events', [dq.value.trim()], { kind: kind.value });
   const pause = h('input', { id: 'ev-pause', type: 'checkbox' });
   const body = h('tbody');
   const head = h('div', { class: 'row' }, h('h1', { text: 'Events' }));
@@ -434,8 +454,8 @@ function eventsPage(main, [ref]) {
     if (!rows.length) body.append(h('tr', {}, h('td', { colSpan: cols.length, class: 'muted', text: 'No events yet.' })));
   }
   const later = () => { if (!timer) timer = setTimeout(render, 150); };
-  dq.addEventListener('input', render);
-  kind.addEventListener('change', render);
+  dq.addEventListener('input', () => { save(); render(); });
+  kind.addEventListener('change', () => { save(); render(); });
   pause.addEventListener('change', render);
   render();
   const unsub = app.events.subscribe(later);
@@ -444,20 +464,22 @@ function eventsPage(main, [ref]) {
 
 // ---- Audit
 
-function auditPage(main, [ref]) {
+function auditPage(main, [ref], params) {
   const fields = {
     device: h('input', { id: 'au-device', value: ref || '', placeholder: 'alias or id' }),
-    tool: h('input', { id: 'au-tool', placeholder: 'exact tool name' }),
-    caller: h('input', { id: 'au-caller', placeholder: 'key id or local' }),
-    since: h('input', { id: 'au-since', placeholder: '1h, 7d or a time' }),
+    tool: h('input', { id: 'au-tool', placeholder: 'exact tool name', value: params.get('tool') || '' }),
+    caller: h('input', { id: 'au-caller', placeholder: 'key id or local', value: params.get('caller') || '' }),
+    since: h('input', { id: 'au-since', placeholder: '1h, 7d or a time', value: params.get('since') || '' }),
   };
   const outcome = h('select', { id: 'au-outcome' }, [['', 'any'], ['ok', 'ok'], ['error', 'any failure'], ['tool_error', 'tool_error (the device failed)'],
     ...['invalid_arguments', 'tool_not_found', 'device_not_found', 'device_offline', 'device_timeout', 'device_disconnected', 'device_busy', 'rate_limited', 'forbidden', 'denied'].map((c) => [c, c])]
     .map(([v, label]) => h('option', { value: v }, label)));
+  outcome.value = params.get('outcome') || '';
+  if (outcome.selectedIndex < 0) outcome.value = '';
   const body = h('tbody');
   const pager = h('div', { class: 'pager' });
   const err = h('div');
-  const stack = []; // the before cursors of the pages seen, for Previous
+  const stack = []; // the before cursors of the pages seen, for Newer
   let cursor = '';
   const form = h('form', { class: 'row', role: 'search', onsubmit: (e) => { e.preventDefault(); stack.length = 0; load(''); } },
     Object.entries(fields).map(([k, el]) => h('label', { for: el.id }, k[0].toUpperCase() + k.slice(1), el)),
@@ -465,7 +487,9 @@ function auditPage(main, [ref]) {
     h('button', { type: 'submit', class: 'primary' }, 'Filter'));
   main.append(h('h1', { text: 'Audit' }), form, err,
     table(['Time', 'Device', 'Tool', 'Caller', 'Door', 'Outcome', 'Latency', 'Arguments'], body, { id: 'audit' }), pager);
+  let gen = 0; // bumped by each load and by leaving: a late answer is dropped
   async function load(before) {
+    const g = ++gen;
     const p = new URLSearchParams({ limit: '50' });
     for (const [k, el] of Object.entries(fields)) if (el.value.trim()) p.set(k, el.value.trim());
     if (outcome.value) p.set('outcome', outcome.value);
@@ -473,7 +497,12 @@ function auditPage(main, [ref]) {
     err.replaceChildren();
     try {
       const r = await api('GET', '/api/v1/audit?' + p, undefined, { exact: true });
+      // Left, or filtered again, meanwhile: this answer would undo that
+      // (and write the audit filters into another page's URL).
+      if (g !== gen) return;
       cursor = before;
+      const { device, ...rest } = Object.fromEntries(Object.entries(fields).map(([k, el]) => [k, el.value.trim()]));
+      setView('audit', [device], { ...rest, outcome: outcome.value, before });
       const recs = r.records;
       body.replaceChildren(...recs.map((x) => h('tr', { class: x.outcome === 'ok' ? '' : 'bad', 'data-seq': x.seq },
         h('td', { title: x.time, text: when(x.time) }),
@@ -486,13 +515,15 @@ function auditPage(main, [ref]) {
         h('td', { class: 'mono', text: JSON.stringify(x.arguments) }))));
       if (!recs.length) body.append(h('tr', {}, h('td', { colSpan: 8, class: 'muted', text: 'No records match.' })));
       pager.replaceChildren(
-        h('button', { type: 'button', disabled: !stack.length, onclick: () => load(stack.pop()) }, 'Newer'),
+        // After a reload on an older page, Newer goes back to the newest.
+        h('button', { type: 'button', disabled: !cursor, onclick: () => load(stack.length ? stack.pop() : '') }, 'Newer'),
         h('button', { type: 'button', disabled: !r.next, onclick: () => { stack.push(cursor); load(r.next); } }, 'Older'));
     } catch (e) {
-      err.replaceChildren(renderError(e));
+      if (g === gen) err.replaceChildren(renderError(e));
     }
   }
-  load('');
+  load(params.get('before') || '');
+  return () => { gen++; };
 }
 
 // ---- Photos
