@@ -75,3 +75,22 @@ func TestConsoleSchemaForm(t *testing.T) {
 		}
 	}
 }
+
+// TestConsoleFormSlider: moving a number's slider sets its box, and the
+// call sends that value.
+func TestConsoleFormSlider(t *testing.T) {
+	ctx := browser(t, 1280, 900)
+	gw := startGateway(t, gateway.Config{})
+	run(t, ctx, "open the console", chromedp.Navigate("http://"+gw.Addr()+"/"))
+	waitJS(t, ctx, "the console", `!!document.querySelector('#devices')`)
+	got := eval[string](t, ctx, `import('/console/form.js').then((f) => {
+		const form = f.schemaForm({type: 'object', properties: {volume: {type: 'integer', minimum: 0, maximum: 100}}});
+		const slider = form.el.querySelector('input[type=range]');
+		slider.value = '40';
+		slider.dispatchEvent(new Event('input'));
+		return form.el.querySelector('input[type=number]').value + ' ' + JSON.stringify(form.values());
+	})`)
+	if got != `40 {"volume":40}` {
+		t.Errorf("after moving the slider to 40: box and values %s", got)
+	}
+}

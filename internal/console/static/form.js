@@ -77,8 +77,9 @@ function field(name, s, required) {
     const inc = kind === 'integer' ? 1 : 'any';
     input = h('input', { id, name, type: 'number', step: inc, min, max, required, 'aria-describedby': described, inputMode: kind === 'integer' ? 'numeric' : 'decimal' });
     if (def !== undefined) input.value = text(def);
-    control = input;
-    let box = input;
+    const num = input;
+    control = num;
+    let box = num;
     if (typeof min === 'number' && typeof max === 'number' && max - min <= 100000 && max > min) {
       const by = kind === 'integer' ? 1 : (max - min) / 100;
       // A number's slider stops a step short of an exclusive bound.
@@ -86,11 +87,10 @@ function field(name, s, required) {
       const smax = xmax !== undefined && cmp(max, xmax) === 0 ? max - by : max;
       const slider = h('input', { type: 'range', min: smin, max: smax, step: by, 'aria-label': name + ' slider', tabIndex: -1 });
       slider.value = def === undefined ? smin : text(def);
-      slider.addEventListener('input', () => { input.value = slider.value; err.textContent = ''; });
-      input.addEventListener('input', () => { if (input.value !== '') slider.value = input.value; });
-      box = h('div', { class: 'range' }, slider, input);
+      slider.addEventListener('input', () => { num.value = slider.value; err.textContent = ''; });
+      num.addEventListener('input', () => { if (num.value !== '') slider.value = num.value; });
+      box = h('div', { class: 'range' }, slider, num);
     }
-    const num = input;
     get = () => {
       if (num.value === '') {
         if (num.validity.badInput) { err.textContent = 'Not a number'; throw new Error('number'); }
