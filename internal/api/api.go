@@ -38,6 +38,10 @@ type Config struct {
 	Logger  *slog.Logger
 	// Version is reported by /healthz.
 	Version string
+	// DeviceAuth is the gateway's --device-auth mode (open or token),
+	// reported by GET /api/v1/me: the console says what revoking a device
+	// does under it. Empty leaves it out.
+	DeviceAuth string
 	// MaxBodyBytes caps request bodies. Default 1 MiB.
 	MaxBodyBytes int64
 	// MaxCallTimeout caps a caller's timeout_ms. Default 10 minutes.

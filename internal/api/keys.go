@@ -93,6 +93,10 @@ type Me struct {
 	Scope   string   `json:"scope"`
 	Devices []string `json:"devices"`
 	Tools   []string `json:"tools"`
+	// DeviceAuth is the gateway's --device-auth mode, open or token: under
+	// open a device needs no token, so revoking its tokens does not keep
+	// it out.
+	DeviceAuth string `json:"device_auth,omitempty"`
 }
 
 func (a *API) me(w http.ResponseWriter, r *http.Request) {
@@ -101,7 +105,7 @@ func (a *API) me(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "unauthorized", "not authenticated", nil)
 		return
 	}
-	m := Me{Caller: p.Caller(), Name: p.Name, Scope: p.Scope.String(), Devices: p.Devices, Tools: p.Tools}
+	m := Me{Caller: p.Caller(), Name: p.Name, Scope: p.Scope.String(), Devices: p.Devices, Tools: p.Tools, DeviceAuth: a.cfg.DeviceAuth}
 	if m.Devices == nil {
 		m.Devices = []string{}
 	}

@@ -153,10 +153,11 @@ func TestConsoleOpen(t *testing.T) {
 	waitJS(t, ctx, "only invalid calls", `(() => { const rows = [...document.querySelectorAll('#audit tbody tr[data-seq]')]; return rows.length === 1 && rows[0].cells[5].innerText.startsWith('invalid_arguments'); })()`)
 	checkPage(t, ctx, "audit")
 	screenshot(t, ctx, "audit")
-	// The skip link moves focus to the page and leaves the route alone.
+	// The skip link moves focus to the page and leaves the route (and its
+	// filters) alone.
 	do(t, ctx, `document.querySelector('a.skip').click()`)
-	if got := eval[string](t, ctx, `location.hash + ' ' + (document.activeElement?.id || '')`); got != "#/audit main" {
-		t.Errorf("after the skip link: hash and focus %q, want #/audit main", got)
+	if got := eval[string](t, ctx, `location.hash + ' ' + (document.activeElement?.id || '')`); got != "#/audit?outcome=invalid_arguments main" {
+		t.Errorf("after the skip link: hash and focus %q, want #/audit?outcome=invalid_arguments main", got)
 	}
 
 	// Integers beyond 2^53 are shown and sent as written, not rounded:

@@ -399,7 +399,7 @@ func New(cfg Config) (*Gateway, error) {
 		}
 		return nil
 	}
-	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version, Agent: chat, Audit: flushedAudit{w: auditLog, src: cfg.Store}, Queue: calls, Keys: cfg.Store,
+	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version, DeviceAuth: string(devices.auth.Mode()), Agent: chat, Audit: flushedAudit{w: auditLog, src: cfg.Store}, Queue: calls, Keys: cfg.Store,
 		MaxBodyBytes: cfg.Limits.MaxBodyBytes, WriteTimeout: cfg.Limits.WriteTimeout, Limits: lim, Cluster: clusterHealth, Ready: ready})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)

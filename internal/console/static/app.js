@@ -37,10 +37,25 @@ const NAV = [
 let cleanup = null;
 let heartbeat = 0; // asks who we are every 30 s: an idle tab notices a revoked key
 
+// setView keeps a page's view (its device, tool, filters, page of a list)
+// in the URL, so a reload or Back comes back to it: #/page/arg...?k=v. It
+// replaces the history entry rather than adding one (the hash does not
+// change, so the page is not drawn again): pages are entries, their
+// filters are not.
+export function setView(page, args, params) {
+  const path = '#/' + [page, ...(args || []).filter((a) => a !== undefined && a !== null && a !== '').map((a) => encodeURIComponent(a))].join('/');
+  const qs = new URLSearchParams(Object.entries(params || {}).filter(([, v]) => v !== undefined && v !== null && v !== '' && v !== false)).toString();
+  const url = path + (qs ? '?' + qs : '');
+  if (location.hash !== url) history.replaceState(history.state, '', url);
+}
+
 function route(ev) {
   if (!app.me) return;
   if (cleanup) { cleanup(); cleanup = null; }
-  const hash = location.hash.replace(/^#\/?/, '');
+  const all = location.hash.replace(/^#\/?/, '');
+  const q = all.indexOf('?');
+  const hash = q < 0 ? all : all.slice(0, q);
+  const params = new URLSearchParams(q < 0 ? '' : all.slice(q + 1));
   const [name, ...rest] = hash.split('/');
   const page = pages[name] ? name : 'devices';
   for (const a of nav.querySelectorAll('a')) {
@@ -51,7 +66,7 @@ function route(ev) {
   document.title = 'mcpgate · ' + (NAV.find((n) => n[0] === page)?.[1] || (page === 'consent' ? 'Authorize' : 'Device'));
   // A hand-typed or truncated hash may not decode: take it as typed.
   const arg = (s) => { try { return decodeURIComponent(s); } catch { return s; } };
-  cleanup = pages[page](main, rest.map(arg)) || null;
+  cleanup = pages[page](main, rest.map(arg), params) || null;
   // A keyboard or screen-reader user lands on the new page, not the old link.
   if (ev) main.focus({ preventScroll: true });
 }

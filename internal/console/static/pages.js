@@ -4,7 +4,7 @@ import { api, raw, dev, APIError } from './api.js';
 import { h, ago, when, copy } from './dom.js';
 import { schemaForm } from './form.js';
 import { renderResult, renderError } from './result.js';
-import { app } from './app.js';
+import { app, setView } from './app.js';
 
 const PAGE = 100; // rows per page of the device table
 
@@ -31,13 +31,17 @@ function table(headers, body, attrs) {
 
 // ---- Devices
 
-function devicesPage(main) {
-  const q = h('input', { id: 'dev-search', type: 'search', placeholder: 'alias, id, firmware…', autocomplete: 'off' });
-  const state = h('select', { id: 'dev-state' }, ['all', 'online', 'offline', 'ready', 'degraded', 'discovering'].map((s) => h('option', { value: s }, s)));
+const DEVICE_STATES = ['all', 'online', 'offline', 'ready', 'degraded', 'discovering'];
+
+function devicesPage(main, _, params) {
+  const q = h('input', { id: 'dev-search', type: 'search', placeholder: 'alias, id, firmware…', autocomplete: 'off', value: params.get('q') || '' });
+  const state = h('select', { id: 'dev-state' }, DEVICE_STATES.map((s) => h('option', { value: s }, s)));
+  if (DEVICE_STATES.includes(params.get('state'))) state.value = params.get('state');
   const counts = h('div', { class: 'counts', id: 'dev-counts', 'aria-live': 'polite' });
   const body = h('tbody');
   const pager = h('div', { class: 'pager' });
-  let page = 0;
+  let page = Math.max(0, (parseInt(params.get('page'), 10) || 1) - 1);
+  const save = () => setView('devices', [], { q: q.value, state: state.value === 'all' ? '' : state.value, page: page ? page + 1 : '' });
   let editing = null; // the id whose alias is being edited: renders wait
   let dirty = false;
   // In a cluster (a device or an event names a node) a Node column follows the id.
@@ -116,7 +120,8 @@ function devicesPage(main) {
     const text = q.value.trim().toLowerCase();
     const list = all.filter((d) => matches(d, text, state.value)).sort((a, b) => (a.alias < b.alias ? -1 : a.alias > b.alias ? 1 : 0));
     const pages = Math.max(1, Math.ceil(list.length / PAGE));
-    page = Math.min(page, pages - 1);
+    // The page asked for in the URL is kept until the list is read.
+    if (app.devices.loaded && page > pages - 1) { page = pages - 1; save(); }
     counts.replaceChildren(
       h('span', {}, h('b', { id: 'count-online', text: String(online) }), ' online'),
       h('span', {}, h('b', { id: 'count-offline', text: String(all.length - online) }), ' offline'),
@@ -125,9 +130,9 @@ function devicesPage(main) {
     body.replaceChildren(...list.slice(page * PAGE, (page + 1) * PAGE).map(row));
     if (!list.length) body.append(h('tr', {}, h('td', { colSpan: withNode ? 10 : 9, class: 'muted', text: app.devices.loaded ? 'No devices match.' : 'Loading…' })));
     pager.replaceChildren(
-      h('button', { type: 'button', disabled: page === 0, onclick: () => { page--; render(); } }, 'Previous'),
+      h('button', { type: 'button', disabled: page === 0, onclick: () => { page--; save(); render(); } }, 'Previous'),
       h('span', { text: `Page ${page + 1} of ${pages}` }),
-      h('button', { type: 'button', disabled: page >= pages - 1, onclick: () => { page++; render(); } }, 'Next'));
+      h('button', { type: 'button', disabled: page >= pages - 1, onclick: () => { page++; save(); render(); } }, 'Next'));
     // What the browser tests measure: the time to the first full table
     // (since the page started loading) and the cost of each render.
     const ms = performance.now() - t0;
@@ -136,8 +141,8 @@ function devicesPage(main) {
     st.maxRenderMs = Math.max(st.maxRenderMs, ms);
     if (app.devices.loaded && st.firstTableMs === null) st.firstTableMs = performance.now();
   }
-  q.addEventListener('input', () => { page = 0; render(); });
-  state.addEventListener('change', () => { page = 0; render(); });
+  q.addEventListener('input', () => { page = 0; save(); render(); });
+  state.addEventListener('change', () => { page = 0; save(); render(); });
   render();
   const off = app.devices.listen(render);
   const tick = setInterval(render, 15000); // keeps "last seen" fresh
@@ -163,7 +168,7 @@ export function cliFor(d, name, args) {
   return `mcpgate --server ${shellQuote(location.origin)} call --args ${shellQuote(JSON.stringify(args))} -- ${shellWord(d)} ${shellWord(name)}`;
 }
 
-function toolCard(d, t, open) {
+function toolCard(d, t, open, onUse) {
   const form = schemaForm(t.inputSchema);
   const out = h('div', { class: 'out', 'aria-live': 'polite' });
   const canCall = app.can('call');
@@ -174,6 +179,7 @@ function toolCard(d, t, open) {
   const f = h('form', { novalidate: true, onsubmit: async (e) => {
     e.preventDefault();
     if (!canCall) return;
+    onUse(t.name, true);
     let a;
     try { a = args(); } catch (e2) { out.replaceChildren(renderError(new APIError(0, 'invalid_input', e2.message))); return; }
     callBtn.disabled = true;
@@ -190,18 +196,55 @@ function toolCard(d, t, open) {
     }
   } }, form.el, h('div', { class: 'row' }, callBtn, copyCurl, copyCLI,
     canCall ? null : h('span', { class: 'muted', text: 'Your key may not call tools (scope ' + app.me.scope + ').' })));
-  return h('details', { class: 'card tool', open, 'data-tool': t.name },
-    h('summary', {}, h('code', { text: t.name }), t.userOnly ? h('span', {}, ' ', h('span', { class: 'pill user', title: 'annotations.audience is ["user"]: meant for people; hidden from AI agents on the MCP doors unless --expose-user-only', text: 'user-only' })) : ''),
+  // A click on the summary (Enter and Space too) opens or closes the card:
+  // the URL names the tool last opened or called.
+  const card = h('details', { class: 'card tool', open, 'data-tool': t.name },
+    h('summary', { onclick: () => onUse(t.name, !card.open) }, h('code', { text: t.name }), t.userOnly ? h('span', {}, ' ', h('span', { class: 'pill user', title: 'annotations.audience is ["user"]: meant for people; hidden from AI agents on the MCP doors unless --expose-user-only', text: 'user-only' })) : ''),
     t.description ? h('p', { class: 'muted', text: t.description }) : null,
     f, out);
+  return card;
 }
 
-function devicePage(main, [ref]) {
+// revokeText says what revoking a device's credentials does under the
+// gateway's --device-auth (GET /api/v1/me; docs/security.md): it revokes
+// every device and vision token issued to it until now and closes its
+// connection, but under open a device needs no token to connect, so it may
+// come straight back.
+export function revokeText(mode) {
+  if (mode === 'token') {
+    return {
+      confirm: 'Confirm: revoke its tokens and disconnect',
+      help: 'Revoke credentials refuses every token issued to this device until now and closes its connection. It connects again only with a newer token: the OTA endpoint gives one whenever the device asks (its firmware does at every boot) unless --ota-policy allowlist leaves it out, and mcpgate devices token makes one.',
+      after: 'It connects again only with a newer token (OTA at its next boot, or mcpgate devices token).',
+    };
+  }
+  if (mode === 'open') {
+    return {
+      confirm: 'Confirm: revoke its tokens and disconnect (it may reconnect at once)',
+      help: 'This gateway runs with --device-auth open: devices connect without a token. Revoke credentials closes this device\'s connection and refuses the tokens issued to it until now (its camera\'s uploads fail until its next session brings a new one), but it can reconnect at once, and a XiaoZhi device does at its next conversation. Only under --device-auth token do revoked tokens keep it out.',
+      after: 'Under --device-auth open it can reconnect at once, without a token.',
+    };
+  }
+  return {
+    confirm: 'Confirm: revoke its tokens and disconnect',
+    help: 'Revoke credentials refuses every token issued to this device until now and closes its connection; under --device-auth open it can reconnect at once without one.',
+    after: '',
+  };
+}
+
+function devicePage(main, [ref, toolName]) {
   const head = h('div');
   const tools = h('div', { id: 'tools' });
   const note = h('div', { 'aria-live': 'polite' });
-  main.append(h('p', {}, h('a', { href: '#/devices', text: '← Devices' })), head, app.can('admin') ? adminActions() : '', note, tools);
   let id = ref;
+  let current = toolName || ''; // the tool the URL names
+  const use = (name, open) => {
+    if (open) current = name;
+    else if (current === name) current = '';
+    setView('device', [ref, current]);
+  };
+  const queued = queuedCalls(() => id);
+  main.append(h('p', {}, h('a', { href: '#/devices', text: '← Devices' })), head, app.can('admin') ? adminActions() : '', note, queued.el, tools);
   function header() {
     const d = app.devices.get(id);
     if (!d) { head.replaceChildren(h('h1', { text: ref })); return; }
@@ -214,8 +257,8 @@ function devicePage(main, [ref]) {
       h('p', {}, h('a', { href: '#/photos/' + encodeURIComponent(d.id), text: 'Photos' }), ' · ', h('a', { href: '#/audit/' + encodeURIComponent(d.id), text: 'Audit' }), ' · ', h('a', { href: '#/events/' + encodeURIComponent(d.id), text: 'Events' })));
   }
   // Two-step buttons: the first click arms, the second acts.
-  function armed(label, confirm, act) {
-    const b = h('button', { type: 'button', class: 'danger' }, label);
+  function armed(label, confirm, act, attrs) {
+    const b = h('button', { type: 'button', class: 'danger', ...attrs }, label);
     b.addEventListener('click', async () => {
       if (b.dataset.armed !== '1') { b.dataset.armed = '1'; b.textContent = confirm; return; }
       b.disabled = true;
@@ -225,17 +268,21 @@ function devicePage(main, [ref]) {
   }
   // Drawn once, not with the header, so an armed button stays armed while events stream.
   function adminActions() {
-    return h('div', { class: 'row', id: 'device-admin' },
-      armed('Revoke credentials', 'Confirm: revoke its tokens and disconnect', async () => {
-        const r = await api('POST', dev(id) + '/revoke');
-        note.replaceChildren(h('p', { text: `Credentials revoked${r.disconnected ? '; disconnected' : ''}: it must be provisioned again.` }));
-      }),
-      armed('Forget', 'Confirm: forget (disconnecting it if online)', async () => {
-        await api('DELETE', dev(id) + '?force=true');
-        app.devices.map.delete(id);
-        app.devices.changed();
-        location.hash = '#/devices';
-      }));
+    const r = revokeText(app.me.device_auth);
+    return h('div', {},
+      h('div', { class: 'row', id: 'device-admin' },
+        armed('Revoke credentials', r.confirm, async () => {
+          const res = await api('POST', dev(id) + '/revoke');
+          const conn = res.disconnected ? 'its connection was closed' : res.not_disconnected ? 'its connection could not be closed: ' + res.not_disconnected : 'it was not connected';
+          note.replaceChildren(h('p', { id: 'revoke-done', text: `Tokens issued until now revoked; ${conn}. ${r.after}` }));
+        }, { 'aria-describedby': 'revoke-help' }),
+        armed('Forget', 'Confirm: forget (disconnecting it if online)', async () => {
+          await api('DELETE', dev(id) + '?force=true');
+          app.devices.map.delete(id);
+          app.devices.changed();
+          location.hash = '#/devices';
+        })),
+      h('p', { class: 'muted', id: 'revoke-help', 'data-mode': app.me.device_auth || '', text: r.help }));
   }
   async function load() {
     try {
@@ -245,10 +292,15 @@ function devicePage(main, [ref]) {
       if (!app.devices.map.has(d.id)) app.devices.map.set(d.id, d);
       id = d.id;
       header();
+      queued.load();
       tools.replaceChildren(h('h2', { text: `Tools (${r.tools.length})` }),
-        ...(r.tools.length ? r.tools.map((t) => toolCard(d, t, r.tools.length <= 8)) : [h('p', { class: 'muted', text: 'No tools known yet.' })]));
+        ...(r.tools.length ? r.tools.map((t) => toolCard(d, t, r.tools.length <= 8 || t.name === current, use)) : [h('p', { class: 'muted', text: 'No tools known yet.' })]));
+      // A reload or a link that names a tool comes back to it.
+      const named = current && [...tools.querySelectorAll('details.tool')].find((x) => x.dataset.tool === current);
+      if (named) named.scrollIntoView({ block: 'start' });
     } catch (e) {
       tools.replaceChildren(renderError(e));
+      queued.load(); // a device forgotten since may still have calls
     }
   }
   header();
@@ -259,16 +311,114 @@ function devicePage(main, [ref]) {
       note.replaceChildren(h('p', {}, 'The device\'s tools changed. ', h('button', { type: 'button', onclick: () => { note.replaceChildren(); load(); } }, 'Reload tools')));
     }
   });
-  return () => { off(); unsub(); };
+  return () => { off(); unsub(); queued.stop(); };
+}
+
+// ---- A device's queued calls (docs/queued-calls.md): calls that wait for
+// its next session. Those waiting first, in the order they will run, then
+// the finished ones, newest first; read again when one of its calls
+// changes (events) or the stream reconnects.
+
+const QUEUE_EVENTS = new Set(['call_queued', 'call_started', 'call_expired', 'call_cancelled']);
+const SHOWN_CALLS = 50;
+
+function callResult(c) {
+  if (c.state === 'done' && c.result) {
+    const res = c.result;
+    const text = (res.content || []).map((x) => (x && x.type === 'text' ? x.text : '[' + ((x && x.type) || '?') + ']')).join(' ');
+    const summary = (res.isError ? 'The device reported a failure: ' : '') + (text.length > 120 ? text.slice(0, 120) + '…' : text || '(no content)');
+    const ms = c.started_at && c.finished_at ? Date.parse(c.finished_at) - Date.parse(c.started_at) : 0;
+    return h('details', {}, h('summary', { text: summary }), renderResult(res, ms));
+  }
+  if (c.reason || c.error) return h('span', { class: c.state === 'failed' ? 'err' : 'muted', text: [c.reason, c.error].filter(Boolean).join(': ') });
+  return '';
+}
+
+function queuedCalls(deviceID) {
+  const body = h('tbody');
+  const info = h('p', { class: 'muted', id: 'queued-info' });
+  const err = h('div', { 'aria-live': 'polite' });
+  const el = h('section', { 'aria-labelledby': 'queued-title' },
+    h('h2', { id: 'queued-title', text: 'Queued calls' }),
+    h('p', { class: 'muted', text: 'Calls that wait for the device\'s next session (mcpgate call --queue, or "deliver": "queue"), and how they ended.' }),
+    info, err,
+    table(['State', 'Tool', 'Arguments', 'Queued', 'Expires or ended', 'Result', ''], body, { id: 'queued' }));
+  let calls = [];
+  let timer = 0;
+  let gen = 0;
+  function row(c) {
+    const cell = h('td');
+    if (c.state === 'queued' && app.can('call')) {
+      cell.append(h('button', { type: 'button', 'aria-label': 'Cancel queued call ' + c.id + ' (' + c.tool + ')', onclick: async (e) => {
+        e.currentTarget.disabled = true;
+        try {
+          await api('DELETE', '/api/v1/calls/' + encodeURIComponent(c.id));
+          err.replaceChildren();
+        } catch (e2) { err.replaceChildren(renderError(e2)); }
+        load();
+      } }, 'Cancel'));
+    }
+    const done = c.finished_at ? 'ended ' + when(c.finished_at) : '';
+    return h('tr', { 'data-call': c.id, 'data-state': c.state, class: ['queued', 'running', 'done'].includes(c.state) ? '' : 'offline' },
+      h('td', {}, h('span', { class: 'pill ' + c.state, text: c.state })),
+      h('td', { class: 'mono', text: c.tool }),
+      h('td', { class: 'mono', text: JSON.stringify(c.arguments ?? {}) }),
+      h('td', { title: c.id, text: when(c.queued_at) }),
+      h('td', { title: done, text: ['queued', 'running'].includes(c.state) ? when(c.expires_at) : done || when(c.expires_at) }),
+      h('td', {}, callResult(c)),
+      cell);
+  }
+  function render() {
+    const waiting = calls.filter((c) => c.state === 'queued' || c.state === 'running');
+    const ended = calls.filter((c) => c.state !== 'queued' && c.state !== 'running').reverse();
+    const shown = [...waiting, ...ended].slice(0, SHOWN_CALLS);
+    body.replaceChildren(...shown.map(row));
+    if (!shown.length) body.append(h('tr', {}, h('td', { colSpan: 7, class: 'muted', text: 'No queued calls.' })));
+    info.textContent = `${waiting.length} waiting, ${calls.length - waiting.length} ended` + (shown.length < calls.length ? ` (the ${SHOWN_CALLS} shown: waiting first, then the newest)` : '');
+  }
+  // load reads every call of the device the gateway keeps (finished ones
+  // for --queue-retention), a page of 1000 at a time.
+  async function load() {
+    const g = ++gen;
+    const all = [];
+    try {
+      for (let page = 0; page < 10; page++) {
+        const p = new URLSearchParams({ device: deviceID(), limit: '1000' });
+        if (all.length) p.set('after', String(JSON.isRawJSON?.(all.at(-1).seq) ? all.at(-1).seq.rawJSON : all.at(-1).seq));
+        const r = await api('GET', '/api/v1/calls?' + p, undefined, { exact: true });
+        if (g !== gen) return;
+        all.push(...r.calls);
+        if (r.calls.length < 1000) break;
+      }
+      calls = all;
+      err.replaceChildren();
+      render();
+    } catch (e) {
+      if (g !== gen) return;
+      if (e.code === 'queue_unavailable') { el.hidden = true; return; }
+      err.replaceChildren(renderError(e));
+    }
+  }
+  const later = () => { if (!timer) timer = setTimeout(() => { timer = 0; load(); }, 150); };
+  const unsub = app.events.subscribe((ev) => {
+    if (ev.device !== deviceID()) return;
+    if (QUEUE_EVENTS.has(ev.type) || (ev.type === 'call_completed' && ev.data && ev.data.queued)) later();
+  });
+  const unre = app.events.onReconnect(later);
+  body.append(h('tr', {}, h('td', { colSpan: 7, class: 'muted', text: 'Loading…' })));
+  return { el, load, stop: () => { unsub(); unre(); clearTimeout(timer); gen++; } };
 }
 
 // ---- Events
 
-const EVENT_TYPES = ['device_online', 'device_state', 'tools_changed', 'call_completed', 'alias_changed', 'device_offline', 'device_forgotten'];
+const EVENT_TYPES = ['device_online', 'device_state', 'tools_changed', 'call_completed', 'alias_changed', 'device_offline', 'device_forgotten',
+  'call_queued', 'call_started', 'call_expired', 'call_cancelled'];
 
-function eventsPage(main, [ref]) {
+function eventsPage(main, [ref], params) {
   const dq = h('input', { id: 'ev-device', type: 'search', value: ref || '', placeholder: 'alias or id' });
   const kind = h('select', { id: 'ev-type' }, h('option', { value: '' }, 'all kinds'), EVENT_TYPES.map((t) => h('option', { value: t }, t)));
+  if (EVENT_TYPES.includes(params.get('kind'))) kind.value = params.get('kind');
+  const save = () => setView('events', [dq.value.trim()], { kind: kind.value });
   const pause = h('input', { id: 'ev-pause', type: 'checkbox' });
   const body = h('tbody');
   const head = h('div', { class: 'row' }, h('h1', { text: 'Events' }));
@@ -304,8 +454,8 @@ function eventsPage(main, [ref]) {
     if (!rows.length) body.append(h('tr', {}, h('td', { colSpan: cols.length, class: 'muted', text: 'No events yet.' })));
   }
   const later = () => { if (!timer) timer = setTimeout(render, 150); };
-  dq.addEventListener('input', render);
-  kind.addEventListener('change', render);
+  dq.addEventListener('input', () => { save(); render(); });
+  kind.addEventListener('change', () => { save(); render(); });
   pause.addEventListener('change', render);
   render();
   const unsub = app.events.subscribe(later);
@@ -314,20 +464,22 @@ function eventsPage(main, [ref]) {
 
 // ---- Audit
 
-function auditPage(main, [ref]) {
+function auditPage(main, [ref], params) {
   const fields = {
     device: h('input', { id: 'au-device', value: ref || '', placeholder: 'alias or id' }),
-    tool: h('input', { id: 'au-tool', placeholder: 'exact tool name' }),
-    caller: h('input', { id: 'au-caller', placeholder: 'key id or local' }),
-    since: h('input', { id: 'au-since', placeholder: '1h, 7d or a time' }),
+    tool: h('input', { id: 'au-tool', placeholder: 'exact tool name', value: params.get('tool') || '' }),
+    caller: h('input', { id: 'au-caller', placeholder: 'key id or local', value: params.get('caller') || '' }),
+    since: h('input', { id: 'au-since', placeholder: '1h, 7d or a time', value: params.get('since') || '' }),
   };
   const outcome = h('select', { id: 'au-outcome' }, [['', 'any'], ['ok', 'ok'], ['error', 'any failure'], ['tool_error', 'tool_error (the device failed)'],
     ...['invalid_arguments', 'tool_not_found', 'device_not_found', 'device_offline', 'device_timeout', 'device_disconnected', 'device_busy', 'rate_limited', 'forbidden', 'denied'].map((c) => [c, c])]
     .map(([v, label]) => h('option', { value: v }, label)));
+  outcome.value = params.get('outcome') || '';
+  if (outcome.selectedIndex < 0) outcome.value = '';
   const body = h('tbody');
   const pager = h('div', { class: 'pager' });
   const err = h('div');
-  const stack = []; // the before cursors of the pages seen, for Previous
+  const stack = []; // the before cursors of the pages seen, for Newer
   let cursor = '';
   const form = h('form', { class: 'row', role: 'search', onsubmit: (e) => { e.preventDefault(); stack.length = 0; load(''); } },
     Object.entries(fields).map(([k, el]) => h('label', { for: el.id }, k[0].toUpperCase() + k.slice(1), el)),
@@ -335,7 +487,9 @@ function auditPage(main, [ref]) {
     h('button', { type: 'submit', class: 'primary' }, 'Filter'));
   main.append(h('h1', { text: 'Audit' }), form, err,
     table(['Time', 'Device', 'Tool', 'Caller', 'Door', 'Outcome', 'Latency', 'Arguments'], body, { id: 'audit' }), pager);
+  let gen = 0; // bumped by each load and by leaving: a late answer is dropped
   async function load(before) {
+    const g = ++gen;
     const p = new URLSearchParams({ limit: '50' });
     for (const [k, el] of Object.entries(fields)) if (el.value.trim()) p.set(k, el.value.trim());
     if (outcome.value) p.set('outcome', outcome.value);
@@ -343,7 +497,12 @@ function auditPage(main, [ref]) {
     err.replaceChildren();
     try {
       const r = await api('GET', '/api/v1/audit?' + p, undefined, { exact: true });
+      // Left, or filtered again, meanwhile: this answer would undo that
+      // (and write the audit filters into another page's URL).
+      if (g !== gen) return;
       cursor = before;
+      const { device, ...rest } = Object.fromEntries(Object.entries(fields).map(([k, el]) => [k, el.value.trim()]));
+      setView('audit', [device], { ...rest, outcome: outcome.value, before });
       const recs = r.records;
       body.replaceChildren(...recs.map((x) => h('tr', { class: x.outcome === 'ok' ? '' : 'bad', 'data-seq': x.seq },
         h('td', { title: x.time, text: when(x.time) }),
@@ -356,13 +515,15 @@ function auditPage(main, [ref]) {
         h('td', { class: 'mono', text: JSON.stringify(x.arguments) }))));
       if (!recs.length) body.append(h('tr', {}, h('td', { colSpan: 8, class: 'muted', text: 'No records match.' })));
       pager.replaceChildren(
-        h('button', { type: 'button', disabled: !stack.length, onclick: () => load(stack.pop()) }, 'Newer'),
+        // After a reload on an older page, Newer goes back to the newest.
+        h('button', { type: 'button', disabled: !cursor, onclick: () => load(stack.length ? stack.pop() : '') }, 'Newer'),
         h('button', { type: 'button', disabled: !r.next, onclick: () => { stack.push(cursor); load(r.next); } }, 'Older'));
     } catch (e) {
-      err.replaceChildren(renderError(e));
+      if (g === gen) err.replaceChildren(renderError(e));
     }
   }
-  load('');
+  load(params.get('before') || '');
+  return () => { gen++; };
 }
 
 // ---- Photos
