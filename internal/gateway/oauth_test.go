@@ -246,6 +246,29 @@ func TestOAuth(t *testing.T) {
 	if strings.Join(got, "\n") != wantAudit {
 		t.Errorf("audit:\n%s\nwant:\n%s", strings.Join(got, "\n"), wantAudit)
 	}
+
+	// A code whose approving key was revoked before the exchange makes no
+	// token.
+	approverID, approver := storeKey(t, st, "approver", auth.ScopeAdmin)
+	_, _, body = do("POST", oauth.ConsentAPI+consent(), approver, "application/json", `{"approve":true,"scope":"call"}`)
+	decode(body, &rd)
+	u, _ = url.Parse(rd.Redirect)
+	if _, err := c.WithKey(admin).RevokeKey(t.Context(), approverID); err != nil {
+		t.Fatal(err)
+	}
+	if status, body := exchange(u.Query().Get("code"), verifier); status != http.StatusBadRequest || !strings.Contains(body, "invalid_grant") || !strings.Contains(body, "revoked") {
+		t.Errorf("a code approved by a key revoked since: %d %s, want invalid_grant naming the revocation", status, body)
+	}
+
+	// One address cannot hold every consent slot.
+	for i := range 10 {
+		if status, loc := authorize(nil); status != http.StatusFound || !strings.HasPrefix(loc, "/#/consent/") {
+			t.Fatalf("authorization %d waiting for consent: %d %s", i+1, status, loc)
+		}
+	}
+	if status, loc := authorize(nil); status != http.StatusFound || !strings.Contains(loc, "error=temporarily_unavailable") {
+		t.Errorf("an 11th authorization from one address while 10 wait: %d %s, want temporarily_unavailable", status, loc)
+	}
 }
 
 // TestOAuthNeedsKeys: OAuth on open doors is refused at start.

@@ -27,6 +27,7 @@
 package oauth
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -68,6 +69,9 @@ const (
 	maxPending  = 1000
 	maxBody     = 64 << 10
 	pendingLife = 10 * time.Minute
+	// maxPendingPerAddr bounds the consents waiting from one address: one
+	// host's requests cannot fill every slot and lock the others out.
+	maxPendingPerAddr = 10
 )
 
 // Config configures the server. Keys is required.
@@ -108,6 +112,7 @@ type request struct {
 	ID, ClientID, ClientName, RedirectURI, State, Challenge, Scope, Resource string
 	RedirectGiven                                                            bool // the authorization named its redirect_uri
 	Expires                                                                  time.Time
+	Addr                                                                     string // the address the authorization came from
 }
 
 // grant is an approved request: its code, until exchanged once.
@@ -310,12 +315,24 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	req := &request{ID: random(16), ClientID: c.ID, ClientName: c.Name, RedirectURI: redirect, RedirectGiven: redirectGiven, State: state,
-		Challenge: challenge, Scope: scope, Resource: q.Get("resource"), Expires: s.cfg.Now().Add(pendingLife)}
+		Challenge: challenge, Scope: scope, Resource: q.Get("resource"), Expires: s.cfg.Now().Add(pendingLife), Addr: remoteHost(r)}
 	s.mu.Lock()
 	s.pruneLocked()
 	if len(s.requests) >= maxPending {
 		s.mu.Unlock()
 		fail("temporarily_unavailable", "too many authorizations are waiting for consent; try again later")
+		return
+	}
+	fromAddr := 0
+	for _, p := range s.requests {
+		if p.Addr == req.Addr {
+			fromAddr++
+		}
+	}
+	if fromAddr >= maxPendingPerAddr {
+		s.mu.Unlock()
+		s.log.Warn("OAuth authorization refused: too many waiting for consent from one address", "remote", req.Addr, "waiting", fromAddr)
+		fail("temporarily_unavailable", fmt.Sprintf("%d authorizations from this address are waiting for consent already; have them answered, or wait up to 10 minutes", fromAddr))
 		return
 	}
 	s.requests[req.ID] = req
@@ -460,6 +477,11 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		writeOAuthError(w, http.StatusBadRequest, "invalid_grant", "unknown, used or expired code")
 		return
 	}
+	if err := s.approverValid(r.Context(), g.Approver); err != nil {
+		s.log.Info("OAuth code refused", "client_id", g.ClientID, "approver", g.Approver, "error", err)
+		writeOAuthError(w, http.StatusBadRequest, "invalid_grant", "the code's approval no longer holds ("+err.Error()+"): authorize again")
+		return
+	}
 	sum := sha256.Sum256([]byte(f.Get("code_verifier")))
 	verifier := base64.RawURLEncoding.EncodeToString(sum[:])
 	// redirect_uri must repeat the authorization's, when that named one
@@ -491,6 +513,36 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		out["expires_in"] = int64(k.ExpiresAt.Sub(now).Seconds())
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// approverValid reports why the admin key that approved a code may no
+// longer grant it: revoked or expired since. A code is a key waiting to be
+// made; the key must not outlive its maker's right to make it.
+func (s *Server) approverValid(ctx context.Context, approver string) error {
+	if approver == "local" { // open doors: no key approved it
+		return nil
+	}
+	k, err := s.cfg.Keys.Key(ctx, approver)
+	if err != nil {
+		return fmt.Errorf("the approving key %s cannot be read: %w", approver, err)
+	}
+	now := s.cfg.Now()
+	switch {
+	case !k.RevokedAt.IsZero():
+		return fmt.Errorf("the approving key %s was revoked", approver)
+	case !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt):
+		return fmt.Errorf("the approving key %s expired", approver)
+	}
+	return nil
+}
+
+// remoteHost is the host of the request's peer.
+func remoteHost(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 func (s *Server) pruneLocked() {
