@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/mcpgate/mcpgate/internal/agent"
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/metrics"
@@ -48,6 +49,10 @@ type Config struct {
 	MaxCallTimeout time.Duration
 	// SSEHeartbeat is how often an idle event stream gets a comment line. Default 15s.
 	SSEHeartbeat time.Duration
+	// MaxEventStreams bounds the event streams (GET /api/v1/events) open
+	// at once, one API key holding at most half of them. Default
+	// DefaultMaxEventStreams; negative: no bound.
+	MaxEventStreams int
 	// WriteTimeout bounds writing one answer (event and chat streams
 	// excepted): a client that does not read it in time loses its
 	// connection. Default DefaultWriteTimeout; negative: no bound.
@@ -89,7 +94,15 @@ type API struct {
 
 	closing   chan struct{} // closed by Close: ends event streams
 	closeOnce sync.Once
+
+	streamsMu  sync.Mutex
+	streams    map[string]int // open event streams by caller; guarded by streamsMu
+	allStreams int            // guarded by streamsMu
 }
+
+// DefaultMaxEventStreams is Config.MaxEventStreams's default: a console
+// tab or a dashboard holds one each.
+const DefaultMaxEventStreams = 1000
 
 // Close ends open event streams, which would otherwise keep an
 // http.Server's Shutdown waiting.
@@ -118,7 +131,10 @@ func New(cfg Config) (*API, error) {
 	if cfg.Limits == nil {
 		cfg.Limits = limits.NewReporter(cfg.Metrics, cfg.Logger)
 	}
-	a := &API{cfg: cfg, hub: cfg.Hub, log: cfg.Logger, mux: http.NewServeMux(), closing: make(chan struct{})}
+	if cfg.MaxEventStreams == 0 {
+		cfg.MaxEventStreams = DefaultMaxEventStreams
+	}
+	a := &API{cfg: cfg, hub: cfg.Hub, log: cfg.Logger, mux: http.NewServeMux(), closing: make(chan struct{}), streams: map[string]int{}}
 	a.mux.HandleFunc("GET /api/v1/devices", a.answered(a.listDevices))
 	a.mux.HandleFunc("GET /api/v1/devices/{id}", a.answered(a.getDevice))
 	a.mux.HandleFunc("PATCH /api/v1/devices/{id}", a.answered(a.patchDevice))
@@ -625,6 +641,48 @@ type ClusterHealth struct {
 
 // events streams the hub's events as Server-Sent Events until the client
 // leaves. Query "device" filters to one device (id or alias).
+// openStream counts an event stream of p's, or refuses it (503) past
+// MaxEventStreams, or past half of them for one API key: a key opening
+// streams in a loop does not lock every other caller out. (The local
+// caller is every process of the machine: it may hold them all.)
+func (a *API) openStream(w http.ResponseWriter, r *http.Request, p *auth.Principal) bool {
+	most := a.cfg.MaxEventStreams
+	caller := p.Caller()
+	a.streamsMu.Lock()
+	all, mine := a.allStreams, a.streams[caller]
+	var msg string
+	switch {
+	case most < 0:
+	case all >= most:
+		msg = fmt.Sprintf("%d event streams are open, the most this gateway allows (--max-event-streams): close one, or retry later", all)
+	case mine >= max(most/2, 1) && caller != "local":
+		msg = fmt.Sprintf("this API key has %d event streams open, the most one key may hold (half of --max-event-streams): close one, or retry later", mine)
+	}
+	if msg == "" {
+		a.allStreams++
+		a.streams[caller]++
+	}
+	a.streamsMu.Unlock()
+	if msg == "" {
+		return true
+	}
+	a.cfg.Limits.Hit(limits.EventStreams, "refused event stream: too many open",
+		"remote", r.RemoteAddr, "caller", caller, "open", all, "callers", mine, "max_event_streams", most)
+	w.Header().Set("Retry-After", "10")
+	writeError(w, http.StatusServiceUnavailable, "too_many_streams", msg, nil)
+	return false
+}
+
+func (a *API) closeStream(p *auth.Principal) {
+	caller := p.Caller()
+	a.streamsMu.Lock()
+	defer a.streamsMu.Unlock()
+	a.allStreams--
+	if a.streams[caller]--; a.streams[caller] <= 0 {
+		delete(a.streams, caller)
+	}
+}
+
 func (a *API) events(w http.ResponseWriter, r *http.Request) {
 	fl, ok := w.(http.Flusher)
 	if !ok {
@@ -644,6 +702,10 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 		}
 		filter = d.ID
 	}
+	if !a.openStream(w, r, p) {
+		return
+	}
+	defer a.closeStream(p)
 	sub := a.hub.Subscribe()
 	defer sub.Close()
 	w.Header().Set("Content-Type", "text/event-stream")

@@ -400,7 +400,8 @@ func New(cfg Config) (*Gateway, error) {
 		return nil
 	}
 	rest, err := api.New(api.Config{Hub: h, Metrics: m, Logger: cfg.Logger, Version: cfg.Version, DeviceAuth: string(devices.auth.Mode()), Agent: chat, Audit: flushedAudit{w: auditLog, src: cfg.Store}, Queue: calls, Keys: cfg.Store,
-		MaxBodyBytes: cfg.Limits.MaxBodyBytes, WriteTimeout: cfg.Limits.WriteTimeout, Limits: lim, Cluster: clusterHealth, Ready: ready})
+		MaxBodyBytes: cfg.Limits.MaxBodyBytes, WriteTimeout: cfg.Limits.WriteTimeout, Limits: lim, Cluster: clusterHealth, Ready: ready,
+		MaxEventStreams: cfg.Limits.MaxEventStreams})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}

@@ -64,6 +64,10 @@ type Limits struct {
 	// MaxMCPSessions bounds the MCP client sessions open at once on both MCP
 	// doors together. Default 1000; negative: no limit.
 	MaxMCPSessions int
+	// MaxEventStreams bounds the event streams open at once, one API key
+	// holding at most half. Default api.DefaultMaxEventStreams; negative: no
+	// limit.
+	MaxEventStreams int
 }
 
 func (l *Limits) fill() error {

@@ -853,3 +853,70 @@ func sample(t *testing.T, gw *gateway.Gateway, name string) int {
 	}
 	return int(hostiletest.Sample(t, exposition, name))
 }
+
+// Event streams are bounded: one API key holds at most half, every caller
+// together the whole; one more is refused with 503 and counted, and a
+// closed stream makes room.
+func TestEventStreamLimit(t *testing.T) {
+	st, err := store.Open(t.Context(), "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	_, keyA := newKey(t, st, "a")
+	_, keyB := newKey(t, st, "b")
+	_, keyC := newKey(t, st, "c")
+	gw, _ := gatewaytest.Start(t, gateway.Config{Store: st, Limits: gateway.Limits{MaxEventStreams: 4}})
+	open := func(key string) (*http.Response, func()) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(t.Context())
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+gw.Addr()+"/api/v1/events", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		closed := func() { cancel(); resp.Body.Close() }
+		t.Cleanup(closed)
+		return resp, closed
+	}
+	refused := func(what, key, want string) {
+		t.Helper()
+		resp, closed := open(key)
+		defer closed()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
+			!strings.Contains(string(body), "too_many_streams") || !strings.Contains(string(body), want) {
+			t.Fatalf("%s: %d %q (Retry-After %q), want 503 too_many_streams naming %s", what, resp.StatusCode, body, resp.Header.Get("Retry-After"), want)
+		}
+	}
+	var closeA func()
+	for i := range 2 {
+		resp, closed := open(keyA)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("key A's stream %d: %d", i+1, resp.StatusCode)
+		}
+		closeA = closed
+	}
+	refused("key A's third stream of 4", keyA, "half of --max-event-streams")
+	for i := range 2 {
+		if resp, _ := open(keyB); resp.StatusCode != http.StatusOK {
+			t.Fatalf("key B's stream %d: %d", i+1, resp.StatusCode)
+		}
+	}
+	refused("key C's stream with 4 open", keyC, "(--max-event-streams)")
+	if n := hits(t, gw, limits.EventStreams); n != 2 {
+		t.Fatalf("event_streams hits %d, want 2", n)
+	}
+	closeA()
+	waitFor(t, "a closed stream to make room", func() bool {
+		resp, closed := open(keyC)
+		defer func() {
+			if resp.StatusCode != http.StatusOK {
+				closed()
+			}
+		}()
+		return resp.StatusCode == http.StatusOK
+	})
+}

@@ -41,6 +41,7 @@ const (
 	EndpointInitTimeout = "endpoint_initialize_timeout" // an MCP server did not answer initialize within --request-timeout
 	ConnsPerIP          = "conns_per_ip"                // a source address had too many device connections
 	MCPSessions         = "mcp_sessions"                // an MCP client session was refused: --max-mcp-sessions open
+	EventStreams        = "event_streams"               // an event stream was refused: --max-event-streams open
 	RESTWriteTimeout    = "rest_write_timeout"          // a REST client did not read its answer within --write-timeout
 	UpstreamFrame       = "upstream_frame"              // the upstream voice server sent a frame over --read-limit
 	UpstreamPending     = "upstream_pending"            // the upstream had too many requests awaiting a device
@@ -50,7 +51,7 @@ const (
 var Names = []string{
 	WSFrame, MQTTPacket, EndpointFrame, RESTBody, MCPBody, OTABody, OTAKnown, VisionBody, MaxTools, MaxPages, MaxCatalogBytes, DeviceBusy,
 	KeyRate, DeviceRate, HeaderTimeout, BodyTimeout, RESTWriteTimeout, HelloTimeout, MQTTConnectTimeout, EndpointInitTimeout, ConnsPerIP, MCPSessions,
-	UpstreamFrame, UpstreamPending,
+	EventStreams, UpstreamFrame, UpstreamPending,
 }
 
 // Defaults of the limits this package applies; the gateway's flags show them.
