@@ -141,8 +141,9 @@ func TestConsoleOpen(t *testing.T) {
 	}
 
 	// An invalid argument: the gateway's message next to the field.
-	do(t, ctx, vol+`.querySelector('input[name=volume]').value = '150'; `+vol+`.querySelector('button.primary').click()`)
+	do(t, ctx, `{ const box = `+vol+`.querySelector('input[name=volume]'); box.value = '150'; box.dispatchEvent(new Event('input', {bubbles: true})); }`+vol+`.querySelector('button.primary').click()`)
 	waitJS(t, ctx, "invalid_arguments next to the field", vol+`.querySelector('.field .fielderr')?.textContent.includes('maximum') && `+vol+`.querySelector('.result')?.dataset.outcome === 'invalid_arguments'`)
+	do(t, ctx, vol+`.open = true`) // the screenshot shows the form and its error
 	screenshot(t, ctx, "device")
 
 	// The audit page has the call.
