@@ -708,6 +708,11 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 	defer a.closeStream(p)
 	sub := a.hub.Subscribe()
 	defer sub.Close()
+	// A stream that shows part of the events numbers them itself: the
+	// gateway's numbers would tell a key limited to some devices how much
+	// the others do. Dropped events still leave a gap.
+	ownNumbers := filter != "" || len(p.Devices) > 0 || len(p.Tools) > 0
+	var sent uint64
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
@@ -736,6 +741,10 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 			}
 			if ev, ok = visibleEvent(p, a.hub, ev); !ok {
 				continue
+			}
+			if ownNumbers {
+				sent++
+				ev.Seq = sent + sub.Dropped()
 			}
 			b, err := json.Marshal(ev)
 			if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/devicetest"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/hub"
@@ -556,9 +557,18 @@ type sseEvent struct {
 // subscribe opens the event stream and returns its events as they come.
 func (tg *testGateway) subscribe(t *testing.T, query string) <-chan sseEvent {
 	t.Helper()
+	return tg.subscribeAs(t, query, "")
+}
+
+// subscribeAs is subscribe with an API key ("" for none).
+func (tg *testGateway) subscribeAs(t *testing.T, query, key string) <-chan sseEvent {
+	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), "GET", tg.base+"/api/v1/events"+query, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -606,6 +616,41 @@ func (tg *testGateway) subscribe(t *testing.T, query string) <-chan sseEvent {
 }
 
 // next returns the next event of type typ, skipping others.
+// TestEventsNumberedPerPartialStream: a stream showing part of the events
+// (a key limited to some devices, ?device=) numbers them 1, 2, 3...: the
+// gateway's numbers would tell how much the hidden devices do.
+func TestEventsNumberedPerPartialStream(t *testing.T) {
+	t.Parallel()
+	tg := startGateway(t, gateway.Config{})
+	k, secret, err := auth.NewKey("one-device", auth.ScopeRead, []string{"02:00:00:00:00:01"}, nil, 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.gw.Store().CreateKey(t.Context(), k); err != nil {
+		t.Fatal(err)
+	}
+	all := tg.subscribe(t, "")
+	limited := tg.subscribeAs(t, "", secret)
+	tg.connect(t, devicetest.Config{ID: "02:00:00:00:00:02"})
+	next(t, all, hub.EventToolsChanged)
+	filtered := tg.subscribe(t, "?device=02:00:00:00:00:02")
+	tg.connect(t, devicetest.Config{})
+	if last := next(t, all, hub.EventToolsChanged); last.data.Seq < 6 {
+		t.Fatalf("the gateway's number of the sixth event: %d", last.data.Seq)
+	}
+	for i, typ := range []hub.EventType{hub.EventOnline, hub.EventState, hub.EventToolsChanged} {
+		if ev := next(t, limited, typ); ev.data.Seq != uint64(i+1) || ev.data.Device != devID {
+			t.Errorf("a key limited to one device: event %d %s numbered %d, want %d", i+1, ev.raw, ev.data.Seq, i+1)
+		}
+	}
+	if _, err := tg.client.Call(t.Context(), "02:00:00:00:00:02", api.CallBody{Name: setVolume, Arguments: json.RawMessage(`{"volume":7}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, filtered, hub.EventCall); ev.data.Seq != 1 {
+		t.Errorf("?device=: the first event it shows %s numbered %d, want 1", ev.raw, ev.data.Seq)
+	}
+}
+
 func next(t *testing.T, ch <-chan sseEvent, typ hub.EventType) sseEvent {
 	t.Helper()
 	timeout := time.After(10 * time.Second)
