@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/hub/hubtest"
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
 )
 
 // startViewCluster starts n nodes with a fast beat, so that a lost node is
@@ -275,4 +278,28 @@ func TestViewNodeRestarts(t *testing.T) {
 		d, err := n0.hub.Device("dev-old")
 		return seesOnline(n0.hub, "dev-new", "n1") && err == nil && !d.Online
 	})
+}
+
+// TestViewSessionIDChange: a session id changed on the holder (a voice
+// server's later hello, in upstream mode) shows on the other nodes, with
+// no event of its own.
+func TestViewSessionIDChange(t *testing.T) {
+	nodes := startViewCluster(t, 2)
+	attached := make(chan *hub.Attachment, 1)
+	hubtest.Connect(t, &hubtest.Device{Tools: []string{echoTool}}, func(s *mcpclient.Session) func(context.Context) {
+		att := nodes[0].hub.Attach(hub.ConnInfo{DeviceID: "dev-s", Transport: "mem", SessionID: "first"}, s)
+		attached <- att
+		return att.Run
+	})
+	att := <-attached
+	sessionOn := func(h *hub.Hub) string {
+		d, err := h.Device("dev-s")
+		if err != nil {
+			return ""
+		}
+		return d.SessionID
+	}
+	waitFor(t, "the other node to show the first session id", func() bool { return sessionOn(nodes[1].hub) == "first" })
+	att.SetSessionID("second")
+	waitFor(t, "the other node to show the new session id", func() bool { return sessionOn(nodes[1].hub) == "second" })
 }

@@ -173,6 +173,16 @@ func (b *bus) unsubscribe(s *Subscription) {
 
 func (b *bus) publish(e Event) { b.publishLazy(e, nil) }
 
+// tapRecord tells the tap (a cluster node's view) that a held device's
+// record changed with no event of its own: an event with no type.
+func (b *bus) tapRecord(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.tap != nil {
+		b.tap(Event{Device: id, Node: b.node, Time: time.Now()})
+	}
+}
+
 // publishLazy publishes e; data, if not nil, builds its Data, called only
 // when a subscriber receives it (the tap sees it without).
 func (b *bus) publishLazy(e Event, data func() any) {

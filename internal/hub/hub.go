@@ -552,10 +552,14 @@ func (a *Attachment) ended() bool {
 func (a *Attachment) SetSessionID(sid string) {
 	h := a.hub
 	h.mu.Lock()
-	if a.dev.att == a {
+	changed := a.dev.att == a && a.dev.sessionID != sid
+	if changed {
 		a.dev.sessionID = sid
 	}
 	h.mu.Unlock()
+	if changed {
+		h.bus.tapRecord(a.dev.id) // other cluster nodes show it too
+	}
 }
 
 // Touch records that the device just sent something.
