@@ -77,7 +77,7 @@ func (a *Agent) RunGateway(ctx context.Context, o GatewayOptions) error {
 	o.OnState = func(s device.State) {
 		if errors.Is(s.Err, device.ErrReplaced) {
 			a.log.Warn("another device uses this device id (a cloned SD card?): give this one its own with --id, or delete its device-id file and restart",
-				"device_id", a.id, "device_id_file", filepath.Join(a.cfg.StateDir, "device-id"))
+				"device_id", a.id, "device_id_file", filepath.Join(a.cfg.StateDir, "device-id"), "retry_in", s.RetryIn)
 		}
 		if onState != nil {
 			onState(s)
@@ -88,7 +88,7 @@ func (a *Agent) RunGateway(ctx context.Context, o GatewayOptions) error {
 			return err
 		}
 		c, err := device.NewClient(device.ClientOptions{URL: o.Server, DeviceID: a.id, ClientID: a.clientID, Token: o.Token,
-			Server: a.srv, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff, Logger: a.log, OnState: o.OnState})
+			Server: a.srv, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff, Logger: a.clientLog(), OnState: o.OnState})
 		if err != nil {
 			return err
 		}
@@ -208,7 +208,7 @@ func (a *Agent) runProvisioned(ctx context.Context, reply *OTAReply, o GatewayOp
 			}
 		}
 	}
-	log, level := a.log, slog.LevelInfo
+	log, level := a.clientLog(), slog.LevelInfo
 	if quiet {
 		log, level = slog.New(quieter{log.Handler()}), slog.LevelDebug
 	}
@@ -355,3 +355,38 @@ func (q quieter) WithAttrs(attrs []slog.Attr) slog.Handler {
 	return quieter{q.Handler.WithAttrs(attrs)}
 }
 func (q quieter) WithGroup(name string) slog.Handler { return quieter{q.Handler.WithGroup(name)} }
+
+// clientLog is the logger of the agent's device clients. The device SDK
+// warns when another connection with the same device id replaced this
+// one; RunGateway warns about it itself, naming the device-id file, so the
+// SDK's line goes to debug: one warning per replacement, not two.
+func (a *Agent) clientLog() *slog.Logger {
+	return slog.New(replacedSaid{a.log.Handler()})
+}
+
+// replacedSaid logs at debug the warnings whose error wraps
+// device.ErrReplaced.
+type replacedSaid struct{ slog.Handler }
+
+func (h replacedSaid) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		r.Attrs(func(at slog.Attr) bool {
+			if err, ok := at.Value.Any().(error); ok && errors.Is(err, device.ErrReplaced) {
+				r.Level = slog.LevelDebug
+				return false
+			}
+			return true
+		})
+	}
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h replacedSaid) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return replacedSaid{h.Handler.WithAttrs(attrs)}
+}
+func (h replacedSaid) WithGroup(name string) slog.Handler {
+	return replacedSaid{h.Handler.WithGroup(name)}
+}
