@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/bridge"
@@ -288,7 +289,7 @@ func (a *Agent) Provision(ctx context.Context, otaURL string) (*OTAReply, error)
 		return nil, fmt.Errorf("OTA: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("OTA answered %s: %s", resp.Status, bytes.TrimSpace(b))
+		return nil, fmt.Errorf("OTA answered %s: %s", resp.Status, excerpt(b, otaURL))
 	}
 	var r OTAReply
 	if err := json.Unmarshal(b, &r); err != nil {
@@ -303,6 +304,26 @@ func (a *Agent) Provision(ctx context.Context, otaURL string) (*OTAReply, error)
 		return nil, errors.New("OTA answer names neither a websocket url nor an mqtt endpoint")
 	}
 	return &r, nil
+}
+
+// maxExcerpt bounds how much of an answer an error quotes: the start of
+// an error page says what went wrong.
+const maxExcerpt = 200
+
+// excerpt is what an error quotes of an answer to a request for rawURL:
+// its first maxExcerpt bytes, cut at a character boundary, with the URL's
+// query (a token) hidden wherever the answer repeats it, as error pages
+// that echo the request do.
+func excerpt(answer []byte, rawURL string) string {
+	s := redact.InText(string(bytes.TrimSpace(answer)), rawURL)
+	if len(s) <= maxExcerpt {
+		return s
+	}
+	n := maxExcerpt
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return fmt.Sprintf("%s... (%d bytes)", s[:n], len(answer))
 }
 
 // clientFor returns the run loop of the client the OTA answer asks for.
