@@ -54,6 +54,14 @@ func TestConfigErrors(t *testing.T) {
 	if _, _, err := execute(t, "tools", "--config", conf, "--state-dir", dir); err == nil || !strings.Contains(err.Error(), `unknown setting "ir-prot"`) {
 		t.Fatalf("unknown key: %v", err)
 	}
+	// A list where one value is wanted is a mistake, not a comma-separated
+	// value; packs takes one.
+	if err := os.WriteFile(conf, []byte("packs: [system]\nir-port:\n  - /dev/ttyUSB0\n  - /dev/ttyUSB1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := execute(t, "tools", "--config", conf, "--state-dir", dir); err == nil || !strings.Contains(err.Error(), "device.yaml: ir-port (line 2): want a single value, not a list") {
+		t.Fatalf("a list for ir-port: %v", err)
+	}
 	if _, _, err := execute(t, "tools", "--state-dir", dir, "--packs", "ir,shell"); err == nil || !strings.Contains(err.Error(), `unknown pack "shell"`) {
 		t.Fatalf("unknown pack: %v", err)
 	}
