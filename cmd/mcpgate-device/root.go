@@ -316,7 +316,7 @@ func (o *options) apply(cmd *cobra.Command) error {
 		}
 	}
 	return flagconfig.ApplyOptions(fs, flagconfig.Options{File: o.config, EnvPrefix: envPrefix,
-		Help: "this command's --help", Ignore: otherCommandsFlags(cmd)})
+		Help: "this command's --help", Ignore: otherCommandsFlags(cmd), Lists: []string{"packs"}})
 }
 
 // otherCommandsFlags lists the flags of every mcpgate-device command, so

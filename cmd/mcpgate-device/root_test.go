@@ -54,6 +54,14 @@ func TestConfigErrors(t *testing.T) {
 	if _, _, err := execute(t, "tools", "--config", conf, "--state-dir", dir); err == nil || !strings.Contains(err.Error(), `unknown setting "ir-prot"`) {
 		t.Fatalf("unknown key: %v", err)
 	}
+	// A list where one value is wanted is a mistake, not a comma-separated
+	// value; packs takes one.
+	if err := os.WriteFile(conf, []byte("packs: [system]\nir-port:\n  - /dev/ttyUSB0\n  - /dev/ttyUSB1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := execute(t, "tools", "--config", conf, "--state-dir", dir); err == nil || !strings.Contains(err.Error(), "device.yaml: ir-port (line 2): want a single value, not a list") {
+		t.Fatalf("a list for ir-port: %v", err)
+	}
 	if _, _, err := execute(t, "tools", "--state-dir", dir, "--packs", "ir,shell"); err == nil || !strings.Contains(err.Error(), `unknown pack "shell"`) {
 		t.Fatalf("unknown pack: %v", err)
 	}
@@ -212,5 +220,55 @@ func TestMissingIRPortSaidAtStart(t *testing.T) {
 		if got := strings.Contains(logs.String(), "level=WARN"); got != tc.warn {
 			t.Errorf("packs %q, port %s: warned %v, want %v:\n%s", tc.packs, tc.port, got, tc.warn, logs.String())
 		}
+	}
+}
+
+// TestDocExampleConfig: the configuration file of docs/device-agent.md
+// works as copied: the volume goes through amixer and its amixer-control,
+// even on a board where PipeWire's wpctl and PulseAudio's pactl are
+// installed too (the desktop's, which a system service cannot reach).
+func TestDocExampleConfig(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "device-agent.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, example, ok := strings.Cut(string(doc), "```yaml\n# /etc/mcpgate-device.yaml\n")
+	example, _, ok2 := strings.Cut(example, "```")
+	if !ok || !ok2 || !strings.Contains(example, "amixer-control:") {
+		t.Fatalf("no example config with amixer-control in docs/device-agent.md:\n%s", example)
+	}
+	dir := t.TempDir()
+	calls := filepath.Join(dir, "calls")
+	bin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, mixer := range []string{"wpctl", "pactl", "amixer"} {
+		script := "#!/bin/sh\necho " + mixer + " \"$@\" >> " + calls + "\n"
+		if err := os.WriteFile(filepath.Join(bin, mixer), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", bin)
+	conf := filepath.Join(dir, "mcpgate-device.yaml")
+	if err := os.WriteFile(conf, []byte(example), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"self.audio_speaker.set_volume","arguments":{"volume":40}}}
+`
+	var stdout, stderr bytes.Buffer
+	cmd := newRootCmd(strings.NewReader(in), &stdout, &stderr)
+	cmd.SetArgs([]string{"stdio", "--config", conf, "--state-dir", filepath.Join(dir, "state")})
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), `"id":2,"result":{"content":[{"type":"text","text":"true"}]`) {
+		t.Fatalf("set_volume answered:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	got, err := os.ReadFile(calls)
+	if err != nil || string(got) != "amixer -M sset PCM 40%\n" {
+		t.Fatalf("mixer commands run: %q, %v; want amixer -M sset PCM 40%%", got, err)
 	}
 }

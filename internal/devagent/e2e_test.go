@@ -429,6 +429,43 @@ func TestRefusedTokenSaidOnce(t *testing.T) {
 	}
 }
 
+// TestClonedIDSaidOnce: two agents with one device id (a cloned SD card)
+// replace each other on the gateway; each replacement is one warning,
+// the agent's, which names the device-id file (the device SDK's own
+// warning made it two).
+func TestClonedIDSaidOnce(t *testing.T) {
+	gw, _ := gatewaytest.Start(t, gateway.Config{})
+	const id = "02:00:00:00:16:0c"
+	logs := make([]*syncBuffer, 2)
+	for i := range logs {
+		logs[i] = &syncBuffer{}
+		a, err := devagent.New(devagent.Config{StateDir: t.TempDir(), ID: id, Packs: []string{"system"},
+			Logger: slog.New(slog.NewTextHandler(logs[i], nil))}, device.ProfilePyXiaozhi)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		run(t, func(ctx context.Context) error {
+			return a.RunGateway(ctx, devagent.GatewayOptions{Server: "ws://" + gw.Addr() + xiaozhi.Path,
+				MinBackoff: 50 * time.Millisecond, MaxBackoff: 300 * time.Millisecond})
+		})
+		if i == 0 {
+			waitLogged(t, logs[0], "msg=connected")
+		}
+	}
+	// The first is replaced by the second, then the second by the first.
+	for _, l := range logs {
+		waitLogged(t, l, "another device uses this device id")
+	}
+	for i, l := range logs {
+		out := l.String()
+		said := strings.Count(out, "another device uses this device id")
+		if n := strings.Count(out, "level=WARN"); n != said || !strings.Contains(out, "device_id_file=") {
+			t.Errorf("agent %d: %d warnings for %d replacements, want one each, naming the file:\n%s", i, n, said, out)
+		}
+	}
+}
+
 // TestEndpointSessionEndIsNoWarning: a session that ends (the gateway
 // restarting) is said at info, and so is the first failed attempt after
 // it; a refused token is a warning at once.

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/bridge"
@@ -77,7 +78,7 @@ func (a *Agent) RunGateway(ctx context.Context, o GatewayOptions) error {
 	o.OnState = func(s device.State) {
 		if errors.Is(s.Err, device.ErrReplaced) {
 			a.log.Warn("another device uses this device id (a cloned SD card?): give this one its own with --id, or delete its device-id file and restart",
-				"device_id", a.id, "device_id_file", filepath.Join(a.cfg.StateDir, "device-id"))
+				"device_id", a.id, "device_id_file", filepath.Join(a.cfg.StateDir, "device-id"), "retry_in", s.RetryIn)
 		}
 		if onState != nil {
 			onState(s)
@@ -88,7 +89,7 @@ func (a *Agent) RunGateway(ctx context.Context, o GatewayOptions) error {
 			return err
 		}
 		c, err := device.NewClient(device.ClientOptions{URL: o.Server, DeviceID: a.id, ClientID: a.clientID, Token: o.Token,
-			Server: a.srv, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff, Logger: a.log, OnState: o.OnState})
+			Server: a.srv, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff, Logger: a.clientLog(), OnState: o.OnState})
 		if err != nil {
 			return err
 		}
@@ -208,7 +209,7 @@ func (a *Agent) runProvisioned(ctx context.Context, reply *OTAReply, o GatewayOp
 			}
 		}
 	}
-	log, level := a.log, slog.LevelInfo
+	log, level := a.clientLog(), slog.LevelInfo
 	if quiet {
 		log, level = slog.New(quieter{log.Handler()}), slog.LevelDebug
 	}
@@ -288,7 +289,7 @@ func (a *Agent) Provision(ctx context.Context, otaURL string) (*OTAReply, error)
 		return nil, fmt.Errorf("OTA: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("OTA answered %s: %s", resp.Status, bytes.TrimSpace(b))
+		return nil, fmt.Errorf("OTA answered %s: %s", resp.Status, excerpt(b, otaURL))
 	}
 	var r OTAReply
 	if err := json.Unmarshal(b, &r); err != nil {
@@ -303,6 +304,26 @@ func (a *Agent) Provision(ctx context.Context, otaURL string) (*OTAReply, error)
 		return nil, errors.New("OTA answer names neither a websocket url nor an mqtt endpoint")
 	}
 	return &r, nil
+}
+
+// maxExcerpt bounds how much of an answer an error quotes: the start of
+// an error page says what went wrong.
+const maxExcerpt = 200
+
+// excerpt is what an error quotes of an answer to a request for rawURL:
+// its first maxExcerpt bytes, cut at a character boundary, with the URL's
+// query (a token) hidden wherever the answer repeats it, as error pages
+// that echo the request do.
+func excerpt(answer []byte, rawURL string) string {
+	s := redact.InText(string(bytes.TrimSpace(answer)), rawURL)
+	if len(s) <= maxExcerpt {
+		return s
+	}
+	n := maxExcerpt
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return fmt.Sprintf("%s... (%d bytes)", s[:n], len(answer))
 }
 
 // clientFor returns the run loop of the client the OTA answer asks for.
@@ -355,3 +376,38 @@ func (q quieter) WithAttrs(attrs []slog.Attr) slog.Handler {
 	return quieter{q.Handler.WithAttrs(attrs)}
 }
 func (q quieter) WithGroup(name string) slog.Handler { return quieter{q.Handler.WithGroup(name)} }
+
+// clientLog is the logger of the agent's device clients. The device SDK
+// warns when another connection with the same device id replaced this
+// one; RunGateway warns about it itself, naming the device-id file, so the
+// SDK's line goes to debug: one warning per replacement, not two.
+func (a *Agent) clientLog() *slog.Logger {
+	return slog.New(replacedSaid{a.log.Handler()})
+}
+
+// replacedSaid logs at debug the warnings whose error wraps
+// device.ErrReplaced.
+type replacedSaid struct{ slog.Handler }
+
+func (h replacedSaid) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		r.Attrs(func(at slog.Attr) bool {
+			if err, ok := at.Value.Any().(error); ok && errors.Is(err, device.ErrReplaced) {
+				r.Level = slog.LevelDebug
+				return false
+			}
+			return true
+		})
+	}
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h replacedSaid) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return replacedSaid{h.Handler.WithAttrs(attrs)}
+}
+func (h replacedSaid) WithGroup(name string) slog.Handler {
+	return replacedSaid{h.Handler.WithGroup(name)}
+}

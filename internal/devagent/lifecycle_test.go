@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -303,6 +304,41 @@ func TestDefaultName(t *testing.T) {
 	} {
 		if got := devagent.DefaultName(id); got != want {
 			t.Errorf("DefaultName(%q) = %q, want %q", id, got, want)
+		}
+	}
+}
+
+// TestOTAErrorPageBoundedAndRedacted: an OTA endpoint that fails with a
+// large error page echoing the request URL is quoted in the log lines
+// (warn, then debug for the attempts between) by a bounded excerpt, without
+// the URL's token.
+func TestOTAErrorPageBoundedAndRedacted(t *testing.T) {
+	const token = "ota-s3cret-token"
+	ota := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, "Cannot POST %s\n%s", r.URL.RequestURI(), strings.Repeat("padding ", 64<<10))
+	}))
+	t.Cleanup(ota.Close)
+	var logs syncBuffer
+	a, _ := plainAgent(t, &logs, device.ProfilePyXiaozhi, 0)
+	run(t, func(ctx context.Context) error {
+		return a.RunGateway(ctx, devagent.GatewayOptions{OTA: ota.URL + "/xiaozhi/ota/?token=" + token,
+			MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	})
+	deadline := time.Now().Add(waitFor)
+	for strings.Count(logs.String(), "OTA provisioning failed") < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the OTA failure was not logged 3 times:\n%.4000s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	out := logs.String()
+	if strings.Contains(out, token) || !strings.Contains(out, "404 Not Found: Cannot POST /xiaozhi/ota/?REDACTED") {
+		t.Errorf("the token is in the logs, or the error page is not quoted:\n%.4000s", out)
+	}
+	for line := range strings.Lines(out) {
+		if len(line) > 1000 {
+			t.Fatalf("a log line of %d bytes: %.300s...", len(line), line)
 		}
 	}
 }

@@ -42,16 +42,23 @@ type Options struct {
 	// settings of the program's other commands, so that one file serves
 	// them all. They are skipped, not refused.
 	Ignore []string
+	// Lists names the flags of a single value that hold a comma-separated
+	// list (mcpgate-device's packs): a YAML list fills them with its items
+	// comma-separated. A list for any other flag that does not collect
+	// values one at a time is refused.
+	Lists []string
 }
 
-// ApplyOptions is [Apply] with keys of other commands ignored.
+// ApplyOptions is [Apply] with keys of other commands ignored and flags
+// that hold comma-separated lists.
 //
 // Values are taken as their YAML source text, so that 001122334455 stays
 // those twelve digits (YAML would read an octal number) and 1e3 stays 1e3:
 // the flag parses them. A list fills a flag that collects values one item
-// at a time, and any other flag with the items comma-separated; a mapping
-// fills a map flag (tool-timeout: {"self.camera.*": 90s}) and nothing
-// else; an empty value (key: with nothing after it, or ~) is the empty
+// at a time, and a flag of Options.Lists with the items comma-separated;
+// a mapping fills a map flag (tool-timeout: {"self.camera.*": 90s}); a
+// list or mapping for any other flag is refused (id: [a, b] is a mistake,
+// not "a,b"); an empty value (key: with nothing after it, or ~) is the empty
 // string. A value of the wrong shape is refused, naming the key and line.
 func ApplyOptions(fs *pflag.FlagSet, o Options) error {
 	fromFile, err := readFile(fs, o)
@@ -70,17 +77,24 @@ func ApplyOptions(fs *pflag.FlagSet, o Options) error {
 			}
 			return
 		}
-		if n, ok := fromFile[f.Name]; ok {
-			if err := setFromYAML(fs, f, n); err != nil {
-				firstErr = fmt.Errorf("config file %s: %s (line %d): %w", o.File, f.Name, n.Line, err)
+		if s, ok := fromFile[f.Name]; ok {
+			if err := setFromYAML(fs, f, s.value, slices.Contains(o.Lists, f.Name)); err != nil {
+				firstErr = fmt.Errorf("config file %s: %s (line %d): %w", o.File, f.Name, s.line, err)
 			}
 		}
 	})
 	return firstErr
 }
 
+// setting is a key's value in the file and the key's line, which errors
+// name (a block list or mapping starts on the next line).
+type setting struct {
+	value *yaml.Node
+	line  int
+}
+
 // readFile returns the file's settings by key; none when o.File is "".
-func readFile(fs *pflag.FlagSet, o Options) (map[string]*yaml.Node, error) {
+func readFile(fs *pflag.FlagSet, o Options) (map[string]setting, error) {
 	if o.File == "" {
 		return nil, nil
 	}
@@ -108,7 +122,7 @@ func readFile(fs *pflag.FlagSet, o Options) (map[string]*yaml.Node, error) {
 			names = append(names, f.Name)
 		}
 	})
-	settings := make(map[string]*yaml.Node, len(root.Content)/2)
+	settings := make(map[string]setting, len(root.Content)/2)
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		key, val := resolve(root.Content[i]), resolve(root.Content[i+1])
 		k := key.Value
@@ -121,7 +135,7 @@ func readFile(fs *pflag.FlagSet, o Options) (map[string]*yaml.Node, error) {
 			}
 			return nil, fmt.Errorf("config file %s: unknown setting %q (line %d)%s (settings are the flag names of %s)", o.File, k, key.Line, suggest.DidYouMean(k, names), o.Help)
 		}
-		settings[k] = val
+		settings[k] = setting{value: val, line: key.Line}
 	}
 	return settings, nil
 }
@@ -149,8 +163,9 @@ func EnvName(prefix, name string) string {
 // setFromYAML sets flag f from a YAML node: a scalar is its source text; a
 // mapping is one KEY=VALUE each, for a map flag only (tool-timeout:
 // {"self.camera.*": 90s}); a list is one value each for a flag that
-// collects them, else its items comma-separated (packs: [ir, system]).
-func setFromYAML(fs *pflag.FlagSet, f *pflag.Flag, n *yaml.Node) error {
+// collects them, or its items comma-separated for a flag that holds a
+// comma-separated list (packs: [ir, system]), and refused elsewhere.
+func setFromYAML(fs *pflag.FlagSet, f *pflag.Flag, n *yaml.Node, commaList bool) error {
 	switch n.Kind {
 	case yaml.MappingNode:
 		if !strings.HasPrefix(f.Value.Type(), "stringTo") { // pflag's map flags
@@ -171,6 +186,10 @@ func setFromYAML(fs *pflag.FlagSet, f *pflag.Flag, n *yaml.Node) error {
 		}
 		return nil
 	case yaml.SequenceNode:
+		collects := strings.HasSuffix(f.Value.Type(), "Slice") || strings.HasSuffix(f.Value.Type(), "Array")
+		if !collects && !commaList {
+			return errors.New("want a single value, not a list")
+		}
 		items := make([]string, len(n.Content))
 		for i, item := range n.Content {
 			v, err := scalar(resolve(item))
@@ -179,7 +198,7 @@ func setFromYAML(fs *pflag.FlagSet, f *pflag.Flag, n *yaml.Node) error {
 			}
 			items[i] = v
 		}
-		if !strings.HasSuffix(f.Value.Type(), "Slice") && !strings.HasSuffix(f.Value.Type(), "Array") {
+		if !collects {
 			return fs.Set(f.Name, strings.Join(items, ","))
 		}
 		for _, v := range items {

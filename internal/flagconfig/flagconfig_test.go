@@ -85,8 +85,9 @@ func TestErrors(t *testing.T) {
 	}
 }
 
-// A YAML list fills a flag that collects values one item at a time, and
-// any other flag with the items comma-separated.
+// A YAML list fills a flag that collects values one item at a time, and a
+// flag of Options.Lists with the items comma-separated; any other flag
+// refuses it, naming the key and line.
 func TestLists(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "c.yaml")
 	if err := os.WriteFile(file, []byte("packs: [ir, system]\nallowed-hosts: [a.lan, b.lan]\ntoken: [x, y]\n"), 0o600); err != nil {
@@ -96,11 +97,21 @@ func TestLists(t *testing.T) {
 	packs := fs.String("packs", "system", "")
 	hosts := fs.StringSlice("allowed-hosts", nil, "")
 	tokens := fs.StringArray("token", nil, "")
-	if err := Apply(fs, file, "TEST_", "t"); err != nil {
+	if err := ApplyOptions(fs, Options{File: file, Help: "t", Lists: []string{"packs"}}); err != nil {
 		t.Fatal(err)
 	}
 	if *packs != "ir,system" || strings.Join(*hosts, " ") != "a.lan b.lan" || strings.Join(*tokens, " ") != "x y" {
 		t.Fatalf("packs %q, hosts %q, tokens %q", *packs, *hosts, *tokens)
+	}
+	if err := os.WriteFile(file, []byte("packs: [ir]\ndevice: [a, b]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs = pflag.NewFlagSet("t", pflag.ContinueOnError)
+	fs.String("packs", "", "")
+	device := fs.String("device", "", "")
+	err := ApplyOptions(fs, Options{File: file, Help: "t", Lists: []string{"packs"}})
+	if err == nil || !strings.Contains(err.Error(), "c.yaml: device (line 2): want a single value, not a list") {
+		t.Fatalf("device: [a, b] set device to %q, err %v", *device, err)
 	}
 }
 
@@ -120,6 +131,8 @@ func TestScalarsAsWritten(t *testing.T) {
 		{"null is empty", "id:\n", "", ""},
 		{"tilde is empty", "id: ~\n", "", ""},
 		{"mapping", "id: {a: b}\n", "", "id (line 1): want a single value, not a mapping"},
+		{"list", "id: [a, b]\n", "", "id (line 1): want a single value, not a list"},
+		{"block list", "other: x\nid:\n  - a\n", "", "id (line 2): want a single value, not a list"},
 		{"nested list", "packs: [[a]]\n", "", "packs (line 1): item 1: want a single value"},
 		{"list item null", "packs: [a, ~]\n", "", "item 2: no value"},
 		{"twice", "id: a\nid: b\n", "", `"id" is set twice (line 2)`},
@@ -134,7 +147,7 @@ func TestScalarsAsWritten(t *testing.T) {
 			id := fs.String("id", "default", "")
 			fs.String("other", "", "")
 			fs.String("packs", "", "")
-			err := Apply(fs, file, "TEST_", "t")
+			err := ApplyOptions(fs, Options{File: file, Help: "t", Lists: []string{"packs"}})
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err = %v, want %q", err, tc.err)
