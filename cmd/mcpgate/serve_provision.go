@@ -48,6 +48,13 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 	f.Int64Var(&p.VisionMaxBytes, "vision-max-bytes", vision.DefaultMaxBytes, "largest photo a device may upload")
 	p.VisionTokenTTL = time.Hour
 	f.Var(ageFlag{&p.VisionTokenTTL}, "vision-token-ttl", "lifetime of the vision token sent in initialize")
+	p.VisionRetention = vision.DefaultRetention
+	f.Var(ageFlag{&p.VisionRetention}, "vision-retention", "delete stored photos older than this, e.g. 7d or 12h (0 keeps them forever)")
+	f.IntVar(&p.VisionMaxPerDevice, "vision-max-per-device", vision.DefaultMaxPerDevice, "most photos kept per device, the oldest deleted first (0: no limit)")
+	f.Int64Var(&p.VisionMaxBytesPerDevice, "vision-max-bytes-per-device", vision.DefaultMaxDeviceBytes, "most bytes of photos kept per device, the oldest deleted first (0: no limit)")
+	f.Int64Var(&p.VisionMaxTotalBytes, "vision-max-total-bytes", vision.DefaultMaxTotalBytes, "most bytes of photos kept for all devices together, the oldest of any device deleted first (0: no limit)")
+	f.Float64Var(&p.VisionUploadRate, "vision-upload-rate", vision.DefaultUploadRate, "photo uploads per second per device; more get 429 (negative: no limit)")
+	f.IntVar(&p.VisionUploadBurst, "vision-upload-burst", vision.DefaultUploadBurst, "photo uploads per device at once after a quiet spell")
 	f.StringVar(&llmBaseURL, "llm-base-url", "", "OpenAI-compatible API base URL of the chat model (--llm-model) and the vision model (--vision-model), e.g. https://api.openai.com/v1 (key in "+llmKeyEnv+")")
 	f.StringVar(&visionModel, "vision-model", "", "vision model name, e.g. gpt-4o-mini")
 
@@ -64,6 +71,9 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 			if d.v <= 0 {
 				return fmt.Errorf("--%s must be positive, got %s", d.flag, d.v)
 			}
+		}
+		if err := applyVisionBounds(p); err != nil {
+			return err
 		}
 		if err := checkSettings(f, transportFor, log); err != nil {
 			return err
@@ -110,6 +120,45 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 		p.DeviceSecret, err = devauth.LoadOrCreateSecret(secretFile, log)
 		return err
 	}
+}
+
+// applyVisionBounds checks the photo bounds and turns the flags' 0 (no
+// limit, keep forever) into gateway.Provisioning's negative: its 0 is the
+// default.
+func applyVisionBounds(p *gateway.Provisioning) error {
+	if p.VisionMaxBytes <= 0 {
+		return fmt.Errorf("--vision-max-bytes must be positive, got %d", p.VisionMaxBytes)
+	}
+	if p.VisionRetention == 0 {
+		p.VisionRetention = -1
+	}
+	if p.VisionMaxPerDevice < 0 {
+		return fmt.Errorf("--vision-max-per-device %d: want 0 (no limit) or more", p.VisionMaxPerDevice)
+	}
+	if p.VisionMaxPerDevice == 0 {
+		p.VisionMaxPerDevice = -1
+	}
+	for _, b := range []struct {
+		flag string
+		v    *int64
+	}{{"vision-max-bytes-per-device", &p.VisionMaxBytesPerDevice}, {"vision-max-total-bytes", &p.VisionMaxTotalBytes}} {
+		switch {
+		case *b.v < 0:
+			return fmt.Errorf("--%s %d: want 0 (no limit) or more", b.flag, *b.v)
+		case *b.v == 0:
+			*b.v = -1
+		case *b.v < p.VisionMaxBytes:
+			return fmt.Errorf("--%s %d is below --vision-max-bytes %d: every upload would delete all but the newest photo; raise it, or use 0 for no limit",
+				b.flag, *b.v, p.VisionMaxBytes)
+		}
+	}
+	if p.VisionUploadRate == 0 {
+		return errors.New("--vision-upload-rate 0 would refuse every photo: give uploads per second (0.2 is one every 5 s), or a negative rate for no limit")
+	}
+	if p.VisionUploadBurst < 1 {
+		return fmt.Errorf("--vision-upload-burst %d: want at least 1", p.VisionUploadBurst)
+	}
+	return nil
 }
 
 // checkSettings refuses, or warns about, settings that would otherwise be

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mcpgate/mcpgate/internal/gateway"
 )
 
 // TestServeOTAFlags: OTA settings that would be ignored without a word are
@@ -93,5 +95,48 @@ func TestServeQueueFlags(t *testing.T) {
 		if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("%v: exit %d, stderr:\n%s\nwant %q", tc.args, r.code, r.stderr, tc.want)
 		}
+	}
+}
+
+// TestServeVisionFlags: photo bounds that cannot be meant are refused
+// naming the flag; 0 (no limit, forever) is taken. Every case ends at a bad
+// --tool-timeout if nothing refuses it before, so that no gateway starts.
+func TestServeVisionFlags(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const stopped = "--tool-timeout x=bad"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--vision-retention=-1h"}, `"--vision-retention" flag: age "-1h" must not be negative`},
+		{[]string{"--vision-retention", "0", "--vision-max-per-device", "0", "--vision-max-bytes-per-device", "0", "--vision-max-total-bytes", "0"}, stopped},
+		{[]string{"--vision-retention", "30d", "--vision-upload-rate=-1"}, stopped},
+		{[]string{"--vision-max-per-device=-1"}, "--vision-max-per-device -1: want 0 (no limit) or more"},
+		{[]string{"--vision-max-bytes-per-device", "1000"}, "--vision-max-bytes-per-device 1000 is below --vision-max-bytes 5242880"},
+		{[]string{"--vision-max-total-bytes=-5"}, "--vision-max-total-bytes -5: want 0 (no limit) or more"},
+		{[]string{"--vision-max-bytes", "2000000", "--vision-max-total-bytes", "1000000"}, "--vision-max-total-bytes 1000000 is below --vision-max-bytes 2000000"},
+		{[]string{"--vision-max-bytes", "0"}, "--vision-max-bytes must be positive, got 0"},
+		{[]string{"--vision-upload-rate", "0"}, "--vision-upload-rate 0 would refuse every photo"},
+		{[]string{"--vision-upload-burst", "0"}, "--vision-upload-burst 0: want at least 1"},
+	} {
+		args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data", dir, "--tool-timeout=x=bad"}, tc.args...)
+		r := run(t, "http://127.0.0.1:1", args...)
+		if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr:\n%s\nwant %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+}
+
+// TestVisionBoundsZero: the flags' 0 (keep forever, no limit) reaches the
+// gateway as a negative value, its zero being the default.
+func TestVisionBoundsZero(t *testing.T) {
+	t.Parallel()
+	p := gateway.Provisioning{VisionMaxBytes: 1 << 20, VisionUploadRate: -1, VisionUploadBurst: 1}
+	if err := applyVisionBounds(&p); err != nil {
+		t.Fatal(err)
+	}
+	if p.VisionRetention >= 0 || p.VisionMaxPerDevice >= 0 || p.VisionMaxBytesPerDevice >= 0 || p.VisionMaxTotalBytes >= 0 {
+		t.Errorf("0 became %+v, want negative (no limit)", p)
 	}
 }

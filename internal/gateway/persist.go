@@ -53,6 +53,8 @@ func (g *Gateway) startBackground(ctx context.Context) (stop func()) {
 			g.log.Error("queued calls are not delivered", "error", err)
 		}
 	})
+	// Stored photos are swept at start, then hourly, until shutdown begins.
+	wg.Go(func() { g.devices.vision.Run(qctx) })
 	var once sync.Once
 	return func() {
 		once.Do(func() {

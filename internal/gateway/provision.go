@@ -58,6 +58,23 @@ type Provisioning struct {
 	VisionTokenTTL time.Duration
 	// VisionModel, when set, explains photos.
 	VisionModel *vision.Model
+	// VisionRetention deletes photos older than this. Default 7 days;
+	// negative keeps them forever.
+	VisionRetention time.Duration
+	// VisionMaxPerDevice is the most photos kept per device, the oldest
+	// deleted first. Default 100; negative: no limit.
+	VisionMaxPerDevice int
+	// VisionMaxBytesPerDevice bounds the bytes of photos kept per device,
+	// the oldest deleted first. Default 100 MiB; negative: no limit.
+	VisionMaxBytesPerDevice int64
+	// VisionMaxTotalBytes bounds the bytes of photos kept for all devices
+	// together, the oldest of any device deleted first. Default 1 GiB;
+	// negative: no limit.
+	VisionMaxTotalBytes int64
+	// VisionUploadRate (uploads/s) and VisionUploadBurst bound uploads per
+	// device. Defaults 0.2/s (one every 5 s) and 5; negative rate: no limit.
+	VisionUploadRate  float64
+	VisionUploadBurst int
 }
 
 // deviceServices are the device-facing services besides the transports.
@@ -140,7 +157,10 @@ func newDeviceServices(cfg Config, m *metrics.Metrics, lim *limits.Reporter, h *
 	}
 	d.vision, err = vision.New(vision.Config{
 		Dir: filepath.Join(cfg.DataDir, "photos"), MaxBytes: p.VisionMaxBytes, Model: p.VisionModel,
-		Verify: d.auth.Vision, Logger: cfg.Logger, Limits: lim,
+		Verify: d.auth.Vision, Logger: cfg.Logger, Limits: lim, Registerer: m.Registry,
+		Retention: p.VisionRetention, MaxPerDevice: p.VisionMaxPerDevice,
+		MaxDeviceBytes: p.VisionMaxBytesPerDevice, MaxTotalBytes: p.VisionMaxTotalBytes,
+		UploadRate: limits.Rate{PerSecond: p.VisionUploadRate, Burst: p.VisionUploadBurst},
 		Resolve: func(ref string) (string, error) {
 			dev, err := h.Device(ref)
 			if err != nil {

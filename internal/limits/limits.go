@@ -28,6 +28,7 @@ const (
 	OTABody             = "ota_body"                    // an OTA request body over 64 KiB
 	OTAKnown            = "ota_known"                   // the OTA endpoint forgot a device to remember a new one (over 100,000)
 	VisionBody          = "vision_body"                 // a photo upload over --vision-max-bytes
+	VisionRate          = "vision_rate"                 // a device uploaded photos faster than --vision-upload-rate
 	MaxTools            = "max_tools"                   // a device listed more than --max-tools tools
 	MaxPages            = "max_pages"                   // a discovery stopped after --max-pages pages
 	MaxCatalogBytes     = "max_catalog_bytes"           // a device's tools were over --max-catalog-bytes
@@ -49,7 +50,7 @@ const (
 
 // Names lists every limit, in the order docs/limits.md does.
 var Names = []string{
-	WSFrame, MQTTPacket, EndpointFrame, RESTBody, MCPBody, OTABody, OTAKnown, VisionBody, MaxTools, MaxPages, MaxCatalogBytes, DeviceBusy,
+	WSFrame, MQTTPacket, EndpointFrame, RESTBody, MCPBody, OTABody, OTAKnown, VisionBody, VisionRate, MaxTools, MaxPages, MaxCatalogBytes, DeviceBusy,
 	KeyRate, DeviceRate, HeaderTimeout, BodyTimeout, RESTWriteTimeout, HelloTimeout, MQTTConnectTimeout, EndpointInitTimeout, ConnsPerIP, MCPSessions,
 	EventStreams, UpstreamFrame, UpstreamPending,
 }

@@ -102,7 +102,7 @@ func TestHostileUploads(t *testing.T) {
 			// could find its line suppressed.
 			logs := &hostiletest.Logs{}
 			gw, _ := gatewaytest.Start(t, gateway.Config{Logger: logs.Logger(),
-				Provisioning: gateway.Provisioning{DeviceSecret: secret, VisionMaxBytes: visionMax},
+				Provisioning: gateway.Provisioning{DeviceSecret: secret, VisionMaxBytes: visionMax, VisionUploadRate: -1},
 				Limits:       gateway.Limits{DeviceCallRate: -1, KeyCallRate: -1, DeviceMaxInFlight: -1, ReadBodyTimeout: 500 * time.Millisecond}})
 			authority, err := devauth.New(devauth.Config{Secret: secret})
 			if err != nil {

@@ -9,6 +9,11 @@
 // It also serves the stored photos to REST clients (GET
 // /api/v1/devices/{id}/photos and /photos/{photo}), behind the REST guard.
 //
+// Stored photos are bounded per device (MaxPerDevice, MaxDeviceBytes), all
+// together (MaxTotalBytes) and in age (Retention), the oldest deleted
+// first, at each upload and by Run's periodic Sweep; uploads are limited per
+// device (UploadRate). A photo being stored or explained is never deleted.
+//
 // A Service is safe for concurrent use.
 package vision
 
@@ -24,14 +29,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcpgate/mcpgate/internal/devauth"
 	"github.com/mcpgate/mcpgate/internal/limits"
@@ -75,16 +84,44 @@ type Config struct {
 	Logger  *slog.Logger
 	Now     func() time.Time
 	// Limits counts refused uploads (mcpgate_bad_requests_total{door="vision"},
-	// mcpgate_limit_hits_total{limit="vision_body"}) and logs them without
-	// flooding; nil counts in a private metrics set.
+	// mcpgate_limit_hits_total{limit="vision_body"|"vision_rate"}) and logs
+	// them without flooding; nil counts in a private metrics set.
 	Limits *limits.Reporter
+
+	// Retention deletes photos older than this. Default DefaultRetention
+	// (7 days); negative keeps them forever.
+	Retention time.Duration
+	// MaxPerDevice is the most photos kept per device: storing one more
+	// deletes the oldest. Default DefaultMaxPerDevice; negative: no limit.
+	MaxPerDevice int
+	// MaxDeviceBytes bounds the bytes (images and metadata) kept per
+	// device, the oldest deleted first. Default DefaultMaxDeviceBytes;
+	// negative: no limit. At least MaxBytes.
+	MaxDeviceBytes int64
+	// MaxTotalBytes bounds the bytes kept for all devices together, the
+	// oldest photo of any device deleted first. Default
+	// DefaultMaxTotalBytes; negative: no limit. At least MaxBytes.
+	MaxTotalBytes int64
+	// SweepInterval is how often Run applies the bounds besides at each
+	// upload. Default DefaultSweepInterval.
+	SweepInterval time.Duration
+	// UploadRate bounds uploads per device (token bucket, limit
+	// vision_rate): over it, 429. Zero PerSecond: DefaultUploadRate;
+	// negative: no limit. Burst zero: DefaultUploadBurst.
+	UploadRate limits.Rate
+	// Registerer, when set, gets mcpgate_photos_deleted_total{reason},
+	// mcpgate_photos_stored and mcpgate_photos_bytes.
+	Registerer prometheus.Registerer
 }
 
 // Service stores and explains photos.
 type Service struct {
-	cfg  Config
-	log  *slog.Logger
-	http *http.Client
+	cfg     Config
+	log     *slog.Logger
+	http    *http.Client
+	uploads *limits.Buckets // per device; nil: no limit
+	deleted *prometheus.CounterVec
+	shelf   shelf
 }
 
 // New validates cfg and returns a Service.
@@ -118,11 +155,60 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Resolve == nil {
 		cfg.Resolve = xiaozhi.NormalizeDeviceID
 	}
+	if err := boundDefaults(&cfg); err != nil {
+		return nil, err
+	}
 	c := cfg.HTTPClient
 	if c == nil {
 		c = &http.Client{}
 	}
-	return &Service{cfg: cfg, log: cfg.Logger, http: c}, nil
+	s := &Service{cfg: cfg, log: cfg.Logger, http: c, uploads: limits.NewBuckets(cfg.UploadRate),
+		shelf: shelf{devices: make(map[string]*shelfDevice), inUse: make(map[string]int)}}
+	collectors := s.photoMetrics()
+	if cfg.Registerer != nil {
+		for _, c := range collectors {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("vision: metrics: %w", err)
+			}
+		}
+	}
+	return s, nil
+}
+
+// boundDefaults fills and checks the bounds on stored photos and uploads.
+func boundDefaults(cfg *Config) error {
+	if cfg.Retention == 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.MaxPerDevice == 0 {
+		cfg.MaxPerDevice = DefaultMaxPerDevice
+	}
+	if cfg.MaxDeviceBytes == 0 {
+		cfg.MaxDeviceBytes = max(DefaultMaxDeviceBytes, cfg.MaxBytes)
+	}
+	if cfg.MaxTotalBytes == 0 {
+		cfg.MaxTotalBytes = max(DefaultMaxTotalBytes, cfg.MaxBytes)
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = DefaultSweepInterval
+	}
+	if cfg.UploadRate.PerSecond == 0 {
+		cfg.UploadRate.PerSecond = DefaultUploadRate
+	}
+	if cfg.UploadRate.Burst <= 0 {
+		cfg.UploadRate.Burst = DefaultUploadBurst
+	}
+	// A bound below the largest photo would delete each photo but the
+	// newest at every upload: surely not what was meant.
+	for _, b := range []struct {
+		name string
+		v    int64
+	}{{"MaxDeviceBytes", cfg.MaxDeviceBytes}, {"MaxTotalBytes", cfg.MaxTotalBytes}} {
+		if b.v > 0 && b.v < cfg.MaxBytes {
+			return fmt.Errorf("vision: %s %d is below MaxBytes %d, the largest photo", b.name, b.v, cfg.MaxBytes)
+		}
+	}
+	return nil
 }
 
 // Photo is a stored photo's metadata.
@@ -142,9 +228,10 @@ type Photo struct {
 // uploadError is a refusal: its status, the short text a device logs, and
 // a reason from a fixed set for the metric.
 type uploadError struct {
-	status int
-	reason string
-	msg    string
+	status     int
+	reason     string
+	msg        string
+	retryAfter time.Duration // for 429
 }
 
 func (e *uploadError) Error() string { return e.msg }
@@ -180,6 +267,10 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case ue.status == http.StatusRequestEntityTooLarge:
 			s.cfg.Limits.Hit(limits.VisionBody, "vision: upload refused: photo over the limit",
 				"remote", r.RemoteAddr, "max_bytes", s.cfg.MaxBytes)
+		case ue.status == http.StatusTooManyRequests:
+			s.cfg.Limits.Hit(limits.VisionRate, "vision: upload refused: device over its upload rate",
+				"remote", r.RemoteAddr, "device_id", r.Header.Get(xiaozhi.HeaderDeviceID), "retry_after", ue.retryAfter)
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ue.retryAfter.Seconds()))))
 		default:
 			// Rate limited: anyone who can reach the port can post garbage.
 			s.cfg.Limits.BadRequest(limits.DoorVision, ue.reason, "vision: upload refused",
@@ -213,6 +304,11 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request) (string, error)
 			status = http.StatusForbidden
 		}
 		return "", refuse(status, "token", "vision token refused: %v", err)
+	}
+	// Before the body is read: a flood costs neither its bytes nor disk.
+	if ok, wait := s.uploads.Allow(deviceID); !ok {
+		return "", &uploadError{status: http.StatusTooManyRequests, reason: "rate", retryAfter: wait,
+			msg: fmt.Sprintf("too many photos from this device: try again in %s", wait.Round(time.Second))}
 	}
 
 	// The whole body is bounded, chunked or not; multipart overhead and the
@@ -263,6 +359,9 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request) (string, error)
 	if err != nil {
 		return "", err
 	}
+	// Held from before it was written (store) until its metadata is final:
+	// no bound deletes a photo being explained.
+	defer s.release(filepath.Base(s.deviceDir(deviceID)), p.ID)
 	log := s.log.With("device_id", deviceID, "photo", p.ID)
 	log.Info("vision: photo stored", "bytes", p.Size, "content_type", ctype)
 
@@ -314,6 +413,9 @@ var exts = map[string]string{"image/jpeg": ".jpg", "image/png": ".png", "image/w
 // photoID is <UTC time>-<random>; the pattern guards GET against path tricks.
 var photoID = regexp.MustCompile(`^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}$`)
 
+// photoIDTime is the layout of a photo id's time.
+const photoIDTime = "20060102T150405Z"
+
 // deviceDir is the directory of a device's photos: a MAC as topics write it
 // (02_00_00_00_00_01), any other id escaped behind a prefix no MAC form
 // has, so that two ids never share one (02_00:00:00:03:01, no MAC, wrote
@@ -334,36 +436,53 @@ func (s *Service) store(deviceID, clientID, question, ctype string, photo []byte
 	now := s.cfg.Now().UTC()
 	sum := sha256.Sum256(photo)
 	p := &Photo{
-		ID: now.Format("20060102T150405Z") + "-" + hex.EncodeToString(rnd[:]), DeviceID: deviceID, ClientID: clientID,
+		ID: now.Format(photoIDTime) + "-" + hex.EncodeToString(rnd[:]), DeviceID: deviceID, ClientID: clientID,
 		Question: question, ContentType: ctype, Size: int64(len(photo)), SHA256: hex.EncodeToString(sum[:]), TakenAt: now,
 	}
 	dir := s.deviceDir(deviceID)
+	s.hold(filepath.Base(dir), p.ID) // released by upload
+	ok := false
+	defer func() {
+		if !ok {
+			s.release(filepath.Base(dir), p.ID)
+		}
+	}()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("photo directory: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, p.ID+exts[ctype]), photo, 0o600); err != nil {
+	image := filepath.Join(dir, p.ID+exts[ctype])
+	if err := os.WriteFile(image, photo, 0o600); err != nil {
+		_ = os.Remove(image)
 		return nil, fmt.Errorf("write photo: %w", err)
 	}
-	if err := s.writeMeta(p); err != nil {
+	n, err := s.writeMeta(p)
+	if err != nil {
+		_ = os.Remove(image) // a photo without metadata is listed nowhere
 		return nil, err
 	}
+	s.added(filepath.Base(dir), p.ID, exts[ctype], now, p.Size+n)
+	ok = true
 	return p, nil
 }
 
-func (s *Service) writeMeta(p *Photo) error {
+// writeMeta writes p's metadata and returns its size.
+func (s *Service) writeMeta(p *Photo) (int64, error) {
 	b, _ := json.MarshalIndent(p, "", "  ")
 	if err := os.WriteFile(filepath.Join(s.deviceDir(p.DeviceID), p.ID+".json"), b, 0o600); err != nil {
-		return fmt.Errorf("write photo metadata: %w", err)
+		return 0, fmt.Errorf("write photo metadata: %w", err)
 	}
-	return nil
+	return int64(len(b)), nil
 }
 
 // saveMeta records the explanation; the photo is stored already, so a
 // failure here is logged, not returned.
 func (s *Service) saveMeta(p *Photo) {
-	if err := s.writeMeta(p); err != nil {
+	n, err := s.writeMeta(p)
+	if err != nil {
 		s.log.Warn("vision: could not update photo metadata", "photo", p.ID, "error", err)
+		return
 	}
+	s.added(filepath.Base(s.deviceDir(p.DeviceID)), p.ID, exts[p.ContentType], p.TakenAt, p.Size+n)
 }
 
 // explain asks the model about the photo.

@@ -51,13 +51,27 @@ type fixture struct {
 
 func newFixture(t *testing.T, model *Model, maxBytes int64) *fixture {
 	t.Helper()
+	return newFixtureWith(t, Config{Model: model, MaxBytes: maxBytes})
+}
+
+// newFixtureWith serves a Service of cfg on a random loopback port: Dir
+// defaults to a temporary directory, Verify to vision tokens of the
+// fixture's authority, UploadRate to no limit.
+func newFixtureWith(t *testing.T, cfg Config) *fixture {
+	t.Helper()
 	auth, err := devauth.New(devauth.Config{Secret: bytes.Repeat([]byte("k"), 32)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	svc, err := New(Config{Dir: dir, MaxBytes: maxBytes, Model: model,
-		Verify: func(d, _, tok string) error { return auth.VerifyVision(d, tok) }})
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	dir := cfg.Dir
+	cfg.Verify = func(d, _, tok string) error { return auth.VerifyVision(d, tok) }
+	if cfg.UploadRate.PerSecond == 0 {
+		cfg.UploadRate.PerSecond = -1
+	}
+	svc, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
