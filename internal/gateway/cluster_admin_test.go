@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -200,4 +202,38 @@ func TestClusterSharesDeviceSecret(t *testing.T) {
 	if err != nil || strings.Contains(v, string(testSecret)) {
 		t.Errorf("the store's secret: %q, %v; want it hex encoded", v, err)
 	}
+}
+
+// TestClusterSharedVisionDir: nodes sharing a photo directory each list
+// and serve the photos a device uploaded to another.
+func TestClusterSharedVisionDir(t *testing.T) {
+	st := storetest.Open(t, "", t.TempDir())
+	prov := Provisioning{SecretInStore: true, VisionDir: t.TempDir()}
+	a, b := startPair(t, Config{Store: st, Provisioning: prov}, "vd")
+	const mac = "02:00:00:00:0d:06"
+	runEchoDevice(t, a, mac)
+	token, err := a.devices.auth.Authority().IssueVision(mac, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, body := upload(t, "http://"+a.Addr(), mac, token); status != http.StatusOK {
+		t.Fatalf("upload to node a: %d %s", status, body)
+	}
+	var list struct {
+		Photos []struct{ ID string }
+	}
+	waitFor(t, "node b to list the photo", 5*time.Second, func() bool {
+		status, body := get(t, "http://"+b.Addr()+"/api/v1/devices/"+mac+"/photos")
+		return status == http.StatusOK && json.Unmarshal([]byte(body), &list) == nil && len(list.Photos) == 1
+	})
+	if status, body := get(t, "http://"+b.Addr()+"/api/v1/devices/"+mac+"/photos/"+list.Photos[0].ID); status != http.StatusOK || !strings.Contains(body, "not really a photo") {
+		t.Errorf("the photo through node b: %d %.80q", status, body)
+	}
+}
+
+// get sends GET url with no key and returns the answer's status and body.
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	return send(t, req)
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -56,6 +57,10 @@ type Provisioning struct {
 	// VisionTokenTTL is the lifetime of the vision token a session gets in
 	// initialize. Default 1h.
 	VisionTokenTTL time.Duration
+	// VisionDir is where photos are stored. Default DataDir/photos; a
+	// cluster's nodes may share one on a shared volume, so that each lists
+	// and serves every node's photos.
+	VisionDir string
 	// VisionModel, when set, explains photos.
 	VisionModel *vision.Model
 	// VisionRetention deletes photos older than this. Default 7 days;
@@ -156,7 +161,7 @@ func newDeviceServices(cfg Config, m *metrics.Metrics, lim *limits.Reporter, h *
 		return nil, err
 	}
 	d.vision, err = vision.New(vision.Config{
-		Dir: filepath.Join(cfg.DataDir, "photos"), MaxBytes: p.VisionMaxBytes, Model: p.VisionModel,
+		Dir: cmp.Or(p.VisionDir, filepath.Join(cfg.DataDir, "photos")), MaxBytes: p.VisionMaxBytes, Model: p.VisionModel,
 		Verify: d.auth.Vision, Logger: cfg.Logger, Limits: lim, Registerer: m.Registry,
 		Retention: p.VisionRetention, MaxPerDevice: p.VisionMaxPerDevice,
 		MaxDeviceBytes: p.VisionMaxBytesPerDevice, MaxTotalBytes: p.VisionMaxTotalBytes,
