@@ -227,6 +227,10 @@ func Start(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("cluster: connecting to NATS: %w", err)
 	}
 	n.nc = nc
+	if mp := nc.MaxPayload(); mp < MaxMessage {
+		n.log.Warn("cluster: NATS carries messages of at most "+strconv.FormatInt(mp, 10)+" bytes: catalogs and call results larger than that do not cross nodes; set max_payload: 8MB on the NATS servers",
+			"max_payload", mp, "want", MaxMessage)
+	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if cfg.Registerer != nil {
 		if err := n.register(cfg.Registerer); err != nil {
@@ -247,7 +251,8 @@ func embedded(cfg Config) (*server.Server, string, error) {
 	// refuse the route of a server named as another, and the nodes would
 	// not hear each other to find out (duplicateID).
 	name := cfg.NodeID + "-" + nuid.Next()
-	opts := &server.Options{ServerName: name, Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true}
+	opts := &server.Options{ServerName: name, Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true,
+		MaxPayload: MaxMessage}
 	opts.Cluster.Name = cfg.Name
 	if cfg.Listen != "" {
 		host, port, err := net.SplitHostPort(cfg.Listen)
@@ -295,6 +300,12 @@ func embedded(cfg Config) (*server.Server, string, error) {
 	}
 	return srv, token, nil
 }
+
+// MaxMessage is the largest NATS message the embedded servers carry: a
+// catalog (at most --max-catalog-bytes, 4 MiB by default) and a call's
+// result (an endpoint source's message may be 8 MiB) cross in one. NATS's
+// own default is 1 MB.
+const MaxMessage = 8 << 20
 
 // natsLog is the embedded server's logger. It keeps the first fatal error
 // (the server goes on, broken, where its own logger would exit), and logs

@@ -608,3 +608,38 @@ func TestServingNodeStopsDuringCall(t *testing.T) {
 		t.Fatal("the call outlived its serving node's stop by 10 s")
 	}
 }
+
+// TestLargeMessagesCrossNodes: a catalog and a result over NATS's default
+// 1 MB cross nodes whole; a result beyond what NATS carries fails at once,
+// saying why, not after the caller's silence timeout.
+func TestLargeMessagesCrossNodes(t *testing.T) {
+	nodes := startCluster(t, 2)
+	desc := strings.Repeat("d", 2500)
+	var tools []string
+	for i := range 600 { // 1.5 MB
+		tools = append(tools, fmt.Sprintf(`{"name":"t%d","description":"%s","inputSchema":{"type":"object"}}`, i, desc))
+	}
+	tools = append(tools, `{"name":"huge","inputSchema":{"type":"object"}}`)
+	d := &hubtest.Device{Tools: tools, OnCall: func(_ context.Context, c hubtest.Call) (string, error) {
+		if c.Name == "huge" {
+			return strings.Repeat("h", MaxMessage+1), nil
+		}
+		return strings.Repeat("r", 2<<20), nil
+	}}
+	hubtest.Connect(t, d, func(s *mcpclient.Session) func(context.Context) {
+		return nodes[0].hub.Attach(hub.ConnInfo{DeviceID: "dev-big", Transport: "mem", SessionID: "s"}, s).Run
+	})
+	waitFor(t, "the other node to list the device's 601 tools", func() bool {
+		_, cat, err := nodes[1].hub.Tools("dev-big")
+		return err == nil && cat != nil && len(cat.Tools) == 601
+	})
+	res, err := nodes[1].hub.Call(t.Context(), hub.CallRequest{Device: "dev-big", Tool: "t1"})
+	if err != nil || len(text(t, res)) != 2<<20 {
+		t.Fatalf("a 2 MiB result across nodes: %v", err)
+	}
+	start := time.Now()
+	_, err = nodes[1].hub.Call(t.Context(), hub.CallRequest{Device: "dev-big", Tool: "huge"})
+	if err == nil || !strings.Contains(err.Error(), "larger than NATS carries") || time.Since(start) > 3*time.Second {
+		t.Fatalf("a result beyond NATS's max payload: %v after %s, want the reason at once", err, time.Since(start))
+	}
+}

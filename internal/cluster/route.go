@@ -73,8 +73,12 @@ func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 	defer done()
 	buf := getBuf()
 	*buf = appendCall(*buf, &msg)
+	size := len(*buf)
 	err = n.nc.PublishRequest(n.callSubject(id), inbox, *buf)
 	putBuf(buf)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return nil, hub.NotSentError(fmt.Errorf("cluster: the call (%d bytes) is larger than NATS carries between nodes (%d bytes): %w", size, n.nc.MaxPayload(), err))
+	}
 	if err != nil {
 		return nil, hub.NotSentError(fmt.Errorf("%w: cluster: %w", hub.ErrDeviceOffline, err))
 	}
@@ -263,8 +267,17 @@ func (n *Node) serve(reply string, data []byte) {
 func (n *Node) answer(reply string, r replyMsg) {
 	buf := getBuf()
 	*buf = appendReply(*buf, &r)
+	size := len(*buf)
 	err := n.nc.Publish(reply, *buf)
 	putBuf(buf)
+	if errors.Is(err, nats.ErrMaxPayload) && r.Kind == kindResult {
+		// Said at once: the caller would otherwise wait for a result
+		// that never comes, and report the node silent.
+		n.log.Warn("cluster: a call's result is too large to cross nodes", "bytes", size, "max_payload", n.nc.MaxPayload())
+		err = n.nc.Publish(reply, appendReply(nil, &replyMsg{Kind: kindResult, Node: n.cfg.NodeID, Code: "internal",
+			Error: fmt.Sprintf("cluster: the result (%d bytes) is larger than NATS carries between nodes (%d bytes): call the device through node %s, which holds it, or raise NATS's max_payload",
+				size, n.nc.MaxPayload(), n.cfg.NodeID)}))
+	}
 	if err != nil {
 		n.log.Warn("cluster: sending a reply", "error", err)
 	}

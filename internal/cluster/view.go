@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -149,8 +150,11 @@ type view struct {
 
 	// Counters for docs, tests and metrics.
 	catalogFetches, catalogBytes int64 // guarded by mu
-	callBatchesSkipped           atomic.Int64
-	syncs, syncsFailed           atomic.Int64 // snapshots taken from other nodes
+	// catalogMiss holds, by hash, until when a catalog that could not be
+	// fetched is not asked for again. Guarded by mu.
+	catalogMiss        map[string]time.Time
+	callBatchesSkipped atomic.Int64
+	syncs, syncsFailed atomic.Int64 // snapshots taken from other nodes
 }
 
 func (n *Node) viewSubject() string { return n.subject("view") }
@@ -548,8 +552,25 @@ func (v *view) onCatalog(m *nats.Msg) {
 	if !ok {
 		raw = nil // an empty answer: not here (any more)
 	}
-	_ = m.Respond(raw)
+	err := m.Respond(raw)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		// Said at once, so the asking node does not wait for it.
+		why := fmt.Sprintf("the catalog (%d bytes) is larger than NATS carries (%d bytes)", len(raw), v.nc.MaxPayload())
+		v.n.log.Warn("cluster: a catalog is too large to send to another node: set max_payload: 8MB on the NATS servers", "hash", string(m.Data), "bytes", len(raw), "max_payload", v.nc.MaxPayload())
+		err = m.RespondMsg(&nats.Msg{Header: nats.Header{catalogError: []string{why}}})
+	}
+	if err != nil {
+		v.n.log.Warn("cluster: answering a catalog request", "error", err)
+	}
 }
+
+// catalogError is the header of a catalog answer saying why it holds none.
+const catalogError = "Mcpgate-Error"
+
+// catalogRetry is how long a node does not ask again for a catalog it
+// could not fetch: each ask may wait for its timeout, with the view's
+// messages waiting behind it.
+const catalogRetry = 30 * time.Second
 
 // onView applies another node's messages (one, or a batch as a JSON array).
 // NATS delivers one subscription's messages in order on one goroutine, so
@@ -890,9 +911,28 @@ func (v *view) closeIfOlder(r *hub.RemoteDevice) {
 
 // fetchCatalog asks node for the catalog of hash. mu must be held.
 func (v *view) fetchCatalog(node, hash string) []mcpclient.Tool {
+	now := time.Now()
+	if until, ok := v.catalogMiss[hash]; ok {
+		if now.Before(until) {
+			return nil
+		}
+		delete(v.catalogMiss, hash)
+	}
 	reply, err := v.nc.Request(v.n.peerSubject(node, "catalog"), []byte(hash), 2*time.Second)
+	if err == nil && reply.Header.Get(catalogError) != "" {
+		err = errors.New(reply.Header.Get(catalogError))
+	}
 	if err != nil || len(reply.Data) == 0 {
-		v.n.log.Warn("cluster: cannot fetch a catalog", "from", node, "hash", hash, "error", err)
+		v.n.log.Warn("cluster: cannot fetch a catalog; the device shows no tools here until it is fetched", "from", node, "hash", hash, "error", err, "retry_in", catalogRetry)
+		if v.catalogMiss == nil {
+			v.catalogMiss = map[string]time.Time{}
+		}
+		for h, until := range v.catalogMiss {
+			if now.After(until) {
+				delete(v.catalogMiss, h)
+			}
+		}
+		v.catalogMiss[hash] = now.Add(catalogRetry)
 		return nil
 	}
 	tools, err := hub.ParseCatalog(reply.Data)
