@@ -19,10 +19,23 @@ var lostCallsGrace = 30 * time.Second
 // left running by a node that left the cluster and did not come back
 // within lostCallsGrace (docs/queued-calls.md). Every survivor does it;
 // the store ends each call once. A node cut off from NATS does nothing of
-// the kind: it counts only itself, and the others are alive.
+// the kind: it counts only itself, and the others are alive. Nor does one
+// whose embedded server has a route to none of the nodes it was given: it
+// is cut off from them (a partition, a wrong --cluster-token), not the
+// last one alive.
 func (g *Gateway) interruptLost(node *cluster.Node) {
 	grace := lostCallsGrace
-	active := func() bool { return g.cluster.node.Load() == node && node.Connected() }
+	routed := len(g.cfg.Cluster.Routes) > 0 && node.Embedded()
+	active := func() bool {
+		if g.cluster.node.Load() != node || !node.Connected() {
+			return false
+		}
+		if routed && node.Routes() == 0 {
+			g.log.Warn("not failing the queued calls of absent nodes: this node has a route to none of --cluster-routes, so it cannot tell them gone")
+			return false
+		}
+		return true
+	}
 	// Calls running on a node that is not a member once this one has
 	// joined and heard the others: it left while no node was up to see it
 	// go, or was never a node (a gateway alone on this store before: the

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/cluster"
 	"github.com/mcpgate/mcpgate/internal/devicetest"
+	"github.com/mcpgate/mcpgate/internal/freeport"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/queue"
 	"github.com/mcpgate/mcpgate/internal/store"
@@ -326,5 +328,64 @@ func TestClusterRevokeFromCutOffNode(t *testing.T) {
 	revs, err := a.Store().Revocations(t.Context(), time.Now())
 	if err != nil || len(revs) != 1 || revs[0].DeviceID != id {
 		t.Errorf("stored revocations %+v, %v; want the device's", revs, err)
+	}
+}
+
+// TestClusterOtherClusterRefused: a node of another cluster (a mistyped
+// --cluster-name) is refused the store while this cluster's nodes hold it,
+// and leaves their running queued call alone; once they are gone, the
+// store may serve a cluster of another name.
+func TestClusterOtherClusterRefused(t *testing.T) {
+	defer func(g time.Duration) { lostCallsGrace = g }(lostCallsGrace)
+	lostCallsGrace = 300 * time.Millisecond
+	dsn := storetest.PostgresDSN(t)
+	a, stopA := runGateway(t, asNode(t, Config{StoreDSN: dsn}, "prod", "a"))
+	ca := restClient(t, a)
+	running, release := runningCall(t, a, ca, "02:00:00:00:0e:06")
+
+	other, err := New(asNode(t, Config{Addr: "127.0.0.1:0", StoreDSN: dsn}, "prd", "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	err = other.Run(ctx)
+	if !errors.Is(err, store.ErrOtherCluster) || !strings.Contains(err.Error(), "--cluster-name") {
+		t.Fatalf("a node of another cluster on the store: %v, want ErrOtherCluster naming --cluster-name", err)
+	}
+	time.Sleep(2 * lostCallsGrace)
+	if got, err := ca.QueuedCall(t.Context(), running.ID); err != nil || got.State != "running" {
+		t.Fatalf("the cluster's running call after the other node was refused: %+v, %v; want still running", got, err)
+	}
+	release()
+	waitCallState(t, ca, running.ID, "done")
+	if err := stopA(); err != nil {
+		t.Fatal(err)
+	}
+	runGateway(t, asNode(t, Config{StoreDSN: dsn}, "prd", "b")) // renamed: the old cluster is gone
+}
+
+// TestClusterIsolatedNodeLeavesCallsAlone: a node with a route to none of
+// the nodes it was given (they may be alive behind a partition) does not
+// fail the queued calls they run.
+func TestClusterIsolatedNodeLeavesCallsAlone(t *testing.T) {
+	defer func(g time.Duration) { lostCallsGrace = g }(lostCallsGrace)
+	lostCallsGrace = 300 * time.Millisecond
+	dsn := storetest.PostgresDSN(t)
+	st := storetest.Open(t, dsn, "")
+	now := time.Now().UTC()
+	c := store.QueuedCall{ID: "call_behind_partition", Device: "02:00:00:00:0e:07", Tool: "self.t", Arguments: []byte(`{}`),
+		Caller: "local", Door: "rest", State: store.CallQueued, QueuedAt: now, ExpiresAt: now.Add(time.Hour)}
+	if _, err := st.CreateCall(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	c.State, c.Attempts, c.StartedAt, c.Node = store.CallRunning, 1, now, "b"
+	if err := st.UpdateCall(t.Context(), c, store.CallQueued); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := runGateway(t, asNode(t, Config{StoreDSN: dsn}, "part", "a", "nats://"+freeport.Refused))
+	time.Sleep(3 * lostCallsGrace)
+	if got, err := restClient(t, a).QueuedCall(t.Context(), c.ID); err != nil || got.State != "running" {
+		t.Fatalf("node b's running call, seen by a node with no route: %+v, %v; want still running", got, err)
 	}
 }

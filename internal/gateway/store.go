@@ -25,8 +25,15 @@ func (g *Gateway) openStore(ctx context.Context) error {
 	// queued calls, and could upgrade the store under it. Cluster nodes
 	// share one store, each with its own node id, with nodes only.
 	alone := g.cfg.Cluster == nil
-	s, err := store.OpenWith(ctx, g.cfg.StoreDSN, g.cfg.DataDir, store.OpenOptions{Lock: alone, LockShared: !alone})
+	opts := store.OpenOptions{Lock: alone, LockShared: !alone}
+	if !alone {
+		opts.Cluster = g.cfg.Cluster.Name
+	}
+	s, err := store.OpenWith(ctx, g.cfg.StoreDSN, g.cfg.DataDir, opts)
 	switch {
+	case errors.Is(err, store.ErrOtherCluster):
+		return fmt.Errorf("%w: a store serves one cluster (this node would take the other's nodes for lost and fail their running queued calls); "+
+			"check --cluster-name, or give each cluster its own --store", err)
 	case errors.Is(err, store.ErrInUse) && alone:
 		return fmt.Errorf("%w: one store serves one gateway (the second would fail the first's running queued calls); "+
 			"stop the other, give this one its own --data or --store, or run both as nodes of a cluster (docs/cluster.md)", err)

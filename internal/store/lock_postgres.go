@@ -29,6 +29,7 @@ type pgLock struct {
 	pool     *pgxpool.Pool
 	location string
 	kind     string // "" or "_shared"
+	cluster  string // the node's cluster, with "_shared"
 	lost     chan error
 	stop     context.CancelFunc
 	done     chan struct{}
@@ -37,10 +38,10 @@ type pgLock struct {
 	c  *pgx.Conn // guarded by mu
 }
 
-func lockPostgres(ctx context.Context, pool *pgxpool.Pool, location string, shared bool, every time.Duration) (*pgLock, error) {
+func lockPostgres(ctx context.Context, pool *pgxpool.Pool, location string, shared bool, cluster string, every time.Duration) (*pgLock, error) {
 	l := &pgLock{pool: pool, location: location, lost: make(chan error, 1), done: make(chan struct{})}
 	if shared {
-		l.kind = "_shared"
+		l.kind, l.cluster = "_shared", cluster
 	}
 	c, err := l.take(ctx)
 	if err != nil {
@@ -72,7 +73,44 @@ func (l *pgLock) take(ctx context.Context) (*pgx.Conn, error) {
 		conn.Release()
 		return nil, fmt.Errorf("%w (postgres %s)", ErrInUse, l.location)
 	}
+	if l.cluster != "" {
+		if err := l.takeCluster(ctx, conn.Conn()); err != nil {
+			// Closed, not returned to the pool: its session's locks go with it.
+			_ = conn.Hijack().Close(context.WithoutCancel(ctx))
+			return nil, err
+		}
+	}
 	return conn.Hijack(), nil // the lock lives with this connection, not the pool's
+}
+
+// clusterLockKey is the first key of a node's lock on its cluster's name,
+// the second being the name's: nodes of one cluster share one lock, and a
+// lock under another second key is another cluster's.
+const clusterLockKey = "mcpgate cluster:"
+
+// takeCluster takes this node's lock on its cluster's name on c, and
+// refuses the store (ErrOtherCluster) when another cluster's nodes hold
+// such a lock. Two clusters starting at once may both be refused.
+func (l *pgLock) takeCluster(ctx context.Context, c *pgx.Conn) error {
+	var class, name int32
+	err := c.QueryRow(ctx, `SELECT hashtext($1 || COALESCE(current_schema(), '')), hashtext($2)`, clusterLockKey, l.cluster).Scan(&class, &name)
+	if err == nil {
+		_, err = c.Exec(ctx, `SELECT pg_advisory_lock_shared($1::int4, $2::int4)`, class, name)
+	}
+	var others int
+	if err == nil {
+		// A lock of two int4 keys shows as classid, objid and objsubid 2.
+		err = c.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND classid::bigint = $1 AND objid::bigint <> $2`, int64(uint32(class)), int64(uint32(name))).Scan(&others)
+	}
+	if err != nil {
+		return fmt.Errorf("store: cluster lock: %w", err)
+	}
+	if others > 0 {
+		return fmt.Errorf("%w (postgres %s; this node's cluster is %q)", ErrOtherCluster, l.location, l.cluster)
+	}
+	return nil
 }
 
 func (l *pgLock) watch(ctx context.Context, every time.Duration) {

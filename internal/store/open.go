@@ -36,6 +36,11 @@ type OpenOptions struct {
 	// LockShared is Lock for a cluster node: nodes share the store with
 	// each other, never with a gateway that holds it alone.
 	LockShared bool
+	// Cluster, with LockShared, names the node's cluster: the store is
+	// refused (ErrOtherCluster) while nodes of another cluster hold it,
+	// which would take this one's nodes for lost and fail their running
+	// queued calls. PostgreSQL only.
+	Cluster string
 	// LockCheck is how often a PostgreSQL store checks that it still holds
 	// its lock (a server restart drops it), taking it again when it can;
 	// default 5 s. See LockLost.

@@ -51,7 +51,7 @@ func openPostgres(ctx context.Context, dsn string, o OpenOptions) (_ Store, err 
 	}
 	var lock *pgLock
 	if o.Lock || o.LockShared {
-		if lock, err = lockPostgres(ctx, pool, location, o.LockShared, o.LockCheck); err != nil {
+		if lock, err = lockPostgres(ctx, pool, location, o.LockShared, o.Cluster, o.LockCheck); err != nil {
 			return nil, err
 		}
 		defer func() {
