@@ -42,6 +42,17 @@ var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadd
 // ErrMalformedKey is returned for a string that is not an API key secret.
 var ErrMalformedKey = errors.New("malformed API key: want mgk_<id>_<secret> as printed by 'mcpgate keys create'")
 
+// SecretWithID returns a new secret for the key id, which a caller made
+// with IDFrom: a key whose id follows from something else (an OAuth code,
+// so that it makes one key at most).
+func SecretWithID(id string) string {
+	_, s := NewSecret()
+	return SecretPrefix + id + s[len(SecretPrefix)+IDLen:]
+}
+
+// IDFrom returns a key id made of seed's first bytes (at least 7).
+func IDFrom(seed []byte) string { return idEncoding.EncodeToString(seed[:7])[:IDLen] }
+
 // NewSecret returns a fresh key id and its secret.
 func NewSecret() (id, secret string) {
 	var idb [7]byte

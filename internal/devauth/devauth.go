@@ -160,6 +160,14 @@ func (a *Authority) SetSecret(secret []byte) error {
 	return nil
 }
 
+// Derive returns a key for purpose, derived from the secret: another use of
+// it (sealing OAuth codes) without handing the secret out.
+func (a *Authority) Derive(purpose string) []byte {
+	m := hmac.New(sha256.New, *a.secret.Load())
+	m.Write([]byte("mcpgate: derived key: " + purpose))
+	return m.Sum(nil)
+}
+
 // Mark returns a fingerprint of the secret (SecretMark).
 func (a *Authority) Mark() string { return SecretMark(*a.secret.Load()) }
 

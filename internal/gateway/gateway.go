@@ -474,7 +474,10 @@ func New(cfg Config) (*Gateway, error) {
 	// without a key, and a refusal for want of one carries CORS headers.
 	door.Register(mux, func(next http.Handler) http.Handler { return guard.Wrap(da.doors.Wrap(next)) })
 	if cfg.OAuth {
-		as, err := oauth.New(oauth.Config{Keys: cfg.Store, Audit: h.AuditAction, Logger: cfg.Logger, PublicURL: cfg.Provisioning.OTA.PublicURL})
+		// Sealed with a key derived from the device secret: the same on
+		// every node of a cluster, and across restarts.
+		as, err := oauth.New(oauth.Config{Keys: cfg.Store, Audit: h.AuditAction, Logger: cfg.Logger, PublicURL: cfg.Provisioning.OTA.PublicURL,
+			Key: func() []byte { return devices.auth.Authority().Derive("oauth") }})
 		if err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}

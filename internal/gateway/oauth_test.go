@@ -159,7 +159,8 @@ func TestOAuth(t *testing.T) {
 		t.Errorf("approve twice: %d, want 404", status)
 	}
 
-	// The token: a wrong verifier spends the code.
+	// The token: a wrong verifier is refused; the right one then gets a
+	// token, once: a replay is refused and revokes it (RFC 6749 4.1.2).
 	exchange := func(code, verifier string) (int, string) {
 		f := url.Values{"grant_type": {"authorization_code"}, "code": {code}, "redirect_uri": {redirect}, "client_id": {reg.ClientID}, "code_verifier": {verifier}}
 		status, _, body := do("POST", oauth.TokenPath, "", "application/x-www-form-urlencoded", f.Encode())
@@ -168,9 +169,21 @@ func TestOAuth(t *testing.T) {
 	if status, body := exchange(code, strings.Repeat("w", 50)); status != http.StatusBadRequest || !strings.Contains(body, "invalid_grant") {
 		t.Fatalf("a wrong verifier: %d %s", status, body)
 	}
-	if status, body := exchange(code, verifier); status != http.StatusBadRequest || !strings.Contains(body, "invalid_grant") {
-		t.Fatalf("a code after a wrong try: %d %s", status, body)
+	status, body = exchange(code, verifier)
+	var first struct {
+		AccessToken string `json:"access_token"`
 	}
+	decode(body, &first)
+	if status != http.StatusOK || first.AccessToken == "" {
+		t.Fatalf("the code with its verifier after a wrong try: %d %s", status, body)
+	}
+	if status, body := exchange(code, verifier); status != http.StatusBadRequest || !strings.Contains(body, "invalid_grant") {
+		t.Fatalf("a replayed code: %d %s", status, body)
+	}
+	waitFor(t, "the replayed code's token to be refused", 5*time.Second, func() bool {
+		_, err := mcpSession(t, base+"/mcp", first.AccessToken)
+		return err != nil
+	})
 	approve := func() string {
 		t.Helper()
 		// No expires: 30 days, as on the consent page (checked on the token below).
@@ -196,9 +209,6 @@ func TestOAuth(t *testing.T) {
 	decode(body, &tok)
 	if status != 200 || tok.TokenType != "Bearer" || tok.Scope != "call" || tok.ExpiresIn < 29*86400 || !strings.HasPrefix(tok.AccessToken, auth.SecretPrefix) {
 		t.Fatalf("token: %d %s", status, body)
-	}
-	if status, body := exchange(u.Query().Get("code"), verifier); status != http.StatusBadRequest {
-		t.Errorf("a replayed code: %d %s", status, body)
 	}
 
 	// The token is a key: /mcp, the key's limits, the Keys list, revocation.
@@ -235,14 +245,15 @@ func TestOAuth(t *testing.T) {
 	}
 	var got []string
 	for _, r := range page.Records {
-		if r.Tool == oauth.AuditGrant || r.Tool == api.AuditKeyCreate {
+		if r.Tool == oauth.AuditGrant || r.Tool == api.AuditKeyCreate || r.Tool == api.AuditKeyRevoke {
 			got = append(got, r.Tool+" "+r.Outcome+" "+r.Door)
 			if strings.Contains(string(r.Arguments), auth.SecretPrefix) {
 				t.Errorf("an audit record holds a secret: %s", r.Arguments)
 			}
 		}
 	}
-	wantAudit := "mcpgate:oauth_grant denied rest\nmcpgate:key_create ok oauth\nmcpgate:oauth_grant ok rest\nmcpgate:oauth_grant ok rest\nmcpgate:oauth_grant ok rest"
+	wantAudit := "mcpgate:oauth_grant denied rest\nmcpgate:key_revoke ok rest\nmcpgate:key_create ok oauth\nmcpgate:oauth_grant ok rest\nmcpgate:oauth_grant ok rest\n" +
+		"mcpgate:key_revoke ok oauth\nmcpgate:key_create ok oauth\nmcpgate:oauth_grant ok rest"
 	if strings.Join(got, "\n") != wantAudit {
 		t.Errorf("audit:\n%s\nwant:\n%s", strings.Join(got, "\n"), wantAudit)
 	}
@@ -260,14 +271,15 @@ func TestOAuth(t *testing.T) {
 		t.Errorf("a code approved by a key revoked since: %d %s, want invalid_grant naming the revocation", status, body)
 	}
 
-	// One address cannot hold every consent slot.
-	for i := range 10 {
-		if status, loc := authorize(nil); status != http.StatusFound || !strings.HasPrefix(loc, "/#/consent/") {
-			t.Fatalf("authorization %d waiting for consent: %d %s", i+1, status, loc)
-		}
+	// A request id or code changed by one character is nobody's.
+	id = consent()
+	swap := byte('A')
+	if id[10] == 'A' {
+		swap = 'B'
 	}
-	if status, loc := authorize(nil); status != http.StatusFound || !strings.Contains(loc, "error=temporarily_unavailable") {
-		t.Errorf("an 11th authorization from one address while 10 wait: %d %s, want temporarily_unavailable", status, loc)
+	tampered := id[:10] + string(swap) + id[11:]
+	if status, _, body := do("GET", oauth.ConsentAPI+tampered, admin, "", ""); status != http.StatusNotFound {
+		t.Errorf("a tampered consent request: %d %s, want 404", status, body)
 	}
 }
 
@@ -275,5 +287,63 @@ func TestOAuth(t *testing.T) {
 func TestOAuthNeedsKeys(t *testing.T) {
 	if _, err := New(Config{Addr: "127.0.0.1:0", DataDir: t.TempDir(), OAuth: true}); err == nil || !strings.Contains(err.Error(), "oauth needs API keys required") {
 		t.Fatalf("OAuth on open doors: %v", err)
+	}
+}
+
+// TestClusterOAuthAcrossNodes: each step of the flow may reach another
+// node (a load balancer without affinity): registration on one, the
+// authorization and the exchange on the other, the consent on the first.
+func TestClusterOAuthAcrossNodes(t *testing.T) {
+	st := storetest.Open(t, "", t.TempDir())
+	_, admin := storeKey(t, st, "admin", auth.ScopeAdmin)
+	a, b := startPair(t, Config{Store: st, RequireKeys: true, OAuth: true, Provisioning: Provisioning{SecretInStore: true}}, "oa")
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	do := func(gw *Gateway, method, path, key, ctype, body string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, "http://"+gw.Addr()+path, strings.NewReader(body))
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		req.Header.Set("Content-Type", ctype)
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return resp, string(out)
+	}
+	const redirect = "http://127.0.0.1:33333/callback"
+	_, body := do(a, "POST", oauth.RegisterPath, "", "application/json", `{"redirect_uris":["`+redirect+`"],"client_name":"Claude"}`)
+	var reg struct {
+		ClientID string `json:"client_id"`
+	}
+	if err := json.Unmarshal([]byte(body), &reg); err != nil || reg.ClientID == "" {
+		t.Fatalf("register on node a: %s", body)
+	}
+	verifier := strings.Repeat("v", 50)
+	sum := sha256.Sum256([]byte(verifier))
+	q := url.Values{"response_type": {"code"}, "client_id": {reg.ClientID}, "redirect_uri": {redirect},
+		"code_challenge": {base64.RawURLEncoding.EncodeToString(sum[:])}, "code_challenge_method": {"S256"}, "state": {"s"}}
+	resp, body := do(b, "GET", oauth.AuthorizePath+"?"+q.Encode(), "", "", "")
+	id, ok := strings.CutPrefix(resp.Header.Get("Location"), "/#/consent/")
+	if resp.StatusCode != http.StatusFound || !ok {
+		t.Fatalf("authorize on node b: %d %s %s", resp.StatusCode, resp.Header.Get("Location"), body)
+	}
+	_, body = do(a, "POST", oauth.ConsentAPI+id, admin, "application/json", `{"approve":true,"scope":"read"}`)
+	var rd oauth.Redirect
+	if err := json.Unmarshal([]byte(body), &rd); err != nil {
+		t.Fatalf("consent on node a: %s", body)
+	}
+	u, err := url.Parse(rd.Redirect)
+	if err != nil || u.Query().Get("code") == "" {
+		t.Fatalf("consent on node a: %s", body)
+	}
+	f := url.Values{"grant_type": {"authorization_code"}, "code": {u.Query().Get("code")}, "redirect_uri": {redirect}, "client_id": {reg.ClientID}, "code_verifier": {verifier}}
+	if resp, body := do(b, "POST", oauth.TokenPath, "", "application/x-www-form-urlencoded", f.Encode()); resp.StatusCode != http.StatusOK || !strings.Contains(body, "access_token") {
+		t.Fatalf("exchange on node b: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := do(a, "POST", oauth.TokenPath, "", "application/x-www-form-urlencoded", f.Encode()); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("the code again, on node a: %d %s, want refused", resp.StatusCode, body)
 	}
 }

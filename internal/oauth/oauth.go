@@ -11,9 +11,11 @@
 // revoke) exactly as any key; there are no refresh tokens: when it expires,
 // the client asks again.
 //
-// Registered clients, pending consents and codes live in memory only
-// (bounded, and codes and consents for ten minutes): a restart forgets
-// them, and a client registers again. Issued tokens are keys in the store.
+// Registered clients, consent requests and codes are not kept: each is
+// sealed into the client_id, request id or code itself (seal.go), so any
+// node of a cluster reads what another issued, a restart forgets nothing,
+// and an unauthenticated client makes the server hold nothing. Requests
+// and codes are good for ten minutes; issued tokens are keys in the store.
 //
 // # Flow
 //
@@ -63,15 +65,10 @@ const (
 // its code is exchanged).
 const AuditGrant = "mcpgate:oauth_grant"
 
-// Bounds of what unauthenticated clients can make the server hold.
 const (
-	maxClients  = 1000
-	maxPending  = 1000
-	maxBody     = 64 << 10
+	maxBody = 64 << 10
+	// pendingLife is how long a consent request and a code are good for.
 	pendingLife = 10 * time.Minute
-	// maxPendingPerAddr bounds the consents waiting from one address: one
-	// host's requests cannot fill every slot and lock the others out.
-	maxPendingPerAddr = 10
 )
 
 // Config configures the server. Keys is required.
@@ -86,6 +83,11 @@ type Config struct {
 	PublicURL string
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+	// Key returns the 32-byte key sealing registrations, consent requests
+	// and codes (seal.go): the same on every node of a cluster, and across
+	// restarts, for each to read what another issued. Nil: a random key of
+	// this process.
+	Key func() []byte
 }
 
 // Server is the authorization server. It is safe for concurrent use.
@@ -93,34 +95,47 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 
-	mu       sync.Mutex
-	clients  map[string]*client  // guarded by mu; by client_id
-	order    []string            // guarded by mu; client ids, oldest first, for eviction
-	requests map[string]*request // guarded by mu; consents waiting for an admin, by id
-	codes    map[string]*grant   // guarded by mu; issued codes, by code
+	seal sealer
+
+	mu sync.Mutex
+	// answered holds the consent requests answered here, until they
+	// expire: an admin's second click is refused. Guarded by mu.
+	answered map[string]time.Time
 }
 
+// client is a registration, sealed into its client_id.
 type client struct {
-	ID           string
-	Name         string
-	RedirectURIs []string
-	Issued       time.Time
+	ID           string    `json:"-"` // the sealed text
+	Name         string    `json:"n"`
+	RedirectURIs []string  `json:"r"`
+	Issued       time.Time `json:"i"`
 }
 
-// request is an authorization waiting for consent.
+// request is an authorization waiting for consent, sealed into its id.
 type request struct {
-	ID, ClientID, ClientName, RedirectURI, State, Challenge, Scope, Resource string
-	RedirectGiven                                                            bool // the authorization named its redirect_uri
-	Expires                                                                  time.Time
-	Addr                                                                     string // the address the authorization came from
+	ID            string    `json:"-"` // the sealed text
+	ClientID      string    `json:"c"`
+	ClientName    string    `json:"n"`
+	RedirectURI   string    `json:"r"`
+	RedirectGiven bool      `json:"g,omitempty"` // the authorization named its redirect_uri
+	State         string    `json:"s,omitempty"`
+	Challenge     string    `json:"p"`
+	Scope         string    `json:"o,omitempty"`
+	Resource      string    `json:"x,omitempty"`
+	Expires       time.Time `json:"e"`
 }
 
-// grant is an approved request: its code, until exchanged once.
+// grant is an approved request, sealed into its code. Nonce makes the id of
+// the one key the code may make (token).
 type grant struct {
-	ClientID, ClientName, RedirectURI, Challenge, Approver string
-	RedirectGiven                                          bool
-	Key                                                    api.CreateKeyBody
-	Expires                                                time.Time
+	ClientID      string            `json:"c"`
+	ClientName    string            `json:"n"`
+	RedirectURI   string            `json:"r"`
+	RedirectGiven bool              `json:"g,omitempty"`
+	Challenge     string            `json:"p"`
+	Approver      string            `json:"a"`
+	Key           api.CreateKeyBody `json:"k"`
+	Nonce         []byte            `json:"u"`
 }
 
 // New returns a server.
@@ -138,8 +153,13 @@ func New(cfg Config) (*Server, error) {
 		cfg.Now = time.Now
 	}
 	cfg.PublicURL = strings.TrimRight(cfg.PublicURL, "/")
-	return &Server{cfg: cfg, log: cfg.Logger.With("component", "oauth"), clients: map[string]*client{},
-		requests: map[string]*request{}, codes: map[string]*grant{}}, nil
+	if cfg.Key == nil {
+		key := make([]byte, 32)
+		_, _ = rand.Read(key)
+		cfg.Key = func() []byte { return key }
+	}
+	return &Server{cfg: cfg, log: cfg.Logger.With("component", "oauth"), seal: sealer{key: cfg.Key},
+		answered: map[string]time.Time{}}, nil
 }
 
 // Register adds the server's routes to mux: the public ones through guard
@@ -232,15 +252,12 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	name := clientName(body.ClientName)
-	c := &client{ID: "mcpc_" + random(16), Name: name, RedirectURIs: body.RedirectURIs, Issued: s.cfg.Now()}
-	s.mu.Lock()
-	for len(s.order) >= maxClients { // the oldest registration goes: it registers again
-		delete(s.clients, s.order[0])
-		s.order = s.order[1:]
+	c := &client{Name: name, RedirectURIs: body.RedirectURIs, Issued: s.cfg.Now().Truncate(time.Second)}
+	var err error
+	if c.ID, err = s.seal.seal(clientKind, c, time.Time{}); err != nil {
+		writeOAuthError(w, http.StatusInternalServerError, "server_error", "could not register the client")
+		return
 	}
-	s.clients[c.ID] = c
-	s.order = append(s.order, c.ID)
-	s.mu.Unlock()
 	s.log.Debug("OAuth client registered", "client_id", c.ID, "client_name", c.Name, "remote", r.RemoteAddr)
 	writeJSON(w, http.StatusCreated, map[string]any{
 		"client_id": c.ID, "client_id_issued_at": c.Issued.Unix(), "client_name": c.Name,
@@ -279,13 +296,12 @@ func checkRedirect(raw string) error {
 // are shown, never redirected (RFC 6749 section 4.1.2.1).
 func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	s.mu.Lock()
-	c := s.clients[q.Get("client_id")]
-	s.mu.Unlock()
-	if c == nil {
-		http.Error(w, "unknown client_id: register the client first (POST "+RegisterPath+"); a restarted gateway forgets registrations", http.StatusBadRequest)
+	var c client
+	if err := s.seal.open(clientKind, q.Get("client_id"), s.cfg.Now(), &c); err != nil {
+		http.Error(w, "unknown client_id: register the client first (POST "+RegisterPath+"); a gateway with another device secret issued it", http.StatusBadRequest)
 		return
 	}
+	c.ID = q.Get("client_id")
 	redirect := q.Get("redirect_uri")
 	redirectGiven := redirect != ""
 	if !redirectGiven && len(c.RedirectURIs) == 1 {
@@ -314,30 +330,14 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 			scope = sc
 		}
 	}
-	req := &request{ID: random(16), ClientID: c.ID, ClientName: c.Name, RedirectURI: redirect, RedirectGiven: redirectGiven, State: state,
-		Challenge: challenge, Scope: scope, Resource: q.Get("resource"), Expires: s.cfg.Now().Add(pendingLife), Addr: remoteHost(r)}
-	s.mu.Lock()
-	s.pruneLocked()
-	if len(s.requests) >= maxPending {
-		s.mu.Unlock()
-		fail("temporarily_unavailable", "too many authorizations are waiting for consent; try again later")
+	req := &request{ClientID: c.ID, ClientName: c.Name, RedirectURI: redirect, RedirectGiven: redirectGiven, State: state,
+		Challenge: challenge, Scope: scope, Resource: q.Get("resource"), Expires: s.cfg.Now().Add(pendingLife).Truncate(time.Second)}
+	id, err := s.seal.seal(requestKind, req, req.Expires)
+	if err != nil {
+		fail("server_error", "could not make the consent request")
 		return
 	}
-	fromAddr := 0
-	for _, p := range s.requests {
-		if p.Addr == req.Addr {
-			fromAddr++
-		}
-	}
-	if fromAddr >= maxPendingPerAddr {
-		s.mu.Unlock()
-		s.log.Warn("OAuth authorization refused: too many waiting for consent from one address", "remote", req.Addr, "waiting", fromAddr)
-		fail("temporarily_unavailable", fmt.Sprintf("%d authorizations from this address are waiting for consent already; have them answered, or wait up to 10 minutes", fromAddr))
-		return
-	}
-	s.requests[req.ID] = req
-	s.mu.Unlock()
-	http.Redirect(w, r, "/#/consent/"+req.ID, http.StatusFound)
+	http.Redirect(w, r, "/#/consent/"+id, http.StatusFound)
 }
 
 func rank(scope string) int {
@@ -385,14 +385,19 @@ func (s *Server) pending(w http.ResponseWriter, r *http.Request) *request {
 		writeAPIError(w, http.StatusForbidden, "forbidden", "granting OAuth access makes an API key: it needs an admin key limited to no devices and no tools")
 		return nil
 	}
+	id := r.PathValue("id")
+	var req request
+	err := s.seal.open(requestKind, id, s.cfg.Now(), &req)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.pruneLocked()
-	req := s.requests[r.PathValue("id")]
-	if req == nil {
+	_, answered := s.answered[id]
+	s.mu.Unlock()
+	if err != nil || answered {
 		writeAPIError(w, http.StatusNotFound, "request_not_found", "no such authorization request: it was answered, or is over 10 minutes old; start again from the client")
+		return nil
 	}
-	return req
+	req.ID = id
+	return &req
 }
 
 func (s *Server) consentRequest(w http.ResponseWriter, r *http.Request) {
@@ -425,9 +430,9 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		"scope": d.Scope, "devices": d.Devices, "tools": d.Tools, "expires": d.Expires})
 	act := hub.Action{Tool: AuditGrant, Caller: p.Caller(), Door: "rest", Device: req.ClientID, Arguments: args, Start: s.cfg.Now()}
 	if !d.Approve {
-		s.mu.Lock()
-		delete(s.requests, req.ID)
-		s.mu.Unlock()
+		if !s.answer(w, req) {
+			return
+		}
 		act.Outcome = "denied"
 		s.cfg.Audit(act)
 		writeJSON(w, http.StatusOK, Redirect{withParams(req.RedirectURI, url.Values{"error": {"access_denied"},
@@ -439,17 +444,17 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	code := random(32)
-	s.mu.Lock()
-	if s.requests[req.ID] != req { // answered meanwhile
-		s.mu.Unlock()
-		writeAPIError(w, http.StatusNotFound, "request_not_found", "this authorization request was answered already")
+	nonce := make([]byte, 16)
+	_, _ = rand.Read(nonce)
+	code, err := s.seal.seal(codeKind, grant{ClientID: req.ClientID, ClientName: req.ClientName, RedirectURI: req.RedirectURI,
+		RedirectGiven: req.RedirectGiven, Challenge: req.Challenge, Approver: p.Caller(), Key: key, Nonce: nonce}, s.cfg.Now().Add(pendingLife))
+	if err != nil {
+		writeAPIError(w, http.StatusInternalServerError, "internal", "could not make the code")
 		return
 	}
-	delete(s.requests, req.ID)
-	s.codes[code] = &grant{ClientID: req.ClientID, ClientName: req.ClientName, RedirectURI: req.RedirectURI, RedirectGiven: req.RedirectGiven,
-		Challenge: req.Challenge, Approver: p.Caller(), Key: key, Expires: s.cfg.Now().Add(pendingLife)}
-	s.mu.Unlock()
+	if !s.answer(w, req) {
+		return
+	}
 	act.Outcome = "ok"
 	s.cfg.Audit(act)
 	s.log.Info("OAuth access granted", "client_id", req.ClientID, "client_name", req.ClientName, "scope", d.Scope, "caller", p.Caller())
@@ -468,12 +473,8 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		writeOAuthError(w, http.StatusBadRequest, "unsupported_grant_type", "only grant_type=authorization_code is supported (no refresh tokens: authorize again)")
 		return
 	}
-	s.mu.Lock()
-	s.pruneLocked()
-	g := s.codes[f.Get("code")]
-	delete(s.codes, f.Get("code")) // one try per code, right or wrong
-	s.mu.Unlock()
-	if g == nil {
+	var g grant
+	if err := s.seal.open(codeKind, f.Get("code"), s.cfg.Now(), &g); err != nil || len(g.Nonce) < 7 {
 		writeOAuthError(w, http.StatusBadRequest, "invalid_grant", "unknown, used or expired code")
 		return
 	}
@@ -492,10 +493,23 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		writeOAuthError(w, http.StatusBadRequest, "invalid_grant", "the code was not issued to this client, redirect_uri and code_verifier")
 		return
 	}
+	// The code makes one key, whose id follows from it: a second exchange
+	// finds it (RFC 6749 section 4.1.2: refused, and the key revoked).
+	keyID := auth.IDFrom(g.Nonce)
+	if s.spent(r.Context(), keyID, g) {
+		writeOAuthError(w, http.StatusBadRequest, "invalid_grant", "unknown, used or expired code")
+		return
+	}
 	now := s.cfg.Now()
 	k, secret, err := api.NewKey(g.Key, now)
 	if err == nil {
+		secret = auth.SecretWithID(keyID)
+		k.ID, k.Hash = keyID, auth.HashSecret(secret)
 		err = s.cfg.Keys.CreateKey(r.Context(), k)
+		if err != nil && s.spent(r.Context(), keyID, g) { // another exchange of it won
+			writeOAuthError(w, http.StatusBadRequest, "invalid_grant", "unknown, used or expired code")
+			return
+		}
 	}
 	args, _ := json.Marshal(g.Key)
 	act := hub.Action{Tool: api.AuditKeyCreate, Caller: g.Approver, Door: "oauth", Device: k.ID, Arguments: args, Start: now, Err: err}
@@ -536,25 +550,40 @@ func (s *Server) approverValid(ctx context.Context, approver string) error {
 	return nil
 }
 
-// remoteHost is the host of the request's peer.
-func remoteHost(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
+// answer records req answered here, or answers 404 if it was already.
+func (s *Server) answer(w http.ResponseWriter, req *request) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.answered[req.ID]; ok {
+		writeAPIError(w, http.StatusNotFound, "request_not_found", "this authorization request was answered already")
+		return false
 	}
-	return host
+	s.answered[req.ID] = req.Expires
+	return true
+}
+
+// spent reports whether the key of a code exists already: the code was
+// exchanged. Its key is then revoked, as a replayed code may be a stolen
+// one (RFC 6749 section 4.1.2).
+func (s *Server) spent(ctx context.Context, keyID string, g grant) bool {
+	k, err := s.cfg.Keys.Key(ctx, keyID)
+	if err != nil {
+		return false
+	}
+	if k.RevokedAt.IsZero() {
+		if err := s.cfg.Keys.RevokeKey(ctx, keyID, s.cfg.Now()); err == nil {
+			s.cfg.Audit(hub.Action{Tool: api.AuditKeyRevoke, Caller: g.Approver, Door: "oauth", Device: keyID, Start: s.cfg.Now(), Outcome: "ok"})
+		}
+		s.log.Warn("OAuth code exchanged twice: the key it made is revoked", "client_id", g.ClientID, "key_id", keyID)
+	}
+	return true
 }
 
 func (s *Server) pruneLocked() {
 	now := s.cfg.Now()
-	for id, r := range s.requests {
-		if now.After(r.Expires) {
-			delete(s.requests, id)
-		}
-	}
-	for c, g := range s.codes {
-		if now.After(g.Expires) {
-			delete(s.codes, c)
+	for id, exp := range s.answered {
+		if now.After(exp) {
+			delete(s.answered, id)
 		}
 	}
 }
@@ -579,12 +608,6 @@ func withParams(raw string, v url.Values) string {
 		sep = "&"
 	}
 	return raw + sep + v.Encode()
-}
-
-func random(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
-	return base64.RawURLEncoding.EncodeToString(b)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

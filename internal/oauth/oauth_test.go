@@ -1,6 +1,7 @@
 package oauth
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"time"
@@ -59,4 +60,63 @@ func TestClientName(t *testing.T) {
 			t.Errorf("clientName(%q) = %q: NewKey refuses it: %v", tc.in, got, err)
 		}
 	}
+}
+
+// TestSeal: what one server seals, another with the same key reads (a
+// cluster's nodes, a restarted gateway); another kind, another key, a
+// changed byte or a passed expiry reads as nothing.
+func TestSeal(t *testing.T) {
+	key := bytes.Repeat([]byte{7}, 32)
+	a, b := sealer{key: func() []byte { return key }}, sealer{key: func() []byte { return key }}
+	other := sealer{key: func() []byte { return bytes.Repeat([]byte{8}, 32) }}
+	now := time.Now()
+	text, err := a.seal(requestKind, request{ClientName: "Claude", Challenge: "c"}, now.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r request
+	if err := b.open(requestKind, text, now, &r); err != nil || r.ClientName != "Claude" || r.Challenge != "c" {
+		t.Fatalf("open with the same key: %+v, %v", r, err)
+	}
+	mid := len(requestKind) + 8
+	swap := byte('A')
+	if text[mid] == 'A' {
+		swap = 'B'
+	}
+	changed := text[:mid] + string(swap) + text[mid+1:]
+	for name, tc := range map[string]struct {
+		s          sealer
+		kind, text string
+		at         time.Time
+		want       error
+	}{
+		"another kind":   {b, codeKind, codeKind + strings.TrimPrefix(text, requestKind), now, errUnsealed},
+		"another key":    {other, requestKind, text, now, errUnsealed},
+		"a changed byte": {b, requestKind, changed, now, errUnsealed},
+		"expired":        {b, requestKind, text, now.Add(2 * time.Minute), errExpired},
+		"not base64":     {b, requestKind, requestKind + "!!!", now, errUnsealed},
+		"empty":          {b, requestKind, requestKind, now, errUnsealed},
+	} {
+		if err := tc.s.open(tc.kind, tc.text, tc.at, &r); err != tc.want {
+			t.Errorf("%s: %v, want %v", name, err, tc.want)
+		}
+	}
+}
+
+// FuzzOpen: whatever a client sends as a client_id, request id or code
+// neither panics nor opens.
+func FuzzOpen(f *testing.F) {
+	s := sealer{key: func() []byte { return bytes.Repeat([]byte{7}, 32) }}
+	real, _ := s.seal(codeKind, grant{ClientID: "x"}, time.Time{})
+	for _, seed := range []string{"", codeKind, real, real[:len(real)-3], codeKind + "AAAA", clientKind + real} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		var g grant
+		// Only what the key sealed opens: a grant for "x" (the seed may
+		// come from another process of the fuzzer, with another nonce).
+		if err := s.open(codeKind, text, time.Now(), &g); err == nil && g.ClientID != "x" {
+			t.Fatalf("%q opened as %+v", text, g)
+		}
+	})
 }
