@@ -107,15 +107,14 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 		// Last: a refused flag must not leave a new secret (and its
 		// directory) behind.
 		if secretFile == "" {
+			// A cluster's nodes sign with one secret, the store's, which the
+			// first node puts there (this node's file if it has one, a
+			// random one if not); a gateway alone with the store of a former
+			// cluster keeps signing with it.
 			secretFile = filepath.Join(*dataDir, "device-secret")
-			if flagValue(f, "cluster-name") != "" {
-				// Every node must sign with one secret: the store's, which
-				// the first node puts there (this node's file if it has one,
-				// a random one if not).
-				p.SecretInStore = true
-				if _, err := os.Stat(secretFile); errors.Is(err, fs.ErrNotExist) {
-					return nil
-				}
+			p.SecretInStore = true
+			if _, err := os.Stat(secretFile); errors.Is(err, fs.ErrNotExist) && flagValue(f, "cluster-name") != "" {
+				return nil
 			}
 		}
 		p.DeviceSecret, err = devauth.LoadOrCreateSecret(secretFile, log)

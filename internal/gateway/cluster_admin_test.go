@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/cluster"
 	"github.com/mcpgate/mcpgate/internal/devauth"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
 
@@ -236,4 +238,29 @@ func get(t *testing.T, url string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
 	return send(t, req)
+}
+
+// TestAloneKeepsFormerClusterSecret: a gateway alone on the store of a
+// former cluster signs with the cluster's secret (its devices' tokens still
+// verify), and one on a store holding none signs with its own file's,
+// writing nothing to the store.
+func TestAloneKeepsFormerClusterSecret(t *testing.T) {
+	clusterSecret := []byte("the-cluster-secret-the-cluster-secret")
+	st := storetest.Open(t, "", t.TempDir())
+	if err := st.SetSetting(t.Context(), SecretSetting, hex.EncodeToString(clusterSecret)); err != nil {
+		t.Fatal(err)
+	}
+	gw := startGateway(t, Config{Store: st, Provisioning: Provisioning{DeviceSecret: testSecret, SecretInStore: true}})
+	if got := gw.devices.auth.Authority().Mark(); got != devauth.SecretMark(clusterSecret) {
+		t.Error("a gateway alone on a former cluster's store does not sign with the cluster's secret")
+	}
+
+	fresh := storetest.Open(t, "", t.TempDir())
+	gw = startGateway(t, Config{Store: fresh, Provisioning: Provisioning{DeviceSecret: testSecret, SecretInStore: true}})
+	if got := gw.devices.auth.Authority().Mark(); got != devauth.SecretMark(testSecret) {
+		t.Error("a gateway alone on a store with no secret does not sign with its own")
+	}
+	if _, err := fresh.Setting(t.Context(), SecretSetting); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a gateway alone wrote its secret to the store: %v", err)
+	}
 }

@@ -577,8 +577,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if err := g.checkKeys(ctx); err != nil {
 		return err
 	}
-	if g.cfg.Cluster != nil && g.cfg.Provisioning.SecretInStore {
-		if err := g.devices.shareSecret(ctx); err != nil {
+	if g.cfg.Provisioning.SecretInStore {
+		if err := g.devices.shareSecret(ctx, g.cfg.Cluster != nil); err != nil {
 			return err
 		}
 	}

@@ -40,11 +40,13 @@ type Provisioning struct {
 	// --device-secret-file; nil uses a random secret for this process only,
 	// so tokens issued by `mcpgate devices token` would not verify.
 	DeviceSecret []byte
-	// SecretInStore (cluster mode) signs with the secret kept in the shared
-	// store, which the first node to start puts there (DeviceSecret when
-	// set, else a random one): every node then verifies the tokens any node
-	// issued. Without it each node signs with its own DeviceSecret, which
-	// must then be the same on every node (cluster.ErrSecretMismatch).
+	// SecretInStore signs with the secret kept in the store. In cluster
+	// mode the first node to start puts it there (DeviceSecret when set,
+	// else a random one), so every node verifies the tokens any node
+	// issued; without it each node signs with its own DeviceSecret, which
+	// must then be the same on every node (cluster.ErrSecretMismatch). A
+	// gateway alone uses the store's when it holds one (a former cluster's,
+	// whose devices' tokens then still verify) and never writes it there.
 	SecretInStore bool
 	// DeviceTokenTTL is the lifetime of device tokens the OTA endpoint
 	// issues. Default 720h (30 days); a device fetches a new one at every boot.
@@ -281,15 +283,22 @@ func (d *deviceServices) visionFor(deviceID, base string) *mcpclient.Vision {
 // (Provisioning.SecretInStore), hex encoded.
 const SecretSetting = "device_secret"
 
-// shareSecret makes the store's device secret this node's, putting this
-// node's there first if there is none (Provisioning.SecretInStore).
-func (d *deviceServices) shareSecret(ctx context.Context) error {
-	own := d.cfg.DeviceSecret
-	if len(own) == 0 {
-		own = make([]byte, 32)
-		_, _ = rand.Read(own)
+// shareSecret makes the store's device secret this gateway's, a cluster
+// node putting its own there first if there is none
+// (Provisioning.SecretInStore).
+func (d *deviceServices) shareSecret(ctx context.Context, node bool) error {
+	var v string
+	var err error
+	if node {
+		own := d.cfg.DeviceSecret
+		if len(own) == 0 {
+			own = make([]byte, 32)
+			_, _ = rand.Read(own)
+		}
+		v, err = d.store.InitSetting(ctx, SecretSetting, hex.EncodeToString(own))
+	} else if v, err = d.store.Setting(ctx, SecretSetting); errors.Is(err, store.ErrNotFound) {
+		return nil // the secret file's
 	}
-	v, err := d.store.InitSetting(ctx, SecretSetting, hex.EncodeToString(own))
 	if err != nil {
 		return fmt.Errorf("the cluster's device secret: %w", err)
 	}
@@ -301,7 +310,7 @@ func (d *deviceServices) shareSecret(ctx context.Context) error {
 		return fmt.Errorf("the cluster's device secret (setting %s in the store) is damaged: %w", SecretSetting, err)
 	}
 	if len(d.cfg.DeviceSecret) > 0 && !bytes.Equal(secret, d.cfg.DeviceSecret) {
-		d.log.Info("signing device tokens with the cluster's secret from the store, not this node's own secret file")
+		d.log.Info("signing device tokens with the cluster's secret from the store, not this gateway's own secret file")
 	}
 	return nil
 }
