@@ -290,7 +290,8 @@ func keepConnected(ctx context.Context, minB, maxB time.Duration, log *slog.Logg
 // newer connection of the same device id took its place.
 func isReplaced(err error) bool {
 	var ce websocket.CloseError
-	return errors.As(err, &ce) && ce.Code == websocket.StatusPolicyViolation && strings.Contains(ce.Reason, "replaced")
+	return errors.As(err, &ce) && ce.Code == websocket.StatusPolicyViolation && strings.Contains(ce.Reason, "replaced") ||
+		errors.Is(err, errTakenOver)
 }
 
 // failureStreak tracks failed connection attempts since the last

@@ -137,11 +137,18 @@ func (c *MQTTClient) Connect(ctx context.Context) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("device: dial %s: %w", c.opts.Broker, err)
 	}
-	l := &mqttLink{topic: c.opts.PublishTopic, in: make(chan []byte, 16), closed: make(chan struct{}), will: c.opts.Subscribe}
+	l := &mqttLink{topic: c.opts.PublishTopic, in: make(chan []byte, 16), closed: make(chan struct{}), will: c.opts.Subscribe,
+		disconnect: make(chan byte, 1)}
 	l.cli = paho.NewClient(paho.ClientConfig{
 		Conn: packets.NewThreadSafeConn(conn),
 		// Any PUBLISH is downlink: the client never subscribes.
 		OnPublishReceived: []func(paho.PublishReceived) (bool, error){l.onPublish},
+		OnServerDisconnect: func(d *paho.Disconnect) {
+			select {
+			case l.disconnect <- d.ReasonCode:
+			default:
+			}
+		},
 	})
 	cp := &paho.Connect{
 		ClientID: c.opts.ClientID, KeepAlive: uint16(c.opts.Keepalive / time.Second), CleanStart: true,
@@ -204,9 +211,33 @@ type mqttLink struct {
 	once     sync.Once
 	received atomic.Int64 // unix nanos of the last message
 	will     bool         // a Will is set: Close asks the broker to send it
+	// disconnect takes the reason code of the broker's DISCONNECT.
+	disconnect chan byte
 }
 
 var errMQTTLost = errors.New("MQTT connection lost")
+
+// errTakenOver: the broker ended the connection for a newer one with the
+// same client id (DISCONNECT reason 0x8E, "session taken over").
+var errTakenOver = fmt.Errorf("%w: the broker gave this client id's session to a newer connection (DISCONNECT 0x8E), replaced", errMQTTLost)
+
+// disconnectWait is how long a lost connection's Read waits for the
+// broker's DISCONNECT reason: paho closes the connection first and tells
+// the reason after, on a goroutine of its own.
+const disconnectWait = 200 * time.Millisecond
+
+// lost is why the connection ended: taken over, or lost.
+func (l *mqttLink) lost() error {
+	select {
+	case code := <-l.disconnect:
+		if code == 0x8E {
+			return errTakenOver
+		}
+		return fmt.Errorf("%w: the broker disconnected (reason 0x%02x)", errMQTTLost, code)
+	case <-time.After(disconnectWait):
+		return errMQTTLost
+	}
+}
 
 func (l *mqttLink) touch() { l.received.Store(time.Now().UnixNano()) }
 
@@ -231,7 +262,7 @@ func (l *mqttLink) Read(ctx context.Context) ([]byte, error) {
 	case <-l.closed:
 		return nil, net.ErrClosed
 	case <-l.cli.Done():
-		return nil, errMQTTLost
+		return nil, l.lost()
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

@@ -202,6 +202,43 @@ func TestMQTTDuplicateClientID(t *testing.T) {
 	}
 }
 
+// TestMQTTTakeoverSaysReplaced: a device SDK connection whose client id a
+// newer connection takes (a cloned board) reports ErrReplaced and waits
+// MaxBackoff, as over WebSocket (it saw only "connection lost").
+func TestMQTTTakeoverSaysReplaced(t *testing.T) {
+	gw := startMQTTGateway(t)
+	mac := "02:00:00:13:00:02"
+	var mu sync.Mutex
+	level := 0
+	srv := newServer(t, device.ProfileESP32, volumeTool(&level, &mu))
+	states := make(chan device.State, 16)
+	first, err := device.NewMQTTClient(device.MQTTClientOptions{Broker: gw.MQTTAddr(), DeviceID: mac, ClientID: clientID(mac), Server: srv,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 2 * time.Second, OnState: func(s device.State) {
+			if s.Status == device.StatusDisconnected {
+				states <- s
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- first.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitState(t, gw, mac, hub.StateReady)
+	if _, err := dialRaw(t, gw, clientID(mac), srv); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-states:
+		if !errors.Is(s.Err, device.ErrReplaced) || s.RetryIn != 2*time.Second {
+			t.Fatalf("the older connection's state: %+v, want ErrReplaced and a wait of MaxBackoff", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the older connection was not closed")
+	}
+}
+
 func TestMQTTRefusesMalformedClientIDs(t *testing.T) {
 	gw := startMQTTGateway(t)
 	for _, id := range []string{"plain-client", "GID_test@@@02_00_00_14_00_01", "test@@@02_00_00_14_00_01@@@uuid", "GID_test@@@a/b@@@uuid", "GID_@@@02_00_00_14_00_01@@@uuid",
