@@ -81,6 +81,9 @@ type Config struct {
 	// snapshotPage is the most devices per snapshot reply (view.go): a
 	// NATS message stays under 1 MB. Default 500.
 	snapshotPage int
+	// serverOptions, when set, changes the embedded server's options last
+	// (tests partition the cluster so).
+	serverOptions func(*server.Options)
 	// now is the node's wall clock as its beats tell it (clock.go; tests
 	// skew it). Default time.Now.
 	now func() time.Time
@@ -274,6 +277,9 @@ func embedded(cfg Config) (*server.Server, string, error) {
 	token, err := secure(cfg, opts)
 	if err != nil {
 		return nil, "", err
+	}
+	if cfg.serverOptions != nil {
+		cfg.serverOptions(opts)
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {

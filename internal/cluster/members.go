@@ -186,6 +186,36 @@ func (n *Node) AddRole(role string) {
 	m.poke()
 }
 
+// onMembers answers another node's question which nodes this one counts
+// live (LiveAnywhere).
+func (n *Node) onMembers(m *nats.Msg) {
+	b, _ := json.Marshal(n.Members())
+	_ = m.Respond(b)
+}
+
+// LiveAnywhere returns the nodes this one or any other member counts
+// live: a node this one lost may be alive behind a partition that cuts it
+// off from this node alone (NATS routes are one hop), and must not be taken
+// for gone. A member that does not answer within a second adds nothing.
+func (n *Node) LiveAnywhere(ctx context.Context) []string {
+	own := n.Members()
+	live := slices.Clone(own)
+	for _, m := range own {
+		if m == n.cfg.NodeID {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		reply, err := n.nc.RequestWithContext(rctx, n.peerSubject(m, "members"), nil)
+		cancel()
+		var theirs []string
+		if err == nil && json.Unmarshal(reply.Data, &theirs) == nil {
+			live = append(live, theirs...)
+		}
+	}
+	slices.Sort(live)
+	return slices.Compact(live)
+}
+
 // MembersWith returns the live nodes, this one included, that declared
 // role (AddRole), sorted.
 func (n *Node) MembersWith(role string) []string {

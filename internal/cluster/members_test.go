@@ -3,11 +3,14 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/mcpgate/mcpgate/internal/hub"
 )
@@ -157,4 +160,37 @@ func TestBeatsWhileViewBusy(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	v.mu.Unlock()
+}
+
+// TestLiveAnywhereThroughPartialPartition: n1 and n2, routed each to n0
+// only, never hear each other (NATS routes are one hop); n1 counts n2
+// gone, and LiveAnywhere, asking n0, finds it live.
+func TestLiveAnywhereThroughPartialPartition(t *testing.T) {
+	// Each server takes routes with its own credentials; n1 and n2 know
+	// n0's only, so the routes they gossip to each other are refused.
+	cfg := Config{Heartbeat: 50 * time.Millisecond, MemberTimeout: 400 * time.Millisecond}
+	var nodes []*testNode
+	for i := range 3 {
+		cfg.NodeID = fmt.Sprintf("n%d", i)
+		user := cfg.NodeID
+		cfg.serverOptions = func(o *server.Options) {
+			o.Cluster.Username, o.Cluster.Password = user, "pw-"+user
+			for _, r := range o.Routes {
+				r.User = url.UserPassword("n0", "pw-n0")
+			}
+		}
+		nodes = append(nodes, startNode(t, nodes, cfg, hub.Config{}))
+	}
+	waitFor(t, "n0 to count all three", func() bool { return len(nodes[0].node.Members()) == 3 })
+	waitFor(t, "n1 to count n0", func() bool { return slices.Contains(nodes[1].node.Members(), "n0") })
+	time.Sleep(2 * cfg.MemberTimeout)
+	if m := nodes[1].node.Members(); slices.Contains(m, "n2") {
+		t.Fatalf("n1 counts %v: the test's partition did not hold", m)
+	}
+	if live := nodes[1].node.LiveAnywhere(t.Context()); !slices.Equal(live, []string{"n0", "n1", "n2"}) {
+		t.Errorf("LiveAnywhere on n1 = %v, want n0 n1 n2 (n0 hears n2)", live)
+	}
+	if live := nodes[0].node.LiveAnywhere(t.Context()); !slices.Equal(live, []string{"n0", "n1", "n2"}) {
+		t.Errorf("LiveAnywhere on n0 = %v", live)
+	}
 }

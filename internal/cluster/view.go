@@ -176,6 +176,7 @@ func (n *Node) startView(h *hub.Hub, mem *members) error {
 		{n.viewSubject(), v.onView},
 		{n.peerSubject(n.cfg.NodeID, "snapshot"), v.onSnapshot},
 		{n.peerSubject(n.cfg.NodeID, "catalog"), v.onCatalog},
+		{n.peerSubject(n.cfg.NodeID, "members"), n.onMembers},
 	} {
 		sub, err := n.nc.Subscribe(s.subj, s.f)
 		if err != nil {

@@ -41,14 +41,9 @@ func (g *Gateway) interruptLost(node *cluster.Node) {
 	// go, or was never a node (a gateway alone on this store before: the
 	// store lock keeps one from running beside the cluster).
 	time.AfterFunc(grace, func() {
-		if !active() {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := g.queue.InterruptAbsent(ctx, node.Members()); err != nil {
-			g.log.Warn("failing the queued calls left running by nodes that are gone", "error", err)
-		}
+		g.retryStore("failing the queued calls left running by nodes that are gone", active, func(ctx context.Context) error {
+			return g.queue.InterruptAbsent(ctx, node.LiveAnywhere(ctx))
+		})
 	})
 	// lostAt is when each node now absent left: a node that comes back and
 	// leaves again starts its grace again.
@@ -73,15 +68,55 @@ func (g *Gateway) interruptLost(node *cluster.Node) {
 					delete(lostAt, id)
 				}
 				mu.Unlock()
-				if !same || !active() || slices.Contains(node.Members(), id) {
-					return // back (perhaps gone again, on a grace of its own), or this node left or is cut off
+				if !same {
+					return // back, perhaps gone again, on a grace of its own
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				if err := g.queue.InterruptNode(ctx, id); err != nil {
-					g.log.Warn("failing the queued calls a lost node left running", "node", id, "error", err)
-				}
+				// Until it is back, or this node leaves or is cut off.
+				g.interruptNode(node, id, grace, active)
 			})
 		}
 	})
+}
+
+// retryStore runs f, within 30 s, until it succeeds or still says to stop:
+// again and again while the store cannot be reached, at growing intervals,
+// so that an outage at that moment does not leave calls running for good.
+func (g *Gateway) retryStore(what string, still func() bool, f func(context.Context) error) {
+	wait := time.Second
+	for still() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := f(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		g.log.Warn(what+": the store failed; trying again", "error", err, "retry_in", wait)
+		time.Sleep(wait)
+		wait = min(2*wait, 30*time.Second)
+	}
+}
+
+// interruptNode fails the queued calls lost node id left running, once no
+// member hears it (one cut off from this node alone is alive: asked again a
+// grace later), trying again while the store fails, until id is back or
+// this node no longer active.
+func (g *Gateway) interruptNode(node *cluster.Node, id string, grace time.Duration, active func() bool) {
+	wait := time.Second
+	for active() && !slices.Contains(node.Members(), id) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if slices.Contains(node.LiveAnywhere(ctx), id) {
+			cancel()
+			g.log.Warn("not failing the queued calls of a node lost here: another node still hears it", "node", id, "retry_in", grace)
+			time.Sleep(grace)
+			continue
+		}
+		err := g.queue.InterruptNode(ctx, id)
+		cancel()
+		if err == nil {
+			return
+		}
+		g.log.Warn("failing the queued calls a lost node left running: the store failed; trying again", "node", id, "error", err, "retry_in", wait)
+		time.Sleep(wait)
+		wait = min(2*wait, 30*time.Second)
+	}
 }

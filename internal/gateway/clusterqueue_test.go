@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -387,5 +388,45 @@ func TestClusterIsolatedNodeLeavesCallsAlone(t *testing.T) {
 	time.Sleep(3 * lostCallsGrace)
 	if got, err := restClient(t, a).QueuedCall(t.Context(), c.ID); err != nil || got.State != "running" {
 		t.Fatalf("node b's running call, seen by a node with no route: %+v, %v; want still running", got, err)
+	}
+}
+
+// interruptOutage is a store whose InterruptCalls fails while down, as one
+// that cannot be reached.
+type interruptOutage struct {
+	store.Store
+	down  atomic.Bool
+	tried atomic.Int32
+}
+
+func (s *interruptOutage) InterruptCalls(ctx context.Context, now time.Time, node string) ([]store.QueuedCall, error) {
+	if s.down.Load() {
+		s.tried.Add(1)
+		return nil, errors.New("store: connection refused")
+	}
+	return s.Store.InterruptCalls(ctx, now, node)
+}
+
+// TestClusterLostNodeCallsInterruptedAfterStoreOutage: the survivor fails a
+// lost node's running call even when the store cannot be reached at the end
+// of the grace: it tries again (it tried once, and the call stayed running).
+func TestClusterLostNodeCallsInterruptedAfterStoreOutage(t *testing.T) {
+	defer func(g time.Duration) { lostCallsGrace = g }(lostCallsGrace)
+	lostCallsGrace = 300 * time.Millisecond
+	dsn := storetest.PostgresDSN(t)
+	st := &interruptOutage{Store: storetest.Open(t, dsn, "")}
+	beat := &cluster.Config{Heartbeat: 200 * time.Millisecond}
+	a, _ := runGateway(t, asNode(t, Config{Store: st, Cluster: beat}, "q6", "a"))
+	b, _ := runGateway(t, asNode(t, Config{StoreDSN: dsn, Cluster: beat}, "q6", "b", a.ClusterRoute()))
+	ca := restClient(t, a)
+	running, release := runningCall(t, b, ca, "02:00:00:00:0e:08")
+	defer release()
+
+	st.down.Store(true)
+	b.cluster.node.Load().Sever()
+	waitFor(t, "the survivor to try while the store is down", 10*time.Second, func() bool { return st.tried.Load() > 0 })
+	st.down.Store(false)
+	if got := waitCallState(t, ca, running.ID, "failed"); got.Reason != store.ReasonInterrupted {
+		t.Errorf("the lost node's call after the outage: %+v; want failed, interrupted", got)
 	}
 }

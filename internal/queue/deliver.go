@@ -374,7 +374,7 @@ func (q *Queue) deliver(ctx context.Context, c store.QueuedCall) deliveryResult 
 		!errors.Is(err, hub.ErrInvalidArgs) && !errors.Is(err, hub.ErrDeviceNotFound) {
 		back := run
 		back.State, back.StartedAt = store.CallQueued, time.Time{}
-		if uerr := q.st.UpdateCall(ctx, back, store.CallRunning); uerr != nil {
+		if uerr := q.recordState(ctx, back, "putting a queued call back in line"); uerr != nil {
 			q.log.Error("putting a queued call back in line", "call_id", c.ID, "error", uerr)
 		}
 		q.log.Debug("queued call not sent; back in line", "call_id", c.ID, "reason", err)
@@ -404,11 +404,39 @@ func (q *Queue) deliver(ctx context.Context, c store.QueuedCall) deliveryResult 
 	if fin.CallbackURL != "" {
 		fin.CallbackState = store.CallbackPending
 	}
-	if err := q.st.UpdateCall(ctx, fin, store.CallRunning); err != nil {
-		// Left running: the next start reports it interrupted.
+	if err := q.recordState(ctx, fin, "recording a queued call's outcome"); err != nil {
+		// Left running when the gateway stops first: its next start
+		// reports it interrupted.
 		q.log.Error("recording a queued call's outcome", "call_id", c.ID, "error", err)
 		return delivered
 	}
 	q.ended(fin)
 	return delivered
+}
+
+// recordRetry bounds the wait between two tries of recordState.
+const recordRetry = 30 * time.Second
+
+// recordState stores c, a call this node runs, from running to its next state,
+// trying again while the store cannot be reached (an outage), until ctx
+// ends: the outcome is known here alone, and would be lost, the call left
+// running for good. The device's next calls wait, as they must: they could
+// not be marked running meanwhile either.
+func (q *Queue) recordState(ctx context.Context, c store.QueuedCall, what string) error {
+	wait := time.Second
+	for {
+		err := q.st.UpdateCall(ctx, c, store.CallRunning)
+		if err == nil || errors.Is(err, store.ErrStateChanged) || errors.Is(err, store.ErrNotFound) || ctx.Err() != nil {
+			return err
+		}
+		q.log.Warn(what+": the store failed; trying again", "call_id", c.ID, "error", err, "retry_in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, recordRetry)
+	}
 }

@@ -282,3 +282,50 @@ func TestCallbackErrorHidesURL(t *testing.T) {
 		t.Errorf("a failed post: %v; want an error without the URL's secrets", err)
 	}
 }
+
+// outageStore fails every update of a running call while down, as a store
+// that cannot be reached does.
+type outageStore struct {
+	store.Store
+	down     atomic.Bool
+	refused  atomic.Int32
+	finished chan struct{} // closed once an outage has refused an outcome
+	once     sync.Once
+}
+
+func (s *outageStore) UpdateCall(ctx context.Context, c store.QueuedCall, from store.CallState) error {
+	if s.down.Load() && from == store.CallRunning {
+		s.refused.Add(1)
+		s.once.Do(func() { close(s.finished) })
+		return errors.New("store: connection refused")
+	}
+	return s.Store.UpdateCall(ctx, c, from)
+}
+
+// TestOutcomeRecordedAfterStoreOutage: a call that ends while the store
+// cannot be reached is recorded once the store is back, with its result
+// (it was left running for good, its result lost).
+func TestOutcomeRecordedAfterStoreOutage(t *testing.T) {
+	const dev = "02:00:00:00:00:05"
+	h, counting, _ := newKickQueue(t, "", dev)
+	st := &outageStore{Store: counting.Store, finished: make(chan struct{})}
+	q, err := New(Config{Hub: h, Store: st, SweepInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.down.Store(true)
+	attachReady(t, h, dev)
+	stop := runQueue(t, q)
+	defer stop()
+	q.kick(dev)
+	select {
+	case <-st.finished:
+	case <-t.Context().Done():
+		t.Fatal("the call's outcome was never recorded")
+	}
+	st.down.Store(false)
+	hubtest.WaitFor(t, "the outcome recorded after the outage", func() bool {
+		c, err := st.QueuedCall(t.Context(), "call_busy")
+		return err == nil && c.State == store.CallDone && string(c.Result) != ""
+	})
+}
