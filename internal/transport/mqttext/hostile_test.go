@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,12 +12,12 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/mcpgate/mcpgate/device"
-	"github.com/mcpgate/mcpgate/internal/freeport"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/internal/hostiletest"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/leakcheck"
+	"github.com/mcpgate/mcpgate/internal/mosquittotest"
 	"github.com/mcpgate/mcpgate/internal/sim"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
@@ -50,7 +47,7 @@ const (
 )
 
 func TestHostileExternalBrokerClients(t *testing.T) {
-	broker := startMosquitto(t)
+	broker := mosquittotest.Start(t, "").Addr
 	pub := publisher(t, broker)
 
 	tests := []extCase{{
@@ -204,50 +201,3 @@ func attackBadTopics(t *testing.T, pub *paho.Client) {
 	}
 }
 
-// startMosquitto runs a real Mosquitto on a free loopback port until the
-// test ends, as internal/gateway's external-broker tests do. A missing
-// binary fails the test: scripts/test.sh installs it.
-func startMosquitto(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("mosquitto")
-	if err != nil {
-		bin, err = exec.LookPath("/usr/sbin/mosquitto")
-	}
-	if err != nil {
-		t.Fatalf("mosquitto is required by the external-broker tests and was not found (%v): "+
-			"install it (Debian: apt-get install -y mosquitto; scripts/test.sh does so as root)", err)
-	}
-	addr, err := freeport.Addr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(addr)
-	conf := filepath.Join(t.TempDir(), "mosquitto.conf")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, "listener %s 127.0.0.1\nallow_anonymous true\npersistence false\n", port), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-c", conf)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start mosquitto: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	hostiletest.CheckFor(t, "mosquitto to accept connections", func() bool {
-		select {
-		case <-exited:
-			t.Fatal("mosquitto exited")
-		default:
-		}
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			return false
-		}
-		c.Close()
-		return true
-	})
-	return addr
-}
