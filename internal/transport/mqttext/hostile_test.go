@@ -200,4 +200,3 @@ func attackBadTopics(t *testing.T, pub *paho.Client) {
 		}
 	}
 }
-
