@@ -639,8 +639,6 @@ type ClusterHealth struct {
 	Routes *int `json:"routes,omitempty"`
 }
 
-// events streams the hub's events as Server-Sent Events until the client
-// leaves. Query "device" filters to one device (id or alias).
 // openStream counts an event stream of p's, or refuses it (503) past
 // MaxEventStreams, or past half of them for one API key: a key opening
 // streams in a loop does not lock every other caller out. (The local
@@ -683,6 +681,8 @@ func (a *API) closeStream(p *auth.Principal) {
 	}
 }
 
+// events streams the hub's events as Server-Sent Events until the client
+// leaves. Query "device" filters to one device (id or alias).
 func (a *API) events(w http.ResponseWriter, r *http.Request) {
 	fl, ok := w.(http.Flusher)
 	if !ok {
