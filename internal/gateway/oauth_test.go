@@ -32,23 +32,10 @@ func TestOAuth(t *testing.T) {
 	_, limited := storeKey(t, st, "limited", auth.ScopeAdmin, "kitchen*")
 	gw := startGateway(t, Config{DataDir: dir, Store: st, RequireKeys: true, OAuth: true, AuditFlushInterval: time.Millisecond})
 	base := "http://" + gw.Addr()
-	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	do := func(method, path, key, ctype, body string) (int, http.Header, string) {
 		t.Helper()
-		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
-		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
-		}
-		if ctype != "" {
-			req.Header.Set("Content-Type", ctype)
-		}
-		resp, err := noRedirect.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, resp.Header, string(b)
+		resp, b := oauthDo(t, base+path, method, key, ctype, body)
+		return resp.StatusCode, resp.Header, b
 	}
 	decode := func(body string, v any) {
 		t.Helper()
@@ -297,21 +284,9 @@ func TestClusterOAuthAcrossNodes(t *testing.T) {
 	st := storetest.Open(t, "", t.TempDir())
 	_, admin := storeKey(t, st, "admin", auth.ScopeAdmin)
 	a, b := startPair(t, Config{Store: st, RequireKeys: true, OAuth: true, Provisioning: Provisioning{SecretInStore: true}}, "oa")
-	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	do := func(gw *Gateway, method, path, key, ctype, body string) (*http.Response, string) {
 		t.Helper()
-		req, _ := http.NewRequest(method, "http://"+gw.Addr()+path, strings.NewReader(body))
-		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
-		}
-		req.Header.Set("Content-Type", ctype)
-		resp, err := noRedirect.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		out, _ := io.ReadAll(resp.Body)
-		return resp, string(out)
+		return oauthDo(t, "http://"+gw.Addr()+path, method, key, ctype, body)
 	}
 	const redirect = "http://127.0.0.1:33333/callback"
 	_, body := do(a, "POST", oauth.RegisterPath, "", "application/json", `{"redirect_uris":["`+redirect+`"],"client_name":"Claude"}`)
@@ -346,4 +321,26 @@ func TestClusterOAuthAcrossNodes(t *testing.T) {
 	if resp, body := do(a, "POST", oauth.TokenPath, "", "application/x-www-form-urlencoded", f.Encode()); resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("the code again, on node a: %d %s, want refused", resp.StatusCode, body)
 	}
+}
+
+// oauthDo sends one request of an OAuth flow (key and ctype when not
+// empty) and returns the answer, its body read; a redirect is an answer,
+// not followed.
+func oauthDo(t *testing.T, url, method, key, ctype, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
 }

@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/devicetest"
 	"github.com/mcpgate/mcpgate/internal/freeport"
 	"github.com/mcpgate/mcpgate/internal/gateway"
@@ -42,22 +42,21 @@ func readyz(t *testing.T, gw *gateway.Gateway) (int, string) {
 // restDevices returns GET /api/v1/devices.
 func restDevices(t *testing.T, gw *gateway.Gateway) []hub.Device {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), "GET", "http://"+gw.Addr()+"/api/v1/devices", nil)
+	devs, err := restClient(t, gw).Devices(t.Context())
+	if err != nil {
+		t.Fatalf("GET devices: %v", err)
+	}
+	return devs
+}
+
+// restClient is a client of gw's REST door, with no key.
+func restClient(t *testing.T, gw *gateway.Gateway) *api.Client {
+	t.Helper()
+	c, err := api.NewClient("http://"+gw.Addr(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var list struct {
-		Devices []hub.Device `json:"devices"`
-	}
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&list) != nil {
-		t.Fatalf("GET devices: HTTP %d", resp.StatusCode)
-	}
-	return list.Devices
+	return c
 }
 
 // TestUpstreamDownListedAndNotReady: a device refused because the voice

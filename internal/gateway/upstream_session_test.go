@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"encoding/json"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -19,20 +18,11 @@ import (
 // restDevice returns the device as GET /api/v1/devices/{id} shows it.
 func restDevice(t *testing.T, gw *gateway.Gateway, id string) hub.Device {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), "GET", "http://"+gw.Addr()+"/api/v1/devices/"+id, nil)
+	d, err := restClient(t, gw).Device(t.Context(), id)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("GET device %s: %v", id, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var d hub.Device
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&d) != nil {
-		t.Fatalf("GET device %s: HTTP %d", id, resp.StatusCode)
-	}
-	return d
+	return *d
 }
 
 // sessionOf returns the session id and type of a text frame the device got.
