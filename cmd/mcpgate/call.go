@@ -16,7 +16,6 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
-	"github.com/mcpgate/mcpgate/internal/queue"
 )
 
 func init() { extraCommands = append(extraCommands, newCallCmd) }
@@ -126,22 +125,20 @@ final state posted, signed with --callback-secret.`,
 				defer cancel()
 			}
 			body := api.CallBody{Name: tool, Arguments: arguments, TimeoutMS: timeout.Milliseconds(), Wait: wait}
-			var res *mcpclient.Result
 			if queueTTL > 0 {
 				body.Deliver, body.TTL, body.CallbackURL, body.CallbackSecret = api.DeliverQueue, queueTTL.String(), callback, secret
-				var qc *queue.Call
-				res, qc, err = c.CallOrQueue(ctx, ref, body)
-				if err == nil && qc != nil {
-					if g.json {
-						return printJSON(g.stdout, qc)
-					}
-					fmt.Fprintf(g.stdout, "queued: %s\n", qc.ID)
-					fmt.Fprintf(g.stderr, "%s is offline: the call runs on its next session, if that comes before %s (mcpgate calls get %s)\n",
-						ref, qc.ExpiresAt.Local().Format(time.RFC3339), qc.ID)
-					return nil
+			}
+			// Without --queue the gateway may queue the call all the same
+			// (--queue-tool TOOL=always): it has not run, and says so.
+			res, qc, err := c.CallOrQueue(ctx, ref, body)
+			if err == nil && qc != nil {
+				if g.json {
+					return printJSON(g.stdout, qc)
 				}
-			} else {
-				res, err = c.Call(ctx, ref, body)
+				fmt.Fprintf(g.stdout, "queued: %s\n", qc.ID)
+				fmt.Fprintf(g.stderr, "%s is offline: the call runs on its next session, if that comes before %s (mcpgate calls get %s)\n",
+					ref, qc.ExpiresAt.Local().Format(time.RFC3339), qc.ID)
+				return nil
 			}
 			if err != nil {
 				var ae *api.APIError

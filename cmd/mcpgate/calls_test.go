@@ -14,8 +14,50 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/devicetest"
+	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/internal/queue"
 )
+
+// TestCallQueuedByToolPolicy: a plain call that the gateway queues (its
+// tool set to "always") is printed as queued, never as an empty result.
+func TestCallQueuedByToolPolicy(t *testing.T) {
+	t.Parallel()
+	gw, _ := gatewaytest.Start(t, gateway.Config{Version: "test",
+		Queue: queue.Config{Tools: map[string]queue.Policy{"self.audio_speaker.*": queue.PolicyAlways}}})
+	addr := gw.Addr()
+	d := connect(t, addr, devicetest.Config{ID: "02:00:00:00:00:17"})
+	d.Close()
+	waitOffline(t, addr, d.ID())
+
+	r := run(t, addr, "call", d.ID(), "self.audio_speaker.set_volume", "volume=20")
+	r.want(t, 0)
+	if !regexp.MustCompile(`^queued: call_[0-9a-f]{16}\n$`).MatchString(r.stdout) || !strings.Contains(r.stderr, " is offline: the call runs on its next session") {
+		t.Errorf("plain call queued by the gateway: stdout %q stderr %q", r.stdout, r.stderr)
+	}
+	r = run(t, addr, "call", d.ID(), "self.audio_speaker.set_volume", "volume=21", "--json")
+	r.want(t, 0)
+	var qc queue.Call
+	if err := json.Unmarshal([]byte(r.stdout), &qc); err != nil || qc.State != "queued" || qc.ID == "" {
+		t.Errorf("plain call queued by the gateway, --json: %v\n%s", err, r.stdout)
+	}
+}
+
+// waitOffline waits until the gateway lists the device offline.
+func waitOffline(t *testing.T, addr, ref string) {
+	t.Helper()
+	c, err := api.NewClient(addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for dev, _ := c.Device(t.Context(), ref); dev == nil || dev.Online; dev, _ = c.Device(t.Context(), ref) {
+		if time.Now().After(deadline) {
+			t.Fatal("device still online after closing")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
 
 // TestCallsCmd: call --queue prints the id of a call queued for an offline
 // device; calls lists it, get shows it, cancel cancels it; the next one is
@@ -26,17 +68,7 @@ func TestCallsCmd(t *testing.T) {
 	d := connect(t, addr, devicetest.Config{ID: "02:00:00:00:00:07"})
 	run(t, addr, "devices", "alias", d.ID(), "kitchen").want(t, 0)
 	d.Close()
-	c, err := api.NewClient(addr, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for dev, _ := c.Device(t.Context(), "kitchen"); dev == nil || dev.Online; dev, _ = c.Device(t.Context(), "kitchen") {
-		if time.Now().After(deadline) {
-			t.Fatal("device still online after closing")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitOffline(t, addr, "kitchen")
 
 	r := run(t, addr, "call", "kitchen", "self.audio_speaker.set_volume", "volume=20")
 	r.want(t, 1)
@@ -115,7 +147,7 @@ func TestCallsCmd(t *testing.T) {
 
 	d2 := connect(t, addr, devicetest.Config{ID: "02:00:00:00:00:07"})
 	defer d2.Close()
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for {
 		r = run(t, addr, "calls", "get", second.ID)
 		r.want(t, 0)

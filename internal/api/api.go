@@ -410,6 +410,24 @@ type CallBody struct {
 	CallbackSecret string `json:"callback_secret,omitempty"`
 }
 
+// queuedOnly names the members of body that only a queued call takes, as
+// the start of a sentence (`"ttl" is`), or "" when there are none.
+func queuedOnly(body CallBody) string {
+	var names []string
+	for _, m := range []struct{ name, val string }{{"ttl", body.TTL}, {"callback_url", body.CallbackURL}, {"callback_secret", body.CallbackSecret}} {
+		if m.val != "" {
+			names = append(names, strconv.Quote(m.name))
+		}
+	}
+	switch len(names) {
+	case 0:
+		return ""
+	case 1:
+		return names[0] + " is"
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1] + " are"
+}
+
 func (a *API) callTool(w http.ResponseWriter, r *http.Request) {
 	var body CallBody
 	if !a.decodeBody(w, r, &body) {
@@ -448,8 +466,8 @@ func (a *API) callTool(w http.ResponseWriter, r *http.Request) {
 	}
 	switch deliver {
 	case "", DeliverNow:
-		if body.TTL != "" || body.CallbackURL != "" || body.CallbackSecret != "" {
-			writeError(w, http.StatusBadRequest, "bad_request", `"ttl" and "callback_url" are for queued calls: add "deliver": "queue"`, nil)
+		if m := queuedOnly(body); m != "" {
+			writeError(w, http.StatusBadRequest, "bad_request", m+` for queued calls: add "deliver": "queue"`, nil)
 			return
 		}
 	case DeliverQueue:

@@ -229,20 +229,28 @@ func (c *Client) Tools(ctx context.Context, ref string) (*ToolList, error) {
 
 // Call calls a tool. A failure the device reports is a Result with IsError
 // set, not an error; gateway failures (unknown tool, invalid arguments,
-// offline, timeout...) are an [*APIError].
+// offline, timeout...) are an [*APIError]. A call the gateway queued instead
+// (the device offline and its tool queued by the gateway's --queue-tool
+// "always", though the body did not ask) is a [*QueuedError]: it has not run.
 func (c *Client) Call(ctx context.Context, ref string, body CallBody) (*mcpclient.Result, error) {
-	p, err := devicePath(ref, "/tools/call")
+	res, qc, err := c.CallOrQueue(ctx, ref, body)
 	if err != nil {
 		return nil, err
 	}
-	if body.Name == "" {
-		return nil, errors.New("api: call: empty tool name")
+	if qc != nil {
+		return nil, &QueuedError{Call: qc}
 	}
-	var res mcpclient.Result
-	if err := c.do(ctx, http.MethodPost, p, body, &res); err != nil {
-		return nil, err
-	}
-	return &res, nil
+	return res, nil
+}
+
+// QueuedError is Call's answer when the gateway queued the call instead of
+// running it: it runs on the device's next session (see [Client.QueuedCall]).
+type QueuedError struct {
+	Call *queue.Call
+}
+
+func (e *QueuedError) Error() string {
+	return fmt.Sprintf("api: call: not run yet: the device is offline and the gateway queued it as %s", e.Call.ID)
 }
 
 // statusOut makes do keep the answer's status and raw body.

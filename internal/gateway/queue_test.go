@@ -518,6 +518,11 @@ func TestQueueToolPolicies(t *testing.T) {
 	if err != nil || qc == nil || res != nil {
 		t.Fatalf("plain call of an always-queue tool to an offline device: %+v, %+v, %v; want it queued", res, qc, err)
 	}
+	// Call, which has no queued call to return, says it did not run.
+	var qe *api.QueuedError
+	if res, err := c.Call(t.Context(), id, api.CallBody{Name: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":4}`)}); !errors.As(err, &qe) || qe.Call.State != "queued" || res != nil {
+		t.Errorf("Call of an always-queue tool to an offline device: %+v, %v; want a QueuedError", res, err)
+	}
 	var ae *api.APIError
 	_, _, err = c.CallOrQueue(t.Context(), id, api.CallBody{Name: "self.get_device_status", Deliver: api.DeliverQueue})
 	if !errors.As(err, &ae) || ae.Code != "bad_request" || !strings.Contains(ae.Message, "never to be queued") {

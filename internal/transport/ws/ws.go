@@ -565,7 +565,9 @@ func (c *connection) close(reason error) {
 		}
 		c.conn.Close(code, uc.reason)
 	case errors.Is(reason, errUpstreamLost):
-		c.conn.Close(websocket.StatusGoingAway, conns.CloseReason(reason))
+		// The documented reason alone: the cause (a library's words) is
+		// for the log, not for firmware matching the reason.
+		c.conn.Close(websocket.StatusGoingAway, errUpstreamLost.Error())
 	default:
 		c.conn.Close(websocket.StatusNormalClosure, "")
 	}
