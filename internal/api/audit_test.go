@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -221,6 +222,42 @@ func TestAuditReadSeesAnsweredCalls(t *testing.T) {
 		}
 		if len(page.Records) != i+1 {
 			t.Fatalf("after call %d the audit log holds %d records, want %d", i+1, len(page.Records), i+1)
+		}
+	}
+}
+
+// A limited key's call refused as beyond its patterns, naming the device by
+// its alias, is found by searching the log for the device (its id).
+func TestAuditUnseenCallByAliasFoundByDevice(t *testing.T) {
+	tg := startGateway(t, gateway.Config{})
+	catalog := []json.RawMessage{json.RawMessage(statusTool)}
+	tg.connect(t, devicetest.Config{ID: "02:00:00:00:00:01", Tools: catalog})
+	tg.connect(t, devicetest.Config{ID: "02:00:00:00:00:02", Tools: catalog})
+	ctx := t.Context()
+	for id, alias := range map[string]string{"02:00:00:00:00:01": "kitchen", "02:00:00:00:00:02": "hall"} {
+		if _, err := tg.client.SetAlias(ctx, id, alias); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k, secret, err := auth.NewKey("lamps", auth.ScopeCall, []string{"kitchen"}, []string{"self.lamp.*"}, 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.gw.Store().CreateKey(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	limited := tg.client.WithKey(secret)
+	for dev, code := range map[string]string{"kitchen": "tool_not_found", "hall": "device_not_found"} {
+		var ae *api.APIError
+		if _, err := limited.Call(ctx, dev, api.CallBody{Name: "self.get_device_status"}); !errors.As(err, &ae) || ae.Code != code {
+			t.Fatalf("call on %s: %v, want %s", dev, err, code)
+		}
+		if strings.Contains(ae.Message, "02:00:00:00:00") {
+			t.Errorf("the refusal names the device's id: %q", ae.Message)
+		}
+		page := auditRecords(t, tg.client, api.AuditQuery{Device: dev, Caller: k.ID}, 1)
+		if len(page.Records) != 1 || page.Records[0].Outcome != code || page.Records[0].Alias != dev {
+			t.Errorf("audit of %s by %s: %+v", dev, k.ID, page.Records)
 		}
 	}
 }

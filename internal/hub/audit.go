@@ -54,7 +54,8 @@ type CallRecord struct {
 const maxErrorText = 1024
 
 // callRecord builds the audit record of a finished call. dev is nil when
-// the request named no known device.
+// the call was refused before its device was found, or named none the hub
+// knows.
 func (h *Hub) callRecord(req CallRequest, start time.Time, dev *device, outcome string, res *mcpclient.Result, err error) CallRecord {
 	args := bytes.TrimSpace(req.Arguments)
 	if len(args) == 0 || string(args) == "null" {
@@ -67,6 +68,11 @@ func (h *Hub) callRecord(req CallRequest, start time.Time, dev *device, outcome 
 	}
 	if dev != nil {
 		rec.Device = dev.id // immutable once created: no lock needed
+	} else if id, ok := h.known(req.Device); ok {
+		// Refused before the device was looked up (a caller's rate, a
+		// device or tool beyond its key): an alias is recorded as the id
+		// it names, so the log is searched by device alike.
+		rec.Device = id
 	} else if id, nerr := xiaozhi.NormalizeDeviceID(req.Device); nerr == nil {
 		rec.Device = id
 	} else {

@@ -3,11 +3,14 @@ package hub
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/mcpgate/mcpgate/internal/limits"
 )
 
 // recorder is an audit hook that keeps the records.
@@ -96,6 +99,56 @@ func TestAuditHookRecordsEveryCall(t *testing.T) {
 		if recs := rec.take(); len(recs) != tc.records {
 			t.Errorf("QueueIfOffline call of %s on %s: %d records, want %d", tc.tool, tc.device, len(recs), tc.records)
 		}
+	}
+}
+
+// A call refused before its device is looked up (beyond the caller's key,
+// over the caller's rate, a hidden tool) names the device by an alias as by
+// its id: the record holds the id, so a search by device finds it.
+func TestAuditRefusedByAliasRecordsTheID(t *testing.T) {
+	rec := &recorder{}
+	h := New(Config{Audit: rec.record, KeyRate: limits.Rate{PerSecond: 1, Burst: 1}})
+	const id = "02:00:00:00:00:01"
+	connect(t, h, id, newDevice(nil, volumeTool, statusTool))
+	waitState(t, h, id, StateReady)
+	if _, err := h.SetAlias(id, "kitchen"); err != nil {
+		t.Fatal(err)
+	}
+	req := CallRequest{Device: "Kitchen", Tool: "self.get_device_status", Caller: "k1", Door: "rest"}
+	for _, tc := range []struct {
+		name, outcome string
+		refuse        func() error
+	}{
+		{"unseen tool", "tool_not_found", func() error { return h.RefuseUnseen(req, true) }},
+		{"unseen device", "rate_limited", func() error { return h.RefuseUnseen(req, false) }}, // k1's burst is spent
+		{"over the caller's rate", "rate_limited", func() error { _, err := h.Call(t.Context(), req); return err }},
+		{"refused by a door", "tool_hidden", func() error {
+			h.AuditRefused(req, time.Now(), "tool_hidden", errors.New("hidden"))
+			return errors.New("hidden")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.refuse(); err == nil {
+				t.Fatal("not refused")
+			}
+			recs := rec.take()
+			if len(recs) != 1 || recs[0].Device != id || recs[0].Outcome != tc.outcome {
+				t.Fatalf("records %+v, want one of %s with outcome %s", recs, id, tc.outcome)
+			}
+		})
+	}
+	// What the caller is told still names the device as it did.
+	h2 := New(Config{Audit: rec.record})
+	connect(t, h2, id, newDevice(nil, statusTool))
+	waitState(t, h2, id, StateReady)
+	if _, err := h2.SetAlias(id, "kitchen"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h2.RefuseUnseen(req, false); Code(err) != "device_not_found" || !strings.Contains(err.Error(), `"Kitchen"`) || strings.Contains(err.Error(), id) {
+		t.Errorf("unseen device refused with %v", err)
+	}
+	if recs := rec.take(); len(recs) != 1 || recs[0].Device != id {
+		t.Errorf("records %+v, want one of %s", recs, id)
 	}
 }
 
