@@ -307,6 +307,12 @@ func (a *API) patchDevice(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d, err := a.hub.SetAlias(r.PathValue("id"), *body.Alias)
+	if errors.Is(err, hub.ErrAliasTaken) && len(principal(r).Devices) > 0 {
+		// A key limited to some devices is not told whether the name is
+		// another device's alias or id: beyond its patterns, nothing exists.
+		writeError(w, http.StatusConflict, "alias_unavailable", fmt.Sprintf("%q cannot be used as an alias", *body.Alias), nil)
+		return
+	}
 	if err != nil {
 		writeHubError(w, err)
 		return

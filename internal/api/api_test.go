@@ -3,9 +3,11 @@ package api_test
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -493,6 +495,48 @@ func TestAlias(t *testing.T) {
 	})
 	if got, err := tg.client.Device(ctx, devID); err != nil || got.Alias != "kitchen" {
 		t.Errorf("a refused PATCH changed the alias: %+v, %v", got, err)
+	}
+}
+
+// An admin key limited to some devices cannot learn of the others through
+// an alias it may not take: the refusal does not say whose name it is.
+func TestAliasRefusalHidesOtherDevices(t *testing.T) {
+	t.Parallel()
+	tg := startGateway(t, gateway.Config{})
+	tg.connect(t, devicetest.Config{ID: "02:00:00:00:00:01"})
+	tg.connect(t, devicetest.Config{ID: "02:00:00:00:00:02"})
+	tg.connect(t, devicetest.Config{ID: "lamp-t2"})
+	ctx := t.Context()
+	for id, alias := range map[string]string{"02:00:00:00:00:01": "kitchen", "02:00:00:00:00:02": "t2", "lamp-t2": "attic"} {
+		if _, err := tg.client.SetAlias(ctx, id, alias); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k, secret, err := auth.NewKey("kitchen-admin", auth.ScopeAdmin, []string{"kitchen"}, nil, 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.gw.Store().CreateKey(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	limited := tg.client.WithKey(secret)
+	var ae *api.APIError
+	if _, err := limited.Device(ctx, "t2"); !errors.As(err, &ae) || ae.Code != "device_not_found" {
+		t.Fatalf("limited key's GET t2: %v", err)
+	}
+	for _, alias := range []string{"t2", "lamp-t2", "T2"} {
+		_, err := limited.SetAlias(ctx, "kitchen", alias)
+		if !errors.As(err, &ae) || ae.Status != http.StatusConflict || ae.Code != "alias_unavailable" ||
+			ae.Message != strconv.Quote(alias)+" cannot be used as an alias" {
+			t.Errorf("limited key's alias %q: %v", alias, err)
+		}
+	}
+	// An unlimited key is told why.
+	if _, err := tg.client.SetAlias(ctx, "kitchen", "t2"); !errors.As(err, &ae) || ae.Code != "alias_taken" || !strings.Contains(ae.Message, "another device's alias") {
+		t.Errorf("unlimited alias t2: %v", err)
+	}
+	if got, err := limited.SetAlias(ctx, "kitchen", "pantry"); err != nil || got.Alias != "pantry" {
+		t.Errorf("limited key's free alias: %+v, %v", got, err)
 	}
 }
 
