@@ -41,7 +41,9 @@ func newCallCmd(g *globals) *cobra.Command {
 Arguments are key=value pairs typed by the tool's input schema: an integer,
 number or boolean property gets a JSON number or boolean (true/false, yes/no,
 on/off, 1/0), a string property gets the text as is, and a property of no
-single type gets the value as JSON when it parses, else as a string. key:=json
+single type gets the value as JSON when it parses, else as a string. A type or
+null (["string","null"], or Pydantic's anyOf of the two) counts as that type,
+and null as null. key:=json
 passes raw JSON (key:='[1,2]', key:='"007"'). Keys the schema does not list are
 refused. --args passes the whole arguments object as JSON instead, unchecked by
 the CLI (the gateway still validates it).
@@ -240,8 +242,9 @@ func unknownKey(tool, key string, schema *inputSchema) error {
 }
 
 // typedValue is the JSON of a key=value value, typed by the property's
-// schema. A property with one type (besides "null") gets that type; any
-// other gets the value as JSON when it parses, else as a string.
+// schema. A property with one type (besides "null", in "type" or in an
+// anyOf or oneOf: parseInputSchema) gets that type; any other gets the value
+// as JSON when it parses, else as a string.
 func typedValue(key, val string, prop *schemaProp) ([]byte, error) {
 	var types []string
 	nullable := false

@@ -27,7 +27,7 @@ const devID = devicetest.DefaultID
 var cliCatalog = []json.RawMessage{
 	json.RawMessage(devicetest.SetVolumeTool),
 	json.RawMessage(`{"name":"self.screen.set_theme","description":"Set the theme of the screen.","inputSchema":{"type":"object","properties":{"theme":{"type":"string","enum":["light","dark"]}},"required":["theme"]}}`),
-	json.RawMessage(`{"name":"self.light.set","description":"Set the light.","inputSchema":{"type":"object","properties":{"on":{"type":"boolean"},"level":{"type":"number","minimum":0,"maximum":1},"color":{"type":["string","null"]},"tags":{"type":"array","items":{"type":"string"}},"extra":{}},"required":["on"]}}`),
+	json.RawMessage(`{"name":"self.light.set","description":"Set the light.","inputSchema":{"type":"object","properties":{"on":{"type":"boolean"},"level":{"type":"number","minimum":0,"maximum":1},"color":{"type":["string","null"]},"tags":{"type":"array","items":{"type":"string"}},"extra":{},"code":{"anyOf":[{"type":"string"},{"type":"null"}],"default":null}},"required":["on"]}}`),
 	json.RawMessage(`{"name":"self.reboot","description":"Reboot the device now.\nThe user must confirm this first because the device stops answering for a while.","inputSchema":{"type":"object","properties":{}},"annotations":{"audience":["user"]}}`),
 	json.RawMessage(`{"name":"self.camera.take_photo","description":"Take a photo.","inputSchema":{"type":"object","properties":{}}}`),
 	json.RawMessage(`{"name":"self.fail","description":"Always fails.","inputSchema":{"type":"object","properties":{}}}`),
@@ -265,7 +265,7 @@ func TestToolsCmd(t *testing.T) {
 	r = run(t, addr, "tools", devID, "--wide")
 	r.want(t, 0)
 	if !strings.Contains(r.stdout, "because the device stops answering for a while.") ||
-		!strings.Contains(r.stdout, " on:bool level?:number[0..1] color?:string|null tags?:[]string extra?:any ") {
+		!strings.Contains(r.stdout, " on:bool level?:number[0..1] color?:string|null tags?:[]string extra?:any code?:string|null ") {
 		t.Errorf("--wide should not cut argument lists or descriptions:\n%s", r.stdout)
 	}
 
@@ -307,6 +307,9 @@ func TestCallCmd(t *testing.T) {
 		{[]string{"self.screen.set_theme", "theme=dark"}, `{"theme":"dark"}`},
 		{[]string{"self.light.set", "on=yes", "level=0.5", "color=null", "tags:=[\"a\",\"b\"]", "extra=7"}, `{"on":true,"level":0.5,"color":null,"tags":["a","b"],"extra":7}`},
 		{[]string{"self.light.set", "on=off", "color=red", "extra=hello"}, `{"on":false,"color":"red","extra":"hello"}`},
+		// Pydantic's Optional[str] (anyOf string, null), as ["string","null"].
+		{[]string{"self.light.set", "on=1", "code=123"}, `{"on":true,"code":"123"}`},
+		{[]string{"self.light.set", "on=1", "code=null"}, `{"on":true,"code":null}`},
 		{[]string{"self.screen.set_theme", "theme:=\"light\""}, `{"theme":"light"}`},
 		{[]string{"self.audio_speaker.set_volume", "--args", `{"volume": 12}`}, `{"volume":12}`},
 		{[]string{"self.reboot"}, `{}`},

@@ -17,6 +17,12 @@ func TestSignature(t *testing.T) {
 		{`{"type":"object","properties":{"x":{"type":"number","maximum":2.5}}}`, "x?:number[..2.5]"},
 		{`{"type":"object","properties":{"m":{"enum":["a",1,true]}},"required":["m"]}`, "m:a|1|true"},
 		{`{"type":"object","properties":{"l":{"type":"array"},"o":{"type":"object"},"t":true}}`, "l?:array o?:object t?:any"},
+		// Pydantic's Optional[T]: anyOf (or oneOf) of one type and null reads as ["T","null"].
+		{`{"type":"object","properties":{"code":{"anyOf":[{"type":"string"},{"type":"null"}],"default":null}}}`, "code?:string|null"},
+		{`{"type":"object","properties":{"n":{"oneOf":[{"type":"integer","minimum":0,"maximum":9},{"type":"null"}]}}}`, "n?:int[0..9]|null"},
+		{`{"type":"object","properties":{"l":{"anyOf":[{"type":"array","items":{"type":"integer"}},{"type":"null"}]}}}`, "l?:[]int|null"},
+		{`{"type":"object","properties":{"u":{"anyOf":[{"type":"string"},{"type":["integer","null"]}]}}}`, "u?:string|int|null"},
+		{`{"type":"object","properties":{"r":{"anyOf":[{"$ref":"#/$defs/M"},{"type":"null"}]}}}`, "r?:any"},
 		{`{"type":"object","properties":{}}`, ""},
 		{`{"type":"object"}`, ""},
 		{``, ""},
@@ -44,11 +50,23 @@ func TestBuildArguments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	optional, err := parseInputSchema(json.RawMessage(`{"properties":{` +
+		`"code":{"anyOf":[{"type":"string"},{"type":"null"}],"default":null},` +
+		`"n":{"oneOf":[{"type":"null"},{"type":"integer"}]},` +
+		`"r":{"anyOf":[{"$ref":"#/$defs/M"},{"type":"null"}]}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		schema *inputSchema
 		pairs  []string
 		want   string
 	}{
+		// Pydantic's Optional[T] types the value as T, or null.
+		{optional, []string{"code=123", "n=7"}, `{"code":"123","n":7}`},
+		{optional, []string{"code=null", "n=null"}, `{"code":null,"n":null}`},
+		{optional, []string{"n=seven"}, ``},
+		{optional, []string{`r={"a":1}`}, `{"r":{"a":1}}`}, // not one type: guessed
 		// No schema (unknown tool): values are guessed.
 		{nil, []string{"n=5", "s=hi", "b=true", "j:={\"x\":1}", "e="}, `{"n":5,"s":"hi","b":true,"j":{"x":1},"e":""}`},
 		// An open schema types the keys it lists and guesses the others.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -162,20 +163,15 @@ func parseInputSchema(raw json.RawMessage) (*inputSchema, error) {
 	}
 	at := make(map[string]int, len(names))
 	for i, name := range names {
-		var ps struct {
-			Type    json.RawMessage   `json:"type"`
-			Enum    []json.RawMessage `json:"enum"`
-			Minimum json.RawMessage   `json:"minimum"`
-			Maximum json.RawMessage   `json:"maximum"`
-			Items   *struct {
-				Type json.RawMessage `json:"type"`
-			} `json:"items"`
-		}
+		var ps propSchema
 		// A property schema that is not an object (true, say) is an "any".
 		_ = json.Unmarshal(values[i], &ps)
 		p := schemaProp{name: name, types: typeList(ps.Type), enum: ps.Enum, min: ps.Minimum, max: ps.Maximum}
 		if ps.Items != nil {
 			p.items = typeList(ps.Items.Type)
+		}
+		if p.types == nil && !p.typeFrom(ps.AnyOf) {
+			p.typeFrom(ps.OneOf)
 		}
 		for _, r := range top.Required {
 			p.required = p.required || r == name
@@ -190,6 +186,58 @@ func parseInputSchema(raw json.RawMessage) (*inputSchema, error) {
 		s.props = append(s.props, p)
 	}
 	return s, nil
+}
+
+// propSchema is what the CLI reads of a property's schema.
+type propSchema struct {
+	Type    json.RawMessage   `json:"type"`
+	Enum    []json.RawMessage `json:"enum"`
+	Minimum json.RawMessage   `json:"minimum"`
+	Maximum json.RawMessage   `json:"maximum"`
+	Items   *struct {
+		Type json.RawMessage `json:"type"`
+	} `json:"items"`
+	AnyOf []propSchema `json:"anyOf"`
+	OneOf []propSchema `json:"oneOf"`
+}
+
+// typeFrom types p by the alternatives of its anyOf or oneOf when each names
+// its type, as Pydantic (and so FastMCP) writes an Optional[str]:
+// {"anyOf":[{"type":"string"},{"type":"null"}]} reads as ["string","null"].
+// The one alternative that is not null, if only one, gives p its bounds and
+// items too. It reports whether it could.
+func (p *schemaProp) typeFrom(alts []propSchema) bool {
+	if len(alts) == 0 {
+		return false
+	}
+	var types []string
+	var only *propSchema
+	n := 0
+	for i := range alts {
+		ts := typeList(alts[i].Type)
+		if len(ts) == 0 {
+			return false
+		}
+		if !slices.Equal(ts, []string{"null"}) {
+			only = &alts[i]
+			n++
+		}
+		for _, t := range ts {
+			if !slices.Contains(types, t) {
+				types = append(types, t)
+			}
+		}
+	}
+	p.types = types
+	if n == 1 {
+		if len(p.min) == 0 && len(p.max) == 0 {
+			p.min, p.max = only.Minimum, only.Maximum
+		}
+		if p.items == nil && only.Items != nil {
+			p.items = typeList(only.Items.Type)
+		}
+	}
+	return true
 }
 
 // orderedMembers returns an object's member names and values in document

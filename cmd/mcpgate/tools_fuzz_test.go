@@ -36,6 +36,7 @@ func FuzzParseInputSchema(f *testing.F) {
 		`{"properties":{"a":{"type":"integer"}},"additionalProperties":true}`,
 		`{"properties":{"a":{"type":["integer","null"]},"a":{"type":"string"}},"additionalProperties":false}`,
 		`{"properties":{"x\u00e9":{"type":"number"},"":{}},"additionalProperties":{"type":"string"}}`,
+		`{"properties":{"code":{"anyOf":[{"type":"string"},{"type":"null"}]},"n":{"oneOf":[{"type":"integer","minimum":1},{"type":"null"}]},"x":{"anyOf":[true,{"type":"null"}]}}}`,
 		`{"type":"object"}`, ``, ` `, `null`, `{}`,
 		`[]`, `{"properties":[]}`, `{"properties":5}`, `nope`, `{"properties":{"a":}}`, `{"required":"a"}`,
 	)

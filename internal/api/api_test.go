@@ -288,6 +288,8 @@ func TestCallRejected(t *testing.T) {
 		{"missing required", `{"name":"self.audio_speaker.set_volume","arguments":{}}`, 400, "invalid_arguments", ""},
 		{"not in enum", `{"name":"self.screen.set_theme","arguments":{"theme":"pink"}}`, 400, "invalid_arguments", "/theme"},
 		{"arguments not an object", `{"name":"self.audio_speaker.set_volume","arguments":[30]}`, 400, "invalid_arguments", ""},
+		{"repeated key", `{"name":"self.audio_speaker.set_volume","arguments":{"volume":200,"volume":20}}`, 400, "invalid_arguments", "/volume"},
+		{"repeated key, queued", `{"name":"self.audio_speaker.set_volume","arguments":{"volume":200,"volume":20},"deliver":"queue"}`, 400, "invalid_arguments", "/volume"},
 		{"bad JSON", `{"name":`, 400, "bad_request", ""},
 		{"not an object", `[1,2]`, 400, "bad_request", ""},
 		{"wrong member type", `{"name":5}`, 400, "bad_request", ""},

@@ -38,6 +38,8 @@ func FuzzRESTCallBody(f *testing.F) {
 		`{"name":"self.audio_speaker.set_volume","arguments":null}`,
 		`{"name":"self.audio_speaker.set_volume","arguments":[1,2]}`,
 		`{"name":"self.audio_speaker.set_volume","arguments":{"volume":1e400}}`,
+		`{"name":"self.audio_speaker.set_volume","arguments":{"volume":200,"volume":20}}`,
+		`{"name":"self.audio_speaker.set_volume","arguments":{"volume":20,"o":{"a":1,"A":2}},"deliver":"queue"}`,
 		`{"name":"self.no_such_tool"}`,
 		`{"name":"self.audio_speaker.set_volume","arguments":{"volume":1},"deliver":"queue","ttl":"1h"}`,
 		`{"name":"self.audio_speaker.set_volume","arguments":{"volume":1},"deliver":"queue","callback_url":"https://example.com/h","callback_secret":"s"}`,

@@ -262,6 +262,12 @@ func (c *Catalog) validate(i int, args json.RawMessage) error {
 	if _, ok := inst.(map[string]any); !ok {
 		return &ValidationError{Tool: c.Tools[i].Name, Problems: []Problem{{Message: "arguments must be a JSON object"}}}
 	}
+	// Checked even without a schema: the arguments are sent as written, and
+	// a device's cJSON reads the first of two members of a name where the
+	// schema check, the audit and the tool's policy read the last.
+	if path, earlier, found := jsonscan.Repeated(args); found {
+		return &ValidationError{Tool: c.Tools[i].Name, Problems: []Problem{{Path: instancePath(path), Message: repeatedMessage(path[len(path)-1], earlier)}}}
+	}
 	sch := c.schemas[i]
 	if sch == nil {
 		return nil
@@ -280,4 +286,12 @@ func (c *Catalog) validate(i int, args json.RawMessage) error {
 		verr.Problems = []Problem{{Path: "", Message: ve.Error()}}
 	}
 	return verr
+}
+
+// repeatedMessage says that the member name is written twice in one object.
+func repeatedMessage(name, earlier string) string {
+	if name == earlier {
+		return fmt.Sprintf("key %q is repeated", name)
+	}
+	return fmt.Sprintf("key %q is repeated (as %q: devices match keys in any letter case)", name, earlier)
 }

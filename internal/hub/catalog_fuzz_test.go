@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/mcpgate/mcpgate/internal/jsonscan"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 )
 
@@ -67,6 +68,8 @@ func FuzzValidate(f *testing.F) {
 		{`{"$ref":"http://example.com/s.json"}`, `{}`},
 		{`{"anyOf":[{"required":["a"]},{"required":["b"]}]}`, `{"c":1}`},
 		{`{"type":"object","properties":{"s":{"type":"string","pattern":"^(a+)+$"}}}`, `{"s":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!"}`},
+		{`{"type":"object","properties":{"volume":{"type":"integer","minimum":0,"maximum":100}},"required":["volume"]}`, `{"volume":200,"volume":20}`},
+		{`{"type":"object","properties":{"o":{"type":"object"}}}`, `{"o":{"Mode":"on","mode":"off"}}`},
 		{`{}`, `[]`},
 		{``, `null`},
 		{`not json`, `{`},
@@ -79,6 +82,9 @@ func FuzzValidate(f *testing.F) {
 		var m map[string]any
 		if (json.Unmarshal([]byte(args), &m) != nil || m == nil) && err == nil {
 			t.Fatalf("arguments %q, not a JSON object, passed", args)
+		}
+		if _, _, repeated := jsonscan.Repeated([]byte(args)); repeated && err == nil {
+			t.Fatalf("arguments %q, with a repeated key, passed", args)
 		}
 		if err == nil {
 			return

@@ -1,12 +1,15 @@
 package hub
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/mcpgate/mcpgate/internal/hub/hubtest"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 )
 
@@ -111,5 +114,48 @@ func TestValidationNumbersExact(t *testing.T) {
 		if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].Message != tc.want {
 			t.Errorf("%s: %v, want the one problem %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestRepeatedKeysRefused: arguments that write a member name twice, at any
+// depth, are refused before they reach the device, whose cJSON would read
+// the first (volume 200) where the schema check read the last (volume 20);
+// so are the queued call's checks and a tool without a schema.
+func TestRepeatedKeysRefused(t *testing.T) {
+	h := New(Config{})
+	const id = "02:00:00:00:00:0b"
+	var calls atomic.Int32
+	d := newDevice(nil, volumeTool, `{"name":"self.free","description":"No schema"}`)
+	onCall := d.OnCall
+	d.OnCall = func(ctx context.Context, c hubtest.Call) (string, error) {
+		calls.Add(1)
+		return onCall(ctx, c)
+	}
+	connect(t, h, id, d)
+	waitState(t, h, id, StateReady)
+	for _, tc := range []struct{ tool, args, path, msg string }{
+		{"self.audio_speaker.set_volume", `{"volume":200,"volume":20}`, "/volume", `key "volume" is repeated`},
+		{"self.audio_speaker.set_volume", `{"Volume":200,"volume":20}`, "/volume", `key "volume" is repeated (as "Volume"`},
+		{"self.audio_speaker.set_volume", `{"volume":20,"\u0076olume":200}`, "/volume", "repeated"},
+		{"self.free", `{"a":[{"b/c":1,"b/c":2}]}`, "/a/0/b~1c", "repeated"},
+	} {
+		req := CallRequest{Device: id, Tool: tc.tool, Arguments: json.RawMessage(tc.args), Caller: "t"}
+		_, err := h.Call(t.Context(), req)
+		_, qerr := h.CheckCall(req)
+		for _, err := range []error{err, qerr} {
+			var ve *ValidationError
+			if !errors.As(err, &ve) || !errors.Is(err, ErrInvalidArgs) || len(ve.Problems) != 1 {
+				t.Fatalf("%s: err = %v, want one invalid_arguments problem", tc.args, err)
+			}
+			if p := ve.Problems[0]; p.Path != tc.path || !strings.Contains(p.Message, tc.msg) {
+				t.Errorf("%s: problem %+v, want %s and %q", tc.args, p, tc.path, tc.msg)
+			}
+		}
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("the device got %d calls", n)
+	}
+	if _, err := h.Call(t.Context(), CallRequest{Device: id, Tool: "self.free", Arguments: json.RawMessage(`{"a":{"a":1},"b":[{"a":1},{"a":2}]}`), Caller: "t"}); err != nil {
+		t.Fatalf("the same name in different objects: %v", err)
 	}
 }

@@ -1,8 +1,9 @@
 // Package jsonscan walks the top-level members of a JSON object that is
 // already known to be valid (json.Valid, or a part of a valid document), so
 // a decoder can pick out a few members without encoding/json scanning the
-// whole text a second time. It does not validate: on invalid input it may
-// return nonsense, never panic.
+// whole text a second time, and find a member name written twice at any depth
+// (Repeated), which a device and mcpgate would read differently. It does not
+// validate: on invalid input it may return nonsense, never panic.
 package jsonscan
 
 import (
@@ -17,6 +18,16 @@ import (
 // returns false when fn does, when a key contains an escape (the caller
 // should then decode the slow way) or when data is not an object.
 func Members(data []byte, fn func(key, value []byte) bool) bool {
+	return members(data, func(key, value []byte) bool {
+		if bytes.IndexByte(key, '\\') >= 0 {
+			return false
+		}
+		return fn(key, value)
+	})
+}
+
+// members is Members with escaped keys passed on, escapes not undone.
+func members(data []byte, fn func(key, value []byte) bool) bool {
 	i := skipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
 		return false
@@ -34,11 +45,6 @@ func Members(data []byte, fn func(key, value []byte) bool) bool {
 			return false
 		}
 		key := data[i+1 : end-1]
-		for _, c := range key {
-			if c == '\\' {
-				return false
-			}
-		}
 		i = skipSpace(data, end)
 		if i >= len(data) || data[i] != ':' {
 			return false
