@@ -4,6 +4,8 @@ import (
 	"container/list"
 	"context"
 	"sync"
+
+	"github.com/mcpgate/mcpgate/internal/llmerr"
 )
 
 // historyLimits bound what is kept of conversations.
@@ -104,7 +106,7 @@ func (h *history) add(c *conversation, msgs ...Message) {
 	defer h.mu.Unlock()
 	for _, m := range msgs {
 		if m.Role == "tool" && len(m.Content) > h.lim.toolResult {
-			m.Content = truncateText(m.Content, h.lim.toolResult) + " (truncated in history)"
+			m.Content = llmerr.Truncate(m.Content, h.lim.toolResult) + " (truncated in history)"
 		}
 		c.msgs = append(c.msgs, m)
 		c.bytes += messageSize(m)

@@ -44,6 +44,8 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/devauth"
 	"github.com/mcpgate/mcpgate/internal/limits"
+	"github.com/mcpgate/mcpgate/internal/llmerr"
+	"github.com/mcpgate/mcpgate/internal/redact"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
@@ -528,8 +530,11 @@ func (s *Service) explain(ctx context.Context, question, ctype string, photo []b
 	if err != nil {
 		return "", fmt.Errorf("read model reply: %w", err)
 	}
+	// A provider may echo the key in its message, which reaches the
+	// device, the metadata and the log.
+	hide := func(msg string) string { return redact.Secret(msg, m.APIKey) }
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("model answered HTTP %d", resp.StatusCode)
+		return "", fmt.Errorf("model answered HTTP %d: %s", resp.StatusCode, hide(llmerr.Message(b, resp.Status)))
 	}
 	var out struct {
 		Choices []struct {
@@ -537,11 +542,22 @@ func (s *Service) explain(ctx context.Context, question, ctype string, photo []b
 				Content string `json:"content"`
 			} `json:"message"`
 		} `json:"choices"`
+		Error json.RawMessage `json:"error"`
 	}
-	if err := json.Unmarshal(b, &out); err != nil || len(out.Choices) == 0 || out.Choices[0].Message.Content == "" {
+	if err := json.Unmarshal(b, &out); err != nil {
+		return "", fmt.Errorf("model reply is not JSON: %s", hide(llmerr.Truncate(string(b), 200)))
+	}
+	if len(out.Error) > 0 && string(out.Error) != "null" {
+		return "", fmt.Errorf("model answered an error: %s", hide(llmerr.Message(b, "error without a message")))
+	}
+	if len(out.Choices) == 0 {
 		return "", errors.New("model reply has no choices[0].message.content")
 	}
-	return strings.TrimSpace(out.Choices[0].Message.Content), nil
+	text := strings.TrimSpace(out.Choices[0].Message.Content)
+	if text == "" {
+		return "", errors.New("model reply is empty")
+	}
+	return text, nil
 }
 
 // Register mounts the REST photo routes on mux, each wrapped by wrap (the
