@@ -379,3 +379,18 @@ func TestBoundsBelowLargestPhotoRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestListNewestFirstWithinASecond: photos taken in one second (their ids
+// share it, then random hex) are listed by when they were taken.
+func TestListNewestFirstWithinASecond(t *testing.T) {
+	clk := newClock()
+	f := newFixtureWith(t, Config{Now: clk.now})
+	var want []string
+	for range 8 {
+		clk.add(time.Millisecond - time.Second) // upload adds a second
+		want = append(want, f.upload(t, clk, dev, 100))
+	}
+	if got := f.listed(t, dev); !slices.Equal(got, want) {
+		t.Fatalf("listed oldest first %v, want upload order %v", got, want)
+	}
+}

@@ -19,6 +19,7 @@ package vision
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -593,7 +594,11 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) {
 			list.Photos = append(list.Photos, *p)
 		}
 	}
-	slices.SortFunc(list.Photos, func(a, b Photo) int { return strings.Compare(b.ID, a.ID) }) // newest first
+	// Newest first. By time, not id: an id has whole seconds, then random
+	// hex.
+	slices.SortFunc(list.Photos, func(a, b Photo) int {
+		return cmp.Or(b.TakenAt.Compare(a.TakenAt), strings.Compare(b.ID, a.ID))
+	})
 	writeJSON(w, http.StatusOK, list)
 }
 
