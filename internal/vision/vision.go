@@ -151,6 +151,10 @@ func New(cfg Config) (*Service, error) {
 		if m.BaseURL == "" || m.Name == "" {
 			return nil, errors.New("vision: a model needs a base URL and a model name")
 		}
+		// Checked here, not at the first photo: every photo would fail.
+		if u, err := url.Parse(m.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("vision: model base URL %q: want http(s)://host[:port]/path, e.g. https://api.openai.com/v1", m.BaseURL)
+		}
 		if m.Timeout <= 0 {
 			m.Timeout = 60 * time.Second
 		}

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -311,5 +312,20 @@ func TestDeviceDirsDoNotCollide(t *testing.T) {
 	}
 	if got := filepath.Base(s.deviceDir("02:00:00:00:03:01")); got != "02_00_00_00_03_01" {
 		t.Errorf("a MAC's directory: %s, want 02_00_00_00_03_01 (as before)", got)
+	}
+}
+
+// TestModelBaseURLChecked: a base URL no request can go to is refused at
+// New, not at every photo.
+func TestModelBaseURLChecked(t *testing.T) {
+	verify := func(string, string, string) error { return nil }
+	for _, base := range []string{"localhost:45001/v1", "ftp://h/v1", "http:///v1", "://"} {
+		_, err := New(Config{Dir: t.TempDir(), Verify: verify, Model: &Model{BaseURL: base, Name: "v"}})
+		if err == nil || !strings.Contains(err.Error(), strconv.Quote(base)) {
+			t.Errorf("base URL %q: err = %v, want one naming it", base, err)
+		}
+	}
+	if _, err := New(Config{Dir: t.TempDir(), Verify: verify, Model: &Model{BaseURL: "http://localhost:11434/v1", Name: "v"}}); err != nil {
+		t.Errorf("a good base URL: %v", err)
 	}
 }
