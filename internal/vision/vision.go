@@ -277,7 +277,7 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case ue.status == http.StatusTooManyRequests:
 			s.cfg.Limits.Hit(limits.VisionRate, "vision: upload refused: device over its upload rate",
 				"remote", r.RemoteAddr, "device_id", r.Header.Get(xiaozhi.HeaderDeviceID), "retry_after", ue.retryAfter)
-			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ue.retryAfter.Seconds()))))
+			w.Header().Set("Retry-After", strconv.Itoa(retrySeconds(ue.retryAfter)))
 		default:
 			// Rate limited: anyone who can reach the port can post garbage.
 			s.cfg.Limits.BadRequest(limits.DoorVision, ue.reason, "vision: upload refused",
@@ -288,6 +288,12 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = io.WriteString(w, answer)
+}
+
+// retrySeconds is wait in whole seconds, rounded up and at least 1: what
+// both Retry-After and the refusal's text say.
+func retrySeconds(wait time.Duration) int {
+	return max(1, int(math.Ceil(wait.Seconds())))
 }
 
 func (s *Service) upload(w http.ResponseWriter, r *http.Request) (string, error) {
@@ -315,7 +321,7 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request) (string, error)
 	// Before the body is read: a flood costs neither its bytes nor disk.
 	if ok, wait := s.uploads.Allow(deviceID); !ok {
 		return "", &uploadError{status: http.StatusTooManyRequests, reason: "rate", retryAfter: wait,
-			msg: fmt.Sprintf("too many photos from this device: try again in %s", wait.Round(time.Second))}
+			msg: fmt.Sprintf("too many photos from this device: try again in %ds", retrySeconds(wait))}
 	}
 
 	// The whole body is bounded, chunked or not; multipart overhead and the
