@@ -24,7 +24,7 @@ func llmFlags(f *pflag.FlagSet, c *agent.Config) (apply func() error) {
 	f.IntVar(&c.HistoryMessages, "llm-history-messages", agent.DefaultHistoryMessages, "most messages kept per conversation (oldest whole turns go first)")
 	f.IntVar(&c.HistoryBytes, "llm-history-bytes", agent.DefaultHistoryBytes, "most bytes of text kept per conversation")
 	f.IntVar(&c.HistoryToolResultBytes, "llm-history-tool-result-bytes", agent.DefaultHistoryToolResult, "tool results longer than this are cut in history (never in the reply)")
-	f.IntVar(&c.Conversations, "llm-conversations", agent.DefaultConversations, "conversations kept in memory, all devices together (least recently used forgotten)")
+	f.IntVar(&c.Conversations, "llm-conversations", agent.DefaultConversations, "conversations kept in memory, all devices together (least recently used idle one forgotten; those in use are kept)")
 	f.BoolVar(&endpointTools, "llm-endpoint-tools", true, "also offer the tools of endpoint sources (MCP servers at /mcp/endpoint) to every device's agent")
 	return func() error {
 		c.NoStream = !stream

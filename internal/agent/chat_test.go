@@ -451,6 +451,18 @@ func TestErrors(t *testing.T) {
 			}
 		})
 	}
+	t.Run("provider echoes the API key", func(t *testing.T) {
+		const key = "sk-test-secret-1234567890abcdef"
+		for _, echoed := range []string{key, "sk-test-secret-123…"} {
+			gw, _ := start(t, llmtest.Script(llmtest.Reply{Status: 401, Error: "Incorrect API key provided: " + echoed}),
+				func(c *agent.Config) { c.APIKey = key }, nil)
+			d := runSim(t, gw, 0)
+			status, b := chatJSON(t, gw, d.MAC, "hello", "")
+			if status != http.StatusBadGateway || strings.Contains(string(b), "secret") || !strings.Contains(string(b), "Incorrect API key provided: REDACTED") {
+				t.Errorf("echoed %q: HTTP %d: %s", echoed, status, b)
+			}
+		}
+	})
 	t.Run("bad requests", func(t *testing.T) {
 		gw, _ := start(t, llmtest.Script(), nil, nil)
 		d := runSim(t, gw, 0)

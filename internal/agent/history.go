@@ -4,6 +4,8 @@ import (
 	"container/list"
 	"context"
 	"sync"
+
+	"github.com/mcpgate/mcpgate/internal/llmerr"
 )
 
 // historyLimits bound what is kept of conversations.
@@ -15,7 +17,12 @@ type historyLimits struct {
 }
 
 // history keeps conversations in memory, by device and conversation id. It
-// is safe for concurrent use.
+// is safe for concurrent use. A conversation in use (a turn running or
+// waiting) is never forgotten: were it dropped, the next request would get a
+// fresh entry with its own turn lock and run alongside the running turn,
+// whose messages would land in the dropped entry. So while more than
+// lim.conversations are in use, the cache holds more for a while; the
+// excess goes as their turns end.
 type history struct {
 	lim historyLimits
 
@@ -31,6 +38,7 @@ type conversation struct {
 	key  string
 	turn chan struct{}
 
+	users int       // turns running or waiting; guarded by history.mu
 	msgs  []Message // guarded by history.mu
 	bytes int       // guarded by history.mu
 }
@@ -50,23 +58,45 @@ func (h *history) begin(ctx context.Context, key string) (c *conversation, past 
 	} else {
 		c = &conversation{key: key, turn: make(chan struct{}, 1)}
 		h.convs[key] = h.lru.PushFront(c)
-		for h.lru.Len() > h.lim.conversations {
-			old := h.lru.Back()
-			h.lru.Remove(old)
-			delete(h.convs, old.Value.(*conversation).key)
-		}
 	}
+	c.users++
+	h.evictLocked()
 	h.mu.Unlock()
 
 	select {
 	case c.turn <- struct{}{}:
 	case <-ctx.Done():
+		h.release(c)
 		return nil, nil, nil, context.Cause(ctx)
 	}
 	h.mu.Lock()
 	past = append([]Message(nil), c.msgs...)
 	h.mu.Unlock()
-	return c, past, func() { <-c.turn }, nil
+	return c, past, func() {
+		<-c.turn
+		h.release(c)
+	}, nil
+}
+
+// release ends one use of c, then forgets what is over the bound.
+func (h *history) release(c *conversation) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c.users--
+	h.evictLocked()
+}
+
+// evictLocked forgets the least recently used idle conversations until
+// the bound is met or only conversations in use are left. h.mu is held.
+func (h *history) evictLocked() {
+	for e := h.lru.Back(); e != nil && h.lru.Len() > h.lim.conversations; {
+		prev := e.Prev()
+		if c := e.Value.(*conversation); c.users == 0 {
+			h.lru.Remove(e)
+			delete(h.convs, c.key)
+		}
+		e = prev
+	}
 }
 
 // add appends a turn's messages, truncating large tool results, then drops
@@ -76,7 +106,7 @@ func (h *history) add(c *conversation, msgs ...Message) {
 	defer h.mu.Unlock()
 	for _, m := range msgs {
 		if m.Role == "tool" && len(m.Content) > h.lim.toolResult {
-			m.Content = truncateText(m.Content, h.lim.toolResult) + " (truncated in history)"
+			m.Content = llmerr.Truncate(m.Content, h.lim.toolResult) + " (truncated in history)"
 		}
 		c.msgs = append(c.msgs, m)
 		c.bytes += messageSize(m)

@@ -78,3 +78,44 @@ func TestHistoryTurnsDoNotInterleave(t *testing.T) {
 	}
 	end2()
 }
+
+// A conversation whose turn is running is not forgotten when another one
+// pushes the cache over its bound: its next turn still waits, and the
+// running turn's messages land in the entry that turn reads.
+func TestHistoryInUseNotEvicted(t *testing.T) {
+	h := newHistory(historyLimits{conversations: 1, messages: 100, bytes: 1 << 20, toolResult: 1000})
+	bg := context.Background()
+	a, _, endA, err := h.begin(bg, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, endB, err := h.begin(bg, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.add(b, Message{Role: "user", Content: "b"})
+	endB()
+
+	ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+	defer cancel()
+	if _, _, _, err := h.begin(ctx, "a"); err == nil {
+		t.Fatal("a second turn of a began while the first was running: a was evicted in use")
+	}
+	h.add(a, Message{Role: "user", Content: "a1"})
+	endA()
+
+	_, past, end, err := h.begin(bg, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end()
+	if len(past) != 1 || past[0].Content != "a1" {
+		t.Fatalf("a's next turn reads %+v, want the running turn's message", past)
+	}
+	h.mu.Lock()
+	n := h.lru.Len()
+	h.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d conversations kept once idle, want the bound 1", n)
+	}
+}

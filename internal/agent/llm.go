@@ -8,9 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/mcpgate/mcpgate/internal/llmerr"
+	"github.com/mcpgate/mcpgate/internal/redact"
 )
 
 // Message is one message of an OpenAI-compatible chat-completions
@@ -104,8 +105,18 @@ type llmClient struct {
 type deltaFunc func(thought, chunk string)
 
 // complete sends one chat-completions request and returns the model's
-// answer, streaming text deltas to onDelta when the client streams.
+// answer, streaming text deltas to onDelta when the client streams. A
+// *ProviderError's message never holds the API key: providers echo it
+// (docs/security.md), and the message reaches replies, logs and devices.
 func (c *llmClient) complete(ctx context.Context, msgs []Message, tools []FunctionDef, onDelta deltaFunc) (*completion, error) {
+	comp, err := c.request(ctx, msgs, tools, onDelta)
+	if pe, ok := errors.AsType[*ProviderError](err); ok {
+		pe.Message = redact.Secret(pe.Message, c.key)
+	}
+	return comp, err
+}
+
+func (c *llmClient) request(ctx context.Context, msgs []Message, tools []FunctionDef, onDelta deltaFunc) (*completion, error) {
 	body, err := json.Marshal(chatRequest{Model: c.model, Messages: msgs, Tools: tools, Stream: c.stream})
 	if err != nil {
 		return nil, fmt.Errorf("encode chat request: %w", err)
@@ -147,35 +158,7 @@ func (c *llmClient) complete(ctx context.Context, msgs []Message, tools []Functi
 // {"error":"..."} (Ollama), {"message":...}, or the start of the body.
 func httpError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10)) // best effort: the status says enough
-	return &ProviderError{Status: resp.StatusCode, Message: errorMessage(b, resp.Status)}
-}
-
-func errorMessage(b []byte, fallback string) string {
-	var body struct {
-		Error   json.RawMessage `json:"error"`
-		Message string          `json:"message"`
-	}
-	if json.Unmarshal(b, &body) == nil {
-		var obj struct {
-			Message string `json:"message"`
-			Code    any    `json:"code"`
-			Type    string `json:"type"`
-		}
-		var s string
-		switch {
-		case json.Unmarshal(body.Error, &obj) == nil && obj.Message != "":
-			return obj.Message
-		case json.Unmarshal(body.Error, &s) == nil && s != "":
-			return s
-		case body.Message != "":
-			return body.Message
-		}
-	}
-	text := strings.TrimSpace(string(b))
-	if text == "" {
-		return fallback
-	}
-	return truncateText(text, 500)
+	return &ProviderError{Status: resp.StatusCode, Message: llmerr.Message(b, resp.Status)}
 }
 
 // wireMessage is a message as providers answer it, streamed (delta) or not.
@@ -243,10 +226,10 @@ func (c *llmClient) readJSON(r io.Reader, onDelta deltaFunc) (*completion, error
 	}
 	var w wireResponse
 	if err := json.Unmarshal(b, &w); err != nil {
-		return nil, &ProviderError{Message: "answer is not JSON: " + truncateText(string(b), 200)}
+		return nil, &ProviderError{Message: "answer is not JSON: " + llmerr.Truncate(string(b), 200)}
 	}
 	if len(w.Error) > 0 && string(w.Error) != "null" {
-		return nil, &ProviderError{Message: errorMessage(b, "error without a message")}
+		return nil, &ProviderError{Message: llmerr.Message(b, "error without a message")}
 	}
 	if len(w.Choices) == 0 || w.Choices[0].Message == nil {
 		return nil, &ProviderError{Message: "the answer has no choices"}
@@ -320,10 +303,10 @@ func (a *streamAccumulator) add(data []byte, onDelta deltaFunc) (done bool, err 
 	}
 	var w wireResponse
 	if err := json.Unmarshal(data, &w); err != nil {
-		return false, &ProviderError{Message: "stream chunk is not JSON: " + truncateText(string(data), 200)}
+		return false, &ProviderError{Message: "stream chunk is not JSON: " + llmerr.Truncate(string(data), 200)}
 	}
 	if len(w.Error) > 0 && string(w.Error) != "null" {
-		return false, &ProviderError{Message: errorMessage(data, "error in the stream")}
+		return false, &ProviderError{Message: llmerr.Message(data, "error in the stream")}
 	}
 	if len(w.Choices) == 0 {
 		return false, nil // e.g. the usage chunk
@@ -421,16 +404,4 @@ func (a *streamAccumulator) result() (*completion, error) {
 		out.ToolCalls = append(out.ToolCalls, c)
 	}
 	return out, nil
-}
-
-// truncateText cuts s to at most n bytes on a rune boundary, saying so.
-func truncateText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "… [" + strconv.Itoa(len(s)-cut) + " more bytes]"
 }

@@ -45,11 +45,16 @@ type source struct {
 	prefix string
 }
 
+// maxFunctions is the most functions one request offers: OpenAI refuses
+// more than 128, failing the whole chat.
+const maxFunctions = 128
+
 // buildToolset offers the device's tools, and those of every online
 // endpoint source when endpoints is set, that p may call: user-only tools,
 // tools outside the key's restrictions and tools whose input schema is not
 // an object schema are left out. Function names are sanitised for model
-// APIs and descriptions rewritten to match.
+// APIs and descriptions rewritten to match. At most maxFunctions are
+// offered, the device's own first; the rest are left out with a warning.
 func buildToolset(h *hub.Hub, dev hub.Device, cat *hub.Catalog, p *auth.Principal, endpoints bool, log *slog.Logger) *toolset {
 	sources := []source{{dev: dev, cat: cat}}
 	if endpoints {
@@ -129,11 +134,16 @@ func buildToolset(h *hub.Hub, dev hub.Device, cat *hub.Catalog, p *auth.Principa
 		}
 		m[o.src.cat.Tools[o.i].Name] = names[k]
 	}
+	left := make(map[string]bool) // past maxFunctions
 	for k, o := range all {
 		t := &o.src.cat.Tools[o.i]
 		name := names[k]
 		if _, dup := ts.byName[name]; dup {
 			continue // the same tool listed twice by a device
+		}
+		if len(ts.defs) == maxFunctions {
+			left[name] = true
+			continue
 		}
 		desc := rewriteNames(t.Description, perSource[o.src])
 		if o.src.prefix != "" {
@@ -143,6 +153,10 @@ func buildToolset(h *hub.Hub, dev hub.Device, cat *hub.Catalog, p *auth.Principa
 			Name: name, Description: desc, Parameters: o.params,
 		}})
 		ts.byName[name] = target{Device: o.src.dev.ID, Tool: t.Name}
+	}
+	if len(left) > 0 {
+		log.Warn("tools not offered to the model: over the most functions a request may carry (the device's own first, then endpoint sources')",
+			"offered", maxFunctions, "left_out", len(left))
 	}
 	return ts
 }

@@ -1,12 +1,18 @@
 package agent_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/mcpgate/mcpgate/internal/agent/llmtest"
 	"github.com/mcpgate/mcpgate/internal/devicetest"
+	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 )
 
@@ -87,4 +93,49 @@ func agentName(tool string) string {
 		}
 	}
 	return string(b)
+}
+
+// lockedBuffer is a log sink the gateway's goroutines may write while the
+// test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A device with more tools than a request may carry (OpenAI refuses over
+// 128) is offered the first 128, with a warning naming how many were left
+// out, and the chat goes on.
+func TestFunctionsCapped(t *testing.T) {
+	var logs lockedBuffer
+	gw, stub := start(t, llmtest.Script(llmtest.Reply{Content: "ok"}), nil, func(c *gateway.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	var tools []json.RawMessage
+	for i := range 130 {
+		tools = append(tools, json.RawMessage(fmt.Sprintf(`{"name":"self.t%03d","description":"d","inputSchema":{"type":"object"}}`, i)))
+	}
+	const id = "02:00:00:00:0d:02"
+	gatewaytest.ConnectReady(t, gw, devicetest.Config{ID: id, Tools: tools})
+	if status, b := chatJSON(t, gw, id, "hello", ""); status != http.StatusOK {
+		t.Fatalf("HTTP %d: %s", status, b)
+	}
+	req := stub.Requests()[0]
+	if len(req.Tools) != 128 || req.Tools[0].Function.Name != "self_t000" || req.Tools[127].Function.Name != "self_t127" {
+		t.Fatalf("offered %d functions, want self_t000 to self_t127", len(req.Tools))
+	}
+	if l := logs.String(); !strings.Contains(l, "level=WARN msg=\"tools not offered to the model") || !strings.Contains(l, "left_out=2") {
+		t.Errorf("no warning naming the 2 left out in the log:\n%s", l)
+	}
 }

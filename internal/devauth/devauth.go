@@ -12,7 +12,7 @@
 //	mgd1.<base64url(JSON claims)>.<base64url(HMAC-SHA256(secret, "mgd1."+claims))>
 //
 // The claims are {"p": purpose, "d": device id, "c": client id, "i": issued
-// at, "e": expires at (unix seconds), "n": random token id}. Tokens are not
+// at, "e": expires at (unix seconds, rounded up), "n": random token id}. Tokens are not
 // secret from their device, only unforgeable.
 //
 // # Revocation
@@ -193,8 +193,15 @@ func (a *Authority) issue(purpose, deviceID, clientID string, ttl time.Duration)
 	var n [12]byte
 	_, _ = rand.Read(n[:]) // crypto/rand.Read never fails
 	now := a.now()
+	// Expiry is in whole seconds, rounded up: a token never lives less
+	// than ttl (rounded down, a 2 s token issued at .8 expired 1.2 s later).
+	exp := now.Add(ttl)
+	expires := exp.Unix()
+	if exp.Nanosecond() != 0 {
+		expires++
+	}
 	c := Claims{Purpose: purpose, DeviceID: id, ClientID: clientID, IssuedAt: now.UnixMilli(),
-		Expires: now.Add(ttl).Unix(), ID: hex.EncodeToString(n[:])}
+		Expires: expires, ID: hex.EncodeToString(n[:])}
 	body, err := json.Marshal(c)
 	if err != nil {
 		return "", fmt.Errorf("devauth: %w", err)

@@ -295,3 +295,23 @@ func TestCheckerLogSampling(t *testing.T) {
 		t.Fatalf("the token was logged:\n%s", buf.String())
 	}
 }
+
+// TestTokenNeverShorterThanTTL: expiry is whole seconds, rounded up, so a
+// token issued within a second lives at least its ttl.
+func TestTokenNeverShorterThanTTL(t *testing.T) {
+	const dev = "02:00:00:00:00:01"
+	issued := time.Unix(1_800_000_000, 800_000_000)
+	now := issued
+	a := newAuth(t, &now)
+	tok, _ := a.IssueVision(dev, 2*time.Second)
+	for _, at := range []time.Duration{1200 * time.Millisecond, 2*time.Second - time.Nanosecond} {
+		now = issued.Add(at)
+		if err := a.VerifyVision(dev, tok); err != nil {
+			t.Fatalf("%s after issue, within its 2s: %v", at, err)
+		}
+	}
+	now = issued.Add(2200 * time.Millisecond)
+	if err := a.VerifyVision(dev, tok); !errors.Is(err, ErrExpired) {
+		t.Fatalf("at the next whole second past its ttl: %v", err)
+	}
+}

@@ -1,5 +1,6 @@
-// Package redact keeps credentials that URLs carry (a password, ?token=)
-// out of logs and of what peers are told.
+// Package redact keeps credentials that URLs carry (a password, ?token=),
+// and secrets such as an API key a provider echoes, out of logs and of what
+// peers are told.
 package redact
 
 import (
@@ -94,3 +95,55 @@ type hiddenErr struct {
 
 func (e *hiddenErr) Error() string { return e.msg }
 func (e *hiddenErr) Unwrap() error { return e.err }
+
+// secretRun is the shortest run of a secret's bytes that Secret hides:
+// providers echo a key whole or cut (sk-test-secret-123…), and 8 bytes
+// say too much of a key yet rarely occur by chance.
+const secretRun = 8
+
+// Secret is msg with secret hidden wherever it shows whole, and with every
+// run of secretRun bytes or more of it (a key a provider echoes cut)
+// replaced by REDACTED. An empty secret hides nothing.
+func Secret(msg, secret string) string {
+	if secret == "" {
+		return msg
+	}
+	msg = strings.ReplaceAll(msg, secret, "REDACTED")
+	if len(secret) <= secretRun {
+		return msg
+	}
+	// Every run of secretRun or more bytes of secret is covered by its
+	// windows of secretRun bytes: mark each window's matches, then replace
+	// each marked stretch.
+	hide := make([]bool, len(msg))
+	found := false
+	for i := 0; i+secretRun <= len(secret); i++ {
+		w := secret[i : i+secretRun]
+		for at := 0; ; {
+			j := strings.Index(msg[at:], w)
+			if j < 0 {
+				break
+			}
+			for k := at + j; k < at+j+secretRun; k++ {
+				hide[k] = true
+			}
+			found = true
+			at += j + 1
+		}
+	}
+	if !found {
+		return msg
+	}
+	var b strings.Builder
+	for i := 0; i < len(msg); i++ {
+		if !hide[i] {
+			b.WriteByte(msg[i])
+			continue
+		}
+		b.WriteString("REDACTED")
+		for i+1 < len(msg) && hide[i+1] {
+			i++
+		}
+	}
+	return b.String()
+}

@@ -62,3 +62,24 @@ func TestErrIn(t *testing.T) {
 		t.Error("ErrIn changed an error without the URL's query")
 	}
 }
+
+func TestSecret(t *testing.T) {
+	const key = "sk-test-secret-1234567890abcdef"
+	for _, tc := range []struct{ msg, want string }{
+		{"Incorrect API key provided: " + key + ".", "Incorrect API key provided: REDACTED."},
+		{"Incorrect API key provided: sk-test-secret-123****cdef.", "Incorrect API key provided: REDACTED****cdef."},
+		{`{"key":"` + key[10:20] + `"}`, `{"key":"REDACTED"}`},
+		{"no key here, sk-test only", "no key here, sk-test only"},
+		{"", ""},
+	} {
+		if got := Secret(tc.msg, key); got != tc.want {
+			t.Errorf("Secret(%q) = %q, want %q", tc.msg, got, tc.want)
+		}
+	}
+	if got := Secret("short abc key", "abc"); got != "short REDACTED key" {
+		t.Errorf("a short secret: %q", got)
+	}
+	if got := Secret("anything", ""); got != "anything" {
+		t.Errorf("no secret: %q", got)
+	}
+}

@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -339,7 +341,9 @@ func TestUploadRate(t *testing.T) {
 	t.Parallel()
 	m := metrics.New()
 	clk := newClock()
-	f := newFixtureWith(t, Config{Now: clk.now, UploadRate: limits.Rate{PerSecond: 0.01, Burst: 2}, Limits: limits.NewReporter(m, nil)})
+	// A token every 2.5 s: the third upload waits about 2.49 s, which the
+	// header and the text both round up.
+	f := newFixtureWith(t, Config{Now: clk.now, UploadRate: limits.Rate{PerSecond: 0.4, Burst: 2}, Limits: limits.NewReporter(m, nil)})
 	f.upload(t, clk, dev, 100)
 	f.upload(t, clk, dev, 100)
 	tok, _ := f.auth.IssueVision(dev, time.Hour)
@@ -352,9 +356,14 @@ func TestUploadRate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if secs, _ := strconv.Atoi(resp.Header.Get("Retry-After")); resp.StatusCode != http.StatusTooManyRequests || secs < 1 {
-		t.Fatalf("third upload: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	retry := resp.Header.Get("Retry-After")
+	if secs, _ := strconv.Atoi(retry); resp.StatusCode != http.StatusTooManyRequests || secs < 1 {
+		t.Fatalf("third upload: %d, Retry-After %q", resp.StatusCode, retry)
+	}
+	if want := "try again in " + retry + "s"; !strings.Contains(string(body), want) {
+		t.Errorf("429 body %q, want it to say %q as Retry-After does", body, want)
 	}
 	if got := len(f.listed(t, dev)); got != 2 {
 		t.Errorf("%d photos stored, want 2", got)
@@ -377,5 +386,20 @@ func TestBoundsBelowLargestPhotoRefused(t *testing.T) {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("%+v accepted", cfg)
 		}
+	}
+}
+
+// TestListNewestFirstWithinASecond: photos taken in one second (their ids
+// share it, then random hex) are listed by when they were taken.
+func TestListNewestFirstWithinASecond(t *testing.T) {
+	clk := newClock()
+	f := newFixtureWith(t, Config{Now: clk.now})
+	var want []string
+	for range 8 {
+		clk.add(time.Millisecond - time.Second) // upload adds a second
+		want = append(want, f.upload(t, clk, dev, 100))
+	}
+	if got := f.listed(t, dev); !slices.Equal(got, want) {
+		t.Fatalf("listed oldest first %v, want upload order %v", got, want)
 	}
 }

@@ -19,6 +19,7 @@ package vision
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -44,6 +45,8 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/devauth"
 	"github.com/mcpgate/mcpgate/internal/limits"
+	"github.com/mcpgate/mcpgate/internal/llmerr"
+	"github.com/mcpgate/mcpgate/internal/redact"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
@@ -147,6 +150,10 @@ func New(cfg Config) (*Service, error) {
 	if m := cfg.Model; m != nil {
 		if m.BaseURL == "" || m.Name == "" {
 			return nil, errors.New("vision: a model needs a base URL and a model name")
+		}
+		// Checked here, not at the first photo: every photo would fail.
+		if u, err := url.Parse(m.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("vision: model base URL %q: want http(s)://host[:port]/path, e.g. https://api.openai.com/v1", m.BaseURL)
 		}
 		if m.Timeout <= 0 {
 			m.Timeout = 60 * time.Second
@@ -270,7 +277,7 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case ue.status == http.StatusTooManyRequests:
 			s.cfg.Limits.Hit(limits.VisionRate, "vision: upload refused: device over its upload rate",
 				"remote", r.RemoteAddr, "device_id", r.Header.Get(xiaozhi.HeaderDeviceID), "retry_after", ue.retryAfter)
-			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ue.retryAfter.Seconds()))))
+			w.Header().Set("Retry-After", strconv.Itoa(retrySeconds(ue.retryAfter)))
 		default:
 			// Rate limited: anyone who can reach the port can post garbage.
 			s.cfg.Limits.BadRequest(limits.DoorVision, ue.reason, "vision: upload refused",
@@ -281,6 +288,12 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = io.WriteString(w, answer)
+}
+
+// retrySeconds is wait in whole seconds, rounded up and at least 1: what
+// both Retry-After and the refusal's text say.
+func retrySeconds(wait time.Duration) int {
+	return max(1, int(math.Ceil(wait.Seconds())))
 }
 
 func (s *Service) upload(w http.ResponseWriter, r *http.Request) (string, error) {
@@ -308,7 +321,7 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request) (string, error)
 	// Before the body is read: a flood costs neither its bytes nor disk.
 	if ok, wait := s.uploads.Allow(deviceID); !ok {
 		return "", &uploadError{status: http.StatusTooManyRequests, reason: "rate", retryAfter: wait,
-			msg: fmt.Sprintf("too many photos from this device: try again in %s", wait.Round(time.Second))}
+			msg: fmt.Sprintf("too many photos from this device: try again in %ds", retrySeconds(wait))}
 	}
 
 	// The whole body is bounded, chunked or not; multipart overhead and the
@@ -528,8 +541,11 @@ func (s *Service) explain(ctx context.Context, question, ctype string, photo []b
 	if err != nil {
 		return "", fmt.Errorf("read model reply: %w", err)
 	}
+	// A provider may echo the key in its message, which reaches the
+	// device, the metadata and the log.
+	hide := func(msg string) string { return redact.Secret(msg, m.APIKey) }
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("model answered HTTP %d", resp.StatusCode)
+		return "", fmt.Errorf("model answered HTTP %d: %s", resp.StatusCode, hide(llmerr.Message(b, resp.Status)))
 	}
 	var out struct {
 		Choices []struct {
@@ -537,11 +553,22 @@ func (s *Service) explain(ctx context.Context, question, ctype string, photo []b
 				Content string `json:"content"`
 			} `json:"message"`
 		} `json:"choices"`
+		Error json.RawMessage `json:"error"`
 	}
-	if err := json.Unmarshal(b, &out); err != nil || len(out.Choices) == 0 || out.Choices[0].Message.Content == "" {
+	if err := json.Unmarshal(b, &out); err != nil {
+		return "", fmt.Errorf("model reply is not JSON: %s", hide(llmerr.Truncate(string(b), 200)))
+	}
+	if len(out.Error) > 0 && string(out.Error) != "null" {
+		return "", fmt.Errorf("model answered an error: %s", hide(llmerr.Message(b, "error without a message")))
+	}
+	if len(out.Choices) == 0 {
 		return "", errors.New("model reply has no choices[0].message.content")
 	}
-	return strings.TrimSpace(out.Choices[0].Message.Content), nil
+	text := strings.TrimSpace(out.Choices[0].Message.Content)
+	if text == "" {
+		return "", errors.New("model reply is empty")
+	}
+	return text, nil
 }
 
 // Register mounts the REST photo routes on mux, each wrapped by wrap (the
@@ -577,7 +604,11 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) {
 			list.Photos = append(list.Photos, *p)
 		}
 	}
-	slices.SortFunc(list.Photos, func(a, b Photo) int { return strings.Compare(b.ID, a.ID) }) // newest first
+	// Newest first. By time, not id: an id has whole seconds, then random
+	// hex.
+	slices.SortFunc(list.Photos, func(a, b Photo) int {
+		return cmp.Or(b.TakenAt.Compare(a.TakenAt), strings.Compare(b.ID, a.ID))
+	})
 	writeJSON(w, http.StatusOK, list)
 }
 

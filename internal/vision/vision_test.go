@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -250,6 +251,49 @@ func TestModel(t *testing.T) {
 	}
 }
 
+// TestModelFailures: what a failing model says reaches the device and the
+// photo's metadata, without the API key a provider echoes.
+func TestModelFailures(t *testing.T) {
+	const key = "sk-vision-secret-1234567890"
+	for _, tc := range []struct {
+		name   string
+		status int
+		reply  string
+		want   string
+	}{
+		{"provider message", 400, `{"error":{"message":"model does not support images"}}`, "model answered HTTP 400: model does not support images"},
+		{"key echoed", 401, `{"error":{"message":"Incorrect API key provided: sk-vision-secret-12…"}}`, "model answered HTTP 401: Incorrect API key provided: REDACTED…"},
+		{"not JSON", 200, `<html>oops</html>`, "model reply is not JSON: <html>oops</html>"},
+		{"error in a 200", 200, `{"error":{"message":"quota exceeded"}}`, "model answered an error: quota exceeded"},
+		{"blank answer", 200, `{"choices":[{"message":{"content":"   "}}]}`, "model reply is empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(tc.status)
+				io.WriteString(w, tc.reply)
+			}))
+			defer stub.Close()
+			f := newFixture(t, &Model{BaseURL: stub.URL + "/v1", Name: "vis-1", APIKey: key}, 0)
+			tok, _ := f.auth.IssueVision(dev, time.Hour)
+			b, ct := form(t, "", photo(t))
+			status, body := f.post(t, dev, tok, b, ct)
+			if status != 200 || !strings.HasSuffix(body, "could not explain it: "+tc.want) || strings.Contains(body, "secret") {
+				t.Fatalf("%d %q, want it to end %q", status, body, tc.want)
+			}
+			resp, err := http.Get(f.srv.URL + "/api/v1/devices/" + dev + "/photos")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var list PhotoList
+			json.NewDecoder(resp.Body).Decode(&list)
+			resp.Body.Close()
+			if len(list.Photos) != 1 || list.Photos[0].ModelError != tc.want || list.Photos[0].Explanation != "" {
+				t.Fatalf("metadata %+v, want model_error %q", list.Photos, tc.want)
+			}
+		})
+	}
+}
+
 // TestDeviceDirsDoNotCollide: every device id has a photo directory of its
 // own: an id that is no MAC but reads as one with underscores does not share
 // a MAC's.
@@ -268,5 +312,20 @@ func TestDeviceDirsDoNotCollide(t *testing.T) {
 	}
 	if got := filepath.Base(s.deviceDir("02:00:00:00:03:01")); got != "02_00_00_00_03_01" {
 		t.Errorf("a MAC's directory: %s, want 02_00_00_00_03_01 (as before)", got)
+	}
+}
+
+// TestModelBaseURLChecked: a base URL no request can go to is refused at
+// New, not at every photo.
+func TestModelBaseURLChecked(t *testing.T) {
+	verify := func(string, string, string) error { return nil }
+	for _, base := range []string{"localhost:45001/v1", "ftp://h/v1", "http:///v1", "://"} {
+		_, err := New(Config{Dir: t.TempDir(), Verify: verify, Model: &Model{BaseURL: base, Name: "v"}})
+		if err == nil || !strings.Contains(err.Error(), strconv.Quote(base)) {
+			t.Errorf("base URL %q: err = %v, want one naming it", base, err)
+		}
+	}
+	if _, err := New(Config{Dir: t.TempDir(), Verify: verify, Model: &Model{BaseURL: "http://localhost:11434/v1", Name: "v"}}); err != nil {
+		t.Errorf("a good base URL: %v", err)
 	}
 }
