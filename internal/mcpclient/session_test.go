@@ -1,10 +1,12 @@
 package mcpclient
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -517,6 +519,23 @@ func TestDiscoveryGoesOnWithoutInitialize(t *testing.T) {
 				t.Errorf("sent notifications/initialized without an initialize result: %v", methods)
 			}
 		})
+	}
+}
+
+// A tool skipped as malformed is logged with its reason, never error=<nil>.
+func TestMalformedToolLogNamesReason(t *testing.T) {
+	var buf bytes.Buffer
+	p := newPipe()
+	s := New(t.Context(), p, Config{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	s.AdoptInitialize(InitializeResult{})
+	done := make(chan error, 1)
+	go func() { _, err := s.Discover(t.Context()); done <- err }()
+	reply(t, s, p.next(t), `{"tools":[{"description":"no name"},`+tool("a")+`]}`)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if log := buf.String(); strings.Contains(log, "error=<nil>") || !strings.Contains(log, "tool has no name") {
+		t.Errorf("log = %s, want the reason named", log)
 	}
 }
 
