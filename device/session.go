@@ -136,6 +136,9 @@ func (s *Session) Serve(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			if s.id == "" { // MQTT: no server hello, so no session id
+				return fmt.Errorf("device: session ended: %w", err)
+			}
 			return fmt.Errorf("device: session %s ended: %w", s.id, err)
 		}
 		c := s.handleMessage(ctx, msg)

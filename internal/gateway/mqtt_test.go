@@ -341,3 +341,33 @@ func TestMQTTPacketOverDevicesMaximumCloses(t *testing.T) {
 		t.Fatal("the connection stayed up though the gateway could not write to it")
 	}
 }
+
+// An MQTT session has no session id (no server hello): its end names none,
+// rather than "session  ended".
+func TestMQTTSessionEndNamesNoEmptyID(t *testing.T) {
+	gw := startMQTTGateway(t)
+	var mu sync.Mutex
+	level := 0
+	mac := "02:00:00:10:00:31"
+	c, err := device.NewMQTTClient(device.MQTTClientOptions{Broker: gw.MQTTAddr(), DeviceID: mac,
+		Server: newServer(t, device.ProfileESP32, volumeTool(&level, &mu))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sess, err := c.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- sess.Serve(context.Background()) }()
+	waitState(t, gw, mac, hub.StateReady)
+	if _, _, err := gw.Hub().Disconnect(mac, errors.New("test")); err != nil {
+		t.Fatal(err)
+	}
+	err = <-served
+	if err == nil || strings.Contains(err.Error(), "session  ended") || !strings.Contains(err.Error(), "device: session ended") {
+		t.Fatalf("Serve = %v, want device: session ended: ...", err)
+	}
+}

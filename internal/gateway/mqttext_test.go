@@ -330,3 +330,95 @@ func TestExternalBrokerReadyzSaysWhy(t *testing.T) {
 		t.Errorf("/readyz = %d %s", code, body)
 	}
 }
+
+// A Will carries no connection identity: the Will of a device's older,
+// half-open connection, fired by the broker after the device reconnected,
+// must not take the new session offline. The real Will of the only session
+// still does, within the Will's ping bound.
+func TestExternalBrokerStaleWillKeepsNewSession(t *testing.T) {
+	broker := startMosquitto(t)
+	gw := startExternalGateway(t, broker, time.Minute) // RequestTimeout 1s bounds the Will's ping
+	mac := "02:00:00:00:00:93"
+	uplink := xiaozhi.DeviceUplinkTopic(xiaozhi.DefaultUplinkTopic, mac)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// An observer sees the Will arrive.
+	wills := make(chan struct{}, 4)
+	obsConn, err := net.Dial("tcp", broker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := paho.NewClient(paho.ClientConfig{Conn: obsConn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+		func(pr paho.PublishReceived) (bool, error) {
+			if strings.Contains(string(pr.Packet.Payload), `"offline"`) {
+				wills <- struct{}{}
+			}
+			return true, nil
+		}}})
+	if _, err := obs.Connect(ctx, &paho.Connect{ClientID: "observer", CleanStart: true, KeepAlive: 30}); err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Disconnect(&paho.Disconnect{})
+	if _, err := obs.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: uplink}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Connection A: announces itself with a Will, then goes half-open.
+	aConn, err := net.Dial("tcp", broker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer aConn.Close()
+	a := paho.NewClient(paho.ClientConfig{Conn: aConn})
+	if _, err := a.Connect(ctx, &paho.Connect{ClientID: "GID_x@@@02_00_00_00_00_93@@@uuid-A", CleanStart: true, KeepAlive: 30,
+		WillMessage: &paho.WillMessage{Topic: uplink, Payload: []byte(`{"type":"offline"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: xiaozhi.P2PTopic(mac)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Publish(ctx, &paho.Publish{Topic: uplink, QoS: 1, Payload: []byte(`{"type":"online"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	var sidA string
+	waitFor(t, "A's session", 10*time.Second, func() bool {
+		d, err := gw.Hub().Device(mac)
+		sidA = d.SessionID
+		return err == nil && d.Online
+	})
+
+	// B, the device's new connection, becomes the live session.
+	var mu sync.Mutex
+	level := 0
+	stopB := runStockBrokerDevice(t, broker, mac, newServer(t, device.ProfileESP32, volumeTool(&level, &mu)))
+	var sidB string
+	waitFor(t, "B's session to be ready", 10*time.Second, func() bool {
+		d, err := gw.Hub().Device(mac)
+		sidB = d.SessionID
+		return err == nil && d.State == hub.StateReady && d.SessionID != sidA
+	})
+
+	// A's TCP connection ends without DISCONNECT: Mosquitto fires its Will.
+	aConn.Close()
+	select {
+	case <-wills:
+	case <-ctx.Done():
+		t.Fatal("the broker did not publish A's Will")
+	}
+	time.Sleep(2 * time.Second) // past the Will's ping bound (1s here)
+	if d, err := gw.Hub().Device(mac); err != nil || d.State != hub.StateReady || d.SessionID != sidB {
+		t.Fatalf("after a stale Will: %+v %v, want B's session %s ready", d, err, sidB)
+	}
+	if text, _, err := call(t, gw, mac, "self.audio_speaker.set_volume", `{"volume":9}`, 0); err != nil || text != "true" {
+		t.Fatalf("call after a stale Will = %q %v", text, err)
+	}
+
+	// B's own Will (it leaves) takes the device offline within the bound.
+	stopB()
+	left := time.Now()
+	waitState(t, gw, mac, hub.StateOffline)
+	if took := time.Since(left); took > 1*time.Second+time.Second {
+		t.Errorf("offline %s after the device's Will, want within the 1s ping bound", took)
+	}
+}

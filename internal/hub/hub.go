@@ -646,6 +646,9 @@ func (h *Hub) finishDiscovery(a *Attachment, disc *mcpclient.Discovery, err erro
 		d.state, d.lastError = StateDegraded, err.Error()
 	case disc.Truncated != "":
 		d.state, d.lastError = StateDegraded, "tool list incomplete: "+disc.Truncated
+	case disc.InitFailed != "":
+		// Usable: devices serve tools/list and tools/call uninitialized.
+		d.state, d.lastError = StateReady, "tools listed without initialize: "+disc.InitFailed
 	default:
 		d.state, d.lastError = StateReady, ""
 	}
@@ -675,6 +678,8 @@ func (h *Hub) finishDiscovery(a *Attachment, disc *mcpclient.Discovery, err erro
 	case err != nil || (disc != nil && disc.Truncated != ""):
 		h.metrics.DiscoveryFailures.Inc()
 		a.log.Warn("discovery incomplete", "error", lastErr)
+	case disc != nil && disc.InitFailed != "":
+		a.log.Warn("initialize failed; the device's tools were listed without it", "tools", newCat.Len(), "error", disc.InitFailed)
 	default:
 		a.log.Debug("device ready", "tools", newCat.Len())
 	}

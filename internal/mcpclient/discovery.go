@@ -67,6 +67,10 @@ type Discovery struct {
 	// Truncated says why the tool list may be incomplete (a guard stopped
 	// paging, or a page failed after others succeeded); empty when complete.
 	Truncated string
+	// InitFailed says why initialize failed when the tools were listed
+	// without it (devices serve tools/list and tools/call uninitialized);
+	// empty when initialize succeeded. Init is then zero.
+	InitFailed string
 }
 
 // ErrDiscovery wraps every discovery failure.
@@ -191,7 +195,10 @@ func (s *Session) ListTools(ctx context.Context) (tools []Tool, pages int, trunc
 		pages++
 		for _, raw := range page.Tools {
 			t, err := decodeTool(raw)
-			if err != nil || t.Name == "" {
+			if err == nil && t.Name == "" {
+				err = errors.New("tool has no name")
+			}
+			if err != nil {
 				s.log.Warn("skipped malformed tool in tools/list", "page", pages, "error", err, "tool", truncate(raw, 200))
 				continue
 			}
@@ -227,7 +234,9 @@ func (s *Session) ListTools(ctx context.Context) (tools []Tool, pages int, trunc
 }
 
 // Discover runs the session start sequence: initialize, then
-// notifications/initialized, then every tools/list page. The caller must have
+// notifications/initialized, then every tools/list page. When initialize
+// fails but the session is still up (no answer in time, an error reply),
+// it lists the tools all the same and says why in [Discovery.InitFailed]. The caller must have
 // sent the transport's own handshake (the server hello) first. A transport
 // that needs the server's identity before attaching the session (the MCP
 // endpoint names sources by serverInfo) calls Initialize first: Discover then
@@ -236,17 +245,31 @@ func (s *Session) Discover(ctx context.Context) (*Discovery, error) {
 	s.mu.Lock()
 	init := s.init
 	s.mu.Unlock()
+	var initErr error
 	if init == nil {
 		var err error
 		if init, err = s.Initialize(ctx); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrDiscovery, err)
+			if errors.Is(err, ErrDisconnected) || s.Err() != nil || ctx.Err() != nil {
+				return nil, fmt.Errorf("%w: %w", ErrDiscovery, err)
+			}
+			// A device that ignores or refuses initialize may still list
+			// and run its tools (firmware does without initialize), and
+			// nothing would ask it again on a session that lasts days.
+			initErr, init = err, &InitializeResult{}
 		}
 	}
 	tools, pages, truncated, err := s.ListTools(ctx)
 	if err != nil {
+		if initErr != nil {
+			return nil, fmt.Errorf("%w: %w; tools/list without it: %w", ErrDiscovery, initErr, err)
+		}
 		return &Discovery{Init: *init}, fmt.Errorf("%w: tools/list: %w", ErrDiscovery, err)
 	}
-	return &Discovery{Init: *init, Tools: tools, Pages: pages, Truncated: truncated}, nil
+	d := &Discovery{Init: *init, Tools: tools, Pages: pages, Truncated: truncated}
+	if initErr != nil {
+		d.InitFailed = initErr.Error()
+	}
+	return d, nil
 }
 
 // toolsPage is a tools/list result.

@@ -1,11 +1,14 @@
 package mcpclient
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -471,6 +474,68 @@ func TestInitializeAwaitsReplyBeforeAnythingElse(t *testing.T) {
 	s.Close(errors.New("bye"))
 	if err := <-done; !errors.Is(err, ErrDisconnected) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// A device that ignores or refuses initialize still gets its tools listed:
+// devices serve tools/list without initialize, and nothing else would ask
+// it again on a session that lasts days.
+func TestDiscoveryGoesOnWithoutInitialize(t *testing.T) {
+	for _, tc := range []struct {
+		name, answer, want string
+	}{
+		{"no answer", "", "did not answer in time"},
+		{"error reply", `{"jsonrpc":"2.0","id":%s,"error":{"message":"Method not implemented: initialize"}}`, "Method not implemented"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPipe()
+			s := New(t.Context(), p, Config{RequestTimeout: 50 * time.Millisecond})
+			type result struct {
+				disc *Discovery
+				err  error
+			}
+			done := make(chan result, 1)
+			go func() { d, err := s.Discover(t.Context()); done <- result{d, err} }()
+			var methods []string
+			for {
+				m := p.next(t)
+				methods = append(methods, m.Method)
+				if m.Method == "initialize" && tc.answer != "" {
+					s.Handle([]byte(fmt.Sprintf(tc.answer, m.ID)))
+				}
+				if m.Method == "tools/list" {
+					reply(t, s, m, page(nil, "a", "b"))
+					break
+				}
+			}
+			r := <-done
+			if r.err != nil {
+				t.Fatalf("Discover: %v (sent %v)", r.err, methods)
+			}
+			if len(r.disc.Tools) != 2 || !strings.Contains(r.disc.InitFailed, tc.want) {
+				t.Fatalf("tools=%d InitFailed=%q, want 2 tools and %q", len(r.disc.Tools), r.disc.InitFailed, tc.want)
+			}
+			if slices.Contains(methods, "notifications/initialized") {
+				t.Errorf("sent notifications/initialized without an initialize result: %v", methods)
+			}
+		})
+	}
+}
+
+// A tool skipped as malformed is logged with its reason, never error=<nil>.
+func TestMalformedToolLogNamesReason(t *testing.T) {
+	var buf bytes.Buffer
+	p := newPipe()
+	s := New(t.Context(), p, Config{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	s.AdoptInitialize(InitializeResult{})
+	done := make(chan error, 1)
+	go func() { _, err := s.Discover(t.Context()); done <- err }()
+	reply(t, s, p.next(t), `{"tools":[{"description":"no name"},`+tool("a")+`]}`)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if log := buf.String(); strings.Contains(log, "error=<nil>") || !strings.Contains(log, "tool has no name") {
+		t.Errorf("log = %s, want the reason named", log)
 	}
 }
 

@@ -522,6 +522,41 @@ func TestWillsDropped(t *testing.T) {
 	}
 }
 
+// Bad credentials get CONNACK "bad user name or password": 0x86 for MQTT 5,
+// return code 4 for MQTT 3.1.1 (mochi would send 5, not authorized).
+func TestBadCredentialsMQTT311(t *testing.T) {
+	_, tr, maddr, _ := bareBroker(t, mqtt.Config{Authenticate: func(_, _, password string) error {
+		if password != "good" {
+			return errors.New("bad token")
+		}
+		return nil
+	}})
+	mac := "02:00:00:01:cc:05"
+	_, code := rawConnectCode(t, tr.Addr(), mac, 0, func(c *packets.ConnectParams) {
+		c.UsernameFlag, c.Username, c.PasswordFlag, c.Password = true, []byte(mac), true, []byte("bad")
+	})
+	if code != 4 {
+		t.Errorf("MQTT 3.1.1 CONNACK return code %d for bad credentials, want 4 (bad user name or password)", code)
+	}
+	rawConnectWith(t, tr.Addr(), mac, 0, func(c *packets.ConnectParams) {
+		c.UsernameFlag, c.Username, c.PasswordFlag, c.Password = true, []byte(mac), true, []byte("good")
+	})
+	conn, err := net.Dial("tcp", tr.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), hostiletest.WaitTimeout)
+	defer cancel()
+	ack, err := paho.NewClient(paho.ClientConfig{Conn: conn}).Connect(ctx, &paho.Connect{CleanStart: true,
+		ClientID: xiaozhi.MQTTClientID{Group: "test", DeviceID: mac, UUID: "6f1d9e52-0000-4000-8000-000000000005"}.String(),
+		Username: mac, UsernameFlag: true, Password: []byte("bad"), PasswordFlag: true})
+	if err == nil || ack == nil || ack.ReasonCode != packets.ErrBadUsernameOrPassword.Code {
+		t.Errorf("MQTT 5 CONNECT with bad credentials: CONNACK %+v, %v; want 0x86", ack, err)
+	}
+	hostiletest.WaitMetric(t, maddr, `mcpgate_handshakes_total{result="auth_failed",transport="mqtt"}`, 2)
+}
+
 // TestRetainedWill: the broker keeps no retained messages. An MQTT 3.1.1
 // device whose Will asks to be retained is accepted (3.1.1 has no "retain
 // not supported"), its Will dropped like any other; an MQTT 5 one is refused
@@ -746,6 +781,16 @@ func rawConnect(t testing.TB, addr, mac string, keepalive uint16) net.Conn {
 // edit (nil: none).
 func rawConnectWith(t testing.TB, addr, mac string, keepalive uint16, edit func(*packets.ConnectParams)) net.Conn {
 	t.Helper()
+	conn, code := rawConnectCode(t, addr, mac, keepalive, edit)
+	if code != 0 {
+		t.Fatalf("CONNACK return code %#x, want 0", code)
+	}
+	return conn
+}
+
+// rawConnectCode is rawConnectWith returning the CONNACK's return code.
+func rawConnectCode(t testing.TB, addr, mac string, keepalive uint16, edit func(*packets.ConnectParams)) (net.Conn, byte) {
+	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, hostiletest.WaitTimeout)
 	if err != nil {
 		t.Fatal(err)
@@ -766,11 +811,11 @@ func rawConnectWith(t testing.TB, addr, mac string, keepalive uint16, edit func(
 	}
 	ack := make([]byte, 4)
 	conn.SetReadDeadline(time.Now().Add(hostiletest.WaitTimeout))
-	if _, err := conn.Read(ack); err != nil || ack[0] != 0x20 || ack[3] != 0 {
+	if _, err := io.ReadFull(conn, ack); err != nil || ack[0] != 0x20 || ack[1] != 2 {
 		t.Fatalf("CONNACK %x: %v", ack, err)
 	}
 	conn.SetReadDeadline(time.Time{})
-	return conn
+	return conn, ack[3]
 }
 
 func callVolume(ctx context.Context, h *hub.Hub, ref string) error {

@@ -579,16 +579,30 @@ func (h *hook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet
 	return pk, nil
 }
 
-// OnPacketEncode keeps DISCONNECT from MQTT 3.1.1 (and 3.1) clients: only
-// MQTT 5 has one from server to client; a 3.1.1 client is disconnected by
-// closing its connection. mochi sends it to every version on a session
-// takeover (and on a QoS 1 publish its ACL refuses, or over the receive
-// maximum). A size limit under the packet's makes the client's WritePacket
-// refuse it (ErrPacketTooLarge) before a byte is written; DisconnectClient
-// ignores that and closes the connection, which is all 3.1.1 wants.
+// OnPacketEncode fixes two packets for MQTT 3.1.1 (and 3.1) clients.
+//
+// It keeps DISCONNECT from them: only MQTT 5 has one from server to client;
+// a 3.1.1 client is disconnected by closing its connection. mochi sends it
+// to every version on a session takeover (and on a QoS 1 publish its ACL
+// refuses, or over the receive maximum). A size limit under the packet's
+// makes the client's WritePacket refuse it (ErrPacketTooLarge) before a byte
+// is written; DisconnectClient ignores that and closes the connection, which
+// is all 3.1.1 wants.
+//
+// And it refuses bad credentials with return code 4 "bad user name or
+// password": mochi maps MQTT 5's 0x86 (the same refusal) to 5 "not
+// authorized", the only CONNACK of code 5 it sends.
 func (h *hook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
-	if pk.FixedHeader.Type == packets.Disconnect && pk.ProtocolVersion < 5 {
+	if pk.ProtocolVersion >= 5 {
+		return pk
+	}
+	switch pk.FixedHeader.Type {
+	case packets.Disconnect:
 		pk.Mods.MaxSize = 1 // a DISCONNECT is 2 bytes
+	case packets.Connack:
+		if pk.ReasonCode == packets.Err3NotAuthorized.Code {
+			pk.ReasonCode = packets.ErrMalformedUsernameOrPassword.Code // 0x04 in 3.1.1: bad user name or password
+		}
 	}
 	return pk
 }

@@ -36,9 +36,10 @@
 //
 // A session starts when the gateway first hears from a device, or again when
 // the device announces itself (type "online", after a reconnect: it may have
-// forgotten the MCP session). It ends on the device's Will (type "offline"),
-// or when the device stays silent for SilenceTimeout and then does not answer
-// an MCP ping either.
+// forgotten the MCP session). It ends on the device's Will (type "offline")
+// unless the device still answers a ping (the Will may be an older
+// connection's), or when the device stays silent for SilenceTimeout and then
+// does not answer an MCP ping either.
 //
 // # Concurrency
 //
@@ -397,7 +398,14 @@ type session struct {
 	sess      *mcpclient.Session
 	att       *hub.Attachment
 	lastSeen  atomic.Int64 // unix nanos of the last uplink message
+	// willCheck is set while checkWill's ping is in flight.
+	willCheck atomic.Bool
 }
+
+// WillPingTimeout bounds the ping that checks a device's Will (or
+// ProbeTimeout, when shorter): a device that does not answer it goes
+// offline, one that does keeps its session.
+const WillPingTimeout = 3 * time.Second
 
 var (
 	errOffline      = errors.New("device went offline (MQTT Will)")
@@ -443,7 +451,7 @@ func (t *Transport) onPublish(pr paho.PublishReceived) (bool, error) {
 	switch env.Type {
 	case xiaozhi.TypeOffline:
 		if s != nil {
-			s.sess.Close(errOffline)
+			s.checkWill()
 		}
 		return true, nil
 	case xiaozhi.TypeOnline:
@@ -607,6 +615,32 @@ func (s *session) watch() {
 		}
 		timer.Reset(s.t.cfg.SilenceTimeout)
 	}
+}
+
+// checkWill ends the session of a device whose Will arrived, unless the
+// device answers a ping within WillPingTimeout. A Will carries no
+// connection identity: it may be that of an older connection of the device,
+// half-open until the broker's keepalive ran out, fired after the device had
+// reconnected and announced a new session. The ping runs on a goroutine the
+// tracker owns, so that paho's router goroutine, which delivers the answer,
+// never waits for it.
+func (s *session) checkWill() {
+	if !s.willCheck.CompareAndSwap(false, true) {
+		return // a check is running
+	}
+	if !s.t.conns.Add() {
+		return
+	}
+	go func() {
+		defer s.t.conns.Done()
+		defer s.willCheck.Store(false)
+		// Any answer, even a JSON-RPC error, proves the device is there.
+		if _, err := s.sess.Request(s.sess.Context(), "ping", nil, min(WillPingTimeout, s.t.cfg.ProbeTimeout)); err != nil {
+			s.sess.Close(fmt.Errorf("%w: %w", errOffline, err))
+			return
+		}
+		s.log.Info("ignored an MQTT Will: the device still answers (the Will of an older connection)")
+	}()
 }
 
 // Send publishes an MCP payload in the device's envelope on its downlink topic.

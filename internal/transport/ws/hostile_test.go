@@ -611,8 +611,9 @@ func attackCancellingCallers(t *testing.T, s *server, id string) {
 }
 
 // scripted runs a device on a raw socket that answers each request with
-// answer(method, params) (a JSON result). When stop is given and closed,
-// it stops reading altogether (it still holds the socket open).
+// answer(method, params) (a JSON result; "" leaves it unanswered). When
+// stop is given and closed, it stops reading altogether (it still holds the
+// socket open).
 func scripted(t *testing.T, s *server, id string, answer func(method string, params json.RawMessage) string, stop ...chan struct{}) {
 	t.Helper()
 	c := dial(t, s, id)
@@ -646,8 +647,12 @@ func scripted(t *testing.T, s *server, id string, answer func(method string, par
 			if json.Unmarshal(b, &env) != nil || len(env.Payload.ID) == 0 {
 				continue
 			}
+			result := answer(env.Payload.Method, env.Payload.Params)
+			if result == "" {
+				continue // left unanswered
+			}
 			out := `{"session_id":"` + sid + `","type":"mcp","payload":{"jsonrpc":"2.0","id":` + string(env.Payload.ID) +
-				`,"result":` + answer(env.Payload.Method, env.Payload.Params) + `}}`
+				`,"result":` + result + `}}`
 			if err := c.Write(ctx, websocket.MessageText, []byte(out)); err != nil {
 				return
 			}

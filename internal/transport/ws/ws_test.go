@@ -828,3 +828,28 @@ func TestIDOfAnotherDevicesAliasRefused(t *testing.T) {
 		t.Errorf("a device named %q (another's alias): %d %q, want 400", dev.Alias, resp.StatusCode, body)
 	}
 }
+
+// A device that never answers initialize still gets its tools: tools/list
+// and tools/call work without it, and its state says initialize went
+// unanswered.
+func TestDeviceIgnoringInitializeGetsItsTools(t *testing.T) {
+	s := startGateway(t, gateway.Config{RequestTimeout: 300 * time.Millisecond})
+	id := "aa:bb:cc:00:00:31"
+	scripted(t, s, id, func(method string, _ json.RawMessage) string {
+		switch method {
+		case "initialize":
+			return ""
+		case "tools/list":
+			return `{"tools":[{"name":"` + volumeTool + `","inputSchema":{"type":"object","properties":{"volume":{"type":"integer"}}}}]}`
+		}
+		return `{"content":[{"type":"text","text":"true"}],"isError":false}`
+	})
+	d := waitState(t, s.hub, id, hub.StateReady)
+	if d.Tools != 1 || !strings.Contains(d.LastError, "initialize") || !strings.Contains(d.LastError, "did not answer in time") {
+		t.Errorf("device has %d tools, last_error %q; want 1 and initialize's timeout named", d.Tools, d.LastError)
+	}
+	mustCall(t, s.hub, id)
+	if !strings.Contains(s.logs.String(), "initialize failed") {
+		t.Errorf("no log line says initialize failed:\n%s", s.logs.String())
+	}
+}
