@@ -200,6 +200,9 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.MQTTPublishTopic == "" {
 		cfg.MQTTPublishTopic = "device-server"
 	}
+	if err := (xiaozhi.MQTTClientID{Group: cfg.MQTTGroup, DeviceID: "02:00:00:00:00:01", UUID: "u"}).Check(); err != nil {
+		return nil, fmt.Errorf("ota: MQTT group %q: want a name without spaces, control characters, '/', '+', '#' or \"@@@\"", cfg.MQTTGroup)
+	}
 	if cfg.MQTTKeepalive == 0 {
 		cfg.MQTTKeepalive = 240
 	}
@@ -423,6 +426,11 @@ func (h *Handler) parse(w http.ResponseWriter, r *http.Request) (deviceID, clien
 	if len(clientID) > 128 || strings.Contains(clientID, "@@@") {
 		return "", "", req, refuse("bad_client_id", "Client-Id header %q: want a UUID", truncate(clientID, 64))
 	}
+	if h.transport(deviceID) == TransportMQTT {
+		if _, err := h.mqttClientID(deviceID, clientID); err != nil {
+			return "", "", req, err
+		}
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		return "", "", req, fmt.Errorf("read body: %w", err)
@@ -561,12 +569,12 @@ func (h *Handler) respond(r *http.Request, log *slog.Logger, deviceID, clientID,
 			return nil, err
 		}
 	}
-	tr := h.cfg.Transport
-	if t, ok := h.cfg.TransportFor[deviceID]; ok {
-		tr = t
-	}
-	switch tr {
+	switch h.transport(deviceID) {
 	case TransportMQTT:
+		cid, err := h.mqttClientID(deviceID, clientID) // checked by parse
+		if err != nil {
+			return nil, err
+		}
 		endpoint := h.cfg.MQTTEndpoint
 		if endpoint == "" {
 			port := "1883"
@@ -579,7 +587,7 @@ func (h *Handler) respond(r *http.Request, log *slog.Logger, deviceID, clientID,
 		}
 		resp.MQTT = &MQTT{
 			Endpoint:     endpoint,
-			ClientID:     "GID_" + h.cfg.MQTTGroup + "@@@" + xiaozhi.MACTopicForm(deviceID) + "@@@" + clientID,
+			ClientID:     cid,
 			Username:     deviceID,
 			Password:     token,
 			PublishTopic: h.cfg.MQTTPublishTopic,
@@ -603,6 +611,33 @@ func (h *Handler) respond(r *http.Request, log *slog.Logger, deviceID, clientID,
 		log.Info("ota: offering firmware", "board", board, "from", version, "to", fw.Version)
 	}
 	return resp, nil
+}
+
+// transport is what a device is told to connect with.
+func (h *Handler) transport(deviceID string) Transport {
+	if t, ok := h.cfg.TransportFor[deviceID]; ok {
+		return t
+	}
+	return h.cfg.Transport
+}
+
+// mqttClientID is the client id of a device told MQTT, or a refusal naming
+// the header the broker would not read back as sent: it takes the device id
+// and the uuid from the client id (xiaozhi.ParseMQTTClientID), so a device
+// handed one that does not round-trip could never connect, or would connect
+// as another device (robot:2 as robot_2).
+func (h *Handler) mqttClientID(deviceID, clientID string) (string, error) {
+	id := xiaozhi.MQTTClientID{Group: h.cfg.MQTTGroup, DeviceID: deviceID, UUID: clientID}
+	if id.Check() == nil {
+		return id.String(), nil
+	}
+	id.UUID = "u" // a uuid that always survives: is the device id at fault?
+	if id.Check() != nil {
+		return "", refuse("bad_device_id", "Device-Id %q cannot be an MQTT device's id: the MQTT client id writes ':' as '_', "+
+			"so an id other than a MAC must have no ':', and no \"@@@\" nor a final '@'", truncate(deviceID, 64))
+	}
+	return "", refuse("bad_client_id", "Client-Id %q cannot go into an MQTT client id: want a UUID, or any UTF-8 text up to 128 bytes "+
+		"without spaces, control characters, '/', '+', '#' or \"@@@\"", truncate(clientID, 64))
 }
 
 // publicBase is the configured public URL, or one derived from the request.

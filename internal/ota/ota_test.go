@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/devauth"
 	"github.com/mcpgate/mcpgate/internal/leakcheck"
+	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
 func TestMain(m *testing.M) { leakcheck.Main(m) }
@@ -345,5 +347,138 @@ func TestErrorsAreJSON(t *testing.T) {
 			json.Unmarshal(w.Body.Bytes(), &e) != nil || e.Error.Code != tt.code || e.Error.Message == "" {
 			t.Errorf("%s %q: %d %s %s, want %d with code %s", tt.method, tt.body, w.Code, w.Header().Get("Content-Type"), w.Body, tt.status, tt.code)
 		}
+	}
+}
+
+// TestMQTTCredentialsRoundTrip: every Device-Id and Client-Id the endpoint
+// accepts for an MQTT device yields credentials the broker reads back as
+// that same device: the client id parses to the device id and the uuid, and
+// the token-mode check of username and password passes. The others are
+// refused with a 400 naming the header.
+func TestMQTTCredentialsRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		deviceID, clientID string
+		errText            string // "": accepted
+	}{
+		{mac, uuid, ""},
+		{"02-00-00-00-00-01", uuid, ""},
+		{"020000000001", "u", ""},
+		{"02_00_00_00_00_01", "u", ""},
+		{"robot-2", "u", ""},
+		{"robot_2", "u", ""},
+		{"@robot", "u@", ""},
+		{"设备", "u?x", ""},
+		{"robot:2", "u", "Device-Id \"robot:2\""},
+		{"a:b:c", "u", "Device-Id"},
+		{"robot@", "u", "Device-Id"},
+		{"a@@@b", "u", "Device-Id"},
+		{mac, "a b", "Client-Id \"a b\""},
+		{mac, "x/y", "Client-Id"},
+		{mac, "x+y", "Client-Id"},
+		{mac, "x#y", "Client-Id"},
+		{mac, "a\tb", "Client-Id"},
+		{mac, "\xb10", "Client-Id"}, // the reply's JSON would carry U+FFFD: another uuid
+	} {
+		t.Run(tc.deviceID+" "+tc.clientID, func(t *testing.T) {
+			t.Parallel()
+			status, cid, body := postMQTT(t, tc.deviceID, tc.clientID)
+			if tc.errText != "" {
+				if status != http.StatusBadRequest || !strings.Contains(body, tc.errText) {
+					t.Fatalf("%d %s; want 400 naming %q", status, body, tc.errText)
+				}
+				return
+			}
+			if status != http.StatusOK {
+				t.Fatalf("%d %s; want 200", status, body)
+			}
+			checkMQTTCredentials(t, tc.deviceID, tc.clientID, cid)
+		})
+	}
+	// A websocket device keeps its Client-Id whatever it holds: only the
+	// MQTT client id constrains it.
+	h, err := New(Config{PublicURL: "http://gw:8000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest(http.MethodPost, Path, strings.NewReader(`{"application":{"version":"1"}}`))
+	r.Header.Set("Device-Id", "robot:2")
+	r.Header.Set("Client-Id", "a b")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusOK {
+		t.Errorf("websocket device robot:2 with Client-Id \"a b\": %d %s", w.Code, w.Body)
+	}
+}
+
+// FuzzMQTTCredentials: whatever identity headers a device sends, an MQTT
+// reply carries credentials the broker reads back as that same device.
+func FuzzMQTTCredentials(f *testing.F) {
+	for _, s := range [][2]string{{mac, uuid}, {"robot:2", "u"}, {mac, "a b"}, {"x@", "u"}, {"@x", "@u"}, {"AABBCCDDEEFF", "u@@"}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, deviceID, clientID string) {
+		status, cid, body := postMQTT(t, deviceID, clientID)
+		if status != http.StatusOK {
+			if status != http.StatusBadRequest {
+				t.Fatalf("%q %q: %d %s", deviceID, clientID, status, body)
+			}
+			return
+		}
+		checkMQTTCredentials(t, deviceID, clientID, cid)
+	})
+}
+
+var testAuthority = func() *devauth.Authority {
+	a, err := devauth.New(devauth.Config{Secret: []byte(strings.Repeat("s", devauth.MinSecretLen))})
+	if err != nil {
+		panic(err)
+	}
+	return a
+}()
+
+// postMQTT asks an MQTT-transport endpoint whose passwords are real device
+// tokens, and returns the status, the reply's mqtt section and a refusal's
+// message.
+func postMQTT(t *testing.T, deviceID, clientID string) (int, MQTT, string) {
+	t.Helper()
+	h, err := New(Config{PublicURL: "http://gw:8000", Transport: TransportMQTT,
+		IssueToken: func(d, c string) (string, error) { return testAuthority.IssueDevice(d, c, time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest(http.MethodPost, Path, strings.NewReader(`{"application":{"version":"1.0.0"}}`))
+	r.Header.Set("Device-Id", deviceID)
+	r.Header.Set("Client-Id", clientID)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	var resp Response
+	if w.Code == http.StatusOK {
+		if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil || resp.MQTT == nil {
+			t.Fatalf("%q %q: 200 without an mqtt section: %s", deviceID, clientID, w.Body)
+		}
+		return w.Code, *resp.MQTT, w.Body.String()
+	}
+	var e struct{ Error struct{ Message string } }
+	if json.Unmarshal(w.Body.Bytes(), &e) != nil {
+		t.Fatalf("%q %q: the refusal %d is not a JSON error: %s", deviceID, clientID, w.Code, w.Body)
+	}
+	return w.Code, MQTT{}, e.Error.Message
+}
+
+// checkMQTTCredentials: the broker's parsing finds the device and uuid the
+// endpoint was asked for, and token mode accepts the credentials.
+func checkMQTTCredentials(t *testing.T, deviceID, clientID string, m MQTT) {
+	t.Helper()
+	want, err := xiaozhi.NormalizeDeviceID(deviceID)
+	if err != nil {
+		t.Fatalf("accepted Device-Id %q: %v", deviceID, err)
+	}
+	id, err := xiaozhi.ParseMQTTClientID(m.ClientID)
+	if err != nil || id.DeviceID != want || id.UUID != strings.TrimSpace(clientID) {
+		t.Fatalf("Device-Id %q Client-Id %q: client id %q reads back as %+v, %v", deviceID, clientID, m.ClientID, id, err)
+	}
+	if err := testAuthority.VerifyMQTT(m.ClientID, m.Username, m.Password); err != nil {
+		t.Fatalf("Device-Id %q Client-Id %q: the broker refuses %+v: %v", deviceID, clientID, m, err)
 	}
 }
