@@ -392,9 +392,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	board := boardType(req, r.UserAgent())
-	h.remember(log, Record{DeviceID: deviceID, ClientID: clientID, Board: board, Version: req.Application.Version})
+	seen := h.remember(log, Record{DeviceID: deviceID, ClientID: clientID, Board: board, Version: req.Application.Version})
 
-	resp, err := h.respond(r, log, deviceID, clientID, board, req.Application.Version)
+	resp, err := h.respond(r, log, deviceID, clientID, board, req.Application.Version, seen)
 	if errors.Is(err, ErrForbidden) {
 		log.Warn("ota: refused a device", "error", err)
 		writeError(w, http.StatusForbidden, "forbidden", err.Error())
@@ -515,7 +515,9 @@ func boardType(req Request, userAgent string) string {
 	return ""
 }
 
-func (h *Handler) remember(log *slog.Logger, rec Record) {
+// remember records a request, and reports whether the device was known
+// with that version already.
+func (h *Handler) remember(log *slog.Logger, rec Record) (seen bool) {
 	now := h.cfg.Now().UTC()
 	forgotten := ""
 	h.mu.Lock()
@@ -523,6 +525,7 @@ func (h *Handler) remember(log *slog.Logger, rec Record) {
 	rec.FirstSeen, rec.LastSeen = now, now
 	if ok {
 		rec.FirstSeen = old.FirstSeen
+		seen = old.Version == rec.Version
 	} else {
 		log.Info("ota: new device registered", "board", rec.Board, "version", rec.Version)
 		if len(h.known) >= h.cfg.MaxKnown {
@@ -541,6 +544,7 @@ func (h *Handler) remember(log *slog.Logger, rec Record) {
 		h.cfg.Limits.Hit(limits.OTAKnown, "ota: forgot a device to remember a new one: more devices than the limit",
 			"max_known", h.cfg.MaxKnown, "forgotten", forgotten)
 	}
+	return seen
 }
 
 // Known returns what the endpoint knows of a device.
@@ -551,7 +555,9 @@ func (h *Handler) Known(deviceID string) (Record, bool) {
 	return r, ok
 }
 
-func (h *Handler) respond(r *http.Request, log *slog.Logger, deviceID, clientID, board, version string) (*Response, error) {
+// respond builds the reply; seen says the device was known with this
+// version already (remember).
+func (h *Handler) respond(r *http.Request, log *slog.Logger, deviceID, clientID, board, version string, seen bool) (*Response, error) {
 	now := h.cfg.Now()
 	offset := 0
 	if h.cfg.TimezoneOffset != nil {
@@ -606,9 +612,20 @@ func (h *Handler) respond(r *http.Request, log *slog.Logger, deviceID, clientID,
 		u.Path = strings.TrimSuffix(u.Path, "/") + h.cfg.WebSocketPath
 		resp.WebSocket = &WebSocket{URL: u.String(), Token: token, Version: h.cfg.WebSocketVersion}
 	}
-	if fw, ok := h.cfg.Firmware[board]; ok && newer(fw.Version, version) {
-		resp.Firmware = &Firmware{Version: fw.Version, URL: fw.URL}
-		log.Info("ota: offering firmware", "board", board, "from", version, "to", fw.Version)
+	if fw, ok := h.cfg.Firmware[board]; ok {
+		if _, readable := stoiVersion(version); !readable {
+			// Offered any firmware, the device would compare it with its
+			// own version and crash; said once per device and version.
+			level := slog.LevelInfo
+			if seen {
+				level = slog.LevelDebug
+			}
+			log.Log(r.Context(), level, "ota: offering no firmware: stock firmware cannot read the device's own version "+
+				"(std::stoi on each dot-separated part) and would crash comparing it", "board", board, "version", version)
+		} else if newer(fw.Version, version) {
+			resp.Firmware = &Firmware{Version: fw.Version, URL: fw.URL}
+			log.Info("ota: offering firmware", "board", board, "from", version, "to", fw.Version)
+		}
 	}
 	return resp, nil
 }
@@ -677,12 +694,12 @@ func isLoopbackRemote(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// newer reports whether version a is newer than b. An unparsable b (a
-// development build) is never upgraded: a device should not be flashed
-// over a version nobody can compare.
+// newer reports whether version a is newer than b, both read as stock
+// firmware reads them (stoiVersion). An unreadable b is never upgraded:
+// the firmware would crash comparing it, and nobody can compare it anyway.
 func newer(a, b string) bool {
-	va, ok1 := parseVersion(a)
-	vb, ok2 := parseVersion(b)
+	va, ok1 := stoiVersion(a)
+	vb, ok2 := stoiVersion(b)
 	if !ok1 || !ok2 {
 		return false
 	}
@@ -702,21 +719,31 @@ func at(v []int, i int) int {
 	return 0
 }
 
-// parseVersion reads dotted numbers, with an optional leading v and
-// ignoring a -suffix.
-func parseVersion(s string) ([]int, bool) {
-	s = strings.TrimPrefix(strings.TrimSpace(s), "v")
-	s, _, _ = strings.Cut(s, "-")
-	if s == "" {
-		return nil, false
+// stoiVersion reads a version as stock firmware does (Ota::ParseVersion):
+// std::getline splits it at each '.' (a final '.' ends the last part,
+// "" has no part), and std::stoi reads each part: white space, an optional
+// sign, then the digits, ignoring what follows ("2-dirty" is 2). ok is
+// false where stoi throws, which the firmware does not catch: a part with
+// no digit there ("v2", "", "dev") or a number beyond an int.
+func stoiVersion(s string) (v []int, ok bool) {
+	parts := strings.Split(s, ".")
+	if parts[len(parts)-1] == "" {
+		parts = parts[:len(parts)-1]
 	}
-	var out []int
-	for p := range strings.SplitSeq(s, ".") {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 {
+	for _, p := range parts {
+		p = strings.TrimLeft(p, " \t\n\v\f\r") // C isspace
+		n := 0
+		if p != "" && (p[0] == '+' || p[0] == '-') {
+			n = 1
+		}
+		for n < len(p) && '0' <= p[n] && p[n] <= '9' {
+			n++
+		}
+		x, err := strconv.ParseInt(p[:n], 10, 32) // fails without a digit
+		if err != nil {
 			return nil, false
 		}
-		out = append(out, n)
+		v = append(v, int(x))
 	}
-	return out, true
+	return v, true
 }

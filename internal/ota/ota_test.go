@@ -251,11 +251,85 @@ func TestNewer(t *testing.T) {
 	for _, c := range []struct {
 		a, b string
 		want bool
-	}{{"2.5.0", "2.4.2", true}, {"2.4.10", "2.4.9", true}, {"2.4", "2.4.0", false}, {"v3", "2.9.9", true},
-		{"2.4.2", "2.4.2", false}, {"1.0.0", "dev", false}, {"2.0.0-rc1", "1.9", true}} {
+	}{{"2.5.0", "2.4.2", true}, {"2.4.10", "2.4.9", true}, {"2.4", "2.4.0", false}, {"3", "2.9.9", true},
+		{"2.4.2", "2.4.2", false}, {"1.0.0", "dev", false}, {"2.0.0-rc1", "1.9", true},
+		{"2.4.10", "2.4.2-dirty", true}, {"2.4.10", "v2.4.2-dirty", false}, {"2.4.10", "v2.4.2", false},
+		{"2.4.10", "2.4-rc.1", true}, {"2.4.10", "2..4", false}} {
 		if got := newer(c.a, c.b); got != c.want {
 			t.Errorf("newer(%s, %s) = %v", c.a, c.b, got)
 		}
+	}
+}
+
+// TestStoiVersion: a version is read as stock firmware reads it, each
+// '.'-separated part by std::stoi; where stoi would throw (and crash the
+// device), it is unreadable.
+func TestStoiVersion(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   string
+		want []int // nil: stoi throws
+	}{
+		{"2.4.2", []int{2, 4, 2}},
+		{"2.4.2-dirty", []int{2, 4, 2}},
+		{"2.4-rc.1", []int{2, 4, 1}},
+		{" 2.\t4", []int{2, 4}}, // stoi skips white space
+		{"+2.-1", []int{2, -1}},
+		{"007.1", []int{7, 1}},
+		{"2.", []int{2}}, // getline: a final '.' makes no empty part
+		{"", []int{}},
+		{"2147483647", []int{2147483647}},
+		{"-2147483648", []int{-2147483648}},
+		{"v2.4.2-dirty", nil},
+		{"V2", nil},
+		{"2.v4", nil},
+		{"dev", nil},
+		{"2..4", nil}, // stoi("") throws
+		{".2", nil},
+		{"2.+", nil},
+		{"2.- 1", nil},
+		{"2147483648", nil}, // out_of_range
+		{"1.99999999999", nil},
+	} {
+		got, ok := stoiVersion(c.in)
+		if ok != (c.want != nil) || (ok && fmt.Sprint(got) != fmt.Sprint(c.want)) {
+			t.Errorf("stoiVersion(%q) = %v, %v; want %v", c.in, got, ok, c.want)
+		}
+	}
+}
+
+// TestNoFirmwareForUnreadableVersion: a device whose own version stock
+// firmware cannot read (v2.4.2-dirty: stoi("v2") throws) is offered no
+// firmware, which it would compare with its version and crash; it is logged
+// at info once per device and version, then at debug.
+func TestNoFirmwareForUnreadableVersion(t *testing.T) {
+	t.Parallel()
+	var logs strings.Builder
+	h, err := New(Config{PublicURL: "http://gw:8000", Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Firmware: map[string]Firmware{"bread-compact-wifi": {Version: "2.4.10", URL: "http://fw/bread-2.4.10.bin"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		version string
+		offer   bool
+	}{{"v2.4.2-dirty", false}, {"v2.4.2-dirty", false}, {"2.4.2-dirty", true}, {"v2.4.2", false}} {
+		req := httptest.NewRequest(http.MethodPost, Path, strings.NewReader(body(mac, uuid, c.version, "bread-compact-wifi")))
+		req.Header.Set("Device-Id", mac)
+		req.Header.Set("Client-Id", uuid)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		var resp Response
+		if err := json.Unmarshal(w.Body.Bytes(), &resp); w.Code != http.StatusOK || err != nil {
+			t.Fatalf("%d: %d %s", i, w.Code, w.Body)
+		}
+		if (resp.Firmware != nil) != c.offer {
+			t.Errorf("%d: device at %s offered %+v, want an offer: %v", i, c.version, resp.Firmware, c.offer)
+		}
+	}
+	const line = "ota: offering no firmware: stock firmware cannot read the device's own version"
+	if info, debug := strings.Count(logs.String(), "level=INFO msg=\""+line), strings.Count(logs.String(), "level=DEBUG msg=\""+line); info != 2 || debug != 1 {
+		t.Errorf("logged %d times at info and %d at debug, want 2 (a version each) and 1:\n%s", info, debug, logs.String())
 	}
 }
 
