@@ -241,7 +241,47 @@ func New(cfg Config) (*Handler, error) {
 		}
 		h.pub = u
 	}
+	if h.tellsMQTT() {
+		switch {
+		case cfg.MQTTEndpoint != "":
+			if err := checkMQTTEndpoint(cfg.MQTTEndpoint); err != nil {
+				return nil, fmt.Errorf("ota: %w", err)
+			}
+		case h.pub != nil && strings.Contains(h.pub.Hostname(), ":"):
+			return nil, fmt.Errorf("ota: public URL %q: its IPv6 address cannot be an MQTT endpoint for firmware "+
+				"(it splits host:port at the first ':'); set the MQTT endpoint (--ota-mqtt-endpoint) to a host name or IPv4 address", cfg.PublicURL)
+		}
+	}
 	return h, nil
+}
+
+// tellsMQTT reports whether any device is told to use MQTT.
+func (h *Handler) tellsMQTT() bool {
+	if h.cfg.Transport == TransportMQTT {
+		return true
+	}
+	for _, t := range h.cfg.TransportFor {
+		if t == TransportMQTT {
+			return true
+		}
+	}
+	return false
+}
+
+// checkMQTTEndpoint says why stock firmware could not use endpoint: it
+// splits it at the first ':' into a host and a port it reads with
+// std::stoi (MqttProtocol::StartMqttClient; no ':' means port 8883), so an
+// IPv6 literal ("[::1]:1883": stoi(":1]:1883") throws) crashes it.
+func checkMQTTEndpoint(endpoint string) error {
+	host, port, hasPort := strings.Cut(endpoint, ":")
+	if host == "" || strings.ContainsAny(host, "[] \t") || strings.Contains(port, ":") {
+		return fmt.Errorf("MQTT endpoint %q: firmware splits host:port at the first ':', so an IPv6 literal crashes it: "+
+			"want a host name or IPv4 address and a port (--ota-mqtt-endpoint)", endpoint)
+	}
+	if n, err := strconv.Atoi(port); hasPort && (err != nil || n < 1 || n > 65535 || strings.Trim(port, "0123456789") != "") {
+		return fmt.Errorf("MQTT endpoint %q: want host:port with a port from 1 to 65535", endpoint)
+	}
+	return nil
 }
 
 // CheckFirmware validates a firmware table and returns it normalised: each
@@ -395,6 +435,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	seen := h.remember(log, Record{DeviceID: deviceID, ClientID: clientID, Board: board, Version: req.Application.Version})
 
 	resp, err := h.respond(r, log, deviceID, clientID, board, req.Application.Version, seen)
+	var re *requestError
+	if errors.As(err, &re) {
+		h.cfg.Limits.BadRequest(limits.DoorOTA, re.reason, "refused OTA request", "device_id", deviceID, "remote", r.RemoteAddr, "error", err)
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
 	if errors.Is(err, ErrForbidden) {
 		log.Warn("ota: refused a device", "error", err)
 		writeError(w, http.StatusForbidden, "forbidden", err.Error())
@@ -590,6 +636,13 @@ func (h *Handler) respond(r *http.Request, log *slog.Logger, deviceID, clientID,
 				}
 			}
 			endpoint = net.JoinHostPort(base.Hostname(), port)
+		}
+		if checkMQTTEndpoint(endpoint) != nil {
+			// New checked a configured endpoint and public URL: the
+			// request's Host is an IPv6 literal (or empty).
+			return nil, refuse("mqtt_endpoint", "Host %q: the MQTT endpoint would be %q, which firmware cannot read "+
+				"(it splits host:port at the first ':', so an IPv6 literal crashes it): reach the gateway by a host name or IPv4 address, or set --ota-mqtt-endpoint",
+				truncate(r.Host, 64), truncate(endpoint, 80))
 		}
 		resp.MQTT = &MQTT{
 			Endpoint:     endpoint,

@@ -556,3 +556,57 @@ func checkMQTTCredentials(t *testing.T, deviceID, clientID string, m MQTT) {
 		t.Fatalf("Device-Id %q Client-Id %q: the broker refuses %+v: %v", deviceID, clientID, m, err)
 	}
 }
+
+// TestMQTTEndpointFirmwareReads: no device is told an MQTT endpoint stock
+// firmware cannot read. It splits host:port at the first ':' and reads the
+// port with std::stoi, so an IPv6 literal crashes it: a configured one (or
+// an IPv6 public URL) stops New, and one derived from an IPv6 Host is
+// refused with a 400.
+func TestMQTTEndpointFirmwareReads(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg    Config
+		errHas string // "": accepted
+	}{
+		{Config{Transport: TransportMQTT, MQTTEndpoint: "mqtt.lan:8883"}, ""},
+		{Config{Transport: TransportMQTT, MQTTEndpoint: "10.0.0.5:1883"}, ""},
+		{Config{Transport: TransportMQTT, MQTTEndpoint: "mqtt.lan"}, ""}, // firmware: 8883
+		{Config{Transport: TransportMQTT, MQTTEndpoint: "[::1]:1883"}, `MQTT endpoint "[::1]:1883": firmware splits host:port at the first ':'`},
+		{Config{Transport: TransportMQTT, MQTTEndpoint: "fd00::1"}, "IPv6 literal"},
+		{Config{Transport: TransportMQTT, MQTTEndpoint: "mqtt.lan:"}, "port from 1 to 65535"},
+		{Config{Transport: TransportMQTT, MQTTEndpoint: "mqtt.lan:+1"}, "port from 1 to 65535"},
+		{Config{Transport: TransportMQTT, MQTTEndpoint: "mqtt.lan:70000"}, "port from 1 to 65535"},
+		{Config{TransportFor: map[string]Transport{mac: TransportMQTT}, MQTTEndpoint: "[::1]:1883"}, "IPv6 literal"},
+		{Config{MQTTEndpoint: "[::1]:1883"}, ""}, // nobody is told MQTT
+		{Config{Transport: TransportMQTT, PublicURL: "http://[fd00::5]:8000"}, `public URL "http://[fd00::5]:8000": its IPv6 address`},
+		{Config{Transport: TransportMQTT, PublicURL: "http://[fd00::5]:8000", MQTTEndpoint: "mqtt.lan:1883"}, ""},
+		{Config{PublicURL: "http://[fd00::5]:8000"}, ""},
+	} {
+		_, err := New(tc.cfg)
+		if (tc.errHas == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.errHas)) {
+			t.Errorf("New(endpoint %q, public URL %q, transport %q %v) = %v, want an error with %q",
+				tc.cfg.MQTTEndpoint, tc.cfg.PublicURL, tc.cfg.Transport, tc.cfg.TransportFor, err, tc.errHas)
+		}
+	}
+
+	h, err := New(Config{Transport: TransportMQTT, MQTTPort: func() string { return "44011" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for host, want := range map[string]string{"192.168.1.10:44010": "192.168.1.10:44011", "gw.lan:44010": "gw.lan:44011", "[::1]:44010": ""} {
+		r := httptest.NewRequest(http.MethodPost, Path, strings.NewReader(body(mac, uuid, "1.0.0", "b")))
+		r.Host = host
+		r.Header.Set("Device-Id", mac)
+		r.Header.Set("Client-Id", uuid)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		var resp Response
+		_ = json.Unmarshal(w.Body.Bytes(), &resp)
+		switch {
+		case want == "" && (w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "--ota-mqtt-endpoint")):
+			t.Errorf("Host %s: %d %s; want 400 naming --ota-mqtt-endpoint", host, w.Code, w.Body)
+		case want != "" && (w.Code != http.StatusOK || resp.MQTT == nil || resp.MQTT.Endpoint != want):
+			t.Errorf("Host %s: %d %s; want endpoint %s", host, w.Code, w.Body, want)
+		}
+	}
+}
