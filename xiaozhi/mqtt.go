@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // MQTT names of the ecosystem: devices publish every message to the uplink
@@ -31,10 +32,26 @@ func (c MQTTClientID) String() string {
 	return "GID_" + c.Group + "@@@" + MACTopicForm(c.DeviceID) + "@@@" + c.UUID
 }
 
+// Check reports whether c survives its wire form: String parses back
+// (ParseMQTTClientID) to c itself, so a broker reading the client id finds
+// the same group, device and uuid. One that does not is either refused at
+// CONNECT (a space, "@@@") or read as another device (a:b comes back as
+// a_b). c.DeviceID must be normalised (NormalizeDeviceID).
+func (c MQTTClientID) Check() error {
+	back, err := ParseMQTTClientID(c.String())
+	if err != nil {
+		return err
+	}
+	if back != c {
+		return fmt.Errorf("%w: client id %q reads back as group %q, device %q, uuid %q", ErrBadDeviceID, c.String(), back.Group, back.DeviceID, back.UUID)
+	}
+	return nil
+}
+
 // ParseMQTTClientID parses GID_<group>@@@<mac_with_underscores>@@@<uuid>. The
 // device part may be any form NormalizeDeviceID accepts, but a ':' only in a
-// MAC; the group and uuid must be non-empty and free of spaces, control
-// characters and MQTT wildcards. A parsed id's String parses back to it.
+// MAC; the group and uuid must be non-empty UTF-8 and free of spaces,
+// control characters and MQTT wildcards. A parsed id's String parses back to it.
 func ParseMQTTClientID(s string) (MQTTClientID, error) {
 	parts := strings.Split(s, "@@@")
 	if len(parts) != 3 {
@@ -66,8 +83,10 @@ func ParseMQTTClientID(s string) (MQTTClientID, error) {
 	return MQTTClientID{Group: group, DeviceID: id, UUID: parts[2]}, nil
 }
 
+// plainToken: MQTT strings are UTF-8, and a device would store an invalid
+// sequence from the OTA reply's JSON as U+FFFD, another client id.
 func plainToken(s string) bool {
-	if s == "" || len(s) > 128 {
+	if s == "" || len(s) > 128 || !utf8.ValidString(s) {
 		return false
 	}
 	for _, r := range s {

@@ -183,13 +183,81 @@ type AudioParams struct {
 // 60 ms frames, as the ecosystem's servers do.
 var DefaultServerAudio = AudioParams{Format: "opus", SampleRate: 24000, Channels: 1, FrameDuration: 60}
 
-// Features is the feature set a device announces in its hello.
+// Features is the feature set a device announces in its hello. It decodes
+// the way the ecosystem's Python server reads it (xiaozhi-esp32-server,
+// helloHandle.py): an object whose member counts when it is true or a
+// non-zero number ({"mcp":1}), or a list of names (["mcp"]). Anything else
+// decodes without error as no feature: a device is not refused for a
+// member the gateway does not need.
 type Features struct {
 	MCP bool `json:"mcp,omitempty"`
 	AEC bool `json:"aec,omitempty"`
 }
 
+// UnmarshalJSON reads the object and list forms leniently (see Features).
+func (f *Features) UnmarshalJSON(data []byte) error {
+	var names []json.RawMessage
+	if json.Unmarshal(data, &names) == nil {
+		*f = Features{}
+		for _, n := range names {
+			var s string
+			_ = json.Unmarshal(n, &s) // a name that is no string names nothing
+			f.MCP, f.AEC = f.MCP || s == "mcp", f.AEC || s == "aec"
+		}
+		return nil
+	}
+	m, err := members(data)
+	if err != nil {
+		return err
+	}
+	*f = Features{MCP: truthy(m["mcp"]), AEC: truthy(m["aec"])}
+	return nil
+}
+
+// truthy: JSON true or a non-zero number, as Python's truth test reads
+// them (strings are left out: it takes "false" for true).
+func truthy(raw json.RawMessage) bool {
+	var b bool
+	if json.Unmarshal(raw, &b) == nil {
+		return b
+	}
+	var n float64
+	return json.Unmarshal(raw, &n) == nil && n != 0
+}
+
+// members splits a JSON object into its members, for the lenient decoders
+// of the hello: each then takes what has the type it wants.
+func members(data []byte) (map[string]json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, err
+	}
+	if m == nil { // null
+		return nil, errors.New("xiaozhi: want an object, got null")
+	}
+	return m, nil
+}
+
+// member sets *dst to the member key of m when it decodes as a T, and
+// leaves it alone when it is absent or of another type.
+func member[T any](m map[string]json.RawMessage, key string, dst *T) {
+	raw, ok := m[key]
+	if !ok {
+		return
+	}
+	var v T
+	if json.Unmarshal(raw, &v) == nil {
+		*dst = v
+	}
+}
+
 // Hello is the first message of a device session, in either direction.
+//
+// It decodes leniently: a member of the wrong type ("version":"1",
+// "sample_rate":"16000") is left at its zero value instead of failing the
+// whole hello, since the gateway reads only the features (and a device SDK
+// the transport and session id). Firmware's server peers do the same: they
+// read each member they need with a type check and ignore the rest.
 type Hello struct {
 	Type        string       `json:"type"`
 	Version     int          `json:"version,omitempty"`
@@ -208,10 +276,57 @@ type UDP struct {
 	Nonce  string `json:"nonce"`
 }
 
+// UnmarshalJSON decodes a hello leniently (see Hello); only data that is
+// not a JSON object is an error.
+func (h *Hello) UnmarshalJSON(data []byte) error {
+	m, err := members(data)
+	if err != nil {
+		return err
+	}
+	*h = Hello{}
+	member(m, "type", &h.Type)
+	member(m, "version", &h.Version)
+	member(m, "features", &h.Features)
+	member(m, "transport", &h.Transport)
+	member(m, "session_id", &h.SessionID)
+	member(m, "audio_params", &h.AudioParams)
+	member(m, "udp", &h.UDP)
+	return nil
+}
+
+// UnmarshalJSON decodes audio parameters leniently (see Hello).
+func (a *AudioParams) UnmarshalJSON(data []byte) error {
+	m, err := members(data)
+	if err != nil {
+		return err
+	}
+	*a = AudioParams{}
+	member(m, "format", &a.Format)
+	member(m, "sample_rate", &a.SampleRate)
+	member(m, "channels", &a.Channels)
+	member(m, "frame_duration", &a.FrameDuration)
+	return nil
+}
+
+// UnmarshalJSON decodes a udp block leniently (see Hello).
+func (u *UDP) UnmarshalJSON(data []byte) error {
+	m, err := members(data)
+	if err != nil {
+		return err
+	}
+	*u = UDP{}
+	member(m, "server", &u.Server)
+	member(m, "port", &u.Port)
+	member(m, "key", &u.Key)
+	member(m, "nonce", &u.Nonce)
+	return nil
+}
+
 // SupportsMCP reports whether the device announced MCP.
 func (h *Hello) SupportsMCP() bool { return h.Features != nil && h.Features.MCP }
 
-// Hello decodes the envelope as a hello message.
+// Hello decodes the envelope as a hello message, leniently (see Hello): it
+// fails only for an envelope that holds no JSON object (one built locally).
 func (e *Envelope) Hello() (*Hello, error) {
 	var h Hello
 	if err := json.Unmarshal(e.Raw, &h); err != nil {

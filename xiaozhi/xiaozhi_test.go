@@ -207,19 +207,43 @@ func TestHello(t *testing.T) {
 			}
 		})
 	}
-	t.Run("wrong member types", func(t *testing.T) {
+	// A member of the wrong type is read as absent, not as a reason to
+	// close the session: the gateway uses only features.mcp.
+	t.Run("lenient members", func(t *testing.T) {
 		t.Parallel()
-		for _, in := range []string{
-			`{"type":"hello","version":"1"}`,
-			`{"type":"hello","features":{"mcp":"yes"}}`,
-			`{"type":"hello","audio_params":[]}`,
+		for _, tc := range []struct {
+			in   string
+			want xiaozhi.Hello
+		}{
+			{`{"type":"hello","version":"1","features":{"mcp":true}}`, xiaozhi.Hello{Type: "hello", Features: &xiaozhi.Features{MCP: true}}},
+			{`{"type":"hello","features":{"mcp":true,"aec":"on"}}`, xiaozhi.Hello{Type: "hello", Features: &xiaozhi.Features{MCP: true}}},
+			{`{"type":"hello","features":{"mcp":1}}`, xiaozhi.Hello{Type: "hello", Features: &xiaozhi.Features{MCP: true}}},
+			{`{"type":"hello","features":{"mcp":0.5,"aec":-1}}`, xiaozhi.Hello{Type: "hello", Features: &xiaozhi.Features{MCP: true, AEC: true}}},
+			{`{"type":"hello","features":{"mcp":0}}`, xiaozhi.Hello{Type: "hello", Features: &xiaozhi.Features{}}},
+			{`{"type":"hello","features":{"mcp":"yes"}}`, xiaozhi.Hello{Type: "hello", Features: &xiaozhi.Features{}}},
+			{`{"type":"hello","features":{"mcp":"false"}}`, xiaozhi.Hello{Type: "hello", Features: &xiaozhi.Features{}}},
+			{`{"type":"hello","features":{"mcp":null,"aec":{}}}`, xiaozhi.Hello{Type: "hello", Features: &xiaozhi.Features{}}},
+			{`{"type":"hello","features":["mcp",1,"aec"]}`, xiaozhi.Hello{Type: "hello", Features: &xiaozhi.Features{MCP: true, AEC: true}}},
+			{`{"type":"hello","features":"mcp"}`, xiaozhi.Hello{Type: "hello"}},
+			{`{"type":"hello","features":{"mcp":true},"audio_params":{"sample_rate":"16000","format":"opus","channels":1}}`,
+				xiaozhi.Hello{Type: "hello", Features: &xiaozhi.Features{MCP: true}, AudioParams: &xiaozhi.AudioParams{Format: "opus", Channels: 1}}},
+			{`{"type":"hello","audio_params":[],"udp":"x","transport":7}`, xiaozhi.Hello{Type: "hello"}},
+			{`{"type":"hello","udp":{"server":"1.2.3.4","port":"8888"}}`, xiaozhi.Hello{Type: "hello", UDP: &xiaozhi.UDP{Server: "1.2.3.4"}}},
 		} {
-			env, err := xiaozhi.DecodeEnvelope([]byte(in))
+			env, err := xiaozhi.DecodeEnvelope([]byte(tc.in))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if h, err := env.Hello(); err == nil || !strings.Contains(err.Error(), "hello") {
-				t.Errorf("Hello(%s) = %+v, %v; want an error", in, h, err)
+			h, err := env.Hello()
+			if err != nil {
+				t.Errorf("Hello(%s): %v", tc.in, err)
+				continue
+			}
+			if got, want := mustJSON(t, h), mustJSON(t, tc.want); got != want {
+				t.Errorf("Hello(%s) = %s\nwant %s", tc.in, got, want)
+			}
+			if h.SupportsMCP() != tc.want.SupportsMCP() {
+				t.Errorf("Hello(%s).SupportsMCP() = %v", tc.in, h.SupportsMCP())
 			}
 		}
 	})

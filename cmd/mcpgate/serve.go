@@ -182,7 +182,7 @@ environment, which wins over the file.`,
 	f.IntVar(&cfg.AuditMaxRows, "audit-max-rows", 1_000_000, "keep at most this many audit records, deleting the oldest (0: no limit)")
 	f.IntVar(&cfg.AuditMaxValueBytes, "audit-max-value", 1024, "argument values larger than this many bytes are kept in the audit log as a SHA-256 digest")
 	f.StringVar(&cfg.MQTTAddr, "mqtt-addr", "127.0.0.1:1883", "embedded MQTT broker address for devices (empty disables it)")
-	f.StringVar(&mqttCert, "mqtt-tls-cert", "", "PEM certificate file: the MQTT listener then speaks TLS (with --mqtt-tls-key)")
+	f.StringVar(&mqttCert, "mqtt-tls-cert", "", "PEM certificate file: the MQTT listener then speaks TLS (with --mqtt-tls-key); firmware uses TLS only on port 8883")
 	f.StringVar(&mqttKey, "mqtt-tls-key", "", "PEM private key file of --mqtt-tls-cert")
 	f.StringVar(&cfg.MQTTUplinkTopic, "mqtt-uplink-topic", "device-server", "topic MQTT devices publish to (with --mqtt-broker: the prefix of <topic>/<mac_with_underscores>)")
 	f.StringVar(&cfg.MQTTBroker, "mqtt-broker", "", "external MQTT broker URL (tcp://host:port, ssl:// or mqtts:// for TLS); replaces the embedded broker")

@@ -43,7 +43,7 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 	f.StringVar(&transport, "ota-transport", "websocket", "what the OTA endpoint tells devices to connect with: websocket or mqtt")
 	f.StringToStringVar(&transportFor, "ota-transport-for", nil, "per-device transport as DEVICE=websocket|mqtt")
 	f.StringVar(&p.OTA.PublicURL, "public-url", "", "the gateway's address as devices reach it, e.g. http://192.168.1.10:8000 (default: the Host of each request)")
-	f.StringVar(&p.OTA.MQTTEndpoint, "ota-mqtt-endpoint", "", "MQTT host:port handed to devices (default: the public host and the embedded broker's port; with --mqtt-broker, the broker's host:port, a loopback host replaced by the public host)")
+	f.StringVar(&p.OTA.MQTTEndpoint, "ota-mqtt-endpoint", "", "MQTT host:port handed to devices, not an IPv6 literal (default: the public host and the embedded broker's port; with --mqtt-broker, the broker's host:port, a loopback host replaced by the public host)")
 	f.StringVar(&firmwareFile, "firmware-table", "", "JSON or YAML file mapping board type to {version, url}, offered by OTA when newer")
 	f.Int64Var(&p.VisionMaxBytes, "vision-max-bytes", vision.DefaultMaxBytes, "largest photo a device may upload")
 	p.VisionTokenTTL = time.Hour
@@ -197,12 +197,18 @@ func checkSettings(f *pflag.FlagSet, transportFor map[string]string, log *slog.L
 	if f.Changed("ota-allow") && !strings.EqualFold(flagValue(f, "ota-policy"), string(ota.PolicyAllowlist)) {
 		return errors.New("--ota-allow needs --ota-policy allowlist: with the open policy every device is configured")
 	}
-	mqtt := strings.EqualFold(flagValue(f, "ota-transport"), string(ota.TransportMQTT))
-	for _, tr := range transportFor {
-		mqtt = mqtt || strings.EqualFold(tr, string(ota.TransportMQTT))
+	// The flag that tells devices MQTT, as the user gave it, for the refusal.
+	mqtt := ""
+	if strings.EqualFold(flagValue(f, "ota-transport"), string(ota.TransportMQTT)) {
+		mqtt = "--ota-transport mqtt"
 	}
-	if mqtt && flagValue(f, "mqtt-addr") == "" && flagValue(f, "mqtt-broker") == "" && flagValue(f, "ota-mqtt-endpoint") == "" {
-		return errors.New("--ota-transport mqtt: no MQTT broker for the devices: the embedded one is off (--mqtt-addr is empty) " +
+	for dev, tr := range transportFor {
+		if mqtt == "" && strings.EqualFold(tr, string(ota.TransportMQTT)) {
+			mqtt = "--ota-transport-for " + dev + "=" + tr
+		}
+	}
+	if mqtt != "" && flagValue(f, "mqtt-addr") == "" && flagValue(f, "mqtt-broker") == "" && flagValue(f, "ota-mqtt-endpoint") == "" {
+		return errors.New(mqtt + ": no MQTT broker for the devices: the embedded one is off (--mqtt-addr is empty) " +
 			"and no --mqtt-broker is set; set one of them, or --ota-mqtt-endpoint to a broker mcpgate serves")
 	}
 	return nil

@@ -294,17 +294,15 @@ func (a *Authority) VerifyMQTT(clientID, username, password string) error {
 }
 
 // ParseMQTTClientID splits GID_<group>@@@<mac_underscores>@@@<uuid> into the
-// normalised device id and the uuid.
+// normalised device id and the uuid, as the broker reads it
+// (xiaozhi.ParseMQTTClientID): the credentials and the session agree on
+// which device connected.
 func ParseMQTTClientID(clientID string) (deviceID, uuid string, err error) {
-	parts := strings.Split(clientID, "@@@")
-	if len(parts) != 3 || !strings.HasPrefix(parts[0], "GID_") {
-		return "", "", fmt.Errorf("MQTT client id %q: want GID_<group>@@@<mac>@@@<uuid>", clientID)
-	}
-	deviceID, err = xiaozhi.NormalizeDeviceID(parts[1])
+	id, err := xiaozhi.ParseMQTTClientID(clientID)
 	if err != nil {
 		return "", "", err
 	}
-	return deviceID, parts[2], nil
+	return id.DeviceID, id.UUID, nil
 }
 
 func (a *Authority) check(purpose, deviceID, token string) (Claims, error) {

@@ -628,6 +628,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.listener = ln
 	g.mu.Unlock()
 	g.warnLoopbackVision()
+	g.warnMQTTPortTLS()
 	g.logListening(ln.Addr()) // before Ready: whoever waits on it finds the start line
 	close(g.ready)
 

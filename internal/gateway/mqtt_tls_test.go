@@ -10,12 +10,15 @@ import (
 	"crypto/x509/pkix"
 	"math/big"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/internal/hostiletest"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/ota"
 )
 
 // selfSigned returns a server certificate for 127.0.0.1 and a pool that trusts it.
@@ -78,5 +81,42 @@ func TestMQTTOverTLS(t *testing.T) {
 	}
 	if _, err := gw.Hub().Device("02:00:00:13:00:02"); err == nil {
 		t.Fatal("the plain-TCP device reached the hub")
+	}
+}
+
+// TestMQTTPortTLSWarning: firmware speaks TLS to port 8883 and plain TCP to
+// any other (EspMqtt::Connect), so a gateway whose OTA endpoint tells
+// devices a TLS broker on another port warns at start. It does not when no
+// device is told MQTT, or when the endpoint is given explicitly.
+func TestMQTTPortTLSWarning(t *testing.T) {
+	cert, _ := selfSigned(t)
+	const warning = "firmware speaks TLS only to port 8883"
+	for _, tc := range []struct {
+		name string
+		ota  ota.Config
+		warn bool
+	}{
+		{"ota mqtt", ota.Config{Transport: ota.TransportMQTT}, true},
+		{"one device on mqtt", ota.Config{TransportFor: map[string]ota.Transport{"02:00:00:00:00:01": ota.TransportMQTT}}, true},
+		{"ota websocket", ota.Config{}, false},
+		{"endpoint given", ota.Config{Transport: ota.TransportMQTT, MQTTEndpoint: "mqtt.lan:8883"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &hostiletest.Logs{}
+			startGateway(t, Config{MQTTAddr: "127.0.0.1:0", Logger: logs.Logger(), Provisioning: Provisioning{OTA: tc.ota},
+				MQTTTLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}})
+			if got := strings.Contains(logs.String(), warning); got != tc.warn {
+				t.Errorf("warned %v, want %v:\n%s", got, tc.warn, logs)
+			}
+		})
+	}
+	for _, c := range []struct {
+		port string
+		tls  bool
+		want string // in the message, "" none
+	}{{"8883", true, ""}, {"1883", false, ""}, {"44011", true, "plain TCP"}, {"8883", false, "does not speak"}} {
+		if got := mqttPortTLSMismatch(c.port, c.tls); (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("mqttPortTLSMismatch(%s, %v) = %q, want %q", c.port, c.tls, got, c.want)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -346,4 +347,62 @@ func boundElsewhere(h *hub.Hub, mode devauth.Mode, deviceID, clientID string) er
 	}
 	return fmt.Errorf("%w: device %s is bound to another client id than %q: if it was reset, forget it "+
 		"(mcpgate devices forget %s) so that it can be provisioned again", ota.ErrForbidden, deviceID, clientID, deviceID)
+}
+
+// warnMQTTPortTLS warns when the OTA endpoint tells devices a broker port
+// they would dial with the wrong protocol: firmware (EspMqtt::Connect)
+// speaks TLS to port 8883 and plain TCP to any other, whatever the broker
+// speaks. Only for the endpoint derived from the broker: one given with
+// --ota-mqtt-endpoint may reach it through a proxy.
+func (g *Gateway) warnMQTTPortTLS() {
+	oc := g.devices.cfg.OTA
+	if g.cfg.UpstreamOTA != "" || oc.MQTTEndpoint != "" || !tellsMQTT(oc) {
+		return
+	}
+	var port, flag string
+	var tls bool
+	switch {
+	case g.mqtt != nil:
+		_, port, _ = net.SplitHostPort(g.mqtt.Addr())
+		tls, flag = g.cfg.MQTTTLS != nil, "--mqtt-addr"
+	case g.cfg.MQTTBroker != "":
+		addr, err := mqttext.BrokerAddr(g.cfg.MQTTBroker)
+		if err != nil {
+			return
+		}
+		_, port, _ = net.SplitHostPort(addr)
+		u, _ := url.Parse(g.cfg.MQTTBroker) // BrokerAddr parsed it
+		tls, flag = u.Scheme == "ssl" || u.Scheme == "tls" || u.Scheme == "mqtts", "--mqtt-broker"
+	default:
+		return
+	}
+	if msg := mqttPortTLSMismatch(port, tls); msg != "" {
+		g.log.Warn(msg+"; devices could never connect: use port 8883 for TLS and another for plain TCP ("+flag+"), or set --ota-mqtt-endpoint",
+			"mqtt_port", port, "tls", tls)
+	}
+}
+
+// tellsMQTT reports whether the OTA endpoint tells any device to use MQTT.
+func tellsMQTT(oc ota.Config) bool {
+	if strings.EqualFold(string(oc.Transport), string(ota.TransportMQTT)) {
+		return true
+	}
+	for _, t := range oc.TransportFor {
+		if strings.EqualFold(string(t), string(ota.TransportMQTT)) {
+			return true
+		}
+	}
+	return false
+}
+
+// mqttPortTLSMismatch says how firmware would dial a broker on port that
+// speaks TLS or not, when that is the wrong protocol; "" when it is right.
+func mqttPortTLSMismatch(port string, tls bool) string {
+	switch {
+	case tls && port != "8883":
+		return "MQTT devices told port " + port + " by the OTA endpoint would dial the broker's TLS listener in plain TCP: firmware speaks TLS only to port 8883"
+	case !tls && port == "8883":
+		return "MQTT devices told port 8883 by the OTA endpoint would dial the broker in TLS, which it does not speak: firmware speaks TLS to port 8883"
+	}
+	return ""
 }

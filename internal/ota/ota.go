@@ -200,6 +200,9 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.MQTTPublishTopic == "" {
 		cfg.MQTTPublishTopic = "device-server"
 	}
+	if err := (xiaozhi.MQTTClientID{Group: cfg.MQTTGroup, DeviceID: "02:00:00:00:00:01", UUID: "u"}).Check(); err != nil {
+		return nil, fmt.Errorf("ota: MQTT group %q: want a name without spaces, control characters, '/', '+', '#' or \"@@@\"", cfg.MQTTGroup)
+	}
 	if cfg.MQTTKeepalive == 0 {
 		cfg.MQTTKeepalive = 240
 	}
@@ -238,7 +241,47 @@ func New(cfg Config) (*Handler, error) {
 		}
 		h.pub = u
 	}
+	if h.tellsMQTT() {
+		switch {
+		case cfg.MQTTEndpoint != "":
+			if err := checkMQTTEndpoint(cfg.MQTTEndpoint); err != nil {
+				return nil, fmt.Errorf("ota: %w", err)
+			}
+		case h.pub != nil && strings.Contains(h.pub.Hostname(), ":"):
+			return nil, fmt.Errorf("ota: public URL %q: its IPv6 address cannot be an MQTT endpoint for firmware "+
+				"(it splits host:port at the first ':'); set the MQTT endpoint (--ota-mqtt-endpoint) to a host name or IPv4 address", cfg.PublicURL)
+		}
+	}
 	return h, nil
+}
+
+// tellsMQTT reports whether any device is told to use MQTT.
+func (h *Handler) tellsMQTT() bool {
+	if h.cfg.Transport == TransportMQTT {
+		return true
+	}
+	for _, t := range h.cfg.TransportFor {
+		if t == TransportMQTT {
+			return true
+		}
+	}
+	return false
+}
+
+// checkMQTTEndpoint says why stock firmware could not use endpoint: it
+// splits it at the first ':' into a host and a port it reads with
+// std::stoi (MqttProtocol::StartMqttClient; no ':' means port 8883), so an
+// IPv6 literal ("[::1]:1883": stoi(":1]:1883") throws) crashes it.
+func checkMQTTEndpoint(endpoint string) error {
+	host, port, hasPort := strings.Cut(endpoint, ":")
+	if host == "" || strings.ContainsAny(host, "[] \t") || strings.Contains(port, ":") {
+		return fmt.Errorf("MQTT endpoint %q: firmware splits host:port at the first ':', so an IPv6 literal crashes it: "+
+			"want a host name or IPv4 address and a port (--ota-mqtt-endpoint)", endpoint)
+	}
+	if n, err := strconv.Atoi(port); hasPort && (err != nil || n < 1 || n > 65535 || strings.Trim(port, "0123456789") != "") {
+		return fmt.Errorf("MQTT endpoint %q: want host:port with a port from 1 to 65535", endpoint)
+	}
+	return nil
 }
 
 // CheckFirmware validates a firmware table and returns it normalised: each
@@ -389,9 +432,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	board := boardType(req, r.UserAgent())
-	h.remember(log, Record{DeviceID: deviceID, ClientID: clientID, Board: board, Version: req.Application.Version})
+	seen := h.remember(log, Record{DeviceID: deviceID, ClientID: clientID, Board: board, Version: req.Application.Version})
 
-	resp, err := h.respond(r, log, deviceID, clientID, board, req.Application.Version)
+	resp, err := h.respond(r, log, deviceID, clientID, board, req.Application.Version, seen)
+	var re *requestError
+	if errors.As(err, &re) {
+		h.cfg.Limits.BadRequest(limits.DoorOTA, re.reason, "refused OTA request", "device_id", deviceID, "remote", r.RemoteAddr, "error", err)
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
 	if errors.Is(err, ErrForbidden) {
 		log.Warn("ota: refused a device", "error", err)
 		writeError(w, http.StatusForbidden, "forbidden", err.Error())
@@ -422,6 +471,11 @@ func (h *Handler) parse(w http.ResponseWriter, r *http.Request) (deviceID, clien
 	}
 	if len(clientID) > 128 || strings.Contains(clientID, "@@@") {
 		return "", "", req, refuse("bad_client_id", "Client-Id header %q: want a UUID", truncate(clientID, 64))
+	}
+	if h.transport(deviceID) == TransportMQTT {
+		if _, err := h.mqttClientID(deviceID, clientID); err != nil {
+			return "", "", req, err
+		}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
@@ -507,7 +561,9 @@ func boardType(req Request, userAgent string) string {
 	return ""
 }
 
-func (h *Handler) remember(log *slog.Logger, rec Record) {
+// remember records a request, and reports whether the device was known
+// with that version already.
+func (h *Handler) remember(log *slog.Logger, rec Record) (seen bool) {
 	now := h.cfg.Now().UTC()
 	forgotten := ""
 	h.mu.Lock()
@@ -515,6 +571,7 @@ func (h *Handler) remember(log *slog.Logger, rec Record) {
 	rec.FirstSeen, rec.LastSeen = now, now
 	if ok {
 		rec.FirstSeen = old.FirstSeen
+		seen = old.Version == rec.Version
 	} else {
 		log.Info("ota: new device registered", "board", rec.Board, "version", rec.Version)
 		if len(h.known) >= h.cfg.MaxKnown {
@@ -533,6 +590,7 @@ func (h *Handler) remember(log *slog.Logger, rec Record) {
 		h.cfg.Limits.Hit(limits.OTAKnown, "ota: forgot a device to remember a new one: more devices than the limit",
 			"max_known", h.cfg.MaxKnown, "forgotten", forgotten)
 	}
+	return seen
 }
 
 // Known returns what the endpoint knows of a device.
@@ -543,7 +601,9 @@ func (h *Handler) Known(deviceID string) (Record, bool) {
 	return r, ok
 }
 
-func (h *Handler) respond(r *http.Request, log *slog.Logger, deviceID, clientID, board, version string) (*Response, error) {
+// respond builds the reply; seen says the device was known with this
+// version already (remember).
+func (h *Handler) respond(r *http.Request, log *slog.Logger, deviceID, clientID, board, version string, seen bool) (*Response, error) {
 	now := h.cfg.Now()
 	offset := 0
 	if h.cfg.TimezoneOffset != nil {
@@ -561,12 +621,12 @@ func (h *Handler) respond(r *http.Request, log *slog.Logger, deviceID, clientID,
 			return nil, err
 		}
 	}
-	tr := h.cfg.Transport
-	if t, ok := h.cfg.TransportFor[deviceID]; ok {
-		tr = t
-	}
-	switch tr {
+	switch h.transport(deviceID) {
 	case TransportMQTT:
+		cid, err := h.mqttClientID(deviceID, clientID) // checked by parse
+		if err != nil {
+			return nil, err
+		}
 		endpoint := h.cfg.MQTTEndpoint
 		if endpoint == "" {
 			port := "1883"
@@ -577,9 +637,16 @@ func (h *Handler) respond(r *http.Request, log *slog.Logger, deviceID, clientID,
 			}
 			endpoint = net.JoinHostPort(base.Hostname(), port)
 		}
+		if checkMQTTEndpoint(endpoint) != nil {
+			// New checked a configured endpoint and public URL: the
+			// request's Host is an IPv6 literal (or empty).
+			return nil, refuse("mqtt_endpoint", "Host %q: the MQTT endpoint would be %q, which firmware cannot read "+
+				"(it splits host:port at the first ':', so an IPv6 literal crashes it): reach the gateway by a host name or IPv4 address, or set --ota-mqtt-endpoint",
+				truncate(r.Host, 64), truncate(endpoint, 80))
+		}
 		resp.MQTT = &MQTT{
 			Endpoint:     endpoint,
-			ClientID:     "GID_" + h.cfg.MQTTGroup + "@@@" + xiaozhi.MACTopicForm(deviceID) + "@@@" + clientID,
+			ClientID:     cid,
 			Username:     deviceID,
 			Password:     token,
 			PublishTopic: h.cfg.MQTTPublishTopic,
@@ -598,11 +665,49 @@ func (h *Handler) respond(r *http.Request, log *slog.Logger, deviceID, clientID,
 		u.Path = strings.TrimSuffix(u.Path, "/") + h.cfg.WebSocketPath
 		resp.WebSocket = &WebSocket{URL: u.String(), Token: token, Version: h.cfg.WebSocketVersion}
 	}
-	if fw, ok := h.cfg.Firmware[board]; ok && newer(fw.Version, version) {
-		resp.Firmware = &Firmware{Version: fw.Version, URL: fw.URL}
-		log.Info("ota: offering firmware", "board", board, "from", version, "to", fw.Version)
+	if fw, ok := h.cfg.Firmware[board]; ok {
+		if _, readable := stoiVersion(version); !readable {
+			// Offered any firmware, the device would compare it with its
+			// own version and crash; said once per device and version.
+			level := slog.LevelInfo
+			if seen {
+				level = slog.LevelDebug
+			}
+			log.Log(r.Context(), level, "ota: offering no firmware: stock firmware cannot read the device's own version "+
+				"(std::stoi on each dot-separated part) and would crash comparing it", "board", board, "version", version)
+		} else if newer(fw.Version, version) {
+			resp.Firmware = &Firmware{Version: fw.Version, URL: fw.URL}
+			log.Info("ota: offering firmware", "board", board, "from", version, "to", fw.Version)
+		}
 	}
 	return resp, nil
+}
+
+// transport is what a device is told to connect with.
+func (h *Handler) transport(deviceID string) Transport {
+	if t, ok := h.cfg.TransportFor[deviceID]; ok {
+		return t
+	}
+	return h.cfg.Transport
+}
+
+// mqttClientID is the client id of a device told MQTT, or a refusal naming
+// the header the broker would not read back as sent: it takes the device id
+// and the uuid from the client id (xiaozhi.ParseMQTTClientID), so a device
+// handed one that does not round-trip could never connect, or would connect
+// as another device (robot:2 as robot_2).
+func (h *Handler) mqttClientID(deviceID, clientID string) (string, error) {
+	id := xiaozhi.MQTTClientID{Group: h.cfg.MQTTGroup, DeviceID: deviceID, UUID: clientID}
+	if id.Check() == nil {
+		return id.String(), nil
+	}
+	id.UUID = "u" // a uuid that always survives: is the device id at fault?
+	if id.Check() != nil {
+		return "", refuse("bad_device_id", "Device-Id %q cannot be an MQTT device's id: the MQTT client id writes ':' as '_', "+
+			"so an id other than a MAC must have no ':', and no \"@@@\" nor a final '@'", truncate(deviceID, 64))
+	}
+	return "", refuse("bad_client_id", "Client-Id %q cannot go into an MQTT client id: want a UUID, or any UTF-8 text up to 128 bytes "+
+		"without spaces, control characters, '/', '+', '#' or \"@@@\"", truncate(clientID, 64))
 }
 
 // publicBase is the configured public URL, or one derived from the request.
@@ -642,12 +747,12 @@ func isLoopbackRemote(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// newer reports whether version a is newer than b. An unparsable b (a
-// development build) is never upgraded: a device should not be flashed
-// over a version nobody can compare.
+// newer reports whether version a is newer than b, both read as stock
+// firmware reads them (stoiVersion). An unreadable b is never upgraded:
+// the firmware would crash comparing it, and nobody can compare it anyway.
 func newer(a, b string) bool {
-	va, ok1 := parseVersion(a)
-	vb, ok2 := parseVersion(b)
+	va, ok1 := stoiVersion(a)
+	vb, ok2 := stoiVersion(b)
 	if !ok1 || !ok2 {
 		return false
 	}
@@ -667,21 +772,31 @@ func at(v []int, i int) int {
 	return 0
 }
 
-// parseVersion reads dotted numbers, with an optional leading v and
-// ignoring a -suffix.
-func parseVersion(s string) ([]int, bool) {
-	s = strings.TrimPrefix(strings.TrimSpace(s), "v")
-	s, _, _ = strings.Cut(s, "-")
-	if s == "" {
-		return nil, false
+// stoiVersion reads a version as stock firmware does (Ota::ParseVersion):
+// std::getline splits it at each '.' (a final '.' ends the last part,
+// "" has no part), and std::stoi reads each part: white space, an optional
+// sign, then the digits, ignoring what follows ("2-dirty" is 2). ok is
+// false where stoi throws, which the firmware does not catch: a part with
+// no digit there ("v2", "", "dev") or a number beyond an int.
+func stoiVersion(s string) (v []int, ok bool) {
+	parts := strings.Split(s, ".")
+	if parts[len(parts)-1] == "" {
+		parts = parts[:len(parts)-1]
 	}
-	var out []int
-	for p := range strings.SplitSeq(s, ".") {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 {
+	for _, p := range parts {
+		p = strings.TrimLeft(p, " \t\n\v\f\r") // C isspace
+		n := 0
+		if p != "" && (p[0] == '+' || p[0] == '-') {
+			n = 1
+		}
+		for n < len(p) && '0' <= p[n] && p[n] <= '9' {
+			n++
+		}
+		x, err := strconv.ParseInt(p[:n], 10, 32) // fails without a digit
+		if err != nil {
 			return nil, false
 		}
-		out = append(out, n)
+		v = append(v, int(x))
 	}
-	return out, true
+	return v, true
 }

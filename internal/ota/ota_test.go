@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/devauth"
 	"github.com/mcpgate/mcpgate/internal/leakcheck"
+	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
 func TestMain(m *testing.M) { leakcheck.Main(m) }
@@ -249,11 +251,85 @@ func TestNewer(t *testing.T) {
 	for _, c := range []struct {
 		a, b string
 		want bool
-	}{{"2.5.0", "2.4.2", true}, {"2.4.10", "2.4.9", true}, {"2.4", "2.4.0", false}, {"v3", "2.9.9", true},
-		{"2.4.2", "2.4.2", false}, {"1.0.0", "dev", false}, {"2.0.0-rc1", "1.9", true}} {
+	}{{"2.5.0", "2.4.2", true}, {"2.4.10", "2.4.9", true}, {"2.4", "2.4.0", false}, {"3", "2.9.9", true},
+		{"2.4.2", "2.4.2", false}, {"1.0.0", "dev", false}, {"2.0.0-rc1", "1.9", true},
+		{"2.4.10", "2.4.2-dirty", true}, {"2.4.10", "v2.4.2-dirty", false}, {"2.4.10", "v2.4.2", false},
+		{"2.4.10", "2.4-rc.1", true}, {"2.4.10", "2..4", false}} {
 		if got := newer(c.a, c.b); got != c.want {
 			t.Errorf("newer(%s, %s) = %v", c.a, c.b, got)
 		}
+	}
+}
+
+// TestStoiVersion: a version is read as stock firmware reads it, each
+// '.'-separated part by std::stoi; where stoi would throw (and crash the
+// device), it is unreadable.
+func TestStoiVersion(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   string
+		want []int // nil: stoi throws
+	}{
+		{"2.4.2", []int{2, 4, 2}},
+		{"2.4.2-dirty", []int{2, 4, 2}},
+		{"2.4-rc.1", []int{2, 4, 1}},
+		{" 2.\t4", []int{2, 4}}, // stoi skips white space
+		{"+2.-1", []int{2, -1}},
+		{"007.1", []int{7, 1}},
+		{"2.", []int{2}}, // getline: a final '.' makes no empty part
+		{"", []int{}},
+		{"2147483647", []int{2147483647}},
+		{"-2147483648", []int{-2147483648}},
+		{"v2.4.2-dirty", nil},
+		{"V2", nil},
+		{"2.v4", nil},
+		{"dev", nil},
+		{"2..4", nil}, // stoi("") throws
+		{".2", nil},
+		{"2.+", nil},
+		{"2.- 1", nil},
+		{"2147483648", nil}, // out_of_range
+		{"1.99999999999", nil},
+	} {
+		got, ok := stoiVersion(c.in)
+		if ok != (c.want != nil) || (ok && fmt.Sprint(got) != fmt.Sprint(c.want)) {
+			t.Errorf("stoiVersion(%q) = %v, %v; want %v", c.in, got, ok, c.want)
+		}
+	}
+}
+
+// TestNoFirmwareForUnreadableVersion: a device whose own version stock
+// firmware cannot read (v2.4.2-dirty: stoi("v2") throws) is offered no
+// firmware, which it would compare with its version and crash; it is logged
+// at info once per device and version, then at debug.
+func TestNoFirmwareForUnreadableVersion(t *testing.T) {
+	t.Parallel()
+	var logs strings.Builder
+	h, err := New(Config{PublicURL: "http://gw:8000", Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Firmware: map[string]Firmware{"bread-compact-wifi": {Version: "2.4.10", URL: "http://fw/bread-2.4.10.bin"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		version string
+		offer   bool
+	}{{"v2.4.2-dirty", false}, {"v2.4.2-dirty", false}, {"2.4.2-dirty", true}, {"v2.4.2", false}} {
+		req := httptest.NewRequest(http.MethodPost, Path, strings.NewReader(body(mac, uuid, c.version, "bread-compact-wifi")))
+		req.Header.Set("Device-Id", mac)
+		req.Header.Set("Client-Id", uuid)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		var resp Response
+		if err := json.Unmarshal(w.Body.Bytes(), &resp); w.Code != http.StatusOK || err != nil {
+			t.Fatalf("%d: %d %s", i, w.Code, w.Body)
+		}
+		if (resp.Firmware != nil) != c.offer {
+			t.Errorf("%d: device at %s offered %+v, want an offer: %v", i, c.version, resp.Firmware, c.offer)
+		}
+	}
+	const line = "ota: offering no firmware: stock firmware cannot read the device's own version"
+	if info, debug := strings.Count(logs.String(), "level=INFO msg=\""+line), strings.Count(logs.String(), "level=DEBUG msg=\""+line); info != 2 || debug != 1 {
+		t.Errorf("logged %d times at info and %d at debug, want 2 (a version each) and 1:\n%s", info, debug, logs.String())
 	}
 }
 
@@ -344,6 +420,193 @@ func TestErrorsAreJSON(t *testing.T) {
 		if w.Code != tt.status || w.Header().Get("Content-Type") != "application/json" ||
 			json.Unmarshal(w.Body.Bytes(), &e) != nil || e.Error.Code != tt.code || e.Error.Message == "" {
 			t.Errorf("%s %q: %d %s %s, want %d with code %s", tt.method, tt.body, w.Code, w.Header().Get("Content-Type"), w.Body, tt.status, tt.code)
+		}
+	}
+}
+
+// TestMQTTCredentialsRoundTrip: every Device-Id and Client-Id the endpoint
+// accepts for an MQTT device yields credentials the broker reads back as
+// that same device: the client id parses to the device id and the uuid, and
+// the token-mode check of username and password passes. The others are
+// refused with a 400 naming the header.
+func TestMQTTCredentialsRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		deviceID, clientID string
+		errText            string // "": accepted
+	}{
+		{mac, uuid, ""},
+		{"02-00-00-00-00-01", uuid, ""},
+		{"020000000001", "u", ""},
+		{"02_00_00_00_00_01", "u", ""},
+		{"robot-2", "u", ""},
+		{"robot_2", "u", ""},
+		{"@robot", "u@", ""},
+		{"设备", "u?x", ""},
+		{"robot:2", "u", "Device-Id \"robot:2\""},
+		{"a:b:c", "u", "Device-Id"},
+		{"robot@", "u", "Device-Id"},
+		{"a@@@b", "u", "Device-Id"},
+		{mac, "a b", "Client-Id \"a b\""},
+		{mac, "x/y", "Client-Id"},
+		{mac, "x+y", "Client-Id"},
+		{mac, "x#y", "Client-Id"},
+		{mac, "a\tb", "Client-Id"},
+		{mac, "\xb10", "Client-Id"}, // the reply's JSON would carry U+FFFD: another uuid
+	} {
+		t.Run(tc.deviceID+" "+tc.clientID, func(t *testing.T) {
+			t.Parallel()
+			status, cid, body := postMQTT(t, tc.deviceID, tc.clientID)
+			if tc.errText != "" {
+				if status != http.StatusBadRequest || !strings.Contains(body, tc.errText) {
+					t.Fatalf("%d %s; want 400 naming %q", status, body, tc.errText)
+				}
+				return
+			}
+			if status != http.StatusOK {
+				t.Fatalf("%d %s; want 200", status, body)
+			}
+			checkMQTTCredentials(t, tc.deviceID, tc.clientID, cid)
+		})
+	}
+	// A websocket device keeps its Client-Id whatever it holds: only the
+	// MQTT client id constrains it.
+	h, err := New(Config{PublicURL: "http://gw:8000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest(http.MethodPost, Path, strings.NewReader(`{"application":{"version":"1"}}`))
+	r.Header.Set("Device-Id", "robot:2")
+	r.Header.Set("Client-Id", "a b")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusOK {
+		t.Errorf("websocket device robot:2 with Client-Id \"a b\": %d %s", w.Code, w.Body)
+	}
+}
+
+// FuzzMQTTCredentials: whatever identity headers a device sends, an MQTT
+// reply carries credentials the broker reads back as that same device.
+func FuzzMQTTCredentials(f *testing.F) {
+	for _, s := range [][2]string{{mac, uuid}, {"robot:2", "u"}, {mac, "a b"}, {"x@", "u"}, {"@x", "@u"}, {"AABBCCDDEEFF", "u@@"}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, deviceID, clientID string) {
+		status, cid, body := postMQTT(t, deviceID, clientID)
+		if status != http.StatusOK {
+			if status != http.StatusBadRequest {
+				t.Fatalf("%q %q: %d %s", deviceID, clientID, status, body)
+			}
+			return
+		}
+		checkMQTTCredentials(t, deviceID, clientID, cid)
+	})
+}
+
+var testAuthority = func() *devauth.Authority {
+	a, err := devauth.New(devauth.Config{Secret: []byte(strings.Repeat("s", devauth.MinSecretLen))})
+	if err != nil {
+		panic(err)
+	}
+	return a
+}()
+
+// postMQTT asks an MQTT-transport endpoint whose passwords are real device
+// tokens, and returns the status, the reply's mqtt section and a refusal's
+// message.
+func postMQTT(t *testing.T, deviceID, clientID string) (int, MQTT, string) {
+	t.Helper()
+	h, err := New(Config{PublicURL: "http://gw:8000", Transport: TransportMQTT,
+		IssueToken: func(d, c string) (string, error) { return testAuthority.IssueDevice(d, c, time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest(http.MethodPost, Path, strings.NewReader(`{"application":{"version":"1.0.0"}}`))
+	r.Header.Set("Device-Id", deviceID)
+	r.Header.Set("Client-Id", clientID)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	var resp Response
+	if w.Code == http.StatusOK {
+		if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil || resp.MQTT == nil {
+			t.Fatalf("%q %q: 200 without an mqtt section: %s", deviceID, clientID, w.Body)
+		}
+		return w.Code, *resp.MQTT, w.Body.String()
+	}
+	var e struct{ Error struct{ Message string } }
+	if json.Unmarshal(w.Body.Bytes(), &e) != nil {
+		t.Fatalf("%q %q: the refusal %d is not a JSON error: %s", deviceID, clientID, w.Code, w.Body)
+	}
+	return w.Code, MQTT{}, e.Error.Message
+}
+
+// checkMQTTCredentials: the broker's parsing finds the device and uuid the
+// endpoint was asked for, and token mode accepts the credentials.
+func checkMQTTCredentials(t *testing.T, deviceID, clientID string, m MQTT) {
+	t.Helper()
+	want, err := xiaozhi.NormalizeDeviceID(deviceID)
+	if err != nil {
+		t.Fatalf("accepted Device-Id %q: %v", deviceID, err)
+	}
+	id, err := xiaozhi.ParseMQTTClientID(m.ClientID)
+	if err != nil || id.DeviceID != want || id.UUID != strings.TrimSpace(clientID) {
+		t.Fatalf("Device-Id %q Client-Id %q: client id %q reads back as %+v, %v", deviceID, clientID, m.ClientID, id, err)
+	}
+	if err := testAuthority.VerifyMQTT(m.ClientID, m.Username, m.Password); err != nil {
+		t.Fatalf("Device-Id %q Client-Id %q: the broker refuses %+v: %v", deviceID, clientID, m, err)
+	}
+}
+
+// TestMQTTEndpointFirmwareReads: no device is told an MQTT endpoint stock
+// firmware cannot read. It splits host:port at the first ':' and reads the
+// port with std::stoi, so an IPv6 literal crashes it: a configured one (or
+// an IPv6 public URL) stops New, and one derived from an IPv6 Host is
+// refused with a 400.
+func TestMQTTEndpointFirmwareReads(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg    Config
+		errHas string // "": accepted
+	}{
+		{Config{Transport: TransportMQTT, MQTTEndpoint: "mqtt.lan:8883"}, ""},
+		{Config{Transport: TransportMQTT, MQTTEndpoint: "10.0.0.5:1883"}, ""},
+		{Config{Transport: TransportMQTT, MQTTEndpoint: "mqtt.lan"}, ""}, // firmware: 8883
+		{Config{Transport: TransportMQTT, MQTTEndpoint: "[::1]:1883"}, `MQTT endpoint "[::1]:1883": firmware splits host:port at the first ':'`},
+		{Config{Transport: TransportMQTT, MQTTEndpoint: "fd00::1"}, "IPv6 literal"},
+		{Config{Transport: TransportMQTT, MQTTEndpoint: "mqtt.lan:"}, "port from 1 to 65535"},
+		{Config{Transport: TransportMQTT, MQTTEndpoint: "mqtt.lan:+1"}, "port from 1 to 65535"},
+		{Config{Transport: TransportMQTT, MQTTEndpoint: "mqtt.lan:70000"}, "port from 1 to 65535"},
+		{Config{TransportFor: map[string]Transport{mac: TransportMQTT}, MQTTEndpoint: "[::1]:1883"}, "IPv6 literal"},
+		{Config{MQTTEndpoint: "[::1]:1883"}, ""}, // nobody is told MQTT
+		{Config{Transport: TransportMQTT, PublicURL: "http://[fd00::5]:8000"}, `public URL "http://[fd00::5]:8000": its IPv6 address`},
+		{Config{Transport: TransportMQTT, PublicURL: "http://[fd00::5]:8000", MQTTEndpoint: "mqtt.lan:1883"}, ""},
+		{Config{PublicURL: "http://[fd00::5]:8000"}, ""},
+	} {
+		_, err := New(tc.cfg)
+		if (tc.errHas == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.errHas)) {
+			t.Errorf("New(endpoint %q, public URL %q, transport %q %v) = %v, want an error with %q",
+				tc.cfg.MQTTEndpoint, tc.cfg.PublicURL, tc.cfg.Transport, tc.cfg.TransportFor, err, tc.errHas)
+		}
+	}
+
+	h, err := New(Config{Transport: TransportMQTT, MQTTPort: func() string { return "44011" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for host, want := range map[string]string{"192.168.1.10:44010": "192.168.1.10:44011", "gw.lan:44010": "gw.lan:44011", "[::1]:44010": ""} {
+		r := httptest.NewRequest(http.MethodPost, Path, strings.NewReader(body(mac, uuid, "1.0.0", "b")))
+		r.Host = host
+		r.Header.Set("Device-Id", mac)
+		r.Header.Set("Client-Id", uuid)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		var resp Response
+		_ = json.Unmarshal(w.Body.Bytes(), &resp)
+		switch {
+		case want == "" && (w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "--ota-mqtt-endpoint")):
+			t.Errorf("Host %s: %d %s; want 400 naming --ota-mqtt-endpoint", host, w.Code, w.Body)
+		case want != "" && (w.Code != http.StatusOK || resp.MQTT == nil || resp.MQTT.Endpoint != want):
+			t.Errorf("Host %s: %d %s; want endpoint %s", host, w.Code, w.Body, want)
 		}
 	}
 }

@@ -142,6 +142,22 @@ func TestUpstreamDeviceWithoutMCP(t *testing.T) {
 	}
 }
 
+// TestUpstreamLenientHello: a hello with members of the wrong type reaches
+// the voice server byte for byte, and the device its server hello.
+func TestUpstreamLenientHello(t *testing.T) {
+	t.Parallel()
+	up, s := startSpliced(t)
+	const hello = `{"type":"hello", "version":"1","features":{"mcp":1,"aec":"on"},"audio_params":{"sample_rate":"16000"},"x":[1]}`
+	connect(t, s, devicetest.Config{Hello: hello})
+	c, err := up.Accept(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(c.DeviceHello) != hello {
+		t.Errorf("the voice server got %s, want %s", c.DeviceHello, hello)
+	}
+}
+
 // TestUpstreamUnavailableSaysNoURL: a device closed because the voice
 // server is unreachable is told why without the upstream's URL, which may
 // hold a token; the log has it redacted.

@@ -164,7 +164,6 @@ func TestFirstMessageNotHello(t *testing.T) {
 		{"not JSON", `hello`, "first message is not a hello"},
 		{"JSON array", `[{"type":"hello"}]`, "first message is not a hello"},
 		{"no type", `{"version":1,"transport":"websocket"}`, "first message is not a hello"},
-		{"broken hello", `{"type":"hello","version":"one"}`, "hello"},
 		// A reason cut at any byte must still be whole runes.
 		{"long CJK type", `{"type":"` + strings.Repeat("你好", 40) + `"}`, "first message has type"},
 		{"long CJK type, shifted by one", `{"type":"a` + strings.Repeat("你好", 40) + `"}`, "first message has type"},
@@ -282,6 +281,46 @@ func TestNoMCP(t *testing.T) {
 			_, err := s.hub.Call(context.Background(), hub.CallRequest{Device: id, Tool: volumeTool})
 			if !errors.Is(err, hub.ErrToolNotFound) {
 				t.Errorf("call on a device without MCP: %v, want tool not found", err)
+			}
+		})
+	}
+}
+
+// A hello member of the wrong type that the gateway does not use does not
+// close the connection: the device connects, and gets MCP if its features
+// say so (true or a non-zero number, as the ecosystem's Python server
+// reads them).
+func TestLenientHello(t *testing.T) {
+	t.Parallel()
+	s := startGateway(t, gateway.Config{})
+	for i, tc := range []struct {
+		hello string
+		mcp   bool
+	}{
+		{`{"type":"hello","version":"1","features":{"mcp":true},"transport":"websocket"}`, true},
+		{`{"type":"hello","version":1,"features":{"mcp":true,"aec":"on"},"transport":"websocket"}`, true},
+		{`{"type":"hello","version":1,"features":{"mcp":1},"transport":"websocket"}`, true},
+		{`{"type":"hello","version":1,"features":["mcp"],"transport":"websocket"}`, true},
+		{`{"type":"hello","version":1,"features":{"mcp":true},"audio_params":{"sample_rate":"16000"}}`, true},
+		{`{"type":"hello","version":1,"features":{"mcp":"yes"},"transport":"websocket"}`, false},
+		{`{"type":"hello","version":1,"features":{"mcp":0},"audio_params":[]}`, false},
+	} {
+		id := fmt.Sprintf("02:00:00:00:08:%02d", i)
+		t.Run(tc.hello, func(t *testing.T) {
+			t.Parallel()
+			c := dial(t, s, id)
+			writeText(t, c, tc.hello)
+			if sh := decodeEnvelope(t, readText(t, c)); sh.Type != "hello" {
+				t.Fatalf("first frame %+v, want the server hello", sh)
+			}
+			if !tc.mcp {
+				if d := waitState(t, s.hub, id, hub.StateDegraded); !strings.Contains(d.LastError, "did not announce MCP") {
+					t.Errorf("device = %+v, want degraded for want of MCP", d)
+				}
+				return
+			}
+			if e := decodeEnvelope(t, readText(t, c)); e.Type != "mcp" || e.Payload.Method != "initialize" {
+				t.Errorf("after the server hello got %+v, want initialize", e)
 			}
 		})
 	}
