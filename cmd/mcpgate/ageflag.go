@@ -9,7 +9,7 @@ import (
 )
 
 // ageFlag is a duration flag that also takes days and weeks (7d, 2w), as
-// --audit-retention does; 0 is the setting's default.
+// --audit-retention does; what 0 means is the setting's to say.
 type ageFlag struct{ d *time.Duration }
 
 func (a ageFlag) String() string {

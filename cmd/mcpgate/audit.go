@@ -99,7 +99,7 @@ match than --limit, the last line says how to get the next page (--before).`,
 func applyAuditFlags(cfg *gateway.Config, retention string) error {
 	d, err := audit.ParseAge(retention)
 	if err != nil {
-		return fmt.Errorf("--audit-retention: %w", err)
+		return flagErrorf("audit-retention", "%w", err)
 	}
 	cfg.AuditRetention = d
 	if d == 0 {
@@ -107,12 +107,12 @@ func applyAuditFlags(cfg *gateway.Config, retention string) error {
 	}
 	switch {
 	case cfg.AuditMaxRows < 0:
-		return fmt.Errorf("--audit-max-rows %d: want 0 (no limit) or more", cfg.AuditMaxRows)
+		return flagErrorf("audit-max-rows", "%d: want 0 (no limit) or more", cfg.AuditMaxRows)
 	case cfg.AuditMaxRows == 0:
 		cfg.AuditMaxRows = -1
 	}
 	if cfg.AuditMaxValueBytes < 16 {
-		return fmt.Errorf("--audit-max-value %d: want at least 16 bytes", cfg.AuditMaxValueBytes)
+		return flagErrorf("audit-max-value", "%d: want at least 16 bytes", cfg.AuditMaxValueBytes)
 	}
 	return nil
 }

@@ -48,7 +48,10 @@ environment, which wins over the file.`,
   mcpgate serve --addr 0.0.0.0:8000 --call-timeout 45s --tool-timeout 'self.camera.*=120s'
   mcpgate serve --config mcpgate.yaml`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) (err error) {
+			// A refused value from the file or the environment is named
+			// as it was given there.
+			defer func() { err = locate(cmd.Flags(), err) }()
 			if v, ok := os.LookupEnv("MCPGATE_CONFIG"); ok && !cmd.Flags().Changed(flagconfig.ConfigFlag) {
 				configFile = v // as every flag is also MCPGATE_<FLAG>
 			}
@@ -68,6 +71,9 @@ environment, which wins over the file.`,
 				}
 			}
 			cfg.Version = buildVersion()
+			if err := checkNumbers(&cfg); err != nil {
+				return err
+			}
 			if err := applyProvisioning(logger); err != nil {
 				return err
 			}
@@ -79,7 +85,7 @@ environment, which wins over the file.`,
 				for pattern, v := range toolTimeouts {
 					d, err := time.ParseDuration(v)
 					if err != nil || d <= 0 {
-						return fmt.Errorf("--tool-timeout %s=%s: want a positive duration such as 90s", pattern, v)
+						return flagErrorf("tool-timeout", "%s=%s: want a positive duration such as 90s", pattern, v)
 					}
 					cfg.ToolTimeouts[pattern] = d
 				}
@@ -99,10 +105,6 @@ environment, which wins over the file.`,
 					return errors.New("--mqtt-broker and --mqtt-addr are mutually exclusive: the embedded broker is not started with an external one")
 				}
 				cfg.MQTTAddr = ""
-			}
-			if cfg.ShutdownTimeout <= 0 {
-				// The gateway would take 0 for its default: say so rather than wait 10s.
-				return fmt.Errorf("--shutdown-timeout must be positive, got %s (e.g. 1s for a quick stop)", cfg.ShutdownTimeout)
 			}
 			if mqttNode != "" {
 				if cfg.MQTTBroker == "" {
@@ -205,7 +207,7 @@ environment, which wins over the file.`,
 func newLogger(w interface{ Write([]byte) (int, error) }, level, format string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+		return nil, flagErrorf("log-level", "%q: want debug, info, warn or error", level)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
 	switch strings.ToLower(format) {
@@ -214,7 +216,7 @@ func newLogger(w interface{ Write([]byte) (int, error) }, level, format string) 
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+	return nil, flagErrorf("log-format", "%q: want text or json", format)
 }
 
 // parseMQTTNode reads --mqtt-node INDEX/COUNT, whole: a typo must not
@@ -228,7 +230,7 @@ func parseMQTTNode(s string) (index, count int, err error) {
 		}
 	}
 	if !ok || err != nil || count < 1 || index < 0 || index >= count {
-		return 0, 0, fmt.Errorf("--mqtt-node %q: want INDEX/COUNT with 0 <= INDEX < COUNT, e.g. 0/2 and 1/2 for two nodes", s)
+		return 0, 0, flagErrorf("mqtt-node", "%q: want INDEX/COUNT with 0 <= INDEX < COUNT, e.g. 0/2 and 1/2 for two nodes", s)
 	}
 	return index, count, nil
 }

@@ -18,7 +18,7 @@ func limitFlags(f *pflag.FlagSet, l *gateway.Limits) {
 	f.Int64Var(&l.MaxBodyBytes, "max-body-bytes", 1<<20, "largest REST and MCP request body, in bytes")
 	f.Int64Var(&l.EndpointReadLimit, "endpoint-read-limit", 8<<20, "largest message an MCP server may send on /mcp/endpoint, in bytes")
 	f.IntVar(&l.DeviceMaxInFlight, "device-max-inflight", limits.DefaultMaxInFlight, "most calls sent to one device at once; more wait in line (negative: no limit)")
-	f.IntVar(&l.DeviceMaxQueue, "device-max-queue", limits.DefaultMaxQueue, "most calls waiting for one device; more fail with device_busy (negative: none wait)")
+	f.IntVar(&l.DeviceMaxQueue, "device-max-queue", limits.DefaultMaxQueue, "most calls waiting for one device; more fail with device_busy (0 or negative: none wait)")
 	f.Float64Var(&l.DeviceCallRate, "device-call-rate", limits.DefaultDeviceRate, "calls per second per device (negative: no limit)")
 	f.IntVar(&l.DeviceCallBurst, "device-call-burst", 0, "calls per device at once after a quiet spell (0: twice the rate)")
 	f.Float64Var(&l.KeyCallRate, "key-call-rate", limits.DefaultKeyRate, "calls per second per API key, or for all callers without one (negative: no limit)")

@@ -27,6 +27,23 @@ func llmFlags(f *pflag.FlagSet, c *agent.Config) (apply func() error) {
 	f.IntVar(&c.Conversations, "llm-conversations", agent.DefaultConversations, "conversations kept in memory, all devices together (least recently used idle one forgotten; those in use are kept)")
 	f.BoolVar(&endpointTools, "llm-endpoint-tools", true, "also offer the tools of endpoint sources (MCP servers at /mcp/endpoint) to every device's agent")
 	return func() error {
+		// Checked with or without a model: agent.New would take a 0 for
+		// its default.
+		if c.MaxSteps < 1 {
+			return flagErrorf("llm-max-steps", "%d: want at least 1", c.MaxSteps)
+		}
+		if c.RequestTimeout < time.Second {
+			return flagErrorf("llm-timeout", "%s: want at least 1s", c.RequestTimeout)
+		}
+		for _, v := range []struct {
+			flag string
+			n    int
+		}{{"llm-history-messages", c.HistoryMessages}, {"llm-history-bytes", c.HistoryBytes},
+			{"llm-history-tool-result-bytes", c.HistoryToolResultBytes}, {"llm-conversations", c.Conversations}} {
+			if v.n < 1 {
+				return flagErrorf(v.flag, "%d: want at least 1", v.n)
+			}
+		}
 		c.NoStream = !stream
 		c.NoEndpointTools = !endpointTools
 		c.APIKey = os.Getenv(llmKeyEnv)
@@ -41,21 +58,6 @@ func llmFlags(f *pflag.FlagSet, c *agent.Config) (apply func() error) {
 		}
 		if c.BaseURL == "" {
 			return fmt.Errorf("--llm-model needs --llm-base-url, e.g. https://api.openai.com/v1 or http://localhost:11434/v1 for Ollama")
-		}
-		if c.MaxSteps < 1 {
-			return fmt.Errorf("--llm-max-steps %d: want at least 1", c.MaxSteps)
-		}
-		if c.RequestTimeout < time.Second {
-			return fmt.Errorf("--llm-timeout %s: want at least 1s", c.RequestTimeout)
-		}
-		for _, v := range []struct {
-			flag string
-			n    int
-		}{{"llm-history-messages", c.HistoryMessages}, {"llm-history-bytes", c.HistoryBytes},
-			{"llm-history-tool-result-bytes", c.HistoryToolResultBytes}, {"llm-conversations", c.Conversations}} {
-			if v.n < 1 {
-				return fmt.Errorf("--%s %d: want at least 1", v.flag, v.n)
-			}
 		}
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -275,5 +276,82 @@ func TestServeSecondSignal(t *testing.T) {
 	case <-child.done:
 	case <-time.After(20 * time.Second):
 		t.Fatal("a second SIGTERM did not end a drain waiting for a call (shutdown timeout 5m)")
+	}
+}
+
+// TestServeDeviceMaxQueueZero: with --device-max-queue 0 no call waits for
+// a device's call slot: one call holding the only slot, the next is
+// refused with device_busy at once (the flag's 0 was once the default, 64).
+func TestServeDeviceMaxQueueZero(t *testing.T) {
+	const (
+		wait = 60 * time.Second
+		mac  = "02:00:00:60:00:02"
+	)
+	child := startChild(t, "serve", "--addr", "127.0.0.1:0", "--mqtt-addr", "127.0.0.1:0", "--data", t.TempDir(),
+		"--device-max-inflight", "1", "--device-max-queue", "0", "--log-format", "json")
+	addr, _ := child.waitLog(t, "gateway listening", wait)["addr"].(string)
+	mqttAddr, _ := child.waitLog(t, "mqtt broker listening", wait)["addr"].(string)
+
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseFn := func() { releaseOnce.Do(func() { close(release) }) }
+	srv, err := device.NewServer(device.ServerOptions{Profile: device.ProfileESP32, Name: "test-board", Version: "2.4.2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.AddTool(device.Tool{Name: "self.slow", Description: "Answers when the test lets it.",
+		Handler: func(ctx context.Context, args device.Args) (any, error) {
+			entered <- struct{}{}
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return "done", nil
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := device.NewMQTTClient(device.MQTTClientOptions{Broker: mqttAddr, DeviceID: mac, Server: srv,
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devCtx, stopDev := context.WithCancel(context.Background())
+	devDone := make(chan struct{})
+	go func() { defer close(devDone); _ = dev.Run(devCtx) }()
+	t.Cleanup(func() { stopDev(); <-devDone })
+	t.Cleanup(releaseFn) // runs first: the handler must not hold the device's Run
+
+	c, err := api.NewClient("http://"+addr, &http.Client{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(wait); ; time.Sleep(10 * time.Millisecond) {
+		if d, err := c.Device(t.Context(), mac); err == nil && d.State == hub.StateReady {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("device not ready: %+v, %v", d, err)
+		}
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Call(context.Background(), mac, api.CallBody{Name: "self.slow"})
+		first <- err
+	}()
+	select {
+	case <-entered:
+	case <-time.After(wait):
+		t.Fatal("the first call did not reach the device")
+	}
+	// Refused at once; waiting in line, it would still wait when the
+	// caller gives up.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err = c.Call(ctx, mac, api.CallBody{Name: "self.slow"}); err == nil || !strings.Contains(err.Error(), "device_busy") {
+		t.Errorf("second call with the slot taken: %v, want device_busy", err)
+	}
+	releaseFn()
+	if err := <-first; err != nil {
+		t.Errorf("first call: %v", err)
 	}
 }

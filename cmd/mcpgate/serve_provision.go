@@ -62,7 +62,7 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 	return func(log *slog.Logger) error {
 		mode, err := devauth.ParseMode(auth)
 		if err != nil {
-			return fmt.Errorf("--device-auth: %w", err)
+			return flagErrorf("device-auth", "%w", err)
 		}
 		// A zero would silently mean the default in gateway.Provisioning.
 		for _, d := range []struct {
@@ -70,7 +70,7 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 			v    time.Duration
 		}{{"device-token-ttl", p.DeviceTokenTTL}, {"vision-token-ttl", p.VisionTokenTTL}} {
 			if d.v <= 0 {
-				return fmt.Errorf("--%s must be positive, got %s", d.flag, d.v)
+				return flagErrorf(d.flag, "must be positive, got %s", d.v)
 			}
 		}
 		if err := applyVisionBounds(p); err != nil {
@@ -87,7 +87,7 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 			for dev, tr := range transportFor {
 				id, err := xiaozhi.NormalizeDeviceID(dev)
 				if err != nil {
-					return fmt.Errorf("--ota-transport-for %s: %w", dev, err)
+					return flagErrorf("ota-transport-for", "%s: %w", dev, err)
 				}
 				p.OTA.TransportFor[id] = ota.Transport(strings.ToLower(tr))
 			}
@@ -127,13 +127,13 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 // default.
 func applyVisionBounds(p *gateway.Provisioning) error {
 	if p.VisionMaxBytes <= 0 {
-		return fmt.Errorf("--vision-max-bytes must be positive, got %d", p.VisionMaxBytes)
+		return flagErrorf("vision-max-bytes", "must be positive, got %d", p.VisionMaxBytes)
 	}
 	if p.VisionRetention == 0 {
 		p.VisionRetention = -1
 	}
 	if p.VisionMaxPerDevice < 0 {
-		return fmt.Errorf("--vision-max-per-device %d: want 0 (no limit) or more", p.VisionMaxPerDevice)
+		return flagErrorf("vision-max-per-device", "%d: want 0 (no limit) or more", p.VisionMaxPerDevice)
 	}
 	if p.VisionMaxPerDevice == 0 {
 		p.VisionMaxPerDevice = -1
@@ -144,19 +144,19 @@ func applyVisionBounds(p *gateway.Provisioning) error {
 	}{{"vision-max-bytes-per-device", &p.VisionMaxBytesPerDevice}, {"vision-max-total-bytes", &p.VisionMaxTotalBytes}} {
 		switch {
 		case *b.v < 0:
-			return fmt.Errorf("--%s %d: want 0 (no limit) or more", b.flag, *b.v)
+			return flagErrorf(b.flag, "%d: want 0 (no limit) or more", *b.v)
 		case *b.v == 0:
 			*b.v = -1
 		case *b.v < p.VisionMaxBytes:
-			return fmt.Errorf("--%s %d is below --vision-max-bytes %d: every upload would delete all but the newest photo; raise it, or use 0 for no limit",
-				b.flag, *b.v, p.VisionMaxBytes)
+			return flagErrorf(b.flag, "%d is below --vision-max-bytes %d: every upload would delete all but the newest photo; raise it, or use 0 for no limit",
+				*b.v, p.VisionMaxBytes)
 		}
 	}
 	if p.VisionUploadRate == 0 {
-		return errors.New("--vision-upload-rate 0 would refuse every photo: give uploads per second (0.2 is one every 5 s), or a negative rate for no limit")
+		return flagErrorf("vision-upload-rate", "0 would refuse every photo: give uploads per second (0.2 is one every 5 s), or a negative rate for no limit")
 	}
 	if p.VisionUploadBurst < 1 {
-		return fmt.Errorf("--vision-upload-burst %d: want at least 1", p.VisionUploadBurst)
+		return flagErrorf("vision-upload-burst", "%d: want at least 1", p.VisionUploadBurst)
 	}
 	return nil
 }
@@ -169,7 +169,7 @@ func checkSettings(f *pflag.FlagSet, transportFor map[string]string, log *slog.L
 		// gateway.Config takes zero for the default: the flag's 0 would
 		// silently mean 3s.
 		if d, err := time.ParseDuration(wait); err == nil && d <= 0 {
-			return fmt.Errorf("--upstream-init-wait must be positive, got %s (e.g. 100ms for mcpgate to initialize devices almost at once)", d)
+			return flagErrorf("upstream-init-wait", "must be positive, got %s (e.g. 100ms for mcpgate to initialize devices almost at once)", d)
 		}
 	}
 	if flagValue(f, "upstream") == "" {
@@ -228,7 +228,7 @@ func flagValue(f *pflag.FlagSet, name string) string {
 func readFirmwareTable(path string) (map[string]ota.Firmware, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("--firmware-table: %w", err)
+		return nil, flagErrorf("firmware-table", "%w", err)
 	}
 	var t map[string]ota.Firmware
 	if json.Valid(b) {
@@ -237,10 +237,10 @@ func readFirmwareTable(path string) (map[string]ota.Firmware, error) {
 		err = yaml.Unmarshal(b, &t)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("--firmware-table %s: want board: {version, url}: %w", path, err)
+		return nil, flagErrorf("firmware-table", "%s: want board: {version, url}: %w", path, err)
 	}
 	if t, err = ota.CheckFirmware(t); err != nil {
-		return nil, fmt.Errorf("--firmware-table %s: %w", path, err)
+		return nil, flagErrorf("firmware-table", "%s: %w", path, err)
 	}
 	return t, nil
 }

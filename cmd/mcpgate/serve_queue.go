@@ -1,8 +1,6 @@
 package main
 
 import (
-	"cmp"
-	"fmt"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -14,11 +12,13 @@ import (
 // returns what fills in the per-tool policies once flags are parsed.
 func queueFlags(f *pflag.FlagSet, cfg *queue.Config) (apply func() error) {
 	var tools map[string]string
-	f.Var(ageFlag{&cfg.MaxTTL}, "queue-max-ttl", "longest time to live a queued call may ask for, e.g. 24h or 2d (default 24h)")
-	f.Var(ageFlag{&cfg.DefaultTTL}, "queue-default-ttl", "time to live of a queued call that gives none (default 1h)")
-	f.IntVar(&cfg.MaxPerDevice, "queue-max-per-device", 0, "most calls queued for one device (default 100)")
-	f.IntVar(&cfg.MaxPerKey, "queue-max-per-key", 0, "most calls queued by one API key, or by local callers together (default 1000)")
-	f.Var(ageFlag{&cfg.Retention}, "queue-retention", "finished queued calls are deleted this long after they end, e.g. 7d or 72h (default 7d)")
+	// The flags hold the defaults: their 0 is refused, or keeps forever.
+	cfg.MaxTTL, cfg.DefaultTTL, cfg.Retention = queue.DefaultMaxTTL, queue.DefaultTTL, queue.DefaultRetention
+	f.Var(ageFlag{&cfg.MaxTTL}, "queue-max-ttl", "longest time to live a queued call may ask for, e.g. 24h or 2d")
+	f.Var(ageFlag{&cfg.DefaultTTL}, "queue-default-ttl", "time to live of a queued call that gives none")
+	f.IntVar(&cfg.MaxPerDevice, "queue-max-per-device", queue.DefaultMaxPerDevice, "most calls queued for one device")
+	f.IntVar(&cfg.MaxPerKey, "queue-max-per-key", queue.DefaultMaxPerKey, "most calls queued by one API key, or by local callers together")
+	f.Var(ageFlag{&cfg.Retention}, "queue-retention", "finished queued calls are deleted this long after they end, e.g. 7d or 72h (0 keeps them forever)")
 	f.StringToStringVar(&tools, "queue-tool", nil, "per-tool queuing default as PATTERN=always|never (path.Match patterns), e.g. 'self.camera.*=never'")
 	return func() error {
 		if err := checkQueueFlags(cfg); err != nil {
@@ -31,7 +31,7 @@ func queueFlags(f *pflag.FlagSet, cfg *queue.Config) (apply func() error) {
 		for pattern, v := range tools {
 			p, err := queue.ParsePolicy(v)
 			if err != nil {
-				return fmt.Errorf("--queue-tool %s=%s: %w", pattern, v, err)
+				return flagErrorf("queue-tool", "%s=%s: %w", pattern, v, err)
 			}
 			cfg.Tools[pattern] = p
 		}
@@ -40,27 +40,30 @@ func queueFlags(f *pflag.FlagSet, cfg *queue.Config) (apply func() error) {
 }
 
 // checkQueueFlags refuses queue settings queue.New would take silently for
-// its defaults, or refuse without naming the flags.
+// its defaults (its zero values), or refuse without naming the flags; the
+// flag's --queue-retention 0 (keep forever) becomes the queue's negative.
 func checkQueueFlags(cfg *queue.Config) error {
 	for _, n := range []struct {
 		flag string
 		v    int
 	}{{"queue-max-per-device", cfg.MaxPerDevice}, {"queue-max-per-key", cfg.MaxPerKey}} {
-		if n.v < 0 {
-			return fmt.Errorf("--%s must be positive, got %d", n.flag, n.v)
+		if n.v < 1 {
+			return flagErrorf(n.flag, "must be positive, got %d (--queue-tool 'PATTERN=never' queues no call to those tools)", n.v)
 		}
 	}
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
 	}{{"queue-default-ttl", cfg.DefaultTTL}, {"queue-max-ttl", cfg.MaxTTL}} {
-		if d.v != 0 && d.v < time.Second {
-			return fmt.Errorf("--%s %s: a queued call's time to live is at least 1s", d.flag, d.v)
+		if d.v < time.Second {
+			return flagErrorf(d.flag, "%s: a queued call's time to live is at least 1s", d.v)
 		}
 	}
-	def, maxTTL := cmp.Or(cfg.DefaultTTL, queue.DefaultTTL), cmp.Or(cfg.MaxTTL, queue.DefaultMaxTTL)
-	if def > maxTTL {
-		return fmt.Errorf("--queue-default-ttl %s is longer than --queue-max-ttl %s: lower the first or raise the second", def, maxTTL)
+	if cfg.DefaultTTL > cfg.MaxTTL {
+		return flagErrorf("queue-default-ttl", "%s is longer than --queue-max-ttl %s: lower the first or raise the second", cfg.DefaultTTL, cfg.MaxTTL)
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = -1
 	}
 	return nil
 }

@@ -4,10 +4,13 @@
 package flagconfig
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -75,15 +78,45 @@ func ApplyOptions(fs *pflag.FlagSet, o Options) error {
 			if err := fs.Set(f.Name, v); err != nil {
 				firstErr = fmt.Errorf("environment %s: %w", env, err)
 			}
+			setOrigin(f, "environment "+env)
 			return
 		}
 		if s, ok := fromFile[f.Name]; ok {
+			origin := fileOrigin(o.File, f.Name, s.line)
 			if err := setFromYAML(fs, f, s.value, slices.Contains(o.Lists, f.Name)); err != nil {
-				firstErr = fmt.Errorf("config file %s: %s (line %d): %w", o.File, f.Name, s.line, err)
+				firstErr = fmt.Errorf("%s: %w", origin, err)
 			}
+			setOrigin(f, origin)
 		}
 	})
 	return firstErr
+}
+
+// originKey is the flag annotation in which Apply notes where it took the
+// flag's value from.
+const originKey = "flagconfig-origin"
+
+// Origin says where Apply took the value of flag name from, for an error
+// about that value, which the command checks once every flag is set:
+// "environment PREFIX_NAME", or "config file FILE: name (line N)" as
+// Apply's own errors say it; "" when it did not set the flag (the command
+// line gave it, or it keeps its default), where "--name" says it.
+func Origin(fs *pflag.FlagSet, name string) string {
+	if f := fs.Lookup(name); f != nil && len(f.Annotations[originKey]) == 1 {
+		return f.Annotations[originKey][0]
+	}
+	return ""
+}
+
+func setOrigin(f *pflag.Flag, origin string) {
+	if f.Annotations == nil {
+		f.Annotations = make(map[string][]string)
+	}
+	f.Annotations[originKey] = []string{origin}
+}
+
+func fileOrigin(file, key string, line int) string {
+	return "config file " + file + ": " + key + " (line " + strconv.Itoa(line) + ")"
 }
 
 // setting is a key's value in the file and the key's line, which errors
@@ -102,9 +135,27 @@ func readFile(fs *pflag.FlagSet, o Options) (map[string]setting, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config file: %w", err)
 	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
 	var doc yaml.Node
-	if err := yaml.Unmarshal(b, &doc); err != nil {
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		return nil, nil // an empty file
+	} else if err != nil {
 		return nil, fmt.Errorf("config file %s: %w", o.File, err)
+	}
+	// A second document (after ---) would be dropped without a word, its
+	// settings with it: refused, unless it holds nothing.
+	for {
+		var more yaml.Node
+		err := dec.Decode(&more)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("config file %s: %w", o.File, err)
+		}
+		if len(more.Content) > 0 && !isNull(resolve(more.Content[0])) {
+			return nil, fmt.Errorf("config file %s: a second YAML document (--- at line %d): put every setting in one document, with no ---", o.File, more.Line)
+		}
 	}
 	if len(doc.Content) == 0 {
 		return nil, nil // an empty file

@@ -56,6 +56,8 @@ func TestErrors(t *testing.T) {
 		{"bad value", "call-timeout: soon\n", "call-timeout"},
 		{"not yaml", "addr: [\n", "config file"},
 		{"help is no setting", "help: true\n", `unknown setting "help" (line 1)`},
+		{"second document", "addr: x\n---\ncall-timeout: 5s\n", "a second YAML document (--- at line 2)"},
+		{"bad second document", "addr: x\n---\naddr: [\n", "config file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := filepath.Join(dir, tc.name+".yaml")
@@ -82,6 +84,52 @@ func TestErrors(t *testing.T) {
 	fs, _, _, _ = newTestFlags()
 	if err := Apply(fs, "", "MCPGATE_", "serve"); err == nil || !strings.Contains(err.Error(), "MCPGATE_CALL_TIMEOUT") {
 		t.Fatalf("bad env accepted: %v", err)
+	}
+}
+
+// TestDocuments: a file of one document is read whole, whether or not it
+// starts with ---; an empty document after it holds no setting and is let
+// be.
+func TestDocuments(t *testing.T) {
+	for _, content := range []string{"---\naddr: x\n", "addr: x\n---\n", "addr: x\n---\n# nothing\n", "addr: x\n...\n"} {
+		file := filepath.Join(t.TempDir(), "c.yaml")
+		if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fs, addr, _, _ := newTestFlags()
+		if err := Apply(fs, file, "MCPGATE_", "serve"); err != nil || *addr != "x" {
+			t.Errorf("%q: addr %q, err %v", content, *addr, err)
+		}
+	}
+}
+
+// TestOrigin: Origin names the file's line or the environment variable a
+// value came from, and nothing for the command line or a default.
+func TestOrigin(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("addr: x\n\ntool-timeout:\n  a: 1s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("MCPGATE_CALL_TIMEOUT", "5s")
+	fs, _, _, _ := newTestFlags()
+	fs.String("other", "", "")
+	if err := fs.Parse([]string{"--other", "y"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Apply(fs, file, "MCPGATE_", "serve"); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"addr":         "config file " + file + ": addr (line 1)",
+		"tool-timeout": "config file " + file + ": tool-timeout (line 3)",
+		"call-timeout": "environment MCPGATE_CALL_TIMEOUT",
+		"other":        "",
+		"config":       "",
+		"missing":      "",
+	} {
+		if got := Origin(fs, name); got != want {
+			t.Errorf("Origin(%s) = %q, want %q", name, got, want)
+		}
 	}
 }
 

@@ -115,7 +115,7 @@ func (q *Queue) Run(ctx context.Context) error {
 			// (a slow subscriber loses events) is picked up here.
 			q.rescan(wctx)
 			q.kickReady()
-			if time.Since(lastPrune) > time.Hour {
+			if q.cfg.Retention > 0 && time.Since(lastPrune) > time.Hour { // negative: kept forever
 				lastPrune = time.Now()
 				if n, err := q.st.PruneCalls(wctx, time.Now().Add(-q.cfg.Retention)); err != nil {
 					q.log.Warn("pruning finished calls", "error", err)

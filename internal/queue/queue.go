@@ -52,10 +52,13 @@ var (
 	ErrForbidden = errors.New("caller may no longer make this call")
 )
 
-// Defaults of Config.DefaultTTL and Config.MaxTTL.
+// Defaults of Config's fields of the same names.
 const (
-	DefaultTTL    = time.Hour
-	DefaultMaxTTL = 24 * time.Hour
+	DefaultTTL          = time.Hour
+	DefaultMaxTTL       = 24 * time.Hour
+	DefaultMaxPerDevice = 100
+	DefaultMaxPerKey    = 1000
+	DefaultRetention    = 7 * 24 * time.Hour
 )
 
 // Config configures a Queue. Hub and Store are required.
@@ -82,7 +85,7 @@ type Config struct {
 	// by one caller. Defaults 100 and 1000.
 	MaxPerDevice, MaxPerKey int
 	// Retention: finished calls are deleted this long after they end.
-	// Default 7 days.
+	// Default 7 days; negative keeps them forever.
 	Retention time.Duration
 	// SweepInterval is how often expiry and callbacks are checked.
 	// Default 1s.
@@ -156,9 +159,9 @@ func New(cfg Config) (*Queue, error) {
 	for _, d := range []struct {
 		v   *time.Duration
 		def time.Duration
-	}{{&cfg.DefaultTTL, DefaultTTL}, {&cfg.MaxTTL, DefaultMaxTTL}, {&cfg.Retention, 7 * 24 * time.Hour},
+	}{{&cfg.DefaultTTL, DefaultTTL}, {&cfg.MaxTTL, DefaultMaxTTL}, {&cfg.Retention, DefaultRetention},
 		{&cfg.SweepInterval, time.Second}, {&cfg.CallbackTimeout, 10 * time.Second}, {&cfg.CallbackBackoff, time.Second}} {
-		if *d.v < 0 {
+		if *d.v < 0 && d.v != &cfg.Retention {
 			return nil, fmt.Errorf("queue: durations must not be negative, got %s", *d.v)
 		}
 		if *d.v == 0 {
@@ -169,10 +172,10 @@ func New(cfg Config) (*Queue, error) {
 		return nil, fmt.Errorf("queue: default TTL %s exceeds the maximum %s", cfg.DefaultTTL, cfg.MaxTTL)
 	}
 	if cfg.MaxPerDevice <= 0 {
-		cfg.MaxPerDevice = 100
+		cfg.MaxPerDevice = DefaultMaxPerDevice
 	}
 	if cfg.MaxPerKey <= 0 {
-		cfg.MaxPerKey = 1000
+		cfg.MaxPerKey = DefaultMaxPerKey
 	}
 	if cfg.CallbackTries <= 0 {
 		cfg.CallbackTries = 8

@@ -147,3 +147,43 @@ func TestRunInterruptsAndStops(t *testing.T) {
 		t.Errorf("audited %+v; want call_a once, interrupted", audited)
 	}
 }
+
+// TestRetention: finished calls are pruned once past the retention, and
+// kept with a negative one (mcpgate serve --queue-retention 0).
+func TestRetention(t *testing.T) {
+	for _, tc := range []struct {
+		retention time.Duration
+		kept      bool
+	}{{time.Nanosecond, false}, {-1, true}} {
+		q, s := newQueue(t, Config{Retention: tc.retention, SweepInterval: 5 * time.Millisecond})
+		ended := time.Now().Add(-30 * 24 * time.Hour)
+		if _, err := s.CreateCall(t.Context(), store.QueuedCall{ID: "call_old", Device: "02:00:00:00:00:01", Tool: "t",
+			Arguments: []byte(`{}`), Caller: "k", Door: "rest", State: store.CallQueued, QueuedAt: ended, ExpiresAt: ended.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		c, _ := s.QueuedCall(t.Context(), "call_old")
+		c.State, c.FinishedAt = store.CallExpired, ended
+		if err := s.UpdateCall(t.Context(), c, store.CallQueued); err != nil {
+			t.Fatal(err)
+		}
+		stop := runQueue(t, q)
+		// The first tick prunes: a pruned call is gone within seconds, a
+		// kept one is still there after forty ticks.
+		wait := 10 * time.Second
+		if tc.kept {
+			wait = 200 * time.Millisecond
+		}
+		var err error
+		for deadline := time.Now().Add(wait); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if _, err = s.QueuedCall(t.Context(), "call_old"); err != nil {
+				break
+			}
+		}
+		if err := stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if kept := err == nil; kept != tc.kept {
+			t.Errorf("retention %s: finished call kept %v (%v), want %v", tc.retention, kept, err, tc.kept)
+		}
+	}
+}
