@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -508,4 +510,56 @@ func infoAgent(t *testing.T, logs io.Writer, profile device.Profile) *devagent.A
 	}
 	t.Cleanup(func() { a.Close() })
 	return a
+}
+
+// TestRefusalThenHealthySessionWarns: once a device refused a token
+// connects with a fresh one, its session's failures show at warn again;
+// the streak of refusals no longer quiets them.
+func TestRefusalThenHealthySessionWarns(t *testing.T) {
+	gw, stop := gatewaytest.Start(t, gateway.Config{Provisioning: gateway.Provisioning{
+		DeviceAuth: devauth.ModeToken, DeviceSecret: bytes.Repeat([]byte("k"), 32)}})
+	addr := gw.Addr()
+	var (
+		mu      sync.Mutex
+		answers int
+	)
+	otaProxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		answer := proxyOTA(t, w, r, gw)
+		if answer == nil {
+			return
+		}
+		mu.Lock()
+		if answers++; answers == 1 {
+			answer["websocket"].(map[string]any)["token"] = "mgd1.bogus"
+		}
+		mu.Unlock()
+		_ = json.NewEncoder(w).Encode(answer)
+	}))
+	t.Cleanup(otaProxy.Close)
+	var logs syncBuffer
+	a := infoAgent(t, &logs, device.ProfilePyXiaozhi)
+	run(t, func(ctx context.Context) error {
+		return a.RunGateway(ctx, devagent.GatewayOptions{OTA: otaProxy.URL, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	})
+	waitReady(t, gw, a.ID())
+	// The gateway goes away (the first failure is info), then something
+	// else answers on its address: the reason changes, which is a warning.
+	stop()
+	waitLogged(t, &logs, "connection refused")
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("cannot listen on the gateway's address again: %v", err)
+	}
+	other := httptest.NewUnstartedServer(http.NotFoundHandler())
+	other.Listener.Close()
+	other.Listener = ln
+	other.Start()
+	t.Cleanup(other.Close)
+	deadline := time.Now().Add(waitFor)
+	for !regexp.MustCompile(`level=WARN msg="cannot connect; retrying".*404`).MatchString(logs.String()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning that the gateway cannot be reached:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -119,10 +120,10 @@ func (a *Agent) RunGateway(ctx context.Context, o GatewayOptions) error {
 		level := slog.LevelWarn
 		if err == nil {
 			otaFailing = throttle{}
-			var healthy bool
+			var connected, healthy bool
 			// In a streak of refusals the client's own lines say again
-			// what the line below says: debug.
-			healthy, err = a.runProvisioned(ctx, reply, o, refused.n > 0)
+			// what the line below says: debug, until it connects.
+			connected, healthy, err = a.runProvisioned(ctx, reply, o, refused.n > 0)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -131,6 +132,9 @@ func (a *Agent) RunGateway(ctx context.Context, o GatewayOptions) error {
 			}
 			if healthy {
 				bo.Reset()
+			}
+			if connected {
+				refused = throttle{} // a refusal after a session starts a new streak
 			}
 			if errors.Is(err, device.ErrUnauthorized) {
 				level = refused.level(time.Now(), err)
@@ -169,9 +173,10 @@ func (a *Agent) RunGateway(ctx context.Context, o GatewayOptions) error {
 // the endpoint stays unreachable for ReprovisionAttempts attempts over
 // ReprovisionAfter: then it returns an error wrapping
 // device.ErrUnauthorized or errUnreachable, so the caller provisions again,
-// as a rebooted device would. healthy reports whether a session lasted
-// healthyAfter.
-func (a *Agent) runProvisioned(ctx context.Context, reply *OTAReply, o GatewayOptions, quiet bool) (healthy bool, err error) {
+// as a rebooted device would. connected reports whether a session
+// started, healthy whether one lasted healthyAfter. quiet logs the
+// client's warnings at debug until a session starts.
+func (a *Agent) runProvisioned(ctx context.Context, reply *OTAReply, o GatewayOptions, quiet bool) (connected, healthy bool, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	onState := o.OnState
@@ -180,8 +185,16 @@ func (a *Agent) runProvisioned(ctx context.Context, reply *OTAReply, o GatewayOp
 		failures     int       // failed attempts in a row
 		failingSince time.Time
 	)
+	log, level := a.clientLog(), slog.LevelInfo
+	var q *quieter
+	if quiet {
+		q = &quieter{log.Handler(), new(atomic.Bool)}
+		q.on.Store(true)
+		log, level = slog.New(q), slog.LevelDebug
+	}
 	// OnState is called from the goroutine running the client only, so
-	// these need no lock; healthy is read after run returns.
+	// these need no lock; connected and healthy are read after run
+	// returns.
 	o.OnState = func(s device.State) {
 		if onState != nil {
 			onState(s)
@@ -189,7 +202,10 @@ func (a *Agent) runProvisioned(ctx context.Context, reply *OTAReply, o GatewayOp
 		now := time.Now()
 		switch s.Status {
 		case device.StatusConnected:
-			connectedAt, failures = now, 0
+			connectedAt, failures, connected = now, 0, true
+			if q != nil {
+				q.on.Store(false) // the streak of refusals is over
+			}
 		case device.StatusDisconnected:
 			if !connectedAt.IsZero() {
 				healthy = healthy || now.Sub(connectedAt) >= healthyAfter
@@ -209,20 +225,16 @@ func (a *Agent) runProvisioned(ctx context.Context, reply *OTAReply, o GatewayOp
 			}
 		}
 	}
-	log, level := a.clientLog(), slog.LevelInfo
-	if quiet {
-		log, level = slog.New(quieter{log.Handler()}), slog.LevelDebug
-	}
 	run, err := a.clientFor(reply, o, log)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	a.log.Log(ctx, level, "provisioned", "transport", reply.transport())
 	_ = run(ctx)
 	if !connectedAt.IsZero() && time.Since(connectedAt) >= healthyAfter {
 		healthy = true // still connected when stopped
 	}
-	return healthy, context.Cause(ctx)
+	return connected, healthy, context.Cause(ctx)
 }
 
 // OTAReply is the part of an OTA answer the agent uses.
@@ -353,17 +365,21 @@ func (a *Agent) clientFor(r *OTAReply, o GatewayOptions, log *slog.Logger) (func
 	return c.Run, nil
 }
 
-// quieter logs warnings at debug: those of a provisioned client in a
-// streak of refusals, which RunGateway reports itself, throttled. Info
-// lines (connected) keep their level.
-type quieter struct{ slog.Handler }
-
-func (q quieter) Enabled(ctx context.Context, l slog.Level) bool {
-	return q.Handler.Enabled(ctx, l) || q.Handler.Enabled(ctx, slog.LevelDebug)
+// quieter logs warnings at debug while on: those of a provisioned client
+// in a streak of refusals, which RunGateway reports itself, throttled,
+// until the client connects. Info lines (connected) keep their level.
+// Handlers derived with WithAttrs or WithGroup share on.
+type quieter struct {
+	slog.Handler
+	on *atomic.Bool
 }
 
-func (q quieter) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level >= slog.LevelWarn {
+func (q *quieter) Enabled(ctx context.Context, l slog.Level) bool {
+	return q.Handler.Enabled(ctx, l) || q.on.Load() && q.Handler.Enabled(ctx, slog.LevelDebug)
+}
+
+func (q *quieter) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn && q.on.Load() {
 		r.Level = slog.LevelDebug
 	}
 	if !q.Handler.Enabled(ctx, r.Level) {
@@ -372,10 +388,12 @@ func (q quieter) Handle(ctx context.Context, r slog.Record) error {
 	return q.Handler.Handle(ctx, r)
 }
 
-func (q quieter) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return quieter{q.Handler.WithAttrs(attrs)}
+func (q *quieter) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &quieter{q.Handler.WithAttrs(attrs), q.on}
 }
-func (q quieter) WithGroup(name string) slog.Handler { return quieter{q.Handler.WithGroup(name)} }
+func (q *quieter) WithGroup(name string) slog.Handler {
+	return &quieter{q.Handler.WithGroup(name), q.on}
+}
 
 // clientLog is the logger of the agent's device clients. The device SDK
 // warns when another connection with the same device id replaced this
