@@ -40,6 +40,10 @@ func TestHelpValueNames(t *testing.T) {
 	if !strings.Contains(r.stdout, "--device-auth string") {
 		t.Errorf("serve --help does not show --device-auth string:\n%s", r.stdout)
 	}
+	// Patterns given add to the camera's default (serve.go), not replace it.
+	if !strings.Contains(r.stdout, "self.camera.*=90s stays unless that pattern is given") {
+		t.Errorf("serve --help does not say the camera's --tool-timeout default stays:\n%s", r.stdout)
+	}
 }
 
 // TestVersionFlag: --version prints what the version command prints.

@@ -161,7 +161,7 @@ environment, which wins over the file.`,
 	f.StringVar(&clusterCfg.TLSCA, "cluster-tls-ca", "", "cluster mode, embedded NATS: the CA (PEM) every node's route certificate must chain to")
 	f.DurationVar(&cfg.CallTimeout, "call-timeout", 30*time.Second, "default timeout of a tool call")
 	f.StringToStringVar(&toolTimeouts, "tool-timeout", map[string]string{"self.camera.*": "90s"},
-		"per-tool call timeouts as PATTERN=DURATION (path.Match patterns); any given replace the default")
+		"per-tool call timeouts as PATTERN=DURATION (path.Match patterns; the longest matching pattern wins); self.camera.*=90s stays unless that pattern is given")
 	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 10*time.Second, "timeout of initialize and of each tools/list page")
 	f.IntVar(&cfg.MaxPages, "max-pages", 50, "most tools/list pages read per discovery")
 	f.IntVar(&cfg.MaxTools, "max-tools", 1000, "most tools kept per device")
