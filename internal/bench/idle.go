@@ -89,6 +89,9 @@ func (r *Report) idleGoal() Goal {
 	switch {
 	case c.ErrorCount() > 0:
 		g.Note = fmt.Sprintf("%d calls failed", c.ErrorCount())
+	case r.Config.Transport == "mqtt":
+		g.Status = "n/a"
+		g.Note = fmt.Sprintf("over MQTT, where it would be %s; the goal is stated for WebSocket devices", status(ok))
 	case m.Devices < GoalIdleDevices:
 		g.Status = "n/a"
 		g.Note = fmt.Sprintf("measured at %d devices, where it would be %s; the goal is stated at %d", m.Devices, status(ok), GoalIdleDevices)
