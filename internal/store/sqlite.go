@@ -106,7 +106,7 @@ func openSQLite(ctx context.Context, path string, o OpenOptions) (_ Store, err e
 		}
 	}()
 	if err := pingSQLite(ctx, w); err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", abs, err)
+		return nil, sqliteOpenError(abs, err)
 	}
 	from, to, err := migrateSQLite(ctx, w, o.KeepSchema)
 	if err != nil {
@@ -120,7 +120,7 @@ func openSQLite(ctx context.Context, path string, o OpenOptions) (_ Store, err e
 	r.SetMaxIdleConns(sqliteReaders)
 	if err := r.PingContext(ctx); err != nil {
 		r.Close()
-		return nil, fmt.Errorf("store: open %s: %w", abs, err)
+		return nil, sqliteOpenError(abs, err)
 	}
 	// The -wal and -shm files exist now; SQLite gives them the database
 	// file's mode, checked here once more in case they were left by an
@@ -130,6 +130,19 @@ func openSQLite(ctx context.Context, path string, o OpenOptions) (_ Store, err e
 		return nil, err
 	}
 	return &sqliteStore{path: abs, w: w, r: r, schemaFrom: from, schemaTo: to, unlock: unlock}, nil
+}
+
+// sqliteOpenError wraps err, from opening the database at path. A
+// database file that is writable in a directory that is not fails with
+// SQLite's "attempt to write a readonly database", which names neither
+// the directory nor the files SQLite could not create: say so.
+func sqliteOpenError(path string, err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) && se.Code() == sqlite3.SQLITE_READONLY_DIRECTORY {
+		return fmt.Errorf("store: open %s: the directory %s is not writable: SQLite needs to create %s-wal and -shm there: %w",
+			path, filepath.Dir(path), filepath.Base(path), err)
+	}
+	return fmt.Errorf("store: open %s: %w", path, err)
 }
 
 // ErrEmptyFile is a SQLite database file of 0 bytes, refused at open.

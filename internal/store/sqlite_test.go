@@ -4,7 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -351,4 +354,88 @@ func TestSQLiteEmptyFile(t *testing.T) {
 	if v, err := s.Setting(ctx, "k"); err != nil || v != "v" {
 		t.Errorf("the filled store's setting: %q, %v", v, err)
 	}
+}
+
+// readOnlyDirEnv names the data directory TestSQLiteReadOnlyDirectory's
+// child process opens.
+const readOnlyDirEnv = "MCPGATE_TEST_READONLY_DIR"
+
+// TestSQLiteReadOnlyDirectory: a data directory SQLite cannot create the
+// -wal and -shm files in, beside a writable database file, is named as the
+// cause. Root ignores permission bits, so as root the store is opened by a
+// child process running as nobody.
+func TestSQLiteReadOnlyDirectory(t *testing.T) {
+	if dir := os.Getenv(readOnlyDirEnv); dir != "" {
+		s, err := Open(context.Background(), "", dir)
+		if err == nil {
+			s.Close()
+		}
+		fmt.Printf("open: %v\n", err)
+		return
+	}
+	base, err := os.MkdirTemp("", "readonly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	dir := filepath.Join(base, "data")
+	s, err := Open(context.Background(), "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	var got string
+	if os.Geteuid() != 0 {
+		if err := os.Chmod(dir, 0o500); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Chmod(dir, 0o700) })
+		_, err := Open(context.Background(), "", dir)
+		got = fmt.Sprint(err)
+	} else {
+		got = openAsNobody(t, base, dir)
+	}
+	want := "the directory " + dir + " is not writable: SQLite needs to create " + DefaultFile + "-wal and -shm there"
+	if !strings.Contains(got, want) || !strings.Contains(got, "readonly database") {
+		t.Errorf("opening a store in a read-only directory: %s\nwant it to say %q and keep SQLite's error", got, want)
+	}
+}
+
+// openAsNobody opens the store in dir, made nobody's and read-only, from
+// a copy of the test binary in base running as nobody, and returns what
+// it says.
+func openAsNobody(t *testing.T, base, dir string) string {
+	t.Helper()
+	const nobody = 65534
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(base, "store.test")
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(dir, func(path string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Chown(path, nobody, nobody)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^TestSQLiteReadOnlyDirectory$")
+	cmd.Env = append(os.Environ(), readOnlyDirEnv+"="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the test as nobody: %v\n%s", err, out)
+	}
+	return string(out)
 }
