@@ -157,6 +157,9 @@ func TestFlagMistakesStopAtStart(t *testing.T) {
 		{[]string{"run", "--ota", "http://127.0.0.1:1/xiaozhi/ota/", "--token", "t"}, "--token (or MCPGATE_DEVICE_TOKEN) is for --server"},
 		{[]string{"endpoint", "--url", "127.0.0.1:1/mcp?token=SECRET"}, "--url"},
 		{[]string{"endpoint", "--url", "ws://127.0.0.1:1/%zz?token=SECRET"}, "--url"},
+		{[]string{"run", "--server", "ws://127.0.0.1:99999/xiaozhi/v1/"}, "port 99999 is out of range (1-65535)"},
+		{[]string{"run", "--ota", "http://127.0.0.1:0/xiaozhi/ota/"}, "port 0 is out of range (1-65535)"},
+		{[]string{"endpoint", "--url", "ws://h:99999/mcp?token=SECRET"}, "--url \"ws://h:99999/mcp?REDACTED\": port 99999 is out of range"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			done := make(chan error, 1)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -339,15 +340,21 @@ func (a *Agent) endpointSession(ctx context.Context, o EndpointOptions) (connect
 	return true, err
 }
 
-// checkURL refuses a URL flag whose scheme is not one of schemes, at start,
-// rather than retrying something that can never work. The message shows the
-// URL without its query (a token).
+// checkURL refuses a URL flag whose scheme is not one of schemes, or whose
+// port is out of range, at start, rather than retrying something that can
+// never work. The message shows the URL without its query (a token).
 func checkURL(flag, raw, example string, schemes ...string) error {
 	u, err := url.Parse(raw)
-	if err == nil && slices.Contains(schemes, u.Scheme) && u.Host != "" {
-		return nil
+	if err != nil || !slices.Contains(schemes, u.Scheme) || u.Host == "" {
+		return fmt.Errorf("devagent: %s %q: want a %s:// URL with a host, e.g. %s", flag, redactURL(raw), strings.Join(schemes, ":// or "), example)
 	}
-	return fmt.Errorf("devagent: %s %q: want a %s:// URL with a host, e.g. %s", flag, redactURL(raw), strings.Join(schemes, ":// or "), example)
+	if p := u.Port(); p != "" {
+		// url.Parse checks that a port is digits, not its range.
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("devagent: %s %q: port %s is out of range (1-65535)", flag, redactURL(raw), p)
+		}
+	}
+	return nil
 }
 
 // redactURL returns the URL text with its query (where tokens go) cut,
