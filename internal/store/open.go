@@ -180,15 +180,11 @@ func redactDSN(dsn string) string {
 		}
 		return "…"
 	}
-	var secrets []string
+	secrets := urlPasswords(u)
 	if u.User != nil {
-		if pw, has := u.User.Password(); has {
-			secrets = append(secrets, pw)
-			u.User = url.User(u.User.Username())
-		}
+		u.User = url.User(u.User.Username())
 	}
 	if q := u.Query(); q.Has("password") {
-		secrets = append(secrets, q["password"]...)
 		q.Del("password")
 		u.RawQuery = q.Encode()
 	}
@@ -201,6 +197,26 @@ func redactDSN(dsn string) string {
 		}
 	}
 	return out
+}
+
+// dsnPasswords returns the passwords dsn carries, in the user info or in
+// password query parameters; none if it does not parse.
+func dsnPasswords(dsn string) []string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil
+	}
+	return urlPasswords(u)
+}
+
+func urlPasswords(u *url.URL) []string {
+	var pws []string
+	if u.User != nil {
+		if pw, has := u.User.Password(); has {
+			pws = append(pws, pw)
+		}
+	}
+	return append(pws, u.Query()["password"]...)
 }
 
 // validScheme reports whether s is a URL scheme (RFC 3986 section 3.1).

@@ -5,12 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mcpgate/mcpgate/internal/redact"
 )
 
 // pgMigrationLock is the advisory lock key (any constant) that serialises
@@ -28,14 +32,60 @@ type pgStore struct {
 	lock                 *pgLock // OpenOptions.Lock's, or nil
 }
 
+// pgParseReason is why pgx could not parse dsn: its error without the
+// connection string it quotes, without the URL a *url.Error inside it
+// names, and with dsn's password hidden wherever it still shows (a value
+// quoted in the reason). "" if err is not pgx's parse error, or dsn not a
+// URL: the keyword/value syntax's errors quote the text around a mistake.
+func pgParseReason(err error, dsn string) string {
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) || !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
+		return ""
+	}
+	if _, err := url.Parse(dsn); err != nil {
+		// Where the password is cannot be told: net/url's reason, which
+		// quotes at most the bad escape or port, rather than pgx's.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			return ue.Err.Error()
+		}
+		return err.Error()
+	}
+	// Error is "cannot parse `CONNSTRING`: MSG" or "... MSG (INNER)", MSG
+	// one of pgx's fixed texts.
+	msg := pe.Error()
+	inner := pe.Unwrap()
+	if inner != nil {
+		msg = strings.TrimSuffix(msg, " ("+inner.Error()+")")
+	}
+	i := strings.LastIndex(msg, "`: ")
+	if i < 0 {
+		return ""
+	}
+	msg = msg[i+len("`: "):]
+	if inner != nil {
+		msg += ": " + redact.Err(inner).Error()
+	}
+	for _, pw := range dsnPasswords(dsn) {
+		for _, form := range []string{pw, url.QueryEscape(pw), url.PathEscape(pw)} {
+			msg = redact.Secret(msg, form)
+		}
+	}
+	return msg
+}
+
 func openPostgres(ctx context.Context, dsn string, o OpenOptions) (_ Store, err error) {
 	location := redactDSN(dsn)
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		// pgx's parse errors, and the URL errors inside them, quote the
-		// connection string with at best a redacted password: say only
-		// where.
-		return nil, fmt.Errorf("store: PostgreSQL URL %s cannot be parsed; want postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=...", location)
+		// Not wrapped: pgx's parse errors, and the URL errors inside
+		// them, quote the connection string with at best a redacted
+		// password. pgParseReason says why without it.
+		reason := ""
+		if r := pgParseReason(err, dsn); r != "" {
+			reason = " (" + r + ")"
+		}
+		return nil, fmt.Errorf("store: PostgreSQL URL %s cannot be parsed%s; want postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=...", location, reason)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -32,8 +32,12 @@ func TestOpenRejects(t *testing.T) {
 		{"sqlite::memory:", "sqlite:PATH"},
 		{"file:x.db?mode=ro", "sqlite:PATH"},
 		{"/var/lib/mcpgate/mcpgate.db", "unknown kind"},
-		{"postgres://u:hunter2@host:badport/db", "cannot be parsed"},
-		{"postgres://u@host/db?password=hunter2&connect_timeout=x", "cannot be parsed"},
+		{"postgres://u:hunter2@host:badport/db", `cannot be parsed (invalid port ":badport" after host)`},
+		{"postgres://u@host/db?password=hunter2&connect_timeout=x", "cannot be parsed (invalid connect_timeout"},
+		{"postgres://u:hunter2@host:55432/db?sslmode=bogus", "cannot be parsed (failed to configure TLS: sslmode is invalid)"},
+		{"postgres://u:hunter2@host:55432/db?pool_max_conns=abc", `cannot be parsed (cannot parse pool_max_conns: strconv.ParseInt: parsing "abc"`},
+		// The password in the text pgx quotes.
+		{"postgres://u:hunter2@host:55432/db?pool_max_conns=hunter2", `parsing "REDACTED"`},
 	} {
 		_, err := store.Open(context.Background(), tc.dsn, t.TempDir())
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
