@@ -15,7 +15,8 @@
 // device's raw JSON (go-sdk's typed content model would drop unknown fields,
 // a zero priority and non-canonical base64), structuredContent verbatim, and
 // _meta key by key. Tool definitions in tools/list are likewise the device's
-// own JSON. Gateway failures (unknown device or tool, offline, timeout,
+// own JSON. Both are first made valid MCP (conform.go): SDK clients reject a
+// whole list or result for one member of the wrong type. Gateway failures (unknown device or tool, offline, timeout,
 // invalid arguments) become isError results whose text starts with
 // "mcpgate <code>:" and whose _meta carries {"mcpgate/error": "<code>"}, so a
 // model can read them and a program can branch on them.
@@ -153,6 +154,12 @@ type Server struct {
 	byDevice map[string][]*door // guarded by mu
 
 	sessionCalls sessionCalls // calls in flight by session, ended by a DELETE
+
+	// warned holds the tools whose repair or refusal was logged, with the
+	// hash of the catalog it was logged for: each is logged once per
+	// catalog, not once per door and sync (see warnTool).
+	warnMu sync.Mutex
+	warned map[toolKey]string // guarded by warnMu
 }
 
 // doorKey names a device server: the caller's key id ("" for the local
