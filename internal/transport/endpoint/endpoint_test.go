@@ -225,6 +225,29 @@ func TestNamesOnClash(t *testing.T) {
 	}
 }
 
+// A source whose device id would be another device's alias gets a suffix,
+// as for a name taken: lookups take the alias first, so the other device
+// would get its calls.
+func TestNameWhoseIDIsAnAlias(t *testing.T) {
+	f := newFixture(t, endpoint.Config{AllowNoToken: true})
+	dial(t, f.url, mcptest.New("other"), nil)
+	waitReady(t, f.hub, "other", 3)
+	if _, err := f.hub.SetAlias("endpoint-other", "endpoint-zzz"); err != nil {
+		t.Fatal(err)
+	}
+	dial(t, f.url, mcptest.New("zzz"), nil)
+	d := waitReady(t, f.hub, "zzz-2", 3)
+	if d.ID != "endpoint-zzz-2" || d.Alias != "zzz-2" {
+		t.Fatalf("new source: id %s, alias %s", d.ID, d.Alias)
+	}
+	if d, err := f.hub.Device("endpoint-zzz"); err != nil || d.ID != "endpoint-other" {
+		t.Fatalf("endpoint-zzz is %+v, %v; want the source that took it as alias", d, err)
+	}
+	if got := callText(t, f.hub, "zzz-2", "echo", `{"text":"hi"}`); !strings.Contains(got, `"text":"hi"`) {
+		t.Fatalf("echo = %s", got)
+	}
+}
+
 func TestPeerRequestsAndOddIDs(t *testing.T) {
 	f := newFixture(t, endpoint.Config{AllowNoToken: true})
 	srv := mcptest.New("odd")
