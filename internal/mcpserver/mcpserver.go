@@ -111,11 +111,23 @@ type Config struct {
 	MaxSessions int
 	// Metrics, when set, gets the gauge mcpgate_mcp_sessions_open.
 	Metrics *metrics.Metrics
+	// EventStoreBytes bounds the memory that keeps the doors' SSE events
+	// (all sessions together) so that a client whose connection dropped
+	// resumes its stream with Last-Event-ID and gets the answers sent
+	// meanwhile; past it, the oldest events go first, and a resumption that
+	// needs them is refused (400). Default DefaultEventStoreBytes; negative:
+	// no store, streams cannot be resumed.
+	EventStoreBytes int
 	// Queue, when set, lets a call to an offline device be queued (_meta
 	// "mcpgate/queue", or a tool whose policy is always) and adds the
 	// aggregate tool get_call_result (queued.go).
 	Queue *queue.Queue
 }
+
+// DefaultEventStoreBytes is Config.EventStoreBytes's default: room for a
+// few results as large as a device may send (8 MiB on the MCP endpoint)
+// besides the small ones of every session.
+const DefaultEventStoreBytes = 32 << 20
 
 // DefaultMaxSessions is Config.MaxSessions's default: far more agents and
 // inspectors than one gateway serves, far fewer than would exhaust its memory.
@@ -130,6 +142,7 @@ type Server struct {
 	// (see sdkHandler).
 	sdkLog *slog.Logger
 	guard  *httpguard.Guard
+	events mcp.EventStore // shared by every door's handler; nil when disabled
 
 	startOnce sync.Once
 	loopDone  chan struct{} // closed when the event loop returns; nil until started
@@ -196,12 +209,20 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxSessions == 0 {
 		cfg.MaxSessions = DefaultMaxSessions
 	}
+	if cfg.EventStoreBytes == 0 {
+		cfg.EventStoreBytes = DefaultEventStoreBytes
+	}
 	g, err := httpguard.New(cfg.ListenAddr, cfg.AllowedHosts, cfg.AllowedOrigins)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, hub: cfg.Hub, log: cfg.Logger, sdkLog: slog.New(sdkHandler{cfg.Logger.Handler()}), guard: g, agg: make(map[string]*door),
 		devices: make(map[doorKey]*door), byDevice: make(map[string][]*door), handler: make(map[*door]http.Handler)}
+	if cfg.EventStoreBytes > 0 {
+		es := mcp.NewMemoryEventStore(nil)
+		es.SetMaxBytes(cfg.EventStoreBytes)
+		s.events = es
+	}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "mcpgate_mcp_sessions_open", Help: "MCP client sessions open (initialized) on /mcp and /mcp/devices/{id}.",
@@ -448,6 +469,9 @@ func (s *Server) httpHandler(d *door) http.Handler {
 		DisableLocalhostProtection: true,
 		// limitBody enforces and counts the same bound first.
 		MaxRequestBodyBytes: s.cfg.MaxBodyBytes,
+		// A call outlives its POST's connection; its answer waits here
+		// for the client to resume the stream (GET with Last-Event-ID).
+		EventStore: s.events,
 	})
 }
 
