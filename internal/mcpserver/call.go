@@ -59,7 +59,12 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 			}
 		}
 	}
-	cr.Wait, _ = req.Params.Meta[MetaWait].(bool) // control tools answer at once unless asked to wait
+	if v, ok := req.Params.Meta[MetaWait]; ok { // control tools answer at once unless asked to wait
+		if cr.Wait, ok = v.(bool); !ok {
+			got, _ := json.Marshal(v) // it was decoded from JSON
+			return gatewayError("bad_request", fmt.Sprintf(`_meta %q: want true or false, got %s`, MetaWait, got)), nil
+		}
+	}
 	queued, ttl, err := d.queueTTL(req, tool)
 	if err != nil {
 		return gatewayError("bad_request", err.Error()), nil
