@@ -192,11 +192,11 @@ func (s *Session) ListTools(ctx context.Context) (tools []Tool, pages int, trunc
 		for _, raw := range page.Tools {
 			t, err := decodeTool(raw)
 			if err != nil || t.Name == "" {
-				s.log.Warn("skipped malformed tool in tools/list", "page", pages, "error", err, "tool", truncate(raw, 200))
+				s.log.Load().Warn("skipped malformed tool in tools/list", "page", pages, "error", err, "tool", truncate(raw, 200))
 				continue
 			}
 			if seenTool[t.Name] {
-				s.log.Warn("skipped duplicate tool in tools/list", "tool", t.Name)
+				s.log.Load().Warn("skipped duplicate tool in tools/list", "tool", t.Name)
 				continue
 			}
 			if len(tools) >= s.cfg.MaxTools {

@@ -373,6 +373,7 @@ func (c *connection) run(sess *mcpclient.Session) {
 	defer c.t.release(name)
 	id := DeviceIDPrefix + name
 	log := c.log.With("device_id", id, "source", name)
+	sess.SetLogger(log) // its discovery's lines name the source too
 	if c.check != nil {
 		if err := c.check(ctx, id, name); err != nil {
 			c.t.m.Handshakes.WithLabelValues("endpoint", "unauthorized").Inc()

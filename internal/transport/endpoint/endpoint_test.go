@@ -1,14 +1,17 @@
 package endpoint_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -245,6 +248,45 @@ func TestNameWhoseIDIsAnAlias(t *testing.T) {
 	}
 	if got := callText(t, f.hub, "zzz-2", "echo", `{"text":"hi"}`); !strings.Contains(got, `"text":"hi"`) {
 		t.Fatalf("echo = %s", got)
+	}
+}
+
+// syncBuffer is a log sink the transport's goroutines write while the test
+// reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// A tool listed twice keeps its first definition, as firmware's
+// McpServer::AddTool does; the line saying so names the source.
+func TestDuplicateToolLoggedWithDeviceID(t *testing.T) {
+	var logs syncBuffer
+	f := newFixture(t, endpoint.Config{AllowNoToken: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	srv := mcptest.New("dup")
+	srv.SetTools("echo", "add", "echo")
+	dial(t, f.url, srv, nil)
+	waitReady(t, f.hub, "dup", 2)
+	var line string
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, "skipped duplicate tool in tools/list") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "device_id=endpoint-dup") || !strings.Contains(line, "tool=echo") {
+		t.Fatalf("duplicate logged as %q; log:\n%s", line, logs.String())
 	}
 }
 
