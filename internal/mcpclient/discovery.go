@@ -87,7 +87,7 @@ func (s *Session) Initialize(ctx context.Context) (*InitializeResult, error) {
 
 	reply, err := s.Request(ctx, "initialize", params, 0)
 	if err != nil {
-		return nil, fmt.Errorf("initialize: %w", err)
+		return nil, err // it names initialize
 	}
 	if reply.Error != nil {
 		return nil, &RPCError{Method: "initialize", Err: reply.Error}
@@ -125,7 +125,7 @@ func (r *InitializeResult) HasCapability(name string) bool {
 func (s *Session) SetLogLevel(ctx context.Context, level string) error {
 	reply, err := s.Request(ctx, "logging/setLevel", map[string]string{"level": level}, 0)
 	if err != nil {
-		return fmt.Errorf("logging/setLevel: %w", err)
+		return err // it names logging/setLevel
 	}
 	if reply.Error != nil {
 		return &RPCError{Method: "logging/setLevel", Err: reply.Error}
@@ -244,7 +244,7 @@ func (s *Session) Discover(ctx context.Context) (*Discovery, error) {
 	}
 	tools, pages, truncated, err := s.ListTools(ctx)
 	if err != nil {
-		return &Discovery{Init: *init}, fmt.Errorf("%w: tools/list: %w", ErrDiscovery, err)
+		return &Discovery{Init: *init}, fmt.Errorf("%w: %w", ErrDiscovery, err) // err names tools/list
 	}
 	return &Discovery{Init: *init, Tools: tools, Pages: pages, Truncated: truncated}, nil
 }

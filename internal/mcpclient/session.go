@@ -47,8 +47,10 @@ var ErrNoMessages = errors.New("the device's connection carries no messages besi
 
 // Errors a caller branches on.
 var (
-	// ErrTimeout: the device did not answer within the request's deadline.
-	ErrTimeout = errors.New("device did not answer in time")
+	// ErrTimeout: the peer (a device, or an MCP server on the endpoint) did
+	// not answer within the request's deadline. The error names the method
+	// and the time waited: "initialize: no answer after 10s".
+	ErrTimeout = errors.New("no answer")
 	// ErrDisconnected: the connection ended before the device answered.
 	ErrDisconnected = errors.New("device disconnected")
 	// ErrMalformedResponse: the device's reply could not be understood.

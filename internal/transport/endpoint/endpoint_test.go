@@ -22,6 +22,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/leakcheck"
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/mcptest"
 	"github.com/mcpgate/mcpgate/internal/transport/endpoint"
 )
@@ -287,6 +288,31 @@ func TestDuplicateToolLoggedWithDeviceID(t *testing.T) {
 	}
 	if !strings.Contains(line, "device_id=endpoint-dup") || !strings.Contains(line, "tool=echo") {
 		t.Fatalf("duplicate logged as %q; log:\n%s", line, logs.String())
+	}
+}
+
+// A server that never answers initialize is closed with a reason that says
+// so once, and does not call it a device.
+func TestInitializeTimeoutReason(t *testing.T) {
+	f := newFixture(t, endpoint.Config{AllowNoToken: true, Session: mcpclient.Config{RequestTimeout: 100 * time.Millisecond}})
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	conn, _, err := websocket.Dial(ctx, f.url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow()
+	for { // read the initialize, answer nothing
+		if _, _, err = conn.Read(ctx); err != nil {
+			break
+		}
+	}
+	if got := websocket.CloseStatus(err); got != websocket.StatusNormalClosure {
+		t.Fatalf("closed with %v (%v)", got, err)
+	}
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Reason != "initialize: no answer after 100ms" {
+		t.Fatalf("close reason %q, want %q", ce.Reason, "initialize: no answer after 100ms")
 	}
 }
 
