@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/internal/devicetest"
+	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/sim"
 )
@@ -123,5 +125,64 @@ func TestTypeScriptSDKClient(t *testing.T) {
 		Timeout: 10 * time.Second})
 	if err != nil || len(res.Content) != 1 || !strings.Contains(string(res.Content[0]), `\"volume\":37`) {
 		t.Fatalf("get_device_status through the hub = %+v, %v", res, err)
+	}
+}
+
+// One device listing tools with members of the wrong type, and answering
+// results MCP does not define, breaks neither the TypeScript SDK's
+// listTools nor its callTool on the aggregate door: the tools are listed
+// repaired (s_string, whose input schema is a string's, is left out), the
+// other devices' tools stay visible, and each bad content item arrives as a
+// text saying what came.
+func TestTypeScriptSDKClientMalformedDevice(t *testing.T) {
+	npmDir(t)
+	gw, _ := startGateway(t, "127.0.0.1:0")
+	gatewaytest.ConnectReady(t, gw, devicetest.Config{ID: "02:00:00:00:0e:02"})
+	const id = "02:00:00:00:0e:01"
+	tools := []json.RawMessage{
+		json.RawMessage(`{"name":"s_ann","inputSchema":{"type":"object"},"annotations":{"destructiveHint":"false"}}`),
+		json.RawMessage(`{"name":"s_out","inputSchema":{"type":"object"},"outputSchema":{"type":"string"}}`),
+		json.RawMessage(`{"name":"s_props","inputSchema":{"type":"object","properties":5}}`),
+		json.RawMessage(`{"name":"s_req","inputSchema":{"type":"object","required":"x"}}`),
+		json.RawMessage(`{"name":"s_title","title":5,"inputSchema":{"type":"object"}}`),
+		json.RawMessage(`{"name":"s_string","inputSchema":{"type":"string"}}`),
+	}
+	results := map[string]string{
+		"s_ann":   `{"content":[{"type":"weird"}]}`,
+		"s_title": `{"content":[{"type":"text","text":5}]}`,
+		"s_req":   `{"content":[{"type":"text","text":"ok"}],"structuredContent":[1,2]}`,
+	}
+	gatewaytest.ConnectReady(t, gw, devicetest.Config{ID: id, Tools: tools, OnCall: func(c devicetest.Call) devicetest.Answer {
+		return devicetest.Answer{Result: json.RawMessage(results[c.Name])}
+	}})
+	if _, err := gw.Hub().SetAlias(id, "odd"); err != nil {
+		t.Fatal(err)
+	}
+	other, err := gw.Hub().Device("02:00:00:00:0e:02")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	out := runNodeClient(t, "http://"+gw.Addr()+"/mcp", "odd.s_ann", `{}`, "odd.s_title", `{}`, "odd.s_req", `{}`)
+	var got []string
+	for _, name := range out.Tools {
+		if strings.HasPrefix(name, "odd.") || strings.HasPrefix(name, other.Alias+".") {
+			got = append(got, name)
+		}
+	}
+	slices.Sort(got)
+	want := []string{"odd.s_ann", "odd.s_out", "odd.s_props", "odd.s_req", "odd.s_title", other.Alias + ".self.audio_speaker.set_volume"}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("tools listed by the TypeScript SDK:\n got %v\nwant %v", got, want)
+	}
+	if len(out.Calls) != 3 {
+		t.Fatalf("calls = %+v", out.Calls)
+	}
+	for i, says := range []string{`its type "weird" is not one MCP defines`, `its "text" is not a string`, "ok"} {
+		r := out.Calls[i].Result
+		if r.IsError || len(r.Content) != 1 || r.Content[0].Type != "text" || !strings.Contains(r.Content[0].Text, says) {
+			t.Errorf("%s answered %+v, want a text with %q", out.Calls[i].Name, r, says)
+		}
 	}
 }

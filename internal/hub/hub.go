@@ -320,6 +320,14 @@ func (h *Hub) CheckNewID(id string) error {
 	if err := deviceid.Check(id); err != nil {
 		return err
 	}
+	return h.CheckNotAlias(id)
+}
+
+// CheckNotAlias refuses id when it is another device's alias. CheckNewID
+// does it for devices; a transport that makes ids itself (the MCP
+// endpoint's endpoint-<name>, which deviceid.Check keeps from devices)
+// calls it alone, and picks another id.
+func (h *Hub) CheckNotAlias(id string) error {
 	h.mu.RLock()
 	owner, ok := h.aliases[strings.ToLower(id)]
 	h.mu.RUnlock()

@@ -91,7 +91,7 @@ func (s *Session) Initialize(ctx context.Context) (*InitializeResult, error) {
 
 	reply, err := s.Request(ctx, "initialize", params, 0)
 	if err != nil {
-		return nil, fmt.Errorf("initialize: %w", err)
+		return nil, err // it names initialize
 	}
 	if reply.Error != nil {
 		return nil, &RPCError{Method: "initialize", Err: reply.Error}
@@ -129,7 +129,7 @@ func (r *InitializeResult) HasCapability(name string) bool {
 func (s *Session) SetLogLevel(ctx context.Context, level string) error {
 	reply, err := s.Request(ctx, "logging/setLevel", map[string]string{"level": level}, 0)
 	if err != nil {
-		return fmt.Errorf("logging/setLevel: %w", err)
+		return err // it names logging/setLevel
 	}
 	if reply.Error != nil {
 		return &RPCError{Method: "logging/setLevel", Err: reply.Error}
@@ -199,11 +199,11 @@ func (s *Session) ListTools(ctx context.Context) (tools []Tool, pages int, trunc
 				err = errors.New("tool has no name")
 			}
 			if err != nil {
-				s.log.Warn("skipped malformed tool in tools/list", "page", pages, "error", err, "tool", truncate(raw, 200))
+				s.log.Load().Warn("skipped malformed tool in tools/list", "page", pages, "error", err, "tool", truncate(raw, 200))
 				continue
 			}
 			if seenTool[t.Name] {
-				s.log.Warn("skipped duplicate tool in tools/list", "tool", t.Name)
+				s.log.Load().Warn("skipped duplicate tool in tools/list", "tool", t.Name)
 				continue
 			}
 			if len(tools) >= s.cfg.MaxTools {
@@ -260,10 +260,11 @@ func (s *Session) Discover(ctx context.Context) (*Discovery, error) {
 	}
 	tools, pages, truncated, err := s.ListTools(ctx)
 	if err != nil {
+		// err names tools/list.
 		if initErr != nil {
-			return nil, fmt.Errorf("%w: %w; tools/list without it: %w", ErrDiscovery, initErr, err)
+			return nil, fmt.Errorf("%w: %w; without it, %w", ErrDiscovery, initErr, err)
 		}
-		return &Discovery{Init: *init}, fmt.Errorf("%w: tools/list: %w", ErrDiscovery, err)
+		return &Discovery{Init: *init}, fmt.Errorf("%w: %w", ErrDiscovery, err)
 	}
 	d := &Discovery{Init: *init, Tools: tools, Pages: pages, Truncated: truncated}
 	if initErr != nil {

@@ -18,6 +18,7 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpgate/mcpgate/jsonrpc"
@@ -46,8 +47,10 @@ var ErrNoMessages = errors.New("the device's connection carries no messages besi
 
 // Errors a caller branches on.
 var (
-	// ErrTimeout: the device did not answer within the request's deadline.
-	ErrTimeout = errors.New("device did not answer in time")
+	// ErrTimeout: the peer (a device, or an MCP server on the endpoint) did
+	// not answer within the request's deadline. The error names the method
+	// and the time waited: "initialize: no answer after 10s".
+	ErrTimeout = errors.New("no answer")
 	// ErrDisconnected: the connection ended before the device answered.
 	ErrDisconnected = errors.New("device disconnected")
 	// ErrMalformedResponse: the device's reply could not be understood.
@@ -183,7 +186,7 @@ func (c *Config) fill() {
 type Session struct {
 	link Link
 	cfg  Config
-	log  *slog.Logger
+	log  atomic.Pointer[slog.Logger] // replaced by SetLogger once the peer is known
 
 	ctx    context.Context // the session's life: cancelled, with the reason as cause, by Close
 	cancel context.CancelCauseFunc
@@ -205,14 +208,23 @@ func New(ctx context.Context, link Link, cfg Config) *Session {
 	s := &Session{
 		link:    link,
 		cfg:     cfg,
-		log:     cfg.Logger,
 		pending: make(map[int32]*pendingCall),
 		nextID:  cfg.FirstID - 1, // incremented before each use
 	}
+	s.log.Store(cfg.Logger)
 	s.ctx, s.cancel = context.WithCancelCause(ctx)
 	// No goroutine waits for this: AfterFunc runs only if ctx ends first.
 	context.AfterFunc(s.ctx, func() { s.Close(context.Cause(s.ctx)) })
 	return s
+}
+
+// SetLogger replaces the session's logger, for a transport that learns who
+// the peer is only after initialize (the MCP endpoint names a source by its
+// serverInfo): the session's lines from then on carry its device_id.
+func (s *Session) SetLogger(l *slog.Logger) {
+	if l != nil {
+		s.log.Store(l)
+	}
 }
 
 // Done is closed when the session is closed.
@@ -292,7 +304,7 @@ func (s *Session) handle(payload []byte, decode func([]byte) (*jsonrpc.Message, 
 	msg, err := decode(payload)
 	if err != nil {
 		s.cfg.OnDrop(DropUnparseable)
-		s.log.Debug("dropped unparseable MCP payload", "error", err, "payload", truncate(payload, 256))
+		s.log.Load().Debug("dropped unparseable MCP payload", "error", err, "payload", truncate(payload, 256))
 		return
 	}
 	switch msg.Kind() {
@@ -306,7 +318,7 @@ func (s *Session) handle(payload []byte, decode func([]byte) (*jsonrpc.Message, 
 		}
 		// Devices never send requests; a peer that does gets no answer.
 		s.cfg.OnDrop(DropRequest)
-		s.log.Debug("ignored request from device", "method", msg.Method)
+		s.log.Load().Debug("ignored request from device", "method", msg.Method)
 		return
 	}
 	id, ok := msg.ID.Int32()
@@ -345,7 +357,7 @@ func (s *Session) handleNotification(msg *jsonrpc.Message) {
 			}
 		}
 		s.cfg.OnDrop(DropNotification)
-		s.log.Debug("dropped progress for no call", "params", truncate(msg.Params, 200))
+		s.log.Load().Debug("dropped progress for no call", "params", truncate(msg.Params, 200))
 		return
 	}
 	if msg.Method == "notifications/message" {
@@ -363,7 +375,7 @@ func (s *Session) handleNotification(msg *jsonrpc.Message) {
 		return
 	}
 	s.cfg.OnDrop(DropNotification)
-	s.log.Debug("ignored notification from device", "method", msg.Method)
+	s.log.Load().Debug("ignored notification from device", "method", msg.Method)
 }
 
 // logTargets say where a notifications/message goes: to the only tools/call
@@ -398,7 +410,7 @@ func (s *Session) dropUnmatched(msg *jsonrpc.Message) {
 	s.unmatched++
 	s.mu.Unlock()
 	s.cfg.OnDrop(DropUnknownID)
-	s.log.Debug("dropped reply with unknown id", "id", msg.ID.String())
+	s.log.Load().Debug("dropped reply with unknown id", "id", msg.ID.String())
 }
 
 // Unmatched returns how many replies were dropped because no request had their id.
@@ -537,7 +549,7 @@ func (s *Session) cancelRemote(ctx context.Context, id int32, cause error) {
 		Reason    string `json:"reason,omitempty"`
 	}{id, cause.Error()}
 	if err := s.notify(ctx, "notifications/cancelled", params); err != nil {
-		s.log.Debug("could not send notifications/cancelled", "id", id, "error", err)
+		s.log.Load().Debug("could not send notifications/cancelled", "id", id, "error", err)
 	}
 }
 

@@ -484,7 +484,7 @@ func TestDiscoveryGoesOnWithoutInitialize(t *testing.T) {
 	for _, tc := range []struct {
 		name, answer, want string
 	}{
-		{"no answer", "", "did not answer in time"},
+		{"no answer", "", "initialize: no answer after"},
 		{"error reply", `{"jsonrpc":"2.0","id":%s,"error":{"message":"Method not implemented: initialize"}}`, "Method not implemented"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

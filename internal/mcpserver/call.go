@@ -59,7 +59,12 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 			}
 		}
 	}
-	cr.Wait, _ = req.Params.Meta[MetaWait].(bool) // control tools answer at once unless asked to wait
+	if v, ok := req.Params.Meta[MetaWait]; ok { // control tools answer at once unless asked to wait
+		if cr.Wait, ok = v.(bool); !ok {
+			got, _ := json.Marshal(v) // it was decoded from JSON
+			return gatewayError("bad_request", fmt.Sprintf(`_meta %q: want true or false, got %s`, MetaWait, got)), nil
+		}
+	}
 	queued, ttl, err := d.queueTTL(req, tool)
 	if err != nil {
 		return gatewayError("bad_request", err.Error()), nil
@@ -149,15 +154,22 @@ func gatewayError(code, text string) *mcp.CallToolResult {
 
 // toolResult is the device's answer as the client receives it: content items
 // written from the device's raw JSON (standard items verbatim; firmware's
-// wrapped image unwrapped, see [mcpclient.NormalizeContent]),
-// structuredContent verbatim, and _meta key by key (values verbatim).
+// wrapped image unwrapped, see [mcpclient.NormalizeContent]; what MCP
+// clients cannot read repaired or replaced, see conformContent),
+// structuredContent verbatim when it is an object, and _meta key by key
+// (values verbatim).
 func toolResult(r *mcpclient.Result) *mcp.CallToolResult {
-	out := &mcp.CallToolResult{Content: make([]mcp.Content, 0, len(r.Content)), IsError: r.IsError}
+	out := &mcp.CallToolResult{Content: make([]mcp.Content, 0, len(r.Content)+1), IsError: r.IsError}
 	for _, item := range r.Content {
-		out.Content = append(out.Content, rawContent{raw: mcpclient.NormalizeContent(item)})
+		out.Content = append(out.Content, rawContent{raw: conformContent(mcpclient.NormalizeContent(item))})
 	}
 	if len(r.StructuredContent) > 0 {
-		out.StructuredContent = r.StructuredContent
+		if sc := conformStructured(r.StructuredContent); sc != nil {
+			out.StructuredContent = sc
+		} else if len(r.Content) == 0 && string(r.StructuredContent) != "null" {
+			// The device's only answer: kept for the model, as text.
+			out.Content = append(out.Content, rawContent{raw: mcpclient.TextContent(string(r.StructuredContent))})
+		}
 	}
 	if len(r.Meta) > 0 {
 		var m map[string]json.RawMessage
@@ -166,6 +178,7 @@ func toolResult(r *mcpclient.Result) *mcp.CallToolResult {
 			for k, v := range m {
 				out.Meta[k] = v
 			}
+			conformResultMeta(out.Meta)
 		}
 	}
 	return out

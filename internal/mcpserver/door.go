@@ -321,18 +321,21 @@ func (d *door) setDevice(id, alias string, cat *hub.Catalog, exposeUserOnly bool
 			continue
 		}
 		var raw json.RawMessage
-		ok := false
+		var fixed []string
+		var err error
 		name := t.Name
 		if alias == "" {
-			raw, ok = listedTool(t, name, "")
-		} else if tmpl[i] != nil {
+			raw, fixed, err = listedTool(t, name, "")
+		} else {
 			name = alias + "." + t.Name
-			raw, ok = tmpl[i].render(t, name, rewriteNames(t.Description, all, alias)), true
-		}
-		if !ok {
-			if alias == "" {
-				d.s.log.Warn("tool not exposed over MCP: its input schema is not an object schema", "device_id", id, "tool", t.Name)
+			if fixed, err = tmpl[i].fixed, tmpl[i].err; err == nil {
+				raw = tmpl[i].render(t, name, rewriteNames(t.Description, all, alias))
 			}
+		}
+		if fixed != nil || err != nil {
+			d.s.warnTool(id, cat, t.Name, fixed, err)
+		}
+		if err != nil {
 			continue
 		}
 		if prev, ok := before[name]; !ok || !bytes.Equal(prev, raw) {
@@ -418,8 +421,7 @@ func (d *door) syncAggregate(h *hub.Hub, exposeUserOnly bool) {
 // 10,000 devices parses each catalog's tools once, not once per device.
 type templateCache map[*hub.Catalog][]*toolTemplate
 
-// get returns cat's templates, index by index with cat.Tools; nil for a
-// tool that cannot be listed.
+// get returns cat's templates, index by index with cat.Tools.
 func (tc templateCache) get(cat *hub.Catalog) []*toolTemplate {
 	if ts, ok := tc[cat]; ok {
 		return ts
@@ -434,27 +436,29 @@ func (tc templateCache) get(cat *hub.Catalog) []*toolTemplate {
 
 // toolTemplate is a tool definition ready to be listed under another name
 // and description: its members encoded as json.Marshal writes a map (keys
-// sorted, values compacted), the input schema already repaired (see
-// listedTool), so that render only concatenates.
+// sorted, values compacted), already made valid MCP (see listedTool), so
+// that render only concatenates.
 type toolTemplate struct {
 	keys    []string // sorted
 	members [][]byte // "key":value, by keys' order
+	fixed   []string // what listedTool repaired
+	err     error    // why the tool cannot be listed; keys and members are then empty
 }
 
 func newToolTemplate(t *mcpclient.Tool) *toolTemplate {
-	raw, ok := listedTool(t, t.Name, "")
-	if !ok {
-		return nil
+	raw, fixed, err := listedTool(t, t.Name, "")
+	if err != nil {
+		return &toolTemplate{err: err}
 	}
 	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) != nil {
-		return nil
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return &toolTemplate{err: err}
 	}
-	tt := &toolTemplate{keys: slices.Sorted(maps.Keys(m))}
+	tt := &toolTemplate{keys: slices.Sorted(maps.Keys(m)), fixed: fixed}
 	for _, k := range tt.keys {
 		b, err := json.Marshal(map[string]json.RawMessage{k: m[k]})
 		if err != nil {
-			return nil
+			return &toolTemplate{err: err}
 		}
 		tt.members = append(tt.members, b[1:len(b)-1]) // without the braces
 	}
@@ -498,31 +502,25 @@ func (tt *toolTemplate) render(t *mcpclient.Tool, name, desc string) json.RawMes
 }
 
 // listedTool returns the device's tool definition as listed: its raw JSON,
-// with the name (and description) replaced when they differ, and the one
-// repair clients need: a missing inputSchema, or one without "type", gets
-// "type":"object" (the MCP schema requires it, and strict clients reject the
-// whole list otherwise). A schema of another type cannot be listed.
-func listedTool(t *mcpclient.Tool, name, desc string) (json.RawMessage, bool) {
-	raw := t.Raw
+// with the name (and description) replaced when they differ, made valid MCP
+// by conformTool (fixed says what it repaired). A tool that cannot be made
+// valid (its input schema is not an object schema) is an error.
+func listedTool(t *mcpclient.Tool, name, desc string) (raw json.RawMessage, fixed []string, err error) {
+	raw = t.Raw
 	if len(raw) == 0 {
-		b, err := json.Marshal(t)
-		if err != nil {
-			return nil, false
+		if raw, err = json.Marshal(t); err != nil {
+			return nil, nil, err
 		}
-		raw = b
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, false
+		return nil, nil, err
 	}
-	changed := false
-	schema, ok := objectSchema(m["inputSchema"])
-	if !ok {
-		return nil, false
+	before := m["inputSchema"]
+	if fixed, err = conformTool(m); err != nil {
+		return nil, nil, err
 	}
-	if !bytes.Equal(schema, m["inputSchema"]) {
-		m["inputSchema"], changed = schema, true
-	}
+	changed := fixed != nil || !bytes.Equal(before, m["inputSchema"])
 	if name != t.Name {
 		m["name"], _ = json.Marshal(name) // a string always marshals
 		changed = true
@@ -532,29 +530,10 @@ func listedTool(t *mcpclient.Tool, name, desc string) (json.RawMessage, bool) {
 		changed = true
 	}
 	if !changed {
-		return raw, true
+		return raw, nil, nil
 	}
 	b, err := json.Marshal(m)
-	return b, err == nil
-}
-
-func objectSchema(raw json.RawMessage) (json.RawMessage, bool) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return json.RawMessage(`{"type":"object"}`), true
-	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) != nil {
-		return nil, false
-	}
-	typ, ok := m["type"]
-	if !ok {
-		m["type"] = json.RawMessage(`"object"`)
-		b, err := json.Marshal(m)
-		return b, err == nil
-	}
-	var s string
-	return raw, json.Unmarshal(typ, &s) == nil && s == "object"
+	return b, fixed, err
 }
 
 // rewriteNames rewrites a device's tool names mentioned in a description to

@@ -199,7 +199,12 @@ type rawClient struct {
 
 func rawConnect(t testing.TB, url string) *rawClient {
 	t.Helper()
-	c := &rawClient{url: url, version: "2025-06-18"}
+	return rawConnectVersion(t, url, "2025-06-18")
+}
+
+func rawConnectVersion(t testing.TB, url, version string) *rawClient {
+	t.Helper()
+	c := &rawClient{url: url, version: version}
 	resp, _ := c.post(t, map[string]any{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": map[string]any{
 		"protocolVersion": c.version, "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "raw", "version": "1"}}})
 	c.sid = resp.Header.Get("Mcp-Session-Id")

@@ -15,7 +15,8 @@
 // device's raw JSON (go-sdk's typed content model would drop unknown fields,
 // a zero priority and non-canonical base64), structuredContent verbatim, and
 // _meta key by key. Tool definitions in tools/list are likewise the device's
-// own JSON. Gateway failures (unknown device or tool, offline, timeout,
+// own JSON. Both are first made valid MCP (conform.go): SDK clients reject a
+// whole list or result for one member of the wrong type. Gateway failures (unknown device or tool, offline, timeout,
 // invalid arguments) become isError results whose text starts with
 // "mcpgate <code>:" and whose _meta carries {"mcpgate/error": "<code>"}, so a
 // model can read them and a program can branch on them.
@@ -110,11 +111,23 @@ type Config struct {
 	MaxSessions int
 	// Metrics, when set, gets the gauge mcpgate_mcp_sessions_open.
 	Metrics *metrics.Metrics
+	// EventStoreBytes bounds the memory that keeps the doors' SSE events
+	// (all sessions together) so that a client whose connection dropped
+	// resumes its stream with Last-Event-ID and gets the answers sent
+	// meanwhile; past it, the oldest events go first, and a resumption that
+	// needs them is refused (400). Default DefaultEventStoreBytes; negative:
+	// no store, streams cannot be resumed.
+	EventStoreBytes int
 	// Queue, when set, lets a call to an offline device be queued (_meta
 	// "mcpgate/queue", or a tool whose policy is always) and adds the
 	// aggregate tool get_call_result (queued.go).
 	Queue *queue.Queue
 }
+
+// DefaultEventStoreBytes is Config.EventStoreBytes's default: room for a
+// few results as large as a device may send (8 MiB on the MCP endpoint)
+// besides the small ones of every session.
+const DefaultEventStoreBytes = 32 << 20
 
 // DefaultMaxSessions is Config.MaxSessions's default: far more agents and
 // inspectors than one gateway serves, far fewer than would exhaust its memory.
@@ -129,6 +142,7 @@ type Server struct {
 	// (see sdkHandler).
 	sdkLog *slog.Logger
 	guard  *httpguard.Guard
+	events mcp.EventStore // shared by every door's handler; nil when disabled
 
 	startOnce sync.Once
 	loopDone  chan struct{} // closed when the event loop returns; nil until started
@@ -153,6 +167,12 @@ type Server struct {
 	byDevice map[string][]*door // guarded by mu
 
 	sessionCalls sessionCalls // calls in flight by session, ended by a DELETE
+
+	// warned holds the tools whose repair or refusal was logged, with the
+	// hash of the catalog it was logged for: each is logged once per
+	// catalog, not once per door and sync (see warnTool).
+	warnMu sync.Mutex
+	warned map[toolKey]string // guarded by warnMu
 }
 
 // doorKey names a device server: the caller's key id ("" for the local
@@ -189,12 +209,20 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxSessions == 0 {
 		cfg.MaxSessions = DefaultMaxSessions
 	}
+	if cfg.EventStoreBytes == 0 {
+		cfg.EventStoreBytes = DefaultEventStoreBytes
+	}
 	g, err := httpguard.New(cfg.ListenAddr, cfg.AllowedHosts, cfg.AllowedOrigins)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, hub: cfg.Hub, log: cfg.Logger, sdkLog: slog.New(sdkHandler{cfg.Logger.Handler()}), guard: g, agg: make(map[string]*door),
 		devices: make(map[doorKey]*door), byDevice: make(map[string][]*door), handler: make(map[*door]http.Handler)}
+	if cfg.EventStoreBytes > 0 {
+		es := mcp.NewMemoryEventStore(nil)
+		es.SetMaxBytes(cfg.EventStoreBytes)
+		s.events = es
+	}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "mcpgate_mcp_sessions_open", Help: "MCP client sessions open (initialized) on /mcp and /mcp/devices/{id}.",
@@ -441,6 +469,9 @@ func (s *Server) httpHandler(d *door) http.Handler {
 		DisableLocalhostProtection: true,
 		// limitBody enforces and counts the same bound first.
 		MaxRequestBodyBytes: s.cfg.MaxBodyBytes,
+		// A call outlives its POST's connection; its answer waits here
+		// for the client to resume the stream (GET with Last-Event-ID).
+		EventStore: s.events,
 	})
 }
 

@@ -58,21 +58,3 @@ func TestDecodeCursor(t *testing.T) {
 		})
 	}
 }
-
-func TestObjectSchema(t *testing.T) {
-	for _, tc := range []struct {
-		in, want string
-		ok       bool
-	}{
-		{``, `{"type":"object"}`, true},
-		{`null`, `{"type":"object"}`, true},
-		{`{"properties":{}}`, `{"properties":{},"type":"object"}`, true},
-		{`{"type":"object","x":1}`, `{"type":"object","x":1}`, true},
-		{`{"type":"string"}`, ``, false},
-	} {
-		got, ok := objectSchema([]byte(tc.in))
-		if ok != tc.ok || (ok && string(got) != tc.want) {
-			t.Errorf("objectSchema(%s) = %s %v", tc.in, got, ok)
-		}
-	}
-}

@@ -19,6 +19,7 @@ func TestTemplateRendersListedTool(t *testing.T) {
 		{"schema without type", `{"name":"self.a","inputSchema":{"properties":{}}}`, "k.self.a", ""},
 		{"no schema", `{"name":"self.a"}`, "k.self.a", ""},
 		{"html and unicode", `{"name":"self.a","description":"<b>&\u00e9</b>","inputSchema":{"type":"object"},"annotations":{"audience":["user"]}}`, "k.self.a", "<b>&é</b> k"},
+		{"repaired", `{"name":"self.a","title":5,"inputSchema":{"type":"object","required":"x"},"annotations":{"destructiveHint":"false","readOnlyHint":true}}`, "k.self.a", ""},
 		{"whitespace and extra members", "{ \"zz\": [1, 2],\n \"name\": \"self.a\", \"inputSchema\": {\"type\": \"object\"}, \"_meta\": {\"a\": null}}", "k-2.self.a", ""},
 	}
 	for _, tt := range tests {
@@ -28,13 +29,13 @@ func TestTemplateRendersListedTool(t *testing.T) {
 				t.Fatal(err)
 			}
 			tool.Raw = json.RawMessage(tt.raw)
-			want, ok := listedTool(&tool, tt.listedName, tt.desc)
-			if !ok {
-				t.Fatal("listedTool refused the tool")
+			want, _, err := listedTool(&tool, tt.listedName, tt.desc)
+			if err != nil {
+				t.Fatalf("listedTool refused the tool: %v", err)
 			}
 			tmpl := newToolTemplate(&tool)
-			if tmpl == nil {
-				t.Fatal("no template")
+			if tmpl.err != nil {
+				t.Fatalf("no template: %v", tmpl.err)
 			}
 			if got := tmpl.render(&tool, tt.listedName, tt.desc); !bytes.Equal(got, want) {
 				t.Fatalf("render = %s\nlistedTool = %s", got, want)
@@ -44,7 +45,7 @@ func TestTemplateRendersListedTool(t *testing.T) {
 	var tool mcpclient.Tool
 	tool.Raw = json.RawMessage(`{"name":"self.a","inputSchema":{"type":"string"}}`)
 	tool.Name = "self.a"
-	if newToolTemplate(&tool) != nil {
+	if newToolTemplate(&tool).err == nil {
 		t.Fatal("a template for a tool whose schema is not an object schema")
 	}
 }

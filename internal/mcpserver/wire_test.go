@@ -1,6 +1,7 @@
 package mcpserver_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -262,4 +264,92 @@ func TestDeletedSessionCancelsItsCalls(t *testing.T) {
 		dev, _ := gw.Hub().Device(d.ID())
 		return dev.PendingCalls == 0
 	})
+}
+
+// A call whose POST connection drops runs on, and its answer waits for the
+// client: a GET with the stream's Last-Event-ID gets it.
+func TestDroppedCallResumes(t *testing.T) {
+	gw := startGateway(t, gateway.Config{})
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	const id = "02:00:00:00:0f:01"
+	fake(t, gw, devicetest.Config{ID: id, OnCall: func(devicetest.Call) devicetest.Answer {
+		<-release
+		return devicetest.Answer{Result: devicetest.TextResult("done late", false)}
+	}})
+	t.Cleanup(free) // before the device's Close, which waits for its reader
+	c := rawConnectVersion(t, "http://"+gw.Addr()+"/mcp/devices/"+id, "2025-11-25")
+
+	header := func(req *http.Request) {
+		req.Header.Set("Mcp-Session-Id", c.sid)
+		req.Header.Set("Mcp-Protocol-Version", c.version)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"self.audio_speaker.set_volume","arguments":{"volume":5}}}`
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	header(req)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stream's first event (go-sdk's priming event) carries an id.
+	var last string
+	sc := bufio.NewScanner(resp.Body)
+	for last == "" && sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "id: "); ok {
+			last = v
+		}
+	}
+	if last == "" {
+		t.Fatalf("no event id on the call's stream (%s): %v", resp.Header.Get("Content-Type"), sc.Err())
+	}
+	cancel() // the connection drops while the device works
+	resp.Body.Close()
+	free()
+
+	// Until the server has seen the POST's connection go (a moment), the
+	// stream is still held: 409, and a client tries again, as clients do.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		req, _ = http.NewRequestWithContext(t.Context(), http.MethodGet, c.url, nil)
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set("Last-Event-ID", last)
+		header(req)
+		if resp, err = http.DefaultClient.Do(req); err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusConflict || time.Now().After(deadline) {
+			t.Fatalf("GET with Last-Event-ID %s: %s %s", last, resp.Status, b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	defer resp.Body.Close()
+	got := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok && strings.Contains(data, `"id":7`) {
+				got <- data
+				return
+			}
+		}
+		got <- "stream ended: " + fmt.Sprint(sc.Err())
+	}()
+	select {
+	case data := <-got:
+		if !strings.Contains(data, "done late") {
+			t.Fatalf("resumed stream: %s", data)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer on the resumed stream")
+	}
 }

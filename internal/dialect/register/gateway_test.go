@@ -611,6 +611,12 @@ func TestDoorsWait(t *testing.T) {
 	if tc, ok := res.Content[0].(*mcp.TextContent); !ok || tc.Text != `{"status":"success"}` {
 		t.Errorf("MCP with the flag: %+v", res.Content[0])
 	}
+	// A flag that is not a boolean is refused, as a bad mcpgate/queue is.
+	res, err = cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "set_mode", Meta: mcp.Meta{"mcpgate/wait": "yes"}})
+	if err != nil || !res.IsError || res.Meta["mcpgate/error"] != "bad_request" ||
+		res.Content[0].(*mcp.TextContent).Text != `mcpgate bad_request: _meta "mcpgate/wait": want true or false, got "yes"` {
+		t.Errorf("MCP with wait \"yes\": %+v, %v", res, err)
+	}
 }
 
 // The simulator's register profile: controls accepted at once, queries

@@ -373,6 +373,7 @@ func (c *connection) run(sess *mcpclient.Session) {
 	defer c.t.release(name)
 	id := DeviceIDPrefix + name
 	log := c.log.With("device_id", id, "source", name)
+	sess.SetLogger(log) // its discovery's lines name the source too
 	if c.check != nil {
 		if err := c.check(ctx, id, name); err != nil {
 			c.t.m.Handshakes.WithLabelValues("endpoint", "unauthorized").Inc()
@@ -381,14 +382,15 @@ func (c *connection) run(sess *mcpclient.Session) {
 			return
 		}
 	}
-	_, unknown := c.t.cfg.Hub.Device(id)
+	d, err := c.t.cfg.Hub.Device(id)
+	known := err == nil && d.ID == id // not another device that took id as alias since reserve
 	att := c.t.cfg.Hub.Attach(hub.ConnInfo{
 		DeviceID: id, Kind: "endpoint", Transport: "endpoint", SessionID: c.sessionID,
 		Remote: c.remote, ProtocolVersion: init.ProtocolVersion, Logger: log,
 	}, sess)
 	defer att.Detach()
 	c.att.Store(att)
-	if unknown != nil { // first time this source is seen: its alias is its name
+	if !known { // first time this source is seen: its alias is its name
 		if _, err := c.t.cfg.Hub.SetAlias(id, name); err != nil {
 			log.Warn("could not use the source name as alias", "error", err)
 		}
@@ -593,7 +595,9 @@ func (t *Transport) reserve(want string) string {
 }
 
 // free reports whether name is neither a live source's nor another
-// device's alias or id here.
+// device's alias or id here, and whether its device id (endpoint-<name>) is
+// not another device's alias: lookups take an alias first, so that device
+// would get the source's calls.
 func (t *Transport) free(name string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -603,7 +607,7 @@ func (t *Transport) free(name string) bool {
 	if d, err := t.cfg.Hub.Device(name); err == nil && d.ID != DeviceIDPrefix+name {
 		return false // a XiaoZhi device (or another source) goes by this alias
 	}
-	return true
+	return t.cfg.Hub.CheckNotAlias(DeviceIDPrefix+name) == nil
 }
 
 func (t *Transport) release(name string) {

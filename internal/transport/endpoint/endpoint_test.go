@@ -1,14 +1,17 @@
 package endpoint_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +22,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/leakcheck"
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/mcptest"
 	"github.com/mcpgate/mcpgate/internal/transport/endpoint"
 )
@@ -222,6 +226,93 @@ func TestNamesOnClash(t *testing.T) {
 	}
 	if n := len(f.hub.Devices()); n != 3 {
 		t.Fatalf("%d devices, want 3", n)
+	}
+}
+
+// A source whose device id would be another device's alias gets a suffix,
+// as for a name taken: lookups take the alias first, so the other device
+// would get its calls.
+func TestNameWhoseIDIsAnAlias(t *testing.T) {
+	f := newFixture(t, endpoint.Config{AllowNoToken: true})
+	dial(t, f.url, mcptest.New("other"), nil)
+	waitReady(t, f.hub, "other", 3)
+	if _, err := f.hub.SetAlias("endpoint-other", "endpoint-zzz"); err != nil {
+		t.Fatal(err)
+	}
+	dial(t, f.url, mcptest.New("zzz"), nil)
+	d := waitReady(t, f.hub, "zzz-2", 3)
+	if d.ID != "endpoint-zzz-2" || d.Alias != "zzz-2" {
+		t.Fatalf("new source: id %s, alias %s", d.ID, d.Alias)
+	}
+	if d, err := f.hub.Device("endpoint-zzz"); err != nil || d.ID != "endpoint-other" {
+		t.Fatalf("endpoint-zzz is %+v, %v; want the source that took it as alias", d, err)
+	}
+	if got := callText(t, f.hub, "zzz-2", "echo", `{"text":"hi"}`); !strings.Contains(got, `"text":"hi"`) {
+		t.Fatalf("echo = %s", got)
+	}
+}
+
+// syncBuffer is a log sink the transport's goroutines write while the test
+// reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// A tool listed twice keeps its first definition, as firmware's
+// McpServer::AddTool does; the line saying so names the source.
+func TestDuplicateToolLoggedWithDeviceID(t *testing.T) {
+	var logs syncBuffer
+	f := newFixture(t, endpoint.Config{AllowNoToken: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	srv := mcptest.New("dup")
+	srv.SetTools("echo", "add", "echo")
+	dial(t, f.url, srv, nil)
+	waitReady(t, f.hub, "dup", 2)
+	var line string
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, "skipped duplicate tool in tools/list") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "device_id=endpoint-dup") || !strings.Contains(line, "tool=echo") {
+		t.Fatalf("duplicate logged as %q; log:\n%s", line, logs.String())
+	}
+}
+
+// A server that never answers initialize is closed with a reason that says
+// so once, and does not call it a device.
+func TestInitializeTimeoutReason(t *testing.T) {
+	f := newFixture(t, endpoint.Config{AllowNoToken: true, Session: mcpclient.Config{RequestTimeout: 100 * time.Millisecond}})
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	conn, _, err := websocket.Dial(ctx, f.url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow()
+	for { // read the initialize, answer nothing
+		if _, _, err = conn.Read(ctx); err != nil {
+			break
+		}
+	}
+	if got := websocket.CloseStatus(err); got != websocket.StatusNormalClosure {
+		t.Fatalf("closed with %v (%v)", got, err)
+	}
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Reason != "initialize: no answer after 100ms" {
+		t.Fatalf("close reason %q, want %q", ce.Reason, "initialize: no answer after 100ms")
 	}
 }
 

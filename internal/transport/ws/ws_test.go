@@ -884,7 +884,7 @@ func TestDeviceIgnoringInitializeGetsItsTools(t *testing.T) {
 		return `{"content":[{"type":"text","text":"true"}],"isError":false}`
 	})
 	d := waitState(t, s.hub, id, hub.StateReady)
-	if d.Tools != 1 || !strings.Contains(d.LastError, "initialize") || !strings.Contains(d.LastError, "did not answer in time") {
+	if d.Tools != 1 || !strings.Contains(d.LastError, "initialize") || !strings.Contains(d.LastError, "no answer after") {
 		t.Errorf("device has %d tools, last_error %q; want 1 and initialize's timeout named", d.Tools, d.LastError)
 	}
 	mustCall(t, s.hub, id)
