@@ -72,6 +72,13 @@ func (h *Hub) Call(ctx context.Context, req CallRequest) (*mcpclient.Result, err
 	if h.cfg.Cluster != nil {
 		ctx = withServed(ctx) // a single node serves its own calls: no allocation
 	}
+	if req.QueuedID != "" {
+		// The queue stops starting deliveries when the gateway stops; this
+		// refuses one it began just before (put back in line).
+		if err := h.refused(req); err != nil {
+			return h.finish(ctx, req, start, nil, nil, err)
+		}
+	}
 	if res, dev, ok, err := h.acceptControl(ctx, req); ok {
 		if err != nil {
 			return h.finish(ctx, req, start, nil, dev, err)
