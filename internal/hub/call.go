@@ -102,7 +102,7 @@ func (h *Hub) finish(ctx context.Context, req CallRequest, start time.Time, res 
 	recorded := req.QueuedID == "" && !(req.QueueIfOffline && Unreached(err))
 	if h.cfg.Audit != nil && recorded {
 		rec := h.callRecord(req, start, dev, outcome, res, err)
-		rec.ServedBy = h.servedBy(ctx)
+		rec.ServedBy = h.servedBy(ctx, err)
 		h.cfg.Audit(rec)
 	}
 	if dev != nil && (err == nil || errors.Is(err, ErrDeviceTimeout) || errors.Is(err, ErrDeviceDisconnected)) {
@@ -112,7 +112,7 @@ func (h *Hub) finish(ctx context.Context, req CallRequest, start time.Time, res 
 	// outcome is stored.
 	if dev != nil && recorded {
 		data := CallData{Tool: req.Tool, Caller: req.Caller, Door: req.Door, Outcome: outcome,
-			DurationMS: float64(time.Since(start).Microseconds()) / 1000, ServedBy: h.servedBy(ctx)}
+			DurationMS: float64(time.Since(start).Microseconds()) / 1000, ServedBy: h.servedBy(ctx, err)}
 		data.CallID = backgroundID(ctx)
 		data.Background = data.CallID != ""
 		if err != nil {
@@ -146,8 +146,9 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 	h.mu.RLock()
 	d, err := h.lookupLocked(req.Device)
 	var att *Attachment
+	var holder string
 	if err == nil {
-		att = d.att
+		att, holder = d.att, d.remoteNode
 	}
 	h.mu.RUnlock()
 	// Not held here: another node may hold it (docs/cluster.md). A call
@@ -170,6 +171,7 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 				err = h.storedOffline(ctx, req.Device, err)
 			}
 		case att == nil:
+			routedTo(ctx, holder)
 			res, err := h.callRemote(ctx, d.id, req)
 			return res, d, err
 		}
