@@ -278,6 +278,65 @@ func TestNodeLoss(t *testing.T) {
 	}
 }
 
+// TestNodeLostBeforeFirstKeepalive: a call whose serving node dies before
+// saying anything (no keepalive yet, no progress asked for) is audited, and
+// its event published, with the node it was routed to, not the taking node;
+// its error names that node.
+func TestNodeLostBeforeFirstKeepalive(t *testing.T) {
+	nodes := startClusterOf(t, 2, Config{keepalive: time.Minute, silence: testTiming}, hub.Config{})
+	d := connect(t, nodes[1].hub, "dev-k", "k")
+	callUntil(t, nodes[0].hub, hub.CallRequest{Device: "dev-k", Tool: "echo"})
+	waitFor(t, "n0's view of dev-k on n1", func() bool {
+		dev, err := nodes[0].hub.Device("dev-k")
+		return err == nil && dev.Node == "n1"
+	})
+	sub := nodes[0].hub.Subscribe()
+	defer sub.Close()
+
+	slow := make(chan error, 1)
+	go func() {
+		_, err := nodes[0].hub.Call(t.Context(), hub.CallRequest{Device: "dev-k", Tool: "slow"})
+		slow <- err
+	}()
+	waitFor(t, "the slow call to reach the device", func() bool { return d.slow.Load() == 1 })
+	nodes[1].node.srv.Shutdown()
+	select {
+	case err := <-slow:
+		if !errors.Is(err, hub.ErrDeviceDisconnected) || !strings.Contains(err.Error(), "node n1 serving dev-k") {
+			t.Errorf("call through the lost node: %v, want device_disconnected naming n1", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("call in flight through the lost node hangs")
+	}
+	var rec hub.CallRecord
+	waitFor(t, "the slow call's audit record", func() bool {
+		for _, r := range nodes[0].audited() {
+			if r.Tool == "slow" {
+				rec = r
+				return true
+			}
+		}
+		return false
+	})
+	if rec.Node != "n0" || rec.ServedBy != "n1" {
+		t.Errorf("the lost call's audit record: node %q, served_by %q; want n0, n1", rec.Node, rec.ServedBy)
+	}
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case ev := <-sub.C:
+			if data, ok := ev.Data.(hub.CallData); ok && ev.Type == hub.EventCall && data.Tool == "slow" {
+				if data.ServedBy != "n1" {
+					t.Errorf("the lost call's call_completed: served_by %q, want n1", data.ServedBy)
+				}
+				return
+			}
+		case <-deadline:
+			t.Fatal("no call_completed event for the lost call")
+		}
+	}
+}
+
 // With an operator's NATS (here a separate server on a free loopback
 // port) the nodes are its clients, and calls route the same way.
 func TestExternalNATS(t *testing.T) {

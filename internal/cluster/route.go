@@ -92,6 +92,9 @@ func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 		defer t.Stop()
 		deadline = t.C
 	}
+	// The node serving the call, for its errors: the view's holder of the
+	// device until a reply names it.
+	node := hub.RoutedTo(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -99,12 +102,12 @@ func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 			return nil, ctx.Err()
 		case <-deadline:
 			n.cancelCall(msg.ID)
-			return nil, fmt.Errorf("%w: the node serving %s did not answer within the call's timeout (%s)", hub.ErrDeviceTimeout, id, req.Timeout)
+			return nil, fmt.Errorf("%w: %s did not answer within the call's timeout (%s)", hub.ErrDeviceTimeout, servingNode(node, id), req.Timeout)
 		case <-quiet.C:
 			// Given up: should the serving node be merely slow, its
 			// call ends too.
 			n.cancelCall(msg.ID)
-			return nil, fmt.Errorf("%w: the node serving %s went silent for %s", hub.ErrDeviceDisconnected, id, n.cfg.silence)
+			return nil, fmt.Errorf("%w: %s went silent for %s", hub.ErrDeviceDisconnected, servingNode(node, id), n.cfg.silence)
 		case m := <-replies:
 			if m.Header.Get("Status") == "503" { // NATS: no responders
 				return nil, hub.NotSentError(fmt.Errorf("%w: %s (connected to no node)", hub.ErrDeviceOffline, id))
@@ -117,6 +120,7 @@ func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 				// Known before the result: a call that ends without one
 				// (the node died) is audited with the node that ran it.
 				hub.ServedBy(ctx, r.Node)
+				node = r.Node
 			}
 			switch r.Kind {
 			case kindProgress:
@@ -135,6 +139,14 @@ func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 			quiet.Reset(n.cfg.silence)
 		}
 	}
+}
+
+// servingNode names the node serving a call to device id, for an error.
+func servingNode(node, id string) string {
+	if node == "" {
+		return "the node serving " + id
+	}
+	return "node " + node + " serving " + id
 }
 
 // timeoutGrace is how long past a call's timeout its caller waits for the

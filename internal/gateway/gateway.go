@@ -672,7 +672,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.ShutdownTimeout)
 	defer cancel()
 	// 1. Stop accepting, on every listener, before anything else: no device
-	// may (re)connect, nor a request start, while calls drain.
+	// may (re)connect, nor a request start, while calls drain. Nor may a
+	// call routed here by another node, nor a queued call's delivery: the
+	// other nodes' callers get device_offline at once, while the cluster
+	// connection stays up for the answers of the calls in flight.
+	g.hub.StopAccepting()
 	g.api.Close()
 	if g.mqtt != nil {
 		g.mqtt.StopAccepting() // closes the broker's listener; connected devices stay

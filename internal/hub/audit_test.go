@@ -195,3 +195,52 @@ func TestWaitCalls(t *testing.T) {
 	}
 	<-done
 }
+
+// Once the hub stops accepting, calls routed from other nodes and queued
+// deliveries are refused, not sent, while a call in flight is still awaited
+// and a door's call still runs.
+func TestStopAcceptingRefusesRoutedAndQueuedCalls(t *testing.T) {
+	h := New(Config{NodeID: "n1"})
+	hold := make(chan struct{})
+	d := newDevice(hold, volumeTool)
+	id := "02:00:00:00:00:01"
+	connect(t, h, id, d)
+	waitState(t, h, id, StateReady)
+	req := CallRequest{Device: id, Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(`{"volume":1}`)}
+	inFlight := make(chan error, 1)
+	go func() {
+		_, err := h.ServeRemote(t.Context(), req)
+		inFlight <- err
+	}()
+	for d.Calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+
+	h.StopAccepting()
+	queued := req
+	queued.QueuedID = "q1"
+	for name, call := range map[string]func() error{
+		"routed": func() error { _, err := h.ServeRemote(t.Context(), req); return err },
+		"queued": func() error { _, err := h.Call(t.Context(), queued); return err },
+	} {
+		err := call()
+		if !errors.Is(err, ErrDeviceOffline) || !NotSent(err) || !strings.Contains(err.Error(), "node n1 is stopping") {
+			t.Errorf("%s call after StopAccepting: %v, want device_offline, not sent, naming the node", name, err)
+		}
+	}
+	if d.Calls.Load() != 1 {
+		t.Errorf("the device got %d calls, want only the one in flight", d.Calls.Load())
+	}
+	short, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	if err := h.WaitCalls(short); err == nil {
+		t.Error("WaitCalls returned with the routed call still in flight")
+	}
+	close(hold)
+	if err := <-inFlight; err != nil {
+		t.Errorf("the routed call in flight: %v", err)
+	}
+	if _, err := h.Call(t.Context(), req); err != nil {
+		t.Errorf("a door's call after StopAccepting: %v", err)
+	}
+}

@@ -72,6 +72,13 @@ func (h *Hub) Call(ctx context.Context, req CallRequest) (*mcpclient.Result, err
 	if h.cfg.Cluster != nil {
 		ctx = withServed(ctx) // a single node serves its own calls: no allocation
 	}
+	if req.QueuedID != "" {
+		// The queue stops starting deliveries when the gateway stops; this
+		// refuses one it began just before (put back in line).
+		if err := h.refused(req); err != nil {
+			return h.finish(ctx, req, start, nil, nil, err)
+		}
+	}
 	if res, dev, ok, err := h.acceptControl(ctx, req); ok {
 		if err != nil {
 			return h.finish(ctx, req, start, nil, dev, err)
@@ -95,7 +102,7 @@ func (h *Hub) finish(ctx context.Context, req CallRequest, start time.Time, res 
 	recorded := req.QueuedID == "" && !(req.QueueIfOffline && Unreached(err))
 	if h.cfg.Audit != nil && recorded {
 		rec := h.callRecord(req, start, dev, outcome, res, err)
-		rec.ServedBy = h.servedBy(ctx)
+		rec.ServedBy = h.servedBy(ctx, err)
 		h.cfg.Audit(rec)
 	}
 	if dev != nil && (err == nil || errors.Is(err, ErrDeviceTimeout) || errors.Is(err, ErrDeviceDisconnected)) {
@@ -105,7 +112,7 @@ func (h *Hub) finish(ctx context.Context, req CallRequest, start time.Time, res 
 	// outcome is stored.
 	if dev != nil && recorded {
 		data := CallData{Tool: req.Tool, Caller: req.Caller, Door: req.Door, Outcome: outcome,
-			DurationMS: float64(time.Since(start).Microseconds()) / 1000, ServedBy: h.servedBy(ctx)}
+			DurationMS: float64(time.Since(start).Microseconds()) / 1000, ServedBy: h.servedBy(ctx, err)}
 		data.CallID = backgroundID(ctx)
 		data.Background = data.CallID != ""
 		if err != nil {
@@ -139,8 +146,9 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 	h.mu.RLock()
 	d, err := h.lookupLocked(req.Device)
 	var att *Attachment
+	var holder string
 	if err == nil {
-		att = d.att
+		att, holder = d.att, d.remoteNode
 	}
 	h.mu.RUnlock()
 	// Not held here: another node may hold it (docs/cluster.md). A call
@@ -163,6 +171,7 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 				err = h.storedOffline(ctx, req.Device, err)
 			}
 		case att == nil:
+			routedTo(ctx, holder)
 			res, err := h.callRemote(ctx, d.id, req)
 			return res, d, err
 		}

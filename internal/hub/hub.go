@@ -106,6 +106,7 @@ type Hub struct {
 
 	persist  *persister   // nil without Config.Store
 	inflight atomic.Int64 // calls inside Call, from every door (drain.go)
+	stopping atomic.Bool  // set by StopAccepting (drain.go)
 	bg       background   // control calls awaited in the background (kinds.go)
 
 	mu      sync.RWMutex

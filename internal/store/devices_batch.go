@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -27,26 +29,16 @@ func (s *pgStore) SaveDevices(ctx context.Context, ds []Device) error {
 	if len(ds) == 0 {
 		return nil
 	}
+	batches, err := pgDeviceBatches(ds)
+	if err != nil {
+		return err
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("store: save %d devices: %w", len(ds), err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // a no-op after Commit
-	for start := 0; start < len(ds); start += pgBatchRows {
-		chunk := ds[start:min(len(ds), start+pgBatchRows)]
-		n := len(chunk)
-		id, alias, client, kind, transport, board, firmware, hash :=
-			make([]string, n), make([]string, n), make([]string, n), make([]string, n),
-			make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		first, last := make([]*time.Time, n), make([]*time.Time, n)
-		for i, d := range chunk {
-			if d.ID == "" {
-				return errors.New("store: device without an ID")
-			}
-			id[i], alias[i], client[i], kind[i], transport[i] = d.ID, d.Alias, d.ClientID, d.Kind, d.Transport
-			board[i], firmware[i], hash[i] = d.Board, d.Firmware, d.CatalogHash
-			first[i], last[i] = tsPtr(d.FirstSeen), tsPtr(d.LastSeen)
-		}
+	for _, b := range batches {
 		if _, err := tx.Exec(ctx, `INSERT INTO devices
 			(id, alias, client_id, kind, transport, board, firmware, first_seen, last_seen, catalog_hash)
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
@@ -56,7 +48,7 @@ func (s *pgStore) SaveDevices(ctx context.Context, ds []Device) error {
 				transport = excluded.transport, board = excluded.board, firmware = excluded.firmware,
 				first_seen = COALESCE(devices.first_seen, excluded.first_seen),
 				last_seen = excluded.last_seen, catalog_hash = excluded.catalog_hash`,
-			id, alias, client, kind, transport, board, firmware, first, last, hash); err != nil {
+			b.id, b.alias, b.client, b.kind, b.transport, b.board, b.firmware, b.first, b.last, b.hash); err != nil {
 			return fmt.Errorf("store: save %d devices: %w", len(ds), err)
 		}
 	}
@@ -64,6 +56,41 @@ func (s *pgStore) SaveDevices(ctx context.Context, ds []Device) error {
 		return fmt.Errorf("store: save %d devices: %w", len(ds), err)
 	}
 	return nil
+}
+
+// deviceArrays are the columns of one batch statement's rows.
+type deviceArrays struct {
+	id, alias, client, kind, transport, board, firmware, hash []string
+	first, last                                               []*time.Time
+}
+
+// pgDeviceBatches returns the statements' rows for ds, at most pgBatchRows
+// each, in the order of their ids: an upsert locks its rows in the order
+// it takes them, and two nodes saving overlapping sets in different orders
+// (each its own map's) would deadlock (SQLSTATE 40P01). ds is not changed.
+func pgDeviceBatches(ds []Device) ([]deviceArrays, error) {
+	sorted := slices.Clone(ds)
+	slices.SortFunc(sorted, func(a, b Device) int { return strings.Compare(a.ID, b.ID) })
+	var out []deviceArrays
+	for start := 0; start < len(sorted); start += pgBatchRows {
+		chunk := sorted[start:min(len(sorted), start+pgBatchRows)]
+		n := len(chunk)
+		b := deviceArrays{
+			id: make([]string, n), alias: make([]string, n), client: make([]string, n), kind: make([]string, n),
+			transport: make([]string, n), board: make([]string, n), firmware: make([]string, n), hash: make([]string, n),
+			first: make([]*time.Time, n), last: make([]*time.Time, n),
+		}
+		for i, d := range chunk {
+			if d.ID == "" {
+				return nil, errors.New("store: device without an ID")
+			}
+			b.id[i], b.alias[i], b.client[i], b.kind[i], b.transport[i] = d.ID, d.Alias, d.ClientID, d.Kind, d.Transport
+			b.board[i], b.firmware[i], b.hash[i] = d.Board, d.Firmware, d.CatalogHash
+			b.first[i], b.last[i] = tsPtr(d.FirstSeen), tsPtr(d.LastSeen)
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }
 
 // tsPtr is ts for arrays: the zero time as NULL.

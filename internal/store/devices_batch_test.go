@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -82,4 +84,34 @@ func BenchmarkSaveDevicesPostgres(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*len(ds)), "µs/device")
+}
+
+// PostgreSQL's SaveDevices upserts its rows in the order of their ids,
+// whatever the order given (the hub's persister walks a map): two nodes
+// saving overlapping sets lock the rows in one order and cannot deadlock.
+func TestPGSaveDevicesInIDOrder(t *testing.T) {
+	const n = 12000 // three statements
+	ds := make([]store.Device, n)
+	for i, j := range rand.Perm(n) {
+		ds[i] = store.Device{ID: fmt.Sprintf("02:00:00:%02x:%02x:%02x", j>>16, j>>8&0xff, j&0xff)}
+	}
+	given := slices.Clone(ds)
+	batches, err := store.PGDeviceBatchIDs(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, b := range batches {
+		ids = append(ids, b...)
+	}
+	if len(batches) != 3 || len(ids) != n || !slices.IsSorted(ids) {
+		t.Errorf("%d statements of %d rows in all, sorted %v; want 3 statements of the %d rows in id order",
+			len(batches), len(ids), slices.IsSorted(ids), n)
+	}
+	if !slices.Equal(ds, given) {
+		t.Error("SaveDevices reordered its caller's slice")
+	}
+	if _, err := store.PGDeviceBatchIDs([]store.Device{{ID: "d1"}, {}}); err == nil {
+		t.Error("a device without an ID: no error")
+	}
 }

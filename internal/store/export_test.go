@@ -73,3 +73,14 @@ func QueryInts(s Store, query string) (a, b int, err error) {
 	}
 	return a, b, err
 }
+
+// PGDeviceBatchIDs returns the ids of the rows of each statement
+// PostgreSQL's SaveDevices makes of ds, in their order.
+func PGDeviceBatchIDs(ds []Device) ([][]string, error) {
+	batches, err := pgDeviceBatches(ds)
+	var ids [][]string
+	for _, b := range batches {
+		ids = append(ids, b.id)
+	}
+	return ids, err
+}

@@ -1,0 +1,113 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/device"
+	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
+)
+
+// TestClusterStoppingNodeRefusesRoutedCalls: a node stopping while another
+// node routes calls to its device in a loop stops taking them at once
+// (device_offline, not sent, naming the stopping node), lets the calls in
+// flight finish, and so stops within about one call's latency, not at the
+// shutdown deadline with its calls cut (it took routed calls until then).
+func TestClusterStoppingNodeRefusesRoutedCalls(t *testing.T) {
+	const latency = time.Second
+	st := storetest.Open(t, "", t.TempDir())
+	cfg := Config{Store: st, ShutdownTimeout: 10 * time.Second}
+	cfg.Limits.DeviceMaxInFlight = 8 // the six callers' calls run at once
+	a, stopA := runGateway(t, asNode(t, cfg, "t", "a"))
+	b := startGateway(t, asNode(t, cfg, "t", "b", a.ClusterRoute()))
+
+	mac := "02:00:00:00:0e:01"
+	srv := newServer(t, device.ProfileSpec, // runs its calls concurrently
+		device.Tool{Name: "self.echo", Description: "echo",
+			Handler: func(ctx context.Context, args device.Args) (any, error) { return "on a", nil }},
+		device.Tool{Name: "self.slow", Description: "answers after a while",
+			Handler: func(ctx context.Context, args device.Args) (any, error) {
+				select {
+				case <-time.After(latency):
+					return "slow done", nil
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}})
+	runDevice(t, a, mac, srv)
+	c := restClient(t, b)
+	waitEchoThrough(t, c, mac)
+
+	type outcome struct {
+		start, end time.Time
+		err        error
+	}
+	var (
+		mu       sync.Mutex
+		outcomes []outcome
+		wg       sync.WaitGroup
+	)
+	done := make(chan struct{})
+	for i := range 6 {
+		wg.Go(func() {
+			// Staggered: some call ends, and the next starts, while
+			// node a drains the others.
+			time.Sleep(time.Duration(i) * latency / 6)
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				start := time.Now()
+				_, err := c.Call(t.Context(), mac, api.CallBody{Name: "self.slow", TimeoutMS: 5000})
+				mu.Lock()
+				outcomes = append(outcomes, outcome{start, time.Now(), err})
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	time.Sleep(latency + latency/2) // calls in flight, each worker on its second
+	stopping := time.Now()
+	if err := stopA(); err != nil {
+		t.Errorf("node a's run: %v", err)
+	}
+	took := time.Since(stopping)
+	t.Logf("node a stopped in %s", took)
+	time.Sleep(200 * time.Millisecond) // calls made after the stop too
+	close(done)
+	wg.Wait()
+
+	if took > latency+time.Second {
+		t.Errorf("node a stopped in %s, want within the latency of the calls in flight (%s) and a second", took, latency)
+	}
+	refused := 0
+	for _, o := range outcomes {
+		if o.err == nil {
+			continue
+		}
+		var ae *api.APIError
+		switch {
+		case o.start.Before(stopping.Add(-100 * time.Millisecond)):
+			t.Errorf("a call in flight when node a began to stop (started %s before) failed: %v", stopping.Sub(o.start), o.err)
+		case !errors.As(o.err, &ae) || ae.Code != "device_offline":
+			t.Errorf("a call made as node a stopped: %v, want device_offline", o.err)
+		case o.end.Sub(o.start) > 500*time.Millisecond:
+			t.Errorf("a call made as node a stopped was refused after %s, want at once: %v", o.end.Sub(o.start), o.err)
+		case strings.Contains(ae.Message, "node a is stopping"):
+			refused++
+		}
+	}
+	if refused == 0 {
+		for _, o := range outcomes {
+			t.Logf("call from %s to %s: %v", o.start.Sub(stopping), o.end.Sub(stopping), o.err)
+		}
+		t.Errorf("no call refused while node a drained its calls in flight")
+	}
+}
