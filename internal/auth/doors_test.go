@@ -200,7 +200,7 @@ func TestRESTScopesAndRestrictions(t *testing.T) {
 	}
 
 	// Its calls beyond its patterns are audited as calls to what does not
-	// exist are.
+	// exist are, under the id of the device they named by alias.
 	outcomes := map[string]string{}
 	waitFor(t, "the call key's refused calls in the audit log", func() bool {
 		_, _, audit := f.do(t, f.admin, "GET", "/api/v1/audit?caller="+f.callID+"&limit=100", "")
@@ -213,7 +213,7 @@ func TestRESTScopesAndRestrictions(t *testing.T) {
 		for _, r := range page.Records {
 			outcomes[r.Device+" "+r.Tool] = r.Outcome
 		}
-		return outcomes["bedroom self.audio_speaker.set_volume"] == "device_not_found" && outcomes["kitchen-1 self.camera.take_photo"] == "tool_not_found"
+		return outcomes[bedroomID+" self.audio_speaker.set_volume"] == "device_not_found" && outcomes[kitchenID+" self.camera.take_photo"] == "tool_not_found"
 	})
 
 	// What a restricted key lists: one device, one tool.

@@ -96,6 +96,11 @@ func TestClusterStoppingNodeRefusesRoutedCalls(t *testing.T) {
 		switch {
 		case o.start.Before(stopping.Add(-100 * time.Millisecond)):
 			t.Errorf("a call in flight when node a began to stop (started %s before) failed: %v", stopping.Sub(o.start), o.err)
+		case errors.As(o.err, &ae) && ae.Code == "device_disconnected" && strings.Contains(ae.Message, "went silent"):
+			// The documented window (docs/cluster.md): a call routed just
+			// as node a dropped its device's subscription, before the
+			// other NATS server heard of it, is lost on the way.
+			t.Logf("a call made as node a closed its device was lost on the way: %v", o.err)
 		case !errors.As(o.err, &ae) || ae.Code != "device_offline":
 			t.Errorf("a call made as node a stopped: %v, want device_offline", o.err)
 		case o.end.Sub(o.start) > 500*time.Millisecond:
