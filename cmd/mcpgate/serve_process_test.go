@@ -53,32 +53,7 @@ func TestServeSIGTERM(t *testing.T) {
 		t.Fatalf("listen addresses %q, %q", addr, mqttAddr)
 	}
 
-	entered := make(chan struct{}, 1)
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	releaseFn := func() { releaseOnce.Do(func() { close(release) }) }
-	srv, err := device.NewServer(device.ServerOptions{Profile: device.ProfileESP32, Name: "test-board", Version: "2.4.2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.AddTool(device.Tool{Name: "self.slow", Description: "Answers when the test lets it.",
-		Handler: func(ctx context.Context, args device.Args) (any, error) {
-			entered <- struct{}{}
-			<-release
-			return "done", nil
-		}}); err != nil {
-		t.Fatal(err)
-	}
-	dev, err := device.NewMQTTClient(device.MQTTClientOptions{Broker: mqttAddr, DeviceID: mac, Server: srv,
-		MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	devCtx, stopDev := context.WithCancel(context.Background())
-	devDone := make(chan struct{})
-	go func() { defer close(devDone); _ = dev.Run(devCtx) }()
-	t.Cleanup(func() { stopDev(); <-devDone })
-	t.Cleanup(releaseFn) // runs first: the device's handler must not hold its Run
+	entered, releaseFn := slowMQTTDevice(t, mqttAddr, mac)
 
 	c, err := api.NewClient("http://"+addr, &http.Client{})
 	if err != nil {
@@ -292,35 +267,7 @@ func TestServeDeviceMaxQueueZero(t *testing.T) {
 	addr, _ := child.waitLog(t, "gateway listening", wait)["addr"].(string)
 	mqttAddr, _ := child.waitLog(t, "mqtt broker listening", wait)["addr"].(string)
 
-	entered := make(chan struct{}, 1)
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	releaseFn := func() { releaseOnce.Do(func() { close(release) }) }
-	srv, err := device.NewServer(device.ServerOptions{Profile: device.ProfileESP32, Name: "test-board", Version: "2.4.2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.AddTool(device.Tool{Name: "self.slow", Description: "Answers when the test lets it.",
-		Handler: func(ctx context.Context, args device.Args) (any, error) {
-			entered <- struct{}{}
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-			return "done", nil
-		}}); err != nil {
-		t.Fatal(err)
-	}
-	dev, err := device.NewMQTTClient(device.MQTTClientOptions{Broker: mqttAddr, DeviceID: mac, Server: srv,
-		MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	devCtx, stopDev := context.WithCancel(context.Background())
-	devDone := make(chan struct{})
-	go func() { defer close(devDone); _ = dev.Run(devCtx) }()
-	t.Cleanup(func() { stopDev(); <-devDone })
-	t.Cleanup(releaseFn) // runs first: the handler must not hold the device's Run
+	entered, releaseFn := slowMQTTDevice(t, mqttAddr, mac)
 
 	c, err := api.NewClient("http://"+addr, &http.Client{})
 	if err != nil {
@@ -354,4 +301,41 @@ func TestServeDeviceMaxQueueZero(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Errorf("first call: %v", err)
 	}
+}
+
+// slowMQTTDevice connects an MQTT device mac to the broker at mqttAddr with
+// one tool, self.slow, that signals entered on each call and answers when
+// release is called (or its call ends). Cleanup releases it and stops it.
+func slowMQTTDevice(t *testing.T, mqttAddr, mac string) (entered <-chan struct{}, release func()) {
+	t.Helper()
+	in := make(chan struct{}, 1)
+	released := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(released) }) }
+	srv, err := device.NewServer(device.ServerOptions{Profile: device.ProfileESP32, Name: "test-board", Version: "2.4.2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.AddTool(device.Tool{Name: "self.slow", Description: "Answers when the test lets it.",
+		Handler: func(ctx context.Context, args device.Args) (any, error) {
+			in <- struct{}{}
+			select {
+			case <-released:
+			case <-ctx.Done():
+			}
+			return "done", nil
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := device.NewMQTTClient(device.MQTTClientOptions{Broker: mqttAddr, DeviceID: mac, Server: srv,
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devCtx, stopDev := context.WithCancel(context.Background())
+	devDone := make(chan struct{})
+	go func() { defer close(devDone); _ = dev.Run(devCtx) }()
+	t.Cleanup(func() { stopDev(); <-devDone })
+	t.Cleanup(release) // runs first: the handler must not hold the device's Run
+	return in, release
 }

@@ -74,9 +74,8 @@ func (f *fixture) upload(t *testing.T, clk *clock, device string, n int) string 
 	return answer.Photo
 }
 
-// listed returns the ids GET /api/v1/devices/{device}/photos lists, oldest
-// first.
-func (f *fixture) listed(t *testing.T, device string) []string {
+// photos returns what GET /api/v1/devices/{device}/photos lists.
+func (f *fixture) photos(t *testing.T, device string) []Photo {
 	t.Helper()
 	resp, err := http.Get(f.srv.URL + "/api/v1/devices/" + device + "/photos")
 	if err != nil {
@@ -87,8 +86,14 @@ func (f *fixture) listed(t *testing.T, device string) []string {
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
 		t.Fatal(err)
 	}
+	return list.Photos
+}
+
+// listed returns the ids of the photos listed, oldest first.
+func (f *fixture) listed(t *testing.T, device string) []string {
+	t.Helper()
 	ids := []string{}
-	for _, p := range list.Photos {
+	for _, p := range f.photos(t, device) {
 		ids = append(ids, p.ID)
 	}
 	slices.Reverse(ids)

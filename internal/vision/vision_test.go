@@ -176,17 +176,10 @@ func TestChunkedUploadAndREST(t *testing.T) {
 		t.Errorf("photo dir mode %v", di.Mode().Perm())
 	}
 
-	resp, err := http.Get(f.srv.URL + "/api/v1/devices/" + dev + "/photos")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var list PhotoList
-	json.NewDecoder(resp.Body).Decode(&list)
-	resp.Body.Close()
-	if len(list.Photos) != 1 || list.Photos[0].ID != answer.Photo || list.Photos[0].Question != "what is this?" {
+	if list := f.photos(t, dev); len(list) != 1 || list[0].ID != answer.Photo || list[0].Question != "what is this?" {
 		t.Fatalf("list %+v", list)
 	}
-	resp, err = http.Get(f.srv.URL + answer.URL)
+	resp, err := http.Get(f.srv.URL + answer.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,15 +273,8 @@ func TestModelFailures(t *testing.T) {
 			if status != 200 || !strings.HasSuffix(body, "could not explain it: "+tc.want) || strings.Contains(body, "secret") {
 				t.Fatalf("%d %q, want it to end %q", status, body, tc.want)
 			}
-			resp, err := http.Get(f.srv.URL + "/api/v1/devices/" + dev + "/photos")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var list PhotoList
-			json.NewDecoder(resp.Body).Decode(&list)
-			resp.Body.Close()
-			if len(list.Photos) != 1 || list.Photos[0].ModelError != tc.want || list.Photos[0].Explanation != "" {
-				t.Fatalf("metadata %+v, want model_error %q", list.Photos, tc.want)
+			if list := f.photos(t, dev); len(list) != 1 || list[0].ModelError != tc.want || list[0].Explanation != "" {
+				t.Fatalf("metadata %+v, want model_error %q", list, tc.want)
 			}
 		})
 	}
