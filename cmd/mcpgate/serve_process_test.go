@@ -221,12 +221,10 @@ func TestServeSecondSignal(t *testing.T) {
 	addr, _ := child.waitLog(t, "gateway listening", wait)["addr"].(string)
 	ctx, cancel := context.WithTimeout(t.Context(), wait)
 	defer cancel()
-	d, err := devicetest.Connect(ctx, devicetest.Config{Addr: addr, ID: "02:00:00:60:00:02",
+	// Ready first: a call made while the gateway still discovers the
+	// device's tools would be refused, and never reach it.
+	d := connect(t, addr, devicetest.Config{ID: "02:00:00:60:00:02",
 		OnCall: func(devicetest.Call) devicetest.Answer { return devicetest.Answer{Silent: true} }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
 	c, err := api.NewClient("http://"+addr, &http.Client{})
 	if err != nil {
 		t.Fatal(err)
