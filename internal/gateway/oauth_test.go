@@ -109,6 +109,15 @@ func TestOAuth(t *testing.T) {
 	if status, loc := authorize(url.Values{"redirect_uri": {"http://127.0.0.1:1/other"}}); status != http.StatusBadRequest {
 		t.Errorf("authorize with an unregistered redirect_uri: %d %s, want 400 and no redirect", status, loc)
 	}
+	status, _, body = do("POST", oauth.RegisterPath, "", "application/json", `{"redirect_uris":["`+redirect+`","https://app.example/cb"],"client_name":"Two"}`)
+	var two struct {
+		ClientID string `json:"client_id"`
+	}
+	decode(body, &two)
+	if status, _, body := do("GET", oauth.AuthorizePath+"?"+url.Values{"response_type": {"code"}, "client_id": {two.ClientID},
+		"code_challenge": {challenge}, "code_challenge_method": {"S256"}}.Encode(), "", "", ""); status != http.StatusBadRequest || !strings.Contains(body, "redirect_uri is required") {
+		t.Errorf("authorize without redirect_uri, two registered: %d %s, want 400 saying it is required", status, body)
+	}
 	if status, loc := authorize(url.Values{"code_challenge_method": {"plain"}}); status != http.StatusFound || !strings.HasPrefix(loc, redirect+"?") || !strings.Contains(loc, "error=invalid_request") {
 		t.Errorf("authorize without S256: %d %s", status, loc)
 	}
@@ -155,6 +164,10 @@ func TestOAuth(t *testing.T) {
 	}
 	if status, body := exchange(code, strings.Repeat("w", 50)); status != http.StatusBadRequest || !strings.Contains(body, "invalid_grant") {
 		t.Fatalf("a wrong verifier: %d %s", status, body)
+	}
+	if status, _, body := do("POST", oauth.TokenPath, "", "application/json", `{"grant_type":"authorization_code","code":"`+code+`"}`); status != http.StatusBadRequest ||
+		!strings.Contains(body, "invalid_request") || !strings.Contains(body, "application/x-www-form-urlencoded") {
+		t.Errorf("a JSON token request: %d %s, want invalid_request naming the form", status, body)
 	}
 	status, body = exchange(code, verifier)
 	var first struct {

@@ -38,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -279,6 +280,9 @@ func checkRedirect(raw string) error {
 	}
 	switch strings.ToLower(u.Scheme) {
 	case "https":
+		if u.Host == "" {
+			return fmt.Errorf("redirect_uri %q has no host", raw)
+		}
 		return nil
 	case "http":
 		if h := u.Hostname(); h == "localhost" || net.ParseIP(h).IsLoopback() {
@@ -306,6 +310,10 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 	redirectGiven := redirect != ""
 	if !redirectGiven && len(c.RedirectURIs) == 1 {
 		redirect = c.RedirectURIs[0]
+	}
+	if !redirectGiven && redirect == "" {
+		http.Error(w, "redirect_uri is required: the client registered more than one", http.StatusBadRequest)
+		return
 	}
 	if !contains(c.RedirectURIs, redirect) {
 		http.Error(w, "redirect_uri is not one the client registered", http.StatusBadRequest)
@@ -469,6 +477,10 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := r.PostForm
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/x-www-form-urlencoded" {
+		writeOAuthError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("the body is %q, want application/x-www-form-urlencoded (RFC 6749 section 4.1.3)", mt))
+		return
+	}
 	if f.Get("grant_type") != "authorization_code" {
 		writeOAuthError(w, http.StatusBadRequest, "unsupported_grant_type", "only grant_type=authorization_code is supported (no refresh tokens: authorize again)")
 		return

@@ -22,6 +22,7 @@ func TestCheckRedirect(t *testing.T) {
 		{"http://gw.example.com/cb", false},
 		{"http://127.0.0.1.evil.example/cb", false},
 		{"https://app.example/cb#frag", false},
+		{"https:///nohost", false},
 		{"javascript:alert(1)", false},
 		{"data:text/html,hi", false},
 		{"file:///etc/passwd", false},

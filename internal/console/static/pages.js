@@ -744,7 +744,7 @@ function consentPage(main, [id]) {
   const scope = h('select', { id: 'c-scope' }, ['read', 'call', 'admin'].map((s) => h('option', { value: s }, s)));
   const devices = h('input', { id: 'c-devices', placeholder: 'all; or kitchen*,aa:bb:*' });
   const tools = h('input', { id: 'c-tools', placeholder: 'all; or self.audio_speaker.*' });
-  const expires = h('input', { id: 'c-expires', value: '30d', placeholder: '30d (empty: never)' });
+  const expires = h('input', { id: 'c-expires', value: '30d', placeholder: '30d (empty: 30d; a client key always expires)' });
   const split = (s) => s.split(',').map((x) => x.trim()).filter(Boolean);
   const decide = async (approve) => {
     try {
@@ -758,7 +758,9 @@ function consentPage(main, [id]) {
     // Clients often ask for every scope offered: admin is never preset.
     scope.value = r.scope === 'read' ? 'read' : 'call';
     let host = r.redirect_uri;
-    try { host = new URL(r.redirect_uri).origin; } catch {}
+    // A native app's private scheme (cursor://...) has no origin ("null"):
+    // the whole URI says where the code goes.
+    try { const o = new URL(r.redirect_uri).origin; if (o !== 'null') host = o; } catch {}
     main.append(h('div', { class: 'card', id: 'consent' },
       h('p', {}, h('strong', { text: r.client_name }), ' asks to use this gateway\'s MCP doors.'),
       h('p', { class: 'muted' }, 'It will be sent back to ', h('code', { text: host }), '. Client id ', h('code', { text: r.client_id }), r.resource ? ', for ' : '', r.resource ? h('code', { text: r.resource }) : ''),
