@@ -72,7 +72,9 @@ type Config struct {
 	// calls fail. Default PingInterval, so a silent device is dropped within
 	// two intervals. Negative is an error.
 	PongTimeout time.Duration
-	// WriteTimeout bounds writes the transport makes on its own (hello, pings). Default 10s.
+	// WriteTimeout bounds each write to a device (hello, MCP messages); a
+	// device that does not take a frame in time (it stopped reading) is
+	// dropped and its calls fail as disconnected. Default 10s.
 	WriteTimeout time.Duration
 	// ServerAudio is announced in the server hello. Default 24 kHz mono Opus, 60 ms.
 	ServerAudio *xiaozhi.AudioParams
@@ -350,6 +352,10 @@ var errNoHello = errors.New("no hello")
 // errNoPong is why a connection ends when the device does not answer a ping.
 var errNoPong = errors.New("keepalive: no pong from the device")
 
+// errStalled is why a connection ends when a write to the device outlasts
+// the write timeout: its socket is full, the device no longer reads.
+var errStalled = errors.New("device stopped reading")
+
 // serve runs the handshake and hands an attached connection to run, on a
 // goroutine of its own. The transport's count of connections (conns) and the
 // source address's slot are released when the connection ends, by whichever
@@ -479,7 +485,8 @@ func (c *connection) handshake() bool {
 	if c.t.cfg.VisionFor != nil {
 		scfg.Vision = c.t.cfg.VisionFor(c.id.deviceID, c.base)
 	}
-	var l mcpclient.Link = &link{conn: c.conn, base: c.ctx, sessionID: c.sessionID, writeTimeout: c.t.cfg.WriteTimeout}
+	var l mcpclient.Link = &link{conn: c.conn, base: c.ctx, sessionID: c.sessionID, writeTimeout: c.t.cfg.WriteTimeout,
+		stalled: func(err error) { c.sess.Close(err) }}
 	if c.up != nil {
 		// mcpgate's ids stay below the upstream's remapped ones.
 		scfg.MaxID = upstreamIDBase - 1
@@ -553,7 +560,7 @@ func (c *connection) close(reason error) {
 		c.conn.Close(websocket.StatusGoingAway, conns.CloseReason(reason))
 	case errors.Is(reason, hub.ErrReplaced):
 		c.conn.Close(websocket.StatusPolicyViolation, conns.CloseReason(reason))
-	case errors.Is(reason, errNoPong):
+	case errors.Is(reason, errNoPong), errors.Is(reason, errStalled):
 		// The device is not reading: a close handshake would only wait for it.
 		c.conn.CloseNow()
 	case errors.As(reason, &uc):
@@ -790,6 +797,11 @@ type link struct {
 	base         context.Context
 	sessionID    string
 	writeTimeout time.Duration
+	// stalled, when set, closes the session with the reason before the
+	// write timer closes the socket: the calls fail as disconnected, and
+	// the device goes offline, saying why rather than with the socket's
+	// "use of closed network connection".
+	stalled func(reason error)
 
 	// Send bounds its writes with one timer per link rather than a context
 	// with a deadline per write: coder/websocket arms a context.AfterFunc
@@ -807,7 +819,9 @@ type link struct {
 // caller's context: a caller that gives up (a REST client gone, a cancelled
 // MCP request) must not cost the device its connection. It runs under the
 // write timeout instead, and only a device that cannot take one frame in
-// that time is disconnected.
+// that time is disconnected. A failed write leaves the connection closed
+// (coder/websocket closes it), so the error wraps
+// [mcpclient.ErrDisconnected].
 func (l *link) Send(ctx context.Context, payload []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -828,13 +842,21 @@ func (l *link) Send(ctx context.Context, payload []byte) error {
 		l.quiet = context.WithoutCancel(l.base)
 		// As coder/websocket does when a write's context ends: the
 		// connection is closed without a close frame.
-		l.timer = time.AfterFunc(l.writeTimeout, func() { _ = l.conn.CloseNow() })
+		l.timer = time.AfterFunc(l.writeTimeout, func() {
+			if l.stalled != nil {
+				l.stalled(fmt.Errorf("%w: a write took longer than the %s write timeout", errStalled, l.writeTimeout))
+			}
+			_ = l.conn.CloseNow()
+		})
 	} else {
 		l.timer.Reset(l.writeTimeout)
 	}
 	err = l.conn.Write(l.quiet, websocket.MessageText, b)
 	l.timer.Stop()
-	return err
+	if err != nil {
+		return fmt.Errorf("%w: write to the device: %w", mcpclient.ErrDisconnected, err)
+	}
+	return nil
 }
 
 // envelopePool holds the buffers Send builds envelopes in.

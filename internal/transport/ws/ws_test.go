@@ -892,3 +892,58 @@ func TestDeviceIgnoringInitializeGetsItsTools(t *testing.T) {
 		t.Errorf("no log line says initialize failed:\n%s", s.logs.String())
 	}
 }
+
+// A device that stops reading while calls with large arguments are written
+// to it: the write that outlasts the write timeout drops the device, and
+// every call fails as disconnected, saying why, not as an internal error
+// of the closed socket. Keepalive is off, so only the write timeout acts.
+func TestWriteTimeoutDropsDeviceThatStopsReading(t *testing.T) {
+	t.Parallel()
+	const writeTimeout = 300 * time.Millisecond
+	s := startTransport(t, ws.Config{PingInterval: -1, WriteTimeout: writeTimeout})
+	sub := s.hub.Subscribe()
+	defer sub.Close()
+	const id = "02:00:00:00:cc:01"
+	stop := make(chan struct{})
+	scripted(t, s, id, func(method string, _ json.RawMessage) string {
+		switch method {
+		case "initialize":
+			return `{"protocolVersion":"2024-11-05","capabilities":{"tools":{}},"serverInfo":{"name":"deaf","version":"1"}}`
+		case "tools/list":
+			close(stop) // the reader stops after this reply
+			return `{"tools":[{"name":"blob","inputSchema":{"type":"object","properties":{"data":{"type":"string"}}}}]}`
+		}
+		return `{}`
+	}, stop)
+	waitState(t, s.hub, id, hub.StateReady)
+	args, _ := json.Marshal(map[string]string{"data": strings.Repeat("z", 1<<20)})
+	errs := make(chan error, 8)
+	var wg sync.WaitGroup
+	for range 8 { // 8 MiB, unread: the gateway's writes block
+		wg.Go(func() {
+			_, err := s.hub.Call(context.Background(), hub.CallRequest{Device: id, Tool: "blob",
+				Arguments: args, Timeout: waitTimeout})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, hub.ErrDeviceDisconnected) || hub.Code(err) != "device_disconnected" ||
+			!strings.Contains(err.Error(), "device stopped reading") {
+			t.Errorf("call: %v, want device_disconnected because the device stopped reading", err)
+		}
+	}
+	for offline := false; !offline; {
+		select {
+		case e := <-sub.C:
+			if offline = e.Type == hub.EventOffline; offline {
+				if r := e.Data.(hub.OfflineData).Reason; !strings.Contains(r, "device stopped reading: a write took longer than the 300ms write timeout") {
+					t.Errorf("offline reason %q does not say the device stopped reading", r)
+				}
+			}
+		case <-time.After(waitTimeout):
+			t.Fatal("no offline event")
+		}
+	}
+}
