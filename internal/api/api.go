@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -508,11 +509,7 @@ func (a *API) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	if err != nil {
 		var ute *json.UnmarshalTypeError
 		switch {
-		case a.refusedTooLarge(w, r, err):
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			// The body deadline (--read-body-timeout): counted and logged as
-			// that limit, not as a malformed body.
-			writeError(w, http.StatusRequestTimeout, "request_timeout", "the request body did not arrive in time", nil)
+		case a.refusedUnread(w, r, err):
 		case errors.Is(err, io.EOF):
 			a.badRequest(r, "empty_body", err)
 			writeError(w, http.StatusBadRequest, "bad_request", "empty request body: send a JSON object", nil)
@@ -530,12 +527,44 @@ func (a *API) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	}
 	// Token, not More: More reports false for a stray ']' or '}'.
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if a.refusedTooLarge(w, r, err) { // a valid object, then padding past the limit
+		// A valid object, then padding past the limit, a body that stops
+		// arriving or broken chunks: the body, not data after the object.
+		if err != nil && a.refusedUnread(w, r, err) {
 			return false
 		}
 		a.badRequest(r, "trailing_data", nil)
 		writeError(w, http.StatusBadRequest, "bad_request", "request body has data after the JSON object", nil)
 		return false
+	}
+	return true
+}
+
+// refusedUnread answers a request whose body could not be read, as opposed
+// to read and found wrong: over the size limit (413), not arrived in time
+// (408), or in broken HTTP framing (400 body_framing). It reports whether
+// err was one of those.
+func (a *API) refusedUnread(w http.ResponseWriter, r *http.Request, err error) bool {
+	var syntax *json.SyntaxError
+	var ute *json.UnmarshalTypeError
+	switch {
+	case a.refusedTooLarge(w, r, err):
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// The body deadline (--read-body-timeout): counted and logged as
+		// that limit, not as a malformed body.
+		writeError(w, http.StatusRequestTimeout, "request_timeout", "the request body did not arrive in time", nil)
+	case errors.As(err, &syntax), errors.As(err, &ute), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		// What the decoder found in the bytes, or a body that ended: the
+		// caller's to say.
+		return false
+	default:
+		// Any other read error is net/http's: a chunk size that is not
+		// hexadecimal, say.
+		a.badRequest(r, "body_framing", err)
+		msg := "request body could not be read: " + err.Error()
+		if slices.Contains(r.TransferEncoding, "chunked") {
+			msg = "request body's chunked encoding (Transfer-Encoding: chunked) is broken: " + err.Error()
+		}
+		writeError(w, http.StatusBadRequest, "bad_request", msg, nil)
 	}
 	return true
 }

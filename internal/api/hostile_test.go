@@ -311,29 +311,72 @@ func attackSlowReader(t *testing.T, addr string) {
 }
 
 // TestBodyTimeoutAnswer: a body that does not arrive in time is answered
-// 408 request_timeout and counted as that limit only, not as malformed JSON.
+// 408 request_timeout and counted as that limit only, not as malformed JSON
+// or, when what came is a whole object, as data after it.
 func TestBodyTimeoutAnswer(t *testing.T) {
-	gw, _ := gatewaytest.Start(t, gateway.Config{Limits: gateway.Limits{ReadBodyTimeout: 300 * time.Millisecond}})
+	for _, tt := range []struct{ name, part string }{
+		{"object cut short", `{"name":`},
+		{"whole object, Content-Length longer", `{"name":"self.audio_speaker.set_volume"}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			gw, _ := gatewaytest.Start(t, gateway.Config{Limits: gateway.Limits{ReadBodyTimeout: 300 * time.Millisecond}})
+			addr := gw.Addr()
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n%s", restCallPath(), addr, tt.part)
+			conn.SetReadDeadline(time.Now().Add(hostiletest.WaitTimeout))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), `"request_timeout"`) {
+				t.Fatalf("answer %d %s, want 408 request_timeout", resp.StatusCode, b)
+			}
+			for _, reason := range []string{"malformed_json", "trailing_data"} {
+				if n := hostiletest.Metric(t, addr, `mcpgate_bad_requests_total{door="rest",reason="`+reason+`"}`); n != 0 {
+					t.Errorf("counted as %s %v times", reason, n)
+				}
+			}
+			if n := hostiletest.Metric(t, addr, `mcpgate_limit_hits_total{limit="http_body_timeout"}`); n != 1 {
+				t.Errorf("http_body_timeout hits %v, want 1", n)
+			}
+		})
+	}
+}
+
+// TestBrokenChunkedBody: a chunked body whose chunk size is not one is
+// refused as broken HTTP framing, not as malformed JSON.
+func TestBrokenChunkedBody(t *testing.T) {
+	gw, _ := gatewaytest.Start(t, gateway.Config{})
 	addr := gw.Addr()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"name\":", restCallPath(), addr)
-	conn.SetReadDeadline(time.Now().Add(hostiletest.WaitTimeout))
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), `"request_timeout"`) {
-		t.Fatalf("answer %d %s, want 408 request_timeout", resp.StatusCode, b)
+	for _, size := range []string{"zz", "-5", strings.Repeat("F", 20)} {
+		t.Run(size, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n%s\r\n{}\r\n0\r\n\r\n", restCallPath(), addr, size)
+			conn.SetReadDeadline(time.Now().Add(hostiletest.WaitTimeout))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), `"bad_request"`) ||
+				!strings.Contains(string(b), "chunked encoding") {
+				t.Fatalf("answer %d %s, want 400 bad_request naming the chunked encoding", resp.StatusCode, b)
+			}
+		})
 	}
 	if n := hostiletest.Metric(t, addr, `mcpgate_bad_requests_total{door="rest",reason="malformed_json"}`); n != 0 {
 		t.Errorf("counted as malformed JSON %v times", n)
 	}
-	if n := hostiletest.Metric(t, addr, `mcpgate_limit_hits_total{limit="http_body_timeout"}`); n != 1 {
-		t.Errorf("http_body_timeout hits %v, want 1", n)
+	if n := hostiletest.Metric(t, addr, `mcpgate_bad_requests_total{door="rest",reason="body_framing"}`); n != 3 {
+		t.Errorf("body_framing counted %v times, want 3", n)
 	}
 }
