@@ -23,6 +23,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/internal/hostiletest"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/transport/ws"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
@@ -688,4 +689,46 @@ func rawUpgrade(t *testing.T, s *server, id string) net.Conn {
 		t.Fatalf("upgrade refused: %q", head)
 	}
 	return conn
+}
+
+// TestFrameCutShortByHalfClose: a device announces a 106-byte text frame,
+// then half-closes its socket before any of it: that is the connection's
+// end, not an empty frame to drop as unparseable.
+func TestFrameCutShortByHalfClose(t *testing.T) {
+	t.Parallel()
+	s := startTransport(t, ws.Config{})
+	const id = "02:00:00:00:cc:02"
+	sub := s.hub.Subscribe()
+	defer sub.Close()
+	conn := rawUpgrade(t, s, id)
+	hostiletest.WriteFrame(t, conn, 0x1, []byte(devicetest.FirmwareHello))
+	if _, err := hostiletest.ReadFrame(bufio.NewReader(conn)); err != nil {
+		t.Fatalf("read server hello: %v", err)
+	}
+	checkFor(t, id+" to be online", func() bool { d, err := s.hub.Device(id); return err == nil && d.Online })
+	head, _ := hostiletest.FrameHeader(0x1, 106)
+	if _, err := conn.Write(head); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	for offline := false; !offline; {
+		select {
+		case e := <-sub.C:
+			if offline = e.Type == hub.EventOffline && e.Device == id; offline {
+				if r := e.Data.(hub.OfflineData).Reason; r != "connection lost" {
+					t.Errorf("offline reason %q, want connection lost", r)
+				}
+			}
+		case <-time.After(waitTimeout):
+			t.Fatal("no offline event")
+		}
+	}
+	if n := metric(t, s, `mcpgate_dropped_frames_total{reason="unparseable"}`); n != 0 {
+		t.Errorf("counted %v unparseable frames", n)
+	}
+	if logs := s.logs.String(); strings.Contains(logs, "dropped unparseable frame") {
+		t.Errorf("logged an unparseable frame:\n%s", logs)
+	}
 }

@@ -278,7 +278,7 @@ func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if t.cfg.Upstream != nil {
 		c.upHeader = upstreamHeader(r)
 	}
-	conn, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{
+	conn, err := websocket.Accept(smallBuffers{w, c}, r, &websocket.AcceptOptions{
 		OriginPatterns: t.cfg.OriginPatterns,
 		// A pong is a sign of life like any frame.
 		OnPongReceived: func(context.Context, []byte) { c.touch() },
@@ -304,6 +304,7 @@ func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type connection struct {
 	t         *Transport
 	conn      *websocket.Conn
+	nc        *eofConn // the socket under conn, set by Accept's Hijack
 	id        identity
 	remote    string
 	base      string // the gateway's URL as the device dialed it, for VisionFor
@@ -682,6 +683,11 @@ func (c *connection) frame(typ websocket.MessageType, r io.Reader) error {
 	buf := c.t.frames.Get().(*bytes.Buffer)
 	buf.Reset()
 	_, err := buf.ReadFrom(r)
+	if err == nil && c.nc != nil && c.nc.eof.Load() {
+		// coder/websocket ends a message at the connection's end even when
+		// the frame header promised more: that is no frame, but the end.
+		err = io.ErrUnexpectedEOF
+	}
 	if err == nil {
 		c.handleText(c.ctx, buf.Bytes(), c.sess) // copies what it keeps
 	}
@@ -890,7 +896,7 @@ func (c *connection) readError(err error) error {
 	if st := websocket.CloseStatus(err); st != -1 {
 		return &deviceClosed{code: st}
 	}
-	if errors.Is(err, io.EOF) {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return errors.New("connection lost")
 	}
 	return err
@@ -907,18 +913,40 @@ const connBufferSize = 512
 
 // smallBuffers makes websocket.Accept use small bufio buffers: its Hijack
 // swaps net/http's for buffers of connBufferSize, keeping bytes the server
-// had already read.
-type smallBuffers struct{ http.ResponseWriter }
+// had already read. It also hands the connection the socket, as an
+// eofConn.
+type smallBuffers struct {
+	http.ResponseWriter
+	c *connection
+}
+
+// eofConn notes that the device's side of the socket has ended. A net.Conn
+// returns io.EOF only from a read that found no byte, so once the reader has
+// needed more bytes of a frame and got io.EOF, that frame was cut short.
+type eofConn struct {
+	net.Conn
+	eof atomic.Bool
+}
+
+func (c *eofConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err == io.EOF {
+		c.eof.Store(true)
+	}
+	return n, err
+}
 
 func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	hj, ok := w.ResponseWriter.(http.Hijacker)
 	if !ok {
 		return nil, nil, errors.New("ws: the HTTP server does not support hijacking")
 	}
-	conn, brw, err := hj.Hijack()
+	raw, brw, err := hj.Hijack()
 	if err != nil {
 		return nil, nil, err
 	}
+	conn := &eofConn{Conn: raw}
+	w.c.nc = conn
 	br := bufio.NewReaderSize(conn, connBufferSize)
 	if n := brw.Reader.Buffered(); n > 0 {
 		// Bytes the server read past the request must stay buffered:
