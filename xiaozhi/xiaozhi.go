@@ -206,11 +206,11 @@ func (f *Features) UnmarshalJSON(data []byte) error {
 		}
 		return nil
 	}
-	m, err := members(data)
-	if err != nil {
+	var m struct{ MCP, AEC json.RawMessage }
+	if err := object(data, &m); err != nil {
 		return err
 	}
-	*f = Features{MCP: truthy(m["mcp"]), AEC: truthy(m["aec"])}
+	*f = Features{MCP: truthy(m.MCP), AEC: truthy(m.AEC)}
 	return nil
 }
 
@@ -225,24 +225,21 @@ func truthy(raw json.RawMessage) bool {
 	return json.Unmarshal(raw, &n) == nil && n != 0
 }
 
-// members splits a JSON object into its members, for the lenient decoders
-// of the hello: each then takes what has the type it wants.
-func members(data []byte) (map[string]json.RawMessage, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, err
+// object decodes a JSON object into shadow, a struct of json.RawMessage
+// members, for the lenient decoders of the hello: encoding/json matches the
+// keys (in any letter case, the last of a repeated one winning) as it does
+// for the envelope, and each member then takes what has the type it wants.
+func object(data []byte, shadow any) error {
+	if string(bytes.TrimSpace(data)) == "null" {
+		return errors.New("xiaozhi: want an object, got null")
 	}
-	if m == nil { // null
-		return nil, errors.New("xiaozhi: want an object, got null")
-	}
-	return m, nil
+	return json.Unmarshal(data, shadow)
 }
 
-// member sets *dst to the member key of m when it decodes as a T, and
-// leaves it alone when it is absent or of another type.
-func member[T any](m map[string]json.RawMessage, key string, dst *T) {
-	raw, ok := m[key]
-	if !ok {
+// lenient sets *dst to raw when raw decodes as a T, and leaves it alone
+// when raw is absent or of another type.
+func lenient[T any](raw json.RawMessage, dst *T) {
+	if len(raw) == 0 {
 		return
 	}
 	var v T
@@ -279,46 +276,56 @@ type UDP struct {
 // UnmarshalJSON decodes a hello leniently (see Hello); only data that is
 // not a JSON object is an error.
 func (h *Hello) UnmarshalJSON(data []byte) error {
-	m, err := members(data)
-	if err != nil {
+	var m struct {
+		Type, Version, Features, Transport json.RawMessage
+		SessionID                          json.RawMessage `json:"session_id"`
+		AudioParams                        json.RawMessage `json:"audio_params"`
+		UDP                                json.RawMessage
+	}
+	if err := object(data, &m); err != nil {
 		return err
 	}
 	*h = Hello{}
-	member(m, "type", &h.Type)
-	member(m, "version", &h.Version)
-	member(m, "features", &h.Features)
-	member(m, "transport", &h.Transport)
-	member(m, "session_id", &h.SessionID)
-	member(m, "audio_params", &h.AudioParams)
-	member(m, "udp", &h.UDP)
+	lenient(m.Type, &h.Type)
+	lenient(m.Version, &h.Version)
+	lenient(m.Features, &h.Features)
+	lenient(m.Transport, &h.Transport)
+	lenient(m.SessionID, &h.SessionID)
+	lenient(m.AudioParams, &h.AudioParams)
+	lenient(m.UDP, &h.UDP)
 	return nil
 }
 
 // UnmarshalJSON decodes audio parameters leniently (see Hello).
 func (a *AudioParams) UnmarshalJSON(data []byte) error {
-	m, err := members(data)
-	if err != nil {
+	var m struct {
+		Format        json.RawMessage
+		SampleRate    json.RawMessage `json:"sample_rate"`
+		Channels      json.RawMessage
+		FrameDuration json.RawMessage `json:"frame_duration"`
+	}
+	if err := object(data, &m); err != nil {
 		return err
 	}
 	*a = AudioParams{}
-	member(m, "format", &a.Format)
-	member(m, "sample_rate", &a.SampleRate)
-	member(m, "channels", &a.Channels)
-	member(m, "frame_duration", &a.FrameDuration)
+	lenient(m.Format, &a.Format)
+	lenient(m.SampleRate, &a.SampleRate)
+	lenient(m.Channels, &a.Channels)
+	lenient(m.FrameDuration, &a.FrameDuration)
 	return nil
 }
 
 // UnmarshalJSON decodes a udp block leniently (see Hello).
 func (u *UDP) UnmarshalJSON(data []byte) error {
-	m, err := members(data)
-	if err != nil {
+	var m struct{ Server, Port, Key, Nonce json.RawMessage }
+	if err := object(data, &m); err != nil {
 		return err
 	}
 	*u = UDP{}
-	member(m, "server", &u.Server)
-	member(m, "port", &u.Port)
-	member(m, "key", &u.Key)
-	member(m, "nonce", &u.Nonce)
+	lenient(m.Server, &u.Server)
+	lenient(m.Port, &u.Port)
+	lenient(m.Key, &u.Key)
+	lenient(m.Nonce, &u.Nonce)
 	return nil
 }
 
