@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -31,6 +32,9 @@ type pgStore struct {
 	unlock               func()  // OpenOptions.Lock's, or nil
 	lock                 *pgLock // OpenOptions.Lock's, or nil
 }
+
+// quotedText matches a Go-quoted string in an error's text.
+var quotedText = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 
 // pgParseReason is why pgx could not parse dsn: its error without the
 // connection string it quotes, without the URL a *url.Error inside it
@@ -63,6 +67,11 @@ func pgParseReason(err error, dsn string) string {
 		return ""
 	}
 	msg = msg[i+len("`: "):]
+	if inner != nil && msg == "failed to parse as URL" {
+		// pgx's own decoding of the URL, stricter than net/url's, quotes
+		// the raw text around the mistake, which may be the password.
+		return msg + ": " + quotedText.ReplaceAllString(inner.Error(), `"…"`)
+	}
 	if inner != nil {
 		msg += ": " + redact.Err(inner).Error()
 	}
