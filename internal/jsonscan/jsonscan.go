@@ -197,7 +197,7 @@ func Folds(key []byte, names ...string) bool {
 	return false
 }
 
-func asciiEqualFold(b []byte, s string) bool {
+func asciiEqualFold[S string | []byte](b []byte, s S) bool {
 	for i := range b {
 		x, y := b[i], s[i]
 		if 'A' <= x && x <= 'Z' {

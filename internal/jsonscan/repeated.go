@@ -58,24 +58,34 @@ func (r *repeats) value(data []byte, i int) (end int, found bool) {
 				r.path = append(r.path, strconv.Itoa(n))
 				return end, true
 			}
-			if end < 0 {
-				return -1, false
+			next, closed := after(data, end, ']')
+			if next < 0 || closed {
+				return next, false
 			}
-			i = skipSpace(data, end)
-			if i >= len(data) {
-				return -1, false
-			}
-			switch data[i] {
-			case ']':
-				return i + 1, false
-			case ',':
-				i = skipSpace(data, i+1)
-			default:
-				return -1, false
-			}
+			i = next
 		}
 	}
 	return skipValue(data, i), false
+}
+
+// after reads what follows a container's element ending at end: the index
+// after the container and closed when it closes there, else the index of
+// the next element; -1 when data is not valid JSON there (end too).
+func after(data []byte, end int, close byte) (next int, closed bool) {
+	if end < 0 {
+		return -1, false
+	}
+	i := skipSpace(data, end)
+	if i >= len(data) {
+		return -1, false
+	}
+	switch data[i] {
+	case close:
+		return i + 1, true
+	case ',':
+		return skipSpace(data, i+1), false
+	}
+	return -1, false
 }
 
 // object is value for the object at data[i].
@@ -137,48 +147,18 @@ func (r *repeats) object(data []byte, i int) (end int, found bool) {
 			r.path = append(r.path, string(name))
 			return end, true
 		}
-		if end < 0 {
-			return -1, false
+		next, closed := after(data, end, '}')
+		if next < 0 || closed {
+			return next, false
 		}
-		i = skipSpace(data, end)
-		if i >= len(data) {
-			return -1, false
-		}
-		switch data[i] {
-		case '}':
-			return i + 1, false
-		case ',':
-			i = skipSpace(data, i+1)
-		default:
-			return -1, false
-		}
+		i = next
 	}
 	return -1, false
 }
 
 // foldEqual reports whether a and b are equal with ASCII letters in any
 // case, as C's tolower compares bytes.
-func foldEqual(a, b []byte) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		x, y := a[i], b[i]
-		if x == y {
-			continue
-		}
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
-}
+func foldEqual(a, b []byte) bool { return len(a) == len(b) && asciiEqualFold(a, b) }
 
 func lowerASCII(b []byte) []byte {
 	out := make([]byte, len(b))

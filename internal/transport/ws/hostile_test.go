@@ -426,13 +426,12 @@ func attackBinary(t *testing.T, s *server, id string) {
 	mustCall(t, s.hub, id)
 }
 
-// attackNeverReads answers discovery, then stops reading its socket while
-// calls with large arguments are sent to it: the gateway's writes fill the
-// socket buffers and block, keepalive gets no pong, and the device is
-// dropped with its calls failed.
-func attackNeverReads(t *testing.T, s *server, id string) {
+// deafDevice connects device id with one tool, blob, answers discovery,
+// then stops reading its socket; it returns once the device is ready.
+func deafDevice(t *testing.T, s *server, id string) {
+	t.Helper()
 	stop := make(chan struct{})
-	scripted(t, s, id, func(method string, params json.RawMessage) string {
+	scripted(t, s, id, func(method string, _ json.RawMessage) string {
 		switch method {
 		case "initialize":
 			return `{"protocolVersion":"2024-11-05","capabilities":{"tools":{}},"serverInfo":{"name":"deaf","version":"1"}}`
@@ -443,6 +442,14 @@ func attackNeverReads(t *testing.T, s *server, id string) {
 		return `{}`
 	}, stop)
 	waitState(t, s.hub, id, hub.StateReady)
+}
+
+// attackNeverReads answers discovery, then stops reading its socket while
+// calls with large arguments are sent to it: the gateway's writes fill the
+// socket buffers and block, keepalive gets no pong, and the device is
+// dropped with its calls failed.
+func attackNeverReads(t *testing.T, s *server, id string) {
+	deafDevice(t, s, id)
 	args, _ := json.Marshal(map[string]string{"data": strings.Repeat("z", 256<<10)})
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)

@@ -904,18 +904,7 @@ func TestWriteTimeoutDropsDeviceThatStopsReading(t *testing.T) {
 	sub := s.hub.Subscribe()
 	defer sub.Close()
 	const id = "02:00:00:00:cc:01"
-	stop := make(chan struct{})
-	scripted(t, s, id, func(method string, _ json.RawMessage) string {
-		switch method {
-		case "initialize":
-			return `{"protocolVersion":"2024-11-05","capabilities":{"tools":{}},"serverInfo":{"name":"deaf","version":"1"}}`
-		case "tools/list":
-			close(stop) // the reader stops after this reply
-			return `{"tools":[{"name":"blob","inputSchema":{"type":"object","properties":{"data":{"type":"string"}}}}]}`
-		}
-		return `{}`
-	}, stop)
-	waitState(t, s.hub, id, hub.StateReady)
+	deafDevice(t, s, id)
 	args, _ := json.Marshal(map[string]string{"data": strings.Repeat("z", 1<<20)})
 	errs := make(chan error, 8)
 	var wg sync.WaitGroup
