@@ -154,6 +154,7 @@ func newDeviceServices(cfg Config, m *metrics.Metrics, lim *limits.Reporter, h *
 			}
 		}
 	}
+	oc.CheckDeviceID = h.CheckNewID
 	oc.IssueToken = func(deviceID, clientID string) (string, error) {
 		if err := boundElsewhere(h, mode, deviceID, clientID); err != nil {
 			return "", err

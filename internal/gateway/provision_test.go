@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -370,5 +371,28 @@ func TestOTAKeepsATokenToItsClient(t *testing.T) {
 	}
 	if got := status("client-after-reset"); got != http.StatusOK {
 		t.Errorf("OTA for a new client id once the device is forgotten: %d, want 200", got)
+	}
+}
+
+// TestOTARefusesIDsTheTransportsRefuse: a device whose id no transport
+// would accept (one mcpgate keeps) is told so by OTA, not handed
+// credentials it could never use.
+func TestOTARefusesIDsTheTransportsRefuse(t *testing.T) {
+	gw := startGateway(t, Config{})
+	req, err := http.NewRequest(http.MethodPost, "http://"+gw.Addr()+ota.Path,
+		strings.NewReader(`{"uuid":"u-1","application":{"version":"2.4.2"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(xiaozhi.HeaderDeviceID, "endpoint-calc")
+	req.Header.Set(xiaozhi.HeaderClientID, "u-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `Device-Id header: device id reserved: \"endpoint-calc\"`) {
+		t.Errorf("OTA for a reserved id: %d %s, want 400 naming the reserved id", resp.StatusCode, body)
 	}
 }

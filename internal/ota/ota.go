@@ -98,6 +98,11 @@ type Config struct {
 	// IssueToken returns a device token for the websocket token and the
 	// MQTT password. Nil hands out none.
 	IssueToken func(deviceID, clientID string) (string, error)
+	// CheckDeviceID refuses a device id the gateway's transports would
+	// refuse at the device's connection (hub.CheckNewID: an id mcpgate
+	// keeps, another device's alias), so the device is told now, not
+	// handed credentials it can never use. Nil checks none.
+	CheckDeviceID func(id string) error
 	// TimezoneOffset is reported in server_time, in minutes east of UTC.
 	// Nil: the gateway's local zone.
 	TimezoneOffset *int
@@ -464,6 +469,11 @@ func (h *Handler) parse(w http.ResponseWriter, r *http.Request) (deviceID, clien
 	}
 	if deviceID, err = xiaozhi.NormalizeDeviceID(rawID); err != nil {
 		return "", "", req, refuse("bad_device_id", "Device-Id header: %v", err)
+	}
+	if h.cfg.CheckDeviceID != nil {
+		if err := h.cfg.CheckDeviceID(deviceID); err != nil {
+			return "", "", req, refuse("bad_device_id", "Device-Id header: %v", err)
+		}
 	}
 	clientID = strings.TrimSpace(r.Header.Get(xiaozhi.HeaderClientID))
 	if clientID == "" {
