@@ -76,21 +76,22 @@ func (h *Hub) Call(ctx context.Context, req CallRequest) (*mcpclient.Result, err
 		// The queue stops starting deliveries when the gateway stops; this
 		// refuses one it began just before (put back in line).
 		if err := h.refused(req); err != nil {
-			return h.finish(ctx, req, start, nil, nil, err)
+			return h.finish(ctx, req, start, nil, nil, false, err)
 		}
 	}
 	if res, dev, ok, err := h.acceptControl(ctx, req); ok {
 		if err != nil {
-			return h.finish(ctx, req, start, nil, dev, err)
+			return h.finish(ctx, req, start, nil, dev, false, err)
 		}
 		return res, nil // recorded when the background call ends
 	}
-	res, dev, err := h.call(ctx, req)
-	return h.finish(ctx, req, start, res, dev, err)
+	res, dev, sent, err := h.call(ctx, req)
+	return h.finish(ctx, req, start, res, dev, sent, err)
 }
 
-// finish counts, audits and publishes a call's outcome.
-func (h *Hub) finish(ctx context.Context, req CallRequest, start time.Time, res *mcpclient.Result, dev *device, err error) (*mcpclient.Result, error) {
+// finish counts, audits and publishes a call's outcome; sent says the call
+// went to a device (see call).
+func (h *Hub) finish(ctx context.Context, req CallRequest, start time.Time, res *mcpclient.Result, dev *device, sent bool, err error) (*mcpclient.Result, error) {
 	outcome := "ok"
 	switch {
 	case err != nil:
@@ -98,15 +99,20 @@ func (h *Hub) finish(ctx context.Context, req CallRequest, start time.Time, res 
 	case res.IsError:
 		outcome = "tool_error"
 	}
-	h.metrics.Calls.WithLabelValues(outcome).Inc()
 	recorded := req.QueuedID == "" && !(req.QueueIfOffline && Unreached(err))
+	// Counted once, as audited: not the live try of a call the door then
+	// queues, nor a delivery the queue puts back in line, but the
+	// delivery that ends it (the queue audits that one).
+	if recorded || (req.QueuedID != "" && !Requeued(err)) {
+		h.metrics.Calls.WithLabelValues(outcome).Inc()
+		if sent && !NotSent(err) && (err == nil || errors.Is(err, ErrDeviceTimeout) || errors.Is(err, ErrDeviceDisconnected)) {
+			h.metrics.CallLatency.Observe(time.Since(start).Seconds())
+		}
+	}
 	if h.cfg.Audit != nil && recorded {
 		rec := h.callRecord(req, start, dev, outcome, res, err)
 		rec.ServedBy = h.servedBy(ctx, err)
 		h.cfg.Audit(rec)
-	}
-	if dev != nil && (err == nil || errors.Is(err, ErrDeviceTimeout) || errors.Is(err, ErrDeviceDisconnected)) {
-		h.metrics.CallLatency.Observe(time.Since(start).Seconds())
 	}
 	// A queued call's call_completed comes from the queue, once its
 	// outcome is stored.
@@ -128,7 +134,11 @@ func (h *Hub) finish(ctx context.Context, req CallRequest, start time.Time, res 
 	return res, err
 }
 
-func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *device, error) {
+// call sends a call, and reports sent when the call went to a device (here, through another
+// node, or to an endpoint source bridging a local tool), whatever its
+// outcome: not when it was refused before that or a gateway built-in
+// answered it.
+func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *device, bool, error) {
 	args := bytes.TrimSpace(req.Arguments)
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
@@ -140,7 +150,7 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 	// took it; the device's rate is this node's to charge.
 	if !charged && !req.remote {
 		if err := h.checkKeyRate(req.Caller); err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
 	}
 	h.mu.RLock()
@@ -165,7 +175,7 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 				if errors.Is(rerr, ErrDeviceOffline) {
 					rerr = NotSentError(h.storedOffline(ctx, req.Device, err))
 				}
-				return res, nil, rerr
+				return res, nil, true, rerr
 			}
 			if errors.Is(err, ErrDeviceNotFound) {
 				err = h.storedOffline(ctx, req.Device, err)
@@ -173,14 +183,14 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 		case att == nil:
 			routedTo(ctx, holder)
 			res, err := h.callRemote(ctx, d.id, req)
-			return res, d, err
+			return res, d, true, err
 		}
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	if att == nil {
-		return nil, d, fmt.Errorf("%w: %s", ErrDeviceOffline, d.id)
+		return nil, d, false, fmt.Errorf("%w: %s", ErrDeviceOffline, d.id)
 	}
 
 	wctx := ctx // what waits before the call is sent
@@ -192,9 +202,9 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 	select {
 	case <-att.discovered:
 	case <-att.sess.Done():
-		return nil, d, notSent{fmt.Errorf("%w: %w", ErrDeviceDisconnected, att.sess.Err())}
+		return nil, d, false, notSent{fmt.Errorf("%w: %w", ErrDeviceDisconnected, att.sess.Err())}
 	case <-wctx.Done():
-		return nil, d, notSent{fmt.Errorf("waiting for discovery of %s: %w", d.id, context.Cause(wctx))}
+		return nil, d, false, notSent{fmt.Errorf("waiting for discovery of %s: %w", d.id, context.Cause(wctx))}
 	}
 
 	h.mu.RLock()
@@ -205,13 +215,13 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 		i, ok = cat.byName[req.Tool]
 	}
 	if !ok {
-		return nil, d, fmt.Errorf("%w: %q on device %s", ErrToolNotFound, req.Tool, d.id)
+		return nil, d, false, fmt.Errorf("%w: %q on device %s", ErrToolNotFound, req.Tool, d.id)
 	}
 	if err := cat.validate(i, args); err != nil {
-		return nil, d, err
+		return nil, d, false, err
 	}
-	if res, local, err := h.runLocal(ctx, d, &cat.Tools[i], args, req.Timeout); local {
-		return res, d, err
+	if res, local, sent, err := h.runLocal(ctx, d, &cat.Tools[i], args, req.Timeout); local {
+		return res, d, sent, err
 	}
 
 	timeout := req.Timeout
@@ -221,17 +231,17 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 	switch {
 	case req.QueuedID != "":
 		if err := h.waitDeviceRate(wctx, d.id, att); err != nil {
-			return nil, d, err
+			return nil, d, false, err
 		}
 	case !charged:
 		if err := h.checkDeviceRate(d.id, req.Caller); err != nil {
-			return nil, d, err
+			return nil, d, false, err
 		}
 	}
 	full := timeout // 0: the session's own call timeout
 	if h.cfg.MaxInFlight > 0 {
 		if timeout, err = h.acquireSlot(wctx, d.id, att, timeout); err != nil {
-			return nil, d, err
+			return nil, d, false, err
 		}
 		defer att.slots.Release()
 	}
@@ -244,7 +254,7 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 		err = fmt.Errorf("tools/call: %w after %s, %s of it waiting for one of the device's call slots",
 			mcpclient.ErrTimeout, full, (full - timeout).Round(time.Millisecond))
 	}
-	return res, d, err
+	return res, d, true, err
 }
 
 // checkKeyRate takes a token from the caller's bucket.
@@ -352,6 +362,15 @@ func Unreached(err error) bool {
 	return errors.Is(err, ErrDeviceOffline) || (errors.Is(err, ErrDeviceDisconnected) && NotSent(err))
 }
 
+// Requeued reports whether err ended the delivery of a queued call
+// (CallRequest.QueuedID) before it was sent, for a passing reason: the
+// queue puts the call back in line rather than ending it (internal/queue's
+// deliver).
+func Requeued(err error) bool {
+	return NotSent(err) && !errors.Is(err, ErrToolNotFound) && !errors.Is(err, ErrInvalidArgs) &&
+		!errors.Is(err, ErrDeviceNotFound)
+}
+
 // NotSent reports whether a call that failed with err was refused before
 // anything reached the device, so that sending it later cannot run it
 // twice: the device was unknown, offline, busy or over a rate, the tool or
@@ -386,7 +405,7 @@ func (h *Hub) RefuseUnseen(req CallRequest, tool bool) error {
 	default:
 		err = fmt.Errorf("%w: %q", ErrDeviceNotFound, req.Device)
 	}
-	_, err = h.finish(context.Background(), req, start, nil, nil, err)
+	_, err = h.finish(context.Background(), req, start, nil, nil, false, err)
 	return err
 }
 

@@ -48,7 +48,7 @@ func (h *Hub) ServeRemote(ctx context.Context, req CallRequest) (*mcpclient.Resu
 	}
 	req.remote = true
 	req.Wait = true
-	res, _, err := h.call(ctx, req)
+	res, _, _, err := h.call(ctx, req)
 	return res, err
 }
 

@@ -254,27 +254,28 @@ func newCallID() string {
 // instead of the device, from the first online MCP endpoint source (by id)
 // that has a tool of that exact name, else from the gateway's built-ins
 // ([BuiltinTools]); with neither, the call fails with ErrToolNotFound.
-func (h *Hub) runLocal(ctx context.Context, d *device, t *mcpclient.Tool, args json.RawMessage, timeout time.Duration) (res *mcpclient.Result, ok bool, err error) {
+// sent says the call went to an endpoint source, not to a built-in.
+func (h *Hub) runLocal(ctx context.Context, d *device, t *mcpclient.Tool, args json.RawMessage, timeout time.Duration) (res *mcpclient.Result, ok, sent bool, err error) {
 	h.mu.RLock()
 	kind := d.kind
 	h.mu.RUnlock()
 	if kind != KindRegister {
-		return nil, false, nil
+		return nil, false, false, nil
 	}
 	if k, isReg := register.ToolKind(t); !isReg || !k.Local() {
-		return nil, false, nil
+		return nil, false, false, nil
 	}
 	if att := h.endpointWith(t.Name); att != nil {
 		if timeout <= 0 {
 			timeout = h.toolTimeout(t.Name)
 		}
 		res, err := att.sess.CallTool(ctx, t.Name, args, mcpclient.CallOptions{Timeout: timeout})
-		return res, true, err
+		return res, true, true, err
 	}
 	if b, found := builtins[t.Name]; found {
-		return b.run(args), true, nil
+		return b.run(args), true, false, nil
 	}
-	return nil, true, fmt.Errorf("%w: %q is a local tool (main_type local) of %s, and no MCP endpoint source and no gateway built-in has a tool of that name", ErrToolNotFound, t.Name, d.id)
+	return nil, true, false, fmt.Errorf("%w: %q is a local tool (main_type local) of %s, and no MCP endpoint source and no gateway built-in has a tool of that name", ErrToolNotFound, t.Name, d.id)
 }
 
 // endpointWith returns the attachment of the first online, discovered

@@ -534,6 +534,31 @@ func TestLocalTools(t *testing.T) {
 	if n := deviceRuns.Load(); n != 0 {
 		t.Fatalf("the device ran %d local tools", n)
 	}
+	// Only echo went to a device (the endpoint source): get_time is the
+	// gateway's own, weather was refused.
+	if got := metricLine(t, f, "mcpgate_tool_call_duration_seconds_count"); got != "mcpgate_tool_call_duration_seconds_count 1" {
+		t.Fatalf("call latency samples: %q, want the endpoint's echo only", got)
+	}
+}
+
+// metricLine returns the gateway's /metrics line that starts with prefix.
+func metricLine(t *testing.T, f *fixture, prefix string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + f.gw.Addr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if strings.HasPrefix(line, prefix) {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
 }
 
 // dialEndpoint connects a fake MCP server to the endpoint; the returned func
