@@ -99,23 +99,75 @@ func (r *recorder) badRequest() string {
 // notifications/tools/list_changed: rejected by transport: stream not
 // connected") is debug too: a client need not keep a GET stream open, and
 // most do not between requests.
-type sdkHandler struct{ h slog.Handler }
+//
+// Its error lines about a client's fault (sdkClientFaults) go to
+// badRequest instead, which counts each and logs them rate-limited, as the
+// door does the requests go-sdk refuses with a 4xx; its other errors (the
+// server's own) pass on as they are.
+//
+// go-sdk's "level" attribute (the level a client asked for) is renamed
+// client_level: the record's own level is "level" in the log.
+type sdkHandler struct {
+	h          slog.Handler
+	badRequest func(reason string, attrs ...any)
+}
+
+// sdkClientFaults are go-sdk's (v1.8) error lines that a client's request
+// causes, by message, with the reason the door counts them under. go-sdk
+// answers each with a JSON-RPC error.
+var sdkClientFaults = map[string]string{
+	"method invalid during initialization": "not_initialized",      // a request before initialize
+	"initialized before initialize":        "not_initialized",      // notifications/initialized first
+	"duplicate initialize request":         "duplicate_initialize", // a second initialize on a session
+	"duplicate initialized notification":   "duplicate_initialize",
+	"method removed in the new protocol":   "unknown_method", // initialize, ping... on 2026-07-28
+}
 
 func (s sdkHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	if l == slog.LevelInfo {
+	switch l {
+	case slog.LevelInfo:
 		l = slog.LevelDebug
+	case slog.LevelError:
+		if s.badRequest != nil {
+			return true // counted whatever the log level
+		}
 	}
 	return s.h.Enabled(ctx, l)
 }
 
 func (s sdkHandler) Handle(ctx context.Context, r slog.Record) error {
+	if reason, ok := sdkClientFaults[r.Message]; ok && r.Level == slog.LevelError && s.badRequest != nil {
+		attrs := []any{"answer", r.Message}
+		r.Attrs(func(a slog.Attr) bool { attrs = append(attrs, a); return true })
+		s.badRequest(reason, attrs...)
+		return nil
+	}
 	if r.Level == slog.LevelInfo || unsentNotification(r) {
 		r.Level = slog.LevelDebug
-		if !s.h.Enabled(ctx, r.Level) {
-			return nil
-		}
 	}
-	return s.h.Handle(ctx, r)
+	if !s.h.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return s.h.Handle(ctx, renameLevel(r))
+}
+
+// renameLevel returns r with an attribute named "level" renamed
+// client_level, so that a JSON log has one "level" key.
+func renameLevel(r slog.Record) slog.Record {
+	found := false
+	r.Attrs(func(a slog.Attr) bool { found = a.Key == slog.LevelKey; return !found })
+	if !found {
+		return r
+	}
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == slog.LevelKey {
+			a.Key = "client_level"
+		}
+		out.AddAttrs(a)
+		return true
+	})
+	return out
 }
 
 // unsentNotification reports whether r is go-sdk's warning that a
@@ -125,5 +177,9 @@ func unsentNotification(r slog.Record) bool {
 		(strings.Contains(r.Message, "rejected by transport") || strings.Contains(r.Message, "stream not connected"))
 }
 
-func (s sdkHandler) WithAttrs(as []slog.Attr) slog.Handler { return sdkHandler{s.h.WithAttrs(as)} }
-func (s sdkHandler) WithGroup(name string) slog.Handler    { return sdkHandler{s.h.WithGroup(name)} }
+func (s sdkHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return sdkHandler{s.h.WithAttrs(as), s.badRequest}
+}
+func (s sdkHandler) WithGroup(name string) slog.Handler {
+	return sdkHandler{s.h.WithGroup(name), s.badRequest}
+}

@@ -139,7 +139,7 @@ type Server struct {
 	hub *hub.Hub
 	log *slog.Logger
 	// sdkLog is what go-sdk logs to: log, with its info lines as debug
-	// (see sdkHandler).
+	// and its client-fault errors counted (see sdkHandler).
 	sdkLog *slog.Logger
 	guard  *httpguard.Guard
 	events mcp.EventStore // shared by every door's handler; nil when disabled
@@ -216,7 +216,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, hub: cfg.Hub, log: cfg.Logger, sdkLog: slog.New(sdkHandler{cfg.Logger.Handler()}), guard: g, agg: make(map[string]*door),
+	sdk := sdkHandler{h: cfg.Logger.Handler(), badRequest: func(reason string, attrs ...any) {
+		cfg.Limits.BadRequest(limits.DoorMCP, reason, "refused malformed MCP request", attrs...)
+	}}
+	s := &Server{cfg: cfg, hub: cfg.Hub, log: cfg.Logger, sdkLog: slog.New(sdk), guard: g, agg: make(map[string]*door),
 		devices: make(map[doorKey]*door), byDevice: make(map[string][]*door), handler: make(map[*door]http.Handler)}
 	if cfg.EventStoreBytes > 0 {
 		es := mcp.NewMemoryEventStore(nil)

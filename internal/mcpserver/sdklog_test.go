@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/devicetest"
 	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/gatewaytest"
+	"github.com/mcpgate/mcpgate/internal/hostiletest"
 	"github.com/mcpgate/mcpgate/internal/mcpserver"
 )
 
@@ -79,5 +82,58 @@ func TestListChangedWithoutStreamIsNotAWarning(t *testing.T) {
 		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
 			t.Errorf("logged %s", line)
 		}
+	}
+}
+
+// go-sdk's error lines about a client's fault (a request before
+// initialize, a second initialize) are counted as bad requests and logged
+// at most once per 10 s per reason, not as one ERROR each; its info line
+// "client log level set" names the client's level client_level, so a JSON
+// log line has one "level".
+func TestSDKClientFaultsAreBadRequests(t *testing.T) {
+	var logs lockedBuffer
+	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	gw, _ := gatewaytest.Start(t, gateway.Config{Logger: log})
+	url := "http://" + gw.Addr() + "/mcp"
+	for i := range 20 {
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`, i)
+		if status, answer := mcpPost(t, url, "", "", "", []byte(body)); status != http.StatusOK || !strings.Contains(answer, "invalid during session initialization") {
+			t.Fatalf("tools/list without a session: %d %.200s", status, answer)
+		}
+	}
+	c := rawConnect(t, url)
+	defer c.close(t)
+	again := c.rpc(t, "initialize", map[string]any{"protocolVersion": c.version, "capabilities": map[string]any{},
+		"clientInfo": map[string]any{"name": "raw", "version": "1"}})
+	if again.Error == nil {
+		t.Fatalf("a second initialize: %s, want an error", again.Result)
+	}
+
+	for reason, want := range map[string]float64{"not_initialized": 20, "duplicate_initialize": 1} {
+		sample := fmt.Sprintf(`mcpgate_bad_requests_total{door="mcp",reason=%q}`, reason)
+		if got := hostiletest.Metric(t, gw.Addr(), sample); got != want {
+			t.Errorf("%s = %v, want %v", sample, got, want)
+		}
+	}
+	refused, levelSet := 0, false
+	for line := range strings.Lines(logs.String()) {
+		if strings.Count(line, `"level":`) != 1 {
+			t.Errorf("a line with other than one level key: %s", line)
+		}
+		if strings.Contains(line, `"level":"ERROR"`) {
+			t.Errorf("logged %s", line)
+		}
+		if strings.Contains(line, `"msg":"refused malformed MCP request"`) && strings.Contains(line, `"reason":"not_initialized"`) {
+			refused++
+		}
+		if strings.Contains(line, `"msg":"client log level set"`) && strings.Contains(line, `"client_level":`) {
+			levelSet = true
+		}
+	}
+	if refused != 1 {
+		t.Errorf("logged %d refusals for reason not_initialized, want 1:\n%s", refused, logs.String())
+	}
+	if !levelSet {
+		t.Errorf("no client_level in go-sdk's \"client log level set\":\n%s", logs.String())
 	}
 }
