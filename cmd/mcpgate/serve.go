@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -141,7 +142,14 @@ environment, which wins over the file.`,
 			if err != nil {
 				return err
 			}
-			return gw.Run(cmd.Context())
+			err = gw.Run(cmd.Context())
+			if err != nil && cmd.Context().Err() != nil && errors.Is(err, context.Canceled) {
+				// Stopped (SIGTERM...) while still starting, waiting for a
+				// broker or a store: asked for, not a failure.
+				logger.Info("gateway stopped before it was ready: asked to stop while starting", "during", err.Error())
+				return nil
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()

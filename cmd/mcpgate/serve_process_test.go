@@ -19,6 +19,7 @@ import (
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/devicetest"
+	"github.com/mcpgate/mcpgate/internal/freeport"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
@@ -336,4 +337,26 @@ func slowMQTTDevice(t *testing.T, mqttAddr, mac string) (entered <-chan struct{}
 	t.Cleanup(func() { stopDev(); <-devDone })
 	t.Cleanup(release) // runs first: the handler must not hold the device's Run
 	return in, release
+}
+
+// TestServeSIGTERMWhileStarting: SIGTERM while serve still waits for an
+// external MQTT broker that does not answer is a stop asked for, not a
+// failure: exit 0, with a line saying the gateway stopped before it was
+// ready.
+func TestServeSIGTERMWhileStarting(t *testing.T) {
+	child := startChild(t, "serve", "--addr", "127.0.0.1:0", "--data", t.TempDir(),
+		"--mqtt-broker", "tcp://"+freeport.Refused, "--log-format", "json")
+	child.waitLog(t, "cannot connect to MQTT broker", time.Minute)
+	if err := child.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-child.done:
+	case <-time.After(time.Minute):
+		t.Fatal("serve did not exit after SIGTERM")
+	}
+	if child.err != nil {
+		t.Fatalf("exit after SIGTERM while starting: %v, want 0", child.err)
+	}
+	child.waitLog(t, "gateway stopped before it was ready: asked to stop while starting", time.Second)
 }
