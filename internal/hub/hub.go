@@ -78,6 +78,11 @@ type Config struct {
 	// that no record is lost: it may block (an audit writer applying
 	// backpressure) but must not call back into the hub.
 	Audit func(CallRecord)
+	// AuditNow, when set, receives the records of administrative actions
+	// (Forget, AuditAction) instead of Audit, and stores them before it
+	// returns (audit.Writer.RecordNow): they are rare, and a crash just
+	// after the caller is answered must not lose them. nil: Audit.
+	AuditNow func(...CallRecord)
 	// Store, when set, keeps devices (identity, alias, last catalog) across
 	// restarts: see [Hub.Load] and [Hub.RunPersistence]. Writes happen off
 	// the hot path; no call ever waits on the store.
