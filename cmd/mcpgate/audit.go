@@ -27,8 +27,10 @@ through any door (REST, MCP, the agent, the CLI), newest first, with who
 called, on which gateway node (NODE; "a→b" when node a took the call and
 routed it to node b, which holds the device), the device and tool, the arguments (values above the gateway's
 --audit-max-value replaced by a digest), the outcome and the latency;
-and one per attempt to forget a device or revoke its credentials (tools
-mcpgate:forget and mcpgate:revoke).
+and one per administrative action: forgetting a device (tool
+mcpgate:forget), revoking its credentials (mcpgate:revoke), creating and
+revoking an API key (mcpgate:key_create, mcpgate:key_revoke, the key's id
+as DEVICE), an admin's answer to an OAuth client (mcpgate:oauth_grant).
 A key sees the records of the devices and tools it may see.
 
 --since takes an RFC 3339 time or an age (90m, 1h, 7d). When more records

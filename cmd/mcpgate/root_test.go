@@ -9,6 +9,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/mcpgate/mcpgate/internal/agent"
+	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/oauth"
 )
 
 // TestHelpValueNames: pflag takes a backquoted phrase in a flag's usage as
@@ -82,6 +85,18 @@ func TestArityUsageLine(t *testing.T) {
 				t.Errorf("stderr:\n%s\nwant it to contain:\n%s", r.stderr, tc.want)
 			}
 		})
+	}
+}
+
+// TestAuditHelpNamesEveryAdminTool: audit --help names the tool of every
+// kind of administrative record the log holds (docs/audit.md).
+func TestAuditHelpNamesEveryAdminTool(t *testing.T) {
+	r := run(t, "http://127.0.0.1:1", "audit", "--help")
+	r.want(t, 0)
+	for _, tool := range []string{hub.AuditForget, hub.AuditRevoke, api.AuditKeyCreate, api.AuditKeyRevoke, oauth.AuditGrant} {
+		if !strings.Contains(r.stdout, tool) {
+			t.Errorf("audit --help does not name %s:\n%s", tool, r.stdout)
+		}
 	}
 }
 

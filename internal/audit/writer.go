@@ -67,17 +67,19 @@ type Config struct {
 	// Run starts. Default 1h.
 	PruneInterval time.Duration
 	// DrainTimeout bounds how long Run, once its context ends, keeps
-	// retrying to write what is queued before it gives up on it (and says
-	// how many records were lost). Default 10s.
+	// retrying to write the batch in hand and what is queued (one budget
+	// for both) before it gives up on them (and says how many records were
+	// lost). Default 10s.
 	DrainTimeout time.Duration
 }
 
 // Writer writes the audit log: [Writer.Record] is the hub's audit hook, and
 // [Writer.Run] batches the records into the store in the background. No
-// record is dropped: the queue is bounded and Append waits when it is full,
-// a failed write is logged and retried, and when Run ends it writes
-// everything still queued. Records appended after Run has ended are written
-// at once, synchronously.
+// record is dropped while the process lives: the queue is bounded and Append
+// waits when it is full, a failed write is logged and retried, and when Run
+// ends it writes everything still queued. Records appended after Run has
+// ended are written at once, synchronously. [Writer.RecordNow] returns once
+// its records are stored.
 //
 // A Writer is safe for concurrent use.
 type Writer struct {
@@ -101,6 +103,13 @@ type Writer struct {
 	// for Run to make room.
 	detachedMu sync.Mutex
 	detached   context.Context // guarded by detachedMu
+
+	// drain is the shutdown's one budget of DrainTimeout, started by the
+	// first write that needs it: the batch in hand when Run's ctx ended,
+	// then the queue's drain, share it.
+	drainOnce   sync.Once
+	drain       context.Context
+	drainCancel context.CancelFunc
 
 	runOnce sync.Once
 	lostN   atomic.Int64 // records given up on, as w.lost counts them
@@ -161,13 +170,44 @@ func New(cfg Config) (*Writer, error) {
 
 // Record is the hub's audit hook ([hub.Config.Audit]): it turns a finished
 // call into an audit record, digesting large argument values, and appends it.
-func (w *Writer) Record(c hub.CallRecord) {
-	w.Append(store.AuditRecord{
+// It is batched: a crash loses the records of up to the last FlushInterval.
+func (w *Writer) Record(c hub.CallRecord) { w.Append(w.record(c)) }
+
+func (w *Writer) record(c hub.CallRecord) store.AuditRecord {
+	return store.AuditRecord{
 		Time: c.Start, Caller: c.Caller, Door: c.Door, Device: c.Device, Tool: c.Tool,
 		Arguments: Digest(c.Arguments, w.cfg.MaxValueBytes), Outcome: c.Outcome,
 		LatencyMS: float64(c.Latency.Microseconds()) / 1000, ErrorCode: c.ErrorCode, Error: c.Error,
 		CallID: c.CallID, QueuedAt: c.QueuedAt, Node: cmp.Or(c.Node, w.cfg.Node), ServedBy: cmp.Or(c.ServedBy, c.Node, w.cfg.Node),
-	})
+	}
+}
+
+// syncWait bounds how long RecordNow waits for its records to be stored.
+const syncWait = 5 * time.Second
+
+// RecordNow is Record for the rare records a crash must not lose, once the
+// caller has been answered: administrative actions
+// ([hub.Config.AuditNow]) and the end of a queued call
+// (queue.Config.Audit). It queues recs like Record, then flushes, and
+// returns once they are stored, with what was queued before them (so the
+// log keeps its order). The batch writer alone writes them, so each is
+// written once: when the store fails for syncWait, RecordNow logs it and
+// returns, and the records stay queued and are retried like any other.
+// After Run has ended Append writes them itself.
+func (w *Writer) RecordNow(recs ...hub.CallRecord) {
+	if len(recs) == 0 {
+		return
+	}
+	for _, c := range recs {
+		w.Append(w.record(c))
+	}
+	stop := make(chan struct{})
+	t := time.AfterFunc(syncWait, func() { close(stop) })
+	defer t.Stop()
+	if !w.flushUntil(stop) {
+		w.log.Warn("audit records not stored yet: the store is failing; they stay queued and are retried",
+			"records", len(recs), "tool", recs[0].Tool, "waited", syncWait)
+	}
 }
 
 // Append queues one record, waiting for room when the queue is full. After
@@ -201,11 +241,19 @@ func (w *Writer) Append(r store.AuditRecord) {
 // that flushes first sees every call answered before it. Concurrent
 // flushes share one write; records appended meanwhile keep batching.
 func (w *Writer) Flush(ctx context.Context) error {
+	if !w.flushUntil(ctx.Done()) {
+		return fmt.Errorf("audit: flush: %w", context.Cause(ctx))
+	}
+	return nil
+}
+
+// flushUntil is Flush, giving up (false) when stop is closed.
+func (w *Writer) flushUntil(stop <-chan struct{}) bool {
 	w.closeMu.RLock()
 	closed := w.closed
 	w.closeMu.RUnlock()
 	if closed {
-		return nil // Run has drained the queue; later records are written by Append itself
+		return true // Run has drained the queue; later records are written by Append itself
 	}
 	done := make(chan struct{})
 	w.flushMu.Lock()
@@ -217,9 +265,9 @@ func (w *Writer) Flush(ctx context.Context) error {
 	}
 	select {
 	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("audit: flush: %w", context.Cause(ctx))
+		return true
+	case <-stop:
+		return false
 	}
 }
 
@@ -271,8 +319,8 @@ func (w *Writer) Run(ctx context.Context) error {
 	// Stop queueing. Appends blocked on a full queue hold closeMu for
 	// reading, so drain while taking it: they get their room, and the
 	// records they queue are drained below.
-	dctx, cancel := context.WithTimeout(detached, w.cfg.DrainTimeout)
-	defer cancel()
+	dctx := w.drainCtx()
+	defer w.drainCancel()
 	locked := make(chan struct{})
 	go func() {
 		w.closeMu.Lock()
@@ -399,9 +447,16 @@ func (w *Writer) writeBatch(ctx context.Context, batch []store.AuditRecord) {
 	if w.tryWrite(ctx, batch) {
 		return
 	}
-	dctx, cancel := context.WithTimeout(w.detachedCtx(), w.cfg.DrainTimeout)
-	defer cancel()
-	w.write(dctx, batch)
+	w.write(w.drainCtx(), batch)
+}
+
+// drainCtx returns the shutdown's drain context, ending DrainTimeout after
+// its first use. Only Run's goroutine calls it, once its ctx has ended.
+func (w *Writer) drainCtx() context.Context {
+	w.drainOnce.Do(func() {
+		w.drain, w.drainCancel = context.WithTimeout(w.detachedCtx(), w.cfg.DrainTimeout)
+	})
+	return w.drain
 }
 
 // tryWrite writes batch, retrying with backoff until it succeeds (true) or

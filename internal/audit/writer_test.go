@@ -550,3 +550,81 @@ func TestWriterFlush(t *testing.T) {
 		t.Errorf("flush after Run ended: %v", err)
 	}
 }
+
+// TestWriterRecordNowIsStoredOnReturn: the records of RecordNow are in the
+// store when it returns, after those queued before them, whatever the
+// flush interval; ordinary records keep waiting for their batch.
+func TestWriterRecordNowIsStoredOnReturn(t *testing.T) {
+	st := &memStore{}
+	w, err := New(Config{Store: st, FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, w)
+	call := hub.CallRecord{Start: time.Unix(1, 0), Caller: "k1", Door: "rest", Device: "02:00:00:00:00:01", Tool: "self.get_device_status", Outcome: "ok"}
+	w.Record(call)
+	w.Record(call)
+	if recs, _ := st.snapshot(); len(recs) != 0 {
+		t.Fatalf("%d ordinary records written before their flush interval, want 0", len(recs))
+	}
+	forget := hub.CallRecord{Start: time.Unix(2, 0), Caller: "k1", Door: "rest", Device: "02:00:00:00:00:01", Tool: hub.AuditForget, Outcome: "ok"}
+	w.RecordNow(forget)
+	recs, appends := st.snapshot()
+	if len(recs) != 3 || recs[2].Tool != hub.AuditForget || appends != 1 {
+		t.Fatalf("after RecordNow: %d records in %d writes, last %+v; want the 2 queued then the forget, in 1 write", len(recs), appends, recs[len(recs)-1])
+	}
+	w.Record(call)
+	if recs, _ := st.snapshot(); len(recs) != 3 {
+		t.Errorf("an ordinary record after RecordNow was written at once")
+	}
+}
+
+// A RecordNow whose write fails is retried by the batch writer alone: the
+// record is stored once, when RecordNow returns.
+func TestWriterRecordNowRetriesOnce(t *testing.T) {
+	st := &memStore{fails: 2}
+	w, err := New(Config{Store: st, FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, w)
+	w.RecordNow(hub.CallRecord{Start: time.Unix(1, 0), Tool: hub.AuditRevoke, Outcome: "ok"})
+	if recs, _ := st.snapshot(); len(recs) != 1 {
+		t.Fatalf("%d records stored when RecordNow returned, want 1", len(recs))
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if recs, _ := st.snapshot(); len(recs) != 1 {
+		t.Fatalf("%d records stored at stop, want 1", len(recs))
+	}
+	if got := value(w.writeErrors); got != 2 {
+		t.Errorf("write errors %v, want 2", got)
+	}
+}
+
+// At stop with the store down, the batch in hand and the queue share one
+// DrainTimeout: Run returns after it, not after twice as long.
+func TestWriterDrainSharesOneDeadline(t *testing.T) {
+	st := &memStore{fails: 1 << 30}
+	const drain = 400 * time.Millisecond
+	w, err := New(Config{Store: st, FlushInterval: time.Millisecond, BatchSize: 2, DrainTimeout: drain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, w)
+	w.Append(rec(0))
+	waitFor(t, "a failed write", func() bool { return value(w.writeErrors) > 0 })
+	for i := 1; i < 5; i++ { // queued behind the batch in hand
+		w.Append(rec(i))
+	}
+	begin := time.Now()
+	err = stop()
+	took := time.Since(begin)
+	if err == nil || !strings.Contains(err.Error(), "5 records") {
+		t.Fatalf("Run = %v, want 5 records lost", err)
+	}
+	if took > drain*3/2 {
+		t.Errorf("stop took %s with the store down, want about DrainTimeout (%s)", took, drain)
+	}
+}

@@ -428,37 +428,63 @@ func LoadOrCreateSecret(path string, log *slog.Logger) ([]byte, error) {
 	if err == nil {
 		s := bytes.TrimSpace(b)
 		if len(s) < MinSecretLen {
-			return nil, fmt.Errorf("device secret file %s holds %d bytes, want at least %d", path, len(s), MinSecretLen)
+			return nil, fmt.Errorf("device secret file %s holds %d bytes, want at least %d: "+
+				"if no device holds a token from it (a first start that failed), delete it and start again; "+
+				"else restore it from a backup, or devices must pair again", path, len(s), MinSecretLen)
 		}
 		return s, nil
 	}
 	if !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("device secret: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("device secret: %w", err)
 	}
 	var raw [32]byte
 	_, _ = rand.Read(raw[:])
 	s := []byte(hex.EncodeToString(raw[:]))
-	// O_EXCL: when two processes race to create it, one wins and the other
-	// reads the winner's secret.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return LoadOrCreateSecret(path, log)
-	}
+	// Written whole to a temporary file first, then linked into place: a
+	// failed write (a full disk) or a crash leaves no secret file, rather
+	// than an empty one that would refuse every later start. A link, unlike
+	// a rename, fails when the file exists: when two processes race to
+	// create it, one wins and the other reads the winner's secret.
+	tmp, err := os.CreateTemp(dir, ".device-secret-*") // mode 0600
 	if err != nil {
 		return nil, fmt.Errorf("device secret: %w", err)
 	}
-	if _, err := f.Write(append(s, '\n')); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("device secret: %w", err)
+	defer os.Remove(tmp.Name())
+	_, err = writeSecret(tmp, append(s, '\n'))
+	if err == nil {
+		err = tmp.Sync()
 	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("device secret: %w", err)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("device secret: write %s: %w", tmp.Name(), err)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if _, serr := os.Lstat(path); errors.Is(err, os.ErrExist) || serr == nil {
+			return LoadOrCreateSecret(path, log)
+		}
+		// No hard links on this file system (FAT, some network mounts): a
+		// rename, which would replace a file made since the Lstat.
+		if err := os.Rename(tmp.Name(), path); err != nil {
+			return nil, fmt.Errorf("device secret: %w", err)
+		}
+	}
+	// The new name survives a power cut only once its directory is synced;
+	// not every system can sync a directory (Windows), hence best effort.
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
 	}
 	return s, nil
 }
+
+// writeSecret writes the new secret file; tests make it fail.
+var writeSecret = (*os.File).Write
 
 // readSecret reads an existing secret file, first making it private when
 // group or others may read or write it. The mode is checked and changed on

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -203,6 +204,36 @@ func TestLoadOrCreateSecret(t *testing.T) {
 	os.WriteFile(short, []byte("abc"), 0o600)
 	if _, err := LoadOrCreateSecret(short, nil); err == nil {
 		t.Error("a 3-byte secret was accepted")
+	}
+}
+
+// A new secret that cannot be written (a full disk) leaves no file behind,
+// so the next start, with room again, creates it; a file too short to be a
+// secret is refused with how to recover.
+func TestLoadOrCreateSecretFailedWriteLeavesNoFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "device-secret")
+	writeSecret = func(f *os.File, b []byte) (int, error) { return 0, syscall.ENOSPC }
+	_, err := LoadOrCreateSecret(path, nil)
+	writeSecret = (*os.File).Write
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("LoadOrCreateSecret on a full disk: %v, want ENOSPC", err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("a failed write left %v", left)
+	}
+	s, err := LoadOrCreateSecret(path, nil)
+	if err != nil || len(s) != 64 {
+		t.Fatalf("start with room again: %q, %v", s, err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 1 {
+		t.Errorf("files left: %v, want the secret alone", left)
+	}
+
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, nil, 0o600)
+	if _, err := LoadOrCreateSecret(empty, nil); err == nil || !strings.Contains(err.Error(), "delete it") {
+		t.Errorf("an empty secret file: %v, want how to recover", err)
 	}
 }
 

@@ -305,7 +305,7 @@ func New(cfg Config) (*Gateway, error) {
 		heldElsewhere = link.heldElsewhere
 	}
 	h := hub.New(hub.Config{Logger: cfg.Logger, Metrics: m, ToolTimeouts: cfg.ToolTimeouts,
-		Audit: auditLog.Record, Store: cfg.Store, Cluster: hubCluster, NodeID: nodeID,
+		Audit: auditLog.Record, AuditNow: auditLog.RecordNow, Store: cfg.Store, Cluster: hubCluster, NodeID: nodeID,
 		MaxInFlight: cfg.Limits.DeviceMaxInFlight, MaxQueue: cfg.Limits.DeviceMaxQueue, Limits: lim,
 		KeyRate:    limits.Rate{PerSecond: cfg.Limits.KeyCallRate, Burst: cfg.Limits.KeyCallBurst},
 		DeviceRate: limits.Rate{PerSecond: cfg.Limits.DeviceCallRate, Burst: cfg.Limits.DeviceCallBurst}})
@@ -358,7 +358,7 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	qcfg := cfg.Queue
-	qcfg.Hub, qcfg.Store, qcfg.Logger, qcfg.Metrics, qcfg.Audit = h, cfg.Store, cfg.Logger, m, auditLog.Record
+	qcfg.Hub, qcfg.Store, qcfg.Logger, qcfg.Metrics, qcfg.Audit = h, cfg.Store, cfg.Logger, m, auditLog.RecordNow
 	qcfg.ExposeUserOnly = cfg.ExposeUserOnly
 	if cfg.Cluster != nil {
 		link.joined = make(chan struct{})

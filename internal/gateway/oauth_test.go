@@ -14,6 +14,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/oauth"
+	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
 
@@ -30,7 +31,8 @@ func TestOAuth(t *testing.T) {
 	st := storetest.Open(t, "", dir)
 	_, admin := storeKey(t, st, "admin", auth.ScopeAdmin)
 	_, limited := storeKey(t, st, "limited", auth.ScopeAdmin, "kitchen*")
-	gw := startGateway(t, Config{DataDir: dir, Store: st, RequireKeys: true, OAuth: true, AuditFlushInterval: time.Millisecond})
+	// Ordinary records would wait an hour; a grant's is stored before the answer.
+	gw := startGateway(t, Config{DataDir: dir, Store: st, RequireKeys: true, OAuth: true, AuditFlushInterval: time.Hour})
 	base := "http://" + gw.Addr()
 	do := func(method, path, key, ctype, body string) (int, http.Header, string) {
 		t.Helper()
@@ -151,6 +153,9 @@ func TestOAuth(t *testing.T) {
 		t.Fatalf("approve: %d %s", status, body)
 	}
 	code := u.Query().Get("code")
+	if recs, err := st.Audit(t.Context(), store.AuditQuery{Tool: oauth.AuditGrant}); err != nil || len(recs) != 1 || recs[0].Device != reg.ClientID {
+		t.Errorf("grant records in the store when the approval is answered: %+v, %v", recs, err)
+	}
 	if status, _, _ := do("POST", oauth.ConsentAPI+id, admin, "application/json", `{"approve":true,"scope":"call"}`); status != http.StatusNotFound {
 		t.Errorf("approve twice: %d, want 404", status)
 	}

@@ -28,7 +28,8 @@ var (
 	// ErrDeviceOnline: a connected device is not forgotten unless forced
 	// (Hub.Forget).
 	ErrDeviceOnline = errors.New("device is online")
-	// ErrStore: the store failed, so the change was not made (Hub.Forget).
+	// ErrStore: the store failed, so the change was not made (Hub.Forget,
+	// Hub.SetAlias).
 	ErrStore = errors.New("store failed")
 	// ErrForgotten is why a device's connection closes when it is forgotten
 	// by force.

@@ -35,9 +35,10 @@ type Action struct {
 }
 
 // AuditAction hands the record of an administrative action to
-// Config.Audit, like a call's: same log, same fields, tool a.Tool.
+// Config.AuditNow (else Config.Audit), like a call's: same log, same
+// fields, tool a.Tool. With AuditNow it is stored when AuditAction returns.
 func (h *Hub) AuditAction(a Action) {
-	if h.cfg.Audit == nil {
+	if h.cfg.Audit == nil && h.cfg.AuditNow == nil {
 		return
 	}
 	args := a.Arguments
@@ -60,6 +61,10 @@ func (h *Hub) AuditAction(a Action) {
 	}
 	if a.Err != nil {
 		rec.ErrorCode, rec.Error = outcome, truncateText(a.Err.Error(), maxErrorText)
+	}
+	if h.cfg.AuditNow != nil {
+		h.cfg.AuditNow(rec)
+		return
 	}
 	h.cfg.Audit(rec)
 }

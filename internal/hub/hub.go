@@ -78,9 +78,15 @@ type Config struct {
 	// that no record is lost: it may block (an audit writer applying
 	// backpressure) but must not call back into the hub.
 	Audit func(CallRecord)
+	// AuditNow, when set, receives the records of administrative actions
+	// (Forget, AuditAction) instead of Audit, and stores them before it
+	// returns (audit.Writer.RecordNow): they are rare, and a crash just
+	// after the caller is answered must not lose them. nil: Audit.
+	AuditNow func(...CallRecord)
 	// Store, when set, keeps devices (identity, alias, last catalog) across
 	// restarts: see [Hub.Load] and [Hub.RunPersistence]. Writes happen off
-	// the hot path; no call ever waits on the store.
+	// the hot path, batched; no call ever waits on the store. An alias
+	// change (SetAlias) is an admin's: it is stored before it returns.
 	Store DeviceStore
 	// Cluster, when set, routes calls for devices held by other nodes and
 	// hears of this node's attachments (cluster.go); nil: a single node.
@@ -341,7 +347,9 @@ func (h *Hub) CheckNotAlias(id string) error {
 // setAlias gives a device a new alias: 1-63 characters of lower-case letters,
 // digits, '-' and '_', starting with a letter or digit, unique in the hub, and
 // not another device's id. Aliases have no dots so "<alias>.<tool>" names stay
-// unambiguous. SetAlias (admin.go) routes it in cluster mode.
+// unambiguous. With a store, the device is saved before setAlias returns;
+// when that fails the alias is not changed and the error matches ErrStore.
+// SetAlias (admin.go) routes it in cluster mode.
 func (h *Hub) setAlias(ref, alias string) (Device, error) {
 	alias = strings.ToLower(strings.TrimSpace(alias))
 	if !aliasRE.MatchString(alias) {
@@ -350,6 +358,15 @@ func (h *Hub) setAlias(ref, alias string) (Device, error) {
 	if id, err := xiaozhi.NormalizeDeviceID(alias); err == nil && id != alias {
 		// "02-00-00-00-00-02" would shadow that device's id in lookups.
 		return Device{}, fmt.Errorf("%w: %q looks like a device id", ErrBadAlias, alias)
+	}
+	// The persister's flush lock, held throughout (taken before Hub.mu, as
+	// FlushPersistence does): the new alias is stored before it is
+	// answered, and taken back if the store fails, with no other alias
+	// change in between.
+	p := h.persist
+	if p != nil {
+		p.flushMu.Lock()
+		defer p.flushMu.Unlock()
 	}
 	h.mu.Lock()
 	d, err := h.lookupLocked(ref)
@@ -373,11 +390,37 @@ func (h *Hub) setAlias(ref, alias string) (Device, error) {
 	h.aliases[alias] = d.id
 	snap := d.snapshot()
 	h.mu.Unlock()
-	if old != alias {
-		h.persist.markDirty(d.id)
-		h.bus.publish(Event{Type: EventAlias, Device: d.id, Alias: alias, Data: map[string]string{"old": old}})
+	if old == alias {
+		return snap, nil
 	}
+	if p != nil {
+		p.markDirty(d.id)
+		ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+		defer cancel()
+		if err := h.flushLocked(ctx); err != nil {
+			h.restoreAlias(d, alias, old)
+			return Device{}, fmt.Errorf("%w: the alias of %s was not changed: %w", ErrStore, d.id, err)
+		}
+	}
+	h.bus.publish(Event{Type: EventAlias, Device: d.id, Alias: alias, Data: map[string]string{"old": old}})
 	return snap, nil
+}
+
+// restoreAlias gives d back its old alias, the new one not stored. Should
+// a new device have taken old meanwhile, d gets a default alias. Its row
+// stays pending, so the store gets the alias it is left with.
+func (h *Hub) restoreAlias(d *device, alias, old string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.devices[d.id] != d || d.alias != alias {
+		return // forgotten, or renamed by another node, meanwhile
+	}
+	delete(h.aliases, alias)
+	if _, taken := h.aliases[old]; taken {
+		old = h.defaultAliasLocked(d.id)
+	}
+	d.alias = old
+	h.aliases[old] = d.id
 }
 
 // defaultAliasLocked derives a short, stable alias from an id: "dev-" and the

@@ -48,7 +48,7 @@ type persister struct {
 	mu    sync.Mutex
 	dirty map[string]struct{} // guarded by mu; device ids
 
-	flushMu sync.Mutex      // one flush at a time
+	flushMu sync.Mutex      // one flush at a time; held by forget and setAlias throughout
 	saved   map[string]bool // guarded by flushMu; catalog hashes already in the store
 }
 
@@ -157,6 +157,12 @@ func (h *Hub) FlushPersistence(ctx context.Context) error {
 	}
 	p.flushMu.Lock()
 	defer p.flushMu.Unlock()
+	return h.flushLocked(ctx)
+}
+
+// flushLocked is FlushPersistence with the persister's flushMu held.
+func (h *Hub) flushLocked(ctx context.Context) error {
+	p := h.persist
 	ids := p.take()
 	if len(ids) == 0 {
 		return nil

@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -123,10 +124,8 @@ func TestPersistenceCoalesces(t *testing.T) {
 	const id = "02:00:00:00:00:01"
 	connect(t, h, id, newDevice(nil, volumeTool))
 	waitState(t, h, id, StateReady)
-	for i := range 20 {
-		if _, err := h.SetAlias(id, fmt.Sprintf("a%d", i)); err != nil {
-			t.Fatal(err)
-		}
+	for range 20 { // what an attach, a discovery or a detach do
+		h.persist.markDirty(id)
 	}
 	if err := h.FlushPersistence(t.Context()); err != nil {
 		t.Fatal(err)
@@ -134,9 +133,9 @@ func TestPersistenceCoalesces(t *testing.T) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.saves > 4 {
-		t.Errorf("%d device writes for one attach, a discovery and 20 renames: not coalesced", st.saves)
+		t.Errorf("%d device writes for one attach, a discovery and 20 changes: not coalesced", st.saves)
 	}
-	if got := st.devices[id]; got.Alias != "a19" || got.CatalogHash == "" {
+	if got := st.devices[id]; got.CatalogHash == "" {
 		t.Errorf("stored %+v", got)
 	}
 	if len(st.catalogs) != 1 {
@@ -351,10 +350,8 @@ func TestPersistenceBacksOffWhileStoreFails(t *testing.T) {
 	connect(t, h, id, newDevice(nil, volumeTool))
 	waitState(t, h, id, StateReady)
 	deadline := time.Now().Add(3500 * time.Millisecond)
-	for i := 0; time.Now().Before(deadline); i++ { // a change every 50 ms
-		if _, err := h.SetAlias(id, fmt.Sprintf("a%d", i)); err != nil {
-			t.Fatal(err)
-		}
+	for time.Now().Before(deadline) { // a change every 50 ms
+		h.persist.markDirty(id)
 		time.Sleep(50 * time.Millisecond)
 	}
 	st.mu.Lock()
@@ -370,8 +367,55 @@ func TestPersistenceBacksOffWhileStoreFails(t *testing.T) {
 		t.Errorf("%d warnings, want 1:\n%s", n, logs.String())
 	}
 	waitFor(t, "the write after the store is back", func() bool { return strings.Contains(logs.String(), "devices saved to the store again") })
-	if d, err := st.Devices(t.Context()); err != nil || len(d) != 1 || !strings.HasPrefix(d[0].Alias, "a") {
+	if d, err := st.Devices(t.Context()); err != nil || len(d) != 1 || d[0].ID != id {
 		t.Errorf("stored %+v, %v", d, err)
+	}
+}
+
+// An alias, an admin's change, is stored when SetAlias returns, not with
+// the next batch. When the store fails it is refused with ErrStore and the
+// device keeps its alias, in memory and, once written, in the store.
+func TestSetAliasIsStoredBeforeItReturns(t *testing.T) {
+	st := &countingStore{}
+	h := New(Config{Store: st})
+	runPersistence(t, h)
+	const id = "02:00:00:00:00:03"
+	connect(t, h, id, newDevice(nil, volumeTool))
+	waitState(t, h, id, StateReady)
+	if _, err := h.SetAlias(id, "kitchen"); err != nil {
+		t.Fatal(err)
+	}
+	st.mu.Lock()
+	got := st.devices[id]
+	st.failures = 1
+	st.mu.Unlock()
+	if got.Alias != "kitchen" || got.CatalogHash == "" {
+		t.Fatalf("stored when SetAlias returned: %+v, want alias kitchen", got)
+	}
+
+	sub := h.Subscribe()
+	defer sub.Close()
+	if _, err := h.SetAlias(id, "hall"); !errors.Is(err, ErrStore) || !strings.Contains(err.Error(), "database is locked") {
+		t.Fatalf("SetAlias with the store failing: %v, want ErrStore", err)
+	}
+	if d, _ := h.Device(id); d.Alias != "kitchen" {
+		t.Errorf("alias after a failed SetAlias %q, want kitchen", d.Alias)
+	}
+	if _, err := h.Device("hall"); err == nil {
+		t.Error("the alias not stored names the device")
+	}
+	select {
+	case ev := <-sub.C:
+		t.Errorf("event %s for an alias not changed", ev.Type)
+	default:
+	}
+	if err := h.FlushPersistence(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if got := st.devices[id]; got.Alias != "kitchen" {
+		t.Errorf("stored alias %q, want kitchen", got.Alias)
 	}
 }
 

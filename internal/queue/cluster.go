@@ -91,7 +91,7 @@ func (q *Queue) InterruptNode(ctx context.Context, node string) error {
 	for _, c := range calls {
 		q.log.Warn("queued call was on the device of a lost node: failed, not sent again",
 			"call_id", c.ID, "device_id", c.Device, "node", node)
-		q.ended(c)
 	}
+	q.ended(calls...)
 	return nil
 }

@@ -28,8 +28,8 @@ func (q *Queue) startup(ctx context.Context) error {
 	for _, c := range interrupted {
 		q.log.Warn("queued call was on the device when the gateway stopped: failed, not sent again",
 			"call_id", c.ID, "device_id", c.Device, "tool", c.Tool)
-		q.ended(c)
 	}
+	q.ended(interrupted...)
 	return q.loadWaiting(ctx)
 }
 
@@ -193,9 +193,7 @@ func (q *Queue) sweep(ctx context.Context) error {
 		return err
 	}
 	q.storeLog.ok("expiring queued calls")
-	for _, c := range expired {
-		q.ended(c)
-	}
+	q.ended(expired...)
 	return nil
 }
 
@@ -359,9 +357,10 @@ func (q *Queue) deliver(ctx context.Context, c store.QueuedCall) deliveryResult 
 		if errors.Is(err, store.ErrStateChanged) || errors.Is(err, store.ErrNotFound) {
 			return delivered // cancelled or expired meanwhile
 		}
-		q.log.Warn("marking a queued call running", "call_id", c.ID, "error", err)
+		q.warnStore("marking a queued call running", err)
 		return retryLater
 	}
+	q.storeLog.ok("marking a queued call running")
 	q.hub.Publish(hub.Event{Type: hub.EventCallStarted, Device: c.Device,
 		Data: hub.QueuedCallData{CallID: c.ID, Tool: c.Tool, Caller: c.Caller, Attempts: run.Attempts}})
 

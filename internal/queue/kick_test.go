@@ -1,8 +1,10 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -328,4 +330,40 @@ func TestOutcomeRecordedAfterStoreOutage(t *testing.T) {
 		c, err := st.QueuedCall(t.Context(), "call_busy")
 		return err == nil && c.State == store.CallDone && string(c.Result) != ""
 	})
+}
+
+// markFailStore fails every attempt to mark a queued call running.
+type markFailStore struct{ store.Store }
+
+func (s markFailStore) UpdateCall(ctx context.Context, c store.QueuedCall, from store.CallState) error {
+	if c.State == store.CallRunning && from == store.CallQueued {
+		return errors.New("store: disk I/O error")
+	}
+	return s.Store.UpdateCall(ctx, c, from)
+}
+
+// TestMarkRunningFailureWarnsOncePerMinute: a store that keeps failing to
+// mark calls running, tried again every second, warns once a minute, as
+// the other periodic tasks do, not at every try.
+func TestMarkRunningFailureWarnsOncePerMinute(t *testing.T) {
+	const dev = "02:00:00:00:00:06"
+	h, counting, _ := newKickQueue(t, "", dev)
+	var logs bytes.Buffer
+	q, err := New(Config{Hub: h, Store: markFailStore{counting.Store}, SweepInterval: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := counting.QueuedCall(t.Context(), "call_busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if got := q.deliver(t.Context(), c); got != retryLater {
+			t.Fatalf("deliver with the store failing = %v, want retryLater", got)
+		}
+	}
+	if n := strings.Count(logs.String(), "marking a queued call running"); n != 1 {
+		t.Errorf("%d warnings for 3 failures in a row, want 1:\n%s", n, logs.String())
+	}
 }

@@ -69,8 +69,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics; nil creates a private set.
 	Metrics *metrics.Metrics
-	// Audit receives one record per call when it ends; nil: none.
-	Audit func(hub.CallRecord)
+	// Audit receives one record per call when it ends, and stores them
+	// before it returns (audit.Writer.RecordNow): the caller of Cancel is
+	// answered, a callback posted, once the record is stored. nil: none.
+	Audit func(...hub.CallRecord)
 	// StartAfter, when set, holds back Run's start (failing the calls its
 	// node left running, then delivering) until it is closed: a cluster
 	// node waits to know its id is its own, or it would fail the running
@@ -334,15 +336,26 @@ func (q *Queue) Cancel(ctx context.Context, id, by string) (store.QueuedCall, er
 // that a call answered when it is stored reads the same when fetched.
 func stamp() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
 
-// ended counts, audits and announces a call that reached a final state,
-// and wakes the callback loop when it has a callback.
-func (q *Queue) ended(c store.QueuedCall) {
-	outcome := Outcome(c)
-	label := string(c.State)
-	q.m.QueuedCalls.WithLabelValues(label).Inc()
-	if q.cfg.Audit != nil {
-		q.cfg.Audit(q.record(c, outcome))
+// ended audits, counts and announces calls that reached a final state (in
+// the store), and wakes the callback loop when one has a callback. Their
+// records are stored together, before anything is announced.
+func (q *Queue) ended(cs ...store.QueuedCall) {
+	if q.cfg.Audit != nil && len(cs) > 0 {
+		recs := make([]hub.CallRecord, len(cs))
+		for i, c := range cs {
+			recs[i] = q.record(c, Outcome(c))
+		}
+		q.cfg.Audit(recs...)
 	}
+	for _, c := range cs {
+		q.announce(c)
+	}
+}
+
+// announce counts and publishes one call that ended.
+func (q *Queue) announce(c store.QueuedCall) {
+	outcome := Outcome(c)
+	q.m.QueuedCalls.WithLabelValues(string(c.State)).Inc()
 	switch c.State {
 	case store.CallExpired:
 		q.hub.Publish(hub.Event{Type: hub.EventCallExpired, Device: c.Device,

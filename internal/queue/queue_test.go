@@ -120,7 +120,7 @@ func TestOutcome(t *testing.T) {
 // running, keeps queued ones, and returns when its context ends.
 func TestRunInterruptsAndStops(t *testing.T) {
 	var audited []hub.CallRecord
-	q, s := newQueue(t, Config{Audit: func(r hub.CallRecord) { audited = append(audited, r) }})
+	q, s := newQueue(t, Config{Audit: func(rs ...hub.CallRecord) { audited = append(audited, rs...) }})
 	now := time.Now()
 	for _, id := range []string{"call_a", "call_b"} {
 		if _, err := s.CreateCall(t.Context(), store.QueuedCall{ID: id, Device: "02:00:00:00:00:01", Tool: "t",
