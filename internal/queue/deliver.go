@@ -369,8 +369,7 @@ func (q *Queue) deliver(ctx context.Context, c store.QueuedCall) deliveryResult 
 		Wait: true, QueuedID: c.ID, SendBy: c.ExpiresAt})
 
 	// Refused before sending for a passing reason: back in line, same place.
-	if err != nil && hub.NotSent(err) && !errors.Is(err, hub.ErrToolNotFound) &&
-		!errors.Is(err, hub.ErrInvalidArgs) && !errors.Is(err, hub.ErrDeviceNotFound) {
+	if hub.Requeued(err) {
 		back := run
 		back.State, back.StartedAt = store.CallQueued, time.Time{}
 		if uerr := q.recordState(ctx, back, "putting a queued call back in line"); uerr != nil {
