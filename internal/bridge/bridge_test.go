@@ -160,8 +160,9 @@ func TestStdioEndToEnd(t *testing.T) {
 	// The child crashes mid-call: the call fails, the source goes offline,
 	// a new child is started and the gateway initializes it again.
 	first := d.SessionID
-	if _, err := call(t, gw.Hub(), "fake", "crash", `{}`); err == nil {
-		t.Fatal("crash call succeeded")
+	// The bridge's close reason reaches the caller.
+	if _, err := call(t, gw.Hub(), "fake", "crash", `{}`); err == nil || !strings.Contains(err.Error(), "MCP server exited: exit status 3") {
+		t.Fatalf("crash call: %v, want the bridge's reason, MCP server exited: exit status 3", err)
 	}
 	waitFor(t, "a new session", func() bool {
 		d, err := gw.Hub().Device("fake")

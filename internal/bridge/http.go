@@ -60,9 +60,18 @@ func serveHTTP(ctx context.Context, cfg *Config, conn *websocket.Conn, s Server,
 	sem := make(chan struct{}, cfg.MaxInFlight)
 	var wg sync.WaitGroup
 	wg.Go(func() { p.watch(ctx, &wg) })
+	// The read is ended by closing the WebSocket with the reason, not by
+	// ctx: a read whose context ends closes it at once, and the close frame
+	// would never reach the gateway.
+	closed := make(chan struct{})
+	stopClose := context.AfterFunc(ctx, func() {
+		defer close(closed)
+		closeGateway(conn, context.Cause(ctx))
+	})
+	rctx := context.WithoutCancel(ctx)
 	err := func() error {
 		for {
-			_, data, err := conn.Read(ctx)
+			_, data, err := conn.Read(rctx)
 			if err != nil {
 				return fmt.Errorf("read from gateway: %w", err)
 			}
@@ -87,7 +96,11 @@ func serveHTTP(ctx context.Context, cfg *Config, conn *websocket.Conn, s Server,
 		}
 	}()
 	stop(err)
-	closeGateway(conn, context.Cause(ctx))
+	if stopClose() {
+		closeGateway(conn, context.Cause(ctx))
+	} else {
+		<-closed
+	}
 	wg.Wait()
 	p.endSession(ctx)
 	return context.Cause(ctx)

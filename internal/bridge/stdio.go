@@ -65,17 +65,28 @@ func serveStdio(ctx context.Context, cfg *Config, conn *websocket.Conn, s Server
 	var wg sync.WaitGroup
 	wg.Go(func() { logLines(stderr, log) })
 	wg.Go(func() { stop(childToGateway(ctx, cfg, stdout, conn, log)) })
-	wg.Go(func() { stop(gatewayToChild(ctx, conn, stdin)) })
+	// The read is ended by closeGateway, not by ctx: a read whose context
+	// ends closes the WebSocket at once, and the close frame with the
+	// reason would never reach the gateway.
+	wg.Go(func() { stop(gatewayToChild(context.WithoutCancel(ctx), conn, stdin)) })
 	<-ctx.Done()
 	reason := context.Cause(ctx)
 
+	if errors.Is(reason, errChildExited) {
+		// The child closed its stdout: its exit status is the reason the
+		// gateway's callers are given.
+		stdin.Close()
+		if waitErr := cmd.Wait(); waitErr != nil {
+			reason = fmt.Errorf("%w: %w", errChildExited, waitErr)
+		}
+		closeGateway(conn, reason) // ends gatewayToChild's read
+		wg.Wait()
+		return reason
+	}
 	closeGateway(conn, reason) // ends gatewayToChild's read
 	stdin.Close()              // a well-behaved server exits on EOF
-	waitErr := cmd.Wait()      // ctx is done: interrupt, then kill after WaitDelay
+	cmd.Wait()                 // ctx is done: interrupt, then kill after WaitDelay
 	wg.Wait()
-	if errors.Is(reason, errChildExited) && waitErr != nil {
-		return fmt.Errorf("%w: %w", errChildExited, waitErr)
-	}
 	return reason
 }
 
