@@ -60,7 +60,9 @@ type Config struct {
 	// PingInterval is how often the gateway, and each HTTP server, is
 	// pinged so a dead one is noticed. Default 30s; negative disables.
 	PingInterval time.Duration
-	// ReadLimit caps one message either way. Default 8 MiB.
+	// ReadLimit caps one message either way. Default 8 MiB. A server's
+	// answer over it fails its request; a frame from the gateway over it
+	// ends the connection.
 	ReadLimit int64
 	// MaxInFlight caps concurrent requests to one HTTP server. Default 32.
 	MaxInFlight int
