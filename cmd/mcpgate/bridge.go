@@ -114,6 +114,7 @@ Example config:
 	f.DurationVar(&cfg.MinBackoff, "min-backoff", time.Second, "first reconnect delay")
 	f.DurationVar(&cfg.MaxBackoff, "max-backoff", time.Minute, "longest reconnect delay")
 	f.DurationVar(&cfg.HealthyAfter, "healthy-after", 30*time.Second, "a connection this long resets the backoff")
+	f.Int64Var(&cfg.ReadLimit, "read-limit", 8<<20, "largest message either way, in bytes; a larger answer fails its call (raise the gateway's --endpoint-read-limit too)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	return cmd

@@ -60,7 +60,9 @@ type Config struct {
 	// PingInterval is how often the gateway, and each HTTP server, is
 	// pinged so a dead one is noticed. Default 30s; negative disables.
 	PingInterval time.Duration
-	// ReadLimit caps one message either way. Default 8 MiB.
+	// ReadLimit caps one message either way. Default 8 MiB. A server's
+	// answer over it fails its request; a frame from the gateway over it
+	// ends the connection.
 	ReadLimit int64
 	// MaxInFlight caps concurrent requests to one HTTP server. Default 32.
 	MaxInFlight int
@@ -227,7 +229,7 @@ func keepalive(ctx context.Context, stop context.CancelCauseFunc, conn *websocke
 		err := conn.Ping(pctx)
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			stop(fmt.Errorf("gateway did not answer ping: %w", err))
+			stop(fmt.Errorf("%w: %w", errGatewayGone, err))
 			return
 		}
 	}
@@ -250,14 +252,23 @@ func endpointURL(raw, name string) string {
 	return u.String()
 }
 
-// closeGateway closes the WebSocket with a reason the gateway logs.
+// closeGateway closes the WebSocket with a reason the gateway logs and
+// gives the calls under way. A gateway that stopped answering pings is
+// closed at once: a close handshake would only wait for it.
 func closeGateway(conn *websocket.Conn, reason error) {
+	if errors.Is(reason, errGatewayGone) {
+		conn.CloseNow()
+		return
+	}
 	msg := "bridge closing"
-	if reason != nil {
+	if reason != nil && !errors.Is(reason, context.Canceled) {
 		msg = reason.Error()
 	}
 	if len(msg) > 120 {
-		msg = msg[:120]
+		msg = strings.ToValidUTF8(msg[:120], "")
 	}
 	conn.Close(websocket.StatusGoingAway, msg)
 }
+
+// errGatewayGone ends a connection whose gateway did not answer a ping.
+var errGatewayGone = errors.New("gateway did not answer ping")

@@ -41,6 +41,10 @@ func TestMain(m *testing.M) {
 func runChild() {
 	srv := mcptest.New("fake-stdio")
 	srv.SetTools("echo", "add", "fail", "crash")
+	big := os.Getenv("BRIDGE_TEST_BIG") != ""
+	if big {
+		srv.SetTools("echo", "add", "fail", "crash", "big_first", "big_last", "big_noid")
+	}
 	out := bufio.NewWriter(os.Stdout)
 	fmt.Fprintln(out, "fake server starting (not JSON)")
 	out.Flush()
@@ -52,6 +56,9 @@ func runChild() {
 		if strings.Contains(in.Text(), `"name":"crash"`) {
 			os.Exit(3)
 		}
+		if big && bigAnswer(out, in.Bytes()) {
+			continue
+		}
 		if reply := srv.Handle(in.Bytes()); reply != nil {
 			out.Write(reply)
 			out.WriteByte('\n')
@@ -61,6 +68,33 @@ func runChild() {
 	if os.Getenv("BRIDGE_TEST_LINGER") != "" {
 		select {} // a server that outlives its stdin, until interrupted
 	}
+}
+
+// bigAnswer answers the big_* tools with 200 KiB results: the id first
+// (as Go and Python SDKs write it), last (as TypeScript's does), or lost in
+// the middle.
+func bigAnswer(out *bufio.Writer, line []byte) bool {
+	var req struct {
+		ID     json.RawMessage `json:"id"`
+		Params struct {
+			Name string `json:"name"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(line, &req) != nil || !strings.HasPrefix(req.Params.Name, "big_") {
+		return false
+	}
+	text := strings.Repeat("x", 200<<10)
+	switch req.Params.Name {
+	case "big_first":
+		fmt.Fprintf(out, `{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"%s"}]}}`, req.ID, text)
+	case "big_last":
+		fmt.Fprintf(out, `{"result":{"content":[{"type":"text","text":"%s"}]},"jsonrpc":"2.0","id":%s}`, text, req.ID)
+	default:
+		fmt.Fprintf(out, `{"result":{"content":[{"type":"text","text":"%s"}]},"id":%s,"jsonrpc":"2.0"}`, text, req.ID)
+	}
+	out.WriteByte('\n')
+	out.Flush()
+	return true
 }
 
 // logBuffer is a concurrency-safe log sink.
@@ -160,8 +194,9 @@ func TestStdioEndToEnd(t *testing.T) {
 	// The child crashes mid-call: the call fails, the source goes offline,
 	// a new child is started and the gateway initializes it again.
 	first := d.SessionID
-	if _, err := call(t, gw.Hub(), "fake", "crash", `{}`); err == nil {
-		t.Fatal("crash call succeeded")
+	// The bridge's close reason reaches the caller.
+	if _, err := call(t, gw.Hub(), "fake", "crash", `{}`); err == nil || !strings.Contains(err.Error(), "MCP server exited: exit status 3") {
+		t.Fatalf("crash call: %v, want the bridge's reason, MCP server exited: exit status 3", err)
 	}
 	waitFor(t, "a new session", func() bool {
 		d, err := gw.Hub().Device("fake")
@@ -169,6 +204,40 @@ func TestStdioEndToEnd(t *testing.T) {
 	})
 	if got, err := call(t, gw.Hub(), "fake", "echo", `{"text":"back"}`); err != nil || !strings.Contains(got, `"text":"back"`) {
 		t.Fatalf("echo after restart = %s, %v", got, err)
+	}
+}
+
+// An answer over the bridge's read limit fails its call with a reason, and
+// the child goes on; one whose id cannot be found ends the connection with
+// that reason.
+func TestStdioAnswerOverReadLimit(t *testing.T) {
+	gw := startGateway(t)
+	logs := &logBuffer{}
+	runBridge(t, bridge.Config{
+		URL:        "ws://" + gw.Addr() + endpoint.Path,
+		Servers:    []bridge.Server{{Name: "fake", Command: os.Args[0], Env: map[string]string{childEnv: "1", "BRIDGE_TEST_BIG": "1"}}},
+		Logger:     slog.New(slog.NewTextHandler(logs, nil)),
+		ReadLimit:  64 << 10,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+	})
+	d := waitReady(t, gw.Hub(), "fake", 7)
+	const reason = "MCP server sent a message over the 65536-byte limit (bridge --read-limit)"
+	for _, tool := range []string{"big_first", "big_last"} {
+		if got, err := call(t, gw.Hub(), "fake", tool, `{}`); err != nil || !strings.Contains(got, reason) || !strings.Contains(got, `"isError":true`) {
+			t.Errorf("%s = %s, %v; want an error result saying %q", tool, got, err, reason)
+		}
+	}
+	if got, err := call(t, gw.Hub(), "fake", "add", `{"a":1,"b":2}`); err != nil || !strings.Contains(got, `"text":"3"`) {
+		t.Fatalf("add after the big answers = %s, %v", got, err)
+	}
+	if now, _ := gw.Hub().Device("fake"); now.SessionID != d.SessionID {
+		t.Errorf("the source reconnected: the child was lost")
+	}
+	if _, err := call(t, gw.Hub(), "fake", "big_noid", `{}`); err == nil || !strings.Contains(err.Error(), reason) {
+		t.Errorf("big_noid: %v; want the connection's end with %q", err, reason)
+	}
+	if !strings.Contains(logs.String(), "failed a request whose answer is over the read limit") {
+		t.Errorf("no log of the failed request:\n%s", logs)
 	}
 }
 

@@ -3,6 +3,7 @@ package bridge
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -60,9 +62,18 @@ func serveHTTP(ctx context.Context, cfg *Config, conn *websocket.Conn, s Server,
 	sem := make(chan struct{}, cfg.MaxInFlight)
 	var wg sync.WaitGroup
 	wg.Go(func() { p.watch(ctx, &wg) })
+	// The read is ended by closing the WebSocket with the reason, not by
+	// ctx: a read whose context ends closes it at once, and the close frame
+	// would never reach the gateway.
+	closed := make(chan struct{})
+	stopClose := context.AfterFunc(ctx, func() {
+		defer close(closed)
+		closeGateway(conn, context.Cause(ctx))
+	})
+	rctx := context.WithoutCancel(ctx)
 	err := func() error {
 		for {
-			_, data, err := conn.Read(ctx)
+			_, data, err := conn.Read(rctx)
 			if err != nil {
 				return fmt.Errorf("read from gateway: %w", err)
 			}
@@ -87,7 +98,11 @@ func serveHTTP(ctx context.Context, cfg *Config, conn *websocket.Conn, s Server,
 		}
 	}()
 	stop(err)
-	closeGateway(conn, context.Cause(ctx))
+	if stopClose() {
+		closeGateway(conn, context.Cause(ctx))
+	} else {
+		<-closed
+	}
 	wg.Wait()
 	p.endSession(ctx)
 	return context.Cause(ctx)
@@ -142,31 +157,129 @@ func (p *httpPipe) post(ctx context.Context, wg *sync.WaitGroup, data []byte, ms
 		p.fail(ctx, msg, fmt.Sprintf("MCP server answered HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(body)))
 		return
 	}
+	isRequest := msg.Kind() == jsonrpc.KindRequest
+	answered := false
+	var relayErr error // writing to the gateway failed: nobody to answer
 	relay := func(m []byte) error {
 		if isInit {
 			p.noteVersion(m)
 		}
-		return p.conn.Write(ctx, websocket.MessageText, m)
+		if isRequest && !answered {
+			r, err := jsonrpc.Decode(m)
+			answered = err == nil && r.Kind() == jsonrpc.KindResponse && bytes.Equal(r.ID.Raw(), msg.ID.Raw())
+		}
+		relayErr = p.conn.Write(ctx, websocket.MessageText, m)
+		return relayErr
 	}
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	down := false
 	switch ct {
 	case "text/event-stream":
-		err = readSSE(resp.Body, p.cfg.ReadLimit, relay)
+		down, err = p.relayStream(ctx, resp.Body, relay, func() bool { return answered || !isRequest })
 	case "application/json":
 		var body []byte
-		body, err = io.ReadAll(io.LimitReader(resp.Body, p.cfg.ReadLimit))
-		if err == nil {
+		body, err = io.ReadAll(io.LimitReader(resp.Body, p.cfg.ReadLimit+1))
+		switch {
+		case err != nil:
+			err = fmt.Errorf("%w: reading the answer: %w", errUnreachable, err)
+		case int64(len(body)) > p.cfg.ReadLimit:
+			err = p.overLimit()
+		default:
 			err = relayJSON(body, relay)
 		}
 	default:
-		if msg.Kind() == jsonrpc.KindRequest {
+		if isRequest {
 			p.fail(ctx, msg, fmt.Sprintf("MCP server answered with content type %q", ct))
 		}
 		return
 	}
-	if err != nil && ctx.Err() == nil {
+	if ctx.Err() != nil || relayErr != nil {
+		return // the connection is ending; the gateway's reader notices a dead socket
+	}
+	if err == nil && isRequest && !answered {
+		err = fmt.Errorf("MCP server answered HTTP %d without a response to the request", resp.StatusCode)
+	}
+	switch {
+	case err == nil:
+	case isRequest && !answered:
+		p.fail(ctx, msg, err.Error())
+		if down {
+			p.stop(err)
+		}
+	default:
 		p.log.Warn("could not relay the MCP server's answer", "method", msg.Method, "error", err)
 	}
+}
+
+// maxResumes is how many times in a row an answer stream is resumed
+// without a new event before its request fails.
+const maxResumes = 3
+
+// relayStream relays an SSE answer. A stream that ends before the answer
+// (answered reports it) is resumed with GET and Last-Event-ID, as
+// Streamable HTTP allows, when the server gave its events ids, waiting the
+// server's retry hint, at most maxResumes times in a row without a new
+// event; without ids the request fails at once. down reports a server that
+// could not be reached at all to resume it.
+func (p *httpPipe) relayStream(ctx context.Context, body io.Reader, relay func([]byte) error, answered func() bool) (down bool, err error) {
+	var st sseState
+	err = readSSE(body, p.cfg.ReadLimit, &st, relay)
+	for misses := 0; !answered(); {
+		switch {
+		case errors.Is(err, bufio.ErrTooLong):
+			return false, p.overLimit()
+		case st.lastID == "" || misses == maxResumes:
+			if err != nil {
+				return false, fmt.Errorf("%w: the answer stream broke before the result: %w", errUnreachable, err)
+			}
+			return false, fmt.Errorf("%w: the answer stream ended before the result", errUnreachable)
+		}
+		t := time.NewTimer(cmp.Or(min(st.retry, 10*time.Second), 500*time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, context.Cause(ctx)
+		case <-t.C:
+		}
+		seen := st.events
+		down, refused, rerr := p.resume(ctx, &st, relay)
+		if down || refused {
+			return down, rerr
+		}
+		err = rerr
+		if misses++; st.events > seen {
+			misses = 0
+		}
+	}
+	return false, nil
+}
+
+// resume reopens an answer stream with GET and Last-Event-ID and relays
+// what the server sends after that event. down reports a server that
+// could not be reached, refused one that answered but not with the stream.
+func (p *httpPipe) resume(ctx context.Context, st *sseState, relay func([]byte) error) (down, refused bool, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.s.URL, nil)
+	if err != nil {
+		return false, true, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	p.headers(req)
+	req.Header.Set("Last-Event-ID", st.lastID)
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return true, false, fmt.Errorf("%w: resuming the answer stream: %w", errUnreachable, err)
+	}
+	defer resp.Body.Close()
+	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
+		return false, true, fmt.Errorf("%w: the answer stream ended before the result, and resuming it was answered HTTP %d %s",
+			errUnreachable, resp.StatusCode, ct)
+	}
+	return false, false, readSSE(resp.Body, p.cfg.ReadLimit, st, relay)
+}
+
+// overLimit is the error of an answer over the read limit.
+func (p *httpPipe) overLimit() error {
+	return fmt.Errorf("MCP server sent a message over the %d-byte limit (bridge --read-limit)", p.cfg.ReadLimit)
 }
 
 // send POSTs one message, with the session's headers unless it starts a
@@ -216,7 +329,7 @@ func (p *httpPipe) reinit(ctx context.Context, wg *sync.WaitGroup, expired strin
 	var answer []byte
 	keep := func(m []byte) error { answer = m; return nil }
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct == "text/event-stream" {
-		err = readSSE(resp.Body, p.cfg.ReadLimit, keep)
+		err = readSSE(resp.Body, p.cfg.ReadLimit, &sseState{}, keep)
 	} else {
 		var b []byte
 		if b, err = io.ReadAll(io.LimitReader(resp.Body, p.cfg.ReadLimit)); err == nil {
@@ -366,7 +479,7 @@ func (p *httpPipe) startStream(ctx context.Context, wg *sync.WaitGroup) {
 			p.log.Debug("no GET stream", "status", resp.StatusCode)
 			return
 		}
-		err = readSSE(resp.Body, p.cfg.ReadLimit, func(m []byte) error {
+		err = readSSE(resp.Body, p.cfg.ReadLimit, &sseState{}, func(m []byte) error {
 			return p.conn.Write(ctx, websocket.MessageText, m)
 		})
 		if ctx.Err() == nil {
@@ -466,9 +579,16 @@ func relayJSON(body []byte, relay func([]byte) error) error {
 	return nil
 }
 
+// sseState is what readSSE learned of a stream besides its messages.
+type sseState struct {
+	lastID string        // the last event id, for Last-Event-ID
+	retry  time.Duration // the server's reconnection time; 0 when not given
+	events int           // events dispatched
+}
+
 // readSSE calls relay with the data of each event (of type message) until
-// the stream ends.
-func readSSE(r io.Reader, limit int64, relay func([]byte) error) error {
+// the stream ends, and notes event ids and the retry hint in st.
+func readSSE(r io.Reader, limit int64, st *sseState, relay func([]byte) error) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), int(limit))
 	var data bytes.Buffer
@@ -478,6 +598,7 @@ func readSSE(r io.Reader, limit int64, relay func([]byte) error) error {
 		if data.Len() == 0 || (event != "" && event != "message") {
 			return nil
 		}
+		st.events++
 		return relayJSON(bytes.Clone(data.Bytes()), relay)
 	}
 	for sc.Scan() {
@@ -498,6 +619,14 @@ func readSSE(r io.Reader, limit int64, relay func([]byte) error) error {
 			data.Write(value)
 		case "event":
 			event = string(value)
+		case "id":
+			if !bytes.ContainsRune(value, 0) {
+				st.lastID = string(value)
+			}
+		case "retry":
+			if ms, err := strconv.ParseUint(string(value), 10, 32); err == nil {
+				st.retry = time.Duration(ms) * time.Millisecond
+			}
 		}
 	}
 	if err := dispatch(); err != nil {

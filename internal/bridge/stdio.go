@@ -11,11 +11,14 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/mcpgate/mcpgate/jsonrpc"
 )
 
 // errChildExited ends a connection whose child closed its stdout.
@@ -65,17 +68,28 @@ func serveStdio(ctx context.Context, cfg *Config, conn *websocket.Conn, s Server
 	var wg sync.WaitGroup
 	wg.Go(func() { logLines(stderr, log) })
 	wg.Go(func() { stop(childToGateway(ctx, cfg, stdout, conn, log)) })
-	wg.Go(func() { stop(gatewayToChild(ctx, conn, stdin)) })
+	// The read is ended by closeGateway, not by ctx: a read whose context
+	// ends closes the WebSocket at once, and the close frame with the
+	// reason would never reach the gateway.
+	wg.Go(func() { stop(gatewayToChild(context.WithoutCancel(ctx), conn, stdin)) })
 	<-ctx.Done()
 	reason := context.Cause(ctx)
 
+	if errors.Is(reason, errChildExited) {
+		// The child closed its stdout: its exit status is the reason the
+		// gateway's callers are given.
+		stdin.Close()
+		if waitErr := cmd.Wait(); waitErr != nil {
+			reason = fmt.Errorf("%w: %w", errChildExited, waitErr)
+		}
+		closeGateway(conn, reason) // ends gatewayToChild's read
+		wg.Wait()
+		return reason
+	}
 	closeGateway(conn, reason) // ends gatewayToChild's read
 	stdin.Close()              // a well-behaved server exits on EOF
-	waitErr := cmd.Wait()      // ctx is done: interrupt, then kill after WaitDelay
+	cmd.Wait()                 // ctx is done: interrupt, then kill after WaitDelay
 	wg.Wait()
-	if errors.Is(reason, errChildExited) && waitErr != nil {
-		return fmt.Errorf("%w: %w", errChildExited, waitErr)
-	}
 	return reason
 }
 
@@ -95,27 +109,120 @@ func childEnv(env []string) []string {
 
 // childToGateway forwards each JSON line of the child's stdout as one text
 // frame. Other lines (a banner, a stray print) are logged and dropped: they
-// would make the gateway drop the frame anyway, and a log line says why.
+// would make the gateway drop the frame anyway, and a log line says why. A
+// line over the read limit is skipped, and the request it answers failed
+// (see overLimit).
 func childToGateway(ctx context.Context, cfg *Config, stdout io.Reader, conn *websocket.Conn, log *slog.Logger) error {
-	sc := bufio.NewScanner(stdout)
-	sc.Buffer(make([]byte, 0, 64<<10), int(cfg.ReadLimit))
-	for sc.Scan() {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
-			continue
-		}
-		if (line[0] != '{' && line[0] != '[') || !json.Valid(line) {
+	br := bufio.NewReaderSize(stdout, 64<<10)
+	var buf []byte
+	for {
+		var long *longLine
+		var err error
+		buf, long, err = readLine(br, int(cfg.ReadLimit), buf[:0])
+		line := bytes.TrimSpace(buf)
+		switch {
+		case long != nil:
+			if err := overLimit(ctx, cfg, conn, long, log); err != nil {
+				return err
+			}
+		case len(line) == 0:
+		case (line[0] != '{' && line[0] != '[') || !json.Valid(line):
 			log.Warn("ignored a stdout line of the MCP server that is not JSON", "line", truncate(line, 200))
-			continue
+		default:
+			if err := conn.Write(ctx, websocket.MessageText, line); err != nil {
+				return fmt.Errorf("write to gateway: %w", err)
+			}
 		}
-		if err := conn.Write(ctx, websocket.MessageText, line); err != nil {
-			return fmt.Errorf("write to gateway: %w", err)
+		if errors.Is(err, io.EOF) {
+			return errChildExited
+		}
+		if err != nil {
+			return fmt.Errorf("read MCP server stdout: %w", err)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("read MCP server stdout: %w", err)
+}
+
+// longLine is what is kept of a stdout line over the read limit: its
+// first and last bytes, where a response's id is.
+type longLine struct {
+	head, tail []byte
+	n          int64 // its length
+}
+
+// lineEdge is how much of each end of a long line is kept.
+const lineEdge = 4 << 10
+
+// readLine appends the next line of br, its newline included, to buf. A
+// line longer than limit is read to its end but not kept: line is empty
+// and long has its ends. err is io.EOF after the last line.
+func readLine(br *bufio.Reader, limit int, buf []byte) (line []byte, long *longLine, err error) {
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if long == nil && len(buf)+len(bytes.TrimSuffix(chunk, []byte("\n"))) > limit {
+			long = &longLine{n: int64(len(buf)), head: bytes.Clone(buf[:min(len(buf), lineEdge)])}
+			buf = buf[:0]
+		}
+		if long != nil {
+			if n := lineEdge - len(long.head); n > 0 {
+				long.head = append(long.head, chunk[:min(n, len(chunk))]...)
+			}
+			long.n += int64(len(chunk))
+			long.tail = append(long.tail, chunk...)
+			if extra := len(long.tail) - lineEdge; extra > 0 {
+				long.tail = long.tail[:copy(long.tail, long.tail[extra:])]
+			}
+		} else {
+			buf = append(buf, chunk...)
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return buf, long, err
+		}
 	}
-	return errChildExited
+}
+
+// A response's id where MCP SDKs put it: first after "jsonrpc" (Go, Python)
+// or last (TypeScript). A message whose method comes first is a request or
+// notification of the server's.
+var (
+	headID     = regexp.MustCompile(`^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?[0-9]+|"(?:[^"\\]|\\.)*")\s*,\s*"(?:result|error)"`)
+	tailID     = regexp.MustCompile(`,\s*"id"\s*:\s*(-?[0-9]+|"(?:[^"\\]|\\.)*")\s*\}\s*$`)
+	headMethod = regexp.MustCompile(`^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?(?:"id"\s*:\s*[^,]*,\s*)?"method"`)
+)
+
+// overLimit handles a stdout line over the read limit: the request it
+// answers, when its id can be found at either end, is failed with an
+// error saying so, and the child goes on; a request or notification of
+// the server's is dropped. Otherwise the connection ends with that
+// reason, which the calls under way fail with.
+func overLimit(ctx context.Context, cfg *Config, conn *websocket.Conn, long *longLine, log *slog.Logger) error {
+	reason := fmt.Sprintf("MCP server sent a message over the %d-byte limit (bridge --read-limit)", cfg.ReadLimit)
+	var raw []byte
+	if m := headID.FindSubmatch(long.head); m != nil {
+		raw = m[1]
+	} else if m := tailID.FindSubmatch(long.tail); m != nil && !headMethod.Match(long.head) {
+		raw = m[1]
+	}
+	if raw == nil {
+		if headMethod.Match(long.head) {
+			log.Warn("dropped a message of the MCP server over the read limit", "bytes", long.n, "read_limit", cfg.ReadLimit,
+				"start", truncate(long.head, 200))
+			return nil
+		}
+		return errors.New(reason)
+	}
+	var id jsonrpc.ID
+	if err := id.UnmarshalJSON(raw); err != nil {
+		return errors.New(reason)
+	}
+	log.Warn("failed a request whose answer is over the read limit", "id", id.String(), "bytes", long.n, "read_limit", cfg.ReadLimit)
+	b, err := jsonrpc.NewErrorResponse(id, jsonrpc.NewError(jsonrpc.CodeInternalError, reason)).Encode()
+	if err != nil {
+		return err
+	}
+	if err := conn.Write(ctx, websocket.MessageText, b); err != nil {
+		return fmt.Errorf("write to gateway: %w", err)
+	}
+	return nil
 }
 
 // gatewayToChild writes each frame from the gateway as one line.

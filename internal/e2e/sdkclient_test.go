@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -13,8 +14,10 @@ import (
 
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/devicetest"
+	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/gatewaytest"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/queue"
 	"github.com/mcpgate/mcpgate/internal/sim"
 )
 
@@ -183,6 +186,68 @@ func TestTypeScriptSDKClientMalformedDevice(t *testing.T) {
 		r := out.Calls[i].Result
 		if r.IsError || len(r.Content) != 1 || r.Content[0].Type != "text" || !strings.Contains(r.Content[0].Text, says) {
 			t.Errorf("%s answered %+v, want a text with %q", out.Calls[i].Name, r, says)
+		}
+	}
+}
+
+// A call queued (an always-queue tool, the device gone offline since the
+// client listed it) to a tool that declares an outputSchema reaches the
+// TypeScript SDK as a result, not as a thrown "did not return structured
+// content": it is marked isError, with the queued text. A tool without one
+// is still answered a plain text result.
+func TestTypeScriptSDKClientQueuedOutputSchema(t *testing.T) {
+	dir := npmDir(t)
+	gw, _ := gatewaytest.Start(t, gateway.Config{Queue: queue.Config{Tools: map[string]queue.Policy{"*": queue.PolicyAlways}}})
+	const id = "02:00:00:00:0e:03"
+	tools := []json.RawMessage{
+		json.RawMessage(`{"name":"structured","inputSchema":{"type":"object"},"outputSchema":{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}}`),
+		json.RawMessage(`{"name":"plain","inputSchema":{"type":"object"}}`),
+	}
+	d := gatewaytest.ConnectReady(t, gw, devicetest.Config{ID: id, Tools: tools})
+	if _, err := gw.Hub().SetAlias(id, "s4"); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, nodePath(t), filepath.Join(dir, "mcp-client.mjs"), "http://"+gw.Addr()+"/mcp",
+		"s4.structured", `{}`, "s4.plain", `{}`)
+	cmd.Dir = dir
+	cmd.Env = append(cmd.Environ(), "MCP_CLIENT_PAUSE=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() || lines.Text() != "listed" {
+		t.Fatalf("mcp-client.mjs printed %q before its calls; stderr: %s", lines.Text(), stderr.Bytes())
+	}
+	// The tools are listed, the outputSchema known to the client: now the
+	// device goes away.
+	d.Close()
+	waitFor(t, "the device offline", func() bool {
+		dev, err := gw.Hub().Device(id)
+		return err == nil && !dev.Online
+	})
+	stdin.Write([]byte("go\n"))
+	var out clientOutput
+	if !lines.Scan() || json.Unmarshal(lines.Bytes(), &out) != nil {
+		cmd.Wait()
+		t.Fatalf("mcp-client.mjs printed %q; stderr: %s", lines.Bytes(), stderr.Bytes())
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("mcp-client.mjs: %v; stderr: %s", err, stderr.Bytes())
+	}
+	if len(out.Calls) != 2 {
+		t.Fatalf("calls = %+v", out.Calls)
+	}
+	for i, isError := range []bool{true, false} {
+		r := out.Calls[i].Result
+		if r.IsError != isError || len(r.Content) != 1 || !strings.Contains(r.Content[0].Text, "Queued as call_") {
+			t.Errorf("%s answered %+v, want the queued text with isError %v", out.Calls[i].Name, r, isError)
 		}
 	}
 }

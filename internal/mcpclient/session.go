@@ -291,8 +291,9 @@ func (s *Session) Pending() int {
 
 // Handle processes one inbound MCP payload. Replies are matched to pending
 // requests by id; replies with unknown ids, requests and notifications from
-// the device, and unparseable payloads are dropped with a debug log: a call
-// whose reply cannot be parsed ends by its own timeout. Handle never blocks.
+// the device, and unparseable payloads are dropped with a debug log; a reply
+// that cannot be parsed but names a pending request's id fails that request
+// at once with [ErrMalformedResponse]. Handle never blocks.
 func (s *Session) Handle(payload []byte) { s.handle(payload, jsonrpc.Decode) }
 
 // HandleValid is [Session.Handle] for a payload already known to be valid
@@ -303,6 +304,9 @@ func (s *Session) HandleValid(payload []byte) { s.handle(payload, jsonrpc.Decode
 func (s *Session) handle(payload []byte, decode func([]byte) (*jsonrpc.Message, error)) {
 	msg, err := decode(payload)
 	if err != nil {
+		if s.failMalformedReply(payload, err) {
+			return
+		}
 		s.cfg.OnDrop(DropUnparseable)
 		s.log.Load().Debug("dropped unparseable MCP payload", "error", err, "payload", truncate(payload, 256))
 		return
@@ -334,6 +338,38 @@ func (s *Session) handle(payload []byte, decode func([]byte) (*jsonrpc.Message, 
 		return
 	}
 	p.reply <- msg // buffered(1), and only this goroutine sends after removing it
+}
+
+// failMalformedReply fails the pending request a reply that could not be
+// decoded (an "error" that is no error object: "boom", a message that is a
+// number) names by its id, at once rather than by its timeout. It reports
+// whether there was such a request.
+func (s *Session) failMalformedReply(payload []byte, err error) bool {
+	var probe struct {
+		ID     json.RawMessage `json:"id"`
+		Method json.RawMessage `json:"method"`
+	}
+	if json.Unmarshal(payload, &probe) != nil || len(probe.ID) == 0 || probe.Method != nil {
+		return false
+	}
+	var rid jsonrpc.ID
+	if rid.UnmarshalJSON(probe.ID) != nil {
+		return false
+	}
+	id, ok := rid.Int32()
+	if !ok {
+		return false
+	}
+	s.mu.Lock()
+	p, ok := s.removeLocked(id)
+	s.mu.Unlock()
+	if !ok {
+		return false
+	}
+	s.log.Load().Debug("failed a request whose reply is malformed", "id", id, "error", err, "payload", truncate(payload, 256))
+	p.err = fmt.Errorf("%w: %w; as sent: %s", ErrMalformedResponse, err, truncate(payload, 256))
+	p.reply <- nil // buffered(1); p.err is read after the receive
+	return true
 }
 
 // handleNotification routes progress to the call it belongs to (its
@@ -467,6 +503,7 @@ func (s *Session) removeLocked(id int32) (*pendingCall, bool) {
 // pendingCall is a request awaiting its reply.
 type pendingCall struct {
 	reply    chan *jsonrpc.Message // buffered(1); closed when the session closes
+	err      error                 // set before a nil reply is sent: the reply was malformed
 	toolCall bool
 	callHooks
 }
@@ -522,6 +559,9 @@ func (s *Session) request(ctx context.Context, method string, params func(id int
 	case reply, ok := <-call.reply:
 		if !ok {
 			return nil, fmt.Errorf("%w: %w", ErrDisconnected, s.Err())
+		}
+		if reply == nil {
+			return nil, fmt.Errorf("%s: %w", method, call.err)
 		}
 		return reply, nil
 	case <-ctx.Done():
@@ -606,9 +646,9 @@ type CallOptions struct {
 }
 
 // CallTool calls a tool and returns the device's answer as a [Result] (which
-// may report a device-side failure). Errors are gateway-side:
-// [ErrTimeout], [ErrDisconnected], or ctx's cause. When ctx ends or the call
-// times out, the device is sent notifications/cancelled.
+// may report a device-side failure). Errors are gateway-side: [ErrTimeout],
+// [ErrDisconnected], [ErrMalformedResponse], or ctx's cause. When ctx ends
+// or the call times out, the device is sent notifications/cancelled.
 func (s *Session) CallTool(ctx context.Context, name string, args json.RawMessage, opts CallOptions) (*Result, error) {
 	timeout := opts.Timeout
 	if timeout <= 0 {

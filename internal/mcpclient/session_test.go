@@ -177,6 +177,35 @@ func TestUnparseableReplyEndsByTimeoutOthersSucceed(t *testing.T) {
 	}
 }
 
+// A reply with a pending id whose error is no error object fails its call at
+// once, naming the reply, rather than by the call's timeout.
+func TestMalformedErrorReplyFailsAtOnce(t *testing.T) {
+	for _, bad := range []string{`"boom"`, `{"code":"x","message":5}`} {
+		t.Run(bad, func(t *testing.T) {
+			p := newPipe()
+			s := New(t.Context(), p, Config{})
+			errc := make(chan error, 1)
+			go func() {
+				_, err := s.CallTool(t.Context(), "quote", nil, CallOptions{Timeout: 10 * time.Second})
+				errc <- err
+			}()
+			m := p.next(t)
+			s.Handle([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","error":%s,"id":%s}`, bad, m.ID)))
+			select {
+			case err := <-errc:
+				if !errors.Is(err, ErrMalformedResponse) || !strings.Contains(err.Error(), bad) {
+					t.Fatalf("call = %v, want ErrMalformedResponse naming %s", err, bad)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the call waits for its timeout")
+			}
+			if s.Pending() != 0 {
+				t.Fatalf("%d requests still pending", s.Pending())
+			}
+		})
+	}
+}
+
 func TestCloseFailsPendingAtOnce(t *testing.T) {
 	p := newPipe()
 	s := New(t.Context(), p, Config{})

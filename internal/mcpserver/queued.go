@@ -17,7 +17,8 @@ import (
 // device instead of failing it with device_offline (docs/queued-calls.md):
 // {"_meta": {"mcpgate/queue": "2h"}} queues it for at most 2h, true for
 // the gateway's default time to live. The result is then a text naming the
-// call id (also in the result's _meta "mcpgate/call_id"), which the
+// call id (also in the result's _meta "mcpgate/call_id"; isError when the
+// tool declares an outputSchema, see declaresOutputSchema), which the
 // aggregate tool get_call_result looks up later. A call to an online device
 // runs at once, as without it.
 const MetaQueue = "mcpgate/queue"
@@ -87,7 +88,36 @@ func (d *door) submit(ctx context.Context, cr hub.CallRequest, ttl time.Duration
 	text := fmt.Sprintf("Queued as %s: device %s is offline, so %s runs when it next connects, if that is before %s; nothing has run yet. %s",
 		c.ID, device, cr.Tool, c.ExpiresAt.Format(time.RFC3339), see)
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}},
-		Meta: mcp.Meta{"mcpgate/call_id": c.ID, "mcpgate/queued": true}}
+		Meta:    mcp.Meta{"mcpgate/call_id": c.ID, "mcpgate/queued": true},
+		IsError: d.declaresOutputSchema(cr.Device, cr.Tool)}
+}
+
+// declaresOutputSchema reports whether the device's tool, as the doors list
+// it, has an outputSchema. A queued answer to such a tool is marked isError:
+// MCP wants structuredContent in its results, which only the device can
+// give, and SDK clients (TypeScript's, Python's) reject a result without it
+// but skip the check for an error.
+func (d *door) declaresOutputSchema(device, tool string) bool {
+	_, cat, err := d.s.hub.Tools(device)
+	if err != nil {
+		return false
+	}
+	t, ok := cat.Tool(tool)
+	if !ok {
+		return false
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(t.Raw, &m) != nil {
+		return false
+	}
+	if _, ok := m["outputSchema"]; !ok {
+		return false
+	}
+	if _, err := conformTool(m); err != nil { // as listed: an outputSchema that is no schema is dropped
+		return false
+	}
+	_, ok = m["outputSchema"]
+	return ok
 }
 
 // getCallResult answers get_call_result: a call the caller may see, as the

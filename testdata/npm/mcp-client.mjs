@@ -6,7 +6,8 @@
 // Connects to URL, lists every tool (all pages), calls each TOOL with its
 // ARGS_JSON in order, and prints one JSON object on stdout:
 //   {"protocolVersion", "serverInfo", "tools": [names], "calls": [{"name", "arguments", "result"}]}
-// Exits non-zero (message on stderr) when anything fails.
+// Exits non-zero (message on stderr) when anything fails. With MCP_CLIENT_PAUSE
+// set, it prints "listed" and waits for a line on stdin before the calls.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
@@ -27,6 +28,13 @@ try {
     tools.push(...page.tools.map((t) => t.name));
     cursor = page.nextCursor;
   } while (cursor);
+  if (process.env.MCP_CLIENT_PAUSE) {
+    // The test changes something (takes a device offline) between the
+    // listing and the calls: "listed" on stdout, then one line on stdin.
+    console.log("listed");
+    await new Promise((resolve) => process.stdin.once("data", resolve));
+    process.stdin.pause();
+  }
   const calls = [];
   for (let i = 0; i < rest.length; i += 2) {
     const name = rest[i];

@@ -545,8 +545,11 @@ func (c *connection) readError(err error) error {
 			"remote", c.remote, "session_id", c.sessionID, "read_limit", c.t.cfg.ReadLimit)
 		return fmt.Errorf("MCP server sent a message over the %d-byte read limit", c.t.cfg.ReadLimit)
 	}
-	if st := websocket.CloseStatus(err); st != -1 {
-		return fmt.Errorf("MCP server closed the connection (%d)", st)
+	if ce, ok := errors.AsType[websocket.CloseError](err); ok {
+		if ce.Reason != "" { // mcpgate bridge's: "MCP server exited: exit status 3"
+			return fmt.Errorf("MCP server closed the connection (%d): %s", ce.Code, ce.Reason)
+		}
+		return fmt.Errorf("MCP server closed the connection (%d)", ce.Code)
 	}
 	if errors.Is(err, io.EOF) {
 		return errors.New("connection lost")
