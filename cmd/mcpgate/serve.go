@@ -91,8 +91,11 @@ environment, which wins over the file.`,
 					cfg.ToolTimeouts[pattern] = d
 				}
 			}
-			if (mqttCert == "") != (mqttKey == "") {
-				return errors.New("--mqtt-tls-cert and --mqtt-tls-key go together")
+			switch {
+			case mqttCert != "" && mqttKey == "":
+				return flagErrorf("mqtt-tls-cert", "needs --mqtt-tls-key: the two go together")
+			case mqttKey != "" && mqttCert == "":
+				return flagErrorf("mqtt-tls-key", "needs --mqtt-tls-cert: the two go together")
 			}
 			if mqttCert != "" {
 				pair, err := tls.LoadX509KeyPair(mqttCert, mqttKey)
@@ -103,13 +106,13 @@ environment, which wins over the file.`,
 			}
 			if cfg.MQTTBroker != "" {
 				if cmd.Flags().Changed("mqtt-addr") && cfg.MQTTAddr != "" {
-					return errors.New("--mqtt-broker and --mqtt-addr are mutually exclusive: the embedded broker is not started with an external one")
+					return flagErrorf("mqtt-addr", "%s: not with --mqtt-broker: the embedded broker is not started with an external one", cfg.MQTTAddr)
 				}
 				cfg.MQTTAddr = ""
 			}
 			if mqttNode != "" {
 				if cfg.MQTTBroker == "" {
-					return errors.New("--mqtt-node needs --mqtt-broker: it splits devices among gateway nodes sharing an external broker")
+					return flagErrorf("mqtt-node", "needs --mqtt-broker: it splits devices among gateway nodes sharing an external broker")
 				}
 				var err error
 				if cfg.MQTTNode, cfg.MQTTNodes, err = parseMQTTNode(mqttNode); err != nil {
@@ -127,11 +130,11 @@ environment, which wins over the file.`,
 				for _, f := range []struct {
 					flag string
 					set  bool
-				}{{"--nats", len(clusterCfg.NATS) > 0}, {"--cluster-listen", clusterCfg.Listen != ""}, {"--cluster-routes", len(clusterCfg.Routes) > 0},
-					{"--cluster-token", clusterCfg.Token != ""}, {"--nats-creds", clusterCfg.Creds != ""}, {"--cluster-tls-cert", clusterCfg.TLSCert != ""},
-					{"--cluster-tls-key", clusterCfg.TLSKey != ""}, {"--cluster-tls-ca", clusterCfg.TLSCA != ""}, {"--node-id", clusterCfg.NodeID != ""}} {
+				}{{"nats", len(clusterCfg.NATS) > 0}, {"cluster-listen", clusterCfg.Listen != ""}, {"cluster-routes", len(clusterCfg.Routes) > 0},
+					{"cluster-token", clusterCfg.Token != ""}, {"nats-creds", clusterCfg.Creds != ""}, {"cluster-tls-cert", clusterCfg.TLSCert != ""},
+					{"cluster-tls-key", clusterCfg.TLSKey != ""}, {"cluster-tls-ca", clusterCfg.TLSCA != ""}, {"node-id", clusterCfg.NodeID != ""}} {
 					if f.set {
-						return fmt.Errorf("%s needs --cluster-name: the nodes of one cluster share a name (docs/cluster.md)", f.flag)
+						return flagErrorf(f.flag, "needs --cluster-name: the nodes of one cluster share a name (docs/cluster.md)")
 					}
 				}
 			} else {

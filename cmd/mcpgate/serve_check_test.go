@@ -165,6 +165,72 @@ func TestServeBadValueNamed(t *testing.T) {
 	}
 }
 
+// TestServeCrossSettingNamed: a setting refused for want of another (or
+// beside another) is named where it was given, as a bad value is: the
+// config file's line of the one at fault, or the flag.
+func TestServeCrossSettingNamed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := func(content string) string { // content starts at line 2
+		f, err := os.CreateTemp(dir, "*.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString("data: " + dir + "\n" + content); err != nil {
+			t.Fatal(err)
+		}
+		return f.Name()
+	}
+	const noMQTT = ": no MQTT broker for the devices"
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // in stderr, after "mcpgate: config file FILE" for a file
+	}{
+		{"ota-allow without policy", []string{"--config", file("ota-allow: 02:00:00:00:00:01\n")},
+			": ota-allow (line 2): needs --ota-policy allowlist"},
+		{"ota-allow with the open policy in the file", []string{"--config", file("ota-policy: open\nota-allow: [02:00:00:00:00:01]\n")},
+			": ota-allow (line 3): needs --ota-policy allowlist"},
+		{"ota-allow in the file, policy flag", []string{"--config", file("ota-allow: 02:00:00:00:00:01\n"), "--ota-policy", "open"},
+			": ota-allow (line 2): needs --ota-policy allowlist"},
+		{"ota-allow flag", []string{"--data", dir, "--ota-allow", "02:00:00:00:00:01"},
+			"mcpgate: --ota-allow needs --ota-policy allowlist"},
+		{"mqtt tls cert without key", []string{"--config", file("mqtt-tls-cert: cert.pem\n")},
+			": mqtt-tls-cert (line 2): needs --mqtt-tls-key"},
+		{"mqtt tls key without cert", []string{"--config", file("mqtt-addr: 127.0.0.1:0\nmqtt-tls-key: key.pem\n")},
+			": mqtt-tls-key (line 3): needs --mqtt-tls-cert"},
+		{"ota transport mqtt without broker", []string{"--config", file("mqtt-addr: \"\"\nota-transport: mqtt\n")},
+			": ota-transport (line 3): mqtt" + noMQTT},
+		{"ota transport mqtt, no broker by flag", []string{"--config", file("ota-transport: mqtt\n"), "--mqtt-addr="},
+			": ota-transport (line 2): mqtt" + noMQTT},
+		{"ota transport for without broker", []string{"--config", file("mqtt-addr:\nota-transport-for:\n  02:00:00:00:00:01: mqtt\n")},
+			": ota-transport-for (line 3): 02:00:00:00:00:01=mqtt" + noMQTT},
+		{"upstream init wait without upstream", []string{"--config", file("upstream-init-wait: 1s\n")},
+			": upstream-init-wait (line 2): needs --upstream"},
+		{"upstream ota without upstream", []string{"--config", file("upstream-ota: http://127.0.0.1:1/xiaozhi/ota/\n")},
+			": upstream-ota (line 2): needs --upstream"},
+		{"mqtt node without broker", []string{"--config", file("mqtt-node: 1/2\n")}, ": mqtt-node (line 2): needs --mqtt-broker"},
+		{"mqtt addr beside broker", []string{"--config", file("mqtt-broker: tcp://127.0.0.1:1\nmqtt-addr: 127.0.0.1:0\n")},
+			": mqtt-addr (line 3): 127.0.0.1:0: not with --mqtt-broker"},
+		{"cluster setting without name", []string{"--config", file("node-id: n1\n")}, ": node-id (line 2): needs --cluster-name"},
+		{"llm model without base url", []string{"--config", file("llm-model: m\n")}, ": llm-model (line 2): needs --llm-base-url"},
+		{"vision model without base url", []string{"--config", file("vision-model: m\n")}, ": vision-model (line 2): needs --llm-base-url"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := run(t, "http://127.0.0.1:1", append([]string{"serve", "--addr", "127.0.0.1:0"}, tc.args...)...)
+			want := tc.want
+			if tc.args[0] == "--config" {
+				want = "mcpgate: config file " + tc.args[1] + want
+			}
+			if r.code == 0 || !strings.Contains(r.stderr, want) {
+				t.Errorf("exit %d, stderr:\n%s\nwant %q", r.code, r.stderr, want)
+			}
+		})
+	}
+}
+
 // TestServeBadValueFromEnvironment names the variable.
 func TestServeBadValueFromEnvironment(t *testing.T) {
 	t.Setenv("MCPGATE_DEVICE_MAX_INFLIGHT", "0")

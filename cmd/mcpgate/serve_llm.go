@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"time"
 
@@ -57,7 +56,7 @@ func llmFlags(f *pflag.FlagSet, c *agent.Config) (apply func() error) {
 			return nil
 		}
 		if c.BaseURL == "" {
-			return fmt.Errorf("--llm-model needs --llm-base-url, e.g. https://api.openai.com/v1 or http://localhost:11434/v1 for Ollama")
+			return flagErrorf("llm-model", "needs --llm-base-url, e.g. https://api.openai.com/v1 or http://localhost:11434/v1 for Ollama")
 		}
 		return nil
 	}

@@ -3,11 +3,12 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -99,7 +100,7 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 		}
 		// --llm-base-url alone may serve the chat model (--llm-model).
 		if visionModel != "" && llmBaseURL == "" {
-			return fmt.Errorf("--vision-model needs --llm-base-url")
+			return flagErrorf("vision-model", "needs --llm-base-url")
 		}
 		if llmBaseURL != "" && visionModel != "" {
 			p.VisionModel = &vision.Model{BaseURL: llmBaseURL, Name: visionModel, APIKey: os.Getenv(llmKeyEnv)}
@@ -177,7 +178,7 @@ func checkSettings(f *pflag.FlagSet, transportFor map[string]string, log *slog.L
 		// hellos itself: forwarded OTA would send them here for no voice.
 		for _, name := range []string{"upstream-ota", "upstream-init-wait"} {
 			if f.Changed(name) {
-				return fmt.Errorf("--%s needs --upstream (the voice server's WebSocket URL): without it mcpgate is the devices' server, with no voice", name)
+				return flagErrorf(name, "needs --upstream (the voice server's WebSocket URL): without it mcpgate is the devices' server, with no voice")
 			}
 		}
 	}
@@ -195,21 +196,22 @@ func checkSettings(f *pflag.FlagSet, transportFor map[string]string, log *slog.L
 		return nil
 	}
 	if f.Changed("ota-allow") && !strings.EqualFold(flagValue(f, "ota-policy"), string(ota.PolicyAllowlist)) {
-		return errors.New("--ota-allow needs --ota-policy allowlist: with the open policy every device is configured")
+		return flagErrorf("ota-allow", "needs --ota-policy allowlist: with the open policy every device is configured")
 	}
-	// The flag that tells devices MQTT, as the user gave it, for the refusal.
-	mqtt := ""
-	if strings.EqualFold(flagValue(f, "ota-transport"), string(ota.TransportMQTT)) {
-		mqtt = "--ota-transport mqtt"
+	// The setting that tells devices MQTT, as the user gave it, for the
+	// refusal.
+	name, given := "", ""
+	if tr := flagValue(f, "ota-transport"); strings.EqualFold(tr, string(ota.TransportMQTT)) {
+		name, given = "ota-transport", tr
 	}
-	for dev, tr := range transportFor {
-		if mqtt == "" && strings.EqualFold(tr, string(ota.TransportMQTT)) {
-			mqtt = "--ota-transport-for " + dev + "=" + tr
+	for _, dev := range slices.Sorted(maps.Keys(transportFor)) {
+		if tr := transportFor[dev]; name == "" && strings.EqualFold(tr, string(ota.TransportMQTT)) {
+			name, given = "ota-transport-for", dev+"="+tr
 		}
 	}
-	if mqtt != "" && flagValue(f, "mqtt-addr") == "" && flagValue(f, "mqtt-broker") == "" && flagValue(f, "ota-mqtt-endpoint") == "" {
-		return errors.New(mqtt + ": no MQTT broker for the devices: the embedded one is off (--mqtt-addr is empty) " +
-			"and no --mqtt-broker is set; set one of them, or --ota-mqtt-endpoint to a broker mcpgate serves")
+	if name != "" && flagValue(f, "mqtt-addr") == "" && flagValue(f, "mqtt-broker") == "" && flagValue(f, "ota-mqtt-endpoint") == "" {
+		return flagErrorf(name, "%s: no MQTT broker for the devices: the embedded one is off (--mqtt-addr is empty) "+
+			"and no --mqtt-broker is set; set one of them, or --ota-mqtt-endpoint to a broker mcpgate serves", given)
 	}
 	return nil
 }
