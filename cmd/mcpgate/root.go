@@ -20,10 +20,43 @@ func buildVersion() string {
 	if version != "" {
 		return version
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+	bi, _ := debug.ReadBuildInfo()
+	return versionOf(bi)
+}
+
+// versionOf is the module version of a build, or for a build of a
+// checkout without one "dev" and the commit it was built from, as go build
+// records it: "dev (abc1234, 2026-11-26T14:32:05Z, modified)".
+func versionOf(bi *debug.BuildInfo) string {
+	if bi == nil {
+		return "dev"
+	}
+	if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
 	}
-	return "dev"
+	var rev, at string
+	modified := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "dev"
+	}
+	parts := []string{rev[:min(len(rev), 7)]}
+	if at != "" {
+		parts = append(parts, at)
+	}
+	if modified {
+		parts = append(parts, "modified")
+	}
+	return "dev (" + strings.Join(parts, ", ") + ")"
 }
 
 // globals are the flags every command shares.

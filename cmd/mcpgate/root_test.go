@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -57,6 +58,40 @@ func TestVersionFlag(t *testing.T) {
 	b.want(t, 0)
 	if a.stdout != b.stdout || !strings.HasPrefix(a.stdout, "mcpgate ") {
 		t.Errorf("--version printed %q, version %q", a.stdout, b.stdout)
+	}
+}
+
+// TestVersionOf: a build without -ldflags nor a module version (go build
+// in a checkout, with -buildvcs) says which commit it is, not just "dev".
+func TestVersionOf(t *testing.T) {
+	t.Parallel()
+	vcs := func(kv ...string) []debug.BuildSetting {
+		var s []debug.BuildSetting
+		for i := 0; i < len(kv); i += 2 {
+			s = append(s, debug.BuildSetting{Key: kv[i], Value: kv[i+1]})
+		}
+		return s
+	}
+	const rev = "55ebaa22c4ed7250dd2700920aed6d8a1b9ca04f"
+	for _, tc := range []struct {
+		name string
+		bi   *debug.BuildInfo
+		want string
+	}{
+		{"no build info", nil, "dev"},
+		{"module version", &debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}, Settings: vcs("vcs.revision", rev)}, "v1.2.3"},
+		{"devel without vcs", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "dev"},
+		{"devel, clean checkout", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"},
+			Settings: vcs("vcs", "git", "vcs.revision", rev, "vcs.time", "2026-11-26T14:32:29Z", "vcs.modified", "false")},
+			"dev (55ebaa2, 2026-11-26T14:32:29Z)"},
+		{"devel, modified checkout", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"},
+			Settings: vcs("vcs.revision", rev, "vcs.time", "2026-11-26T14:32:29Z", "vcs.modified", "true")},
+			"dev (55ebaa2, 2026-11-26T14:32:29Z, modified)"},
+		{"revision alone", &debug.BuildInfo{Settings: vcs("vcs.revision", rev)}, "dev (55ebaa2)"},
+	} {
+		if got := versionOf(tc.bi); got != tc.want {
+			t.Errorf("%s: versionOf = %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }
 
