@@ -570,6 +570,32 @@ func (g *Gateway) Run(ctx context.Context) error {
 	// of its own accord (it must leave the cluster), as when asked to.
 	ctx, stopping := context.WithCancel(ctx)
 	defer stopping()
+	if err := os.MkdirAll(g.cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	// The device and client ports are bound before the store is opened,
+	// and served once it is ready (pprof at once: it needs nothing): a port
+	// taken (an older gateway still running there, which takes no store
+	// lock) fails before the store is upgraded under it. Connections wait in
+	// the backlog meanwhile.
+	ln, err := net.Listen("tcp", g.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", g.cfg.Addr, err)
+	}
+	defer ln.Close() // normally closed by the server's Shutdown first
+	if g.mqtt != nil {
+		if err := g.mqtt.Listen(); err != nil {
+			return err
+		}
+		defer g.mqtt.Close() // the bound port, if Run returns before it serves; idempotent
+	}
+	if g.cfg.DebugAddr != "" {
+		dbg, err := g.serveDebug()
+		if err != nil {
+			return err
+		}
+		defer dbg.Close()
+	}
 	if err := g.openStore(ctx); err != nil {
 		return err
 	}
@@ -596,20 +622,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return err
 	}
 	defer leave()
-	if err := os.MkdirAll(g.cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("data directory: %w", err)
-	}
-	ln, err := net.Listen("tcp", g.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", g.cfg.Addr, err)
-	}
 	if g.mqtt != nil {
 		if err := g.mqtt.Start(); err != nil {
-			ln.Close()
-			g.mqtt.Close()
 			return err
 		}
-		defer g.mqtt.Close() // idempotent; normally closed with the other device transports below
+		defer g.mqtt.Close() // before stopBackground, as the transports close below
 	}
 	if g.mqttExt != nil {
 		// A broker that is down at start is a configuration error worth
@@ -618,7 +635,6 @@ func (g *Gateway) Run(ctx context.Context) error {
 		err := g.mqttExt.Start(sctx)
 		cancel()
 		if err != nil {
-			ln.Close()
 			return err
 		}
 		defer g.mqttExt.Close()
@@ -642,15 +658,6 @@ func (g *Gateway) Run(ctx context.Context) error {
 		ConnContext:    headers.ConnContext,
 		ConnState:      headers.ConnState,
 		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
-	}
-
-	if g.cfg.DebugAddr != "" {
-		dbg, err := g.serveDebug()
-		if err != nil {
-			ln.Close()
-			return err
-		}
-		defer dbg.Close()
 	}
 
 	errc := make(chan error, 1)

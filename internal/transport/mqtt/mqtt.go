@@ -98,7 +98,8 @@ type Config struct {
 	WriteTimeout time.Duration
 }
 
-// Transport is the embedded broker. Start listens; StopAccepting stops new
+// Transport is the embedded broker. Listen binds its port, Start listens
+// (if Listen did not) and accepts devices; StopAccepting stops new
 // devices, leaving connected ones be; Close stops it and waits for every
 // connection.
 type Transport struct {
@@ -114,7 +115,7 @@ type Transport struct {
 
 	mu   sync.RWMutex
 	live map[*mochi.Client]*connection // guarded by mu; one per attached connection
-	ln   *listener                     // set by Start
+	ln   *listener                     // set by Listen
 }
 
 // New validates cfg and builds the broker without binding anything.
@@ -188,8 +189,15 @@ func New(cfg Config) (*Transport, error) {
 	return t, nil
 }
 
-// Start binds the listener and starts accepting devices.
-func (t *Transport) Start() error {
+// Listen binds the listener without accepting devices yet: a port taken
+// fails before the caller changes anything. Start accepts them.
+func (t *Transport) Listen() error {
+	t.mu.RLock()
+	bound := t.ln != nil
+	t.mu.RUnlock()
+	if bound {
+		return nil
+	}
 	ln, err := newListener(t, "devices")
 	if err != nil {
 		return fmt.Errorf("mqtt: listen on %s: %w (another broker there? choose another --mqtt-addr, or --mqtt-addr \"\" to run without MQTT)", t.cfg.Addr, err)
@@ -201,10 +209,19 @@ func (t *Transport) Start() error {
 	t.mu.Lock()
 	t.ln = ln
 	t.mu.Unlock()
+	return nil
+}
+
+// Start binds the listener, unless Listen did, and starts accepting
+// devices.
+func (t *Transport) Start() error {
+	if err := t.Listen(); err != nil {
+		return err
+	}
 	if err := t.srv.Serve(); err != nil {
 		return fmt.Errorf("mqtt: serve: %w", err)
 	}
-	t.log.Info("mqtt broker listening", "addr", ln.Address(), "tls", t.cfg.TLS != nil, "uplink_topic", t.cfg.UplinkTopic)
+	t.log.Info("mqtt broker listening", "addr", t.Addr(), "tls", t.cfg.TLS != nil, "uplink_topic", t.cfg.UplinkTopic)
 	return nil
 }
 
