@@ -29,7 +29,7 @@ func limitFlags(f *pflag.FlagSet, l *gateway.Limits) {
 	f.DurationVar(&l.ReadBodyTimeout, "read-body-timeout", 30*time.Second, "how long a REST or MCP request has to send its whole body")
 	f.DurationVar(&l.IdleTimeout, "http-idle-timeout", 2*time.Minute, "close HTTP keep-alive connections idle this long between requests")
 	f.DurationVar(&l.WriteTimeout, "write-timeout", api.DefaultWriteTimeout, "how long a REST client has to read one answer (event and chat streams excepted; negative: no bound)")
-	f.IntVar(&l.MaxMCPSessions, "max-mcp-sessions", mcpserver.DefaultMaxSessions, "MCP client sessions open at once on /mcp and /mcp/devices/{id} together (negative: no limit)")
+	f.IntVar(&l.MaxMCPSessions, "max-mcp-sessions", mcpserver.DefaultMaxSessions, "MCP client sessions open at once on /mcp and /mcp/devices/{id} together, one API key holding at most half (negative: no limit)")
 	f.IntVar(&l.MaxEventStreams, "max-event-streams", api.DefaultMaxEventStreams, "event streams (GET /api/v1/events) open at once, one API key holding at most half (negative: no limit)")
 	f.DurationVar(&l.MQTTConnectTimeout, "mqtt-connect-timeout", 10*time.Second, "how long a connection to the embedded MQTT broker has to send CONNECT")
 }
