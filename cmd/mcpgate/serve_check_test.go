@@ -13,7 +13,8 @@ import (
 )
 
 // accepted is what serve says when every flag passed: on an address off
-// loopback it wants an API key, after the gateway was built.
+// loopback (0.0.0.0:0, bound before the store is opened) it wants an API
+// key, after the gateway was built.
 const accepted = "no usable API key"
 
 // TestServeNumericFlagsZero: a 0 given to any number or duration of serve
@@ -91,7 +92,7 @@ func TestServeNumericFlagsZero(t *testing.T) {
 	for name, want := range zero {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			r := run(t, "http://127.0.0.1:1", "serve", "--addr", "256.0.0.1:1", "--mqtt-addr", "", "--data", t.TempDir(), "--"+name, "0")
+			r := run(t, "http://127.0.0.1:1", "serve", "--addr", "0.0.0.0:0", "--mqtt-addr", "", "--data", t.TempDir(), "--"+name, "0")
 			if r.code == 0 || !strings.Contains(r.stderr, want) {
 				t.Errorf("--%s 0: exit %d, stderr:\n%s\nwant %q", name, r.code, r.stderr, want)
 			}
