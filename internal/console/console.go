@@ -22,6 +22,10 @@ var files embed.FS
 // Prefix is where the console's files are served; / serves its page too.
 const Prefix = "/console/"
 
+// Favicon is where browsers ask for a site's icon unasked: the console's
+// icon is served there too, without a key, so no load logs a refusal.
+const Favicon = "/favicon.ico"
+
 // csp allows what the console needs and nothing else: its own scripts and
 // styles, images and audio from data: and blob: URLs (tool results, photos
 // fetched with the key), and requests to the gateway itself.
@@ -30,7 +34,8 @@ const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
 
 // Handler serves the console: its page at / and /console/ (and any other
 // path under /console/ that is not a file, since the page routes with the
-// URL fragment), its modules and stylesheet under /console/.
+// URL fragment), its modules, stylesheet and icon under /console/, and the
+// icon at /favicon.ico.
 func Handler() http.Handler {
 	static, err := fs.Sub(files, "static")
 	if err != nil {
@@ -46,7 +51,9 @@ func Handler() http.Handler {
 		// Small files, and a new binary must not run an old page.
 		h.Set("Cache-Control", "no-cache")
 		name := strings.TrimPrefix(r.URL.Path, Prefix)
-		if r.URL.Path == "/" || r.URL.Path+"/" == Prefix || name == "" || name == "index.html" || !exists(static, name) {
+		if r.URL.Path == Favicon {
+			name = "icon.svg"
+		} else if r.URL.Path == "/" || r.URL.Path+"/" == Prefix || name == "" || name == "index.html" || !exists(static, name) {
 			serveIndex(w, r, static)
 			return
 		}

@@ -29,7 +29,7 @@ import (
 )
 
 // TestServed: the page at / and /console/, its modules under /console/,
-// with the console's security headers; unknown paths under /console/ get
+// its icon there and at /favicon.ico, with the console's security headers; unknown paths under /console/ get
 // the page (it routes by fragment); the API's own 404 is untouched.
 func TestServed(t *testing.T) {
 	gw := startGateway(t, gateway.Config{})
@@ -40,6 +40,8 @@ func TestServed(t *testing.T) {
 		{"/console/devices", "text/html", `src="/console/app.js"`},
 		{"/console/app.js", "text/javascript", "import"},
 		{"/console/app.css", "text/css", "prefers-color-scheme"},
+		{"/console/icon.svg", "image/svg+xml", "<svg"},
+		{"/favicon.ico", "image/svg+xml", "<svg"}, // browsers ask for it unasked
 	} {
 		resp, err := http.Get(base + tc.path)
 		if err != nil {
@@ -597,4 +599,53 @@ func shellArgs(t *testing.T, line string) []string {
 		t.Errorf("running %q made %s", line, entries[0].Name())
 	}
 	return append([]string{cmd}, strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")...)
+}
+
+// TestConsoleLimitedKey: a key limited to some devices sees only those on
+// the Overview too (the others do not exist for it), with the call charts
+// marked as the whole gateway's; the page of a device it cannot see says
+// not found once, with no actions.
+func TestConsoleLimitedKey(t *testing.T) {
+	ctx := browser(t, 1280, 900)
+	dir := t.TempDir()
+	st, err := store.Open(t.Context(), "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	// The key sees the first and third of three devices.
+	k, secret, err := auth.NewKey("kitchen", auth.ScopeAdmin, []string{sim.MAC(0x0c, 1), sim.MAC(0x0c, 3)}, nil, 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateKey(t.Context(), k); err != nil {
+		t.Fatal(err)
+	}
+	gw := startGateway(t, gateway.Config{DataDir: dir, Store: st, RequireKeys: true})
+	d1, _ := simDevice(t, gw, device.ProfileESP32, 1)
+	d2, _ := simDevice(t, gw, device.ProfileESP32, 2)
+	d3, stop3 := simDevice(t, gw, device.ProfileESP32, 3)
+	for _, d := range []string{d1.MAC, d2.MAC, d3.MAC} {
+		waitState(t, gw, d, hub.StateReady)
+	}
+	stop3()
+	waitState(t, gw, d3.MAC, hub.StateOffline)
+	base := "http://" + gw.Addr()
+	run(t, ctx, "open the console", chromedp.Navigate(base+"/"))
+	waitJS(t, ctx, "the sign-in form", `!!document.querySelector('#signin #key')`)
+	do(t, ctx, `document.getElementById('key').value = `+jsString(secret)+`; document.getElementById('signin').requestSubmit()`)
+	waitJS(t, ctx, "the devices page", rowState(d1.MAC)+` === 'ready'`)
+
+	do(t, ctx, `location.hash = '#/overview'`)
+	waitJS(t, ctx, "the overview", `document.getElementById('overview-info')?.textContent.includes('sampled') && document.querySelectorAll('#charts .chart').length === 3`)
+	if info := eval[string](t, ctx, `document.getElementById('overview-info').textContent`); !strings.Contains(info, "2 devices this key can see, 1 online") {
+		t.Errorf("the overview of a key that sees 2 devices, 1 online: %q", info)
+	}
+	charts := eval[[]string](t, ctx, `[...document.querySelectorAll('#charts .chart')].map((c) => c.children[0].textContent + ': ' + c.children[1].textContent)`)
+	if len(charts) != 3 || !strings.HasPrefix(charts[0], "Calls per second (whole gateway)") || !strings.Contains(charts[1], "(whole gateway") || charts[2] != "Devices online: 1 of 2" {
+		t.Errorf("the overview's charts for a limited key: %q", charts)
+	}
+
+	do(t, ctx, `location.hash = '#/device/`+d2.MAC+`'`)
+	checkNotFound(t, ctx)
 }

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -186,5 +187,81 @@ func TestConsoleURLState(t *testing.T) {
 	time.Sleep(time.Second)
 	if hash := eval[string](t, ctx, `location.hash`); hash != "#/events" {
 		t.Errorf("after leaving the audit page before its answer: the URL is %s, want #/events", hash)
+	}
+}
+
+// hostileDevice connects a device whose firmware name holds a right-to-left
+// override and which has a tool with a 300-character name, until the test
+// ends.
+func hostileDevice(t *testing.T, gw *gateway.Gateway, mac string) (board, tool string) {
+	t.Helper()
+	board, tool = "evil\u202eboard", "self."+strings.Repeat("x", 295)
+	srv, err := device.NewServer(device.ServerOptions{Name: board, Version: "1.0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := func(context.Context, device.Args) (any, error) { return true, nil }
+	if err := srv.AddTool(device.Tool{Name: tool, Description: "a long name", Handler: ok}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := device.NewClient(device.ClientOptions{URL: "ws://" + gw.Addr() + "/xiaozhi/v1/", DeviceID: mac, Server: srv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitState(t, gw, mac, hub.StateReady)
+	return board, tool
+}
+
+// TestConsoleHostileNames: what a device names is isolated in the device
+// page's sentences (a right-to-left override in its firmware name flips
+// nothing after it), and a 300-character tool name wraps rather than
+// widening the page.
+func TestConsoleHostileNames(t *testing.T) {
+	ctx := browser(t, 1280, 900)
+	gw := startGateway(t, gateway.Config{})
+	const mac = "02:77:00:00:00:01"
+	board, tool := hostileDevice(t, gw, mac)
+	run(t, ctx, "the device page", chromedp.Navigate("http://"+gw.Addr()+"/#/device/"+mac))
+	waitJS(t, ctx, "the tool", `document.querySelector('details.tool') !== null && document.getElementById('device-line') !== null`)
+	// The override is in an element of its own, isolated from the
+	// console's text around it.
+	leaks := eval[[]string](t, ctx, `[...document.querySelectorAll('main *')].filter((el) =>
+		[...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.includes('\u202e')) &&
+		!(el.childNodes.length === 1 && getComputedStyle(el).unicodeBidi === 'isolate')
+	).map((el) => el.tagName + ': ' + el.textContent)`)
+	for _, l := range leaks {
+		t.Errorf("device text not isolated in %q", l)
+	}
+	if line := eval[string](t, ctx, `document.getElementById('device-line').textContent`); !strings.Contains(line, board+" 1.0 · 1 tools") {
+		t.Errorf("the device line %q does not name the firmware %q", line, board)
+	}
+	if w := eval[[]int](t, ctx, `[document.documentElement.scrollWidth, document.documentElement.clientWidth]`); w[0] > w[1] {
+		t.Errorf("the page is %d px wide in a %d px window: the tool name %.20s… does not wrap", w[0], w[1], tool)
+	}
+	screenshot(t, ctx, "device-hostile")
+}
+
+// TestConsoleDeviceNotFound: the page of a device there is not (or the key
+// cannot see) says so once, with nothing to act on.
+func TestConsoleDeviceNotFound(t *testing.T) {
+	ctx := browser(t, 1280, 900)
+	gw := startGateway(t, gateway.Config{})
+	run(t, ctx, "the page of no device", chromedp.Navigate("http://"+gw.Addr()+"/#/device/02:00:00:00:00:99"))
+	checkNotFound(t, ctx)
+}
+
+// checkNotFound checks that the device page shows one not-found message,
+// and no actions and no queued calls.
+func checkNotFound(t *testing.T, ctx context.Context) {
+	t.Helper()
+	waitJS(t, ctx, "the not-found message", `document.querySelector('#tools .result.error')?.innerText.includes('device_not_found')`)
+	time.Sleep(300 * time.Millisecond) // the queued calls' answer
+	shown := eval[string](t, ctx, `[...document.querySelectorAll('main button, main table, .result.error')].filter((el) => el.checkVisibility()).map((el) => el.tagName + ' ' + el.innerText.slice(0, 40)).join(' | ')`)
+	if !strings.HasPrefix(shown, "DIV ") || strings.Contains(shown, " | ") {
+		t.Errorf("the page of a device not found shows: %s", shown)
 	}
 }

@@ -5,7 +5,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/hub"
 )
 
 // TestConsoleSchemaForm drives the form generated from a tool's schema in
@@ -48,6 +50,13 @@ func TestConsoleSchemaForm(t *testing.T) {
 		{"a required string left empty", `{"required":["text"],"properties":{"text":{"type":"string","maxLength":50},"note":{"type":"string"}}}`, `{}`, "text: Required (invalid) | note: "},
 		{"a required string filled", `{"required":["text"],"properties":{"text":{"type":"string","maxLength":50},"note":{"type":"string"}}}`, `{text: 'hi'}`, `{"text":"hi"}`},
 		{"required number and JSON left empty", `{"required":["n","o"],"properties":{"n":{"type":"integer"},"o":{"type":"object"}}}`, `{}`, "n: Required (invalid) | o: Required (invalid)"},
+		// A device's schema may be malformed (the gateway passes it on): a
+		// keyword of the wrong type or range is ignored.
+		{"required not an array", `{"required":7,"properties":{"a":{"type":"string"}}}`, `{a: 'x'}`, `{"a":"x"}`},
+		{"a negative maxLength", `{"properties":{"a":{"type":"string","maxLength":-1}}}`, `{a: 'x'}`, `{"a":"x"}`},
+		{"a maxLength beyond the DOM's", `{"properties":{"a":{"type":"string","maxLength":12345678901234}}}`, `{a: 'x'}`, `{"a":"x"}`},
+		{"a property schema not an object", `{"properties":{"a":7,"b":{"type":"integer","minimum":"x","description":5}}}`, `{b: '3'}`, `{"b":3}`},
+		{"properties an array", `{"required":[1,{}],"properties":[1,2]}`, `{}`, `{}`},
 	} {
 		got := eval[string](t, ctx, "("+fill+")("+jsString(tc.schema)+", "+tc.set+")")
 		if got != tc.want {
@@ -92,5 +101,53 @@ func TestConsoleFormSlider(t *testing.T) {
 	})`)
 	if got != `40 {"volume":40}` {
 		t.Errorf("after moving the slider to 40: box and values %s", got)
+	}
+}
+
+// TestConsoleMalformedSchemas: on a device's page, tools whose schemas are
+// malformed (required not an array, a negative maxLength) get their form
+// like any other, and a form that cannot be built falls back to a JSON box
+// for that tool's arguments: no tool hides the others.
+func TestConsoleMalformedSchemas(t *testing.T) {
+	ctx := browser(t, 1280, 900)
+	gw := startGateway(t, gateway.Config{})
+	d, _ := simDevice(t, gw, device.ProfileESP32, 1)
+	waitState(t, gw, d.MAC, hub.StateReady)
+	run(t, ctx, "open the console", chromedp.Navigate("http://"+gw.Addr()+"/#/devices"))
+	waitJS(t, ctx, "the device", rowState(d.MAC)+` === 'ready'`)
+	// The gateway relays what devices write: the page is given, beside the
+	// device's own tools, those a hostile device could send.
+	do(t, ctx, `const f = window.fetch; window.fetch = async (u, o) => {
+		const r = await f(u, o);
+		if (!/^\/api\/v1\/devices\/[^/]+\/tools$/.test(String(u))) return r;
+		const b = await r.json();
+		b.tools.push({name: 'bad.required', inputSchema: {type: 'object', properties: {a: {type: 'string'}}, required: 7}},
+			{name: 'bad.maxlength', inputSchema: {type: 'object', properties: {b: {type: 'string', maxLength: -1}}}});
+		return new Response(JSON.stringify(b), {headers: {'Content-Type': 'application/json'}});
+	}; location.hash = '#/device/`+d.MAC+`'`)
+	card := func(name string) string { return `document.querySelector('details[data-tool="` + name + `"]')` }
+	waitJS(t, ctx, "the tools", card("bad.maxlength")+` !== null`)
+	for _, c := range []struct{ tool, field string }{{"self.audio_speaker.set_volume", "volume"}, {"bad.required", "a"}, {"bad.maxlength", "b"}} {
+		if !eval[bool](t, ctx, card(c.tool)+`.querySelector('[name="`+c.field+`"]') !== null`) {
+			t.Errorf("tool %s has no field %s: %s", c.tool, c.field, eval[string](t, ctx, card(c.tool)+`.innerText`))
+		}
+	}
+	if errs := eval[string](t, ctx, `[...document.querySelectorAll('#tools .result.error')].map((e) => e.innerText).join(' | ')`); errs != "" {
+		t.Errorf("the tools section shows errors: %s", errs)
+	}
+	checkPage(t, ctx, "device")
+
+	// The fallback form: the arguments as one JSON object.
+	got := eval[string](t, ctx, `import('/console/form.js').then((f) => {
+		const form = f.jsonForm('why');
+		const box = form.el.querySelector('textarea'), out = [form.el.querySelector('.hint').textContent, JSON.stringify(form.values())];
+		box.value = '{"x": [1]}';
+		out.push(JSON.stringify(form.values()));
+		box.value = '[1]';
+		try { form.values(); } catch { out.push(form.fields[0].err.textContent); }
+		return out.join(' ');
+	})`)
+	if want := `why {} {"x":[1]} Want a JSON object`; got != want {
+		t.Errorf("the JSON form: %q, want %q", got, want)
 	}
 }

@@ -491,6 +491,8 @@ func New(cfg Config) (*Gateway, error) {
 	ui := guard.Wrap(console.Handler())
 	mux.Handle("GET /{$}", ui)
 	mux.Handle("GET "+console.Prefix, ui)
+	// Every browser asks for the icon unasked, key or not.
+	mux.Handle("GET "+console.Favicon, ui)
 	mux.Handle("/", restWrap(rest)) // a web page must not drive REST calls on a local gateway
 	g = &Gateway{cfg: cfg, cluster: link, log: cfg.Logger, metrics: m, hub: h, ws: wst, ep: ep, mqtt: mq, mqttExt: mqx, api: rest, auth: da, mcp: door, devices: devices, handler: mux, ready: make(chan struct{})}
 	g.limits = lim

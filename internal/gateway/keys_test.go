@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/hostiletest"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
 
@@ -133,5 +134,31 @@ func TestKeyRoutes(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("audit records:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestFaviconWithoutKey: under require-keys, the icon every browser asks
+// for at /favicon.ico is served without a key and logs no refusal; REST
+// without a key still does.
+func TestFaviconWithoutKey(t *testing.T) {
+	dir := t.TempDir()
+	st := storetest.Open(t, "", dir)
+	storeKey(t, st, "admin", auth.ScopeAdmin)
+	logs := &hostiletest.Logs{}
+	gw := startGateway(t, Config{DataDir: dir, Store: st, RequireKeys: true, Logger: logs.Logger()})
+	base := "http://" + gw.Addr()
+	for _, path := range []string{"/favicon.ico", "/api/v1/devices"} {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if path == "/favicon.ico" && (resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "image/svg+xml") {
+			t.Errorf("GET %s without a key: %d %s, want 200 image/svg+xml", path, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+	}
+	logs.WaitLine(t, 0, "request refused", "/api/v1/devices") // the refusal after the icon's
+	if n := logs.Count(0, "request refused", "favicon"); n != 0 {
+		t.Errorf("%d refusals logged for /favicon.ico:\n%s", n, logs)
 	}
 }

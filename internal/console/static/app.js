@@ -83,7 +83,7 @@ async function start() {
   showNav();
   clearInterval(heartbeat);
   heartbeat = setInterval(() => api('GET', '/api/v1/me').catch(() => {}), 30000);
-  app.events.start();
+  resume(); // the event stream, unless the tab opened hidden
   app.devices.load().catch(() => {});
   route();
 }
@@ -129,6 +129,18 @@ onUnauthorized((e) => {
   key.set('');
   signin('Signed out: the gateway refused the key (' + e.message + ').');
 });
+
+// A hidden tab lets go of its event stream: a browser keeps few
+// connections per host (six in Chromium over HTTP/1.1), and a page kept in
+// the back/forward cache would hold its stream open. Shown again, it reads
+// the stream anew and, as after any reconnect, reads its lists again.
+function pause() { if (app.me) app.events.stop(); }
+function resume() { if (app.me && document.visibilityState === 'visible') app.events.start(); }
+document.addEventListener('visibilitychange', () => (document.visibilityState === 'visible' ? resume() : pause()));
+window.addEventListener('pagehide', pause);
+window.addEventListener('pageshow', resume);
+document.addEventListener('freeze', pause);
+document.addEventListener('resume', resume);
 
 document.getElementById('signout').addEventListener('click', () => { key.set(''); signin('Signed out.'); });
 // The skip link moves focus to the page, not to a #main route (the router

@@ -13,6 +13,11 @@ import { parseExact, exactInteger } from './json.js';
 const isRaw = (v) => !!JSON.isRawJSON?.(v);
 const text = (v) => (isRaw(v) ? v.rawJSON : String(v));
 
+// A device writes its schemas and the gateway passes them on unchecked: a
+// keyword of the wrong type or range is ignored, never thrown on.
+const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v) && !isRaw(v);
+const length = (v) => (Number.isSafeInteger(v) && v >= 0 && v <= 0x7fffffff ? v : undefined); // what the DOM takes
+
 function typeOf(s) {
   if (!s) return 'json';
   if (Object.hasOwn(s, 'const')) return 'const';
@@ -44,10 +49,11 @@ function inside(v, by) {
 }
 
 function field(name, s, required) {
+  if (!isObject(s)) s = undefined;
   const id = uid('f');
   const errId = id + '-err';
   const kind = typeOf(s);
-  const hintId = s && s.description ? id + '-hint' : null;
+  const hintId = s && typeof s.description === 'string' && s.description ? id + '-hint' : null;
   const described = [hintId, errId].filter(Boolean).join(' ');
   const label = h('label', { for: id }, name, required ? h('span', { 'aria-hidden': 'true' }, ' *') : '', ' ',
     h('span', { class: 'muted', text: kind === 'json' ? (s && s.type ? String(s.type) : 'JSON') : kind }));
@@ -122,8 +128,9 @@ function field(name, s, required) {
     box.addEventListener('change', () => (touched = true));
     get = () => (touched ? box.checked : undefined);
   } else if (kind === 'string') {
-    const long = s.maxLength === undefined || s.maxLength > 200;
-    input = h(long && s.format !== 'uri' ? 'textarea' : 'input', { id, name, type: 'text', required, maxLength: s.maxLength, 'aria-describedby': described, rows: 2 });
+    const maxLength = length(s.maxLength);
+    const long = maxLength === undefined || maxLength > 200;
+    input = h(long && s.format !== 'uri' ? 'textarea' : 'input', { id, name, type: 'text', required, maxLength, 'aria-describedby': described, rows: 2 });
     if (def !== undefined) input.value = text(def);
     control = input;
     // Empty is left out: a required box left empty is marked by values().
@@ -158,9 +165,21 @@ function invalid(f, bad) {
 // values() throws, marking the fields, when a required field is empty, a
 // number is out of an exclusive bound or a JSON editor holds invalid JSON.
 export function schemaForm(schema) {
-  const props = (schema && schema.properties) || {};
-  const req = new Set((schema && schema.required) || []);
-  const fields = Object.entries(props).map(([n, s]) => field(n, s, req.has(n)));
+  const props = isObject(schema) && isObject(schema.properties) ? schema.properties : {};
+  const req = new Set(isObject(schema) && Array.isArray(schema.required) ? schema.required : []);
+  return form(Object.entries(props).map(([n, s]) => field(n, s, req.has(n))));
+}
+
+// jsonForm is the form of a tool whose schema makes none: its arguments
+// as one JSON object, and why.
+export function jsonForm(why) {
+  const f = field('arguments', { type: 'object', description: why });
+  return form([f], f);
+}
+
+// form gathers fields; whole, when given, is the one field that holds
+// every argument.
+function form(fields, whole) {
   const top = h('p', { class: 'fielderr', 'aria-live': 'polite' });
   const el = h('div', {}, fields.length ? fields.map((f) => f.wrap) : h('p', { class: 'muted', text: 'No arguments.' }), top);
   return {
@@ -183,7 +202,7 @@ export function schemaForm(schema) {
         first.control.focus();
         throw new Error('fix the fields marked in red');
       }
-      return out;
+      return whole ? out.arguments ?? {} : out;
     },
     clear() { top.textContent = ''; for (const f of fields) { f.err.textContent = ''; invalid(f, false); } },
     // showProblems puts each problem next to the field its path names
@@ -201,7 +220,7 @@ export function schemaForm(schema) {
         let first = (p.path || '').split('/')[1];
         if (missing) first = missing;
         const name = first === undefined ? undefined : first.replace(/~1/g, '/').replace(/~0/g, '~');
-        const f = fields.find((x) => x.name === name);
+        const f = whole ? undefined : fields.find((x) => x.name === name);
         const msg = (p.path && f && p.path !== '/' + first ? p.path + ': ' : '') + p.message;
         if (f) { f.err.textContent = f.err.textContent ? f.err.textContent + '; ' + msg : msg; invalid(f, true); }
         else rest.push((p.path ? p.path + ': ' : '') + p.message);

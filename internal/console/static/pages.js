@@ -2,7 +2,7 @@
 // arguments, renders, and returns a cleanup function (or nothing).
 import { api, raw, dev, APIError } from './api.js';
 import { h, ago, when, copy } from './dom.js';
-import { schemaForm } from './form.js';
+import { schemaForm, jsonForm } from './form.js';
 import { renderResult, renderError } from './result.js';
 import { app, setView } from './app.js';
 
@@ -168,8 +168,23 @@ export function cliFor(d, name, args) {
   return `mcpgate --server ${shellQuote(location.origin)} call --args ${shellQuote(JSON.stringify(args))} -- ${shellWord(d)} ${shellWord(name)}`;
 }
 
-function toolCard(d, t, open, onUse) {
-  const form = schemaForm(t.inputSchema);
+// toolCards builds each tool's card on its own: a schema no form can be
+// made of gives that tool a JSON box for its arguments, and anything else
+// that fails marks that tool only.
+function toolCards(d, list, open, onUse) {
+  return list.map((t) => {
+    try {
+      let form;
+      try { form = schemaForm(t.inputSchema); } catch (e) { form = jsonForm('No form can be made of this tool\'s inputSchema (' + e.message + '): its arguments as one JSON object.'); }
+      return toolCard(d, t, open(t), onUse, form);
+    } catch (e) {
+      return h('details', { class: 'card tool', open: true, 'data-tool': String(t && t.name) },
+        h('summary', {}, h('code', { text: String(t && t.name) })), renderError(e));
+    }
+  });
+}
+
+function toolCard(d, t, open, onUse, form) {
   const out = h('div', { class: 'out', 'aria-live': 'polite' });
   const canCall = app.can('call');
   const args = () => { form.clear(); return form.values(); };
@@ -244,16 +259,19 @@ function devicePage(main, [ref, toolName]) {
     setView('device', [ref, current]);
   };
   const queued = queuedCalls(() => id);
-  main.append(h('p', {}, h('a', { href: '#/devices', text: '← Devices' })), head, app.can('admin') ? adminActions() : '', note, queued.el, tools);
+  const admin = app.can('admin') ? adminActions() : h('div');
+  main.append(h('p', {}, h('a', { href: '#/devices', text: '← Devices' })), head, admin, note, queued.el, tools);
   function header() {
     const d = app.devices.get(id);
     if (!d) { head.replaceChildren(h('h1', { text: ref })); return; }
     const reason = d.online ? d.last_error : app.devices.reasons.get(d.id) || d.last_error;
     head.replaceChildren(
-      h('h1', {}, d.alias, ' ', statePill(d)),
-      h('p', { class: 'muted' }, h('span', { class: 'mono', text: d.id }), ` · ${d.kind} · ${d.transport || ''} · ${firmware(d)} · ${d.tools} tools · last seen ${ago(d.last_seen)}`,
+      // What a device names (its firmware, its errors) is isolated in the
+      // console's sentences: a right-to-left override must not flip them.
+      h('h1', {}, h('bdi', { text: d.alias }), ' ', statePill(d)),
+      h('p', { class: 'muted', id: 'device-line' }, h('span', { class: 'mono', text: d.id }), ` · ${d.kind} · ${d.transport || ''} · `, h('bdi', { text: firmware(d) }), ` · ${d.tools} tools · last seen ${ago(d.last_seen)}`,
         d.node ? h('span', { id: 'device-node' }, ' · node ', h('b', { text: d.node })) : null),
-      reason ? h('p', { class: d.online ? 'err' : 'muted', text: (d.online ? 'Error: ' : 'Offline: ') + reason }) : '',
+      reason ? h('p', { class: d.online ? 'err' : 'muted' }, d.online ? 'Error: ' : 'Offline: ', h('bdi', { text: reason })) : '',
       h('p', {}, h('a', { href: '#/photos/' + encodeURIComponent(d.id), text: 'Photos' }), ' · ', h('a', { href: '#/audit/' + encodeURIComponent(d.id), text: 'Audit' }), ' · ', h('a', { href: '#/events/' + encodeURIComponent(d.id), text: 'Events' })));
   }
   // Two-step buttons: the first click arms, the second acts.
@@ -294,13 +312,18 @@ function devicePage(main, [ref, toolName]) {
       header();
       queued.load();
       tools.replaceChildren(h('h2', { text: `Tools (${r.tools.length})` }),
-        ...(r.tools.length ? r.tools.map((t) => toolCard(d, t, r.tools.length <= 8 || t.name === current, use)) : [h('p', { class: 'muted', text: 'No tools known yet.' })]));
+        ...(r.tools.length ? toolCards(d, r.tools, (t) => r.tools.length <= 8 || t.name === current, use) : [h('p', { class: 'muted', text: 'No tools known yet.' })]));
       // A reload or a link that names a tool comes back to it.
       const named = current && [...tools.querySelectorAll('details.tool')].find((x) => x.dataset.tool === current);
       if (named) named.scrollIntoView({ block: 'start' });
     } catch (e) {
       tools.replaceChildren(renderError(e));
-      queued.load(); // a device forgotten since may still have calls
+      if (e.code !== 'device_not_found') { queued.load(); return; }
+      // No such device, or none this key can see: that one message, nothing
+      // to act on; only calls queued for it before it was forgotten show.
+      admin.hidden = true;
+      queued.el.hidden = true;
+      if (await queued.load({ quiet: true })) queued.el.hidden = false;
     }
   }
   header();
@@ -326,9 +349,9 @@ function callResult(c) {
   if (c.state === 'done' && c.result) {
     const res = c.result;
     const text = (res.content || []).map((x) => (x && x.type === 'text' ? x.text : '[' + ((x && x.type) || '?') + ']')).join(' ');
-    const summary = (res.isError ? 'The device reported a failure: ' : '') + (text.length > 120 ? text.slice(0, 120) + '…' : text || '(no content)');
+    const summary = text.length > 120 ? text.slice(0, 120) + '…' : text || '(no content)';
     const ms = c.started_at && c.finished_at ? Date.parse(c.finished_at) - Date.parse(c.started_at) : 0;
-    return h('details', {}, h('summary', { text: summary }), renderResult(res, ms));
+    return h('details', {}, h('summary', {}, res.isError ? 'The device reported a failure: ' : '', h('bdi', { text: summary })), renderResult(res, ms));
   }
   if (c.reason || c.error) return h('span', { class: c.state === 'failed' ? 'err' : 'muted', text: [c.reason, c.error].filter(Boolean).join(': ') });
   return '';
@@ -378,7 +401,8 @@ function queuedCalls(deviceID) {
   }
   // load reads every call of the device the gateway keeps (finished ones
   // for --queue-retention), a page of 1000 at a time.
-  async function load() {
+  // quiet: a failure is not shown. It answers how many calls it read.
+  async function load({ quiet = false } = {}) {
     const g = ++gen;
     const all = [];
     try {
@@ -393,10 +417,11 @@ function queuedCalls(deviceID) {
       calls = all;
       err.replaceChildren();
       render();
+      return calls.length;
     } catch (e) {
       if (g !== gen) return;
       if (e.code === 'queue_unavailable') { el.hidden = true; return; }
-      err.replaceChildren(renderError(e));
+      if (!quiet) err.replaceChildren(renderError(e));
     }
   }
   const later = () => { if (!timer) timer = setTimeout(() => { timer = 0; load(); }, 150); };
@@ -547,7 +572,7 @@ function photosPage(main, [ref]) {
       if (!r.photos.length) { grid.append(h('p', { class: 'muted', text: 'No photos from this device.' })); return; }
       for (const p of r.photos.slice(0, 60)) {
         const img = h('img', { alt: p.question ? 'Photo: ' + p.question : 'Photo ' + p.id, loading: 'lazy' });
-        grid.append(h('figure', {}, img, h('figcaption', {}, when(p.taken_at), p.question ? h('br') : '', p.question || '', p.explanation ? h('br') : '', p.explanation || p.model_error || '')));
+        grid.append(h('figure', {}, img, h('figcaption', {}, when(p.taken_at), p.question ? h('br') : '', h('bdi', { text: p.question || '' }), p.explanation ? h('br') : '', h('bdi', { text: p.explanation || p.model_error || '' }))));
         raw(dev(pick.value) + '/photos/' + encodeURIComponent(p.id)).then((res) => res.blob()).then((b) => {
           const u = URL.createObjectURL(b);
           urls.push(u);
@@ -680,11 +705,21 @@ const samples = []; // kept across visits to the page: {t, calls, errors, online
 // resetPages forgets what pages keep across visits, for another key's session.
 export function resetPages() { samples.length = 0; }
 
+// A key limited to some devices counts only the devices it can list (the
+// other devices do not exist for it); the call charts, from /metrics, are
+// the whole gateway's, and say so.
 function overviewPage(main) {
+  const limited = app.me.devices.length > 0;
+  const whole = limited ? ' (whole gateway)' : '';
   const charts = h('div', { class: 'charts', id: 'charts' });
   const err = h('div');
   const info = h('p', { class: 'muted', id: 'overview-info' });
   main.append(h('h1', { text: 'Overview' }), info, charts, err);
+  let health = null;
+  const seen = () => {
+    const list = app.devices.list();
+    return { known: list.length, online: list.reduce((n, d) => n + (d.online ? 1 : 0), 0) };
+  };
   function chart(title, value, series, max) {
     return h('div', { class: 'card chart' }, h('div', { class: 'muted', text: title }), h('div', { class: 'value', text: value }), spark(series, max));
   }
@@ -697,38 +732,42 @@ function overviewPage(main) {
       rates.push(calls / dt);
       errs.push(calls ? (100 * Math.max(0, b.errors - a.errors)) / calls : 0);
     }
-    const last = samples[samples.length - 1];
+    const last = limited ? (app.devices.loaded ? seen() : null) : samples[samples.length - 1];
     charts.replaceChildren(
-      chart('Calls per second', rates.length ? rates[rates.length - 1].toFixed(2) : '…', rates),
-      chart('Error rate (calls not ok, %)', errs.length ? errs[errs.length - 1].toFixed(1) + ' %' : '…', errs, 100),
+      chart('Calls per second' + whole, rates.length ? rates[rates.length - 1].toFixed(2) : '…', rates),
+      chart('Error rate (calls not ok, %)' + whole, errs.length ? errs[errs.length - 1].toFixed(1) + ' %' : '…', errs, 100),
       chart('Devices online', last ? `${last.online} of ${last.known}` : '…', samples.map((s) => s.online), last ? last.known : 1));
+    if (!health || (limited && !app.devices.loaded)) return;
+    const r = health;
+    const c = limited ? seen() : { known: r.devices, online: r.online };
+    let text = `mcpgate ${r.version} · ${c.known} devices ${limited ? 'this key can see' : 'known'}, ${c.online} online`;
+    // A cluster node: which one, the members it sees, and whether it reaches NATS (docs/cluster.md).
+    if (r.cluster) text += ` · node ${r.node} of ${r.cluster.members.join(', ')}${r.cluster.nats_connected ? '' : ' · NATS NOT connected'}`;
+    info.textContent = `${text} · sampled every 5 s`;
   }
   async function sample() {
     try {
       const m = parseMetrics(await (await raw('/metrics')).text());
+      const c = limited ? seen() : { online: m.mcpgate_devices_online || 0, known: m.mcpgate_devices_known || 0 };
       samples.push({
         t: Date.now(),
         calls: sum(m, 'mcpgate_tool_calls_total'),
         errors: sum(m, 'mcpgate_tool_calls_total', (k) => !k.includes('outcome="ok"')),
-        online: m.mcpgate_devices_online || 0,
-        known: m.mcpgate_devices_known || 0,
+        online: c.online,
+        known: c.known,
       });
       if (samples.length > 60) samples.shift();
       err.replaceChildren();
       render();
     } catch (e) { err.replaceChildren(renderError(e)); }
   }
-  api('GET', '/healthz').then((r) => {
-    let text = `mcpgate ${r.version} · ${r.devices} devices known, ${r.online} online`;
-    // A cluster node: which one, the members it sees, and whether it reaches NATS (docs/cluster.md).
-    if (r.cluster) text += ` · node ${r.node} of ${r.cluster.members.join(', ')}${r.cluster.nats_connected ? '' : ' · NATS NOT connected'}`;
-    info.textContent = `${text} · sampled every 5 s`;
-  }).catch(() => {});
+  api('GET', '/healthz').then((r) => { health = r; render(); }).catch(() => {});
   render();
   sample();
+  const off = limited ? app.devices.listen(render) : () => {};
   const first = setTimeout(sample, 1000); // a first rate after a second, not five
   const t = setInterval(sample, 5000);
-  return () => { clearTimeout(first); clearInterval(t); };
+  return () => { off(); clearTimeout(first); clearInterval(t); };
 }
 
 // ---- OAuth consent: an MCP client asks for access (internal/oauth); an
@@ -762,7 +801,7 @@ function consentPage(main, [id]) {
     // the whole URI says where the code goes.
     try { const o = new URL(r.redirect_uri).origin; if (o !== 'null') host = o; } catch {}
     main.append(h('div', { class: 'card', id: 'consent' },
-      h('p', {}, h('strong', { text: r.client_name }), ' asks to use this gateway\'s MCP doors.'),
+      h('p', {}, h('strong', {}, h('bdi', { text: r.client_name })), ' asks to use this gateway\'s MCP doors.'),
       h('p', { class: 'muted' }, 'It will be sent back to ', h('code', { text: host }), '. Client id ', h('code', { text: r.client_id }), r.resource ? ', for ' : '', r.resource ? h('code', { text: r.resource }) : ''),
       h('p', { class: 'muted', text: `It asks for scope ${r.scope || '(none named)'}. Its token is an API key with what you choose here, listed on the Keys page, where you can revoke it.` }),
       h('form', { class: 'row', onsubmit: (e) => { e.preventDefault(); decide(true); } },

@@ -57,7 +57,7 @@ function item(c) {
       break;
     }
     case 'resource_link':
-      return h('p', {}, 'Resource: ', h('code', { text: c.uri || '' }), c.name ? ' (' + c.name + ')' : '');
+      return h('p', {}, 'Resource: ', h('code', { text: c.uri || '' }), c.name ? h('span', {}, ' (', h('bdi', { text: c.name }), ')') : '');
   }
   return h('pre', { class: 'json', text: JSON.stringify(c, null, 2) });
 }
