@@ -49,15 +49,27 @@ func (t *Transport) connectionUp(cm *autopaho.ConnectionManager) {
 	}()
 }
 
-// connectionDown stops the check of the lost connection's uplink.
+// connectionDown stops the check of the lost connection's uplink, and
+// fails the requests in flight to every device: their answers, if any, went
+// to a connection that is no more (QoS 0, no broker session). The sessions
+// stay; the recheck after the reconnect pings them.
 func (t *Transport) connectionDown() {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.stopCheck != nil {
 		t.stopCheck()
 		t.stopCheck = nil
 	}
 	t.uplinkErr = errNoConnection
+	t.downAt = time.Now()
+	live := make([]*session, 0, len(t.live))
+	for _, s := range t.live {
+		live = append(live, s)
+	}
+	t.mu.Unlock()
+	for _, s := range live {
+		s.sess.FailPending(errBrokerLost)
+	}
+	t.log.Warn("lost the connection to the MQTT broker; reconnecting", "broker", t.server.Redacted(), "sessions", len(live))
 }
 
 // setUplink records the outcome of a check unless its connection is gone
@@ -98,7 +110,13 @@ func (t *Transport) checkUntilUp(ctx context.Context, cm *autopaho.ConnectionMan
 			continue
 		}
 		t.setUplink(ctx, nil)
-		t.subscribedOnce.Do(func() { close(t.subscribed) })
+		select {
+		case <-t.subscribed:
+			// A reconnect: what devices said meanwhile is lost.
+			t.recheck(ctx)
+		default:
+			t.subscribedOnce.Do(func() { close(t.subscribed) })
+		}
 		return
 	}
 }
