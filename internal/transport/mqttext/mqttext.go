@@ -308,6 +308,11 @@ func (t *Transport) Start(ctx context.Context) error {
 		lastMu  sync.Mutex
 		lastErr error // the last failed attempt, for Start's error
 	)
+	// refused ends the wait for the first connection when the broker
+	// refuses the gateway's login for good: retrying cannot help.
+	wait, refused := context.WithCancelCause(ctx)
+	defer refused(nil)
+	var up atomic.Bool // a connection came up once
 	tlsCfg := t.cfg.TLS
 	if tlsCfg == nil {
 		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
@@ -325,9 +330,17 @@ func (t *Transport) Start(ctx context.Context) error {
 		ConnectPassword:               []byte(t.cfg.Password),
 		// Subscribe and check the uplink on every connection (no broker
 		// session is kept), on a goroutine: these must not block paho.
-		OnConnectionUp:   func(cm *autopaho.ConnectionManager, _ *paho.Connack) { t.connectionUp(cm) },
+		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
+			up.Store(true)
+			t.connectionUp(cm)
+		},
 		OnConnectionDown: func() bool { t.connectionDown(); return true },
 		OnConnectError: func(err error) {
+			err = connectError(err)
+			if errors.Is(err, errRefused) && !up.Load() {
+				refused(err) // Start fails with it
+				return
+			}
 			t.log.Warn("cannot connect to MQTT broker", "broker", t.server.Redacted(), "error", err)
 			lastMu.Lock()
 			lastErr = err
@@ -337,6 +350,9 @@ func (t *Transport) Start(ctx context.Context) error {
 			ClientID:          t.cfg.ClientID,
 			OnPublishReceived: []func(paho.PublishReceived) (bool, error){t.onPublish},
 			OnClientError:     func(err error) { t.log.Warn("MQTT broker connection error", "error", err) },
+			OnServerDisconnect: func(d *paho.Disconnect) {
+				t.log.Warn("the MQTT broker closed the connection", "reason", disconnectText(d))
+			},
 		},
 	}
 	if t.cfg.Username == "" {
@@ -351,8 +367,11 @@ func (t *Transport) Start(ctx context.Context) error {
 	t.mu.Lock()
 	t.cm, t.cancel = cm, cancel
 	t.mu.Unlock()
-	if err := cm.AwaitConnection(ctx); err != nil {
+	if err := cm.AwaitConnection(wait); err != nil {
 		t.Close()
+		if cause := context.Cause(wait); errors.Is(cause, errRefused) {
+			return fmt.Errorf("mqttext: connect to %s: %w", t.server.Redacted(), cause)
+		}
 		lastMu.Lock()
 		last := lastErr
 		lastMu.Unlock()

@@ -226,17 +226,74 @@ func pubackReason(pr *paho.PublishResponse) string {
 	return pr.Properties.ReasonString
 }
 
-// reasonNames names the failure codes of SUBACK and PUBACK (MQTT 5).
+// reasonNames names the failure codes of CONNACK, SUBACK, PUBACK and
+// DISCONNECT (MQTT 5).
 var reasonNames = map[byte]string{
 	0x80: "unspecified error",
+	0x81: "malformed packet",
+	0x82: "protocol error",
 	0x83: "implementation specific error",
+	0x84: "unsupported protocol version",
+	0x85: "client identifier not valid",
+	0x86: "bad user name or password",
 	0x87: "not authorized",
+	0x88: "server unavailable",
+	0x89: "server busy",
+	0x8A: "banned",
+	0x8B: "server shutting down",
+	0x8C: "bad authentication method",
+	0x8D: "keep alive timeout",
+	0x8E: "session taken over",
 	0x8F: "topic filter invalid",
 	0x90: "topic name invalid",
 	0x91: "packet identifier in use",
+	0x93: "receive maximum exceeded",
+	0x95: "packet too large",
 	0x97: "quota exceeded",
+	0x98: "administrative action",
 	0x99: "payload format invalid",
+	0x9A: "retain not supported",
+	0x9B: "QoS not supported",
+	0x9C: "use another server",
+	0x9D: "server moved",
 	0x9E: "shared subscriptions not supported",
+	0x9F: "connection rate exceeded",
 	0xA1: "subscription identifiers not supported",
 	0xA2: "wildcard subscriptions not supported",
+}
+
+// errRefused marks a CONNACK that refuses the gateway for good: its login,
+// its client id, or the gateway itself.
+var errRefused = errors.New("the MQTT broker refused the gateway's connection")
+
+// connectError names the CONNACK reason of a refused connection attempt,
+// and marks the refusals that retrying cannot help with errRefused.
+func connectError(err error) error {
+	var ce *autopaho.ConnackError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	text := "CONNACK " + reasonText(ce.ReasonCode, ce.Reason)
+	switch ce.ReasonCode {
+	case 0x86, 0x87, 0x8C:
+		return fmt.Errorf("%w: %s: check the gateway's login (--mqtt-broker-username and --mqtt-broker-password, "+
+			"or tcp://user:password@host in --mqtt-broker) and the broker's password file or ACL", errRefused, text)
+	case 0x85, 0x8A:
+		return fmt.Errorf("%w: %s", errRefused, text)
+	}
+	return errors.New(text)
+}
+
+// disconnectText is the reason of a DISCONNECT from the broker, with a
+// hint for a takeover: another client connected with the gateway's id.
+func disconnectText(d *paho.Disconnect) string {
+	reason := ""
+	if d.Properties != nil {
+		reason = d.Properties.ReasonString
+	}
+	s := reasonText(d.ReasonCode, reason)
+	if d.ReasonCode == 0x8E {
+		s += " (another client connected with the gateway's client id)"
+	}
+	return s
 }
