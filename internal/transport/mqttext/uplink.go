@@ -8,6 +8,8 @@ import (
 
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
 // ProbeLevel is the uplink topic level of the gateway's self-probe: the
@@ -110,6 +112,7 @@ func (t *Transport) checkUntilUp(ctx context.Context, cm *autopaho.ConnectionMan
 			continue
 		}
 		t.setUplink(ctx, nil)
+		t.checkDownlink(ctx, cm)
 		select {
 		case <-t.subscribed:
 			// A reconnect: what devices said meanwhile is lost.
@@ -185,6 +188,31 @@ func (t *Transport) probe(ctx context.Context, cm *autopaho.ConnectionManager) e
 		return fmt.Errorf("the broker accepted the subscription to %s, but a probe published on %s did not come back within %s: "+
 			"its ACL likely lets this login subscribe and not read %s/+ (Mosquitto: \"topic read %[4]s/+\" for the gateway's user)",
 			t.filter, t.probeTopic, t.cfg.ProbeTimeout, t.cfg.UplinkTopic)
+	}
+}
+
+// DownlinkProbeLevel is the downlink topic level of the gateway's downlink
+// check: no device has it, as a device's downlink topic writes colons as
+// underscores.
+const DownlinkProbeLevel = "mcpgate:probe"
+
+// checkDownlink publishes at QoS 1 on the downlink probe topic and logs an
+// error when the broker refuses it: the devices' downlink is published at
+// QoS 0, which a broker drops unsaid when its ACL refuses it, and devices
+// would then be heard and never asked anything.
+func (t *Transport) checkDownlink(ctx context.Context, cm *autopaho.ConnectionManager) {
+	topic := xiaozhi.P2PTopicPrefix + DownlinkProbeLevel
+	pctx, cancel := context.WithTimeout(ctx, t.cfg.ProbeTimeout)
+	defer cancel()
+	pr, err := cm.Publish(pctx, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte("{}")})
+	switch {
+	case err == nil:
+	case pr != nil && pr.ReasonCode >= 0x80:
+		t.log.Error("the broker refuses the gateway's downlink: devices will get no request", "topic", topic,
+			"reason", "PUBACK "+reasonText(pr.ReasonCode, pubackReason(pr)),
+			"fix", fmt.Sprintf("let this login write %s+ (Mosquitto: \"topic write %[1]s+\" for the gateway's user)", xiaozhi.P2PTopicPrefix))
+	case ctx.Err() == nil:
+		t.log.Warn("cannot check the gateway's downlink", "topic", topic, "error", err)
 	}
 }
 
