@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -420,5 +421,163 @@ func TestExternalBrokerStaleWillKeepsNewSession(t *testing.T) {
 	waitState(t, gw, mac, hub.StateOffline)
 	if took := time.Since(left); took > 1*time.Second+time.Second {
 		t.Errorf("offline %s after the device's Will, want within the 1s ping bound", took)
+	}
+}
+
+// A broker restart (SIGTERM: Mosquitto publishes every client's Will while
+// the gateway is still connected, then goes) is ridden out: idle devices
+// back on the broker, which do not speak again, are callable within
+// mqttext.RecheckWindow of the gateway's return.
+func TestExternalBrokerRestartKeepsIdleDevices(t *testing.T) {
+	b := mosquittotest.Start(t, "")
+	gw := startExternalGateway(t, b.Addr, time.Minute)
+	var mu sync.Mutex
+	level := 0
+	macs := []string{"02:00:00:20:01:01", "02:00:00:20:01:02", "02:00:00:20:01:03", "02:00:00:20:01:04", "02:00:00:20:01:05"}
+	for _, mac := range macs {
+		runQuietDevice(t, b.Addr, mac, newServer(t, device.ProfileESP32, volumeTool(&level, &mu)))
+	}
+	for _, mac := range macs {
+		waitState(t, gw, mac, hub.StateReady)
+	}
+	b.Stop()
+	time.Sleep(2 * time.Second)
+	mosquittotest.StartOn(t, b.Addr, "")
+	deadline := time.Now().Add(mqttext.RecheckWindow + 10*time.Second)
+	for _, mac := range macs {
+		for {
+			_, _, err := call(t, gw, mac, "self.audio_speaker.set_volume", `{"volume":9}`, time.Second)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s after the broker restart: %v (%s)", mac, err, hub.Code(err))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// runQuietDevice runs a device the way the SDK's Subscribe mode does
+// (subscribed to its downlink, a Will on its uplink) that announces itself
+// once and then reconnects after a lost connection without a word: the
+// gateway must find it again on its own.
+func runQuietDevice(t *testing.T, broker, mac string, srv *device.Server) *quietDevice {
+	t.Helper()
+	uplink := xiaozhi.DeviceUplinkTopic(xiaozhi.DefaultUplinkTopic, mac)
+	mcp := srv.NewConn(nil)
+	d := &quietDevice{uplink: uplink}
+	runInBackground(t, func(ctx context.Context) error {
+		announced := false
+		for ctx.Err() == nil {
+			conn, err := net.Dial("tcp", broker)
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			var cli *paho.Client
+			cli = paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+				func(pr paho.PublishReceived) (bool, error) {
+					env, err := xiaozhi.DecodeEnvelope(pr.Packet.Payload)
+					if err != nil || env.Type != xiaozhi.TypeMCP || d.mute.Load() {
+						return true, nil
+					}
+					go func() { // not on paho's router goroutine
+						if reply := mcp.Handle(ctx, env.Payload); reply != nil {
+							if msg, err := xiaozhi.MCPEnvelope(env.SessionID, reply); err == nil {
+								_, _ = cli.Publish(ctx, &paho.Publish{Topic: uplink, Payload: msg})
+							}
+						}
+					}()
+					return true, nil
+				}}})
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err = cli.Connect(cctx, &paho.Connect{ClientID: "quiet-" + mac, CleanStart: true, KeepAlive: 30,
+				WillMessage: &paho.WillMessage{Topic: uplink, Payload: []byte(`{"type":"offline"}`)}})
+			if err == nil {
+				_, err = cli.Subscribe(cctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: xiaozhi.P2PTopic(mac)}}})
+			}
+			if err == nil && !announced {
+				_, err = cli.Publish(cctx, &paho.Publish{Topic: uplink, Payload: []byte(`{"type":"online"}`)})
+				announced = err == nil
+			}
+			cancel()
+			if err != nil {
+				_ = conn.Close()
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			d.cli.Store(cli)
+			select {
+			case <-cli.Done():
+			case <-ctx.Done():
+				_ = cli.Disconnect(&paho.Disconnect{})
+			}
+		}
+		return nil
+	})
+	return d
+}
+
+// quietDevice is a device runQuietDevice runs.
+type quietDevice struct {
+	uplink string
+	cli    atomic.Pointer[paho.Client] // the current connection
+	mute   atomic.Bool                 // set: it answers nothing
+}
+
+// publish publishes payload on the device's uplink, as the device.
+func (d *quietDevice) publish(t *testing.T, payload string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := d.cli.Load().Publish(ctx, &paho.Publish{Topic: d.uplink, Payload: []byte(payload)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A call in flight when the broker dies fails at once, device_disconnected:
+// its answer could only come through the lost connection.
+func TestExternalBrokerLostFailsCallInFlight(t *testing.T) {
+	b := mosquittotest.Start(t, "")
+	gw := startExternalGateway(t, b.Addr, time.Minute)
+	mac := "02:00:00:20:02:01"
+	tool, entered, release := slowTool()
+	runStockBrokerDevice(t, b.Addr, mac, newServer(t, device.ProfileESP32, tool))
+	t.Cleanup(release)
+	waitState(t, gw, mac, hub.StateReady)
+	res := startSlowCall(t, gw, mac, entered)
+	b.Kill()
+	select {
+	case r := <-res:
+		if hub.Code(r.err) != "device_disconnected" || !strings.Contains(r.err.Error(), "connection to the MQTT broker lost") {
+			t.Fatalf("call in flight when the broker died: %v (%s), want device_disconnected, broker lost", r.err, hub.Code(r.err))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call in flight did not fail within 5s of the broker's death")
+	}
+}
+
+// A device whose Will arrives and that does not answer the ping goes
+// offline, and its calls in flight fail device_disconnected: the device
+// left, no call timed out.
+func TestExternalBrokerWillFailsCallsDisconnected(t *testing.T) {
+	b := mosquittotest.Start(t, "")
+	gw := startExternalGateway(t, b.Addr, time.Minute)
+	mac := "02:00:00:20:02:02"
+	tool, entered, release := slowTool()
+	d := runQuietDevice(t, b.Addr, mac, newServer(t, device.ProfileESP32, tool))
+	t.Cleanup(release)
+	waitState(t, gw, mac, hub.StateReady)
+	res := startSlowCall(t, gw, mac, entered)
+	d.mute.Store(true) // gone: the ping goes unanswered
+	d.publish(t, `{"type":"offline"}`)
+	select {
+	case r := <-res:
+		if hub.Code(r.err) != "device_disconnected" || !strings.Contains(r.err.Error(), "MQTT Will") {
+			t.Fatalf("call when the device's Will came: %v (%s), want device_disconnected", r.err, hub.Code(r.err))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call in flight did not fail after the device's Will")
 	}
 }

@@ -270,6 +270,26 @@ func (s *Session) Close(reason error) {
 	}
 }
 
+// FailPending fails every pending request at once with [ErrDisconnected]
+// (wrapping reason) and keeps the session open, for a transport whose link
+// to the device broke below the session (an external broker's connection
+// lost) so that no reply to what was sent can arrive, while the device
+// itself may still be there.
+func (s *Session) FailPending(reason error) {
+	s.mu.Lock()
+	pending := s.pending
+	if s.closeErr == nil {
+		s.pending, s.toolCalls = make(map[int32]*pendingCall), 0
+	} else {
+		pending = nil // Close failed them
+	}
+	s.mu.Unlock()
+	for _, p := range pending {
+		p.err = fmt.Errorf("%w: %w", ErrDisconnected, reason)
+		p.reply <- nil // buffered(1), and taken off pending: no other sender; p.err is read after the receive
+	}
+}
+
 // PendingID reports whether request id awaits its reply, for a transport
 // that routes a device's progress notifications between two clients.
 func (s *Session) PendingID(id int32) bool {

@@ -237,6 +237,42 @@ func TestCloseFailsPendingAtOnce(t *testing.T) {
 	}
 }
 
+// FailPending fails the calls in flight at once and keeps the session:
+// the next call goes out and is answered.
+func TestFailPendingKeepsSession(t *testing.T) {
+	p := newPipe()
+	s := New(t.Context(), p, Config{})
+	errc := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := s.CallTool(t.Context(), "x", nil, CallOptions{Timeout: time.Minute})
+			errc <- err
+		}()
+		p.next(t)
+	}
+	start := time.Now()
+	s.FailPending(errors.New("link lost"))
+	for range 2 {
+		if err := <-errc; !errors.Is(err, ErrDisconnected) || !strings.Contains(err.Error(), "link lost") {
+			t.Fatalf("err = %v", err)
+		}
+	}
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Fatalf("pending calls failed after %s, want at once", d)
+	}
+	if s.Err() != nil || s.Pending() != 0 {
+		t.Fatalf("session after FailPending: err %v, %d pending", s.Err(), s.Pending())
+	}
+	go func() {
+		_, err := s.CallTool(t.Context(), "x", nil, CallOptions{Timeout: 5 * time.Second})
+		errc <- err
+	}()
+	reply(t, s, p.next(t), `{"content":[]}`)
+	if err := <-errc; err != nil {
+		t.Fatalf("call after FailPending: %v", err)
+	}
+}
+
 func TestCallerContextCancels(t *testing.T) {
 	p := newPipe()
 	s := New(t.Context(), p, Config{})

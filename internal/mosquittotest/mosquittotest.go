@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +24,9 @@ type Broker struct {
 	Addr string
 	// Kill stops it at once; it is idempotent, and the test's cleanup calls it.
 	Kill func()
+	// Stop stops it as an init system does (SIGTERM: Mosquitto publishes
+	// its clients' Wills and closes their connections) and waits for it.
+	Stop func()
 }
 
 // Start runs a Mosquitto on a free port with conf (lines such as
@@ -75,6 +79,14 @@ func StartOn(t testing.TB, addr, conf string) *Broker {
 		<-exited
 	}
 	t.Cleanup(kill)
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			kill()
+		}
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		select {
@@ -84,7 +96,7 @@ func StartOn(t testing.TB, addr, conf string) *Broker {
 		}
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
-			return &Broker{Addr: addr, Kill: kill}
+			return &Broker{Addr: addr, Kill: kill, Stop: stop}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("mosquitto does not accept connections on %s: %s", addr, out.String())

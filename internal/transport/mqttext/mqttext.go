@@ -39,7 +39,9 @@
 // forgotten the MCP session). It ends on the device's Will (type "offline")
 // unless the device still answers a ping (the Will may be an older
 // connection's), or when the device stays silent for SilenceTimeout and then
-// does not answer an MCP ping either.
+// does not answer an MCP ping either. A ping that the gateway's own broker
+// connection fails ends nothing: after each reconnect the gateway pings the
+// devices it serves again (reconnect.go).
 //
 // # Concurrency
 //
@@ -175,6 +177,13 @@ type Transport struct {
 	// when its session here ends. Guarded by mu.
 	heard map[string]int64
 
+	// ended is when each device's session ended on an unanswered ping, and
+	// downAt when the broker connection was last lost: the recheck after
+	// the reconnect pings the devices that ended shortly before
+	// (reconnect.go). Guarded by mu.
+	ended  map[string]int64
+	downAt time.Time
+
 	// known is the sorted list KnownAfter pages through, made for a first
 	// page and kept until the last, knownFresh at most: a joining node
 	// walks it a page at a time, and the whole fleet is not sorted again
@@ -244,7 +253,8 @@ func New(cfg Config) (*Transport, error) {
 	return &Transport{cfg: cfg, log: cfg.Logger.With("component", "mqtt_external"), m: cfg.Metrics, server: u,
 		filter: filter, probeTopic: cfg.UplinkTopic + "/" + ProbeLevel, subscribed: make(chan struct{}),
 		uplinkErr: errNoConnection, probes: make(map[string]chan struct{}),
-		conns: conns.NewTracker(), live: make(map[string]*session), heard: make(map[string]int64)}, nil
+		conns: conns.NewTracker(), live: make(map[string]*session), heard: make(map[string]int64),
+		ended: make(map[string]int64)}, nil
 }
 
 // BrokerAddr is the host:port of a broker URL as --mqtt-broker takes it,
@@ -298,6 +308,11 @@ func (t *Transport) Start(ctx context.Context) error {
 		lastMu  sync.Mutex
 		lastErr error // the last failed attempt, for Start's error
 	)
+	// refused ends the wait for the first connection when the broker
+	// refuses the gateway's login for good: retrying cannot help.
+	wait, refused := context.WithCancelCause(ctx)
+	defer refused(nil)
+	var up atomic.Bool // a connection came up once
 	tlsCfg := t.cfg.TLS
 	if tlsCfg == nil {
 		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
@@ -310,14 +325,22 @@ func (t *Transport) Start(ctx context.Context) error {
 		// device messages its sessions no longer match.
 		CleanStartOnInitialConnection: true,
 		ConnectTimeout:                t.cfg.ConnectTimeout,
-		ReconnectBackoff:              autopaho.NewExponentialBackoff(100*time.Millisecond, 10*time.Second, 2*time.Second, 2),
+		ReconnectBackoff:              reconnectBackoff(),
 		ConnectUsername:               t.cfg.Username,
 		ConnectPassword:               []byte(t.cfg.Password),
 		// Subscribe and check the uplink on every connection (no broker
 		// session is kept), on a goroutine: these must not block paho.
-		OnConnectionUp:   func(cm *autopaho.ConnectionManager, _ *paho.Connack) { t.connectionUp(cm) },
+		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
+			up.Store(true)
+			t.connectionUp(cm)
+		},
 		OnConnectionDown: func() bool { t.connectionDown(); return true },
 		OnConnectError: func(err error) {
+			err = connectError(err)
+			if errors.Is(err, errRefused) && !up.Load() {
+				refused(err) // Start fails with it
+				return
+			}
 			t.log.Warn("cannot connect to MQTT broker", "broker", t.server.Redacted(), "error", err)
 			lastMu.Lock()
 			lastErr = err
@@ -327,6 +350,9 @@ func (t *Transport) Start(ctx context.Context) error {
 			ClientID:          t.cfg.ClientID,
 			OnPublishReceived: []func(paho.PublishReceived) (bool, error){t.onPublish},
 			OnClientError:     func(err error) { t.log.Warn("MQTT broker connection error", "error", err) },
+			OnServerDisconnect: func(d *paho.Disconnect) {
+				t.log.Warn("the MQTT broker closed the connection", "reason", disconnectText(d))
+			},
 		},
 	}
 	if t.cfg.Username == "" {
@@ -341,8 +367,11 @@ func (t *Transport) Start(ctx context.Context) error {
 	t.mu.Lock()
 	t.cm, t.cancel = cm, cancel
 	t.mu.Unlock()
-	if err := cm.AwaitConnection(ctx); err != nil {
+	if err := cm.AwaitConnection(wait); err != nil {
 		t.Close()
+		if cause := context.Cause(wait); errors.Is(cause, errRefused) {
+			return fmt.Errorf("mqttext: connect to %s: %w", t.server.Redacted(), cause)
+		}
 		lastMu.Lock()
 		last := lastErr
 		lastMu.Unlock()
@@ -412,7 +441,20 @@ var (
 	errSilent       = errors.New("device silent and not answering a ping")
 	errReannounced  = errors.New("device reconnected to the broker")
 	errNoConnection = errors.New("not connected to the MQTT broker")
+	// errBrokerLost fails what was sent to devices when the gateway's own
+	// connection to the broker breaks: no answer can come, and the device
+	// is not to blame.
+	errBrokerLost = errors.New("connection to the MQTT broker lost")
+	// errGoneAfterOutage ends a session whose device did not answer any
+	// ping of the recheck after the gateway's broker connection came back.
+	errGoneAfterOutage = errors.New("device not answering since the gateway reconnected to the MQTT broker")
 )
+
+// brokerSide reports whether a request to a device failed because the
+// gateway's own broker connection is down, not because of the device.
+func brokerSide(err error) bool {
+	return errors.Is(err, errBrokerLost) || errors.Is(err, errNoConnection)
+}
 
 // onPublish handles one uplink message; it runs on paho's router goroutine.
 func (t *Transport) onPublish(pr paho.PublishReceived) (bool, error) {
@@ -576,6 +618,7 @@ func (t *Transport) start(deviceID string) *session {
 			// Until it speaks again: a node does not take over a device
 			// whose session ended here (gone silent, or moved on).
 			delete(t.heard, deviceID)
+			t.endedLocked(deviceID, context.Cause(s.sess.Context()))
 		}
 		t.mu.Unlock()
 		wg.Wait()
@@ -609,8 +652,13 @@ func (s *session) watch() {
 		}
 		_, err := s.sess.Request(ctx, "ping", nil, s.t.cfg.ProbeTimeout)
 		var rpcErr *mcpclient.RPCError
-		if err != nil && !errors.As(err, &rpcErr) { // any answer, even an error, proves it is there
-			s.sess.Close(fmt.Errorf("%w: %w", errSilent, err))
+		// Any answer, even an error, proves it is there; a ping that the
+		// gateway's own broker connection failed proves nothing, and the
+		// recheck after the reconnect pings again.
+		if err != nil && !errors.As(err, &rpcErr) && !brokerSide(err) {
+			// %v: the session ends because the device is gone (calls fail
+			// device_disconnected), not because a call timed out.
+			s.sess.Close(fmt.Errorf("%w: %v", errSilent, err))
 			return
 		}
 		timer.Reset(s.t.cfg.SilenceTimeout)
@@ -635,8 +683,19 @@ func (s *session) checkWill() {
 		defer s.t.conns.Done()
 		defer s.willCheck.Store(false)
 		// Any answer, even a JSON-RPC error, proves the device is there.
-		if _, err := s.sess.Request(s.sess.Context(), "ping", nil, min(WillPingTimeout, s.t.cfg.ProbeTimeout)); err != nil {
-			s.sess.Close(fmt.Errorf("%w: %w", errOffline, err))
+		_, err := s.sess.Request(s.sess.Context(), "ping", nil, min(WillPingTimeout, s.t.cfg.ProbeTimeout))
+		switch {
+		case err == nil:
+		case brokerSide(err):
+			// The gateway's own connection is going: a broker that shuts
+			// down publishes every client's Will first. The recheck after
+			// the reconnect decides.
+			s.log.Debug("could not check an MQTT Will: the broker connection is down", "error", err)
+			return
+		default:
+			// %v: the session ends because the device is gone (calls fail
+			// device_disconnected), not because a call timed out.
+			s.sess.Close(fmt.Errorf("%w: %v", errOffline, err))
 			return
 		}
 		s.log.Info("ignored an MQTT Will: the device still answers (the Will of an older connection)")
@@ -655,21 +714,18 @@ func (s *session) Send(ctx context.Context, payload []byte) error {
 // SendMessage publishes a server message such as "llm" as it is.
 func (s *session) SendMessage(ctx context.Context, msg []byte) error { return s.publish(ctx, msg) }
 
+// publish sends at QoS 0, like firmware: a QoS 1 publish would wait for a
+// PUBACK that paho delivers on the goroutine that may be running onPublish.
 func (s *session) publish(ctx context.Context, msg []byte) error {
-	s.t.mu.Lock()
-	cm := s.t.cm
-	s.t.mu.Unlock()
-	if cm == nil {
-		return fmt.Errorf("mqttext: publish to device: %w: %w", mcpclient.ErrDisconnected, errNoConnection)
-	}
-	// QoS 0, like firmware: a QoS 1 publish would wait for a PUBACK that
-	// paho delivers on the goroutine that may be running onPublish.
-	if _, err := cm.Publish(ctx, &paho.Publish{Topic: s.topic, QoS: 0, Payload: msg}); err != nil {
-		if ctx.Err() != nil {
+	if err := s.t.publishTo(ctx, s.topic, msg); err != nil {
+		switch {
+		case errors.Is(err, errNoConnection):
+			return fmt.Errorf("mqttext: publish to device: %w: %w", mcpclient.ErrDisconnected, err)
+		case ctx.Err() != nil:
 			return fmt.Errorf("mqttext: publish to device: %w", err)
 		}
 		// The broker connection is down: the device cannot be reached.
-		return fmt.Errorf("mqttext: publish to device: %w: %v", mcpclient.ErrDisconnected, err)
+		return fmt.Errorf("mqttext: publish to device: %w: %w (%v)", mcpclient.ErrDisconnected, errBrokerLost, err)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/freeport"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/mosquittotest"
 )
 
 // A broker that cannot be reached fails Start when its context ends, and
@@ -42,5 +43,28 @@ func TestBrokerURLLogin(t *testing.T) {
 		if tr.cfg.Username != tc.wantUser || tr.cfg.Password != tc.wantPass {
 			t.Errorf("%s (username %q): login %q/%q, want %q/%q", tc.broker, tc.user, tr.cfg.Username, tr.cfg.Password, tc.wantUser, tc.wantPass)
 		}
+	}
+}
+
+// A broker that refuses the gateway's login fails Start at once, naming the
+// CONNACK reason and the flags that set the login, instead of retrying
+// until the start timeout.
+func TestStartFailsAtOnceOnRefusedLogin(t *testing.T) {
+	t.Parallel()
+	b := mosquittotest.Start(t, "allow_anonymous false")
+	tr, err := New(Config{Hub: hub.New(hub.Config{}), Broker: "tcp://gw:wrong@" + b.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	err = tr.Start(ctx)
+	if !errors.Is(err, errRefused) || !strings.Contains(err.Error(), "CONNACK 0x87 not authorized") ||
+		!strings.Contains(err.Error(), "--mqtt-broker-password") {
+		t.Fatalf("Start = %v, want the refusal named, with the login flags", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Start failed after %s, want at once", d)
 	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
 // ProbeLevel is the uplink topic level of the gateway's self-probe: the
@@ -49,15 +51,27 @@ func (t *Transport) connectionUp(cm *autopaho.ConnectionManager) {
 	}()
 }
 
-// connectionDown stops the check of the lost connection's uplink.
+// connectionDown stops the check of the lost connection's uplink, and
+// fails the requests in flight to every device: their answers, if any, went
+// to a connection that is no more (QoS 0, no broker session). The sessions
+// stay; the recheck after the reconnect pings them.
 func (t *Transport) connectionDown() {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.stopCheck != nil {
 		t.stopCheck()
 		t.stopCheck = nil
 	}
 	t.uplinkErr = errNoConnection
+	t.downAt = time.Now()
+	live := make([]*session, 0, len(t.live))
+	for _, s := range t.live {
+		live = append(live, s)
+	}
+	t.mu.Unlock()
+	for _, s := range live {
+		s.sess.FailPending(errBrokerLost)
+	}
+	t.log.Warn("lost the connection to the MQTT broker; reconnecting", "broker", t.server.Redacted(), "sessions", len(live))
 }
 
 // setUplink records the outcome of a check unless its connection is gone
@@ -98,7 +112,14 @@ func (t *Transport) checkUntilUp(ctx context.Context, cm *autopaho.ConnectionMan
 			continue
 		}
 		t.setUplink(ctx, nil)
-		t.subscribedOnce.Do(func() { close(t.subscribed) })
+		t.checkDownlink(ctx, cm)
+		select {
+		case <-t.subscribed:
+			// A reconnect: what devices said meanwhile is lost.
+			t.recheck(ctx)
+		default:
+			t.subscribedOnce.Do(func() { close(t.subscribed) })
+		}
 		return
 	}
 }
@@ -170,6 +191,31 @@ func (t *Transport) probe(ctx context.Context, cm *autopaho.ConnectionManager) e
 	}
 }
 
+// DownlinkProbeLevel is the downlink topic level of the gateway's downlink
+// check: no device has it, as a device's downlink topic writes colons as
+// underscores.
+const DownlinkProbeLevel = "mcpgate:probe"
+
+// checkDownlink publishes at QoS 1 on the downlink probe topic and logs an
+// error when the broker refuses it: the devices' downlink is published at
+// QoS 0, which a broker drops unsaid when its ACL refuses it, and devices
+// would then be heard and never asked anything.
+func (t *Transport) checkDownlink(ctx context.Context, cm *autopaho.ConnectionManager) {
+	topic := xiaozhi.P2PTopicPrefix + DownlinkProbeLevel
+	pctx, cancel := context.WithTimeout(ctx, t.cfg.ProbeTimeout)
+	defer cancel()
+	pr, err := cm.Publish(pctx, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte("{}")})
+	switch {
+	case err == nil:
+	case pr != nil && pr.ReasonCode >= 0x80:
+		t.log.Error("the broker refuses the gateway's downlink: devices will get no request", "topic", topic,
+			"reason", "PUBACK "+reasonText(pr.ReasonCode, pubackReason(pr)),
+			"fix", fmt.Sprintf("let this login write %s+ (Mosquitto: \"topic write %[1]s+\" for the gateway's user)", xiaozhi.P2PTopicPrefix))
+	case ctx.Err() == nil:
+		t.log.Warn("cannot check the gateway's downlink", "topic", topic, "error", err)
+	}
+}
+
 // probeBack takes a message on the probe topic: this node's probe coming
 // back, or another node's, which is ignored.
 func (t *Transport) probeBack(payload []byte) {
@@ -208,17 +254,74 @@ func pubackReason(pr *paho.PublishResponse) string {
 	return pr.Properties.ReasonString
 }
 
-// reasonNames names the failure codes of SUBACK and PUBACK (MQTT 5).
+// reasonNames names the failure codes of CONNACK, SUBACK, PUBACK and
+// DISCONNECT (MQTT 5).
 var reasonNames = map[byte]string{
 	0x80: "unspecified error",
+	0x81: "malformed packet",
+	0x82: "protocol error",
 	0x83: "implementation specific error",
+	0x84: "unsupported protocol version",
+	0x85: "client identifier not valid",
+	0x86: "bad user name or password",
 	0x87: "not authorized",
+	0x88: "server unavailable",
+	0x89: "server busy",
+	0x8A: "banned",
+	0x8B: "server shutting down",
+	0x8C: "bad authentication method",
+	0x8D: "keep alive timeout",
+	0x8E: "session taken over",
 	0x8F: "topic filter invalid",
 	0x90: "topic name invalid",
 	0x91: "packet identifier in use",
+	0x93: "receive maximum exceeded",
+	0x95: "packet too large",
 	0x97: "quota exceeded",
+	0x98: "administrative action",
 	0x99: "payload format invalid",
+	0x9A: "retain not supported",
+	0x9B: "QoS not supported",
+	0x9C: "use another server",
+	0x9D: "server moved",
 	0x9E: "shared subscriptions not supported",
+	0x9F: "connection rate exceeded",
 	0xA1: "subscription identifiers not supported",
 	0xA2: "wildcard subscriptions not supported",
+}
+
+// errRefused marks a CONNACK that refuses the gateway for good: its login,
+// its client id, or the gateway itself.
+var errRefused = errors.New("the MQTT broker refused the gateway's connection")
+
+// connectError names the CONNACK reason of a refused connection attempt,
+// and marks the refusals that retrying cannot help with errRefused.
+func connectError(err error) error {
+	var ce *autopaho.ConnackError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	text := "CONNACK " + reasonText(ce.ReasonCode, ce.Reason)
+	switch ce.ReasonCode {
+	case 0x86, 0x87, 0x8C:
+		return fmt.Errorf("%w: %s: check the gateway's login (--mqtt-broker-username and --mqtt-broker-password, "+
+			"or tcp://user:password@host in --mqtt-broker) and the broker's password file or ACL", errRefused, text)
+	case 0x85, 0x8A:
+		return fmt.Errorf("%w: %s", errRefused, text)
+	}
+	return errors.New(text)
+}
+
+// disconnectText is the reason of a DISCONNECT from the broker, with a
+// hint for a takeover: another client connected with the gateway's id.
+func disconnectText(d *paho.Disconnect) string {
+	reason := ""
+	if d.Properties != nil {
+		reason = d.Properties.ReasonString
+	}
+	s := reasonText(d.ReasonCode, reason)
+	if d.ReasonCode == 0x8E {
+		s += " (another client connected with the gateway's client id)"
+	}
+	return s
 }

@@ -2,8 +2,10 @@ package mqttext
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -138,4 +140,58 @@ func TestReadyWhileUplinkFails(t *testing.T) {
 	cancel()
 	<-started
 	tr.Close()
+}
+
+// A broker whose ACL lets the gateway hear devices and not write their
+// downlink is named in an error at start: QoS 0 requests would be dropped
+// unsaid, and devices left degraded without a word why.
+func TestDownlinkRefusedIsLogged(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, acl string
+		want      bool
+	}{
+		{"refused", "topic read $share/mcpgate/device-server/+\ntopic read device-server/+\ntopic write device-server/" + ProbeLevel + "\n", true},
+		{"granted", "topic read $share/mcpgate/device-server/+\ntopic read device-server/+\ntopic write device-server/" + ProbeLevel + "\ntopic write devices/p2p/+\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := mosquittotest.Start(t, "acl_file "+mosquittotest.WriteFile(t, "acl", tc.acl))
+			var logs syncLog
+			tr, err := New(Config{Hub: hub.New(hub.Config{}), Broker: "tcp://" + b.Addr, ProbeTimeout: time.Second,
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			if err := tr.Start(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			const line = "the broker refuses the gateway's downlink"
+			if got := strings.Contains(logs.String(), line); got != tc.want {
+				t.Fatalf("log has %q: %v, want %v; log:\n%s", line, got, tc.want, logs.String())
+			}
+			if tc.want && !strings.Contains(logs.String(), `topic write devices/p2p/+`) {
+				t.Errorf("the error does not name the ACL line:\n%s", logs.String())
+			}
+		})
+	}
+}
+
+// syncLog is a log destination safe for concurrent writes.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
