@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -39,6 +40,13 @@ type door struct {
 	// aggregate, a placeholder nobody sees on a device's door.
 	builtin        *mcp.Tool
 	builtinHandler mcp.ToolHandler
+
+	// inflight counts the requests being served, uses those ever begun,
+	// and idleSince is when the last one ended: the server is retired
+	// once it has had neither a session nor a request for DoorIdle.
+	inflight  int       // guarded by s.mu
+	uses      uint64    // guarded by s.mu
+	idleSince time.Time // guarded by s.mu
 
 	// mu serialises syncs and guards the listing: each sync reads the hub's
 	// state and applies the difference, so the last sync always reflects the

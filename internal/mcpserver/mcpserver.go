@@ -23,8 +23,9 @@
 //
 // # Keeping in sync
 //
-// Each mcp.Server is created on its first request and kept: its tool set
-// follows the hub's events (one subscription for the whole door). The door
+// Each mcp.Server is created on its first request and kept while it has a
+// session, then for Config.DoorIdle: its tool set follows the hub's events
+// (one subscription for the whole door). The door
 // keeps the tool set itself, not in go-sdk (whose AddTool costs two schema
 // round trips through JSON per tool: seconds for an aggregate of 10,000
 // devices), answers tools/list from it a page at a time, and has go-sdk send
@@ -52,6 +53,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,6 +89,10 @@ type Config struct {
 	// SessionTimeout closes MCP client sessions idle this long, so clients
 	// that vanish without DELETE do not accumulate. Default 30 minutes.
 	SessionTimeout time.Duration
+	// DoorIdle frees a server (an API key's aggregate, or its server of one
+	// device) that has had no session and no request this long; a later
+	// request makes a new one. Default 1 minute.
+	DoorIdle time.Duration
 	// PageSize is the number of tools per tools/list page. Default go-sdk's (1000).
 	PageSize int
 	// ListenAddr is the gateway's configured listen address: its host is
@@ -196,6 +202,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.SessionTimeout <= 0 {
 		cfg.SessionTimeout = 30 * time.Minute
+	}
+	if cfg.DoorIdle <= 0 {
+		cfg.DoorIdle = time.Minute
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
@@ -327,12 +336,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		auth.WriteError(w, http.StatusUnauthorized, "unauthorized", "no caller: the MCP door is mounted without authentication")
 		return
 	}
+	var d *door
 	var h http.Handler
 	var err error
 	if ref := r.PathValue("ref"); ref != "" {
-		h, err = s.deviceHandler(r.Context(), ref, p)
+		d, h, err = s.deviceHandler(r.Context(), ref, p)
 	} else {
-		h, err = s.aggregateHandler(p)
+		d, h, err = s.aggregateHandler(p)
+	}
+	if err == nil {
+		defer s.release(d)
 	}
 	switch {
 	case errors.Is(err, hub.ErrDeviceNotFound):
@@ -356,6 +369,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := &recorder{ResponseWriter: w}
 	h.ServeHTTP(rec, r)
+	if cause := context.Cause(r.Context()); p.KeyID != "" && auth.Refused(cause) {
+		// The authentication cut this stream: its key was revoked, expired
+		// or deleted. Its other sessions are of no more use.
+		s.dropCaller(p.KeyID, cause)
+	}
 	if reason := rec.badRequest(); reason != "" {
 		s.cfg.Limits.BadRequest(limits.DoorMCP, reason, "refused malformed MCP request",
 			"remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "status", rec.status, "answer", rec.answer())
@@ -417,12 +435,15 @@ func (s *Server) start() {
 	})
 }
 
-func (s *Server) aggregateHandler(p *auth.Principal) (http.Handler, error) {
+// aggregateHandler returns the caller's aggregate server and its handler,
+// made on its first request. The door is held (see release) until the
+// request ends.
+func (s *Server) aggregateHandler(p *auth.Principal) (*door, http.Handler, error) {
 	s.start()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, errClosed
+		return nil, nil, errClosed
 	}
 	agg, ok := s.agg[p.KeyID]
 	if !ok {
@@ -431,23 +452,25 @@ func (s *Server) aggregateHandler(p *auth.Principal) (http.Handler, error) {
 		s.handler[agg] = s.httpHandler(agg)
 		agg.syncAggregate(s.hub, s.cfg.ExposeUserOnly)
 	}
-	return s.handler[agg], nil
+	s.hold(agg)
+	return agg, s.handler[agg], nil
 }
 
-func (s *Server) deviceHandler(ctx context.Context, ref string, p *auth.Principal) (http.Handler, error) {
+// deviceHandler is aggregateHandler for the server of the device ref.
+func (s *Server) deviceHandler(ctx context.Context, ref string, p *auth.Principal) (*door, http.Handler, error) {
 	d, err := s.hub.DeviceContext(ctx, ref)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !p.CanSeeDevice(d.ID, d.Alias) {
 		// Exactly what an unknown device gets: existence does not leak.
-		return nil, fmt.Errorf("%w: %q", hub.ErrDeviceNotFound, ref)
+		return nil, nil, fmt.Errorf("%w: %q", hub.ErrDeviceNotFound, ref)
 	}
 	s.start()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, errClosed
+		return nil, nil, errClosed
 	}
 	k := doorKey{caller: p.KeyID, device: d.ID}
 	dr, ok := s.devices[k]
@@ -458,7 +481,22 @@ func (s *Server) deviceHandler(ctx context.Context, ref string, p *auth.Principa
 		s.handler[dr] = s.httpHandler(dr)
 		dr.syncDevice(s.hub, s.cfg.ExposeUserOnly)
 	}
-	return s.handler[dr], nil
+	s.hold(dr)
+	return dr, s.handler[dr], nil
+}
+
+// hold counts a request on d, which keeps it from being retired. s.mu is held.
+func (s *Server) hold(d *door) {
+	d.inflight++
+	d.uses++
+}
+
+// release ends hold.
+func (s *Server) release(d *door) {
+	s.mu.Lock()
+	d.inflight--
+	d.idleSince = time.Now()
+	s.mu.Unlock()
 }
 
 // httpHandler is one Streamable HTTP handler per server: sessions are bound
@@ -487,8 +525,12 @@ func (s *Server) loop() {
 	}
 	aggPending := false
 	var dropped uint64
+	sweep := time.NewTicker(s.cfg.DoorIdle)
+	defer sweep.Stop()
 	for {
 		select {
+		case <-sweep.C:
+			s.retireIdle()
 		case ev, ok := <-s.sub.C:
 			if !ok {
 				timer.Stop()
@@ -540,10 +582,8 @@ func relevant(t hub.EventType) bool {
 func (s *Server) dropDevice(id string) {
 	s.mu.Lock()
 	doors := s.byDevice[id]
-	delete(s.byDevice, id)
 	for _, d := range doors {
-		delete(s.devices, doorKey{caller: d.p.KeyID, device: id})
-		delete(s.handler, d)
+		s.forgetDoor(d)
 	}
 	s.mu.Unlock()
 	for _, d := range doors {
@@ -551,6 +591,94 @@ func (s *Server) dropDevice(id string) {
 		for ss := range d.srv.Sessions() {
 			_ = ss.Close() // the session is going away either way
 		}
+	}
+}
+
+// retireIdle frees the servers that have had no session and no request
+// for DoorIdle: each key that ever asked for a device would otherwise keep
+// its servers, and their syncs, for good.
+func (s *Server) retireIdle() {
+	type candidate struct {
+		d    *door
+		uses uint64
+	}
+	var idle []candidate
+	cutoff := time.Now().Add(-s.cfg.DoorIdle)
+	s.mu.Lock()
+	for d := range s.handler {
+		if d.inflight == 0 && d.idleSince.Before(cutoff) {
+			idle = append(idle, candidate{d, d.uses})
+		}
+	}
+	s.mu.Unlock()
+	// Sessions are counted outside s.mu; a request that came meanwhile
+	// changed uses, and its door is kept.
+	idle = slices.DeleteFunc(idle, func(c candidate) bool {
+		for range c.d.srv.Sessions() {
+			return true
+		}
+		return false
+	})
+	if len(idle) == 0 {
+		return
+	}
+	s.mu.Lock()
+	n := 0
+	for _, c := range idle {
+		if c.d.inflight == 0 && c.d.uses == c.uses {
+			s.forgetDoor(c.d)
+			n++
+		}
+	}
+	s.mu.Unlock()
+	if n > 0 {
+		s.log.Debug("freed idle MCP servers", "servers", n)
+	}
+}
+
+// dropCaller retires every server of a key that no longer works, closing
+// their sessions.
+func (s *Server) dropCaller(keyID string, why error) {
+	var doors []*door
+	s.mu.Lock()
+	for d := range s.handler {
+		if d.p.KeyID == keyID {
+			s.forgetDoor(d)
+			doors = append(doors, d)
+		}
+	}
+	s.mu.Unlock()
+	if len(doors) == 0 {
+		return
+	}
+	s.log.Info("closed the MCP sessions of an API key that no longer works", "key_id", keyID, "servers", len(doors), "reason", why)
+	for _, d := range doors {
+		for ss := range d.srv.Sessions() {
+			_ = ss.Close() // the session is going away either way
+		}
+	}
+}
+
+// forgetDoor removes d from the server's maps: a later request makes a new
+// one. s.mu is held.
+func (s *Server) forgetDoor(d *door) {
+	delete(s.handler, d)
+	if d.device == "" {
+		if s.agg[d.p.KeyID] == d {
+			delete(s.agg, d.p.KeyID)
+		}
+		return
+	}
+	k := doorKey{caller: d.p.KeyID, device: d.device}
+	if s.devices[k] == d {
+		delete(s.devices, k)
+	}
+	// A new slice: readers copy the old one under s.mu, but need not.
+	rest := slices.DeleteFunc(slices.Clone(s.byDevice[d.device]), func(o *door) bool { return o == d })
+	if len(rest) == 0 {
+		delete(s.byDevice, d.device)
+	} else {
+		s.byDevice[d.device] = rest
 	}
 }
 
