@@ -39,7 +39,7 @@ func (q *Queue) queuedElsewhere(ev hub.Event) {
 		return // queued here: Submit kicked already
 	}
 	q.mu.Lock()
-	q.waiting[ev.Device] = true
+	q.waiting[ev.Device]++
 	q.mu.Unlock()
 	q.kick(ev.Device)
 }

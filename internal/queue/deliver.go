@@ -164,7 +164,7 @@ func (q *Queue) loadWaiting(ctx context.Context) error {
 	}
 	q.mu.Lock()
 	for _, id := range ids {
-		q.waiting[id] = true
+		q.waiting[id]++
 	}
 	q.mu.Unlock()
 	return nil
@@ -194,7 +194,37 @@ func (q *Queue) sweep(ctx context.Context) error {
 	}
 	q.storeLog.ok("expiring queued calls")
 	q.ended(expired...)
+	q.settle(ctx, expired...)
 	return nil
+}
+
+// settle drops from waiting the devices of calls that ended undelivered
+// (expired, cancelled) once they have no queued call left: a device that
+// never comes back is not looked up on every sweep for ever. A device noted
+// again while settle reads the store is kept.
+func (q *Queue) settle(ctx context.Context, ended ...store.QueuedCall) {
+	seen := make(map[string]bool, len(ended))
+	for _, c := range ended {
+		if seen[c.Device] {
+			continue
+		}
+		seen[c.Device] = true
+		q.mu.Lock()
+		noted, ok := q.waiting[c.Device]
+		q.mu.Unlock()
+		if !ok {
+			continue
+		}
+		n, _, err := q.st.CountQueuedCalls(ctx, c.Device, "")
+		if err != nil || n > 0 {
+			continue // kept: a later delivery or expiry looks again
+		}
+		q.mu.Lock()
+		if q.waiting[c.Device] == noted {
+			delete(q.waiting, c.Device)
+		}
+		q.mu.Unlock()
+	}
 }
 
 // kick makes sure a worker delivers the device's queued calls: it starts
@@ -210,7 +240,7 @@ func (q *Queue) kick(device string) {
 	// Waiting holds every device with queued calls (loaded at start, added
 	// to by Enqueue before it kicks): a device without any, the usual case
 	// when one comes online, costs no store query.
-	if q.stopped || !q.waiting[device] {
+	if q.stopped || q.waiting[device] == 0 {
 		return
 	}
 	if w, ok := q.workers[device]; ok {

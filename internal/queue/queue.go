@@ -133,9 +133,12 @@ type Queue struct {
 
 	mu      sync.Mutex
 	workers map[string]*worker // guarded by mu; by device id, while delivering
-	waiting map[string]bool    // guarded by mu; devices that may have queued calls
-	stopped bool               // guarded by mu; set when Run ends: no new workers
-	wg      sync.WaitGroup     // workers
+	// waiting holds the devices that may have queued calls, each with the
+	// number of times it was noted: settle drops one only if none was
+	// noted while it looked in the store.
+	waiting map[string]uint64 // guarded by mu
+	stopped bool              // guarded by mu; set when Run ends: no new workers
+	wg      sync.WaitGroup    // workers
 
 	callbacks chan struct{} // wakes the callback loop
 	started   chan struct{} // closed once Run has interrupted stale calls
@@ -198,7 +201,7 @@ func New(cfg Config) (*Queue, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	return &Queue{cfg: cfg, hub: cfg.Hub, st: cfg.Store, log: cfg.Logger.With("component", "queue"), m: cfg.Metrics,
-		workers: make(map[string]*worker), waiting: make(map[string]bool),
+		workers: make(map[string]*worker), waiting: make(map[string]uint64),
 		callbacks: make(chan struct{}, 1), started: make(chan struct{})}, nil
 }
 
@@ -266,7 +269,7 @@ func (q *Queue) Submit(ctx context.Context, req Request) (store.QueuedCall, erro
 		Data: hub.QueuedCallData{CallID: c.ID, Tool: c.Tool, Caller: c.Caller, ExpiresAt: &exp}})
 	q.log.Debug("call queued", "call_id", c.ID, "device_id", c.Device, "tool", c.Tool, "ttl", ttl)
 	q.mu.Lock()
-	q.waiting[c.Device] = true
+	q.waiting[c.Device]++
 	q.mu.Unlock()
 	q.kick(c.Device) // the device may have come online meanwhile
 	return c, nil
@@ -329,6 +332,7 @@ func (q *Queue) Cancel(ctx context.Context, id, by string) (store.QueuedCall, er
 		return store.QueuedCall{}, err
 	}
 	q.ended(c)
+	q.settle(ctx, c)
 	return c, nil
 }
 
