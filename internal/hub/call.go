@@ -199,12 +199,19 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 		wctx, cancel = context.WithDeadlineCause(ctx, req.SendBy, errSendByPassed)
 		defer cancel()
 	}
-	select {
-	case <-att.discovered:
-	case <-att.sess.Done():
-		return nil, d, false, notSent{fmt.Errorf("%w: %w", ErrDeviceDisconnected, att.sess.Err())}
-	case <-wctx.Done():
-		return nil, d, false, notSent{fmt.Errorf("waiting for discovery of %s: %w", d.id, context.Cause(wctx))}
+	// How long the call may take in all: the waits for discovery and for a
+	// call slot are counted against it, the device gets the rest.
+	full := req.Timeout
+	if full <= 0 {
+		full = h.toolTimeout(req.Tool) // 0: the session's own call timeout
+	}
+	limit := full
+	if limit <= 0 {
+		limit = att.sess.CallTimeout()
+	}
+	discovery, err := waitDiscovered(wctx, d.id, att, limit)
+	if err != nil {
+		return nil, d, false, err
 	}
 
 	h.mu.RLock()
@@ -224,9 +231,9 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 		return res, d, sent, err
 	}
 
-	timeout := req.Timeout
-	if timeout <= 0 {
-		timeout = h.toolTimeout(req.Tool)
+	timeout := full
+	if discovery > 0 {
+		timeout = max(limit-discovery, time.Millisecond)
 	}
 	switch {
 	case req.QueuedID != "":
@@ -238,23 +245,53 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 			return nil, d, false, err
 		}
 	}
-	full := timeout // 0: the session's own call timeout
+	waitedFor := "discovery" // what the call's timeout was spent waiting for, if any
 	if h.cfg.MaxInFlight > 0 {
+		before := timeout
 		if timeout, err = h.acquireSlot(wctx, d.id, att, timeout); err != nil {
 			return nil, d, false, err
 		}
 		defer att.slots.Release()
+		switch {
+		case timeout != before && discovery > 0:
+			waitedFor = "discovery and for one of the device's call slots"
+		case timeout != before:
+			waitedFor = "one of the device's call slots"
+		}
 	}
 	res, err := att.sess.CallTool(ctx, req.Tool, args, mcpclient.CallOptions{Timeout: timeout, Meta: req.Meta, OnProgress: req.OnProgress, OnLog: req.OnLog})
 	if timeout != full && full <= 0 {
-		full = att.sess.CallTimeout() // what acquireSlot counted the wait against
+		full = limit // what the waits were counted against
 	}
 	if timeout != full && errors.Is(err, mcpclient.ErrTimeout) {
-		// The session only knows what was left after the wait for a slot.
-		err = fmt.Errorf("tools/call: %w after %s, %s of it waiting for one of the device's call slots",
-			mcpclient.ErrTimeout, full, (full - timeout).Round(time.Millisecond))
+		// The session only knows what was left after the waits.
+		err = fmt.Errorf("tools/call: %w after %s, %s of it waiting for %s",
+			mcpclient.ErrTimeout, full, (full - timeout).Round(time.Millisecond), waitedFor)
 	}
 	return res, d, true, err
+}
+
+// waitDiscovered waits, at most limit, for the device's discovery to end
+// (a call right after it connects), and returns how long it waited.
+func waitDiscovered(ctx context.Context, id string, att *Attachment, limit time.Duration) (time.Duration, error) {
+	select {
+	case <-att.discovered:
+		return 0, nil
+	default:
+	}
+	start := time.Now()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-att.discovered:
+		return time.Since(start), nil
+	case <-att.sess.Done():
+		return 0, notSent{fmt.Errorf("%w: %w", ErrDeviceDisconnected, att.sess.Err())}
+	case <-t.C:
+		return 0, notSent{fmt.Errorf("%w: %s was still being discovered (listing its tools) after %s; nothing was sent", ErrDeviceTimeout, id, limit)}
+	case <-ctx.Done():
+		return 0, notSent{fmt.Errorf("waiting for discovery of %s: %w", id, context.Cause(ctx))}
+	}
 }
 
 // checkKeyRate takes a token from the caller's bucket.

@@ -91,6 +91,36 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// A call made while its device is still being discovered waits for the
+// discovery within its timeout: past it, device_timeout, nothing sent; a
+// call whose timeout is long enough is sent once the catalog is known.
+func TestDiscoveryWaitWithinTimeout(t *testing.T) {
+	h := New(Config{KeyRate: limits.Rate{PerSecond: -1}, DeviceRate: limits.Rate{PerSecond: -1}})
+	id := "02:00:00:00:0f:04"
+	d := newDevice(nil, volumeTool)
+	d.ListDelay = 2 * time.Second
+	connect(t, h, id, d)
+	waitState(t, h, id, StateDiscovering)
+	call := func(timeout time.Duration) error {
+		_, err := h.Call(t.Context(), CallRequest{Device: id, Tool: "self.audio_speaker.set_volume", Arguments: []byte(`{"volume":1}`), Timeout: timeout})
+		return err
+	}
+	start := time.Now()
+	err := call(300 * time.Millisecond)
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("call with timeout_ms 300 took %s", took)
+	}
+	if Code(err) != "device_timeout" || !NotSent(err) || !strings.Contains(err.Error(), "still being discovered") {
+		t.Fatalf("call during discovery: %v (%s)", err, Code(err))
+	}
+	if err := call(10 * time.Second); err != nil {
+		t.Fatalf("call that outlasts discovery: %v", err)
+	}
+	if n := d.Calls.Load(); n != 1 {
+		t.Fatalf("device saw %d calls, want 1", n)
+	}
+}
+
 // A call that waited for a slot and then timed out at the device says its
 // whole timeout, and how much of it went waiting, not only what was left.
 func TestSlotWaitInTimeoutMessage(t *testing.T) {

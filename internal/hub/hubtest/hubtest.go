@@ -53,6 +53,9 @@ type Device struct {
 	// message. Nothing is sent once ctx is done. Nil answers every call with
 	// its arguments as text.
 	OnCall func(ctx context.Context, c Call) (text string, err error)
+	// ListDelay delays each tools/list answer: a device slow to be
+	// discovered.
+	ListDelay time.Duration
 	// Calls counts the tools/call requests received.
 	Calls atomic.Int64
 
@@ -100,7 +103,17 @@ func (d *Device) Serve(ctx context.Context) {
 		case "initialize":
 			d.reply(m.ID, `{"protocolVersion":"2024-11-05","capabilities":{"tools":{}},"serverInfo":{"name":"mem","version":"1.0"}}`)
 		case "tools/list":
-			d.reply(m.ID, `{"tools":[`+strings.Join(d.Tools, ",")+`]}`)
+			if d.ListDelay <= 0 {
+				d.reply(m.ID, `{"tools":[`+strings.Join(d.Tools, ",")+`]}`)
+				continue
+			}
+			calls.Go(func() {
+				select {
+				case <-time.After(d.ListDelay):
+					d.reply(m.ID, `{"tools":[`+strings.Join(d.Tools, ",")+`]}`)
+				case <-ctx.Done():
+				}
+			})
 		case "tools/call":
 			d.Calls.Add(1)
 			var p struct {
