@@ -37,10 +37,14 @@ func TestMain(m *testing.M) {
 }
 
 // runChild is a stdio MCP server with a "crash" tool that exits the
-// process, and a banner line on stdout that is not JSON.
+// process (and with BRIDGE_TEST_QUIT a "quit" tool that exits it with
+// status 0), and a banner line on stdout that is not JSON.
 func runChild() {
 	srv := mcptest.New("fake-stdio")
 	srv.SetTools("echo", "add", "fail", "crash")
+	if os.Getenv("BRIDGE_TEST_QUIT") != "" {
+		srv.SetTools("echo", "add", "fail", "crash", "quit")
+	}
 	big := os.Getenv("BRIDGE_TEST_BIG") != ""
 	if big {
 		srv.SetTools("echo", "add", "fail", "crash", "big_first", "big_last", "big_noid")
@@ -55,6 +59,9 @@ func runChild() {
 	for in.Scan() {
 		if strings.Contains(in.Text(), `"name":"crash"`) {
 			os.Exit(3)
+		}
+		if strings.Contains(in.Text(), `"name":"quit"`) {
+			os.Exit(0)
 		}
 		if big && bigAnswer(out, in.Bytes()) {
 			continue
@@ -204,6 +211,28 @@ func TestStdioEndToEnd(t *testing.T) {
 	})
 	if got, err := call(t, gw.Hub(), "fake", "echo", `{"text":"back"}`); err != nil || !strings.Contains(got, `"text":"back"`) {
 		t.Fatalf("echo after restart = %s, %v", got, err)
+	}
+}
+
+// A child that exits with status 0 is reported as such, to the caller and
+// in the log, not as the context the bridge cancelled to stop it.
+func TestStdioChildExitsCleanly(t *testing.T) {
+	gw := startGateway(t)
+	logs := &logBuffer{}
+	runBridge(t, bridge.Config{
+		URL:        "ws://" + gw.Addr() + endpoint.Path,
+		Servers:    []bridge.Server{{Name: "fake", Command: os.Args[0], Env: map[string]string{childEnv: "1", "BRIDGE_TEST_QUIT": "1"}}},
+		Logger:     slog.New(slog.NewTextHandler(logs, nil)),
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+	})
+	waitReady(t, gw.Hub(), "fake", 5)
+	const want = "MCP server exited: exit status 0"
+	if _, err := call(t, gw.Hub(), "fake", "quit", `{}`); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("quit call: %v, want the bridge's reason, %s", err, want)
+	}
+	waitFor(t, "the exit logged", func() bool { return strings.Contains(logs.String(), want) })
+	if strings.Contains(logs.String(), "context canceled") {
+		t.Errorf("the exit is logged as a cancelled context:\n%s", logs)
 	}
 }
 

@@ -28,12 +28,17 @@ var errChildExited = errors.New("MCP server exited")
 // until either ends or ctx ends. The child is stopped (interrupt, then kill
 // after 5s) and awaited before it returns.
 func serveStdio(ctx context.Context, cfg *Config, conn *websocket.Conn, s Server, log *slog.Logger) error {
-	// The command's context is the one cancelled when the connection ends
-	// (below): cmd.Wait then interrupts a server that outlives its stdin,
-	// and kills it after WaitDelay.
+	// ctx ends the copying, with the reason the connection ends. The
+	// command has a context of its own, cancelled at once when the
+	// connection ends for another reason than the child's exit (below):
+	// cmd.Wait then interrupts a server that outlives its stdin, and kills
+	// it after WaitDelay. Cancelled after a child exited, it would make
+	// cmd.Wait report the cancelled context rather than the exit status.
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	cmd := exec.CommandContext(ctx, s.Command, s.Args...)
+	cmdCtx, stopCmd := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopCmd()
+	cmd := exec.CommandContext(cmdCtx, s.Command, s.Args...)
 	env := childEnv(cmd.Environ())
 	for k, v := range s.Env {
 		env = append(env, k+"="+v)
@@ -77,18 +82,25 @@ func serveStdio(ctx context.Context, cfg *Config, conn *websocket.Conn, s Server
 
 	if errors.Is(reason, errChildExited) {
 		// The child closed its stdout: its exit status is the reason the
-		// gateway's callers are given.
+		// gateway's callers are given. One that closed it but goes on
+		// running is stopped after WaitDelay.
 		stdin.Close()
-		if waitErr := cmd.Wait(); waitErr != nil {
+		linger := time.AfterFunc(cmd.WaitDelay, stopCmd)
+		waitErr := cmd.Wait()
+		linger.Stop()
+		if waitErr != nil {
 			reason = fmt.Errorf("%w: %w", errChildExited, waitErr)
+		} else {
+			reason = fmt.Errorf("%w: %s", errChildExited, cmd.ProcessState) // "exit status 0"
 		}
 		closeGateway(conn, reason) // ends gatewayToChild's read
 		wg.Wait()
 		return reason
 	}
+	stopCmd()                  // interrupt the child now
 	closeGateway(conn, reason) // ends gatewayToChild's read
 	stdin.Close()              // a well-behaved server exits on EOF
-	cmd.Wait()                 // ctx is done: interrupt, then kill after WaitDelay
+	cmd.Wait()                 // interrupted above; killed after WaitDelay
 	wg.Wait()
 	return reason
 }
