@@ -179,8 +179,12 @@ func newDevicesRevokeCmd(g *globals) *cobra.Command {
 		Long: `Revoke every token issued to a device until now (device and vision tokens), and
 close its live connection. The device must be provisioned again (OTA, or
 'mcpgate devices token') before it can reconnect with --device-auth=token.
-The revocation is kept in the gateway's store and survives a restart.`,
-		Example: "  mcpgate devices revoke kitchen",
+The revocation is kept in the gateway's store and survives a restart.
+
+DEVICE is the id or alias of a device, or the id of one the gateway does not
+know (not connected yet, or forgotten) that holds a token: that id is revoked
+all the same, with a note on stderr.`,
+		Example: "  mcpgate devices revoke kitchen\n  mcpgate devices revoke 02:0b:00:00:00:01",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newClient(g)
@@ -191,6 +195,7 @@ The revocation is kept in the gateway's store and survives a restart.`,
 			if err != nil {
 				return reportNotFound(cmd.Context(), g, c, args[0], "", err)
 			}
+			noteUnknownDevice(cmd.Context(), g, c, args[0], res.Device)
 			if g.json {
 				return printJSON(g.stdout, res)
 			}

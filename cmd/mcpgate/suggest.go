@@ -45,3 +45,27 @@ func reportNotFound(ctx context.Context, g *globals, c *api.Client, device, tool
 	}
 	return out
 }
+
+// noteUnknownDevice says on stderr when id, which ref was revoked as, is no
+// device the gateway knows, with the closest known name: a mistyped alias
+// revokes a device id nobody has.
+func noteUnknownDevice(ctx context.Context, g *globals, c *api.Client, ref, id string) {
+	devs, err := c.Devices(ctx)
+	if err != nil {
+		return
+	}
+	names := make([]string, 0, 2*len(devs))
+	for _, d := range devs {
+		if d.ID == id {
+			return
+		}
+		names = append(names, d.ID)
+		if d.Alias != "" {
+			names = append(names, d.Alias)
+		}
+	}
+	fmt.Fprintf(g.stderr, "note: the gateway knows no device %s (not connected yet, or forgotten): the tokens issued for that id are revoked\n", id)
+	if near := suggest.Closest(ref, names); near != "" {
+		fmt.Fprintf(g.stderr, "  did you mean %s?\n", near)
+	}
+}

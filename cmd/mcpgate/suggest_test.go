@@ -42,3 +42,32 @@ func TestDidYouMean(t *testing.T) {
 		t.Errorf("a far name got a suggestion: %q", r.stderr)
 	}
 }
+
+// TestDevicesRevokeUnknownCmd: revoking a known device says nothing more;
+// revoking an id the gateway does not know revokes it, with a note and the
+// closest known name (a mistyped alias is an id too); what is no id is not
+// found.
+func TestDevicesRevokeUnknownCmd(t *testing.T) {
+	t.Parallel()
+	addr := startGateway(t)
+	connect(t, addr, devicetest.Config{Tools: cliCatalog, OnCall: cliAnswer})
+	run(t, addr, "devices", "alias", devID, "kitchen").want(t, 0)
+
+	r := run(t, addr, "devices", "revoke", "kitchen")
+	r.want(t, 0)
+	if r.stderr != "" || !strings.Contains(r.stdout, "its connection was closed") {
+		t.Errorf("revoke kitchen: stdout %q, stderr %q", r.stdout, r.stderr)
+	}
+	r = run(t, addr, "devices", "revoke", "kitchn")
+	r.want(t, 0)
+	if !strings.Contains(r.stdout, "revoked every credential of kitchn ") || !strings.Contains(r.stderr, "knows no device kitchn") ||
+		!strings.Contains(r.stderr, "did you mean kitchen?") {
+		t.Errorf("revoke kitchn: stdout %q, stderr %q", r.stdout, r.stderr)
+	}
+	r = run(t, addr, "devices", "revoke", "02-0B-00-00-00-01")
+	r.want(t, 0)
+	if !strings.Contains(r.stdout, "of 02:0b:00:00:00:01 ") || !strings.Contains(r.stderr, "knows no device 02:0b:00:00:00:01") {
+		t.Errorf("revoke a MAC never seen: stdout %q, stderr %q", r.stdout, r.stderr)
+	}
+	run(t, addr, "devices", "revoke", "no/such").want(t, 1)
+}

@@ -29,6 +29,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/transport/mqttext"
 	"github.com/mcpgate/mcpgate/internal/vision"
+	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
 // Provisioning configures what devices get besides a session: the OTA
@@ -223,11 +224,17 @@ func (d *deviceServices) revoke(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, status, code, msg)
 	}
 	// In a cluster, a device another node saw and this one did not is
-	// learnt from the shared store.
+	// learnt from the shared store. A device that never connected, or was
+	// forgotten, may still hold a token (`mcpgate devices token`): an id
+	// is revoked all the same (an alias names no one then).
 	dev, err := d.hub.DeviceContext(r.Context(), act.Device)
 	if err != nil {
-		fail(http.StatusNotFound, "device_not_found", err, err.Error())
-		return
+		id, nerr := xiaozhi.NormalizeDeviceID(act.Device)
+		if nerr != nil {
+			fail(http.StatusNotFound, "device_not_found", err, err.Error())
+			return
+		}
+		dev = hub.Device{ID: id}
 	}
 	act.Device = dev.ID
 	now := time.Now().UTC()
@@ -251,7 +258,7 @@ func (d *deviceServices) revoke(w http.ResponseWriter, r *http.Request) {
 	// Revoked and stored already: a connection that cannot be closed now
 	// (held by a node this one cannot reach) is said, not a failure.
 	_, res.Disconnected, err = d.hub.Disconnect(dev.ID, errRevoked)
-	if err != nil {
+	if err != nil && !errors.Is(err, hub.ErrDeviceNotFound) {
 		res.NotDisconnected = err.Error()
 		d.log.Warn("device credentials revoked, but its connection could not be closed", "device_id", dev.ID, "error", err)
 	} else {

@@ -302,8 +302,8 @@ func TestRevokeCutsDeviceOff(t *testing.T) {
 	runClient(t, wsURL(gw), mac, cid, fresh, newServer(t, device.ProfileESP32))
 	waitState(t, gw, mac, hub.StateReady)
 
-	if _, err := c.RevokeTokens(context.Background(), "no-such-device"); err == nil {
-		t.Fatal("revoking an unknown device succeeded")
+	if _, err := c.RevokeTokens(context.Background(), "no/such"); err == nil {
+		t.Fatal("revoking what is no device id succeeded")
 	}
 	// Both attempts are in the audit log.
 	page, err := c.Audit(context.Background(), api.AuditQuery{Tool: hub.AuditRevoke})
@@ -314,8 +314,47 @@ func TestRevokeCutsDeviceOff(t *testing.T) {
 	for _, r := range page.Records {
 		got = append(got, r.Caller+" "+r.Door+" "+r.Device+" "+r.Outcome)
 	}
-	if want := "local rest no-such-device device_not_found\nlocal rest " + mac + " ok"; strings.Join(got, "\n") != want {
+	if want := "local rest no/such device_not_found\nlocal rest " + mac + " ok"; strings.Join(got, "\n") != want {
 		t.Errorf("audit of revocations:\n%s\nwant\n%s", strings.Join(got, "\n"), want)
+	}
+}
+
+// TestRevokeDeviceNeverSeen: a token issued for a device the gateway does
+// not know (not connected yet, or forgotten) is revoked by its id in any
+// form, and refused afterwards; a reference that is no device id is not
+// found.
+func TestRevokeDeviceNeverSeen(t *testing.T) {
+	gw := startGateway(t, Config{Provisioning: Provisioning{DeviceAuth: devauth.ModeToken, DeviceSecret: testSecret}})
+	auth := gw.devices.auth.Authority()
+	c, err := api.NewClient("http://"+gw.Addr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ ref, id string }{
+		{"02-0B-00-00-00-01", "02:0b:00:00:00:01"},
+		{"attic-lamp", "attic-lamp"},
+	} {
+		tok, _ := auth.IssueDevice(tt.id, "", time.Hour)
+		res, err := c.RevokeTokens(t.Context(), tt.ref)
+		if err != nil || res.Device != tt.id || res.Disconnected || res.NotDisconnected != "" {
+			t.Fatalf("revoke %s = %+v, %v; want %s, not disconnected", tt.ref, res, err, tt.id)
+		}
+		h := http.Header{"Device-Id": {tt.id}, "Authorization": {"Bearer " + tok}}
+		ws, resp, err := websocket.Dial(t.Context(), wsURL(gw), &websocket.DialOptions{HTTPHeader: h})
+		if err == nil {
+			ws.CloseNow()
+			t.Fatalf("%s connected with a revoked token", tt.id)
+		}
+		if resp == nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("%s: want 401, got %v (%v)", tt.id, resp, err)
+		}
+	}
+	if m := scrape(t, gw); !strings.Contains(m, `mcpgate_device_auth_failures_total{reason="revoked",transport="websocket"} 2`) {
+		t.Error("the refusals are not counted as revoked")
+	}
+	var ae *api.APIError
+	if _, err := c.RevokeTokens(t.Context(), "no/such"); !errors.As(err, &ae) || ae.Code != "device_not_found" {
+		t.Errorf("revoking what is no device id: %v, want device_not_found", err)
 	}
 }
 
