@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,10 @@ func init() { extraCommands = append(extraCommands, newCallCmd) }
 // callGrace is how much longer than --timeout the CLI waits, so the
 // gateway's own device_timeout answer arrives rather than a bare deadline.
 const callGrace = 10 * time.Second
+
+// timeoutTooLong matches the API's refusal of a timeout_ms over its
+// maximum, which it gives in milliseconds and as a duration.
+var timeoutTooLong = regexp.MustCompile(`^"timeout_ms" \d+ exceeds the maximum of \d+ \((.+)\)$`)
 
 func newCallCmd(g *globals) *cobra.Command {
 	var (
@@ -146,7 +151,9 @@ final state posted, signed with --callback-secret.`,
 				var ae *api.APIError
 				if errors.As(err, &ae) && ae.Code == "bad_request" {
 					// Said in the flag's words, not the API field's.
-					ae.Message = strings.Replace(ae.Message, fmt.Sprintf(`"timeout_ms" %d`, body.TimeoutMS), "--timeout "+timeout.String(), 1)
+					if m := timeoutTooLong.FindStringSubmatch(ae.Message); m != nil {
+						ae.Message = fmt.Sprintf("--timeout %s exceeds the maximum of %s", timeout, m[1])
+					}
 				}
 				return reportNotFound(cmd.Context(), g, c, ref, tool, err)
 			}
