@@ -74,6 +74,9 @@ func TestAuditCmd(t *testing.T) {
 	if !strings.Contains(rest.stdout, "set_volume") || strings.Contains(rest.stdout, "self.fail") {
 		t.Errorf("second page:\n%s", rest.stdout)
 	}
+	if rest.stderr != "" {
+		t.Errorf("the last page, full, says there is more: %q", rest.stderr)
+	}
 	none := run(t, addr, "audit", "--device", "02:00:00:00:00:99")
 	none.want(t, 0)
 	if !strings.Contains(none.stderr, "No audit record") {

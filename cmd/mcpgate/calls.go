@@ -52,13 +52,14 @@ docs/queued-calls.md.`,
 			if err != nil {
 				return err
 			}
-			calls, err := c.Calls(cmd.Context(), api.CallQuery{Device: device, State: state, Limit: limit, After: after})
+			page, err := c.CallPage(cmd.Context(), api.CallQuery{Device: device, State: state, Limit: limit, After: after})
 			if err != nil {
 				return reportNotFound(cmd.Context(), g, c, device, "", err)
 			}
 			if g.json {
-				return printJSON(g.stdout, api.CallList{Calls: calls})
+				return printJSON(g.stdout, page)
 			}
+			calls := page.Calls
 			if len(calls) == 0 {
 				fmt.Fprintln(g.stderr, "No queued calls.")
 				return nil
@@ -75,8 +76,8 @@ docs/queued-calls.md.`,
 			if err := printTable(g.stdout, []string{"SEQ", "ID", "DEVICE", "TOOL", "STATE", "QUEUED"}, rows); err != nil {
 				return err
 			}
-			if len(calls) == limit { // a full page: there may be more
-				fmt.Fprintf(g.stderr, "more: mcpgate calls --after %d (with the same filters)\n", calls[len(calls)-1].Seq)
+			if page.Next != "" {
+				fmt.Fprintf(g.stderr, "more: mcpgate calls --after %s (with the same filters)\n", page.Next)
 			}
 			return nil
 		},

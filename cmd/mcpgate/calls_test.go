@@ -107,8 +107,8 @@ func TestCallsCmd(t *testing.T) {
 	}
 	r = run(t, addr, "calls", "--limit", "1", "--after", more[1])
 	r.want(t, 0)
-	if !strings.Contains(r.stdout, second.ID) || strings.Contains(r.stdout, first) {
-		t.Fatalf("calls --after %s: stdout %q stderr %q", more[1], r.stdout, r.stderr)
+	if !strings.Contains(r.stdout, second.ID) || strings.Contains(r.stdout, first) || r.stderr != "" {
+		t.Fatalf("calls --after %s, the last page, full: stdout %q stderr %q", more[1], r.stdout, r.stderr)
 	}
 	for _, limit := range []string{"0", "-1", "1001"} {
 		r = run(t, addr, "calls", "--limit", limit)

@@ -48,7 +48,8 @@ type AuditRecord struct {
 }
 
 // AuditPage is the body of GET /api/v1/audit: records newest first, and
-// Next, when more may follow, the value of before for the next page.
+// Next, when older records match (or a restricted key's scan stopped
+// early, auditMaxScan), the value of before for the next page.
 type AuditPage struct {
 	Records []AuditRecord `json:"records"`
 	Next    string        `json:"next,omitempty"`
@@ -133,8 +134,10 @@ func (a *API) auditPage(ctx context.Context, p *auth.Principal, q store.AuditQue
 	if p == nil {
 		return page, nil
 	}
+	// One record past the page says whether there are more.
 	limit := q.Limit
 	restricted := len(p.Devices) > 0 || len(p.Tools) > 0
+	q.Limit = min(limit+1, auditMaxLimit)
 	if restricted {
 		q.Limit = auditMaxLimit // read ahead: some records will be filtered out
 	}
@@ -160,16 +163,19 @@ func (a *API) auditPage(ctx context.Context, p *auth.Principal, q store.AuditQue
 			if restricted && (!p.CanSeeDevice(r.Device, al) || !p.CanSeeTool(r.Tool)) {
 				continue
 			}
-			page.Records = append(page.Records, auditJSON(r, al))
 			if len(page.Records) == limit {
-				page.Next = strconv.FormatInt(r.Seq, 10)
+				page.Next = strconv.FormatInt(page.Records[limit-1].Seq, 10)
 				return page, nil
 			}
+			page.Records = append(page.Records, auditJSON(r, al))
 		}
 		if len(recs) < q.Limit {
 			return page, nil // the log has no more
 		}
 		q.Before = recs[len(recs)-1].Seq
+		if !restricted {
+			q.Limit = limit + 1 - len(page.Records) // only the record past the page is left to read
+		}
 		if scanned >= auditMaxScan {
 			page.Next = strconv.FormatInt(q.Before, 10)
 			return page, nil

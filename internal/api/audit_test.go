@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +119,13 @@ func TestAuditEndpoint(t *testing.T) {
 	if err != nil || len(p2.Records) != 1 || p2.Next != "" || p2.Records[0].Seq >= p1.Records[2].Seq {
 		t.Fatalf("page 2: %+v, %v", p2, err)
 	}
+	// A page that holds the last records exactly has no next.
+	if p, err := tg.client.Audit(ctx, api.AuditQuery{Limit: 4}); err != nil || len(p.Records) != 4 || p.Next != "" {
+		t.Errorf("a full last page: %+v, %v; want no next", p, err)
+	}
+	if p, err := tg.client.Audit(ctx, api.AuditQuery{Limit: 3, Before: strconv.FormatInt(p2.Records[0].Seq+1, 10)}); err != nil || len(p.Records) != 1 || p.Next != "" {
+		t.Errorf("before the last record: %+v, %v", p, err)
+	}
 
 	for _, bad := range []api.AuditQuery{{Since: "yesterday"}, {Limit: 1001}, {Before: "x"}} {
 		var ae *api.APIError
@@ -146,8 +154,8 @@ func TestAuditEndpoint(t *testing.T) {
 		t.Fatalf("kitchen key page 1: %+v, %v", page, err)
 	}
 	page, err = kitchen.Audit(ctx, api.AuditQuery{Limit: 1, Before: page.Next})
-	if err != nil || len(tools(page)) != 1 || tools(page)[0] != want[3] {
-		t.Fatalf("kitchen key page 2: %+v, %v", page, err)
+	if err != nil || len(tools(page)) != 1 || tools(page)[0] != want[3] || page.Next != "" {
+		t.Fatalf("kitchen key page 2, the last: %+v, %v", page, err)
 	}
 	if page, err := kitchen.Audit(ctx, api.AuditQuery{Device: "hall"}); err != nil || len(page.Records) != 0 {
 		t.Errorf("kitchen key asking for hall: %+v, %v", page, err)
@@ -258,6 +266,44 @@ func TestAuditUnseenCallByAliasFoundByDevice(t *testing.T) {
 		page := auditRecords(t, tg.client, api.AuditQuery{Device: dev, Caller: k.ID}, 1)
 		if len(page.Records) != 1 || page.Records[0].Outcome != code || page.Records[0].Alias != dev {
 			t.Errorf("audit of %s by %s: %+v", dev, k.ID, page.Records)
+		}
+	}
+}
+
+// logAudit is an audit log of seqs 1..n read as the store reads it: newest
+// first, before Before, at most Limit (capped at 1000) per read.
+type logAudit struct{ n int64 }
+
+func (l logAudit) Audit(ctx context.Context, q store.AuditQuery) ([]store.AuditRecord, error) {
+	top := l.n
+	if q.Before > 0 {
+		top = min(top, q.Before-1)
+	}
+	var out []store.AuditRecord
+	for seq := top; seq >= 1 && len(out) < min(q.Limit, store.MaxAuditLimit); seq-- {
+		out = append(out, store.AuditRecord{Seq: seq, Device: "02:00:00:00:00:01", Tool: "t", Arguments: json.RawMessage(`{}`)})
+	}
+	return out, nil
+}
+
+// A page has a next exactly when older records exist, the largest limit
+// included (whose record past the page is a read of its own).
+func TestAuditNextOnlyWhenMore(t *testing.T) {
+	for _, tc := range []struct {
+		n     int64
+		limit int
+		next  string
+	}{{3, 3, ""}, {4, 3, "2"}, {1000, 1000, ""}, {1001, 1000, "2"}, {2, 1, "2"}} {
+		a, err := api.New(api.Config{Hub: hub.New(hub.Config{}), Metrics: metrics.New(), Audit: logAudit{tc.n}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "/api/v1/audit?limit="+strconv.Itoa(tc.limit), nil)
+		a.ServeHTTP(rec, req.WithContext(auth.WithPrincipal(req.Context(), auth.Local())))
+		var page api.AuditPage
+		if err := json.Unmarshal(rec.Body.Bytes(), &page); err != nil || len(page.Records) != tc.limit || page.Next != tc.next {
+			t.Errorf("%d records, limit %d: %d records, next %q (%v); want next %q", tc.n, tc.limit, len(page.Records), page.Next, err, tc.next)
 		}
 	}
 }

@@ -23,6 +23,8 @@ const (
 // CallList is the body of GET /api/v1/calls.
 type CallList struct {
 	Calls []queue.Call `json:"calls"`
+	// Next, when more calls match, is the after of the next page.
+	Next string `json:"next,omitempty"`
 }
 
 // queueCall answers a call with "deliver":"queue" (or a tool whose policy
@@ -201,25 +203,32 @@ func (a *API) listCalls(w http.ResponseWriter, r *http.Request) {
 		query.Limit = n
 	}
 	// A key limited to some devices or tools sees only theirs: read on past
-	// calls it may not see, so that a page is full unless the list ends.
+	// calls it may not see, so that a page is full unless the list ends,
+	// and to one call past the page, which says whether there are more.
 	want := query.Limit
 	if want <= 0 {
 		want = store.DefaultAuditLimit
 	}
 	out := CallList{Calls: make([]queue.Call, 0)}
-	for len(out.Calls) < want {
-		query.Limit = want
+	for more := false; !more; {
+		query.Limit = min(want+1, store.MaxAuditLimit)
 		calls, err := a.cfg.Queue.List(r.Context(), query)
 		if err != nil {
 			writeQueueError(w, err)
 			return
 		}
 		for _, c := range calls {
-			if alias, ok := a.visibleCall(p, c); ok && len(out.Calls) < want {
-				out.Calls = append(out.Calls, queue.ViewFor(c, alias, p.Caller()))
+			alias, ok := a.visibleCall(p, c)
+			if !ok {
+				continue
 			}
+			if len(out.Calls) == want {
+				out.Next, more = strconv.FormatInt(out.Calls[want-1].Seq, 10), true
+				break
+			}
+			out.Calls = append(out.Calls, queue.ViewFor(c, alias, p.Caller()))
 		}
-		if len(calls) < want {
+		if len(calls) < query.Limit {
 			break
 		}
 		query.After = calls[len(calls)-1].Seq

@@ -298,6 +298,13 @@ type CallQuery struct {
 
 // Calls lists queued calls in queue order.
 func (c *Client) Calls(ctx context.Context, q CallQuery) ([]queue.Call, error) {
+	page, err := c.CallPage(ctx, q)
+	return page.Calls, err
+}
+
+// CallPage lists one page of queued calls in queue order, with the After of
+// the next page when more calls match.
+func (c *Client) CallPage(ctx context.Context, q CallQuery) (CallList, error) {
 	v := url.Values{}
 	if q.Device != "" {
 		v.Set("device", q.Device)
@@ -317,9 +324,9 @@ func (c *Client) Calls(ctx context.Context, q CallQuery) ([]queue.Call, error) {
 	}
 	var out CallList
 	if err := c.do(ctx, http.MethodGet, path, nil, &out); err != nil {
-		return nil, err
+		return CallList{}, err
 	}
-	return out.Calls, nil
+	return out, nil
 }
 
 // QueuedCall returns one queued call.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -137,9 +138,14 @@ func TestQueuedCallsDeliveredInOrder(t *testing.T) {
 	if err != nil || len(list) != 5 {
 		t.Fatalf("queued calls: %d, %v; want 5", len(list), err)
 	}
-	page, err := c.Calls(t.Context(), api.CallQuery{Device: id, Limit: 2, After: list[1].Seq})
-	if err != nil || len(page) != 2 || page[0].ID != ids[2] || page[1].ID != ids[3] {
+	page, err := c.CallPage(t.Context(), api.CallQuery{Device: id, Limit: 2, After: list[1].Seq})
+	if err != nil || len(page.Calls) != 2 || page.Calls[0].ID != ids[2] || page.Calls[1].ID != ids[3] ||
+		page.Next != strconv.FormatInt(page.Calls[1].Seq, 10) {
 		t.Fatalf("a page of 2 after the second call: %+v, %v", page, err)
+	}
+	// The last page, full: no next.
+	if last, err := c.CallPage(t.Context(), api.CallQuery{Device: id, Limit: 2, After: list[2].Seq}); err != nil || len(last.Calls) != 2 || last.Next != "" {
+		t.Fatalf("the last page of 2: %+v, %v", last, err)
 	}
 
 	d, end := session(t, gw, devicetest.Config{ID: id})
