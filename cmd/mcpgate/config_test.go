@@ -50,7 +50,8 @@ func TestSimServersExclusive(t *testing.T) {
 // Options sim cannot run with are refused before it says it is simulating;
 // bench refuses a profile it does not measure.
 func TestSimAndBenchRefuseBadOptions(t *testing.T) {
-	for _, args := range [][]string{{"--start", "-1"}, {"--latency", "-1s"}, {"--failure-rate", "NaN"}, {"--sessions-every", "5s"}} {
+	for _, args := range [][]string{{"--start", "-1"}, {"--latency", "-1s"}, {"--failure-rate", "NaN"}, {"--sessions-every", "5s"},
+		{"--profile", "register", "--mqtt", "127.0.0.1:1"}} {
 		r := run(t, "http://127.0.0.1:1", append([]string{"sim"}, args...)...)
 		if r.code == 0 || strings.Contains(r.stderr, "simulating") || !strings.Contains(r.stderr, "sim: ") {
 			t.Errorf("sim %v: exit %d, stderr %q; want a refusal before the banner", args, r.code, r.stderr)

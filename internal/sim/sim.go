@@ -127,6 +127,9 @@ func (c Config) normalize() (Config, error) {
 	if c.FailureRate < 0 || c.FailureRate > 1 || c.FailureRate != c.FailureRate {
 		return c, fmt.Errorf("sim: FailureRate (--failure-rate) %v outside 0..1", c.FailureRate)
 	}
+	if c.Profile == device.ProfileRegister && c.MQTTBroker != "" {
+		return c, errors.New("sim: the register profile (--profile register) speaks WebSocket only: not with MQTTBroker (--mqtt)")
+	}
 	if len(c.Servers) > 0 && (c.URL != "" || c.MQTTBroker != "" || c.OTAURL != "") {
 		return c, errors.New("sim: Servers replaces URL, and is WebSocket only: not with MQTTBroker or OTAURL")
 	}
