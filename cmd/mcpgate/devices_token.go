@@ -52,6 +52,9 @@ With --client-id the token is valid only with that Client-Id; without, with any.
 	}
 	sf := addStoreFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if ttl <= 0 {
+			return fmt.Errorf("--ttl must be positive, got %s", ttl)
+		}
 		dataDir, _ := sf.resolve()
 		st, err := sf.open(cmd.Context())
 		if err != nil {

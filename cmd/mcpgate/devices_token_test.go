@@ -58,6 +58,11 @@ func TestDevicesToken(t *testing.T) {
 		t.Fatalf("other client: %v", err)
 	}
 	run(t, "http://127.0.0.1:1", "devices", "token", "02:00:00:00:00:01", "--ttl", "-1h", "--data", data).want(t, 1)
+	r = run(t, "http://127.0.0.1:1", "devices", "token", "02:00:00:00:00:01", "--ttl", "0", "--data", data)
+	r.want(t, 1)
+	if !strings.Contains(r.stderr, "--ttl must be positive, got 0s") {
+		t.Errorf("--ttl 0: stderr %q", r.stderr)
+	}
 
 	// --json: the token with what it is for, and until when; --ttl in days.
 	r = run(t, "http://127.0.0.1:1", "devices", "token", "02:00:00:00:00:01", "--ttl", "2d", "--data", data, "--json")
