@@ -42,6 +42,9 @@ serverInfo.name; same names get a suffix (calc, calc-2).
 When a server exits or the connection drops, the bridge reconnects and starts
 the server again, waiting a jittered backoff (--min-backoff doubling up to
 --max-backoff) that starts over once a connection has stayed up for a while.
+A refusal retrying cannot change (HTTP 400, 401 or 403 to the WebSocket
+upgrade: a bad name, a token or key the gateway does not accept) stops the
+bridge instead, with the gateway's reason and exit status 1.
 Messages are copied verbatim; the gateway initializes every new connection.
 
 Example config:

@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"os/exec"
 	"strings"
@@ -117,9 +118,32 @@ func (c *Config) fill() error {
 	return nil
 }
 
+// RefusedError is the gateway's refusal of a server's WebSocket upgrade
+// that retrying cannot change: 400 (a bad name), 401 (a token or key it
+// does not accept, or no longer), 403.
+type RefusedError struct {
+	Server string // the server's name, else its command or URL
+	Status int
+	Reason string // the gateway's message, the response body
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("bridge: server %s: the gateway refused the connection (%d %s): %s",
+		e.Server, e.Status, http.StatusText(e.Status), cmp.Or(e.Reason, "no reason given"))
+}
+
+// refusedForGood reports whether an upgrade answered status is a
+// [RefusedError]; other answers (5xx, 429, a proxy's 404 while the gateway
+// restarts) may pass.
+func refusedForGood(status int) bool {
+	return status == http.StatusBadRequest || status == http.StatusUnauthorized || status == http.StatusForbidden
+}
+
 // Run bridges every server until ctx ends, reconnecting each on its own.
-// It returns an error only for an invalid Config, a command that is not
-// there included; failures of a connection are logged and retried.
+// It returns an error for an invalid Config (a command that is not there
+// included), and a [*RefusedError] when the gateway refuses a server for
+// good, after closing the other servers' connections; other failures of a
+// connection are logged and retried.
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.fill(); err != nil {
 		return err
@@ -134,26 +158,41 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("bridge: server %d (%s): %w", i+1, cmp.Or(s.Name, s.Command), err)
 		}
 	}
-	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg      sync.WaitGroup
+		once    sync.Once
+		refused error
+	)
 	for _, s := range cfg.Servers {
 		log := cfg.Logger.With("server", s.Name)
 		if s.Name == "" {
 			log = cfg.Logger.With("server", s.Command+s.URL)
 		}
-		wg.Go(func() { loop(ctx, &cfg, s, log) })
+		wg.Go(func() {
+			if err := loop(ctx, &cfg, s, log); err != nil {
+				once.Do(func() { refused = err; cancel() })
+			}
+		})
 	}
 	wg.Wait()
-	return nil
+	return refused
 }
 
-// loop connects s again and again until ctx ends.
-func loop(ctx context.Context, cfg *Config, s Server, log *slog.Logger) {
+// loop connects s again and again until ctx ends, or the gateway refuses
+// it for good: it returns that [*RefusedError].
+func loop(ctx context.Context, cfg *Config, s Server, log *slog.Logger) error {
 	bo := Backoff{Min: cfg.MinBackoff, Max: cfg.MaxBackoff}
 	for {
 		start := time.Now()
 		err := connect(ctx, cfg, s, log)
 		if ctx.Err() != nil {
-			return
+			return nil
+		}
+		if re := (*RefusedError)(nil); errors.As(err, &re) {
+			re.Server = cmp.Or(s.Name, s.Command, s.URL)
+			return re
 		}
 		if time.Since(start) >= cfg.HealthyAfter {
 			bo.Reset()
@@ -164,7 +203,7 @@ func loop(ctx context.Context, cfg *Config, s Server, log *slog.Logger) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return nil
 		case <-t.C:
 		}
 	}
@@ -183,14 +222,18 @@ func connect(ctx context.Context, cfg *Config, s Server, log *slog.Logger) error
 	conn, resp, err := websocket.Dial(dctx, target, nil)
 	cancel()
 	if err != nil {
+		var reason string
 		if resp != nil && resp.StatusCode >= 400 && resp.Body != nil {
 			// The gateway's reason (a refused token, a bad name) says
 			// what to fix; the library's error only the status.
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
 			resp.Body.Close()
-			if reason := strings.TrimSpace(string(body)); reason != "" {
+			if reason = strings.TrimSpace(string(body)); reason != "" {
 				err = fmt.Errorf("%w: %s", err, reason)
 			}
+		}
+		if resp != nil && refusedForGood(resp.StatusCode) {
+			return &RefusedError{Status: resp.StatusCode, Reason: redact.InText(reason, target)}
 		}
 		return fmt.Errorf("dial gateway: %w", redact.ErrIn(err, target)) // the error is logged
 	}

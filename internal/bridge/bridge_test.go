@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -471,16 +473,47 @@ func TestRunRefusesMissingCommand(t *testing.T) {
 	}
 }
 
-// TestRefusalReasonLogged: when the gateway refuses the bridge, the log
-// says the gateway's reason (what to fix), not only the status.
-func TestRefusalReasonLogged(t *testing.T) {
+// TestRefusedForGood: a gateway that refuses the upgrade with 400 (a bad
+// name), 401 or 403 ends Run with its reason, the other servers' connections
+// closed; a 5xx is retried.
+func TestRefusedForGood(t *testing.T) {
 	gw := startGateway(t)
-	logs := &logBuffer{}
-	runBridge(t, bridge.Config{
-		URL:        "ws://" + gw.Addr() + endpoint.Path + "?name=---",
-		Servers:    []bridge.Server{{Command: os.Args[0], Env: map[string]string{childEnv: "1"}}},
-		Logger:     slog.New(slog.NewTextHandler(logs, nil)),
-		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
-	})
-	waitFor(t, "the refusal's reason in the log", func() bool { return strings.Contains(logs.String(), "has no letters or digits") })
+	child := bridge.Server{Command: os.Args[0], Env: map[string]string{childEnv: "1"}}
+	good, bad := child, child
+	good.Name, bad.Name = "good", "---"
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	err := bridge.Run(ctx, bridge.Config{URL: "ws://" + gw.Addr() + endpoint.Path, Servers: []bridge.Server{good, bad},
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
+	var re *bridge.RefusedError
+	if !errors.As(err, &re) || re.Status != http.StatusBadRequest || re.Server != "---" ||
+		!strings.Contains(err.Error(), "has no letters or digits") || ctx.Err() != nil {
+		t.Fatalf("Run with a bad name = %v, want the gateway's refusal at once", err)
+	}
+
+	for _, tc := range []struct {
+		status  int
+		forGood bool
+	}{{http.StatusUnauthorized, true}, {http.StatusForbidden, true}, {http.StatusServiceUnavailable, false}} {
+		var dials atomic.Int32
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			dials.Add(1)
+			http.Error(w, "API key revoked", tc.status)
+		}))
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+		err := bridge.Run(ctx, bridge.Config{URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/mcp/endpoint?token=s3cret",
+			Servers: []bridge.Server{child}, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+		cancel()
+		hs.Close()
+		if !tc.forGood {
+			if err != nil || dials.Load() < 3 {
+				t.Errorf("%d: Run = %v after %d dials, want retries until the context ends", tc.status, err, dials.Load())
+			}
+			continue
+		}
+		if !errors.As(err, &re) || re.Status != tc.status || !strings.Contains(err.Error(), "API key revoked") ||
+			strings.Contains(err.Error(), "s3cret") || dials.Load() != 1 {
+			t.Errorf("%d: Run = %v after %d dials, want the refusal after one", tc.status, err, dials.Load())
+		}
+	}
 }
