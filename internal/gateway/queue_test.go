@@ -234,14 +234,26 @@ func TestQueuedCallExpiresAndCancels(t *testing.T) {
 	if calls := d.Calls(); len(calls) != 1 || string(calls[0].Arguments) != `{"volume":3}` {
 		t.Errorf("device received %+v, want only volume 3", calls)
 	}
+	// The call's state is stored (and visible) before its call_completed
+	// is published: wait for the events rather than drain what is there.
+	want := []hub.EventType{hub.EventCallQueued, hub.EventCallExpired, hub.EventCallCancelled, hub.EventCallStarted, hub.EventCall}
 	seen := map[hub.EventType]int{}
-	for len(sub.C) > 0 {
-		ev := <-sub.C
-		seen[ev.Type]++
+	missing := func() []hub.EventType {
+		var m []hub.EventType
+		for _, typ := range want {
+			if seen[typ] == 0 {
+				m = append(m, typ)
+			}
+		}
+		return m
 	}
-	for _, typ := range []hub.EventType{hub.EventCallQueued, hub.EventCallExpired, hub.EventCallCancelled, hub.EventCallStarted, hub.EventCall} {
-		if seen[typ] == 0 {
-			t.Errorf("no %s event (saw %v)", typ, seen)
+	deadline := time.After(5 * time.Second)
+	for len(missing()) > 0 {
+		select {
+		case ev := <-sub.C:
+			seen[ev.Type]++
+		case <-deadline:
+			t.Fatalf("no %v event within 5s (saw %v)", missing(), seen)
 		}
 	}
 }
