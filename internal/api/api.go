@@ -31,6 +31,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/queue"
+	"github.com/mcpgate/mcpgate/internal/store"
 )
 
 // Config configures the REST door. Hub and Metrics are required.
@@ -99,6 +100,8 @@ type API struct {
 	streamsMu  sync.Mutex
 	streams    map[string]int // open event streams by caller; guarded by streamsMu
 	allStreams int            // guarded by streamsMu
+
+	storeLog store.FailureLog // failed reads of the audit log: once a minute
 }
 
 // DefaultMaxEventStreams is Config.MaxEventStreams's default: a console

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -81,10 +82,11 @@ func (a *API) audit(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Err() != nil {
 			return // the caller left
 		}
-		a.log.Error("could not read the audit log", "error", err)
+		a.storeLog.Failed(a.log, slog.LevelError, "could not read the audit log", err)
 		writeError(w, http.StatusServiceUnavailable, "store_error", "could not read the audit log: "+err.Error(), nil)
 		return
 	}
+	a.storeLog.OK(a.log, "could not read the audit log", "the audit log can be read again")
 	writeJSON(w, http.StatusOK, page)
 }
 

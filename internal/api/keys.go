@@ -141,7 +141,9 @@ func (a *API) listKeys(w http.ResponseWriter, r *http.Request) {
 	if !a.keyAdmin(w, r) {
 		return
 	}
-	keys, err := a.cfg.Keys.Keys(r.Context())
+	ctx, cancel := context.WithTimeout(r.Context(), store.OpTimeout)
+	defer cancel()
+	keys, err := a.cfg.Keys.Keys(ctx)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "store_error", "could not list API keys: "+err.Error(), nil)
 		return
@@ -177,7 +179,13 @@ func (a *API) createKey(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadRequest, "bad_request", err.Error(), err)
 		return
 	}
-	if err := a.cfg.Keys.CreateKey(r.Context(), k); err != nil {
+	// Not abandoned with the client, so that the audit record says what
+	// became of the key; bounded, so that a store that does not answer
+	// fails it (a key stored after all is listed, and unusable: its
+	// secret was never shown).
+	ctx, cancel := store.WriteContext(r.Context())
+	defer cancel()
+	if err := a.cfg.Keys.CreateKey(ctx, k); err != nil {
 		fail(http.StatusServiceUnavailable, "store_error", "could not store the key: "+err.Error(), err)
 		return
 	}
@@ -257,11 +265,13 @@ func (a *API) revokeKey(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusNotFound, "key_not_found", "not a key id: want the 10-character id of GET /api/v1/keys", errors.New("not a key id"))
 		return
 	}
-	k, err := a.cfg.Keys.Key(r.Context(), id)
+	ctx, cancel := store.WriteContext(r.Context())
+	defer cancel()
+	k, err := a.cfg.Keys.Key(ctx, id)
 	if err == nil && k.RevokedAt.IsZero() {
-		err = a.cfg.Keys.RevokeKey(r.Context(), id, time.Now().UTC())
+		err = a.cfg.Keys.RevokeKey(ctx, id, time.Now().UTC())
 		if err == nil {
-			k, err = a.cfg.Keys.Key(r.Context(), id)
+			k, err = a.cfg.Keys.Key(ctx, id)
 		}
 	}
 	switch {

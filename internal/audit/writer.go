@@ -114,6 +114,9 @@ type Writer struct {
 	runOnce sync.Once
 	lostN   atomic.Int64 // records given up on, as w.lost counts them
 
+	storeLog store.FailureLog // failed writes: logged once a minute, and when writes succeed again
+	failing  atomic.Bool      // the last write failed: RecordNow does not wait
+
 	written, lost, writeErrors, waited, pruned prometheus.Counter
 	depth                                      prometheus.GaugeFunc
 }
@@ -191,8 +194,9 @@ const syncWait = 5 * time.Second
 // (queue.Config.Audit). It queues recs like Record, then flushes, and
 // returns once they are stored, with what was queued before them (so the
 // log keeps its order). The batch writer alone writes them, so each is
-// written once: when the store fails for syncWait, RecordNow logs it and
-// returns, and the records stay queued and are retried like any other.
+// written once: when the store fails for syncWait, or its last write
+// failed, RecordNow returns (logging it in the first case), and the
+// records stay queued and are retried like any other.
 // After Run has ended Append writes them itself.
 func (w *Writer) RecordNow(recs ...hub.CallRecord) {
 	if len(recs) == 0 {
@@ -200,6 +204,11 @@ func (w *Writer) RecordNow(recs ...hub.CallRecord) {
 	}
 	for _, c := range recs {
 		w.Append(w.record(c))
+	}
+	if w.failing.Load() {
+		// The store is failing already (its writes retried and logged):
+		// waiting syncWait would only delay the answer.
+		return
 	}
 	stop := make(chan struct{})
 	t := time.AfterFunc(syncWait, func() { close(stop) })
@@ -464,16 +473,23 @@ func (w *Writer) drainCtx() context.Context {
 func (w *Writer) tryWrite(ctx context.Context, batch []store.AuditRecord) bool {
 	backoff := 100 * time.Millisecond
 	for {
-		err := w.cfg.Store.AppendAudit(ctx, batch)
+		// Each attempt ends within store.OpTimeout: a store that does not
+		// answer is retried, and said, rather than wait on for good.
+		actx, cancel := context.WithTimeout(ctx, store.OpTimeout)
+		err := w.cfg.Store.AppendAudit(actx, batch)
+		cancel()
 		if err == nil {
 			w.written.Add(float64(len(batch)))
+			w.failing.Store(false)
+			w.storeLog.OK(w.log, writeFailed, "audit records written to the store again")
 			return true
 		}
 		if ctx.Err() != nil {
 			return false
 		}
 		w.writeErrors.Inc()
-		w.log.Warn("could not write audit records; retrying", "records", len(batch), "error", err, "retry_in", backoff)
+		w.failing.Store(true)
+		w.storeLog.Failed(w.log, slog.LevelWarn, writeFailed, err, "records", len(batch), "pending", len(w.q), "retry_in", backoff)
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
@@ -482,6 +498,10 @@ func (w *Writer) tryWrite(ctx context.Context, batch []store.AuditRecord) bool {
 		backoff = min(backoff*2, 5*time.Second)
 	}
 }
+
+// writeFailed is the warning of a failed write, once a minute while the
+// store keeps failing.
+const writeFailed = "could not write audit records; retrying"
 
 // write writes batch, retrying until ctx ends; then the records are lost,
 // counted and logged.

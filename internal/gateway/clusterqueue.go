@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/cluster"
+	"github.com/mcpgate/mcpgate/internal/store"
 )
 
 // lostCallsGrace is how long after a node leaves the members the others
@@ -83,14 +85,17 @@ func (g *Gateway) interruptLost(node *cluster.Node) {
 // so that an outage at that moment does not leave calls running for good.
 func (g *Gateway) retryStore(what string, still func() bool, f func(context.Context) error) {
 	wait := time.Second
+	var warned store.FailureLog // once a minute while the store fails
+	failed := what + ": the store failed; trying again"
 	for still() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err := f(ctx)
 		cancel()
 		if err == nil {
+			warned.OK(g.log, failed, what+": done, the store answers again")
 			return
 		}
-		g.log.Warn(what+": the store failed; trying again", "error", err, "retry_in", wait)
+		warned.Failed(g.log, slog.LevelWarn, failed, err, "retry_in", wait)
 		time.Sleep(wait)
 		wait = min(2*wait, 30*time.Second)
 	}
@@ -102,6 +107,8 @@ func (g *Gateway) retryStore(what string, still func() bool, f func(context.Cont
 // this node no longer active.
 func (g *Gateway) interruptNode(node *cluster.Node, id string, grace time.Duration, active func() bool) {
 	wait := time.Second
+	var warned store.FailureLog // once a minute while the store fails
+	const failed = "failing the queued calls a lost node left running: the store failed; trying again"
 	for active() && !slices.Contains(node.Members(), id) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		if slices.Contains(node.LiveAnywhere(ctx), id) {
@@ -113,9 +120,10 @@ func (g *Gateway) interruptNode(node *cluster.Node, id string, grace time.Durati
 		err := g.queue.InterruptNode(ctx, id)
 		cancel()
 		if err == nil {
+			warned.OK(g.log, failed, "the queued calls a lost node left running are failed: the store answers again")
 			return
 		}
-		g.log.Warn("failing the queued calls a lost node left running: the store failed; trying again", "node", id, "error", err, "retry_in", wait)
+		warned.Failed(g.log, slog.LevelWarn, failed, err, "node", id, "retry_in", wait)
 		time.Sleep(wait)
 		wait = min(2*wait, 30*time.Second)
 	}

@@ -795,6 +795,8 @@ func (a flushedAudit) Audit(ctx context.Context, q store.AuditQuery) ([]store.Au
 		}
 		return nil, fmt.Errorf("the store took no audit records for %s (is it down or full? the gateway keeps them and retries): %w", wait, err)
 	}
+	ctx, cancel = context.WithTimeout(ctx, store.OpTimeout)
+	defer cancel()
 	return a.src.Audit(ctx, q)
 }
 

@@ -246,21 +246,28 @@ func (d *deviceServices) revoke(w http.ResponseWriter, r *http.Request) {
 	if tell := d.revoked.Load(); tell != nil {
 		(*tell)(store.Revocation(rev))
 	}
-	// In force in memory already; a revocation the store did not take
-	// would be forgotten by a restart, which the operator must know.
-	if err := d.store.AddRevocation(r.Context(), store.Revocation(rev)); err != nil {
-		d.log.Error("device revocation not saved: it holds until the gateway restarts", "device_id", dev.ID, "error", err)
-		fail(http.StatusInternalServerError, "revocation_not_saved", err,
-			"the device's credentials are revoked until the gateway restarts, but the store did not keep the revocation: "+err.Error())
-		return
-	}
+	// In force in memory already: the live connection is closed whatever
+	// the store does next. One that cannot be closed now (held by a node
+	// this one cannot reach) is said, not a failure.
 	res := RevokeResult{Device: dev.ID, RevokedUntil: now}
-	// Revoked and stored already: a connection that cannot be closed now
-	// (held by a node this one cannot reach) is said, not a failure.
 	_, res.Disconnected, err = d.hub.Disconnect(dev.ID, errRevoked)
 	if err != nil && !errors.Is(err, hub.ErrDeviceNotFound) {
 		res.NotDisconnected = err.Error()
-		d.log.Warn("device credentials revoked, but its connection could not be closed", "device_id", dev.ID, "error", err)
+	}
+	// A revocation the store did not take would be forgotten by a
+	// restart, which the operator must know.
+	sctx, cancel := store.WriteContext(r.Context())
+	defer cancel()
+	if err := d.store.AddRevocation(sctx, store.Revocation(rev)); err != nil {
+		d.log.Error("device revocation not saved: it holds until the gateway restarts", "device_id", dev.ID,
+			"disconnected", res.Disconnected, "error", err)
+		fail(http.StatusInternalServerError, "revocation_not_saved", err,
+			fmt.Sprintf("the device's credentials are revoked until the gateway restarts (its connection closed: %t), but the store did not keep the revocation: %v",
+				res.Disconnected, err))
+		return
+	}
+	if res.NotDisconnected != "" {
+		d.log.Warn("device credentials revoked, but its connection could not be closed", "device_id", dev.ID, "error", res.NotDisconnected)
 	} else {
 		d.log.Info("device credentials revoked", "device_id", dev.ID, "disconnected", res.Disconnected)
 	}

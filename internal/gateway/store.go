@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/mcpgate/mcpgate/internal/store"
 )
@@ -11,6 +12,10 @@ import (
 // Store returns the gateway's store: Config.Store, or the one Run opens
 // from Config.StoreDSN (usable once Ready is closed, until Run returns).
 func (g *Gateway) Store() store.Store { return g.cfg.Store }
+
+// storeWaitLog is how long opening the store may take before the gateway
+// says it is waiting for it. A variable for tests.
+var storeWaitLog = 3 * time.Second
 
 // openStore opens the store named by Config.StoreDSN, unless the caller gave
 // one, and binds it to what New built. It runs first in Run: the key check
@@ -29,7 +34,13 @@ func (g *Gateway) openStore(ctx context.Context) error {
 	if !alone {
 		opts.Cluster = g.cfg.Cluster.Name
 	}
+	// A store slow to answer (PostgreSQL starting, or unreachable until
+	// its connect timeout) is said, not waited on in silence.
+	waiting := time.AfterFunc(storeWaitLog, func() {
+		g.log.Info("waiting for the store", "location", store.RedactDSN(g.cfg.StoreDSN), "waited", storeWaitLog)
+	})
 	s, err := store.OpenWith(ctx, g.cfg.StoreDSN, g.cfg.DataDir, opts)
+	waiting.Stop()
 	switch {
 	case errors.Is(err, store.ErrOtherCluster):
 		return fmt.Errorf("%w: a store serves one cluster (this node would take the other's nodes for lost and fail their running queued calls); "+

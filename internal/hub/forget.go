@@ -32,6 +32,9 @@ type Action struct {
 	// overrides its code ([Code]) in the record.
 	Err     error
 	Outcome string
+	// Batched hands the record to Config.Audit even when AuditNow is set:
+	// a refusal that changed nothing, which need not wait for the store.
+	Batched bool
 }
 
 // AuditAction hands the record of an administrative action to
@@ -62,7 +65,7 @@ func (h *Hub) AuditAction(a Action) {
 	if a.Err != nil {
 		rec.ErrorCode, rec.Error = outcome, truncateText(a.Err.Error(), maxErrorText)
 	}
-	if h.cfg.AuditNow != nil {
+	if h.cfg.AuditNow != nil && (!a.Batched || h.cfg.Audit == nil) {
 		h.cfg.AuditNow(rec)
 		return
 	}
@@ -119,11 +122,26 @@ func (h *Hub) Forget(ctx context.Context, req ForgetRequest) (Forgotten, error) 
 		dev = req.Device
 	}
 	args, _ := json.Marshal(map[string]bool{"force": req.Force}) // a map of bools always marshals
-	h.AuditAction(Action{Tool: AuditForget, Caller: req.Caller, Door: req.Door, Device: dev, Arguments: args, Start: start, Err: err})
+	// A refusal (online, unknown) changed nothing: its record is not
+	// waited for, so that a store that fails does not delay it.
+	refused := errors.Is(err, ErrDeviceOnline) || errors.Is(err, ErrDeviceNotFound)
+	h.AuditAction(Action{Tool: AuditForget, Caller: req.Caller, Door: req.Door, Device: dev, Arguments: args, Start: start, Err: err, Batched: refused})
 	return res, err
 }
 
 func (h *Hub) forget(ctx context.Context, req ForgetRequest) (Forgotten, error) {
+	// An online device is refused before waiting for the flush lock, which
+	// a write to a slow or failing store may hold for up to
+	// store.OpTimeout.
+	if !req.Force {
+		h.mu.RLock()
+		d, err := h.lookupLocked(req.Device)
+		online := err == nil && d.att != nil
+		h.mu.RUnlock()
+		if online {
+			return Forgotten{ID: d.id}, fmt.Errorf("%w: %s: pass force to disconnect and forget it", ErrDeviceOnline, d.id)
+		}
+	}
 	// The persister's flush lock, held throughout (taken before Hub.mu, as
 	// FlushPersistence does), keeps a background write from saving the
 	// device again between the store's delete and the registry's.
@@ -146,7 +164,12 @@ func (h *Hub) forget(ctx context.Context, req ForgetRequest) (Forgotten, error) 
 		return Forgotten{ID: id}, fmt.Errorf("%w: %s: pass force to disconnect and forget it", ErrDeviceOnline, id)
 	}
 	if p := h.persist; p != nil && !req.memoryOnly {
-		if err := p.st.DeleteDevice(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		// Carried through whether the caller waits or not (the registry
+		// follows the store), within store.OpTimeout.
+		sctx, cancel := store.WriteContext(ctx)
+		err := p.st.DeleteDevice(sctx, id)
+		cancel()
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return Forgotten{ID: id}, fmt.Errorf("%w: %s was not forgotten: %w", ErrStore, id, err)
 		}
 	}

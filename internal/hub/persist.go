@@ -188,21 +188,29 @@ func (h *Hub) flushLocked(ctx context.Context) error {
 		}
 		return err
 	}
+	// Each write ends within store.OpTimeout: a store that does not answer
+	// fails the flush, retried later, rather than hold flushMu, and with it
+	// alias changes and forgets, until it comes back.
+	op := func(f func(context.Context) error) error {
+		ctx, cancel := context.WithTimeout(ctx, store.OpTimeout)
+		defer cancel()
+		return f(ctx)
+	}
 	// Catalogs first: a device row must never name a catalog the store lacks.
 	for hash, c := range cats {
-		if err := p.st.SaveCatalog(ctx, hash, c.raw()); err != nil {
+		if err := op(func(ctx context.Context) error { return p.st.SaveCatalog(ctx, hash, c.raw()) }); err != nil {
 			return requeue(fmt.Errorf("save catalog %s: %w", hash, err))
 		}
 		p.saved[hash] = true
 	}
 	if bs, ok := p.st.(batchDeviceSaver); ok {
-		if err := bs.SaveDevices(ctx, devs); err != nil {
+		if err := op(func(ctx context.Context) error { return bs.SaveDevices(ctx, devs) }); err != nil {
 			return requeue(fmt.Errorf("save %d devices: %w", len(devs), err))
 		}
 		return nil
 	}
 	for i, d := range devs {
-		if err := p.st.SaveDevice(ctx, d); err != nil {
+		if err := op(func(ctx context.Context) error { return p.st.SaveDevice(ctx, d) }); err != nil {
 			for _, rest := range devs[i:] {
 				p.markDirty(rest.ID)
 			}

@@ -67,6 +67,8 @@ func (h *Hub) learnStored(ctx context.Context, ref string) (string, bool) {
 	if id == "" && alias == "" {
 		return "", false
 	}
+	ctx, cancel := context.WithTimeout(ctx, store.OpTimeout)
+	defer cancel()
 	sd, err := f.FindDevice(ctx, id, alias)
 	if err != nil {
 		if !errors.Is(err, store.ErrNotFound) && ctx.Err() == nil {

@@ -51,6 +51,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/store"
 )
 
 // Paths of the authorization server's endpoints.
@@ -490,7 +491,12 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		writeOAuthError(w, http.StatusBadRequest, "invalid_grant", "unknown, used or expired code")
 		return
 	}
-	if err := s.approverValid(r.Context(), g.Approver); err != nil {
+	// The store's reads and the key's creation end within store.OpTimeout,
+	// and are carried through if the client leaves: a key made is audited
+	// as made.
+	ctx, cancel := store.WriteContext(r.Context())
+	defer cancel()
+	if err := s.approverValid(ctx, g.Approver); err != nil {
 		s.log.Info("OAuth code refused", "client_id", g.ClientID, "approver", g.Approver, "error", err)
 		writeOAuthError(w, http.StatusBadRequest, "invalid_grant", "the code's approval no longer holds ("+err.Error()+"): authorize again")
 		return
@@ -508,7 +514,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 	// The code makes one key, whose id follows from it: a second exchange
 	// finds it (RFC 6749 section 4.1.2: refused, and the key revoked).
 	keyID := auth.IDFrom(g.Nonce)
-	if s.spent(r.Context(), keyID, g) {
+	if s.spent(ctx, keyID, g) {
 		writeOAuthError(w, http.StatusBadRequest, "invalid_grant", "unknown, used or expired code")
 		return
 	}
@@ -517,8 +523,8 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		secret = auth.SecretWithID(keyID)
 		k.ID, k.Hash = keyID, auth.HashSecret(secret)
-		err = s.cfg.Keys.CreateKey(r.Context(), k)
-		if err != nil && s.spent(r.Context(), keyID, g) { // another exchange of it won
+		err = s.cfg.Keys.CreateKey(ctx, k)
+		if err != nil && s.spent(ctx, keyID, g) { // another exchange of it won
 			writeOAuthError(w, http.StatusBadRequest, "invalid_grant", "unknown, used or expired code")
 			return
 		}

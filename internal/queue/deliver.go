@@ -110,12 +110,14 @@ func (q *Queue) Run(ctx context.Context) error {
 				q.cancelDevice(wctx, ev.Device)
 			}
 		case <-tick.C:
-			_ = q.sweep(wctx) // logged; tried again on the next tick
+			swept := q.sweep(wctx) // logged; tried again on the next tick
 			// A device that became ready while its event was dropped
 			// (a slow subscriber loses events) is picked up here.
 			q.rescan(wctx)
 			q.kickReady()
-			if q.cfg.Retention > 0 && time.Since(lastPrune) > time.Hour { // negative: kept forever
+			// Not while the store fails: the prune, given longer, would
+			// hold this loop.
+			if q.cfg.Retention > 0 && swept == nil && time.Since(lastPrune) > time.Hour { // negative: kept forever
 				lastPrune = time.Now()
 				if n, err := q.st.PruneCalls(wctx, time.Now().Add(-q.cfg.Retention)); err != nil {
 					q.log.Warn("pruning finished calls", "error", err)
@@ -285,9 +287,10 @@ func (q *Queue) deliverAll(device string) {
 		}
 		calls, err := q.st.QueuedCalls(ctx, store.CallQuery{Device: device, States: []store.CallState{store.CallQueued}, Limit: 1})
 		if err != nil {
-			q.log.Warn("reading queued calls", "device_id", device, "error", err)
+			q.warnStore("reading queued calls", err)
 			return
 		}
+		q.storeLog.ok("reading queued calls")
 		if len(calls) == 0 {
 			q.mu.Lock()
 			delete(q.waiting, device)

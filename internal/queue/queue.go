@@ -200,7 +200,7 @@ func New(cfg Config) (*Queue, error) {
 		cfg.HTTPClient = &http.Client{Timeout: cfg.CallbackTimeout,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
-	return &Queue{cfg: cfg, hub: cfg.Hub, st: cfg.Store, log: cfg.Logger.With("component", "queue"), m: cfg.Metrics,
+	return &Queue{cfg: cfg, hub: cfg.Hub, st: bounded{cfg.Store}, log: cfg.Logger.With("component", "queue"), m: cfg.Metrics,
 		workers: make(map[string]*worker), waiting: make(map[string]uint64),
 		callbacks: make(chan struct{}, 1), started: make(chan struct{})}, nil
 }
@@ -244,6 +244,9 @@ func (q *Queue) Submit(ctx context.Context, req Request) (store.QueuedCall, erro
 		TimeoutMS: req.Timeout.Milliseconds(), Caller: caller, Door: req.Door, State: store.CallQueued,
 		QueuedAt: now, ExpiresAt: now.Add(ttl), CallbackURL: req.CallbackURL, CallbackSecret: req.CallbackSecret}
 
+	// Stored even if the caller leaves meanwhile: a call is queued or
+	// refused, never left half way.
+	ctx = context.WithoutCancel(ctx)
 	q.submitMu.Lock()
 	perDevice, perKey, err := q.st.CountQueuedCalls(ctx, dev.ID, caller)
 	if err == nil {
@@ -308,6 +311,7 @@ func (q *Queue) List(ctx context.Context, query store.CallQuery) ([]store.Queued
 // is no longer queued. by names who cancelled (a caller, or why), for the
 // call's error text.
 func (q *Queue) Cancel(ctx context.Context, id, by string) (store.QueuedCall, error) {
+	ctx = context.WithoutCancel(ctx) // a cancel the store took is audited, caller gone or not
 	c, err := q.Get(ctx, id)
 	if err != nil {
 		return store.QueuedCall{}, err

@@ -1,6 +1,11 @@
 package store
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
 
 // Hooks for the external tests (package store_test), which can import
 // storetest.
@@ -83,4 +88,15 @@ func PGDeviceBatchIDs(ds []Device) ([][]string, error) {
 		ids = append(ids, b.id)
 	}
 	return ids, err
+}
+
+// ConnectTimeout is the connect timeout a PostgreSQL store opened from dsn
+// gets.
+func ConnectTimeout(dsn string) time.Duration {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		panic(err)
+	}
+	defaultConnectTimeout(cfg, dsn)
+	return cfg.ConnConfig.ConnectTimeout
 }

@@ -96,6 +96,7 @@ func openPostgres(ctx context.Context, dsn string, o OpenOptions) (_ Store, err 
 		}
 		return nil, fmt.Errorf("store: PostgreSQL URL %s cannot be parsed%s; want postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=...", location, reason)
 	}
+	defaultConnectTimeout(cfg, dsn)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: PostgreSQL %s: %w", location, err)
@@ -106,6 +107,10 @@ func openPostgres(ctx context.Context, dsn string, o OpenOptions) (_ Store, err 
 		}
 	}()
 	if err := pool.Ping(ctx); err != nil {
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("store: PostgreSQL %s did not answer within %s (connect_timeout in the URL sets it): %w",
+				location, cfg.ConnConfig.ConnectTimeout, err)
+		}
 		return nil, fmt.Errorf("store: PostgreSQL %s: %w", location, err)
 	}
 	var lock *pgLock
@@ -129,6 +134,19 @@ func openPostgres(ctx context.Context, dsn string, o OpenOptions) (_ Store, err 
 		st.lock = lock
 	}
 	return st, nil
+}
+
+// defaultConnectTimeout gives cfg DefaultConnectTimeout unless the URL (or
+// PGCONNECT_TIMEOUT) set one: pgx has none, and a frozen server would hold
+// a connection's opening, and so the open or a pool slot, for good.
+func defaultConnectTimeout(cfg *pgxpool.Config, dsn string) {
+	if cfg.ConnConfig.ConnectTimeout != 0 {
+		return
+	}
+	if u, err := url.Parse(dsn); err == nil && u.Query().Has("connect_timeout") {
+		return // connect_timeout=0: no limit, as the URL asks
+	}
+	cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
 }
 
 // migratePostgres applies pending migrations in one transaction holding an

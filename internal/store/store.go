@@ -19,6 +19,30 @@ import (
 // ErrNotFound is returned when a looked-up row does not exist.
 var ErrNotFound = errors.New("not found")
 
+// OpTimeout bounds one store operation someone waits on: a request's read or
+// write, one attempt of a background writer. A store that does not answer
+// (a frozen server, a network path dropping packets) then fails it with
+// context.DeadlineExceeded, answered 503 store_error or retried, instead of
+// holding the request or the writer until the server comes back.
+const OpTimeout = 5 * time.Second
+
+// ErrNoAnswer is the error of an operation the store did not answer within
+// OpTimeout, for callers that tell it from their own context's end.
+var ErrNoAnswer = errors.New("the store did not answer")
+
+// WriteContext returns the context of a write a request asks for: bounded
+// by OpTimeout, and not cancelled when the client leaves, so that the write
+// and what is said of it (its audit record) agree.
+func WriteContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), OpTimeout)
+}
+
+// DefaultConnectTimeout bounds opening one PostgreSQL connection (the TCP
+// connection and the server's greeting) when the URL sets no
+// connect_timeout: a server that accepts connections but answers nothing
+// fails the open, or a pooled connection, instead of hanging it.
+const DefaultConnectTimeout = 10 * time.Second
+
 // Device is what the store keeps of a device between runs.
 type Device struct {
 	ID        string // normalised device id
