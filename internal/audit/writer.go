@@ -468,14 +468,20 @@ func (w *Writer) drainCtx() context.Context {
 	return w.drain
 }
 
+// attemptTimeout bounds one write of a batch. Longer than store.OpTimeout:
+// an attempt given up on may still commit, and its retry would store the
+// batch twice, so only a store that has stopped answering is given up on,
+// not a slow one.
+const attemptTimeout = 30 * time.Second
+
 // tryWrite writes batch, retrying with backoff until it succeeds (true) or
 // ctx ends (false, nothing counted lost).
 func (w *Writer) tryWrite(ctx context.Context, batch []store.AuditRecord) bool {
 	backoff := 100 * time.Millisecond
 	for {
-		// Each attempt ends within store.OpTimeout: a store that does not
+		// Each attempt ends within attemptTimeout: a store that does not
 		// answer is retried, and said, rather than wait on for good.
-		actx, cancel := context.WithTimeout(ctx, store.OpTimeout)
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 		err := w.cfg.Store.AppendAudit(actx, batch)
 		cancel()
 		if err == nil {
