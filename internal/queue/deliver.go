@@ -285,6 +285,9 @@ func (q *Queue) deliverAll(device string) {
 		if err != nil || !q.holds(d) || !deliverable(d.State) {
 			return // in a cluster, the node holding the device delivers
 		}
+		q.mu.Lock()
+		noted := q.waiting[device]
+		q.mu.Unlock()
 		calls, err := q.st.QueuedCalls(ctx, store.CallQuery{Device: device, States: []store.CallState{store.CallQueued}, Limit: 1})
 		if err != nil {
 			q.warnStore("reading queued calls", err)
@@ -292,8 +295,12 @@ func (q *Queue) deliverAll(device string) {
 		}
 		q.storeLog.ok("reading queued calls")
 		if len(calls) == 0 {
+			// As in settle: a call queued while the store was read keeps
+			// the device noted.
 			q.mu.Lock()
-			delete(q.waiting, device)
+			if q.waiting[device] == noted {
+				delete(q.waiting, device)
+			}
 			q.mu.Unlock()
 			return
 		}
