@@ -59,7 +59,7 @@ func (q *Queue) postDue(ctx context.Context) {
 		q.warnStore("reading due callbacks", err)
 		return
 	}
-	q.storeLog.ok("reading due callbacks")
+	q.storeOK("reading due callbacks")
 	for _, c := range due {
 		if ctx.Err() != nil {
 			return

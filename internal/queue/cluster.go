@@ -55,7 +55,7 @@ func (q *Queue) rescan(ctx context.Context) {
 		q.warnStore("reading which devices have queued calls", err)
 		return
 	}
-	q.storeLog.ok("reading which devices have queued calls")
+	q.storeOK("reading which devices have queued calls")
 }
 
 // InterruptAbsent runs InterruptNode for every node that has calls running

@@ -56,7 +56,7 @@ func (q *Queue) Run(ctx context.Context) error {
 	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 30*time.Second) {
 		err := q.startup(wctx)
 		if err == nil {
-			q.storeLog.ok("starting the call queue")
+			q.storeOK("starting the call queue")
 			break
 		}
 		q.warnStore("starting the call queue", err)
@@ -194,7 +194,7 @@ func (q *Queue) sweep(ctx context.Context) error {
 		q.warnStore("expiring queued calls", err)
 		return err
 	}
-	q.storeLog.ok("expiring queued calls")
+	q.storeOK("expiring queued calls")
 	q.ended(expired...)
 	q.settle(ctx, expired...)
 	return nil
@@ -293,7 +293,7 @@ func (q *Queue) deliverAll(device string) {
 			q.warnStore("reading queued calls", err)
 			return
 		}
-		q.storeLog.ok("reading queued calls")
+		q.storeOK("reading queued calls")
 		if len(calls) == 0 {
 			// As in settle: a call queued while the store was read keeps
 			// the device noted.
@@ -400,7 +400,7 @@ func (q *Queue) deliver(ctx context.Context, c store.QueuedCall) deliveryResult 
 		q.warnStore("marking a queued call running", err)
 		return retryLater
 	}
-	q.storeLog.ok("marking a queued call running")
+	q.storeOK("marking a queued call running")
 	q.hub.Publish(hub.Event{Type: hub.EventCallStarted, Device: c.Device,
 		Data: hub.QueuedCallData{CallID: c.ID, Tool: c.Tool, Caller: c.Caller, Attempts: run.Attempts}})
 

@@ -143,9 +143,9 @@ type Queue struct {
 	callbacks chan struct{} // wakes the callback loop
 	started   chan struct{} // closed once Run has interrupted stale calls
 	startOnce sync.Once
-	runCtx    context.Context // Run's ctx, for workers started by Submit; set before started closes
-	lastScan  time.Time       // in a cluster: when Run last read which devices have queued calls
-	storeLog  storeLog        // throttles the periodic tasks' store warnings
+	runCtx    context.Context  // Run's ctx, for workers started by Submit; set before started closes
+	lastScan  time.Time        // in a cluster: when Run last read which devices have queued calls
+	storeLog  store.FailureLog // throttles the periodic tasks' store warnings
 }
 
 type worker struct{ again bool }
