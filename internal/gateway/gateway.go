@@ -194,21 +194,22 @@ type Config struct {
 
 // Gateway is a running or runnable gateway.
 type Gateway struct {
-	cfg     Config
-	cluster *clusterLink
-	log     *slog.Logger
-	metrics *metrics.Metrics
-	hub     *hub.Hub
-	ws      *ws.Transport
-	ep      *endpoint.Transport
-	limits  *limits.Reporter
-	mqtt    *mqtt.Transport    // nil when MQTTAddr is empty
-	mqttExt *mqttext.Transport // nil when MQTTBroker is empty
-	api     *api.API
-	auth    *doorAuth
-	mcp     *mcpserver.Server
-	handler http.Handler
-	devices *deviceServices // OTA, device credentials, vision
+	cfg          Config
+	storeWaitLog time.Duration
+	cluster      *clusterLink
+	log          *slog.Logger
+	metrics      *metrics.Metrics
+	hub          *hub.Hub
+	ws           *ws.Transport
+	ep           *endpoint.Transport
+	limits       *limits.Reporter
+	mqtt         *mqtt.Transport    // nil when MQTTAddr is empty
+	mqttExt      *mqttext.Transport // nil when MQTTBroker is empty
+	api          *api.API
+	auth         *doorAuth
+	mcp          *mcpserver.Server
+	handler      http.Handler
+	devices      *deviceServices // OTA, device credentials, vision
 	// pendingStore is the store Run opens and closes; nil when
 	// Config.Store was given.
 	pendingStore *store.Deferred
@@ -494,7 +495,8 @@ func New(cfg Config) (*Gateway, error) {
 	// Every browser asks for the icon unasked, key or not.
 	mux.Handle("GET "+console.Favicon, ui)
 	mux.Handle("/", restWrap(rest)) // a web page must not drive REST calls on a local gateway
-	g = &Gateway{cfg: cfg, cluster: link, log: cfg.Logger, metrics: m, hub: h, ws: wst, ep: ep, mqtt: mq, mqttExt: mqx, api: rest, auth: da, mcp: door, devices: devices, handler: mux, ready: make(chan struct{})}
+	g = &Gateway{cfg: cfg, cluster: link, log: cfg.Logger, metrics: m, hub: h, ws: wst, ep: ep, mqtt: mq, mqttExt: mqx, api: rest, auth: da, mcp: door, devices: devices, handler: mux, ready: make(chan struct{}),
+		storeWaitLog: storeWaitLog}
 	g.limits = lim
 	g.pendingStore = pendingStore
 	g.audit = auditLog

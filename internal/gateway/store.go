@@ -14,8 +14,8 @@ import (
 func (g *Gateway) Store() store.Store { return g.cfg.Store }
 
 // storeWaitLog is how long opening the store may take before the gateway
-// says it is waiting for it. A variable for tests.
-var storeWaitLog = 3 * time.Second
+// says it is waiting for it (Gateway.storeWaitLog; tests shorten it).
+const storeWaitLog = 3 * time.Second
 
 // openStore opens the store named by Config.StoreDSN, unless the caller gave
 // one, and binds it to what New built. It runs first in Run: the key check
@@ -36,8 +36,8 @@ func (g *Gateway) openStore(ctx context.Context) error {
 	}
 	// A store slow to answer (PostgreSQL starting, or unreachable until
 	// its connect timeout) is said, not waited on in silence.
-	waiting := time.AfterFunc(storeWaitLog, func() {
-		g.log.Info("waiting for the store", "location", store.RedactDSN(g.cfg.StoreDSN), "waited", storeWaitLog)
+	waiting := time.AfterFunc(g.storeWaitLog, func() {
+		g.log.Info("waiting for the store", "location", store.RedactDSN(g.cfg.StoreDSN), "waited", g.storeWaitLog)
 	})
 	s, err := store.OpenWith(ctx, g.cfg.StoreDSN, g.cfg.DataDir, opts)
 	waiting.Stop()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -238,35 +237,14 @@ func TestKeyCreateOutlivesItsClient(t *testing.T) {
 // accepts connections and answers nothing says it is waiting for the
 // store, then fails when the URL's connect_timeout passes.
 func TestStartWaitsForStoreAloud(t *testing.T) {
-	old := storeWaitLog
-	storeWaitLog = 100 * time.Millisecond
-	defer func() { storeWaitLog = old }()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		var held []net.Conn // accepted, never answered
-		defer func() {
-			for _, c := range held {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			held = append(held, c)
-		}
-	}()
+	addr := storetest.SilentServer(t)
 	var logs hostiletest.Logs
 	gw, err := New(Config{Addr: "127.0.0.1:0", DataDir: t.TempDir(), Logger: logs.Logger(),
-		StoreDSN: "postgres://u@" + ln.Addr().String() + "/x?sslmode=disable&connect_timeout=1"})
+		StoreDSN: "postgres://u@" + addr + "/x?sslmode=disable&connect_timeout=1"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	gw.storeWaitLog = 100 * time.Millisecond
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	err = gw.Run(ctx)

@@ -5,12 +5,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
 
 // TestPostgresConnectTimeout: a PostgreSQL URL without connect_timeout
@@ -32,30 +32,11 @@ func TestPostgresConnectTimeout(t *testing.T) {
 // accepts connections and answers nothing (frozen, SIGSTOP) fails within
 // the connect timeout instead of hanging.
 func TestPostgresSilentServer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		var held []net.Conn // accepted, never answered
-		defer func() {
-			for _, c := range held {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			held = append(held, c)
-		}
-	}()
+	addr := storetest.SilentServer(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	s, err := store.Open(ctx, "postgres://u@"+ln.Addr().String()+"/x?sslmode=disable&connect_timeout=1", t.TempDir())
+	s, err := store.Open(ctx, "postgres://u@"+addr+"/x?sslmode=disable&connect_timeout=1", t.TempDir())
 	took := time.Since(start)
 	if err == nil {
 		s.Close()
