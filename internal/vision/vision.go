@@ -99,11 +99,13 @@ type Config struct {
 	MaxPerDevice int
 	// MaxDeviceBytes bounds the bytes (images and metadata) kept per
 	// device, the oldest deleted first. Default DefaultMaxDeviceBytes;
-	// negative: no limit. At least MaxBytes.
+	// negative: no limit. At least MaxBytes. The device's newest photo is
+	// kept however large its metadata.
 	MaxDeviceBytes int64
 	// MaxTotalBytes bounds the bytes kept for all devices together, the
 	// oldest photo of any device deleted first. Default
-	// DefaultMaxTotalBytes; negative: no limit. At least MaxBytes.
+	// DefaultMaxTotalBytes; negative: no limit. At least MaxBytes. The
+	// newest photo of all is kept however large its metadata.
 	MaxTotalBytes int64
 	// SweepInterval is how often Run applies the bounds besides at each
 	// upload. Default DefaultSweepInterval.
