@@ -23,7 +23,9 @@ import (
 // *ProviderError are returned too.
 var (
 	// ErrNotConfigured: no model is configured (base URL and model name).
-	ErrNotConfigured = errors.New("no language model configured: start the gateway with --llm-base-url and --llm-model (and the key in MCPGATE_LLM_API_KEY)")
+	// serve refuses --llm-model without --llm-base-url, so --llm-model is
+	// what is missing; --llm-base-url may be set for the vision model.
+	ErrNotConfigured = errors.New("no chat model configured: start the gateway with --llm-model, and --llm-base-url unless set for --vision-model (the key in MCPGATE_LLM_API_KEY)")
 	// ErrForbidden: the caller may not call tools.
 	ErrForbidden = errors.New("chat needs an API key with scope call")
 	// ErrBadRequest: the request is malformed (empty text, bad conversation id).

@@ -440,6 +440,7 @@ func TestErrors(t *testing.T) {
 		d := runSim(t, gw, 0)
 		status, b := chatJSON(t, gw, d.MAC, "hello", "")
 		if status != http.StatusServiceUnavailable || !strings.Contains(string(b), `"llm_not_configured"`) ||
+			!strings.Contains(string(b), "start the gateway with --llm-model") ||
 			!strings.Contains(string(b), "--llm-base-url") || !strings.Contains(string(b), "MCPGATE_LLM_API_KEY") {
 			t.Errorf("HTTP %d: %s", status, b)
 		}
