@@ -69,7 +69,8 @@ func TestLLMFlags(t *testing.T) {
 		check   func(agent.Config) bool
 	}{
 		{nil, "", "", func(c agent.Config) bool { return c.BaseURL == "" && c.Model == "" }},
-		{[]string{"--llm-base-url", "https://api.openai.com/v1"}, "", "", func(c agent.Config) bool { return c.BaseURL == "" }}, // vision only
+		{[]string{"--llm-base-url", "https://api.openai.com/v1", "--vision-model", "gpt-4o-mini"}, "", "", func(c agent.Config) bool { return c.BaseURL == "" }}, // vision only
+		{[]string{"--llm-base-url", "https://api.openai.com/v1"}, "", "--llm-base-url https://api.openai.com/v1 serves no model: add --llm-model", nil},
 		{[]string{"--llm-base-url", "https://api.deepseek.com/v1", "--llm-model", "deepseek-chat", "--llm-stream=false", "--llm-max-steps", "3"}, "sk-x", "",
 			func(c agent.Config) bool {
 				return c.BaseURL == "https://api.deepseek.com/v1" && c.Model == "deepseek-chat" && c.APIKey == "sk-x" && c.NoStream && c.MaxSteps == 3
@@ -82,6 +83,7 @@ func TestLLMFlags(t *testing.T) {
 			t.Setenv(llmKeyEnv, tc.key)
 			fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 			fs.String("llm-base-url", "", "")
+			fs.String("vision-model", "", "")
 			var c agent.Config
 			apply := llmFlags(fs, &c)
 			if err := fs.Parse(tc.args); err != nil {

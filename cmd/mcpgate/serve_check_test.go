@@ -217,6 +217,8 @@ func TestServeCrossSettingNamed(t *testing.T) {
 		{"cluster setting without name", []string{"--config", file("node-id: n1\n")}, ": node-id (line 2): needs --cluster-name"},
 		{"llm model without base url", []string{"--config", file("llm-model: m\n")}, ": llm-model (line 2): needs --llm-base-url"},
 		{"vision model without base url", []string{"--config", file("vision-model: m\n")}, ": vision-model (line 2): needs --llm-base-url"},
+		{"base url without a model", []string{"--config", file("llm-base-url: http://127.0.0.1:1/v1\n")},
+			": llm-base-url (line 2): http://127.0.0.1:1/v1 serves no model: add --llm-model"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -52,6 +52,9 @@ func llmFlags(f *pflag.FlagSet, c *agent.Config) (apply func() error) {
 		if c.Model == "" {
 			// Without a chat model the base URL may serve the vision model
 			// alone; the chat route then says what to set.
+			if fl := f.Lookup("vision-model"); c.BaseURL != "" && (fl == nil || fl.Value.String() == "") {
+				return flagErrorf("llm-base-url", "%s serves no model: add --llm-model (the device agent's chat model), --vision-model (photos), or both", c.BaseURL)
+			}
 			c.BaseURL = ""
 			return nil
 		}

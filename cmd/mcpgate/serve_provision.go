@@ -56,7 +56,7 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 	f.Int64Var(&p.VisionMaxTotalBytes, "vision-max-total-bytes", vision.DefaultMaxTotalBytes, "most bytes of photos kept for all devices together, the oldest of any device deleted first (0: no limit)")
 	f.Float64Var(&p.VisionUploadRate, "vision-upload-rate", vision.DefaultUploadRate, "photo uploads per second per device; more get 429 (negative: no limit)")
 	f.IntVar(&p.VisionUploadBurst, "vision-upload-burst", vision.DefaultUploadBurst, "photo uploads per device at once after a quiet spell")
-	f.StringVar(&llmBaseURL, "llm-base-url", "", "OpenAI-compatible API base URL of the chat model (--llm-model) and the vision model (--vision-model), e.g. https://api.openai.com/v1 (key in "+llmKeyEnv+")")
+	f.StringVar(&llmBaseURL, "llm-base-url", "", "OpenAI-compatible API base URL of the chat model (--llm-model) and the vision model (--vision-model), needs one or both, e.g. https://api.openai.com/v1 (key in "+llmKeyEnv+")")
 	f.StringVar(&p.VisionDir, "vision-dir", "", "directory of the photos devices upload (default DATA/photos; a cluster's nodes may share one on a shared volume)")
 	f.StringVar(&visionModel, "vision-model", "", "vision model name, e.g. gpt-4o-mini")
 

@@ -23,7 +23,9 @@ import (
 // *ProviderError are returned too.
 var (
 	// ErrNotConfigured: no model is configured (base URL and model name).
-	ErrNotConfigured = errors.New("no language model configured: start the gateway with --llm-base-url and --llm-model (and the key in MCPGATE_LLM_API_KEY)")
+	// serve refuses --llm-model without --llm-base-url, so --llm-model is
+	// what is missing; --llm-base-url may be set for the vision model.
+	ErrNotConfigured = errors.New("no chat model configured: start the gateway with --llm-model, and --llm-base-url unless set for --vision-model (the key in MCPGATE_LLM_API_KEY)")
 	// ErrForbidden: the caller may not call tools.
 	ErrForbidden = errors.New("chat needs an API key with scope call")
 	// ErrBadRequest: the request is malformed (empty text, bad conversation id).
@@ -211,9 +213,15 @@ type Event struct {
 	Reply *Reply
 }
 
-// Data is the event's JSON payload as the SSE stream carries it.
+// Data is the event's JSON payload as the SSE stream carries it: a
+// tool_call carries the call without its outcome, even when it is known
+// already (a call that will not be made).
 func (e Event) Data() any {
 	switch {
+	case e.Call != nil && e.Type == EventToolCall:
+		c := e.Call
+		return callStart{ID: c.ID, Function: c.Function, Device: c.Device, Tool: c.Tool,
+			Arguments: c.Arguments, RawArguments: c.RawArguments, Repaired: c.Repaired}
 	case e.Call != nil:
 		return e.Call
 	case e.Reply != nil:
@@ -227,7 +235,8 @@ func (e Event) Data() any {
 }
 
 // CallInfo describes one function call of the model and, once it ended,
-// its outcome.
+// its outcome: the tool_result event. The tool_call event carries the
+// fields up to Repaired only.
 type CallInfo struct {
 	ID string `json:"id"`
 	// Function is the name the model used; Device and Tool say where it
@@ -242,14 +251,27 @@ type CallInfo struct {
 	RawArguments string          `json:"raw_arguments,omitempty"`
 	Repaired     bool            `json:"repaired,omitempty"`
 
-	// Result is the device's answer (tool_result), whole, its content items
-	// in standard MCP form (firmware's wrapped image unwrapped, see
+	// Result is the device's answer, whole, its content items in standard
+	// MCP form (firmware's wrapped image unwrapped, see
 	// mcpclient.NormalizeContent). IsError is set for a device-side failure
-	// and for a gateway error, which is in Error.
+	// and for a gateway error or a call not made, which is in Error.
+	// DurationMS is 0 for a call not made.
 	Result     *mcpclient.Result `json:"result,omitempty"`
-	IsError    bool              `json:"is_error,omitempty"`
+	IsError    bool              `json:"is_error"`
 	Error      *CallError        `json:"error,omitempty"`
-	DurationMS float64           `json:"duration_ms,omitempty"`
+	DurationMS float64           `json:"duration_ms"`
+}
+
+// callStart is the tool_call event's payload: a CallInfo without its
+// outcome.
+type callStart struct {
+	ID           string          `json:"id"`
+	Function     string          `json:"function"`
+	Device       string          `json:"device,omitempty"`
+	Tool         string          `json:"tool,omitempty"`
+	Arguments    json.RawMessage `json:"arguments,omitempty"`
+	RawArguments string          `json:"raw_arguments,omitempty"`
+	Repaired     bool            `json:"repaired,omitempty"`
 }
 
 // CallError is a call that did not reach a device answer: a gateway error

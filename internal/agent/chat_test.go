@@ -82,6 +82,15 @@ func TestTurnTheVolumeDown(t *testing.T) {
 					string(call.Arguments) != `{"volume":40}` || call.IsError || call.Result == nil || call.Result.Text() != "true" {
 					t.Errorf("tool_result of set_volume: %s", results[1].Data)
 				}
+				// is_error and duration_ms are always there, false or 0.
+				for _, field := range []string{`"is_error":false`, `"duration_ms":`} {
+					if !strings.Contains(string(results[1].Data), field) {
+						t.Errorf("tool_result of set_volume without %s: %s", field, results[1].Data)
+					}
+				}
+				if tc := string(find(evs, "tool_call")[1].Data); strings.Contains(tc, `"is_error"`) || strings.Contains(tc, `"duration_ms"`) {
+					t.Errorf("tool_call of set_volume carries an outcome: %s", tc)
+				}
 				final = reply(t, evs[len(evs)-1].Data)
 			} else {
 				status, b := chatJSON(t, gw, d.MAC, "turn the volume down", "")
@@ -414,6 +423,10 @@ func providerQuirks(t *testing.T, noStream bool) {
 			if ci.Device != tc.device || ci.Tool != tc.tool || e.Type == "tool_result" && (!ci.IsError || ci.Error == nil || ci.Error.Code != "bad_function_call") {
 				t.Errorf("%s of call %d: %s; want device %q, tool %q", e.Type, tc.i, e.Data, tc.device, tc.tool)
 			}
+			// tool_call comes before any outcome, even one known already.
+			if e.Type == "tool_call" && (strings.Contains(string(e.Data), `"is_error"`) || strings.Contains(string(e.Data), `"error"`)) {
+				t.Errorf("tool_call of call %d carries its outcome: %s", tc.i, e.Data)
+			}
 		}
 		if seen != 2 {
 			t.Errorf("call %d: %d events, want tool_call and tool_result", tc.i, seen)
@@ -427,6 +440,7 @@ func TestErrors(t *testing.T) {
 		d := runSim(t, gw, 0)
 		status, b := chatJSON(t, gw, d.MAC, "hello", "")
 		if status != http.StatusServiceUnavailable || !strings.Contains(string(b), `"llm_not_configured"`) ||
+			!strings.Contains(string(b), "start the gateway with --llm-model") ||
 			!strings.Contains(string(b), "--llm-base-url") || !strings.Contains(string(b), "MCPGATE_LLM_API_KEY") {
 			t.Errorf("HTTP %d: %s", status, b)
 		}

@@ -265,7 +265,9 @@ type deletedTally struct {
 // boundLocked deletes photos older than Retention, of any device, but
 // those in use; then, oldest first, photos of dirs beyond MaxPerDevice and
 // MaxDeviceBytes, and photos of any device beyond MaxTotalBytes, until the
-// oldest is in use. It logs one line per reason that deleted any.
+// oldest is in use. The byte bounds keep a device's newest photo and the
+// newest of all, however large. It logs one line per reason that deleted
+// any.
 func (s *Service) boundLocked(trigger string, dirs ...string) {
 	tally := make(map[string]*deletedTally)
 	del := func(d *shelfDevice, i int, reason string) {
@@ -314,7 +316,9 @@ func (s *Service) boundLocked(trigger string, dirs ...string) {
 			switch {
 			case s.cfg.MaxPerDevice > 0 && len(d.photos) > s.cfg.MaxPerDevice:
 				reason = DeletedDeviceCount
-			case s.cfg.MaxDeviceBytes > 0 && d.bytes > s.cfg.MaxDeviceBytes:
+			case s.cfg.MaxDeviceBytes > 0 && d.bytes > s.cfg.MaxDeviceBytes && len(d.photos) > 1:
+				// Never the device's newest photo: its metadata (question,
+				// explanation) may take it past a bound of MaxBytes.
 				reason = DeletedDeviceBytes
 			}
 			i := s.oldestFree(d)
@@ -324,7 +328,8 @@ func (s *Service) boundLocked(trigger string, dirs ...string) {
 			del(d, i, reason)
 		}
 	}
-	for s.cfg.MaxTotalBytes > 0 && s.shelf.bytes > s.cfg.MaxTotalBytes {
+	// Never the newest photo of all, likewise.
+	for s.cfg.MaxTotalBytes > 0 && s.shelf.bytes > s.cfg.MaxTotalBytes && s.shelf.photos > 1 {
 		var victim *shelfDevice
 		for _, d := range s.shelf.devices {
 			if victim == nil || older(d.photos[0], victim.photos[0]) < 0 {

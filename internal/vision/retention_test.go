@@ -195,6 +195,58 @@ func TestTotalBound(t *testing.T) {
 	}
 }
 
+// TestByteBoundsKeepNewestPhoto: byte bounds equal to MaxBytes, which
+// serve accepts, keep the newest photo although its metadata (question,
+// explanation) takes it past them; the next upload deletes the older.
+func TestByteBoundsKeepNewestPhoto(t *testing.T) {
+	t.Parallel()
+	const maxBytes = 1000
+	stub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"choices":[{"message":{"content":"a cat"}}]}`)
+	}))
+	t.Cleanup(stub.Close) // after the parallel subtests
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		reason string
+	}{
+		{"device", Config{MaxDeviceBytes: maxBytes, MaxTotalBytes: -1}, DeletedDeviceBytes},
+		{"total", Config{MaxDeviceBytes: -1, MaxTotalBytes: maxBytes}, DeletedTotalBytes},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newClock()
+			tc.cfg.Now, tc.cfg.MaxBytes, tc.cfg.MaxPerDevice = clk.now, maxBytes, -1
+			tc.cfg.Model = &Model{BaseURL: stub.URL, Name: "m"}
+			f := newFixtureWith(t, tc.cfg)
+			tok, _ := f.auth.IssueVision(dev, time.Hour)
+			var ids []string
+			for i := range 2 {
+				clk.add(time.Second)
+				b, ct := form(t, "what is it?", jpegOf(990))
+				if status, body := f.post(t, dev, tok, b, ct); status != 200 || body != "a cat" {
+					t.Fatalf("upload %d: %d %q", i, status, body)
+				}
+				ids = f.listed(t, dev)
+				if len(ids) != 1 {
+					t.Fatalf("after upload %d: %v, want the newest photo", i, ids)
+				}
+				resp, err := http.Get(f.srv.URL + "/api/v1/devices/" + dev + "/photos/" + ids[0])
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					t.Fatalf("after upload %d: GET the photo: %d", i, resp.StatusCode)
+				}
+			}
+			if got := f.deletedBy(tc.reason); got != 1 {
+				t.Errorf("deleted{reason=%s} %v, want 1: the first photo", tc.reason, got)
+			}
+		})
+	}
+}
+
 // TestRetention: a photo past the retention is deleted by the next upload
 // of any device, and by the periodic sweep without one.
 func TestRetention(t *testing.T) {

@@ -99,11 +99,13 @@ type Config struct {
 	MaxPerDevice int
 	// MaxDeviceBytes bounds the bytes (images and metadata) kept per
 	// device, the oldest deleted first. Default DefaultMaxDeviceBytes;
-	// negative: no limit. At least MaxBytes.
+	// negative: no limit. At least MaxBytes. The device's newest photo is
+	// kept however large its metadata.
 	MaxDeviceBytes int64
 	// MaxTotalBytes bounds the bytes kept for all devices together, the
 	// oldest photo of any device deleted first. Default
-	// DefaultMaxTotalBytes; negative: no limit. At least MaxBytes.
+	// DefaultMaxTotalBytes; negative: no limit. At least MaxBytes. The
+	// newest photo of all is kept however large its metadata.
 	MaxTotalBytes int64
 	// SweepInterval is how often Run applies the bounds besides at each
 	// upload. Default DefaultSweepInterval.
@@ -273,7 +275,7 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// devauth's Checker has logged and counted it.
 		case ue.status == http.StatusRequestEntityTooLarge:
 			s.cfg.Limits.Hit(limits.VisionBody, "vision: upload refused: photo over the limit",
-				"remote", r.RemoteAddr, "max_bytes", s.cfg.MaxBytes)
+				"remote", r.RemoteAddr, "max_bytes", s.cfg.MaxBytes, "error", ue.msg)
 		case ue.status == http.StatusTooManyRequests:
 			s.cfg.Limits.Hit(limits.VisionRate, "vision: upload refused: device over its upload rate",
 				"remote", r.RemoteAddr, "device_id", r.Header.Get(xiaozhi.HeaderDeviceID), "retry_after", ue.retryAfter)
@@ -325,8 +327,8 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request) (string, error)
 	}
 
 	// The whole body is bounded, chunked or not; multipart overhead and the
-	// question get 64 KiB on top of the photo.
-	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBytes+64<<10)
+	// question get formBytes on top of the photo.
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBytes+formBytes)
 	mr, err := r.MultipartReader()
 	if err != nil {
 		return "", refuse(http.StatusBadRequest, "not_multipart", "want a multipart/form-data body with a file part: %v", err)
@@ -343,7 +345,9 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request) (string, error)
 		}
 		switch part.FormName() {
 		case "question":
-			b, err := io.ReadAll(io.LimitReader(part, 16<<10))
+			// Cut, not refused: firmware's questions are short, and a
+			// refusal would only say "Failed to upload photo".
+			b, err := io.ReadAll(io.LimitReader(part, maxQuestionBytes))
 			if err != nil {
 				return "", s.readError(err)
 			}
@@ -400,10 +404,19 @@ func (s *Service) upload(w http.ResponseWriter, r *http.Request) (string, error)
 	return explanation, nil
 }
 
+// Bounds of an upload's form besides the photo.
+const (
+	formBytes        = 64 << 10 // the body may be this much larger than MaxBytes
+	maxQuestionBytes = 16 << 10 // a longer question is cut
+)
+
 func (s *Service) readError(err error) error {
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		return refuse(http.StatusRequestEntityTooLarge, "too_large", "photo is over %d bytes", s.cfg.MaxBytes)
+		// The photo's own bound is checked when its part is read: this is
+		// the rest of the form (a long question, many parts).
+		return refuse(http.StatusRequestEntityTooLarge, "too_large",
+			"request body is over %d bytes: the photo's bound %d plus 64 KiB for the rest of the form", tooBig.Limit, s.cfg.MaxBytes)
 	}
 	return refuse(http.StatusBadRequest, "malformed_multipart", "malformed multipart body: %v", err)
 }

@@ -144,6 +144,24 @@ func TestUploadRefusals(t *testing.T) {
 			t.Fatalf("status %d", status)
 		}
 	})
+	t.Run("form over the body bound", func(t *testing.T) {
+		// A small photo, a 70 KB question: the body, not the photo, is
+		// over its bound.
+		b, ct := form(t, strings.Repeat("q", 70_000), jpg)
+		status, body := f.post(t, dev, tok, b, ct)
+		if want := "request body is over 66560 bytes: the photo's bound 1024 plus 64 KiB"; status != 413 || !strings.Contains(body, want) {
+			t.Fatalf("%d %q, want 413 saying %q", status, body, want)
+		}
+	})
+	t.Run("long question cut", func(t *testing.T) {
+		b, ct := form(t, strings.Repeat("q", 20_000), jpg)
+		if status, body := f.post(t, dev, tok, b, ct); status != 200 {
+			t.Fatalf("%d %q", status, body)
+		}
+		if q := f.photos(t, dev)[0].Question; len(q) != 16<<10 {
+			t.Errorf("question of %d bytes stored, want it cut to 16 KiB", len(q))
+		}
+	})
 }
 
 // TestChunkedUploadAndREST uploads with chunked transfer encoding (no
