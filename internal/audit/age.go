@@ -14,8 +14,8 @@ func ParseAge(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	if n, unit, ok := cutUnit(s); ok {
 		v, err := strconv.ParseInt(n, 10, 64)
-		if err != nil || v < 0 || v > 100*365 {
-			return 0, fmt.Errorf("age %q: want a whole number of days or weeks, e.g. 30d", s)
+		if err != nil || v < 0 || v > int64(maxAge/unit) {
+			return 0, fmt.Errorf("age %q: want a whole number of days or weeks up to 100 years, e.g. 30d", s)
 		}
 		return time.Duration(v) * unit, nil
 	}
@@ -28,6 +28,10 @@ func ParseAge(s string) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// maxAge bounds the ages in days or weeks: 100 years, well inside a
+// time.Duration (292 years), which 20000w would overflow.
+const maxAge = 100 * 365 * 24 * time.Hour
 
 func cutUnit(s string) (string, time.Duration, bool) {
 	if n, ok := strings.CutSuffix(s, "d"); ok {
