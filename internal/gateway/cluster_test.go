@@ -91,6 +91,11 @@ func TestClusterCallsAcrossGateways(t *testing.T) {
 	if d, err := a.Hub().Device(mac); err != nil || d.Node != "a" {
 		t.Errorf("device on node a: %+v, %v", d, err)
 	}
+	// A node waits 300 ms for the others' beats when it joins; a beat later
+	// than that (a loaded machine) is learnt at the next, within a second.
+	waitFor(t, "b to see members a and b", 10*time.Second, func() bool {
+		return slices.Equal(b.cluster.node.Load().Members(), []string{"a", "b"})
+	})
 	if h, err := c.Health(t.Context()); err != nil || h.Node != "b" || h.Cluster == nil || !slices.Equal(h.Cluster.Members, []string{"a", "b"}) ||
 		!h.Cluster.NATSConnected || h.Cluster.Routes == nil || *h.Cluster.Routes != 1 {
 		t.Errorf("healthz of node b: %+v (cluster %+v), %v", h, h.Cluster, err)
