@@ -169,9 +169,9 @@ func TestChatCallName(t *testing.T) {
 		c    agent.CallInfo
 		want string
 	}{
-		{agent.CallInfo{Function: "self_lamp_on", Device: "02:00:00:00:00:01", Tool: "self.lamp.on"}, "self.lamp.on"},
-		{agent.CallInfo{Function: "probe__fail", Device: "endpoint-probe", Tool: "fail"}, "probe.fail"},
-		{agent.CallInfo{Function: "made_up"}, "made_up"},
+		{agent.CallInfo{CallStart: agent.CallStart{Function: "self_lamp_on", Device: "02:00:00:00:00:01", Tool: "self.lamp.on"}}, "self.lamp.on"},
+		{agent.CallInfo{CallStart: agent.CallStart{Function: "probe__fail", Device: "endpoint-probe", Tool: "fail"}}, "probe.fail"},
+		{agent.CallInfo{CallStart: agent.CallStart{Function: "made_up"}}, "made_up"},
 	} {
 		if got := callName(tc.c); got != tc.want {
 			t.Errorf("callName(%+v) = %q, want %q", tc.c, got, tc.want)

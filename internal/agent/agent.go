@@ -219,9 +219,7 @@ type Event struct {
 func (e Event) Data() any {
 	switch {
 	case e.Call != nil && e.Type == EventToolCall:
-		c := e.Call
-		return callStart{ID: c.ID, Function: c.Function, Device: c.Device, Tool: c.Tool,
-			Arguments: c.Arguments, RawArguments: c.RawArguments, Repaired: c.Repaired}
+		return e.Call.CallStart
 	case e.Call != nil:
 		return e.Call
 	case e.Reply != nil:
@@ -234,10 +232,9 @@ func (e Event) Data() any {
 	}{e.Text}
 }
 
-// CallInfo describes one function call of the model and, once it ended,
-// its outcome: the tool_result event. The tool_call event carries the
-// fields up to Repaired only.
-type CallInfo struct {
+// CallStart is a function call of the model before its outcome: the
+// tool_call event's payload.
+type CallStart struct {
 	ID string `json:"id"`
 	// Function is the name the model used; Device and Tool say where it
 	// runs, or would have run when its arguments were unusable (empty for
@@ -250,6 +247,12 @@ type CallInfo struct {
 	Arguments    json.RawMessage `json:"arguments,omitempty"`
 	RawArguments string          `json:"raw_arguments,omitempty"`
 	Repaired     bool            `json:"repaired,omitempty"`
+}
+
+// CallInfo describes one function call of the model and, once it ended,
+// its outcome: the tool_result event.
+type CallInfo struct {
+	CallStart
 
 	// Result is the device's answer, whole, its content items in standard
 	// MCP form (firmware's wrapped image unwrapped, see
@@ -260,18 +263,6 @@ type CallInfo struct {
 	IsError    bool              `json:"is_error"`
 	Error      *CallError        `json:"error,omitempty"`
 	DurationMS float64           `json:"duration_ms"`
-}
-
-// callStart is the tool_call event's payload: a CallInfo without its
-// outcome.
-type callStart struct {
-	ID           string          `json:"id"`
-	Function     string          `json:"function"`
-	Device       string          `json:"device,omitempty"`
-	Tool         string          `json:"tool,omitempty"`
-	Arguments    json.RawMessage `json:"arguments,omitempty"`
-	RawArguments string          `json:"raw_arguments,omitempty"`
-	Repaired     bool            `json:"repaired,omitempty"`
 }
 
 // CallError is a call that did not reach a device answer: a gateway error

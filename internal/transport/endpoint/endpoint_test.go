@@ -1,17 +1,14 @@
 package endpoint_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +17,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/gatewaytest"
+	"github.com/mcpgate/mcpgate/internal/hostiletest"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/leakcheck"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
@@ -252,30 +250,11 @@ func TestNameWhoseIDIsAnAlias(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink the transport's goroutines write while the test
-// reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // A tool listed twice keeps its first definition, as firmware's
 // McpServer::AddTool does; the line saying so names the source.
 func TestDuplicateToolLoggedWithDeviceID(t *testing.T) {
-	var logs syncBuffer
-	f := newFixture(t, endpoint.Config{AllowNoToken: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	var logs hostiletest.Logs
+	f := newFixture(t, endpoint.Config{AllowNoToken: true, Logger: logs.Logger()})
 	srv := mcptest.New("dup")
 	srv.SetTools("echo", "add", "echo")
 	dial(t, f.url, srv, nil)

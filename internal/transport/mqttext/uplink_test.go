@@ -2,13 +2,12 @@ package mqttext
 
 import (
 	"context"
-	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/hostiletest"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/mosquittotest"
 )
@@ -157,9 +156,9 @@ func TestDownlinkRefusedIsLogged(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := mosquittotest.Start(t, "acl_file "+mosquittotest.WriteFile(t, "acl", tc.acl))
-			var logs syncLog
+			var logs hostiletest.Logs
 			tr, err := New(Config{Hub: hub.New(hub.Config{}), Broker: "tcp://" + b.Addr, ProbeTimeout: time.Second,
-				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+				Logger: logs.Logger()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -176,22 +175,4 @@ func TestDownlinkRefusedIsLogged(t *testing.T) {
 			}
 		})
 	}
-}
-
-// syncLog is a log destination safe for concurrent writes.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
