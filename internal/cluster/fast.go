@@ -35,14 +35,18 @@ type fastPath struct {
 	once sync.Once
 	err  error
 	// prefix is "_INBOX.<random>.": a call's reply subject is prefix and
-	// a token of its own, all under one wildcard subscription. A
-	// subscription per call would cost a SUB and an UNSUB on this server
-	// and interest updates to every routed server, per call.
+	// its id, all under one wildcard subscription. A subscription per call
+	// would cost a SUB and an UNSUB on this server and interest updates to
+	// every routed server, per call. Serving nodes reply on prefix and
+	// sharedReply, the call's id in the message: a subject per call would
+	// miss every server's match cache, per message (and evict from it).
+	// The call's own subject takes NATS's no-responders status and replies
+	// from nodes of older versions.
 	prefix string
 	sub    *nats.Subscription
 
 	mu      sync.Mutex
-	pending map[string]chan *nats.Msg // by reply token; guarded by mu
+	pending map[string]chan *nats.Msg // by call id; guarded by mu
 
 	// inbox takes the messages of every held device's subscription. A
 	// subscription with a handler would cost a goroutine per held device,
@@ -50,10 +54,31 @@ type fastPath struct {
 	inbox chan *nats.Msg
 	idle  atomic.Int32 // server goroutines waiting on inbox
 
-	// alive holds the reply subjects of the calls served here, by call id:
+	// alive holds where to reply to the calls served here, by call id:
 	// one ticker sends all their keepalives, not a goroutine and a ticker
 	// per call. Guarded by mu.
-	alive map[string]string
+	alive map[string]replyTo
+}
+
+// sharedReply ends a node's shared reply subject (see fastPath.prefix); a
+// call's id, from nuid, is never this short.
+const sharedReply = "r"
+
+// replyTo is where a served call's replies go: its subject, and the call's
+// id when that is the caller's shared reply subject.
+type replyTo struct {
+	subject, id string
+}
+
+// sharedReplyTo is where to reply to call id, whose reply subject is
+// subject: the caller's shared reply subject, or subject when it has no
+// prefix to take it from.
+func sharedReplyTo(subject, id string) replyTo {
+	i := strings.LastIndexByte(subject, '.')
+	if i < 0 {
+		return replyTo{subject: subject}
+	}
+	return replyTo{subject: subject[:i+1] + sharedReply, id: id}
 }
 
 // start subscribes the reply inbox and starts the server goroutines, once.
@@ -100,21 +125,20 @@ func (n *Node) serveLoop() {
 	}
 }
 
-// expect returns a reply subject for one call and the channel its replies
-// arrive on; done forgets it.
-func (n *Node) expect() (subject string, replies <-chan *nats.Msg, done func(), err error) {
+// expect returns the reply subject of call id (a nuid) and the channel its
+// replies arrive on; done forgets it.
+func (n *Node) expect(id string) (subject string, replies <-chan *nats.Msg, done func(), err error) {
 	if err := n.start(); err != nil {
 		return "", nil, nil, err
 	}
 	f := &n.fast
-	tok := nuid.Next()
 	c := make(chan *nats.Msg, replyBuffer)
 	f.mu.Lock()
-	f.pending[tok] = c
+	f.pending[id] = c
 	f.mu.Unlock()
-	return f.prefix + tok, c, func() {
+	return f.prefix + id, c, func() {
 		f.mu.Lock()
-		delete(f.pending, tok)
+		delete(f.pending, id)
 		f.mu.Unlock()
 	}, nil
 }
@@ -125,12 +149,19 @@ func (n *Node) expect() (subject string, replies <-chan *nats.Msg, done func(), 
 // drops messages for a slow subscriber: the result, which comes last, is
 // never the one lost.
 func (f *fastPath) deliver(m *nats.Msg) {
-	tok, ok := strings.CutPrefix(m.Subject, f.prefix)
+	id, ok := strings.CutPrefix(m.Subject, f.prefix)
 	if !ok {
 		return
 	}
 	f.mu.Lock()
-	c := f.pending[tok]
+	var c chan *nats.Msg
+	if id == sharedReply {
+		if b, ok := replyCallID(m.Data); ok {
+			c = f.pending[string(b)]
+		}
+	} else {
+		c = f.pending[id]
+	}
 	f.mu.Unlock()
 	if c == nil {
 		return
@@ -154,10 +185,10 @@ func (f *fastPath) deliver(m *nats.Msg) {
 
 // serving makes call id, answered on reply, one of those keepAlive
 // reports alive until served.
-func (f *fastPath) serving(id, reply string) {
+func (f *fastPath) serving(id string, reply replyTo) {
 	f.mu.Lock()
 	if f.alive == nil {
-		f.alive = make(map[string]string)
+		f.alive = make(map[string]replyTo)
 	}
 	f.alive[id] = reply
 	f.mu.Unlock()
@@ -175,8 +206,8 @@ func (f *fastPath) served(id string) {
 func (n *Node) keepAlive() {
 	t := time.NewTicker(n.cfg.keepalive)
 	defer t.Stop()
-	alive := appendReply(nil, &replyMsg{Kind: kindAlive, Node: n.cfg.NodeID})
-	var replies []string
+	alive := &replyMsg{Kind: kindAlive, Node: n.cfg.NodeID}
+	var replies []replyTo
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -191,7 +222,7 @@ func (n *Node) keepAlive() {
 		}
 		f.mu.Unlock()
 		for _, r := range replies {
-			if err := n.nc.Publish(r, alive); err != nil {
+			if err := n.nc.Publish(r.subject, appendReply(nil, r.id, alive)); err != nil {
 				n.log.Warn("cluster: sending a keepalive", "error", err)
 			}
 		}

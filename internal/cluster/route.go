@@ -26,6 +26,9 @@ type callMsg struct {
 	Door      string          `json:"door,omitempty"`
 	Meta      json.RawMessage `json:"meta,omitempty"`
 	Progress  bool            `json:"progress,omitempty"` // the caller wants progress
+	// SharedReply: reply on the caller's shared reply subject (fast.go).
+	// Binary only: a node of a version that sent JSON did not have it.
+	SharedReply bool `json:"-"`
 }
 
 // Kinds of replyMsg.
@@ -62,11 +65,11 @@ func (n *Node) Call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpclient.Result, error) {
 	msg := callMsg{ID: nuid.Next(), Node: n.cfg.NodeID, Device: id, Tool: req.Tool, Arguments: req.Arguments,
 		TimeoutMS: req.Timeout.Milliseconds(), Caller: req.Caller, Door: req.Door, Meta: req.Meta,
-		Progress: req.OnProgress != nil}
+		Progress: req.OnProgress != nil, SharedReply: true}
 	if err := n.reachable(); err != nil {
 		return nil, hub.NotSentError(fmt.Errorf("%w: %s: %w", hub.ErrDeviceOffline, id, err))
 	}
-	inbox, replies, done, err := n.expect()
+	inbox, replies, done, err := n.expect(msg.ID)
 	if err != nil {
 		return nil, hub.NotSentError(fmt.Errorf("%w: cluster: %w", hub.ErrDeviceOffline, err))
 	}
@@ -217,11 +220,15 @@ func (n *Node) onCall(m *nats.Msg) {
 	n.serve(m.Reply, m.Data)
 }
 
-func (n *Node) serve(reply string, data []byte) {
+func (n *Node) serve(subject string, data []byte) {
 	var msg callMsg
 	if err := decodeCall(data, &msg); err != nil {
-		n.answer(reply, replyMsg{Kind: kindResult, Code: "bad_request", Error: "cluster: bad call: " + err.Error()})
+		n.answer(replyTo{subject: subject}, replyMsg{Kind: kindResult, Code: "bad_request", Error: "cluster: bad call: " + err.Error()})
 		return
+	}
+	reply := replyTo{subject: subject}
+	if msg.SharedReply {
+		reply = sharedReplyTo(subject, msg.ID)
 	}
 	n.mu.Lock()
 	if n.wasCancelled(msg.ID) {
@@ -276,17 +283,17 @@ func (n *Node) serve(reply string, data []byte) {
 	n.answer(reply, r)
 }
 
-func (n *Node) answer(reply string, r replyMsg) {
+func (n *Node) answer(reply replyTo, r replyMsg) {
 	buf := getBuf()
-	*buf = appendReply(*buf, &r)
+	*buf = appendReply(*buf, reply.id, &r)
 	size := len(*buf)
-	err := n.nc.Publish(reply, *buf)
+	err := n.nc.Publish(reply.subject, *buf)
 	putBuf(buf)
 	if errors.Is(err, nats.ErrMaxPayload) && r.Kind == kindResult {
 		// Said at once: the caller would otherwise wait for a result
 		// that never comes, and report the node silent.
 		n.log.Warn("cluster: a call's result is too large to cross nodes", "bytes", size, "max_payload", n.nc.MaxPayload())
-		err = n.nc.Publish(reply, appendReply(nil, &replyMsg{Kind: kindResult, Node: n.cfg.NodeID, Code: "internal",
+		err = n.nc.Publish(reply.subject, appendReply(nil, reply.id, &replyMsg{Kind: kindResult, Node: n.cfg.NodeID, Code: "internal",
 			Error: fmt.Sprintf("cluster: the result (%d bytes) is larger than NATS carries between nodes (%d bytes): call the device through node %s, which holds it, or raise NATS's max_payload",
 				size, n.nc.MaxPayload(), n.cfg.NodeID)}))
 	}

@@ -20,8 +20,8 @@ import (
 // Layout, after the version byte wireV1 (JSON starts with '{', so a
 // message of another format is told apart):
 //
-//	call:  flags(progress) uvarint(timeout ms) str(id) str(node) str(device)
-//	       str(tool) str(caller) str(door) bytes(meta) bytes(arguments)
+//	call:  flags(progress, shared reply) uvarint(timeout ms) str(id) str(node)
+//	       str(device) str(tool) str(caller) str(door) bytes(meta) bytes(arguments)
 //	reply: kind str(node), then
 //	       progress: bytes(progress)
 //	       result:   flags(is error, gateway error)
@@ -29,20 +29,28 @@ import (
 //	                   uvarint(retry after ms) str(tool) bytes(problems as JSON)
 //	                 else: uvarint(n) n×bytes(content) bytes(structured) bytes(meta)
 //
+// A reply to a call flagged shared reply goes to the caller's shared reply
+// subject (fast.go) with the version byte wireV2 and str(call id) before
+// the same layout; the other replies are wireV1.
+//
 // str and bytes are a uvarint length and as many bytes. Like the JSON
 // reply before it, a result does not carry the device's JSON-RPC error
 // (Result.RPCError): its text is in the content.
-const wireV1 = 1
+const (
+	wireV1 = 1
+	wireV2 = 2
+)
 
 const (
 	wireKindProgress = 1
 	wireKindAlive    = 2
 	wireKindResult   = 3
 
-	flagProgress = 1 << 0 // call: the caller wants progress
-	flagIsError  = 1 << 0 // result: Result.IsError
-	flagGateway  = 1 << 1 // result: a gateway error, not a result
-	flagNotSent  = 1 << 2 // result: the gateway error's call was not sent
+	flagProgress    = 1 << 0 // call: the caller wants progress
+	flagSharedReply = 1 << 1 // call: reply on the shared reply subject, the id first
+	flagIsError     = 1 << 0 // result: Result.IsError
+	flagGateway     = 1 << 1 // result: a gateway error, not a result
+	flagNotSent     = 1 << 2 // result: the gateway error's call was not sent
 )
 
 var errShortWire = errors.New("truncated message")
@@ -75,6 +83,9 @@ func appendCall(b []byte, msg *callMsg) []byte {
 	if msg.Progress {
 		flags |= flagProgress
 	}
+	if msg.SharedReply {
+		flags |= flagSharedReply
+	}
 	b = append(b, wireV1, flags)
 	b = binary.AppendUvarint(b, uint64(max(msg.TimeoutMS, 0)))
 	b = appendStr(b, msg.ID)
@@ -87,9 +98,14 @@ func appendCall(b []byte, msg *callMsg) []byte {
 	return appendBytes(b, msg.Arguments)
 }
 
-// appendReply encodes r after b.
-func appendReply(b []byte, r *replyMsg) []byte {
-	b = append(b, wireV1)
+// appendReply encodes r after b: the reply to call id on its caller's
+// shared reply subject, or with no id on the call's own reply subject.
+func appendReply(b []byte, id string, r *replyMsg) []byte {
+	if id != "" {
+		b = appendStr(append(b, wireV2), id)
+	} else {
+		b = append(b, wireV1)
+	}
 	switch r.Kind {
 	case kindProgress:
 		b = appendStr(append(b, wireKindProgress), r.Node)
@@ -190,11 +206,22 @@ func decodeCall(data []byte, msg *callMsg) error {
 		return errors.New("unknown call format")
 	}
 	flags := r.byte()
-	*msg = callMsg{Progress: flags&flagProgress != 0, TimeoutMS: int64(r.uvarint())}
+	*msg = callMsg{Progress: flags&flagProgress != 0, SharedReply: flags&flagSharedReply != 0, TimeoutMS: int64(r.uvarint())}
 	msg.ID, msg.Node, msg.Device, msg.Tool = r.str(), r.str(), r.str(), r.str()
 	msg.Caller, msg.Door = r.str(), r.str()
 	msg.Meta, msg.Arguments = r.bytes(), r.bytes()
 	return r.err
+}
+
+// replyCallID returns the call id a wireV2 reply starts with, aliasing
+// data.
+func replyCallID(data []byte) ([]byte, bool) {
+	r := wireReader{b: data}
+	if r.byte() != wireV2 {
+		return nil, false
+	}
+	id := r.bytes()
+	return id, r.err == nil && len(id) > 0
 }
 
 // decodeReply reads a reply, binary or (from a node of an older version)
@@ -204,7 +231,11 @@ func decodeReply(data []byte, msg *replyMsg) error {
 		return json.Unmarshal(data, msg)
 	}
 	r := wireReader{b: data}
-	if v := r.byte(); r.err == nil && v != wireV1 {
+	switch v := r.byte(); {
+	case r.err != nil, v == wireV1:
+	case v == wireV2:
+		r.bytes() // the call's id, read by replyCallID
+	default:
 		return errors.New("unknown reply format")
 	}
 	kind := r.byte()

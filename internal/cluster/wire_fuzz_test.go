@@ -9,7 +9,8 @@ import (
 // encodes back to a message that decodes the same.
 func FuzzWireDecode(f *testing.F) {
 	f.Add(appendCall(nil, &wireCall))
-	f.Add(appendReply(nil, &wireResult))
+	f.Add(appendReply(nil, "", &wireResult))
+	f.Add(appendReply(nil, wireCall.ID, &wireResult))
 	f.Add([]byte(`{"id":"x","device":"d","tool":"t"}`))
 	f.Add([]byte{wireV1, wireKindResult, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -22,6 +23,7 @@ func FuzzWireDecode(f *testing.F) {
 		}
 		var reply replyMsg
 		_ = decodeReply(data, &reply)
+		_, _ = replyCallID(data)
 	})
 }
 

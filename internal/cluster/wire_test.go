@@ -20,12 +20,14 @@ var (
 
 // Every message survives the binary format as it did JSON.
 func TestWireRoundTrip(t *testing.T) {
-	var call callMsg
-	if err := decodeCall(appendCall(nil, &wireCall), &call); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(call, wireCall) {
-		t.Errorf("call: got %+v, want %+v", call, wireCall)
+	for _, want := range []callMsg{wireCall, {ID: "a", Device: "d", Tool: "t", SharedReply: true}} {
+		var call callMsg
+		if err := decodeCall(appendCall(nil, &want), &call); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(call, want) {
+			t.Errorf("call: got %+v, want %+v", call, want)
+		}
 	}
 	replies := []replyMsg{
 		wireResult,
@@ -38,12 +40,18 @@ func TestWireRoundTrip(t *testing.T) {
 			Problems: []hub.Problem{{Path: "/volume", Message: "must be an integer"}}},
 	}
 	for _, want := range replies {
-		var got replyMsg
-		if err := decodeReply(appendReply(nil, &want), &got); err != nil {
-			t.Fatalf("%+v: %v", want, err)
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("reply: got %+v, want %+v", got, want)
+		for _, id := range []string{"", wireCall.ID} {
+			b := appendReply(nil, id, &want)
+			var got replyMsg
+			if err := decodeReply(b, &got); err != nil {
+				t.Fatalf("%+v: %v", want, err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("reply: got %+v, want %+v", got, want)
+			}
+			if gotID, ok := replyCallID(b); string(gotID) != id || ok != (id != "") {
+				t.Errorf("reply to call %q: its id read as %q, %v", id, gotID, ok)
+			}
 		}
 	}
 }
@@ -71,11 +79,16 @@ func TestWireTruncated(t *testing.T) {
 			t.Errorf("call cut at %d of %d decoded", i, len(call))
 		}
 	}
-	reply := appendReply(nil, &wireResult)
-	for i := range len(reply) {
-		var m replyMsg
-		if decodeReply(reply[:i], &m) == nil {
-			t.Errorf("reply cut at %d of %d decoded", i, len(reply))
+	for _, id := range []string{"", wireCall.ID} {
+		reply := appendReply(nil, id, &wireResult)
+		for i := range len(reply) {
+			var m replyMsg
+			if decodeReply(reply[:i], &m) == nil {
+				t.Errorf("reply cut at %d of %d decoded", i, len(reply))
+			}
+			if gotID, ok := replyCallID(reply[:i]); ok && i < 2+len(id) {
+				t.Errorf("reply cut at %d of %d: call id %q read", i, len(reply), gotID)
+			}
 		}
 	}
 	var m replyMsg
@@ -124,7 +137,7 @@ func BenchmarkWire(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			buf := getBuf()
-			*buf = appendReply(*buf, &wireResult)
+			*buf = appendReply(*buf, wireCall.ID, &wireResult)
 			var m replyMsg
 			err := decodeReply(*buf, &m)
 			putBuf(buf)
