@@ -96,7 +96,10 @@ phase's rate, CPU per round trip: the part of a crossing no gateway code
 can save, next to what the goal leaves it; the same with the caller
 connected straight to the answering server; and p50 one at a time with the
 answering server in a child process, as on another node, next to the p50
-goal. --cluster-loads 4,64 adds the local and cross-node closed loops with
+goal. Each node runs with its share of this machine's cores as GOMAXPROCS
+(cores ÷ nodes, at least 1; --node-procs), as a container's CPU quota sets
+it: nodes sharing cores each at GOMAXPROCS = cores spend much of a crossing
+waking threads. --cluster-loads 4,64 adds the local and cross-node closed loops with
 those numbers of workers, for the CPU ratio against load. --storm DEVICES
 then connects that many devices spread over the nodes, drops them all at
 once and reconnects each to the next node: the time until every one is
@@ -230,6 +233,7 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 	f.IntVar(&cfg.Cluster, "cluster", 0, "replace the phases with cluster phases: start this many nodes (≥ 2) routed by embedded NATS on --store, devices on the first; calls through it (local) and through the second (cross-node)")
 	f.StringVar(&cfg.Store, "store", "", "with --cluster: the nodes' PostgreSQL store, postgres://USER@HOST:PORT/DB (a database of its own: the bench writes into it)")
 	f.IntSliceVar(&cfg.ClusterLoads, "cluster-loads", nil, "with --cluster: also run the local and cross-node closed loops with each of these numbers of workers (4,64): the CPU ratio against load")
+	f.IntVar(&cfg.NodeProcs, "node-procs", 0, "with --cluster: each node's GOMAXPROCS, also the NATS floor's (0: this machine's cores ÷ --cluster, at least 1, unless GOMAXPROCS is set in the environment; -1: Go's default)")
 	f.IntVar(&cfg.Storm, "storm", 0, "with --cluster: then a reconnect storm of this many devices spread over the nodes: time until all are callable again, store writes per reconnect")
 	return cmd
 }

@@ -143,6 +143,10 @@ type Config struct {
 	// loop for each of these numbers of workers: the CPU ratio against
 	// load.
 	ClusterLoads []int
+	// NodeProcs, with Cluster, is each node's GOMAXPROCS: 0 for each
+	// node's share of this machine's cores (at least 1) unless GOMAXPROCS
+	// is set in the environment; below 0 for Go's default (nodeProcs).
+	NodeProcs int
 }
 
 // normalize validates cfg and fills in defaults.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +38,9 @@ const (
 // ClusterReport is a cluster run.
 type ClusterReport struct {
 	Nodes []NodeInfo `json:"nodes"`
+	// NodeProcs is the GOMAXPROCS each node ran with; 0: Go's default,
+	// or what the environment's GOMAXPROCS said.
+	NodeProcs int `json:"node_procs"`
 	// Store is the PostgreSQL store, without its password.
 	Store   string  `json:"store"`
 	Devices int     `json:"devices"`
@@ -83,11 +87,36 @@ type clusterNode struct {
 	t *target
 }
 
+// nodeProcs is the GOMAXPROCS of each of nodes nodes on a machine of cpus
+// cores: flag when above 0; 0 (Go's own) when below, or when flag is 0 and
+// GOMAXPROCS is set in the environment (env, which the nodes inherit);
+// else each node's share of the cores, at least 1. Nodes sharing a machine
+// each at GOMAXPROCS cpus spend much of a crossing in the runtime waking
+// threads to look for work (docs/cluster.md, "The Go scheduler's share");
+// a container's CPU quota sets GOMAXPROCS to its share by itself.
+func nodeProcs(flag, nodes, cpus int, env string) int {
+	switch {
+	case flag > 0:
+		return flag
+	case flag < 0 || env != "":
+		return 0
+	}
+	return max(1, cpus/max(nodes, 1))
+}
+
+// procsEnv is the environment that sets GOMAXPROCS procs; none for 0.
+func procsEnv(procs int) []string {
+	if procs <= 0 {
+		return nil
+	}
+	return []string{"GOMAXPROCS=" + strconv.Itoa(procs)}
+}
+
 // checkCluster validates the cluster part of cfg.
 func checkCluster(cfg Config) error {
 	if cfg.Cluster == 0 {
-		if cfg.Storm > 0 || len(cfg.ClusterLoads) > 0 {
-			return errors.New("bench: --storm and --cluster-loads run on a cluster: add --cluster N and --store postgres://...")
+		if cfg.Storm > 0 || len(cfg.ClusterLoads) > 0 || cfg.NodeProcs != 0 {
+			return errors.New("bench: --storm, --cluster-loads and --node-procs run on a cluster: add --cluster N and --store postgres://...")
 		}
 		return nil
 	}
@@ -125,12 +154,13 @@ func runCluster(ctx context.Context, cfg Config, rep *Report) error {
 			return fmt.Errorf("bench: %w", err)
 		}
 	}
-	nodes, stop, err := startCluster(ctx, cfg, exe, dataDir)
+	procs := nodeProcs(cfg.NodeProcs, cfg.Cluster, runtime.NumCPU(), os.Getenv("GOMAXPROCS"))
+	nodes, stop, err := startCluster(ctx, cfg, exe, dataDir, procsEnv(procs))
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	defer stop()
-	cr := &ClusterReport{Store: store.RedactDSN(cfg.Store), Devices: cfg.Devices}
+	cr := &ClusterReport{Store: store.RedactDSN(cfg.Store), Devices: cfg.Devices, NodeProcs: procs}
 	for _, n := range nodes {
 		cr.Nodes = append(cr.Nodes, n.NodeInfo)
 	}
@@ -205,7 +235,7 @@ func runCluster(ctx context.Context, cfg Config, rep *Report) error {
 	}
 	if c := cr.Cross; c != nil && c.CallsPerSec > 0 {
 		log.Info("cluster phase: NATS floor", "rate", int(c.CallsPerSec), "workers", cfg.Concurrency, "duration", cfg.Duration/2)
-		if cr.NATSFloor, err = runNATSFloor(ctx, exe, c.CallsPerSec, cfg.Concurrency, cfg.Duration/2); err != nil {
+		if cr.NATSFloor, err = runNATSFloor(ctx, exe, c.CallsPerSec, cfg.Concurrency, cfg.Duration/2, cr.NodeProcs); err != nil {
 			log.Warn("cluster: NATS floor not measured", "error", err)
 		}
 	}
@@ -244,7 +274,7 @@ func waitRouted(ctx context.Context, base, path string, cfg Config) error {
 // startCluster starts cfg.Cluster nodes, each with its NATS routes to all
 // the others, and returns them once every one answers /healthz. stop ends
 // them all.
-func startCluster(ctx context.Context, cfg Config, exe, dataDir string) (nodes []*clusterNode, stop func(), err error) {
+func startCluster(ctx context.Context, cfg Config, exe, dataDir string, env []string) (nodes []*clusterNode, stop func(), err error) {
 	log := cfg.Logger
 	n := cfg.Cluster
 	var logw io.Writer
@@ -289,7 +319,7 @@ func startCluster(ctx context.Context, cfg Config, exe, dataDir string) (nodes [
 			extra := []string{"--cluster-name", clusterName, "--node-id", id, "--cluster-listen", routes[i],
 				"--cluster-routes", strings.Join(others, ","), "--store", cfg.Store, "--pprof-addr", pprof}
 			var t *target
-			t, err = startNode(ctx, exe, dir, id, extra, logw)
+			t, err = startNode(ctx, exe, dir, id, extra, env, logw)
 			if err != nil {
 				break
 			}
@@ -309,8 +339,8 @@ func startCluster(ctx context.Context, cfg Config, exe, dataDir string) (nodes [
 }
 
 // startNode runs `exe serve` as one node: as startChildOnce, with the
-// cluster's flags.
-func startNode(ctx context.Context, exe, dataDir, id string, extra []string, logw io.Writer) (*target, error) {
+// cluster's flags and env added to its environment.
+func startNode(ctx context.Context, exe, dataDir, id string, extra, env []string, logw io.Writer) (*target, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -322,7 +352,7 @@ func startNode(ctx context.Context, exe, dataDir, id string, extra []string, log
 	if logw != nil {
 		out = io.MultiWriter(tail, &prefixWriter{w: logw, prefix: []byte(id + ": ")})
 	}
-	cmd, exited, stop, err := startProcess(ctx, exe, args, out, "node "+id, tail)
+	cmd, exited, stop, err := startProcess(ctx, exe, args, env, out, "node "+id, tail)
 	if err != nil {
 		return nil, fmt.Errorf("start node %s: %w", id, err)
 	}

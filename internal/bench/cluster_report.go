@@ -20,6 +20,11 @@ func (r *Report) writeCluster(w io.Writer) error {
 	for _, n := range c.Nodes {
 		p.f("node        %s: child process, pid %d, %s, NATS route %s\n", n.ID, n.PID, n.URL, n.Route)
 	}
+	if c.NodeProcs > 0 {
+		p.f("node procs  GOMAXPROCS %d in each node and the NATS floor (--node-procs)\n", c.NodeProcs)
+	} else {
+		p.f("node procs  each node's GOMAXPROCS is Go's default or the environment's (--node-procs)\n")
+	}
 	p.f("store       %s\n", c.Store)
 	p.f("devices     %s × %s on node %s, all connected and discovered in %s\n", count(uint64(c.Devices)), r.Config.Profile, c.Nodes[0].ID, fmtS(c.ReadyS))
 	p.f("calls       %s %s, client %s; local through %s's REST door, cross-node through %s's\n",

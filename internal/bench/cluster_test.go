@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -25,6 +26,7 @@ func TestClusterConfigValidation(t *testing.T) {
 		{"one node", Config{Cluster: 1, Store: "postgres://h/db"}, "at least 2 nodes"},
 		{"storm alone", Config{Storm: 100}, "run on a cluster"},
 		{"loads alone", Config{ClusterLoads: []int{4}}, "run on a cluster"},
+		{"node procs alone", Config{NodeProcs: 1}, "run on a cluster"},
 		{"no workers", Config{Cluster: 2, Store: "postgres://h/db", ClusterLoads: []int{4, 0}}, "--cluster-loads 0"},
 		{"with mqtt", Config{Cluster: 2, Store: "postgres://h/db", MQTT: true}, "excludes"},
 	} {
@@ -38,6 +40,50 @@ func TestClusterConfigValidation(t *testing.T) {
 	}
 	if _, err := (Config{Cluster: 2, Store: "postgres://u:pw@h/db", Storm: 10}).normalize(); err != nil {
 		t.Errorf("a cluster on PostgreSQL: %v", err)
+	}
+}
+
+// Each node gets its share of the cores unless told otherwise.
+func TestNodeProcs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		flag, nodes, cpus int
+		env               string
+		want              int
+	}{
+		{0, 3, 2, "", 1},
+		{0, 3, 16, "", 5},
+		{0, 2, 8, "", 4},
+		{0, 3, 16, "2", 0}, // the environment's, inherited
+		{3, 3, 2, "1", 3},  // the flag wins
+		{-1, 3, 2, "", 0},  // Go's default
+	} {
+		if got := nodeProcs(tc.flag, tc.nodes, tc.cpus, tc.env); got != tc.want {
+			t.Errorf("nodeProcs(%d, %d nodes, %d cpus, GOMAXPROCS=%q) = %d, want %d", tc.flag, tc.nodes, tc.cpus, tc.env, got, tc.want)
+		}
+	}
+	if env := procsEnv(0); env != nil {
+		t.Errorf("procsEnv(0) = %q, want nothing", env)
+	}
+	if env := procsEnv(2); len(env) != 1 || env[0] != "GOMAXPROCS=2" {
+		t.Errorf("procsEnv(2) = %q", env)
+	}
+}
+
+// A child started with an environment gets it on top of this process's.
+func TestStartProcessEnv(t *testing.T) {
+	t.Parallel()
+	out := &tailBuffer{max: 4 << 10}
+	_, exited, stop, err := startProcess(t.Context(), "/bin/sh", []string{"-c", `echo "$GOMAXPROCS $HOME"`}, procsEnv(3), out, "sh", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.TrimSpace(out.String()), "3 "+os.Getenv("HOME"); got != want {
+		t.Errorf("the child saw %q, want %q", got, want)
 	}
 }
 
@@ -61,13 +107,16 @@ func TestRunCluster(t *testing.T) {
 	var gwlog bytes.Buffer
 	const storm = 40
 	rep, err := Run(context.Background(), Config{Executable: exe, Cluster: 2, Store: dsn, Devices: 10, Concurrency: 2,
-		Duration: 500 * time.Millisecond, Warmup: 200 * time.Millisecond, Storm: storm, ClusterLoads: []int{1, 3}, GatewayLog: &gwlog})
+		Duration: 500 * time.Millisecond, Warmup: 200 * time.Millisecond, Storm: storm, ClusterLoads: []int{1, 3}, NodeProcs: 1, GatewayLog: &gwlog})
 	if err != nil {
 		t.Fatalf("%v\nnodes' output:\n%s", err, &gwlog)
 	}
 	c := rep.Cluster
 	if c == nil || len(c.Nodes) != 2 || c.Nodes[0].PID == 0 || c.Nodes[0].PID == c.Nodes[1].PID || c.Nodes[0].URL == c.Nodes[1].URL {
 		t.Fatalf("nodes %+v", c)
+	}
+	if c.NodeProcs != 1 {
+		t.Errorf("node procs %d, want 1 as asked", c.NodeProcs)
 	}
 	if strings.Contains(c.Store, "password") {
 		t.Errorf("store %q", c.Store)
@@ -145,7 +194,7 @@ func TestNATSFloor(t *testing.T) {
 		t.Skip("reads /proc")
 	}
 	// Enough round trips that their CPU spans many of /proc's 10 ms ticks.
-	f, err := runNATSFloor(t.Context(), "", 2000, 4, time.Second)
+	f, err := runNATSFloor(t.Context(), "", 2000, 4, time.Second, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,11 +211,11 @@ func TestNATSFloor(t *testing.T) {
 	if f.Apart != nil {
 		t.Errorf("apart measured without an executable: %+v", f.Apart)
 	}
-	if _, err := runNATSFloor(t.Context(), "", 0, 4, time.Millisecond); err == nil {
+	if _, err := runNATSFloor(t.Context(), "", 0, 4, time.Millisecond, 0); err == nil {
 		t.Error("a floor without a rate ran")
 	}
 	// An executable without the peer command: a clear error, not a hang.
-	if _, err := floorApart(t.Context(), "/bin/true", time.Millisecond, make([]byte, floorMessageBytes)); err == nil || !strings.Contains(err.Error(), "exited without its address") {
+	if _, err := floorApart(t.Context(), "/bin/true", time.Millisecond, make([]byte, floorMessageBytes), nil); err == nil || !strings.Contains(err.Error(), "exited without its address") {
 		t.Errorf("apart with /bin/true: %v", err)
 	}
 }

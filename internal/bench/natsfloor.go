@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,10 +66,15 @@ const floorMessageBytes = 160 // about a routed call of set_volume, and its repl
 
 // runNATSFloor measures the NATS floor at rate round trips/s from workers
 // workers for d, then one at a time for d; then its direct variant; then,
-// with exe (an mcpgate executable) given, its apart variant.
-func runNATSFloor(ctx context.Context, exe string, rate float64, workers int, d time.Duration) (*NATSFloorReport, error) {
+// with exe (an mcpgate executable) given, its apart variant. With procs
+// above 0, this process and the apart variant's child run at GOMAXPROCS
+// procs meanwhile, as the nodes do.
+func runNATSFloor(ctx context.Context, exe string, rate float64, workers int, d time.Duration, procs int) (*NATSFloorReport, error) {
 	if rate <= 0 || workers <= 0 {
 		return nil, errors.New("nats floor: need a rate and workers")
+	}
+	if procs > 0 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 	}
 	first, err := floorServer("floor-1", "")
 	if err != nil {
@@ -115,7 +121,7 @@ func runNATSFloor(ctx context.Context, exe string, rate float64, workers int, d 
 		return nil, err
 	}
 	if exe != "" {
-		if r.Apart, err = floorApart(ctx, exe, d, msg); err != nil {
+		if r.Apart, err = floorApart(ctx, exe, d, msg, procsEnv(procs)); err != nil {
 			return nil, err
 		}
 	}
@@ -187,10 +193,10 @@ func RunNATSFloorPeer(ctx context.Context, w io.Writer) error {
 // floorApart times round trips, one at a time for d, to an answering
 // server and client in a child process (exe FloorPeerCommand), as a call
 // crosses to another node's process: what the p50 goal can be set beside.
-func floorApart(ctx context.Context, exe string, d time.Duration, msg []byte) (*FloorApart, error) {
+func floorApart(ctx context.Context, exe string, d time.Duration, msg []byte, env []string) (*FloorApart, error) {
 	pr, pw := io.Pipe()
 	tail := &tailBuffer{max: 4 << 10}
-	_, exited, stop, err := startProcess(ctx, exe, []string{FloorPeerCommand}, io.MultiWriter(tail, pw), "nats floor peer", tail)
+	_, exited, stop, err := startProcess(ctx, exe, []string{FloorPeerCommand}, env, io.MultiWriter(tail, pw), "nats floor peer", tail)
 	if err != nil {
 		return nil, fmt.Errorf("nats floor: starting %s %s: %w", exe, FloorPeerCommand, err)
 	}

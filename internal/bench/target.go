@@ -107,7 +107,7 @@ func startChildOnce(ctx context.Context, exe, dataDir string, mqtt bool, logw io
 	if logw != nil {
 		stderr = io.MultiWriter(tail, logw)
 	}
-	cmd, exited, stop, err := startProcess(ctx, exe, args, stderr, "gateway", tail)
+	cmd, exited, stop, err := startProcess(ctx, exe, args, nil, stderr, "gateway", tail)
 	if err != nil {
 		return nil, fmt.Errorf("start gateway %s: %w", exe, err)
 	}
@@ -245,15 +245,18 @@ func selfExecutable() (string, error) {
 	return exe, nil
 }
 
-// startProcess starts exe as a child with its output to out (whose last
-// bytes tail keeps). The child outlives ctx's phases but not the bench:
+// startProcess starts exe as a child, with env added to this process's
+// environment and its output to out (whose last bytes tail keeps). The child outlives ctx's phases but not the bench:
 // stop sends SIGTERM (cmd.Cancel) and after stopTimeout SIGKILL, and fails
 // when the child did not exit cleanly, with its last output; exited closes
 // when it has exited.
-func startProcess(ctx context.Context, exe string, args []string, out io.Writer, name string, tail fmt.Stringer) (
+func startProcess(ctx context.Context, exe string, args, env []string, out io.Writer, name string, tail fmt.Stringer) (
 	cmd *exec.Cmd, exited <-chan struct{}, stop func() error, err error) {
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cmd = exec.CommandContext(cctx, exe, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = stopTimeout
