@@ -120,8 +120,18 @@ func TestOAuth(t *testing.T) {
 		"code_challenge": {challenge}, "code_challenge_method": {"S256"}}.Encode(), "", "", ""); status != http.StatusBadRequest || !strings.Contains(body, "redirect_uri is required") {
 		t.Errorf("authorize without redirect_uri, two registered: %d %s, want 400 saying it is required", status, body)
 	}
-	if status, loc := authorize(url.Values{"code_challenge_method": {"plain"}}); status != http.StatusFound || !strings.HasPrefix(loc, redirect+"?") || !strings.Contains(loc, "error=invalid_request") {
-		t.Errorf("authorize without S256: %d %s", status, loc)
+	// Errors before the consent are shown, never redirected: anyone may
+	// register a client, so a redirect would make an open redirector.
+	for _, bad := range []url.Values{{"code_challenge_method": {"plain"}}, {"response_type": {"token"}}} {
+		q := url.Values{"response_type": {"code"}, "client_id": {reg.ClientID}, "redirect_uri": {redirect},
+			"code_challenge": {challenge}, "code_challenge_method": {"S256"}, "state": {"st8"}}
+		for k, v := range bad {
+			q[k] = v
+		}
+		status, h, body := do("GET", oauth.AuthorizePath+"?"+q.Encode(), "", "", "")
+		if status != http.StatusBadRequest || h.Get("Location") != "" || !strings.Contains(body, "invalid_request") && !strings.Contains(body, "unsupported_response_type") {
+			t.Errorf("authorize with %v: %d Location %q %s, want 400 shown here", bad, status, h.Get("Location"), body)
+		}
 	}
 	consent := func() string {
 		t.Helper()

@@ -297,8 +297,8 @@ func checkRedirect(raw string) error {
 }
 
 // authorize validates the request and sends the browser to the console's
-// consent page. Before the client and redirect URI are known good, errors
-// are shown, never redirected (RFC 6749 section 4.1.2.1).
+// consent page. Its errors are shown, never redirected: before the client
+// and redirect URI are known good (RFC 6749 section 4.1.2.1), and after.
 func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var c client
@@ -320,17 +320,20 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "redirect_uri is not one the client registered", http.StatusBadRequest)
 		return
 	}
-	state := q.Get("state")
-	fail := func(code, desc string) {
-		http.Redirect(w, r, withParams(redirect, url.Values{"error": {code}, "error_description": {desc}, "state": {state}}), http.StatusFound)
+	// Shown here too, not redirected: anyone may register a client, so a
+	// redirect before the user consents would make the gateway an open
+	// redirector (RFC 9700 section 4.11.2). Only the consent's outcome goes
+	// back to the client.
+	show := func(status int, code, desc string) {
+		http.Error(w, code+": "+desc, status)
 	}
-	if q.Get("response_type") != "code" {
-		fail("unsupported_response_type", "only response_type=code is supported")
+	if rt := q.Get("response_type"); rt != "code" {
+		show(http.StatusBadRequest, "unsupported_response_type", fmt.Sprintf("response_type %q: only code is supported", rt))
 		return
 	}
 	challenge := q.Get("code_challenge")
 	if q.Get("code_challenge_method") != "S256" || len(challenge) < 43 || len(challenge) > 128 {
-		fail("invalid_request", "PKCE is required: code_challenge (43-128 characters) with code_challenge_method=S256")
+		show(http.StatusBadRequest, "invalid_request", "PKCE is required: code_challenge (43-128 characters) with code_challenge_method=S256")
 		return
 	}
 	scope := ""
@@ -339,11 +342,11 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 			scope = sc
 		}
 	}
-	req := &request{ClientID: c.ID, ClientName: c.Name, RedirectURI: redirect, RedirectGiven: redirectGiven, State: state,
+	req := &request{ClientID: c.ID, ClientName: c.Name, RedirectURI: redirect, RedirectGiven: redirectGiven, State: q.Get("state"),
 		Challenge: challenge, Scope: scope, Resource: q.Get("resource"), Expires: s.cfg.Now().Add(pendingLife).Truncate(time.Second)}
 	id, err := s.seal.seal(requestKind, req, req.Expires)
 	if err != nil {
-		fail("server_error", "could not make the consent request")
+		show(http.StatusInternalServerError, "server_error", "could not make the consent request")
 		return
 	}
 	http.Redirect(w, r, "/#/consent/"+id, http.StatusFound)
