@@ -460,13 +460,15 @@ func (a *API) callTool(w http.ResponseWriter, r *http.Request) {
 	p := principal(r)
 	// A device or tool beyond the key's patterns is answered, counted,
 	// rate-charged and audited as one that does not exist: a key learns
-	// nothing of them, not even from its rate limit.
+	// nothing of them, not even from its rate limit. The device first: a
+	// hidden tool on a device that does not exist is an unknown device, as
+	// on a hidden one.
 	unseen := hub.CallRequest{Device: r.PathValue("id"), Tool: body.Name, Arguments: body.Arguments, Caller: p.Caller(), Door: "rest"}
-	if id, alias, ok := a.hub.IdentifyContext(r.Context(), unseen.Device); ok && !p.CanSeeDevice(id, alias) {
+	switch id, alias, known := a.hub.IdentifyContext(r.Context(), unseen.Device); {
+	case known && !p.CanSeeDevice(id, alias), !known && !p.CanSeeTool(body.Name):
 		writeHubError(w, a.hub.RefuseUnseen(unseen, false))
 		return
-	}
-	if !p.CanSeeTool(body.Name) {
+	case !p.CanSeeTool(body.Name):
 		writeHubError(w, a.hub.RefuseUnseen(unseen, true))
 		return
 	}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
 // Authenticate is the REST door's authentication, wrapped around every
@@ -20,7 +22,9 @@ import (
 //  3. The route's scope ([RequiredScope]) is checked: 403 forbidden.
 //  4. A route under /api/v1/devices/{ref} naming a device outside the key's
 //     device patterns answers 404 device_not_found, exactly as an unknown
-//     device does, so a key cannot learn what exists beyond its reach.
+//     device does, so a key cannot learn what exists beyond its reach. The
+//     patterns hold for ids the hub does not know too ([canReach]): a
+//     revocation takes any id.
 //
 // Handlers then find the principal with auth.FromContext and filter what
 // they list by it.
@@ -45,7 +49,7 @@ func Authenticate(doors *auth.Doors, h *hub.Hub) func(http.Handler) http.Handler
 			// A tool call checks for itself (callTool): refused as a call to
 			// an unknown device is, its rate charged and audited.
 			if ref, ok := deviceRef(r.URL); ok && !(r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/tools/call")) {
-				if id, alias, ok := h.IdentifyContext(r.Context(), ref); ok && !p.CanSeeDevice(id, alias) {
+				if !canReach(r.Context(), h, p, ref) {
 					writeError(w, http.StatusNotFound, "device_not_found", fmt.Errorf("%w: %q", hub.ErrDeviceNotFound, ref).Error(), nil)
 					return
 				}
@@ -59,6 +63,22 @@ func Authenticate(doors *auth.Doors, h *hub.Hub) func(http.Handler) http.Handler
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// canReach reports whether the device ref names is within p's device
+// patterns: a device the hub knows by its id and alias, any other ref as
+// the id it would be (normalised). A device not connected yet, or
+// forgotten, may hold a token that a revocation reaches, so a key limited
+// to some devices must not name ids beyond them, known or not.
+func canReach(ctx context.Context, h *hub.Hub, p *auth.Principal, ref string) bool {
+	if id, alias, ok := h.IdentifyContext(ctx, ref); ok {
+		return p.CanSeeDevice(id, alias)
+	}
+	id, err := xiaozhi.NormalizeDeviceID(ref)
+	if err != nil {
+		id = ref // no id: what the route answers (404) is the same either way
+	}
+	return p.CanSeeDevice(id, "")
 }
 
 // RequiredScope is the scope a REST request needs: read to look (GET, HEAD,
@@ -124,14 +144,12 @@ func visibleTools(p *auth.Principal, h *hub.Hub, d hub.Device) int {
 
 // visibleEvent returns the event as the principal may see it, or false: events
 // of invisible devices are dropped, call events of invisible tools too, and a
-// tools_changed diff keeps only visible names.
+// tools_changed diff keeps only visible names. An event never names a
+// device by an alias the principal may not see (visibleDevice).
 func visibleEvent(p *auth.Principal, h *hub.Hub, ev hub.Event) (hub.Event, bool) {
 	if len(p.Devices) > 0 {
-		alias := ev.Alias
-		if d, err := h.Device(ev.Device); err == nil {
-			alias = d.Alias
-		}
-		if !p.CanSeeDevice(ev.Device, alias) && (ev.Alias == "" || !p.CanSeeDevice(ev.Device, ev.Alias)) {
+		var ok bool
+		if ev, ok = visibleDevice(p, h, ev); !ok {
 			return ev, false
 		}
 	}
@@ -151,6 +169,41 @@ func visibleEvent(p *auth.Principal, h *hub.Hub, ev hub.Event) (hub.Event, bool)
 		if data != nil {
 			ev.Data = filterToolsChanged(p, h, ev.Device, *data)
 		}
+	}
+	return ev, true
+}
+
+// visibleDevice returns the event as a principal limited to some devices
+// may see it, or false when its device is beyond them.
+//
+// An alias_changed is judged by the names it carries, not by the alias the
+// device has by the time it is sent: renamed to an alias the principal may
+// not see, the device leaves its view and nothing is sent, as for any event
+// of a device it may not see; renamed from one, the event comes without its
+// data (the old alias). Any other event is sent when the principal may see
+// the device by its alias then or now, and under a name it may see.
+func visibleDevice(p *auth.Principal, h *hub.Hub, ev hub.Event) (hub.Event, bool) {
+	if ev.Type == hub.EventAlias {
+		if !p.CanSeeDevice(ev.Device, ev.Alias) {
+			return ev, false
+		}
+		if data, ok := ev.Data.(map[string]string); !ok || !p.CanSeeDevice(ev.Device, data["old"]) {
+			ev.Data = nil
+		}
+		return ev, true
+	}
+	now := ev.Alias
+	if d, err := h.Device(ev.Device); err == nil {
+		now = d.Alias
+	}
+	switch {
+	case ev.Alias != "" && p.CanSeeDevice(ev.Device, ev.Alias):
+	case p.CanSeeDevice(ev.Device, now):
+		if ev.Alias != "" {
+			ev.Alias = now // it had a name the principal may not see then
+		}
+	default:
+		return ev, false
 	}
 	return ev, true
 }

@@ -152,6 +152,7 @@ func TestRESTScopesAndRestrictions(t *testing.T) {
 	_, secretOfNoKey := auth.NewSecret()
 	setVol := `{"name":"self.audio_speaker.set_volume","arguments":{"volume":10}}`
 	photo := `{"name":"self.camera.take_photo"}`
+	_, limitedAdmin := createKey(t, f.st, auth.ScopeAdmin, []string{"kitchen*"}, nil, 0)
 	cases := []struct {
 		name, key, method, path, body string
 		status                        int
@@ -173,6 +174,9 @@ func TestRESTScopesAndRestrictions(t *testing.T) {
 		{"call: tools of device outside", f.call, "GET", "/api/v1/devices/bedroom/tools", "", 404, "device_not_found"},
 		{"call: events of device outside", f.call, "GET", "/api/v1/events?device=bedroom", "", 404, "device_not_found"},
 		{"call: unknown device is the same 404", f.call, "GET", "/api/v1/devices/nowhere", "", 404, "device_not_found"},
+		{"call: tool outside on device outside", f.call, "POST", "/api/v1/devices/bedroom/tools/call", photo, 404, "device_not_found"},
+		{"call: tool outside on unknown device is the same 404", f.call, "POST", "/api/v1/devices/nowhere/tools/call", photo, 404, "device_not_found"},
+		{"call: tool outside on unknown device within", f.call, "POST", "/api/v1/devices/kitchen-9/tools/call", photo, 404, "device_not_found"},
 		{"call cannot rename", f.call, "PATCH", "/api/v1/devices/kitchen-1", `{"alias":"k"}`, 403, "forbidden"},
 		{"call cannot revoke", f.call, "POST", "/api/v1/devices/kitchen-1/revoke", `{}`, 403, "forbidden"},
 		{"call cannot forget", f.call, "DELETE", "/api/v1/devices/kitchen-1", "", 403, "forbidden"},
@@ -181,6 +185,13 @@ func TestRESTScopesAndRestrictions(t *testing.T) {
 		{"call: forget of device outside", f.call, "DELETE", "/api/v1/devices/bedroom", "", 403, "forbidden"},
 		{"call: forget of unknown device", f.call, "DELETE", "/api/v1/devices/nowhere", "", 403, "forbidden"},
 		{"admin forgets, online refused", f.admin, "DELETE", "/api/v1/devices/bedroom", "", 409, "device_online"},
+		// A limited admin's patterns hold for ids the gateway does not
+		// know too: a revocation takes any id.
+		{"limited admin: revoke device outside", limitedAdmin, "POST", "/api/v1/devices/bedroom/revoke", "", 404, "device_not_found"},
+		{"limited admin: revoke unknown id outside is the same 404", limitedAdmin, "POST", "/api/v1/devices/02:00:00:00:00:77/revoke", "", 404, "device_not_found"},
+		{"limited admin: forget unknown id outside", limitedAdmin, "DELETE", "/api/v1/devices/02-00-00-00-00-77", "", 404, "device_not_found"},
+		{"limited admin: rename unknown id outside", limitedAdmin, "PATCH", "/api/v1/devices/02:00:00:00:00:77", `{"alias":"kitchen-7"}`, 404, "device_not_found"},
+		{"limited admin: revoke unknown id within", limitedAdmin, "POST", "/api/v1/devices/kitchen-new/revoke", "", 200, ""},
 		{"admin calls anything", f.admin, "POST", "/api/v1/devices/bedroom/tools/call", photo, 200, ""},
 		{"admin renames", f.admin, "PATCH", "/api/v1/devices/bedroom", `{"alias":"bedroom"}`, 200, ""},
 	}
@@ -271,22 +282,24 @@ func waitCall(t *testing.T, sub *hub.Subscription) hub.CallData {
 	}
 }
 
-func TestEventsAreFiltered(t *testing.T) {
-	f := newFixture(t, gateway.Config{RequireKeys: true})
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", f.base+"/api/v1/events", nil)
-	req.Header.Set("Authorization", "Bearer "+f.call)
+// streamLines opens the event stream with key and returns its lines; the
+// stream ends with the test.
+func (f *fixture) streamLines(t *testing.T, key string) <-chan string {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", f.base+"/api/v1/events", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
+		resp.Body.Close()
 		t.Fatalf("events: %d", resp.StatusCode)
 	}
 	lines := make(chan string, 64)
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		defer close(lines)
 		buf := make([]byte, 4096)
 		var acc []byte
@@ -298,7 +311,11 @@ func TestEventsAreFiltered(t *testing.T) {
 				if i < 0 {
 					break
 				}
-				lines <- string(acc[:i])
+				select {
+				case lines <- string(acc[:i]):
+				case <-t.Context().Done():
+					return
+				}
 				acc = acc[i+1:]
 			}
 			if err != nil {
@@ -306,6 +323,13 @@ func TestEventsAreFiltered(t *testing.T) {
 			}
 		}
 	}()
+	t.Cleanup(func() { resp.Body.Close(); <-done })
+	return lines
+}
+
+func TestEventsAreFiltered(t *testing.T) {
+	f := newFixture(t, gateway.Config{RequireKeys: true})
+	lines := f.streamLines(t, f.call)
 	// Calls by admin: bedroom (invisible), kitchen's photo (invisible
 	// tool), then kitchen's volume (visible). Only the last may arrive.
 	for _, c := range []struct{ dev, body string }{
@@ -332,6 +356,46 @@ func TestEventsAreFiltered(t *testing.T) {
 			}
 		case <-timeout:
 			t.Fatal("the visible call's event did not arrive")
+		}
+	}
+}
+
+// TestAliasEventsAreFiltered: a key limited to kitchen* sees nothing of its
+// device while it is named beyond its patterns, not even the name it had
+// once it is named back: that alias_changed comes without the old alias.
+func TestAliasEventsAreFiltered(t *testing.T) {
+	f := newFixture(t, gateway.Config{RequireKeys: true})
+	lines := f.streamLines(t, f.call)
+	for _, alias := range []string{"ceo-office", "kitchen-1", "kitchen-2"} {
+		if status, _, body := f.do(t, f.admin, "PATCH", "/api/v1/devices/"+kitchenID, `{"alias":"`+alias+`"}`); status != 200 {
+			t.Fatalf("rename to %s: %d %s", alias, status, body)
+		}
+	}
+	var aliases []string
+	timeout := time.After(5 * time.Second)
+	for len(aliases) < 2 {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("stream ended")
+			}
+			if strings.Contains(l, "ceo-office") {
+				t.Fatalf("restricted key saw the alias it may not see: %s", l)
+			}
+			if strings.HasPrefix(l, "data:") && strings.Contains(l, `"alias_changed"`) {
+				aliases = append(aliases, strings.TrimPrefix(l, "data: "))
+			}
+		case <-timeout:
+			t.Fatalf("alias_changed events: got %q, want two", aliases)
+		}
+	}
+	for i, want := range []struct{ alias, data string }{{"kitchen-1", ""}, {"kitchen-2", `{"old":"kitchen-1"}`}} {
+		var ev struct {
+			Alias string
+			Data  json.RawMessage
+		}
+		if err := json.Unmarshal([]byte(aliases[i]), &ev); err != nil || ev.Alias != want.alias || string(ev.Data) != want.data {
+			t.Errorf("alias_changed %d: %s, want alias %s and data %q", i, aliases[i], want.alias, want.data)
 		}
 	}
 }
@@ -444,6 +508,11 @@ func TestMCPDoors(t *testing.T) {
 		{"call key calls", caller, "kitchen-1.self.audio_speaker.set_volume", ""},
 		{"tool outside patterns", caller, "kitchen-1.self.camera.take_photo", "tool_not_found"},
 		{"device outside patterns", caller, "bedroom.self.audio_speaker.set_volume", "device_not_found"},
+		// The device first: a tool outside on a hidden or unknown device
+		// is an unknown device alike.
+		{"tool outside on device outside", caller, "bedroom.self.camera.take_photo", "device_not_found"},
+		{"tool outside on unknown device", caller, "nowhere.self.camera.take_photo", "device_not_found"},
+		{"tool outside on unknown device within", caller, "kitchen-9.self.camera.take_photo", "device_not_found"},
 		{"read key", reader, "kitchen-1.self.audio_speaker.set_volume", "forbidden"},
 		{"admin", admin, "bedroom.self.audio_speaker.set_volume", ""},
 	} {

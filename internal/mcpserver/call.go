@@ -41,12 +41,13 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	}
 	cr := hub.CallRequest{Device: device, Tool: tool, Arguments: req.Params.Arguments, Caller: d.p.Caller(), Door: door}
 	// Beyond the key's patterns: answered, rate-charged and audited as what
-	// does not exist.
-	if id, alias, ok := d.s.hub.IdentifyContext(ctx, device); ok && !d.p.CanSeeDevice(id, alias) {
+	// does not exist. The device first: a hidden tool on a device that does
+	// not exist is an unknown device, as on a hidden one.
+	switch id, alias, known := d.s.hub.IdentifyContext(ctx, device); {
+	case known && !d.p.CanSeeDevice(id, alias), !known && !d.p.CanSeeTool(tool):
 		err := d.s.hub.RefuseUnseen(cr, false)
 		return gatewayError(hub.Code(err), errorText(err)), nil
-	}
-	if !d.p.CanSeeTool(tool) {
+	case !d.p.CanSeeTool(tool):
 		err := d.s.hub.RefuseUnseen(cr, true)
 		return gatewayError(hub.Code(err), errorText(err)), nil
 	}
