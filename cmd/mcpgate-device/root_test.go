@@ -160,6 +160,8 @@ func TestFlagMistakesStopAtStart(t *testing.T) {
 		{[]string{"run", "--server", "ws://127.0.0.1:99999/xiaozhi/v1/"}, "port 99999 is out of range (1-65535)"},
 		{[]string{"run", "--ota", "http://127.0.0.1:0/xiaozhi/ota/"}, "port 0 is out of range (1-65535)"},
 		{[]string{"endpoint", "--url", "ws://h:99999/mcp?token=SECRET"}, "--url \"ws://h:99999/mcp?REDACTED\": port 99999 is out of range"},
+		{[]string{"endpoint", "--url", "ws://u:SECRETPW@127.0.0.1:0/x"}, "--url \"ws://u:xxxxx@127.0.0.1:0/x\": port 0 is out of range"},
+		{[]string{"run", "--server", "http://bob:SECRETPW@127.0.0.1:1/x"}, "\"http://bob:xxxxx@127.0.0.1:1/x\": want a ws:// or wss:// URL"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			done := make(chan error, 1)
