@@ -87,7 +87,7 @@ func (o *options) agent(stderr io.Writer, profile device.Profile) (*devagent.Age
 			return nil, nil, fmt.Errorf("%s is empty: a key with no value in the config file, or an empty variable? Leave it out for the default", f.flag)
 		}
 	}
-	if o.irTimeout < 0 {
+	if o.irTimeout <= 0 {
 		return nil, nil, fmt.Errorf("--ir-timeout %s: want a positive duration such as 1s", o.irTimeout)
 	}
 	var packs []string

@@ -176,6 +176,7 @@ func TestFlagMistakesStopAtStart(t *testing.T) {
 		{[]string{"tools", "--packs", ""}, "names no pack"},
 		{[]string{"tools", "--packs", " , "}, "names no pack"},
 		{[]string{"tools", "--ir-timeout", "-1s"}, "--ir-timeout -1s"},
+		{[]string{"tools", "--ir-timeout", "0"}, "--ir-timeout 0s: want a positive duration such as 1s"},
 		{[]string{"tools", "--ir-port", ""}, "--ir-port is empty"},
 		{[]string{"tools", "--camera", " "}, "--camera is empty"},
 		{[]string{"tools", "--packs", "ir", "--ir-baud", "14400"}, "--ir-baud 14400 (or IR_BAUD): unsupported baud rate (supported: 1200, 2400"},
