@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/mcpgate/mcpgate/internal/redact"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
@@ -148,15 +149,15 @@ type Client struct {
 func NewClient(opts ClientOptions) (*Client, error) {
 	u, err := url.Parse(opts.URL)
 	if err != nil {
-		return nil, fmt.Errorf("device: invalid URL: %w", err)
+		return nil, redact.ErrIn(fmt.Errorf("device: invalid URL: %w", err), opts.URL)
 	}
 	switch u.Scheme {
 	case "ws", "wss", "http", "https":
 	default:
-		return nil, fmt.Errorf("device: URL %q: scheme must be ws or wss", opts.URL)
+		return nil, fmt.Errorf("device: URL %q: scheme must be ws or wss", redact.InText(opts.URL, opts.URL))
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("device: URL %q has no host", opts.URL)
+		return nil, fmt.Errorf("device: URL %q has no host", redact.InText(opts.URL, opts.URL))
 	}
 	id, err := xiaozhi.NormalizeDeviceID(opts.DeviceID)
 	if err != nil {

@@ -606,8 +606,9 @@ func TestIdleSessionHasOnlyItsReader(t *testing.T) {
 	}
 }
 
-// TestDialErrorHidesToken: a token in the gateway URL's query stays out of
-// the errors (and so the logs) of a failed dial or refusal.
+// TestDialErrorHidesToken: a token in the gateway URL's query, or a
+// password in its user:password@, stays out of the errors (and so the
+// logs) of a failed dial or refusal.
 func TestDialErrorHidesToken(t *testing.T) {
 	unauthorized := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "device authentication failed", http.StatusUnauthorized)
@@ -616,6 +617,8 @@ func TestDialErrorHidesToken(t *testing.T) {
 	for _, url := range []string{
 		"ws://" + freeport.Refused + "/xiaozhi/v1/?token=SECRET9",
 		"ws" + strings.TrimPrefix(unauthorized.URL, "http") + "/xiaozhi/v1/?token=SECRET9",
+		"ws://bob:SECRET9@" + freeport.Refused + "/xiaozhi/v1/?token=REDACTED",
+		"ws://bob:SECRET9@" + strings.TrimPrefix(unauthorized.URL, "http://") + "/xiaozhi/v1/?token=REDACTED",
 	} {
 		c, err := NewClient(ClientOptions{URL: url, DeviceID: "02:00:00:00:00:01", Server: newTestServer(t, ProfileSpec)})
 		if err != nil {

@@ -57,7 +57,8 @@ func (c *Client) Connect(ctx context.Context) (*Session, error) {
 
 // dialError says why a WebSocket dial failed; a refusal of the device's
 // credentials wraps ErrUnauthorized and quotes the gateway's reason.
-// The URL's query (a token) is hidden wherever the error repeats it.
+// The URL's query (a token) and password are hidden wherever the error
+// repeats them.
 func dialError(url string, resp *http.Response, err error) error {
 	if resp == nil || (resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden) {
 		return redact.ErrIn(fmt.Errorf("device: dial %s: %w", url, err), url)

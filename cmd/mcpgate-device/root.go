@@ -47,7 +47,7 @@ type options struct {
 func (o *options) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.config, "config", "", "YAML config file; its keys are these flags' names (e.g. ir-port: /dev/ttyUSB0)")
 	fs.StringVar(&o.stateDir, "state-dir", devagent.DefaultStateDir(), "where the device id and the IR codes are kept")
-	fs.StringVar(&o.id, "id", "", "device id, a MAC address (default: a random one made on first run, kept in the state dir)")
+	fs.StringVar(&o.id, "id", "", "device id, a MAC address such as 02:00:00:00:00:01 (- or _ or no separators too; default: a random one made on first run, kept in the state dir)")
 	fs.StringVar(&o.packs, "packs", strings.Join(devagent.Packs, ","), "tool packs to serve, comma-separated: "+strings.Join(devagent.Packs, ", "))
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (logs go to stderr)")
 	fs.StringVar(&o.irPort, "ir-port", ir.DefaultPort, "serial port of the IR module (env IR_SERIAL_PORT too)")
@@ -87,7 +87,7 @@ func (o *options) agent(stderr io.Writer, profile device.Profile) (*devagent.Age
 			return nil, nil, fmt.Errorf("%s is empty: a key with no value in the config file, or an empty variable? Leave it out for the default", f.flag)
 		}
 	}
-	if o.irTimeout < 0 {
+	if o.irTimeout <= 0 {
 		return nil, nil, fmt.Errorf("--ir-timeout %s: want a positive duration such as 1s", o.irTimeout)
 	}
 	var packs []string

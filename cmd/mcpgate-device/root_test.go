@@ -73,6 +73,35 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
+// TestIDMustBeAMAC: --id and the device-id file hold a MAC address, in any
+// of the forms devices write one; anything else is refused, naming the
+// flag or file and the form wanted.
+func TestIDMustBeAMAC(t *testing.T) {
+	dir := t.TempDir()
+	for id, want := range map[string]string{
+		"02:00:00:00:00:01": "",
+		"02-AB-00-00-00-01": "",
+		"02ab00000001":      "",
+		"00:11:22:33:44:5":  `--id: xiaozhi: invalid device id: "00:11:22:33:44:5" is not a MAC address: want 12 hex digits, as 02:00:00:00:00:01`,
+		"zz":                `--id: xiaozhi: invalid device id: "zz" is not a MAC address`,
+		"kitchen-board":     `"kitchen-board" is not a MAC address`,
+	} {
+		_, _, err := execute(t, "tools", "--state-dir", dir, "--id", id)
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("--id %s: %v, want %q", id, err, want)
+		}
+	}
+	file := filepath.Join(dir, "device-id")
+	if err := os.WriteFile(file, []byte("not-a-mac\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := execute(t, "tools", "--state-dir", dir); err == nil ||
+		!strings.Contains(err.Error(), file+`: xiaozhi: invalid device id: "not-a-mac" is not a MAC address`) ||
+		!strings.Contains(err.Error(), "delete the file") {
+		t.Fatalf("a device-id file with not-a-mac: %v", err)
+	}
+}
+
 // One config file serves every command: run's and endpoint's keys are
 // skipped by tools; unknown keys are still refused.
 func TestOneConfigFileForEveryCommand(t *testing.T) {
@@ -147,6 +176,7 @@ func TestFlagMistakesStopAtStart(t *testing.T) {
 		{[]string{"tools", "--packs", ""}, "names no pack"},
 		{[]string{"tools", "--packs", " , "}, "names no pack"},
 		{[]string{"tools", "--ir-timeout", "-1s"}, "--ir-timeout -1s"},
+		{[]string{"tools", "--ir-timeout", "0"}, "--ir-timeout 0s: want a positive duration such as 1s"},
 		{[]string{"tools", "--ir-port", ""}, "--ir-port is empty"},
 		{[]string{"tools", "--camera", " "}, "--camera is empty"},
 		{[]string{"tools", "--packs", "ir", "--ir-baud", "14400"}, "--ir-baud 14400 (or IR_BAUD): unsupported baud rate (supported: 1200, 2400"},
@@ -160,6 +190,8 @@ func TestFlagMistakesStopAtStart(t *testing.T) {
 		{[]string{"run", "--server", "ws://127.0.0.1:99999/xiaozhi/v1/"}, "port 99999 is out of range (1-65535)"},
 		{[]string{"run", "--ota", "http://127.0.0.1:0/xiaozhi/ota/"}, "port 0 is out of range (1-65535)"},
 		{[]string{"endpoint", "--url", "ws://h:99999/mcp?token=SECRET"}, "--url \"ws://h:99999/mcp?REDACTED\": port 99999 is out of range"},
+		{[]string{"endpoint", "--url", "ws://u:SECRETPW@127.0.0.1:0/x"}, "--url \"ws://u:xxxxx@127.0.0.1:0/x\": port 0 is out of range"},
+		{[]string{"run", "--server", "http://bob:SECRETPW@127.0.0.1:1/x"}, "\"http://bob:xxxxx@127.0.0.1:1/x\": want a ws:// or wss:// URL"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			done := make(chan error, 1)

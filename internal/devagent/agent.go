@@ -32,7 +32,8 @@ var Packs = []string{"ir", "system", "camera"}
 type Config struct {
 	// StateDir keeps the device id, the client id and the IR codes.
 	StateDir string
-	// ID is the device id (a MAC address); "" means the one kept in
+	// ID is the device id, a MAC address in any form xiaozhi.NormalizeDeviceID
+	// reads (New refuses anything else); "" means the one kept in
 	// StateDir, made up (a random locally administered MAC) on first run.
 	ID string
 	// Packs names the packs to serve; nil means all of Packs.
@@ -170,10 +171,10 @@ func (a *Agent) Close() error {
 }
 
 // identity returns the configured device id, else the stored one, else a
-// new random one it stores.
+// new random one it stores. Either must be a MAC address.
 func (a *Agent) identity(configured string) (string, error) {
 	if configured != "" {
-		id, err := xiaozhi.NormalizeDeviceID(configured)
+		id, err := deviceMAC(configured)
 		if err != nil {
 			return "", fmt.Errorf("devagent: --id: %w", err)
 		}
@@ -183,11 +184,45 @@ func (a *Agent) identity(configured string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	norm, err := xiaozhi.NormalizeDeviceID(id)
+	mac, err := deviceMAC(id)
 	if err != nil {
-		return "", fmt.Errorf("devagent: %s: %w", filepath.Join(a.cfg.StateDir, "device-id"), err)
+		return "", fmt.Errorf("devagent: %s: %w (fix it, or delete the file for a new random id)", filepath.Join(a.cfg.StateDir, "device-id"), err)
 	}
-	return norm, nil
+	return mac, nil
+}
+
+// deviceMAC returns id, a MAC address, in its canonical form
+// (aa:bb:cc:dd:ee:ff). The gateway takes other ids; firmware and
+// py-xiaozhi send a MAC, and so does the agent.
+func deviceMAC(id string) (string, error) {
+	mac, err := xiaozhi.NormalizeDeviceID(id)
+	if err != nil {
+		return "", err
+	}
+	if !isMAC(mac) {
+		return "", fmt.Errorf("%w: %q is not a MAC address: want 12 hex digits, as 02:00:00:00:00:01, 02-00-00-00-00-01 or 020000000001",
+			xiaozhi.ErrBadDeviceID, id)
+	}
+	return mac, nil
+}
+
+// isMAC reports whether id is a MAC address as NormalizeDeviceID writes
+// one: lower-case hex pairs joined by colons.
+func isMAC(id string) bool {
+	if len(id) != 17 {
+		return false
+	}
+	for i := range len(id) {
+		c := id[i]
+		if i%3 == 2 {
+			if c != ':' {
+				return false
+			}
+		} else if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // stateValue reads a one-line file in the state directory, creating it

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -185,7 +186,10 @@ func (a *Agent) runProvisioned(ctx context.Context, reply *OTAReply, o GatewayOp
 		failures     int       // failed attempts in a row
 		failingSince time.Time
 	)
-	log, level := a.clientLog(), slog.LevelInfo
+	// A refusal ends the client (OnState below): RunGateway says it once,
+	// "provisioning again"; the client's "retrying" would be a second line,
+	// announcing a retry that never comes.
+	log, level := a.clientLog(device.ErrUnauthorized), slog.LevelInfo
 	var q *quieter
 	if quiet {
 		q = &quieter{log.Handler(), new(atomic.Bool)}
@@ -398,19 +402,24 @@ func (q *quieter) WithGroup(name string) slog.Handler {
 // clientLog is the logger of the agent's device clients. The device SDK
 // warns when another connection with the same device id replaced this
 // one; RunGateway warns about it itself, naming the device-id file, so the
-// SDK's line goes to debug: one warning per replacement, not two.
-func (a *Agent) clientLog() *slog.Logger {
-	return slog.New(replacedSaid{a.log.Handler()})
+// SDK's line goes to debug: one warning per replacement, not two. So do
+// the SDK's warnings whose error wraps one of saidElsewhere, which the
+// caller reports itself.
+func (a *Agent) clientLog(saidElsewhere ...error) *slog.Logger {
+	return slog.New(said{a.log.Handler(), append(saidElsewhere, device.ErrReplaced)})
 }
 
-// replacedSaid logs at debug the warnings whose error wraps
-// device.ErrReplaced.
-type replacedSaid struct{ slog.Handler }
+// said logs at debug the warnings whose error wraps one of errs.
+type said struct {
+	slog.Handler
+	errs []error
+}
 
-func (h replacedSaid) Handle(ctx context.Context, r slog.Record) error {
+func (h said) Handle(ctx context.Context, r slog.Record) error {
 	if r.Level >= slog.LevelWarn {
 		r.Attrs(func(at slog.Attr) bool {
-			if err, ok := at.Value.Any().(error); ok && errors.Is(err, device.ErrReplaced) {
+			err, ok := at.Value.Any().(error)
+			if ok && slices.ContainsFunc(h.errs, func(target error) bool { return errors.Is(err, target) }) {
 				r.Level = slog.LevelDebug
 				return false
 			}
@@ -423,9 +432,9 @@ func (h replacedSaid) Handle(ctx context.Context, r slog.Record) error {
 	return h.Handler.Handle(ctx, r)
 }
 
-func (h replacedSaid) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return replacedSaid{h.Handler.WithAttrs(attrs)}
+func (h said) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return said{h.Handler.WithAttrs(attrs), h.errs}
 }
-func (h replacedSaid) WithGroup(name string) slog.Handler {
-	return replacedSaid{h.Handler.WithGroup(name)}
+func (h said) WithGroup(name string) slog.Handler {
+	return said{h.Handler.WithGroup(name), h.errs}
 }

@@ -278,7 +278,7 @@ func (a *Agent) endpointSession(ctx context.Context, o EndpointOptions) (connect
 			resp.Body.Close()
 			return false, fmt.Errorf("%w: %s: %s", errEndpointRefused, resp.Status, redact.InText(string(bytes.TrimSpace(body)), o.URL))
 		}
-		return false, fmt.Errorf("dial endpoint %s: %w", redactURL(o.URL), redact.ErrIn(err, o.URL))
+		return false, fmt.Errorf("dial endpoint %s: %w", redact.InText(o.URL, o.URL), redact.ErrIn(err, o.URL))
 	}
 	defer conn.CloseNow()
 	conn.SetReadLimit(maxMessage)
@@ -342,26 +342,18 @@ func (a *Agent) endpointSession(ctx context.Context, o EndpointOptions) (connect
 
 // checkURL refuses a URL flag whose scheme is not one of schemes, or whose
 // port is out of range, at start, rather than retrying something that can
-// never work. The message shows the URL without its query (a token).
+// never work. The message shows the URL without its query (a token) or
+// password.
 func checkURL(flag, raw, example string, schemes ...string) error {
 	u, err := url.Parse(raw)
 	if err != nil || !slices.Contains(schemes, u.Scheme) || u.Host == "" {
-		return fmt.Errorf("devagent: %s %q: want a %s:// URL with a host, e.g. %s", flag, redactURL(raw), strings.Join(schemes, ":// or "), example)
+		return fmt.Errorf("devagent: %s %q: want a %s:// URL with a host, e.g. %s", flag, redact.InText(raw, raw), strings.Join(schemes, ":// or "), example)
 	}
 	if p := u.Port(); p != "" {
 		// url.Parse checks that a port is digits, not its range.
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return fmt.Errorf("devagent: %s %q: port %s is out of range (1-65535)", flag, redactURL(raw), p)
+			return fmt.Errorf("devagent: %s %q: port %s is out of range (1-65535)", flag, redact.InText(raw, raw), p)
 		}
 	}
 	return nil
-}
-
-// redactURL returns the URL text with its query (where tokens go) cut,
-// whatever the text: it need not parse.
-func redactURL(raw string) string {
-	if i := strings.IndexByte(raw, '?'); i >= 0 {
-		return raw[:i] + "?REDACTED"
-	}
-	return raw
 }

@@ -184,6 +184,9 @@ func readFile(fs *pflag.FlagSet, o Options) (map[string]setting, error) {
 			if slices.Contains(o.Ignore, k) {
 				continue
 			}
+			if k == ConfigFlag {
+				return nil, fmt.Errorf("config file %s: %q (line %d): a config file cannot name another; give each setting here", o.File, k, key.Line)
+			}
 			return nil, fmt.Errorf("config file %s: unknown setting %q (line %d)%s (settings are the flag names of %s)", o.File, k, key.Line, suggest.DidYouMean(k, names), o.Help)
 		}
 		settings[k] = setting{value: val, line: key.Line}

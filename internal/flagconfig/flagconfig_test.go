@@ -56,6 +56,7 @@ func TestErrors(t *testing.T) {
 		{"bad value", "call-timeout: soon\n", "call-timeout"},
 		{"not yaml", "addr: [\n", "config file"},
 		{"help is no setting", "help: true\n", `unknown setting "help" (line 1)`},
+		{"config is no setting", "addr: x\nconfig: other.yaml\n", `"config" (line 2): a config file cannot name another`},
 		{"second document", "addr: x\n---\ncall-timeout: 5s\n", "a second YAML document (--- at line 2)"},
 		{"bad second document", "addr: x\n---\naddr: [\n", "config file"},
 	} {

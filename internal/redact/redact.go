@@ -46,11 +46,14 @@ func Err(err error) error {
 	return err
 }
 
-// InText hides rawURL's query (where tokens go) wherever msg repeats it:
-// as is, quoted (%q) or escaped, and each of its values of 4 bytes or more
-// however quoted. It never returns the query, even of a URL that does not
-// parse.
+// InText hides rawURL's query (where tokens go) and the password of its
+// user:password@ wherever msg repeats them: the query as is, quoted (%q) or
+// escaped, and each of its values of 4 bytes or more however quoted; the
+// password as url.URL.Redacted does (user:xxxxx@), and alone when it is 4
+// bytes or more. It never returns the query or the password, even of a URL
+// that does not parse. InText(raw, raw) is the text of a URL to show.
 func InText(msg, rawURL string) string {
+	msg = hidePassword(msg, rawURL)
 	_, query, ok := strings.Cut(rawURL, "?")
 	if !ok || query == "" {
 		return msg
@@ -75,8 +78,9 @@ func InText(msg, rawURL string) string {
 	return msg
 }
 
-// ErrIn is err with rawURL's query hidden wherever its text repeats it
-// (InText), still matching what err wraps with errors.Is and errors.As.
+// ErrIn is err with rawURL's query and password hidden wherever its text
+// repeats them (InText), still matching what err wraps with errors.Is and
+// errors.As.
 func ErrIn(err error, rawURL string) error {
 	if err == nil {
 		return nil
@@ -86,6 +90,39 @@ func ErrIn(err error, rawURL string) error {
 		return &hiddenErr{msg: red, err: err}
 	}
 	return err
+}
+
+// hidePassword hides the password of rawURL's user:password@ in msg. The
+// URL need not parse: the user information is what comes before the last
+// '@' of the text between "://" and the path, query or fragment.
+func hidePassword(msg, rawURL string) string {
+	_, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return msg
+	}
+	authority := rest[:strings.IndexAny(rest+"/", "/?#")]
+	at := strings.LastIndexByte(authority, '@')
+	if at < 0 {
+		return msg
+	}
+	userinfo := authority[:at]
+	user, pass, ok := strings.Cut(userinfo, ":")
+	if !ok || pass == "" {
+		return msg
+	}
+	msg = strings.ReplaceAll(msg, userinfo+"@", user+":xxxxx@")
+	forms := []string{pass}
+	if p, err := url.PathUnescape(pass); err == nil {
+		forms = append(forms, p, url.QueryEscape(p))
+	}
+	for _, f := range forms {
+		if len(f) >= 4 {
+			msg = strings.ReplaceAll(msg, f, "xxxxx")
+			q := strconv.Quote(f)
+			msg = strings.ReplaceAll(msg, q[1:len(q)-1], "xxxxx")
+		}
+	}
+	return msg
 }
 
 type hiddenErr struct {

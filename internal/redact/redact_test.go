@@ -51,6 +51,29 @@ func TestInText(t *testing.T) {
 	}
 }
 
+// TestInTextPassword: the password of a URL's user:password@ is hidden as
+// url.URL.Redacted hides it, and alone however quoted, even when the URL
+// does not parse.
+func TestInTextPassword(t *testing.T) {
+	for _, tc := range []struct{ msg, raw, want string }{
+		{"dial ws://bob:PASSWD2@127.0.0.1:1/x: refused", "ws://bob:PASSWD2@127.0.0.1:1/x", "dial ws://bob:xxxxx@127.0.0.1:1/x: refused"},
+		{`--url "ws://u:EP%22PASS@h:0/x?token=T0KEN": bad`, `ws://u:EP%22PASS@h:0/x?token=T0KEN`, `--url "ws://u:xxxxx@h:0/x?REDACTED": bad`},
+		{`wrong password EP"PASS and "EP\"PASS"`, `ws://u:EP%22PASS@h/`, `wrong password xxxxx and "xxxxx"`},
+		{"parse ws://u:s3cr3t@[::1/x: bad", "ws://u:s3cr3t@[::1/x", "parse ws://u:xxxxx@[::1/x: bad"},
+		{"a b@h", "ws://a:b@h/", "a b@h"}, // a short password alone is not hidden
+		{"ws://user@h/ ok", "ws://user@h/", "ws://user@h/ ok"},
+		{"ws://h/x?next=a:b@c", "ws://h/x?next=a:b@c", "ws://h/x?REDACTED"},
+	} {
+		if got := InText(tc.msg, tc.raw); got != tc.want {
+			t.Errorf("InText(%q, %q) = %q, want %q", tc.msg, tc.raw, got, tc.want)
+		}
+	}
+	err := ErrIn(fmt.Errorf("dial %s: %w", "ws://bob:PASSWD2@h/", errors.ErrUnsupported), "ws://bob:PASSWD2@h/")
+	if strings.Contains(err.Error(), "PASSWD2") || !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("ErrIn = %q", err)
+	}
+}
+
 func TestErrIn(t *testing.T) {
 	const raw = "ws://gw/xiaozhi/v1/?token=SECRET2"
 	cause := errors.New("connection refused")

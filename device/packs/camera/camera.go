@@ -105,7 +105,8 @@ var ErrNoCapture = errors.New("no capture tool found: install ffmpeg or fswebcam
 func (p *Pack) takePhoto(ctx context.Context, a device.Args) (any, error) {
 	v := p.cfg.Vision()
 	if v.URL == "" {
-		return nil, errors.New("the gateway announced no vision URL in initialize, so there is nowhere to send the photo")
+		return nil, errors.New("the MCP client sent no vision URL in initialize (capabilities.vision, which a XiaoZhi gateway sends; " +
+			"MCP hosts over stdio or an endpoint do not), so there is nowhere to send the photo")
 	}
 	photo, err := p.capture(ctx)
 	if err != nil {

@@ -101,7 +101,8 @@ func TestTakePhotoFailures(t *testing.T) {
 		want string
 	}{
 		{"no vision", camera.Config{Vision: func() device.Vision { return device.Vision{} }},
-			"the gateway announced no vision URL in initialize, so there is nowhere to send the photo"},
+			"the MCP client sent no vision URL in initialize (capabilities.vision, which a XiaoZhi gateway sends; " +
+				"MCP hosts over stdio or an endpoint do not), so there is nowhere to send the photo"},
 		{"no capture tool", camera.Config{Vision: withVision, LookPath: fakeTools(t, "")}, camera.ErrNoCapture.Error()},
 		{"capture fails", camera.Config{Vision: withVision, Device: "/dev/video7",
 			LookPath: fakeTools(t, `echo "/dev/video7: No such file or directory" >&2; exit 1`, "fswebcam")},

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // maxNameLen bounds a code's name, in characters.
@@ -33,8 +35,12 @@ type Codes struct {
 	mu   sync.Mutex // serialises read-modify-write
 }
 
+// codesFile is the file's shape. Entries stay raw so that one hand-edited
+// entry of the wrong type (a number, a list) is listed as invalid, like one
+// that is not hex, instead of making every code unreadable; a save keeps it
+// as it was.
 type codesFile struct {
-	Codes map[string]string `json:"codes"`
+	Codes map[string]json.RawMessage `json:"codes"`
 }
 
 // NewCodes returns the code store at path; the file need not exist.
@@ -61,9 +67,9 @@ func (c *Codes) List() ([]CodeInfo, error) {
 		return nil, err
 	}
 	out := make([]CodeInfo, 0, len(m))
-	for name, h := range m {
+	for name, raw := range m {
 		info := CodeInfo{Name: name}
-		if code, err := ParseHex(h); err != nil {
+		if code, err := parseEntry(raw); err != nil {
 			info.Invalid = err.Error()
 		} else {
 			info.Bytes = len(code)
@@ -82,7 +88,7 @@ func (c *Codes) Get(name string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, ok := m[name]
+	key, ok := lookup(m, name)
 	if !ok {
 		names := make([]string, 0, len(m))
 		for n := range m {
@@ -94,7 +100,7 @@ func (c *Codes) Get(name string) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("%w named %q; saved: %s", ErrUnknownCode, name, strings.Join(names, ", "))
 	}
-	code, err := ParseHex(h)
+	code, err := parseEntry(m[key])
 	if err != nil {
 		return nil, fmt.Errorf("code %q in %s: %w", name, c.path, err)
 	}
@@ -115,8 +121,17 @@ func (c *Codes) Put(name string, code []byte) (replaced bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	_, replaced = m[name]
-	m[name] = strings.ToUpper(hex.EncodeToString(code))
+	// Saved under the composed (NFC) form, so "é" typed as e + U+0301 and
+	// as U+00E9 is one name.
+	if old, ok := lookup(m, name); ok {
+		delete(m, old)
+		replaced = true
+	}
+	h, err := json.Marshal(strings.ToUpper(hex.EncodeToString(code)))
+	if err != nil {
+		return false, err
+	}
+	m[norm.NFC.String(name)] = h
 	return replaced, c.save(m)
 }
 
@@ -128,32 +143,76 @@ func (c *Codes) Delete(name string) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := m[name]; !ok {
+	key, ok := lookup(m, name)
+	if !ok {
 		return fmt.Errorf("%w named %q", ErrUnknownCode, name)
 	}
-	delete(m, name)
+	delete(m, key)
 	return c.save(m)
 }
 
-func (c *Codes) load() (map[string]string, error) {
+// lookup returns the key under which name is saved: name itself, or else a
+// key with the same NFC form (a file edited by hand may hold either form).
+func lookup(m map[string]json.RawMessage, name string) (string, bool) {
+	if _, ok := m[name]; ok {
+		return name, true
+	}
+	want := norm.NFC.String(name)
+	for k := range m {
+		if norm.NFC.String(k) == want {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+// parseEntry decodes one saved entry: a string of hex digits.
+func parseEntry(raw json.RawMessage) ([]byte, error) {
+	var h string
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return nil, fmt.Errorf("%s is not a string of hex digits", jsonKind(raw))
+	}
+	return ParseHex(h)
+}
+
+// jsonKind names the type of a JSON value for an error message.
+func jsonKind(raw json.RawMessage) string {
+	switch raw[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "a list"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	default:
+		return "the number " + string(raw)
+	}
+}
+
+func (c *Codes) load() (map[string]json.RawMessage, error) {
 	b, err := os.ReadFile(c.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return map[string]string{}, nil
+		return map[string]json.RawMessage{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read IR codes: %w", err)
 	}
 	var f codesFile
 	if err := json.Unmarshal(b, &f); err != nil {
+		if _, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+			return nil, fmt.Errorf(`IR codes file %s must be {"codes": {"name": "hex", ...}}: %w`, c.path, err)
+		}
 		return nil, fmt.Errorf("IR codes file %s is not valid JSON: %w", c.path, err)
 	}
 	if f.Codes == nil {
-		f.Codes = map[string]string{}
+		f.Codes = map[string]json.RawMessage{}
 	}
 	return f.Codes, nil
 }
 
-func (c *Codes) save(m map[string]string) error {
+func (c *Codes) save(m map[string]json.RawMessage) error {
 	b, err := json.MarshalIndent(codesFile{Codes: m}, "", "  ")
 	if err != nil {
 		return err
@@ -201,18 +260,30 @@ func WriteFileAtomic(path string, data []byte, perm fs.FileMode) error {
 	return nil
 }
 
-// CheckName accepts 1 to 64 letters (any script), digits, spaces, '_', '-'
-// and '.'.
+// CheckName accepts 1 to 64 letters (any script, with the combining marks
+// that follow a letter: the vowel signs of Thai and Hindi, a decomposed
+// accent), digits, spaces, '_', '-' and '.'. The length is counted on the
+// composed (NFC) form, the form Put saves.
 func CheckName(name string) error {
 	if name == "" || strings.TrimSpace(name) != name {
 		return fmt.Errorf("code name %q must be non-empty without leading or trailing spaces", name)
 	}
-	if utf8.RuneCountInString(name) > maxNameLen {
+	if utf8.RuneCountInString(norm.NFC.String(name)) > maxNameLen {
 		return fmt.Errorf("code name %q is longer than %d characters", name, maxNameLen)
 	}
+	afterLetter := false // the previous rune is a letter or a mark on one
 	for _, r := range name {
-		if !unicode.IsLetter(r) && !unicode.IsDigit(r) && !strings.ContainsRune(" _-.", r) {
-			return fmt.Errorf("code name %q: %q is not allowed (letters, digits, space, _ - . only)", name, r)
+		switch {
+		case unicode.IsLetter(r):
+			afterLetter = true
+		case unicode.In(r, unicode.Mn, unicode.Mc):
+			if !afterLetter {
+				return fmt.Errorf("code name %q: %q is a combining mark with no letter before it", name, r)
+			}
+		case unicode.IsDigit(r) || strings.ContainsRune(" _-.", r):
+			afterLetter = false
+		default:
+			return fmt.Errorf("code name %q: %q is not allowed (letters with their marks, digits, space, _ - . only)", name, r)
 		}
 	}
 	return nil

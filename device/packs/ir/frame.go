@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 )
 
 // Frame bytes of the UART IR learning module:
@@ -132,33 +133,96 @@ const maxGarbage = 256
 
 // ReadFrame reads the next frame from r: it skips up to 256 bytes of noise
 // before a 0x68, reads the length, then the rest, and checks it with
-// [Decode]. It returns the reader's error as is (a timeout, EOF), wrapped.
+// [Decode]. A 0x68 whose frame fails the checks may be noise too: within
+// the 256 bytes, ReadFrame tries the next 0x68. After an impossible length
+// it goes on reading; after a wrong checksum or tail, it looks for the
+// next 0x68 only among that frame's bytes, so that a reply that arrived
+// corrupt is reported at once rather than when the wait for another ends.
+// When no frame follows, the error is the first failed frame's.
+//
+// r must buffer at least MaxFrameLen bytes, as bufio.NewReader's does. A
+// reader's own error is returned as is (a timeout, EOF), wrapped.
 func ReadFrame(r *bufio.Reader) (Frame, error) {
+	if r.Size() < MaxFrameLen {
+		return Frame{}, fmt.Errorf("ir: ReadFrame needs a reader buffering %d bytes, not %d", MaxFrameLen, r.Size())
+	}
 	skipped := 0
+	var bad error // the first 0x68 whose frame failed the checks
+	span := -1    // after a wrong checksum or tail: the bytes of that frame left to search; -1: no bound
 	for {
+		if span == 0 {
+			return Frame{}, bad
+		}
 		c, err := r.ReadByte()
 		if err != nil {
-			return Frame{}, err
+			return Frame{}, readErr(bad, err)
 		}
-		if c == FrameHead {
-			break
+		if span > 0 {
+			span--
+		}
+		if c != FrameHead {
+			if skipped++; skipped > maxGarbage {
+				if bad != nil {
+					return Frame{}, bad
+				}
+				return Frame{}, fmt.Errorf("%w: %d bytes without a 0x68 head", ErrNoFrame, skipped)
+			}
+			continue
+		}
+		f, n, err := peekFrame(r)
+		if err == nil {
+			_, _ = r.Discard(n - 1)
+			return f, nil
+		}
+		if !isFrameError(err) {
+			return Frame{}, readErr(bad, err)
+		}
+		if bad == nil {
+			bad = err
 		}
 		if skipped++; skipped > maxGarbage {
-			return Frame{}, fmt.Errorf("%w: %d bytes without a 0x68 head", ErrNoFrame, skipped)
+			return Frame{}, bad
+		}
+		if n > 0 { // the frame's bytes all came, wrong: search them only
+			span = max(span, n-1)
 		}
 	}
-	var hdr [2]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return Frame{}, err
+}
+
+// peekFrame checks the frame whose 0x68 was just read, without consuming
+// its other bytes: n is the frame's length when they all came, else 0.
+func peekFrame(r *bufio.Reader) (f Frame, n int, err error) {
+	hdr, err := r.Peek(2)
+	if err != nil {
+		return Frame{}, 0, unexpectedEOF(err)
 	}
-	n := int(hdr[0]) | int(hdr[1])<<8
+	n = int(hdr[0]) | int(hdr[1])<<8
 	if n < FrameOverhead || n > MaxFrameLen {
-		return Frame{}, fmt.Errorf("%w: %d (0x%02X 0x%02X), must be %d..%d", ErrLength, n, hdr[0], hdr[1], FrameOverhead, MaxFrameLen)
+		return Frame{}, 0, fmt.Errorf("%w: %d (0x%02X 0x%02X), must be %d..%d", ErrLength, n, hdr[0], hdr[1], FrameOverhead, MaxFrameLen)
 	}
-	b := make([]byte, n)
-	b[0], b[1], b[2] = FrameHead, hdr[0], hdr[1]
-	if _, err := io.ReadFull(r, b[3:]); err != nil {
-		return Frame{}, err
+	rest, err := r.Peek(n - 1)
+	if err != nil {
+		return Frame{}, 0, unexpectedEOF(err)
 	}
-	return Decode(b)
+	f, err = Decode(append([]byte{FrameHead}, rest...))
+	return f, n, err
+}
+
+// readErr is the error of a read that failed after bad, the first frame
+// that failed the checks: bad when the bytes ended or stopped coming (the
+// failed frame was the reply), else the reader's error.
+func readErr(bad, err error) error {
+	if bad != nil && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, os.ErrDeadlineExceeded)) {
+		return bad
+	}
+	return err
+}
+
+// unexpectedEOF is err, with io.EOF in the middle of a frame said as
+// io.ErrUnexpectedEOF.
+func unexpectedEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
 }

@@ -105,6 +105,16 @@ func TestReadFrame(t *testing.T) {
 		{"truncated", frame[:len(frame)-2], io.ErrUnexpectedEOF},
 		{"nothing", nil, io.EOF},
 		{"bad checksum", append(bytes.Clone(frame[:len(frame)-2]), 0x00, 0x16), ErrChecksum},
+		// A stray 0x68 in the noise is not a frame: the next one is tried.
+		{"noise with 0x68s", append([]byte{0x68, 0x68, 0x16, 0x68, 0x05, 0x00}, frame...), nil},
+		{"0x68 with a plausible length", append([]byte{0x68, 0x09, 0x00}, frame...), nil},
+		{"0x68 at the end of the noise", append(bytes.Repeat([]byte{0x55}, maxGarbage-2), append([]byte{0x68, 0xFF}, frame...)...), nil},
+		{"noise with 0x68s then silence", []byte{0x00, 0x68, 0x05, 0x00, 0x68, 0xFF, 0xFF}, ErrLength},
+		{"0x68s past the noise budget", append(bytes.Repeat([]byte{0x68, 0x05, 0x00}, maxGarbage/3+1), frame...), ErrLength},
+		// A corrupt reply is said at once: ReadFrame does not wait for
+		// another past the bytes of the corrupt one.
+		{"bad checksum then more", append(append(bytes.Clone(frame[:len(frame)-2]), 0x00, 0x16), frame...), ErrChecksum},
+		{"bad checksum hiding a frame", append([]byte{0x68, byte(len(frame) + 5), 0x00, 0x01, 0x02}, frame...), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
