@@ -35,7 +35,8 @@ type clientOutput struct {
 				Type string `json:"type"`
 				Text string `json:"text"`
 			} `json:"content"`
-			IsError bool `json:"isError"`
+			IsError           bool            `json:"isError"`
+			StructuredContent json.RawMessage `json:"structuredContent"`
 		} `json:"result"`
 	} `json:"calls"`
 }
@@ -186,6 +187,91 @@ func TestTypeScriptSDKClientMalformedDevice(t *testing.T) {
 		r := out.Calls[i].Result
 		if r.IsError || len(r.Content) != 1 || r.Content[0].Type != "text" || !strings.Contains(r.Content[0].Text, says) {
 			t.Errorf("%s answered %+v, want a text with %q", out.Calls[i].Name, r, says)
+		}
+	}
+}
+
+// A device whose tools declare what the TypeScript SDK cannot take (an
+// outputSchema Ajv cannot compile, task support the doors do not offer, an
+// outputSchema without type)
+// breaks neither door's listTools, and its results reach callTool as
+// results: JSON text the outputSchema accepts becomes structuredContent,
+// firmware's plain "true" an isError result saying it does not match.
+func TestTypeScriptSDKClientOutputSchema(t *testing.T) {
+	npmDir(t)
+	gw, _ := startGateway(t, "127.0.0.1:0")
+	gatewaytest.ConnectReady(t, gw, devicetest.Config{ID: "02:00:00:00:0e:05"})
+	const id = "02:00:00:00:0e:06"
+	const onSchema = `{"type":"object","properties":{"on":{"type":"boolean"}},"required":["on"]}`
+	tools := []json.RawMessage{
+		json.RawMessage(`{"name":"o.badtype","inputSchema":{"type":"object"},"outputSchema":{"type":"object","properties":{"v":{"type":"intger"}}}}`),
+		json.RawMessage(`{"name":"o.badref","inputSchema":{"type":"object"},"outputSchema":{"$ref":"#/$defs/missing"}}`),
+		json.RawMessage(`{"name":"o.nosc","inputSchema":{"type":"object"},"outputSchema":` + onSchema + `}`),
+		json.RawMessage(`{"name":"o.json","inputSchema":{"type":"object"},"outputSchema":` + onSchema + `}`),
+		json.RawMessage(`{"name":"o.scbad","inputSchema":{"type":"object"},"outputSchema":` + onSchema + `}`),
+		json.RawMessage(`{"name":"task.req","inputSchema":{"type":"object"},"execution":{"taskSupport":"required"}}`),
+		// Listed with "type":"object" added, which the SDK requires.
+		json.RawMessage(`{"name":"o.notype","inputSchema":{"type":"object"},"outputSchema":{"properties":{"on":{"type":"boolean"}}}}`),
+	}
+	results := map[string]string{
+		"o.badtype": `{"content":[{"type":"text","text":"true"}]}`,
+		"o.nosc":    `{"content":[{"type":"text","text":"true"}],"isError":false}`,
+		"o.json":    `{"content":[{"type":"text","text":"{\"on\":true}"}]}`,
+		"o.scbad":   `{"content":[{"type":"text","text":"on"}],"structuredContent":{"on":"yes"}}`,
+		"task.req":  `{"content":[{"type":"text","text":"done"}]}`,
+		"o.notype":  `{"content":[],"structuredContent":{"on":false}}`,
+	}
+	gatewaytest.ConnectReady(t, gw, devicetest.Config{ID: id, Tools: tools, OnCall: func(c devicetest.Call) devicetest.Answer {
+		return devicetest.Answer{Result: json.RawMessage(results[c.Name])}
+	}})
+	if _, err := gw.Hub().SetAlias(id, "o6"); err != nil {
+		t.Fatal(err)
+	}
+	other, err := gw.Hub().Device("02:00:00:00:0e:05")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mismatch = "does not match the tool's declared outputSchema"
+	for _, door := range []struct{ url, prefix string }{
+		{"http://" + gw.Addr() + "/mcp", "o6."},
+		{"http://" + gw.Addr() + "/mcp/devices/" + id, ""},
+	} {
+		var calls []string
+		for _, name := range []string{"o.badtype", "o.nosc", "o.json", "o.scbad", "task.req", "o.notype"} {
+			calls = append(calls, door.prefix+name, `{}`)
+		}
+		out := runNodeClient(t, door.url, calls...)
+		for _, name := range []string{"o.badtype", "o.badref", "task.req", "o.notype"} {
+			if !slices.Contains(out.Tools, door.prefix+name) {
+				t.Errorf("%s: tools listed by the TypeScript SDK %v, without %s", door.url, out.Tools, door.prefix+name)
+			}
+		}
+		if door.prefix != "" && !slices.Contains(out.Tools, other.Alias+".self.audio_speaker.set_volume") {
+			t.Errorf("%s: tools listed by the TypeScript SDK %v, without the other device's", door.url, out.Tools)
+		}
+		if len(out.Calls) != 6 {
+			t.Fatalf("calls = %+v", out.Calls)
+		}
+		for i, want := range []struct {
+			isError          bool
+			text, structured string
+		}{
+			{false, "true", ""},
+			{true, mismatch, ""},
+			{false, `{"on":true}`, `{"on":true}`},
+			{true, mismatch, ""},
+			{false, "done", ""},
+			{false, "", `{"on":false}`},
+		} {
+			r := out.Calls[i].Result
+			last := ""
+			if len(r.Content) > 0 {
+				last = r.Content[len(r.Content)-1].Text
+			}
+			if r.IsError != want.isError || !strings.Contains(last, want.text) || string(r.StructuredContent) != want.structured {
+				t.Errorf("%s answered %+v (structuredContent %s), want isError %v, a last text with %q and structuredContent %s",
+					out.Calls[i].Name, r, r.StructuredContent, want.isError, want.text, want.structured)
+			}
 		}
 	}
 }

@@ -87,8 +87,9 @@ func newCatalogs(log *slog.Logger) *catalogs {
 }
 
 // acquire returns the interned catalog of tools, compiling it on first sight,
-// and counts one more user of it.
-func (cs *catalogs) acquire(tools []mcpclient.Tool) *Catalog {
+// and counts one more user of it. device is the device the tools came from,
+// named in what compiling logs (the first device of a shared catalog).
+func (cs *catalogs) acquire(device string, tools []mcpclient.Tool) *Catalog {
 	hash := catalogHash(tools)
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -99,10 +100,11 @@ func (cs *catalogs) acquire(tools []mcpclient.Tool) *Catalog {
 	c := &Catalog{Hash: hash, Tools: tools, byName: make(map[string]int, len(tools)), schemas: make([]*jsonschema.Schema, len(tools))}
 	for i, t := range tools {
 		c.byName[t.Name] = i
-		sch, err := compileSchema(t.InputSchema)
+		sch, err := CompileSchema(t.InputSchema)
 		if err != nil {
 			// The device still validates; the gateway just cannot pre-check.
-			cs.log.Warn("tool input schema does not compile; arguments will not be pre-validated", "tool", t.Name, "error", err)
+			cs.log.Warn("tool input schema does not compile; arguments will not be pre-validated",
+				"device_id", device, "tool", t.Name, "catalog_hash", hash, "error", err)
 		}
 		c.schemas[i] = sch
 	}
@@ -140,7 +142,11 @@ func (refusingLoader) Load(url string) (any, error) {
 	return nil, fmt.Errorf("%w: %s", errNoLoader, url)
 }
 
-func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
+// CompileSchema compiles a tool's input or output schema as the hub does:
+// JSON Schema 2020-12 unless its $schema names another draft, no $ref
+// outside the schema loaded, at most 64 levels deep. A missing or null
+// schema is nil, without error.
+func CompileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	if len(bytes.TrimSpace(raw)) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
@@ -153,7 +159,7 @@ func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	}
 	c := jsonschema.NewCompiler()
 	c.UseLoader(refusingLoader{})
-	const loc = "mcpgate:///tool-input.json"
+	const loc = "mcpgate:///tool-schema.json"
 	if err := c.AddResource(loc, doc); err != nil {
 		return nil, fmt.Errorf("add schema: %w", err)
 	}
@@ -272,20 +278,37 @@ func (c *Catalog) validate(i int, args json.RawMessage) error {
 	if sch == nil {
 		return nil
 	}
-	err = sch.Validate(inst)
+	if problems := schemaProblems(sch, inst); problems != nil {
+		return &ValidationError{Tool: c.Tools[i].Name, Problems: problems}
+	}
+	return nil
+}
+
+// SchemaProblems validates doc (JSON) against sch and returns what is wrong,
+// as [ValidationError] reports it; nil when doc is valid.
+func SchemaProblems(sch *jsonschema.Schema, doc json.RawMessage) []Problem {
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
+	if err != nil {
+		return []Problem{{Message: "not valid JSON: " + err.Error()}}
+	}
+	return schemaProblems(sch, inst)
+}
+
+func schemaProblems(sch *jsonschema.Schema, inst any) []Problem {
+	err := sch.Validate(inst)
 	if err == nil {
 		return nil
 	}
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
-		return &ValidationError{Tool: c.Tools[i].Name, Problems: []Problem{{Message: err.Error()}}}
+		return []Problem{{Message: err.Error()}}
 	}
-	verr := &ValidationError{Tool: c.Tools[i].Name}
+	verr := &ValidationError{}
 	addCauses(verr, ve, message.NewPrinter(language.English), make(map[Problem]bool))
 	if len(verr.Problems) == 0 {
-		verr.Problems = []Problem{{Path: "", Message: ve.Error()}}
+		return []Problem{{Message: ve.Error()}}
 	}
-	return verr
+	return verr.Problems
 }
 
 // repeatedMessage says that the member name is written twice in one object.

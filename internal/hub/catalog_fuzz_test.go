@@ -77,7 +77,7 @@ func FuzzValidate(f *testing.F) {
 		f.Add(seed[0], seed[1])
 	}
 	f.Fuzz(func(t *testing.T, schema, args string) {
-		cat := newCatalogs(slog.New(slog.DiscardHandler)).acquire([]mcpclient.Tool{{Name: "t", InputSchema: json.RawMessage(schema)}})
+		cat := newCatalogs(slog.New(slog.DiscardHandler)).acquire("02:00:00:00:00:01", []mcpclient.Tool{{Name: "t", InputSchema: json.RawMessage(schema)}})
 		err := cat.validate(0, json.RawMessage(args))
 		var m map[string]any
 		if (json.Unmarshal([]byte(args), &m) != nil || m == nil) && err == nil {

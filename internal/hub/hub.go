@@ -683,7 +683,7 @@ func (a *Attachment) Refresh(ctx context.Context) error {
 func (h *Hub) finishDiscovery(a *Attachment, disc *mcpclient.Discovery, err error) {
 	var newCat *Catalog
 	if disc != nil && err == nil {
-		newCat = h.catalogs.acquire(disc.Tools)
+		newCat = h.catalogs.acquire(a.dev.id, disc.Tools)
 	}
 	h.mu.Lock()
 	d := a.dev

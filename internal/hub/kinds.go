@@ -59,7 +59,7 @@ func schemaDepth(raw []byte) int {
 // validates arguments with (no $ref to files or URLs), so a dialect can
 // reject a schema the hub could not use.
 func CheckSchema(raw json.RawMessage) error {
-	_, err := compileSchema(raw)
+	_, err := CompileSchema(raw)
 	return err
 }
 

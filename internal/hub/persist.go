@@ -319,7 +319,7 @@ func (h *Hub) Load(ctx context.Context) (int, error) {
 			cats[sd.CatalogHash] = nil
 			continue
 		}
-		cats[sd.CatalogHash] = &loaded{cat: h.catalogs.acquire(tools), users: 1}
+		cats[sd.CatalogHash] = &loaded{cat: h.catalogs.acquire(sd.ID, tools), users: 1}
 	}
 	// acquire counted one user; count the others in one step.
 	h.catalogs.mu.Lock()

@@ -115,7 +115,7 @@ func (h *Hub) ApplyRemote(r RemoteDevice, tools []mcpclient.Tool) (missing bool)
 	switch {
 	case r.CatalogHash == "":
 	case tools != nil:
-		cat = h.catalogs.acquire(tools)
+		cat = h.catalogs.acquire(r.ID, tools)
 	default:
 		cat = h.catalogs.acquireHash(r.CatalogHash)
 		missing = cat == nil

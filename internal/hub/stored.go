@@ -85,7 +85,7 @@ func (h *Hub) learnStored(ctx context.Context, ref string) (string, bool) {
 				tools, err = parseCatalog(raw)
 			}
 			if err == nil {
-				cat = h.catalogs.acquire(tools)
+				cat = h.catalogs.acquire(sd.ID, tools)
 			} else if !errors.Is(err, store.ErrNotFound) {
 				h.log.Warn("stored catalog unreadable; the device is learnt without tools", "device", sd.ID, "catalog_hash", sd.CatalogHash, "error", err)
 			}

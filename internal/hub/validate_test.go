@@ -1,10 +1,12 @@
 package hub
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -33,7 +35,7 @@ const personSchema = `{
 // A nested argument's error names the innermost cause, where the value is
 // and what was wrong with it, not only that a $ref failed.
 func TestValidationReportsInnermostCauses(t *testing.T) {
-	cat := newCatalogs(nil).acquire([]mcpclient.Tool{{Name: "greet", InputSchema: json.RawMessage(personSchema)}})
+	cat := newCatalogs(nil).acquire("02:00:00:00:00:01", []mcpclient.Tool{{Name: "greet", InputSchema: json.RawMessage(personSchema)}})
 	for _, tc := range []struct {
 		name, args string
 		want       []string // every one must appear
@@ -77,7 +79,7 @@ func TestValidationProblemsAreBounded(t *testing.T) {
 	}
 	schema, _ := json.Marshal(map[string]any{"type": "object", "properties": props})
 	raw, _ := json.Marshal(args)
-	cat := newCatalogs(nil).acquire([]mcpclient.Tool{{Name: "wide", InputSchema: schema}})
+	cat := newCatalogs(nil).acquire("02:00:00:00:00:01", []mcpclient.Tool{{Name: "wide", InputSchema: schema}})
 	var ve *ValidationError
 	if err := cat.validate(0, raw); !errors.As(err, &ve) {
 		t.Fatalf("err = %v, want a ValidationError", err)
@@ -90,7 +92,7 @@ func TestValidationProblemsAreBounded(t *testing.T) {
 // Numbers in problems are written as JSON writes them: an integer past 2^53
 // exactly, none with digit groups or a power of ten.
 func TestValidationNumbersExact(t *testing.T) {
-	cat := newCatalogs(nil).acquire([]mcpclient.Tool{{Name: "t", InputSchema: json.RawMessage(`{"type":"object","properties":{
+	cat := newCatalogs(nil).acquire("02:00:00:00:00:01", []mcpclient.Tool{{Name: "t", InputSchema: json.RawMessage(`{"type":"object","properties":{
 		"max": {"type": "integer", "maximum": 100},
 		"min": {"type": "number", "minimum": 1000000},
 		"xmin": {"type": "number", "exclusiveMinimum": 0.5},
@@ -157,5 +159,21 @@ func TestRepeatedKeysRefused(t *testing.T) {
 	}
 	if _, err := h.Call(t.Context(), CallRequest{Device: id, Tool: "self.free", Arguments: json.RawMessage(`{"a":{"a":1},"b":[{"a":1},{"a":2}]}`), Caller: "t"}); err != nil {
 		t.Fatalf("the same name in different objects: %v", err)
+	}
+}
+
+// An input schema that does not compile leaves the tool's arguments
+// unchecked, and the warning saying so names the device the tool came from.
+func TestUncompilableInputSchemaLogsDevice(t *testing.T) {
+	var logs bytes.Buffer
+	cat := newCatalogs(slog.New(slog.NewTextHandler(&logs, nil))).acquire("02:00:00:00:00:07",
+		[]mcpclient.Tool{{Name: "bad", InputSchema: json.RawMessage(`{"type":"object","properties":{"v":{"type":"intger"}}}`)}})
+	if err := cat.validate(0, json.RawMessage(`{"v":"anything"}`)); err != nil {
+		t.Fatalf("arguments of a tool whose schema does not compile: %v, want them passed on", err)
+	}
+	line := logs.String()
+	if !strings.Contains(line, "tool input schema does not compile") || !strings.Contains(line, "device_id=02:00:00:00:00:07") ||
+		!strings.Contains(line, "tool=bad") {
+		t.Fatalf("logged %q, want the warning with device_id and tool", line)
 	}
 }

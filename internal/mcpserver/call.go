@@ -112,7 +112,15 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 		}
 		return r, nil
 	}
-	return toolResult(res), nil
+	out := toolResult(res)
+	if !out.IsError {
+		if _, cat, err := d.s.hub.Tools(device); err == nil {
+			if sch := d.s.outputSchema(cat, tool); sch != nil {
+				matchOutputSchema(out, sch)
+			}
+		}
+	}
+	return out, nil
 }
 
 // errRequestCancelled answers a call its client cancelled. MCP says a

@@ -25,8 +25,11 @@ import (
 //   - a tool's optional member of the wrong type is dropped (title,
 //     description, outputSchema, annotations or one of its members,
 //     execution, _meta, icons or one of their members); an input or output
-//     schema's properties and required are repaired; a tool whose
-//     inputSchema cannot be an object schema is not listed;
+//     schema's properties and required are repaired; an outputSchema that
+//     does not compile is dropped (the TypeScript SDK compiles them all in
+//     listTools), and so is a taskSupport other than "forbidden" (the
+//     doors run no tasks); a tool whose inputSchema cannot be an object
+//     schema is not listed;
 //   - a content item's optional member of the wrong type is dropped, base64
 //     without padding is padded, and an item a client cannot read at all (a
 //     type MCP does not define, text that is not a string...) becomes a text
@@ -84,10 +87,22 @@ func conformTool(m map[string]json.RawMessage) (fixed []string, err error) {
 	}
 	if v, ok := m["outputSchema"]; ok {
 		out, outFixed, err := conformSchema(v)
+		if err == nil && (len(bytes.TrimSpace(v)) == 0 || string(v) == "null") {
+			err = errors.New("is null")
+		}
+		var compileErr error
+		if err == nil {
+			// The TypeScript SDK's listTools compiles every outputSchema
+			// (with Ajv) and throws for the whole list when one fails.
+			_, compileErr = hub.CompileSchema(out)
+		}
 		switch {
-		case err != nil || len(bytes.TrimSpace(v)) == 0 || string(v) == "null":
+		case err != nil:
 			delete(m, "outputSchema")
 			fixed = append(fixed, "outputSchema is not an object schema")
+		case compileErr != nil:
+			delete(m, "outputSchema")
+			fixed = append(fixed, "outputSchema does not compile: "+oneLine(compileErr.Error()))
 		default:
 			m["outputSchema"] = out
 			for _, f := range outFixed {
@@ -106,7 +121,14 @@ func conformTool(m map[string]json.RawMessage) (fixed []string, err error) {
 		}
 	})
 	fixed = conformObject(m, "execution", fixed, func(e map[string]json.RawMessage, fix func(string, string)) {
-		if v, ok := e["taskSupport"]; ok && string(v) != `"required"` && string(v) != `"optional"` && string(v) != `"forbidden"` {
+		switch v, ok := e["taskSupport"]; {
+		case !ok, string(v) == `"forbidden"`:
+		case string(v) == `"required"` || string(v) == `"optional"`:
+			// The doors run no tasks (they advertise no tasks capability),
+			// and the TypeScript SDK refuses to call a tool that requires
+			// them: every tool is called plainly.
+			fix("taskSupport", fmt.Sprintf("%s is not offered: the MCP doors run no tasks", v))
+		default:
 			fix("taskSupport", "is not required, optional or forbidden")
 		}
 	})
@@ -545,6 +567,12 @@ func conformStructured(v json.RawMessage) json.RawMessage {
 		return v
 	}
 	return nil
+}
+
+// oneLine is a multi-line message (a schema compiler's tree of causes) on
+// one line.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
 }
 
 // truncateJSON is raw for a message: at most n bytes, cut at a rune's start.

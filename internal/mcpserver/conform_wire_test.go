@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/internal/devicetest"
 	"github.com/mcpgate/mcpgate/internal/gateway"
@@ -24,6 +27,13 @@ var badTools = map[string]string{
 	"s_req":    `{"name":"s_req","inputSchema":{"type":"object","required":"x"}}`,
 	"s_title":  `{"name":"s_title","title":5,"inputSchema":{"type":"object"}}`,
 	"s_string": `{"name":"s_string","inputSchema":{"type":"string"}}`,
+	// outputSchemas that do not compile, which the TypeScript SDK's
+	// listTools throws for.
+	"s_outtype": `{"name":"s_outtype","inputSchema":{"type":"object"},"outputSchema":{"type":"object","properties":{"v":{"type":"intger"}}}}`,
+	"s_outref":  `{"name":"s_outref","inputSchema":{"type":"object"},"outputSchema":{"$ref":"#/$defs/missing"}}`,
+	// Task support the doors cannot give: the TypeScript SDK refuses to
+	// call it plainly.
+	"s_task": `{"name":"s_task","inputSchema":{"type":"object"},"execution":{"taskSupport":"required"}}`,
 }
 
 // badResults are what the tools answer: content or structuredContent MCP
@@ -59,7 +69,7 @@ func TestMalformedToolsAndResultsConform(t *testing.T) {
 	if _, err := gw.Hub().SetAlias(id, "odd"); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"s_ann", "s_out", "s_props", "s_req", "s_title", "self.audio_speaker.set_volume"}
+	want := []string{"s_ann", "s_out", "s_outref", "s_outtype", "s_props", "s_req", "s_task", "s_title", "self.audio_speaker.set_volume"}
 
 	for _, door := range []struct{ url, prefix string }{{url + "/devices/" + id, ""}, {url, "odd."}} {
 		c := connect(t, door.url, versions[1])
@@ -75,8 +85,8 @@ func TestMalformedToolsAndResultsConform(t *testing.T) {
 					if name == "s_ann" && (tl.Annotations == nil || tl.Annotations.DestructiveHint != nil) {
 						t.Errorf("s_ann's annotations: %+v", tl.Annotations)
 					}
-					if name == "s_out" && tl.OutputSchema != nil {
-						t.Errorf("s_out's outputSchema: %v", tl.OutputSchema)
+					if strings.HasPrefix(name, "s_out") && tl.OutputSchema != nil {
+						t.Errorf("%s's outputSchema: %v", name, tl.OutputSchema)
 					}
 				}
 			}
@@ -111,7 +121,7 @@ func TestMalformedToolsAndResultsConform(t *testing.T) {
 		}
 	}
 
-	for name, n := range map[string]int{"s_ann": 1, "s_string": 1, "self.audio_speaker.set_volume": 0} {
+	for name, n := range map[string]int{"s_ann": 1, "s_string": 1, "s_outtype": 1, "s_outref": 1, "s_task": 1, "self.audio_speaker.set_volume": 0} {
 		got := 0
 		for line := range strings.Lines(logs.String()) {
 			if strings.Contains(line, "level=WARN") && strings.Contains(line, "tool="+name+" ") && strings.Contains(line, "device_id="+id) {
@@ -120,6 +130,84 @@ func TestMalformedToolsAndResultsConform(t *testing.T) {
 		}
 		if got != n {
 			t.Errorf("%s: %d warnings with device_id, want %d:\n%s", name, got, n, logs.String())
+		}
+	}
+}
+
+// A successful result of a tool that declares an outputSchema reaches the
+// client as one SDK clients accept: JSON text the schema accepts becomes
+// its structuredContent; a result that has none, or one the schema
+// rejects, becomes an isError result with the device's content and a text
+// saying so. Failures, and tools whose outputSchema is not listed, are
+// passed as they came.
+func TestResultMatchesOutputSchema(t *testing.T) {
+	gw := startGateway(t, gateway.Config{})
+	url := startDoor(t, gw, mcpserver.Config{})
+	const schema = `{"type":"object","properties":{"on":{"type":"boolean"}},"required":["on"]}`
+	answers := map[string]string{
+		"o_true":      `{"content":[{"type":"text","text":"true"}],"isError":false}`,
+		"o_json":      `{"content":[{"type":"text","text":" {\"on\": true}\n"}]}`,
+		"o_json_bad":  `{"content":[{"type":"text","text":"{\"on\":\"yes\"}"}]}`,
+		"o_sc_bad":    `{"content":[{"type":"text","text":"on"}],"structuredContent":{"on":"yes"}}`,
+		"o_sc_ok":     `{"content":[],"structuredContent":{"on":false}}`,
+		"o_error":     `{"content":[{"type":"text","text":"lamp broken"}],"isError":true}`,
+		"o_unlisted":  `{"content":[{"type":"text","text":"true"}]}`,
+		"o_no_schema": `{"content":[{"type":"text","text":"true"}]}`,
+	}
+	var tools []json.RawMessage
+	for _, name := range slices.Sorted(maps.Keys(answers)) {
+		out := `,"outputSchema":` + schema
+		switch name {
+		case "o_unlisted":
+			out = `,"outputSchema":{"type":"object","properties":{"on":{"type":"bool"}}}`
+		case "o_no_schema":
+			out = ""
+		}
+		tools = append(tools, json.RawMessage(`{"name":"`+name+`","inputSchema":{"type":"object"}`+out+`}`))
+	}
+	const id = "02:00:00:00:0e:04"
+	fake(t, gw, devicetest.Config{ID: id, Tools: tools, OnCall: func(c devicetest.Call) devicetest.Answer {
+		return devicetest.Answer{Result: json.RawMessage(answers[c.Name])}
+	}})
+	if _, err := gw.Hub().SetAlias(id, "lamp"); err != nil {
+		t.Fatal(err)
+	}
+	const mismatch = "mcpgate invalid_output: the device's result does not match the tool's declared outputSchema: "
+	for _, door := range []struct{ url, prefix string }{{url + "/devices/" + id, ""}, {url, "lamp."}} {
+		c := connect(t, door.url, versions[1])
+		waitFor(t, "the lamp's tools on "+door.url, func() bool { return contains(c.toolNames(t), door.prefix+"o_true") })
+		for _, tc := range []struct {
+			tool       string
+			isError    bool
+			structured string // "" for none
+			texts      []string
+		}{
+			{"o_true", true, "", []string{"true", mismatch + "it has no structuredContent"}},
+			{"o_json", false, `{"on":true}`, []string{" {\"on\": true}\n"}},
+			{"o_json_bad", true, "", []string{`{"on":"yes"}`, mismatch + "it has no structuredContent, and its text as JSON does not match (/on: got string, want boolean)"}},
+			{"o_sc_bad", true, "", []string{"on", mismatch + `its structuredContent does not match (/on: got string, want boolean); as sent: {"on":"yes"}`}},
+			{"o_sc_ok", false, `{"on":false}`, nil},
+			{"o_error", true, "", []string{"lamp broken"}},
+			{"o_unlisted", false, "", []string{"true"}},
+			{"o_no_schema", false, "", []string{"true"}},
+		} {
+			res := c.call(t, door.prefix+tc.tool, map[string]any{})
+			var texts []string
+			for _, item := range res.Content {
+				texts = append(texts, item.(*mcp.TextContent).Text)
+			}
+			var structured string
+			if res.StructuredContent != nil {
+				b, _ := json.Marshal(res.StructuredContent)
+				structured = string(b)
+			}
+			if res.IsError != tc.isError || structured != tc.structured || !slices.Equal(texts, tc.texts) {
+				t.Errorf("%s answered isError %v, structuredContent %s, texts %q;\nwant %v, %s, %q",
+					door.prefix+tc.tool, res.IsError, structured, texts, tc.isError, tc.structured, tc.texts)
+			}
+			if code := res.Meta["mcpgate/error"]; (code == "invalid_output") != (len(tc.texts) > 1) {
+				t.Errorf("%s: _meta %v", door.prefix+tc.tool, res.Meta)
+			}
 		}
 	}
 }

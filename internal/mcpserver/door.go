@@ -524,11 +524,12 @@ func listedTool(t *mcpclient.Tool, name, desc string) (raw json.RawMessage, fixe
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, nil, err
 	}
-	before := m["inputSchema"]
+	in, out := m["inputSchema"], m["outputSchema"]
 	if fixed, err = conformTool(m); err != nil {
 		return nil, nil, err
 	}
-	changed := fixed != nil || !bytes.Equal(before, m["inputSchema"])
+	// A schema given "type":"object" is changed without a fix reported.
+	changed := fixed != nil || !bytes.Equal(in, m["inputSchema"]) || !bytes.Equal(out, m["outputSchema"])
 	if name != t.Name {
 		m["name"], _ = json.Marshal(name) // a string always marshals
 		changed = true

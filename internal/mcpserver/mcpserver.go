@@ -16,7 +16,8 @@
 // a zero priority and non-canonical base64), structuredContent verbatim, and
 // _meta key by key. Tool definitions in tools/list are likewise the device's
 // own JSON. Both are first made valid MCP (conform.go): SDK clients reject a
-// whole list or result for one member of the wrong type. Gateway failures (unknown device or tool, offline, timeout,
+// whole list or result for one member of the wrong type; a successful result
+// must also satisfy the tool's outputSchema (output.go). Gateway failures (unknown device or tool, offline, timeout,
 // invalid arguments) become isError results whose text starts with
 // "mcpgate <code>:" and whose _meta carries {"mcpgate/error": "<code>"}, so a
 // model can read them and a program can branch on them.
@@ -60,6 +61,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/httpguard"
@@ -179,6 +181,12 @@ type Server struct {
 	// catalog, not once per door and sync (see warnTool).
 	warnMu sync.Mutex
 	warned map[toolKey]string // guarded by warnMu
+
+	// outputs holds the tools' outputSchemas as the doors list them,
+	// compiled, by catalog: nil for a tool that lists none (see
+	// outputSchema).
+	outMu   sync.Mutex
+	outputs map[outputKey]*jsonschema.Schema // guarded by outMu
 }
 
 // doorKey names a device server: the caller's key id ("" for the local

@@ -99,25 +99,7 @@ func (d *door) submit(ctx context.Context, cr hub.CallRequest, ttl time.Duration
 // but skip the check for an error.
 func (d *door) declaresOutputSchema(device, tool string) bool {
 	_, cat, err := d.s.hub.Tools(device)
-	if err != nil {
-		return false
-	}
-	t, ok := cat.Tool(tool)
-	if !ok {
-		return false
-	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(t.Raw, &m) != nil {
-		return false
-	}
-	if _, ok := m["outputSchema"]; !ok {
-		return false
-	}
-	if _, err := conformTool(m); err != nil { // as listed: an outputSchema that is no schema is dropped
-		return false
-	}
-	_, ok = m["outputSchema"]
-	return ok
+	return err == nil && d.s.outputSchema(cat, tool) != nil
 }
 
 // getCallResult answers get_call_result: a call the caller may see, as the

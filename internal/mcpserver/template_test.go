@@ -49,3 +49,20 @@ func TestTemplateRendersListedTool(t *testing.T) {
 		t.Fatal("a template for a tool whose schema is not an object schema")
 	}
 }
+
+// An outputSchema without type is listed with "type":"object", as an
+// inputSchema is: the TypeScript SDK rejects the whole tools/list for an
+// outputSchema whose type is not "object".
+func TestListedToolTypesOutputSchema(t *testing.T) {
+	for _, name := range []string{"self.a", "k.self.a"} { // unchanged name and not
+		tool := mcpclient.Tool{Name: "self.a", Raw: json.RawMessage(`{"name":"self.a","inputSchema":{"type":"object"},"outputSchema":{"properties":{"on":{"type":"boolean"}}}}`)}
+		raw, fixed, err := listedTool(&tool, name, "")
+		if err != nil || fixed != nil {
+			t.Fatalf("listedTool = %s, %q, %v", raw, fixed, err)
+		}
+		var got struct{ OutputSchema map[string]any }
+		if err := json.Unmarshal(raw, &got); err != nil || got.OutputSchema["type"] != "object" {
+			t.Errorf("listed as %s, want an outputSchema of type object", raw)
+		}
+	}
+}
