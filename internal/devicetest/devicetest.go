@@ -289,8 +289,8 @@ func (d *Device) handle(frame []byte) error {
 		return nil // hellos, listen, tts...: nothing a fake device needs
 	}
 	var req rpc
-	if json.Unmarshal(env.Payload, &req) != nil || len(req.ID) == 0 {
-		return nil // notifications/initialized and other notifications
+	if json.Unmarshal(env.Payload, &req) != nil || len(req.ID) == 0 || req.Method == "" {
+		return nil // notifications/initialized, other notifications, and answers to the device's own requests
 	}
 	switch req.Method {
 	case "initialize":

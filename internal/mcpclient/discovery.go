@@ -1,11 +1,15 @@
 package mcpclient
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/mcpgate/mcpgate/internal/jsonscan"
 	"github.com/mcpgate/mcpgate/internal/limits"
@@ -26,6 +30,66 @@ type InitializeResult struct {
 	ProtocolVersion string          `json:"protocolVersion"`
 	Capabilities    json.RawMessage `json:"capabilities,omitempty"`
 	ServerInfo      ServerInfo      `json:"serverInfo"`
+}
+
+// UnmarshalJSON reads an initialize result leniently, as hellos are read: a
+// member of the wrong type ("serverInfo":"weird", "name":123) is left at its
+// zero value, since the device did answer; only a result that is not a JSON
+// object (nor null) is an error.
+func (r *InitializeResult) UnmarshalJSON(data []byte) error {
+	var m struct {
+		ProtocolVersion json.RawMessage `json:"protocolVersion"`
+		Capabilities    json.RawMessage `json:"capabilities"`
+		ServerInfo      json.RawMessage `json:"serverInfo"`
+	}
+	if ok, err := object(data, &m); !ok || err != nil {
+		return err
+	}
+	*r = InitializeResult{}
+	lenient(m.ProtocolVersion, &r.ProtocolVersion)
+	if len(m.Capabilities) > 0 && m.Capabilities[0] == '{' {
+		r.Capabilities = m.Capabilities
+	}
+	lenient(m.ServerInfo, &r.ServerInfo)
+	return nil
+}
+
+// UnmarshalJSON reads serverInfo leniently (see InitializeResult).
+func (i *ServerInfo) UnmarshalJSON(data []byte) error {
+	var m struct{ Name, Version json.RawMessage }
+	if ok, err := object(data, &m); !ok || err != nil {
+		return err
+	}
+	*i = ServerInfo{}
+	lenient(m.Name, &i.Name)
+	lenient(m.Version, &i.Version)
+	return nil
+}
+
+// object decodes a JSON object into shadow, a struct of json.RawMessage
+// members, for the lenient decoders: encoding/json matches the keys as it
+// does for any struct. null is no object and no error (ok false), as
+// encoding/json's own decoders take it.
+func object(data []byte, shadow any) (ok bool, err error) {
+	switch b := bytes.TrimSpace(data); {
+	case string(b) == "null":
+		return false, nil
+	case len(b) == 0 || b[0] != '{':
+		return false, fmt.Errorf("want a JSON object, got %s", truncate(b, 40))
+	}
+	return true, json.Unmarshal(data, shadow)
+}
+
+// lenient sets *dst to raw when raw decodes as a T, and leaves it alone
+// when raw is absent or of another type.
+func lenient[T any](raw json.RawMessage, dst *T) {
+	if len(raw) == 0 {
+		return
+	}
+	var v T
+	if json.Unmarshal(raw, &v) == nil {
+		*dst = v
+	}
 }
 
 // Tool is one tool of a device's catalog. Raw holds the tool exactly as the
@@ -195,8 +259,8 @@ func (s *Session) ListTools(ctx context.Context) (tools []Tool, pages int, trunc
 		pages++
 		for _, raw := range page.Tools {
 			t, err := decodeTool(raw)
-			if err == nil && t.Name == "" {
-				err = errors.New("tool has no name")
+			if err == nil {
+				err = CheckToolName(t.Name)
 			}
 			if err != nil {
 				s.log.Load().Warn("skipped malformed tool in tools/list", "page", pages, "error", err, "tool", truncate(raw, 200))
@@ -271,6 +335,20 @@ func (s *Session) Discover(ctx context.Context) (*Discovery, error) {
 		d.InitFailed = initErr.Error()
 	}
 	return d, nil
+}
+
+// CheckToolName says why a device's tool name is unusable, or returns nil:
+// an empty name, or one holding control characters or bytes that are not
+// UTF-8, which would break the lines of every list and log that shows it.
+// Both dialects skip such a tool.
+func CheckToolName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("tool has no name")
+	case strings.IndexFunc(name, func(r rune) bool { return unicode.IsControl(r) || r == utf8.RuneError }) >= 0:
+		return fmt.Errorf("tool name %q contains control characters", name)
+	}
+	return nil
 }
 
 // toolsPage is a tools/list result.

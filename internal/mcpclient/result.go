@@ -17,7 +17,9 @@ import (
 //     error in RPCError;
 //   - a result with "isError": true (py-xiaozhi and spec servers);
 //   - a result that is not an MCP CallToolResult at all (free JSON), which
-//     becomes a single text item holding that JSON.
+//     becomes a single text item holding that JSON, unless it says
+//     "isError": true: then a failure with that JSON as its text (or, when
+//     isError is all it holds, a text saying it came without content).
 //
 // Gateway-side failures (timeout, disconnect) are errors, never Results.
 type Result struct {
@@ -116,9 +118,32 @@ func resultFromResponse(msg *jsonrpc.Message) *Result {
 	// Not a CallToolResult: keep the device's JSON as the text, verbatim.
 	r := &Result{Content: []json.RawMessage{TextContent(string(raw))}}
 	if len(raw) > 0 && raw[0] == '{' {
+		if failed, alone := failedWithoutContent(raw); failed {
+			text := "device reported an error without content"
+			if !alone {
+				text = "device reported an error: " + string(raw)
+			}
+			return ErrorResult(text)
+		}
 		r.StructuredContent = append(json.RawMessage(nil), raw...)
 	}
 	return r
+}
+
+// failedWithoutContent reports whether a result that is no CallToolResult
+// still says it failed ("isError": true, with no usable content): that is
+// the device's failure, not data, and must not read as a success. alone
+// says isError is its only member, so its JSON says nothing more.
+func failedWithoutContent(raw []byte) (failed, alone bool) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil {
+		return false, false
+	}
+	var isError bool
+	if json.Unmarshal(m["isError"], &isError) != nil || !isError {
+		return false, false
+	}
+	return true, len(m) == 1
 }
 
 // unmarshalResult is scanResult by encoding/json, for what scanResult

@@ -102,7 +102,9 @@ type Config struct {
 	OnNotification func(method string, params json.RawMessage)
 	// OnRequest receives requests the peer sends (devices send none; a
 	// standard MCP server may send ping, roots/list...). It is called from the
-	// transport's reader; an answer must echo msg.ID. Nil ignores them.
+	// transport's reader; an answer must echo msg.ID. Nil answers them as a
+	// client without capabilities does: ping with an empty result, anything
+	// else with method not found (see [Session.Handle]).
 	OnRequest func(msg *jsonrpc.Message)
 	// ProtocolVersion is asked for in initialize. Default [ProtocolVersion].
 	ProtocolVersion string
@@ -118,10 +120,10 @@ type Config struct {
 	// never takes the other's answers for its own.
 	FirstID int32
 	// OnDrop, when set, is told of each inbound payload the session drops,
-	// with a short reason (DropUnparseable, DropUnknownID, DropRequest,
-	// DropNotification), so a hostile or broken peer shows in metrics and
-	// not only in debug logs. It is called from the transport's reader and
-	// must not block.
+	// with a short reason (DropUnparseable, DropUnknownID, DropRequest for a
+	// request left unanswered, DropNotification), so a hostile or broken
+	// peer shows in metrics and not only in debug logs. It is called from
+	// the transport's reader (and the answers' writer) and must not block.
 	OnDrop func(reason string)
 	// OnLimit, when set, is told when a discovery guard stops tools/list
 	// (limits.MaxTools, limits.MaxPages or limits.MaxCatalogBytes), for the
@@ -199,7 +201,17 @@ type Session struct {
 	closeErr  error                      // guarded by mu; set once by Close
 	unmatched uint64                     // guarded by mu
 	init      *InitializeResult          // guarded by mu; set by a successful Initialize
+
+	// The answers to the peer's own requests (see answer).
+	answers       [][]byte // guarded by mu; not yet written
+	answering     bool     // guarded by mu; an answerLoop is writing them
+	answersLogged bool     // guarded by mu; a drop from this backlog was logged
 }
+
+// maxAnswers bounds the answers to a peer's requests waiting to be written:
+// a device that sends requests faster than it reads the answers has the
+// rest dropped, not queued.
+const maxAnswers = 16
 
 // New returns a Session over link. It sends nothing until asked. The session
 // closes when ctx ends (with ctx's cause as the reason) or when Close is called.
@@ -310,10 +322,12 @@ func (s *Session) Pending() int {
 }
 
 // Handle processes one inbound MCP payload. Replies are matched to pending
-// requests by id; replies with unknown ids, requests and notifications from
-// the device, and unparseable payloads are dropped with a debug log; a reply
-// that cannot be parsed but names a pending request's id fails that request
-// at once with [ErrMalformedResponse]. Handle never blocks.
+// requests by id; a request from the device is answered (ping with an empty
+// result, as MCP requires, anything else with -32601 method not found)
+// unless Config.OnRequest takes it; replies with unknown ids, notifications
+// from the device, and unparseable payloads are dropped with a debug log; a
+// reply that cannot be parsed but names a pending request's id fails that
+// request at once with [ErrMalformedResponse]. Handle never blocks.
 func (s *Session) Handle(payload []byte) { s.handle(payload, jsonrpc.Decode) }
 
 // HandleValid is [Session.Handle] for a payload already known to be valid
@@ -340,9 +354,7 @@ func (s *Session) handle(payload []byte, decode func([]byte) (*jsonrpc.Message, 
 			s.cfg.OnRequest(msg)
 			return
 		}
-		// Devices never send requests; a peer that does gets no answer.
-		s.cfg.OnDrop(DropRequest)
-		s.log.Load().Debug("ignored request from device", "method", msg.Method)
+		s.answer(msg)
 		return
 	}
 	id, ok := msg.ID.Int32()
@@ -358,6 +370,80 @@ func (s *Session) handle(payload []byte, decode func([]byte) (*jsonrpc.Message, 
 		return
 	}
 	p.reply <- msg // buffered(1), and only this goroutine sends after removing it
+}
+
+// answer replies to a request the device sent, echoing its id: ping with an
+// empty result, anything else with method not found (the gateway offers a
+// device no client capabilities), as the registration dialect does. The
+// reader must not wait on the network, so the answers are written in order
+// by one goroutine at a time, which ends once they are all written (each
+// within the request timeout) or the session closes; past maxAnswers
+// waiting, a request is dropped (DropRequest) with one debug line per
+// backlog, so a device flooding requests costs neither memory nor log lines.
+func (s *Session) answer(msg *jsonrpc.Message) {
+	var reply *jsonrpc.Message
+	if msg.Method == "ping" {
+		reply, _ = jsonrpc.NewResult(msg.ID, struct{}{}) // an empty struct always marshals
+	} else {
+		reply = jsonrpc.NewErrorResponse(msg.ID, jsonrpc.NewError(jsonrpc.CodeMethodNotFound, "Method not found: "+msg.Method))
+	}
+	b, err := reply.Encode()
+	if err != nil {
+		s.cfg.OnDrop(DropRequest)
+		s.log.Load().Debug("could not encode an answer to a request from the device", "method", msg.Method, "error", err)
+		return
+	}
+	s.mu.Lock()
+	if s.closeErr != nil {
+		s.mu.Unlock()
+		return
+	}
+	if len(s.answers) >= maxAnswers {
+		logged := s.answersLogged
+		s.answersLogged = true
+		s.mu.Unlock()
+		s.cfg.OnDrop(DropRequest)
+		if !logged {
+			s.log.Load().Debug("dropped requests from device: too many answers not yet written", "method", msg.Method, "max_answers", maxAnswers)
+		}
+		return
+	}
+	s.answers = append(s.answers, b)
+	start := !s.answering
+	s.answering = true
+	s.mu.Unlock()
+	if start {
+		go s.answerLoop()
+	}
+}
+
+// answerLoop writes the answers answer queued until none is left.
+func (s *Session) answerLoop() {
+	for {
+		s.mu.Lock()
+		if len(s.answers) == 0 || s.closeErr != nil {
+			s.answers, s.answering, s.answersLogged = nil, false, false
+			s.mu.Unlock()
+			return
+		}
+		b := s.answers[0]
+		s.answers = s.answers[1:]
+		s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
+		err := s.link.Send(ctx, b)
+		cancel()
+		if err != nil {
+			s.mu.Lock()
+			dropped := len(s.answers)
+			s.answers, s.answering, s.answersLogged = nil, false, false
+			s.mu.Unlock()
+			for range dropped + 1 {
+				s.cfg.OnDrop(DropRequest)
+			}
+			s.log.Load().Debug("could not answer requests from device", "error", err, "dropped", dropped+1)
+			return
+		}
+	}
 }
 
 // failMalformedReply fails the pending request a reply that could not be

@@ -340,6 +340,22 @@ func TestResultForms(t *testing.T) {
 			wantText: `{"temperature":21}`, wantStructured: true,
 		},
 		{
+			name:    "isError without content",
+			reply:   `{"result":{"isError":true}}`,
+			wantErr: true, wantText: "device reported an error without content",
+			wantJSON: `{"content":[{"type":"text","text":"device reported an error without content"}],"isError":true}`,
+		},
+		{
+			name:    "isError with content that is no array",
+			reply:   `{"result":{"isError":true,"content":"sensor offline"}}`,
+			wantErr: true, wantText: `device reported an error: {"isError":true,"content":"sensor offline"}`,
+		},
+		{
+			name:     "free JSON with isError false",
+			reply:    `{"result":{"isError":false,"temperature":21}}`,
+			wantText: `{"isError":false,"temperature":21}`, wantStructured: true,
+		},
+		{
 			name:     "scalar result",
 			reply:    `{"result":"done"}`,
 			wantText: `"done"`,

@@ -139,6 +139,22 @@ func IsRegistration(frame []byte) bool {
 	return err == nil && msg.Kind() == jsonrpc.KindRequest && msg.Method == MethodRegister
 }
 
+// ErrNoID is why an mcp/registerTools sent without an id is refused: it is
+// then a notification, which nothing may answer, so its tools could never
+// be acknowledged.
+var ErrNoID = errors.New("mcp/registerTools without an id: the request needs one, for its acknowledgement")
+
+// IsRegistrationWithoutID reports whether a frame is mcp/registerTools sent
+// as a notification (no id), which [IsRegistration] does not
+// take: the connection is refused with [ErrNoID], which says what is missing.
+func IsRegistrationWithoutID(frame []byte) bool {
+	if !bytes.Contains(frame, []byte("registerTools")) {
+		return false
+	}
+	msg, err := jsonrpc.Decode(frame)
+	return err == nil && msg.Kind() == jsonrpc.KindNotification && msg.Method == MethodRegister
+}
+
 // Decode reads the params of an mcp/registerTools request. An error (which
 // wraps ErrInvalid) refuses the registration as a whole: params that are
 // not an object, a missing or malformed mac_addr, tools that are not an

@@ -596,7 +596,14 @@ func (h *hook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet
 	return pk, nil
 }
 
-// OnPacketEncode fixes two packets for MQTT 3.1.1 (and 3.1) clients.
+// OnPacketEncode tells MQTT 5 clients in CONNACK what the broker lacks, and
+// fixes two packets for MQTT 3.1.1 (and 3.1) clients.
+//
+// MQTT 5 reads a CONNACK without Retain Available, Wildcard Subscription
+// Available or Shared Subscription Available as "supported", and mochi
+// sends none of them whatever its capabilities say: each is set here to the
+// capability's value (0: no retained messages, no wildcard or shared
+// subscriptions).
 //
 // It keeps DISCONNECT from them: only MQTT 5 has one from server to client;
 // a 3.1.1 client is disconnected by closing its connection. mochi sends it
@@ -611,6 +618,12 @@ func (h *hook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet
 // authorized", the only CONNACK of code 5 it sends.
 func (h *hook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
 	if pk.ProtocolVersion >= 5 {
+		if pk.FixedHeader.Type == packets.Connack {
+			caps := h.t.srv.Options.Capabilities
+			pk.Properties.RetainAvailable, pk.Properties.RetainAvailableFlag = caps.RetainAvailable, true
+			pk.Properties.WildcardSubAvailable, pk.Properties.WildcardSubAvailableFlag = caps.WildcardSubAvailable, true
+			pk.Properties.SharedSubAvailable, pk.Properties.SharedSubAvailableFlag = caps.SharedSubAvailable, true
+		}
 		return pk
 	}
 	switch pk.FixedHeader.Type {

@@ -636,6 +636,9 @@ func (c *connection) readHello(ctx context.Context) (*xiaozhi.Hello, []byte, err
 		if register.IsRegistration(data) {
 			return nil, data, nil
 		}
+		if register.IsRegistrationWithoutID(data) {
+			return nil, nil, fmt.Errorf("first message: %w", register.ErrNoID)
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("first message is not a hello (nor an mcp/registerTools request): %w", err)
 		}
