@@ -89,7 +89,7 @@ environment, which wins over the file.`,
 				for pattern, v := range toolTimeouts {
 					d, err := time.ParseDuration(v)
 					if err != nil || d <= 0 {
-						return flagErrorf("tool-timeout", "%s=%s: want a positive duration such as 90s", pattern, v)
+						return entryErrorf("tool-timeout", pattern, "%s=%s: want a positive duration such as 90s", pattern, v)
 					}
 					cfg.ToolTimeouts[pattern] = d
 				}

@@ -15,14 +15,21 @@ import (
 // [locate] names the config file's line or the environment variable
 // instead when the value came from there.
 type flagError struct {
-	name string // the flag, without dashes
-	err  error  // what follows its name
+	name  string // the flag, without dashes
+	entry string // the list item or mapping key at fault, if any
+	err   error  // what follows its name
 }
 
 // flagErrorf refuses the value of flag name: format says what follows
 // "--name ", usually the value and what is wanted instead.
 func flagErrorf(name, format string, args ...any) error {
 	return &flagError{name: name, err: fmt.Errorf(format, args...)}
+}
+
+// entryErrorf is flagErrorf for one entry of a list or mapping flag (the
+// item, or the mapping's key), which the config file names at its own line.
+func entryErrorf(name, entry, format string, args ...any) error {
+	return &flagError{name: name, entry: entry, err: fmt.Errorf(format, args...)}
 }
 
 func (e *flagError) Error() string { return "--" + e.name + " " + e.err.Error() }
@@ -36,7 +43,7 @@ func locate(fs *pflag.FlagSet, err error) error {
 	if !ok {
 		return err
 	}
-	if origin := flagconfig.Origin(fs, fe.name); origin != "" {
+	if origin := flagconfig.EntryOrigin(fs, fe.name, fe.entry); origin != "" {
 		return fmt.Errorf("%s: %w", origin, fe.err)
 	}
 	return err

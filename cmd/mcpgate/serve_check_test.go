@@ -142,8 +142,10 @@ func TestServeBadValueNamed(t *testing.T) {
 		args []string
 		want string // in stderr, after the file's name for a file
 	}{
-		{"tool timeout in file", []string{"--config", file("tool-timeout:\n  self.x: nope\n")},
-			": tool-timeout (line 3): self.x=nope: want a positive duration such as 90s"},
+		{"tool timeout in file", []string{"--config", file("tool-timeout:\n  self.x: 5s\n  self.y: nope\n")},
+			": tool-timeout (line 5): self.y=nope: want a positive duration such as 90s"},
+		{"queue tool entry in file", []string{"--config", file("queue-tool:\n  a: never\n  b: sometimes\n")},
+			`: queue-tool (line 5): b=sometimes: queue policy "sometimes"`},
 		{"log level in file", []string{"--config", file("log-level: verbose\n")}, `: log-level (line 3): "verbose": want debug, info, warn or error`},
 		{"call timeout in file", []string{"--config", file("call-timeout: -5s\n")}, ": call-timeout (line 3): must be positive, got -5s"},
 		{"burst in file", []string{"--config", file("key-call-burst: -5\n")}, ": key-call-burst (line 3): -5: want 0 (twice the rate) or more"},
@@ -206,7 +208,7 @@ func TestServeCrossSettingNamed(t *testing.T) {
 		{"ota transport mqtt, no broker by flag", []string{"--config", file("ota-transport: mqtt\n"), "--mqtt-addr="},
 			": ota-transport (line 2): mqtt" + noMQTT},
 		{"ota transport for without broker", []string{"--config", file("mqtt-addr:\nota-transport-for:\n  02:00:00:00:00:01: mqtt\n")},
-			": ota-transport-for (line 3): 02:00:00:00:00:01=mqtt" + noMQTT},
+			": ota-transport-for (line 4): 02:00:00:00:00:01=mqtt" + noMQTT},
 		{"upstream init wait without upstream", []string{"--config", file("upstream-init-wait: 1s\n")},
 			": upstream-init-wait (line 2): needs --upstream"},
 		{"upstream ota without upstream", []string{"--config", file("upstream-ota: http://127.0.0.1:1/xiaozhi/ota/\n")},

@@ -31,7 +31,7 @@ func queueFlags(f *pflag.FlagSet, cfg *queue.Config) (apply func() error) {
 		for pattern, v := range tools {
 			p, err := queue.ParsePolicy(v)
 			if err != nil {
-				return flagErrorf("queue-tool", "%s=%s: %w", pattern, v, err)
+				return entryErrorf("queue-tool", pattern, "%s=%s: %w", pattern, v, err)
 			}
 			cfg.Tools[pattern] = p
 		}
