@@ -78,6 +78,9 @@ environment, which wins over the file.`,
 			if err := checkNumbers(&cfg); err != nil {
 				return err
 			}
+			if err := checkAuthFlags(&cfg); err != nil {
+				return err
+			}
 			if err := applyProvisioning(logger); err != nil {
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/flagconfig"
 	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/httpguard"
 )
 
 // flagError is a value of one setting that serve refuses once every flag is
@@ -47,6 +48,19 @@ func locate(fs *pflag.FlagSet, err error) error {
 		return fmt.Errorf("%s: %w", origin, fe.err)
 	}
 	return err
+}
+
+// checkAuthFlags refuses the API-key settings gateway.New would refuse
+// without saying where they were given.
+func checkAuthFlags(cfg *gateway.Config) error {
+	if cfg.RequireKeys && cfg.Insecure {
+		return flagErrorf("insecure", "contradicts --require-keys: pick one")
+	}
+	required := cfg.RequireKeys || (!httpguard.IsLoopbackAddr(cfg.Addr) && !cfg.Insecure)
+	if cfg.OAuth && !required {
+		return flagErrorf("oauth", "needs API keys required (--require-keys, or a non-loopback --addr without --insecure): on open doors no client is asked to authorize")
+	}
+	return nil
 }
 
 // checkNumbers refuses the numbers and durations of serve's own flags and

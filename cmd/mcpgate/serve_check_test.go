@@ -217,6 +217,14 @@ func TestServeCrossSettingNamed(t *testing.T) {
 		{"mqtt addr beside broker", []string{"--config", file("mqtt-broker: tcp://127.0.0.1:1\nmqtt-addr: 127.0.0.1:0\n")},
 			": mqtt-addr (line 3): 127.0.0.1:0: not with --mqtt-broker"},
 		{"cluster setting without name", []string{"--config", file("node-id: n1\n")}, ": node-id (line 2): needs --cluster-name"},
+		{"queue max ttl below the default ttl", []string{"--config", file("queue-max-ttl: 30m\n")},
+			": queue-max-ttl (line 2): 30m0s is shorter than --queue-default-ttl 1h0m0s"},
+		{"queue default ttl above the max", []string{"--config", file("queue-max-ttl: 30m\nqueue-default-ttl: 2h\n")},
+			": queue-default-ttl (line 3): 2h0m0s is longer than --queue-max-ttl 30m0s"},
+		{"insecure beside require-keys", []string{"--config", file("require-keys: true\ninsecure: true\n")},
+			": insecure (line 3): contradicts --require-keys"},
+		{"oauth on open doors", []string{"--config", file("oauth: true\n")}, ": oauth (line 2): needs API keys required"},
+		{"oauth flag, insecure", []string{"--data", dir, "--oauth", "--insecure", "--addr", "0.0.0.0:0"}, "mcpgate: --oauth needs API keys required"},
 		{"llm model without base url", []string{"--config", file("llm-model: m\n")}, ": llm-model (line 2): needs --llm-base-url"},
 		{"vision model without base url", []string{"--config", file("vision-model: m\n")}, ": vision-model (line 2): needs --llm-base-url"},
 		{"base url without a model", []string{"--config", file("llm-base-url: http://127.0.0.1:1/v1\n")},
@@ -233,6 +241,15 @@ func TestServeCrossSettingNamed(t *testing.T) {
 				t.Errorf("exit %d, stderr:\n%s\nwant %q", r.code, r.stderr, want)
 			}
 		})
+	}
+}
+
+// TestServeCrossSettingFromEnvironment names the variable of the one given.
+func TestServeCrossSettingFromEnvironment(t *testing.T) {
+	t.Setenv("MCPGATE_QUEUE_MAX_TTL", "30m")
+	r := run(t, "http://127.0.0.1:1", "serve", "--addr", "127.0.0.1:0", "--mqtt-addr", "", "--data", t.TempDir())
+	if want := "mcpgate: environment MCPGATE_QUEUE_MAX_TTL: 30m0s is shorter than --queue-default-ttl"; r.code == 0 || !strings.Contains(r.stderr, want) {
+		t.Errorf("exit %d, stderr:\n%s\nwant %q", r.code, r.stderr, want)
 	}
 }
 
