@@ -55,7 +55,10 @@ With --client-id the token is valid only with that Client-Id; without, with any.
 		if ttl <= 0 {
 			return fmt.Errorf("--ttl must be positive, got %s", ttl)
 		}
-		dataDir, _ := sf.resolve()
+		dataDir, _, err := sf.resolve()
+		if err != nil {
+			return err
+		}
 		st, err := sf.open(cmd.Context())
 		if err != nil {
 			return err

@@ -59,6 +59,9 @@ environment, which wins over the file.`,
 			if err := flagconfig.Apply(cmd.Flags(), configFile, "MCPGATE_", "'mcpgate serve --help'"); err != nil {
 				return err
 			}
+			if cfg.DataDir, err = resolveDataDir(cmd.Flags()); err != nil {
+				return err
+			}
 			logger, err := newLogger(g.stderr, logLevel, logFormat)
 			if err != nil {
 				return err
@@ -75,6 +78,9 @@ environment, which wins over the file.`,
 			if err := checkNumbers(&cfg); err != nil {
 				return err
 			}
+			if err := checkAuthFlags(&cfg); err != nil {
+				return err
+			}
 			if err := applyProvisioning(logger); err != nil {
 				return err
 			}
@@ -86,7 +92,7 @@ environment, which wins over the file.`,
 				for pattern, v := range toolTimeouts {
 					d, err := time.ParseDuration(v)
 					if err != nil || d <= 0 {
-						return flagErrorf("tool-timeout", "%s=%s: want a positive duration such as 90s", pattern, v)
+						return entryErrorf("tool-timeout", pattern, "%s=%s: want a positive duration such as 90s", pattern, v)
 					}
 					cfg.ToolTimeouts[pattern] = d
 				}
@@ -158,7 +164,7 @@ environment, which wins over the file.`,
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "YAML config file whose keys are these flag names (env MCPGATE_CONFIG)")
 	f.StringVar(&cfg.Addr, "addr", "127.0.0.1:8000", "HTTP listen address for devices and clients (port 0 picks a free one)")
-	f.StringVar(&cfg.DataDir, "data", defaultDataDir(os.Getenv, os.Geteuid()), "directory for the gateway's files: the SQLite store, the device secret, photos")
+	f.StringVar(&cfg.DataDir, "data", defaultDataDir(os.Getenv, os.Geteuid()), "directory for the gateway's files: the SQLite store, the device secret, photos (not empty)")
 	f.StringVar(&cfg.StoreDSN, "store", "", "the store: empty for SQLite at DATA/mcpgate.db, sqlite:PATH, or postgres://USER:PASSWORD@HOST:PORT/DB")
 	f.StringVar(&clusterCfg.Name, "cluster-name", "", "cluster mode (docs/cluster.md): the cluster's name, the same on every node; needs --store postgres://...")
 	f.StringVar(&clusterCfg.Listen, "cluster-listen", "", "cluster mode, embedded NATS: where this node's routes listen, e.g. 0.0.0.0:6222")

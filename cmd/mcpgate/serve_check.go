@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/flagconfig"
 	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/httpguard"
 )
 
 // flagError is a value of one setting that serve refuses once every flag is
@@ -15,14 +16,21 @@ import (
 // [locate] names the config file's line or the environment variable
 // instead when the value came from there.
 type flagError struct {
-	name string // the flag, without dashes
-	err  error  // what follows its name
+	name  string // the flag, without dashes
+	entry string // the list item or mapping key at fault, if any
+	err   error  // what follows its name
 }
 
 // flagErrorf refuses the value of flag name: format says what follows
 // "--name ", usually the value and what is wanted instead.
 func flagErrorf(name, format string, args ...any) error {
 	return &flagError{name: name, err: fmt.Errorf(format, args...)}
+}
+
+// entryErrorf is flagErrorf for one entry of a list or mapping flag (the
+// item, or the mapping's key), which the config file names at its own line.
+func entryErrorf(name, entry, format string, args ...any) error {
+	return &flagError{name: name, entry: entry, err: fmt.Errorf(format, args...)}
 }
 
 func (e *flagError) Error() string { return "--" + e.name + " " + e.err.Error() }
@@ -36,10 +44,23 @@ func locate(fs *pflag.FlagSet, err error) error {
 	if !ok {
 		return err
 	}
-	if origin := flagconfig.Origin(fs, fe.name); origin != "" {
+	if origin := flagconfig.EntryOrigin(fs, fe.name, fe.entry); origin != "" {
 		return fmt.Errorf("%s: %w", origin, fe.err)
 	}
 	return err
+}
+
+// checkAuthFlags refuses the API-key settings gateway.New would refuse
+// without saying where they were given.
+func checkAuthFlags(cfg *gateway.Config) error {
+	if cfg.RequireKeys && cfg.Insecure {
+		return flagErrorf("insecure", "contradicts --require-keys: pick one")
+	}
+	required := cfg.RequireKeys || (!httpguard.IsLoopbackAddr(cfg.Addr) && !cfg.Insecure)
+	if cfg.OAuth && !required {
+		return flagErrorf("oauth", "needs API keys required (--require-keys, or a non-loopback --addr without --insecure): on open doors no client is asked to authorize")
+	}
+	return nil
 }
 
 // checkNumbers refuses the numbers and durations of serve's own flags and

@@ -142,8 +142,10 @@ func TestServeBadValueNamed(t *testing.T) {
 		args []string
 		want string // in stderr, after the file's name for a file
 	}{
-		{"tool timeout in file", []string{"--config", file("tool-timeout:\n  self.x: nope\n")},
-			": tool-timeout (line 3): self.x=nope: want a positive duration such as 90s"},
+		{"tool timeout in file", []string{"--config", file("tool-timeout:\n  self.x: 5s\n  self.y: nope\n")},
+			": tool-timeout (line 5): self.y=nope: want a positive duration such as 90s"},
+		{"queue tool entry in file", []string{"--config", file("queue-tool:\n  a: never\n  b: sometimes\n")},
+			`: queue-tool (line 5): b=sometimes: queue policy "sometimes"`},
 		{"log level in file", []string{"--config", file("log-level: verbose\n")}, `: log-level (line 3): "verbose": want debug, info, warn or error`},
 		{"call timeout in file", []string{"--config", file("call-timeout: -5s\n")}, ": call-timeout (line 3): must be positive, got -5s"},
 		{"burst in file", []string{"--config", file("key-call-burst: -5\n")}, ": key-call-burst (line 3): -5: want 0 (twice the rate) or more"},
@@ -206,7 +208,7 @@ func TestServeCrossSettingNamed(t *testing.T) {
 		{"ota transport mqtt, no broker by flag", []string{"--config", file("ota-transport: mqtt\n"), "--mqtt-addr="},
 			": ota-transport (line 2): mqtt" + noMQTT},
 		{"ota transport for without broker", []string{"--config", file("mqtt-addr:\nota-transport-for:\n  02:00:00:00:00:01: mqtt\n")},
-			": ota-transport-for (line 3): 02:00:00:00:00:01=mqtt" + noMQTT},
+			": ota-transport-for (line 4): 02:00:00:00:00:01=mqtt" + noMQTT},
 		{"upstream init wait without upstream", []string{"--config", file("upstream-init-wait: 1s\n")},
 			": upstream-init-wait (line 2): needs --upstream"},
 		{"upstream ota without upstream", []string{"--config", file("upstream-ota: http://127.0.0.1:1/xiaozhi/ota/\n")},
@@ -215,6 +217,14 @@ func TestServeCrossSettingNamed(t *testing.T) {
 		{"mqtt addr beside broker", []string{"--config", file("mqtt-broker: tcp://127.0.0.1:1\nmqtt-addr: 127.0.0.1:0\n")},
 			": mqtt-addr (line 3): 127.0.0.1:0: not with --mqtt-broker"},
 		{"cluster setting without name", []string{"--config", file("node-id: n1\n")}, ": node-id (line 2): needs --cluster-name"},
+		{"queue max ttl below the default ttl", []string{"--config", file("queue-max-ttl: 30m\n")},
+			": queue-max-ttl (line 2): 30m0s is shorter than --queue-default-ttl 1h0m0s"},
+		{"queue default ttl above the max", []string{"--config", file("queue-max-ttl: 30m\nqueue-default-ttl: 2h\n")},
+			": queue-default-ttl (line 3): 2h0m0s is longer than --queue-max-ttl 30m0s"},
+		{"insecure beside require-keys", []string{"--config", file("require-keys: true\ninsecure: true\n")},
+			": insecure (line 3): contradicts --require-keys"},
+		{"oauth on open doors", []string{"--config", file("oauth: true\n")}, ": oauth (line 2): needs API keys required"},
+		{"oauth flag, insecure", []string{"--data", dir, "--oauth", "--insecure", "--addr", "0.0.0.0:0"}, "mcpgate: --oauth needs API keys required"},
 		{"llm model without base url", []string{"--config", file("llm-model: m\n")}, ": llm-model (line 2): needs --llm-base-url"},
 		{"vision model without base url", []string{"--config", file("vision-model: m\n")}, ": vision-model (line 2): needs --llm-base-url"},
 		{"base url without a model", []string{"--config", file("llm-base-url: http://127.0.0.1:1/v1\n")},
@@ -231,6 +241,15 @@ func TestServeCrossSettingNamed(t *testing.T) {
 				t.Errorf("exit %d, stderr:\n%s\nwant %q", r.code, r.stderr, want)
 			}
 		})
+	}
+}
+
+// TestServeCrossSettingFromEnvironment names the variable of the one given.
+func TestServeCrossSettingFromEnvironment(t *testing.T) {
+	t.Setenv("MCPGATE_QUEUE_MAX_TTL", "30m")
+	r := run(t, "http://127.0.0.1:1", "serve", "--addr", "127.0.0.1:0", "--mqtt-addr", "", "--data", t.TempDir())
+	if want := "mcpgate: environment MCPGATE_QUEUE_MAX_TTL: 30m0s is shorter than --queue-default-ttl"; r.code == 0 || !strings.Contains(r.stderr, want) {
+		t.Errorf("exit %d, stderr:\n%s\nwant %q", r.code, r.stderr, want)
 	}
 }
 

@@ -88,7 +88,7 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 			for dev, tr := range transportFor {
 				id, err := xiaozhi.NormalizeDeviceID(dev)
 				if err != nil {
-					return flagErrorf("ota-transport-for", "%s: %w", dev, err)
+					return entryErrorf("ota-transport-for", dev, "%s: %w", dev, err)
 				}
 				p.OTA.TransportFor[id] = ota.Transport(strings.ToLower(tr))
 			}
@@ -200,17 +200,17 @@ func checkSettings(f *pflag.FlagSet, transportFor map[string]string, log *slog.L
 	}
 	// The setting that tells devices MQTT, as the user gave it, for the
 	// refusal.
-	name, given := "", ""
+	name, entry, given := "", "", ""
 	if tr := flagValue(f, "ota-transport"); strings.EqualFold(tr, string(ota.TransportMQTT)) {
 		name, given = "ota-transport", tr
 	}
 	for _, dev := range slices.Sorted(maps.Keys(transportFor)) {
 		if tr := transportFor[dev]; name == "" && strings.EqualFold(tr, string(ota.TransportMQTT)) {
-			name, given = "ota-transport-for", dev+"="+tr
+			name, entry, given = "ota-transport-for", dev, dev+"="+tr
 		}
 	}
 	if name != "" && flagValue(f, "mqtt-addr") == "" && flagValue(f, "mqtt-broker") == "" && flagValue(f, "ota-mqtt-endpoint") == "" {
-		return flagErrorf(name, "%s: no MQTT broker for the devices: the embedded one is off (--mqtt-addr is empty) "+
+		return entryErrorf(name, entry, "%s: no MQTT broker for the devices: the embedded one is off (--mqtt-addr is empty) "+
 			"and no --mqtt-broker is set; set one of them, or --ota-mqtt-endpoint to a broker mcpgate serves", given)
 	}
 	return nil

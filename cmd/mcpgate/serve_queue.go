@@ -21,7 +21,7 @@ func queueFlags(f *pflag.FlagSet, cfg *queue.Config) (apply func() error) {
 	f.Var(ageFlag{&cfg.Retention}, "queue-retention", "finished queued calls are deleted this long after they end, e.g. 7d or 72h (0 keeps them forever)")
 	f.StringToStringVar(&tools, "queue-tool", nil, "per-tool queuing default as PATTERN=always|never (path.Match patterns), e.g. 'self.camera.*=never'")
 	return func() error {
-		if err := checkQueueFlags(cfg); err != nil {
+		if err := checkQueueFlags(f, cfg); err != nil {
 			return err
 		}
 		if len(tools) == 0 {
@@ -31,7 +31,7 @@ func queueFlags(f *pflag.FlagSet, cfg *queue.Config) (apply func() error) {
 		for pattern, v := range tools {
 			p, err := queue.ParsePolicy(v)
 			if err != nil {
-				return flagErrorf("queue-tool", "%s=%s: %w", pattern, v, err)
+				return entryErrorf("queue-tool", pattern, "%s=%s: %w", pattern, v, err)
 			}
 			cfg.Tools[pattern] = p
 		}
@@ -42,7 +42,7 @@ func queueFlags(f *pflag.FlagSet, cfg *queue.Config) (apply func() error) {
 // checkQueueFlags refuses queue settings queue.New would take silently for
 // its defaults (its zero values), or refuse without naming the flags; the
 // flag's --queue-retention 0 (keep forever) becomes the queue's negative.
-func checkQueueFlags(cfg *queue.Config) error {
+func checkQueueFlags(f *pflag.FlagSet, cfg *queue.Config) error {
 	for _, n := range []struct {
 		flag string
 		v    int
@@ -60,6 +60,10 @@ func checkQueueFlags(cfg *queue.Config) error {
 		}
 	}
 	if cfg.DefaultTTL > cfg.MaxTTL {
+		// Blame the one given: a lower maximum alone is at fault.
+		if f.Changed("queue-max-ttl") && !f.Changed("queue-default-ttl") {
+			return flagErrorf("queue-max-ttl", "%s is shorter than --queue-default-ttl %s: raise it, or lower --queue-default-ttl", cfg.MaxTTL, cfg.DefaultTTL)
+		}
 		return flagErrorf("queue-default-ttl", "%s is longer than --queue-max-ttl %s: lower the first or raise the second", cfg.DefaultTTL, cfg.MaxTTL)
 	}
 	if cfg.Retention == 0 {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/mcpgate/mcpgate/internal/store"
 )
@@ -70,16 +71,39 @@ func addStoreFlags(cmd *cobra.Command) *storeFlags {
 
 // resolve returns the data directory and store DSN in use: flags given on
 // the command line win over the environment.
-func (sf *storeFlags) resolve() (dataDir, dsn string) {
-	dataDir, dsn = sf.dataDir, sf.dsn
-	f := sf.cmd.Flags()
-	if v, ok := os.LookupEnv("MCPGATE_DATA"); ok && v != "" && !f.Changed("data") {
-		dataDir = v
+func (sf *storeFlags) resolve() (dataDir, dsn string, err error) {
+	if dataDir, err = resolveDataDir(sf.cmd.Flags()); err != nil {
+		return "", "", err
 	}
-	if v, ok := os.LookupEnv("MCPGATE_STORE"); ok && !f.Changed("store") {
+	dsn = sf.dsn
+	if v, ok := os.LookupEnv("MCPGATE_STORE"); ok && !sf.cmd.Flags().Changed("store") {
 		dsn = v
 	}
-	return dataDir, dsn
+	return dataDir, dsn, nil
+}
+
+// resolveDataDir returns the data directory of serve and the local commands
+// alike: --data, else MCPGATE_DATA (for serve, flagconfig has already set
+// the flag from it or from the config file), else the flag's default. An
+// empty directory given is refused, naming where it came from, rather than
+// taken for the current directory by some files and not by others.
+func resolveDataDir(fs *pflag.FlagSet) (string, error) {
+	f := fs.Lookup("data")
+	dir := f.Value.String()
+	if v, ok := os.LookupEnv("MCPGATE_DATA"); ok && !f.Changed {
+		if v == "" {
+			return "", fmt.Errorf("environment MCPGATE_DATA: %w", errEmptyDataDir(f.DefValue))
+		}
+		dir = v
+	}
+	if dir == "" {
+		return "", locate(fs, &flagError{name: "data", err: errEmptyDataDir(f.DefValue)})
+	}
+	return dir, nil
+}
+
+func errEmptyDataDir(def string) error {
+	return fmt.Errorf(`is empty: name a directory (such as ./data), or leave it out for the default, %s`, def)
 }
 
 // defaultData reports whether the data directory is the default one: named
@@ -92,7 +116,10 @@ func (sf *storeFlags) defaultData() bool {
 // is; the caller closes it. A missing SQLite store is an error that says
 // where it looked, not a new empty store in the wrong place.
 func (sf *storeFlags) open(ctx context.Context) (store.Store, error) {
-	dataDir, dsn := sf.resolve()
+	dataDir, dsn, err := sf.resolve()
+	if err != nil {
+		return nil, err
+	}
 	s, err := store.OpenExisting(ctx, dsn, dataDir, store.OpenOptions{KeepSchema: true})
 	if errors.Is(err, store.ErrNoStore) {
 		msg := fmt.Sprintf("%v: start the gateway once with 'mcpgate serve', or pass --data or --store (env MCPGATE_DATA, MCPGATE_STORE) as given to serve", err)
@@ -111,7 +138,10 @@ func (sf *storeFlags) open(ctx context.Context) (store.Store, error) {
 // openOrCreate is open for the one command that may start a store: keys
 // create, run before the first start of a gateway that needs a key.
 func (sf *storeFlags) openOrCreate(ctx context.Context) (store.Store, error) {
-	dataDir, dsn := sf.resolve()
+	dataDir, dsn, err := sf.resolve()
+	if err != nil {
+		return nil, err
+	}
 	if _, err := os.Stat(filepath.Join(dataDir, store.DefaultFile)); err != nil {
 		if hint := legacyHint(dsn, sf.defaultData()); hint != "" {
 			fmt.Fprintf(sf.cmd.ErrOrStderr(), "note: %s (this creates a new store)\n", hint)

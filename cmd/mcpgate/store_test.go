@@ -119,6 +119,7 @@ func TestLocalCommandStore(t *testing.T) {
 
 	// An older mcpgate's store in ./data.
 	t.Chdir(filepath.Dir(dir))
+	os.Unsetenv("MCPGATE_DATA") // restored by t.Setenv above
 	r = run(t, "unused", "keys", "list")
 	r.want(t, 1)
 	for _, w := range []string{"no store at " + filepath.Join(state, "mcpgate", store.DefaultFile), "found data/mcpgate.db", "pass --data ./data"} {
@@ -129,7 +130,6 @@ func TestLocalCommandStore(t *testing.T) {
 	run(t, "unused", "keys", "list", "--data", "./data").want(t, 0)
 
 	// serve says so too, and so does keys create, which makes a new store.
-	os.Unsetenv("MCPGATE_DATA") // restored by t.Setenv above
 	r = run(t, "unused", "serve", "--tool-timeout", "a=never")
 	r.want(t, 1)
 	if !strings.Contains(r.stderr, "found data/mcpgate.db") || !strings.Contains(r.stderr, "this gateway starts a new store in "+filepath.Join(state, "mcpgate")) {
@@ -139,5 +139,57 @@ func TestLocalCommandStore(t *testing.T) {
 	r.want(t, 0)
 	if !strings.Contains(r.stderr, "note: found data/mcpgate.db") {
 		t.Errorf("keys create: stderr %q", r.stderr)
+	}
+}
+
+// TestEmptyDataDirRefused: an empty data directory, from a flag, the
+// environment or the file, is refused by serve and the local commands
+// alike, naming where it came from, rather than taken for the current
+// directory by some files (./data by others).
+func TestEmptyDataDirRefused(t *testing.T) {
+	t.Setenv("MCPGATE_STORE", "")
+	t.Setenv("STATE_DIRECTORY", "")
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	cwd := t.TempDir()
+	t.Chdir(cwd)
+	if err := os.WriteFile("c.yaml", []byte("addr: 127.0.0.1:0\ndata:\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const empty = "is empty: name a directory"
+	for _, tc := range []struct {
+		name string
+		env  bool // MCPGATE_DATA=""
+		args []string
+		want string
+	}{
+		{"serve flag", false, []string{"serve", "--addr", "127.0.0.1:0", "--mqtt-addr=", "--data", ""}, "mcpgate: --data " + empty},
+		{"serve env", true, []string{"serve", "--addr", "127.0.0.1:0", "--mqtt-addr="}, "mcpgate: environment MCPGATE_DATA: " + empty},
+		{"serve file", false, []string{"serve", "--mqtt-addr=", "--config", "c.yaml"}, "mcpgate: config file c.yaml: data (line 2): " + empty},
+		{"keys list flag", false, []string{"keys", "list", "--data", ""}, "mcpgate: --data " + empty},
+		{"keys list env", true, []string{"keys", "list"}, "mcpgate: environment MCPGATE_DATA: " + empty},
+		{"keys create env", true, []string{"keys", "create", "--name", "a", "--scope", "read"}, "mcpgate: environment MCPGATE_DATA: " + empty},
+		{"devices token env", true, []string{"devices", "token", "02:00:00:00:00:01"}, "mcpgate: environment MCPGATE_DATA: " + empty},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env {
+				t.Setenv("MCPGATE_DATA", "")
+			} else {
+				t.Setenv("MCPGATE_DATA", "")
+				os.Unsetenv("MCPGATE_DATA") // restored by t.Setenv
+			}
+			args := tc.args
+			if args[0] == "serve" {
+				args = append(args, "--tool-timeout", "a=never") // refused later: serve never runs
+			}
+			r := run(t, "unused", args...)
+			r.want(t, 1)
+			if !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("stderr %q, want %q", r.stderr, tc.want)
+			}
+			entries, _ := os.ReadDir(cwd)
+			if len(entries) != 1 {
+				t.Errorf("files left in the current directory: %v", entries)
+			}
+		})
 	}
 }

@@ -83,7 +83,11 @@ func ApplyOptions(fs *pflag.FlagSet, o Options) error {
 		}
 		if s, ok := fromFile[f.Name]; ok {
 			origin := fileOrigin(o.File, f.Name, s.line)
-			if err := setFromYAML(fs, f, s.value, slices.Contains(o.Lists, f.Name)); err != nil {
+			if err := setFromYAML(fs, f, s.value, slices.Contains(o.Lists, f.Name), o.File); err != nil {
+				// An entry of a list or mapping is named at its own line.
+				if ee, ok := errors.AsType[*entryError](err); ok {
+					origin, err = fileOrigin(o.File, f.Name, ee.line), ee.err
+				}
 				firstErr = fmt.Errorf("%s: %w", origin, err)
 			}
 			setOrigin(f, origin)
@@ -108,12 +112,38 @@ func Origin(fs *pflag.FlagSet, name string) string {
 	return ""
 }
 
-func setOrigin(f *pflag.Flag, origin string) {
+// EntryOrigin is [Origin] for one entry of a list or mapping flag: the
+// item's value, or the mapping's key. Taken from the file, it names the
+// entry's own line; else it is Origin.
+func EntryOrigin(fs *pflag.FlagSet, name, entry string) string {
+	if f := fs.Lookup(name); f != nil && len(f.Annotations[originKey+"/"+entry]) == 1 {
+		return f.Annotations[originKey+"/"+entry][0]
+	}
+	return Origin(fs, name)
+}
+
+func setOrigin(f *pflag.Flag, origin string) { annotate(f, originKey, origin) }
+
+// setEntryOrigin notes where in the file an entry of f was given.
+func setEntryOrigin(f *pflag.Flag, file, entry string, line int) {
+	annotate(f, originKey+"/"+entry, fileOrigin(file, f.Name, line))
+}
+
+func annotate(f *pflag.Flag, key, value string) {
 	if f.Annotations == nil {
 		f.Annotations = make(map[string][]string)
 	}
-	f.Annotations[originKey] = []string{origin}
+	f.Annotations[key] = []string{value}
 }
+
+// entryError is a refused entry of a list or mapping, at its own line.
+type entryError struct {
+	line int
+	err  error
+}
+
+func (e *entryError) Error() string { return e.err.Error() }
+func (e *entryError) Unwrap() error { return e.err }
 
 func fileOrigin(file, key string, line int) string {
 	return "config file " + file + ": " + key + " (line " + strconv.Itoa(line) + ")"
@@ -218,25 +248,29 @@ func EnvName(prefix, name string) string {
 // mapping is one KEY=VALUE each, for a map flag only (tool-timeout:
 // {"self.camera.*": 90s}); a list is one value each for a flag that
 // collects them, or its items comma-separated for a flag that holds a
-// comma-separated list (packs: [ir, system]), and refused elsewhere.
-func setFromYAML(fs *pflag.FlagSet, f *pflag.Flag, n *yaml.Node, commaList bool) error {
+// comma-separated list (packs: [ir, system]), and refused elsewhere. Each
+// entry's line is noted for [EntryOrigin]; a refused entry is an
+// *entryError at its line.
+func setFromYAML(fs *pflag.FlagSet, f *pflag.Flag, n *yaml.Node, commaList bool, file string) error {
 	switch n.Kind {
 	case yaml.MappingNode:
 		if !strings.HasPrefix(f.Value.Type(), "stringTo") { // pflag's map flags
 			return errors.New("want a single value, not a mapping")
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, err := scalar(resolve(n.Content[i]))
+			kn := resolve(n.Content[i])
+			k, err := scalar(kn)
 			if err != nil {
-				return err
+				return &entryError{kn.Line, err}
 			}
 			v, err := scalar(resolve(n.Content[i+1]))
 			if err != nil {
-				return fmt.Errorf("%s: %w", k, err)
+				return &entryError{kn.Line, fmt.Errorf("%s: %w", k, err)}
 			}
 			if err := fs.Set(f.Name, k+"="+v); err != nil {
-				return err
+				return &entryError{kn.Line, err}
 			}
+			setEntryOrigin(f, file, k, kn.Line)
 		}
 		return nil
 	case yaml.SequenceNode:
@@ -248,16 +282,17 @@ func setFromYAML(fs *pflag.FlagSet, f *pflag.Flag, n *yaml.Node, commaList bool)
 		for i, item := range n.Content {
 			v, err := scalar(resolve(item))
 			if err != nil {
-				return fmt.Errorf("item %d: %w", i+1, err)
+				return &entryError{item.Line, fmt.Errorf("item %d: %w", i+1, err)}
 			}
 			items[i] = v
+			setEntryOrigin(f, file, v, item.Line)
 		}
 		if !collects {
 			return fs.Set(f.Name, strings.Join(items, ","))
 		}
-		for _, v := range items {
+		for i, v := range items {
 			if err := fs.Set(f.Name, v); err != nil {
-				return err
+				return &entryError{n.Content[i].Line, err}
 			}
 		}
 		return nil

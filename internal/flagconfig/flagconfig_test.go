@@ -120,6 +120,15 @@ func TestOrigin(t *testing.T) {
 	if err := Apply(fs, file, "MCPGATE_", "serve"); err != nil {
 		t.Fatal(err)
 	}
+	// An entry of a list or mapping is at its own line.
+	for entry, want := range map[string]string{
+		"a":       "config file " + file + ": tool-timeout (line 4)",
+		"missing": "config file " + file + ": tool-timeout (line 3)",
+	} {
+		if got := EntryOrigin(fs, "tool-timeout", entry); got != want {
+			t.Errorf("EntryOrigin(tool-timeout, %s) = %q, want %q", entry, got, want)
+		}
+	}
 	for name, want := range map[string]string{
 		"addr":         "config file " + file + ": addr (line 1)",
 		"tool-timeout": "config file " + file + ": tool-timeout (line 3)",
@@ -184,6 +193,8 @@ func TestScalarsAsWritten(t *testing.T) {
 		{"block list", "other: x\nid:\n  - a\n", "", "id (line 2): want a single value, not a list"},
 		{"nested list", "packs: [[a]]\n", "", "packs (line 1): item 1: want a single value"},
 		{"list item null", "packs: [a, ~]\n", "", "item 2: no value"},
+		{"nested list in a block list", "packs:\n  - a\n\n  - [b]\n", "", "packs (line 4): item 2: want a single value"},
+		{"mapping entry null", "map:\n  a: 1s\n  b:\n", "", "map (line 3): b: no value"},
 		{"twice", "id: a\nid: b\n", "", `"id" is set twice (line 2)`},
 		{"not a mapping", "- id\n", "", "want settings as key: value lines"},
 	} {
@@ -196,6 +207,7 @@ func TestScalarsAsWritten(t *testing.T) {
 			id := fs.String("id", "default", "")
 			fs.String("other", "", "")
 			fs.String("packs", "", "")
+			fs.StringToString("map", nil, "")
 			err := ApplyOptions(fs, Options{File: file, Help: "t", Lists: []string{"packs"}})
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {

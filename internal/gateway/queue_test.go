@@ -815,7 +815,7 @@ func TestDeliverQueueWaitingForSlot(t *testing.T) {
 }
 
 // TestQueuedCallNotSentAfterItsTTL: a queued call waiting for the device's
-// rate when its TTL passes is expired, never sent late.
+// rate when its TTL passes is expired as queued, never started nor sent late.
 func TestQueuedCallNotSentAfterItsTTL(t *testing.T) {
 	cfg := Config{DataDir: t.TempDir()}
 	cfg.Limits.DeviceCallRate, cfg.Limits.DeviceCallBurst = 0.2, 1 // a token every 5 s
@@ -829,10 +829,49 @@ func TestQueuedCallNotSentAfterItsTTL(t *testing.T) {
 	d, end := session(t, gw, devicetest.Config{ID: id})
 	defer end()
 	waitCallState(t, c, first.ID, "done")
-	waitCallState(t, c, late.ID, "expired")
+	if exp := waitCallState(t, c, late.ID, "expired"); exp.Attempts != 0 || exp.StartedAt != nil {
+		t.Errorf("expired while it waited for the device's rate: %+v; want never started", exp)
+	}
 	time.Sleep(200 * time.Millisecond) // what a late send would take to arrive
 	if n := len(d.Calls()); n != 1 {
 		t.Errorf("the device got %d calls, want 1: the second's TTL passed while it waited for the device's rate", n)
+	}
+}
+
+// TestQueuedCallWaitingForRateStaysQueued: a queued call waiting for the
+// device's rate is still queued (no call_started, no attempt), so it can be
+// cancelled, and is then never sent.
+func TestQueuedCallWaitingForRateStaysQueued(t *testing.T) {
+	cfg := Config{DataDir: t.TempDir()}
+	cfg.Limits.DeviceCallRate, cfg.Limits.DeviceCallBurst = 0.5, 1 // a token every 2 s
+	gw, _ := runGateway(t, cfg)
+	c, _ := api.NewClient("http://"+gw.Addr(), nil)
+	const id = "02:00:00:00:00:4e"
+	_, end := session(t, gw, devicetest.Config{ID: id})
+	end()
+	first := queueVolume(t, c, id, 1, "1h")
+	waiting := queueVolume(t, c, id, 2, "1h")
+	sub := gw.Hub().Subscribe()
+	defer sub.Close()
+	d, end := session(t, gw, devicetest.Config{ID: id})
+	defer end()
+	waitCallState(t, c, first.ID, "done")
+	got, err := c.QueuedCall(t.Context(), waiting.ID)
+	if err != nil || got.State != "queued" || got.Attempts != 0 || got.StartedAt != nil {
+		t.Fatalf("a call waiting for the device's rate: %+v, %v; want queued, no attempt", got, err)
+	}
+	if got, err := c.CancelCall(t.Context(), waiting.ID); err != nil || got.State != "cancelled" {
+		t.Fatalf("cancelling a call waiting for the device's rate: %+v, %v", got, err)
+	}
+	time.Sleep(2500 * time.Millisecond) // the device's next token, and what a send would take to arrive
+	if calls := d.Calls(); len(calls) != 1 {
+		t.Errorf("the device got %d calls, want 1: the second was cancelled while it waited", len(calls))
+	}
+	for len(sub.C) > 0 {
+		ev := <-sub.C
+		if data, ok := ev.Data.(hub.QueuedCallData); ok && ev.Type == hub.EventCallStarted && data.CallID != first.ID {
+			t.Errorf("call_started for %s, which was never sent", data.CallID)
+		}
 	}
 }
 

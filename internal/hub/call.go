@@ -51,6 +51,13 @@ type CallRequest struct {
 	// past it (for discovery, the device's rate or a slot) ends the call
 	// unsent (NotSent), so a queued call is never sent after its TTL.
 	SendBy time.Time
+	// OnSend, when set, is called once the call has waited for discovery,
+	// the device's rate and a call slot, just before it is sent (to the
+	// device, an endpoint source, a built-in, or another node, which may
+	// wait there again): the queue marks the call running then. An error
+	// from it ends the call unsent (NotSent) with that error. It is called
+	// at most once, never for a call refused before.
+	OnSend func() error
 
 	// remote is set by ServeRemote: another node took the call.
 	remote bool
@@ -171,6 +178,9 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 			// ago, but known nowhere if no node holds it, unless the
 			// store knows it (stored.go).
 			if id, ok := remoteID(req.Device); ok && errors.Is(err, ErrDeviceNotFound) {
+				if err := req.sending(); err != nil {
+					return nil, nil, false, err
+				}
 				res, rerr := h.callRemote(ctx, id, req)
 				if errors.Is(rerr, ErrDeviceOffline) {
 					rerr = NotSentError(h.storedOffline(ctx, req.Device, err))
@@ -181,6 +191,9 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 				err = h.storedOffline(ctx, req.Device, err)
 			}
 		case att == nil:
+			if err := req.sending(); err != nil {
+				return nil, d, false, err
+			}
 			routedTo(ctx, holder)
 			res, err := h.callRemote(ctx, d.id, req)
 			return res, d, true, err
@@ -227,7 +240,7 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 	if err := cat.validate(i, args); err != nil {
 		return nil, d, false, err
 	}
-	if res, local, sent, err := h.runLocal(ctx, d, &cat.Tools[i], args, req.Timeout); local {
+	if res, local, sent, err := h.runLocal(ctx, d, &cat.Tools[i], args, req.Timeout, req.sending); local {
 		return res, d, sent, err
 	}
 
@@ -259,6 +272,9 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 			waitedFor = "one of the device's call slots"
 		}
 	}
+	if err := req.sending(); err != nil {
+		return nil, d, false, err
+	}
 	res, err := att.sess.CallTool(ctx, req.Tool, args, mcpclient.CallOptions{Timeout: timeout, Meta: req.Meta, OnProgress: req.OnProgress, OnLog: req.OnLog})
 	if timeout != full && full <= 0 {
 		full = limit // what the waits were counted against
@@ -269,6 +285,18 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 			mcpclient.ErrTimeout, full, (full - timeout).Round(time.Millisecond), waitedFor)
 	}
 	return res, d, true, err
+}
+
+// sending runs req.OnSend, if any: the call is about to be sent. Its
+// error ends the call unsent.
+func (req *CallRequest) sending() error {
+	if req.OnSend == nil {
+		return nil
+	}
+	if err := req.OnSend(); err != nil {
+		return notSent{err}
+	}
+	return nil
 }
 
 // waitDiscovered waits, at most limit, for the device's discovery to end

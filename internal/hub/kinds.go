@@ -255,7 +255,8 @@ func newCallID() string {
 // that has a tool of that exact name, else from the gateway's built-ins
 // ([BuiltinTools]); with neither, the call fails with ErrToolNotFound.
 // sent says the call went to an endpoint source, not to a built-in.
-func (h *Hub) runLocal(ctx context.Context, d *device, t *mcpclient.Tool, args json.RawMessage, timeout time.Duration) (res *mcpclient.Result, ok, sent bool, err error) {
+// sending (CallRequest.sending) is called before either runs it.
+func (h *Hub) runLocal(ctx context.Context, d *device, t *mcpclient.Tool, args json.RawMessage, timeout time.Duration, sending func() error) (res *mcpclient.Result, ok, sent bool, err error) {
 	h.mu.RLock()
 	kind := d.kind
 	h.mu.RUnlock()
@@ -265,17 +266,22 @@ func (h *Hub) runLocal(ctx context.Context, d *device, t *mcpclient.Tool, args j
 	if k, isReg := register.ToolKind(t); !isReg || !k.Local() {
 		return nil, false, false, nil
 	}
-	if att := h.endpointWith(t.Name); att != nil {
+	att := h.endpointWith(t.Name)
+	b, found := builtins[t.Name]
+	if att == nil && !found {
+		return nil, true, false, fmt.Errorf("%w: %q is a local tool (main_type local) of %s, and no MCP endpoint source and no gateway built-in has a tool of that name", ErrToolNotFound, t.Name, d.id)
+	}
+	if err := sending(); err != nil {
+		return nil, true, false, err
+	}
+	if att != nil {
 		if timeout <= 0 {
 			timeout = h.toolTimeout(t.Name)
 		}
 		res, err := att.sess.CallTool(ctx, t.Name, args, mcpclient.CallOptions{Timeout: timeout})
 		return res, true, true, err
 	}
-	if b, found := builtins[t.Name]; found {
-		return b.run(args), true, false, nil
-	}
-	return nil, true, false, fmt.Errorf("%w: %q is a local tool (main_type local) of %s, and no MCP endpoint source and no gateway built-in has a tool of that name", ErrToolNotFound, t.Name, d.id)
+	return b.run(args), true, false, nil
 }
 
 // endpointWith returns the attachment of the first online, discovered

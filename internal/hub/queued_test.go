@@ -97,3 +97,34 @@ func TestNotSent(t *testing.T) {
 		}
 	}
 }
+
+// TestOnSend: OnSend runs once, after the waits and just before the call
+// is sent, and not for a call refused before; its error ends the call
+// unsent.
+func TestOnSend(t *testing.T) {
+	h := New(Config{})
+	const id = "02:00:00:00:00:0c"
+	d := newDevice(nil, volumeTool)
+	connect(t, h, id, d)
+	waitState(t, h, id, StateReady)
+	req := func(args string, onSend func() error) CallRequest {
+		return CallRequest{Device: id, Tool: "self.audio_speaker.set_volume", Arguments: json.RawMessage(args),
+			QueuedID: "call_1", Wait: true, OnSend: onSend}
+	}
+	var sentBefore []int64
+	onSend := func() error { sentBefore = append(sentBefore, d.Calls.Load()); return nil }
+	if _, err := h.Call(t.Context(), req(`{"volume":3}`, onSend)); err != nil {
+		t.Fatal(err)
+	}
+	if len(sentBefore) != 1 || sentBefore[0] != 0 || d.Calls.Load() != 1 {
+		t.Fatalf("OnSend ran %d times, the device having %v calls; want once, before the one call", len(sentBefore), sentBefore)
+	}
+	if _, err := h.Call(t.Context(), req(`{"volume":300}`, onSend)); !errors.Is(err, ErrInvalidArgs) || len(sentBefore) != 1 {
+		t.Errorf("refused call: %v, OnSend ran %d times; want invalid arguments, OnSend not run", err, len(sentBefore))
+	}
+	gone := errors.New("cancelled meanwhile")
+	_, err := h.Call(t.Context(), req(`{"volume":4}`, func() error { return gone }))
+	if !errors.Is(err, gone) || !NotSent(err) || d.Calls.Load() != 1 {
+		t.Errorf("OnSend failing: %v (not sent %v), device calls %d; want its error, unsent", err, NotSent(err), d.Calls.Load())
+	}
+}

@@ -387,39 +387,69 @@ const (
 	retryBusy                        // not sent: the device's slots were full; back in line
 )
 
-// deliver sends one call: running is stored first, so that a crash after
-// sending it leaves it running, hence interrupted, never sent twice.
+// errNotMarked ends a delivery unsent when the store could not mark the call
+// running.
+var errNotMarked = errors.New("the store could not mark the call running")
+
+// deliver sends one call. It stays queued (cancellable, expiring as
+// queued) while the hub waits for the device's rate and a call slot;
+// running is stored when the call is about to be sent (CallRequest.OnSend),
+// so that a crash after sending it leaves it running, hence interrupted,
+// never sent twice.
 func (q *Queue) deliver(ctx context.Context, c store.QueuedCall) deliveryResult {
 	run := c
-	run.State, run.Attempts, run.StartedAt = store.CallRunning, c.Attempts+1, stamp()
+	run.State, run.Attempts = store.CallRunning, c.Attempts+1
 	run.Node = q.hub.NodeID()
-	if err := q.st.UpdateCall(ctx, run, store.CallQueued); err != nil {
-		if errors.Is(err, store.ErrStateChanged) || errors.Is(err, store.ErrNotFound) {
-			return delivered // cancelled or expired meanwhile
+	var started, gone bool // marked running; cancelled or expired while it waited
+	onSend := func() error {
+		run.StartedAt = stamp()
+		if err := q.st.UpdateCall(ctx, run, store.CallQueued); err != nil {
+			if errors.Is(err, store.ErrStateChanged) || errors.Is(err, store.ErrNotFound) {
+				gone = true
+				return fmt.Errorf("not sent: %w", err)
+			}
+			q.warnStore("marking a queued call running", err)
+			return errNotMarked
 		}
-		q.warnStore("marking a queued call running", err)
-		return retryLater
+		started = true
+		q.storeOK("marking a queued call running")
+		q.hub.Publish(hub.Event{Type: hub.EventCallStarted, Device: c.Device,
+			Data: hub.QueuedCallData{CallID: c.ID, Tool: c.Tool, Caller: c.Caller, Attempts: run.Attempts}})
+		return nil
 	}
-	q.storeOK("marking a queued call running")
-	q.hub.Publish(hub.Event{Type: hub.EventCallStarted, Device: c.Device,
-		Data: hub.QueuedCallData{CallID: c.ID, Tool: c.Tool, Caller: c.Caller, Attempts: run.Attempts}})
 
 	res, err := q.hub.Call(ctx, hub.CallRequest{Device: c.Device, Tool: c.Tool, Arguments: c.Arguments,
 		Timeout: time.Duration(c.TimeoutMS) * time.Millisecond, Caller: c.Caller, Door: c.Door,
-		Wait: true, QueuedID: c.ID, SendBy: c.ExpiresAt})
+		Wait: true, QueuedID: c.ID, SendBy: c.ExpiresAt, OnSend: onSend})
+	switch {
+	case gone:
+		return delivered // cancelled or expired while it waited
+	case errors.Is(err, errNotMarked):
+		return retryLater
+	}
 
 	// Refused before sending for a passing reason: back in line, same place.
 	if hub.Requeued(err) {
-		back := run
-		back.State, back.StartedAt = store.CallQueued, time.Time{}
-		if uerr := q.recordState(ctx, back, "putting a queued call back in line"); uerr != nil {
-			q.log.Error("putting a queued call back in line", "call_id", c.ID, "error", uerr)
+		if started { // sent on to another node, which refused it
+			back := run
+			back.State, back.StartedAt = store.CallQueued, time.Time{}
+			if uerr := q.recordState(ctx, back, "putting a queued call back in line"); uerr != nil {
+				q.log.Error("putting a queued call back in line", "call_id", c.ID, "error", uerr)
+			}
 		}
 		q.log.Debug("queued call not sent; back in line", "call_id", c.ID, "reason", err)
 		if errors.Is(err, hub.ErrDeviceBusy) || errors.Is(err, hub.ErrRateLimited) {
 			return retryBusy
 		}
 		return retryLater
+	}
+	if !started {
+		// Refused for good before it was sent (its tool is gone, its
+		// arguments no longer fit): failed from queued, as refuse does.
+		if !q.refuse(ctx, c, hub.Code(err), err) {
+			return retryLater
+		}
+		return delivered
 	}
 
 	fin := run

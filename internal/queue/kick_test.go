@@ -348,6 +348,7 @@ func (s markFailStore) UpdateCall(ctx context.Context, c store.QueuedCall, from 
 func TestMarkRunningFailureWarnsOncePerMinute(t *testing.T) {
 	const dev = "02:00:00:00:00:06"
 	h, counting, _ := newKickQueue(t, "", dev)
+	attachReady(t, h, dev) // marked running when about to be sent to it
 	var logs bytes.Buffer
 	q, err := New(Config{Hub: h, Store: markFailStore{counting.Store}, SweepInterval: time.Hour,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
