@@ -227,3 +227,45 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestRoutesChecked: a route not written nats://HOST:PORT is refused at
+// start, with or without a token, naming the entry; nats-server's own
+// parsing crashed on one without a scheme, and retried forever, silently,
+// one without a host or port.
+func TestRoutesChecked(t *testing.T) {
+	for _, tc := range []struct {
+		routes []string
+		want   string
+	}{
+		{[]string{"127.0.0.1:6222"}, `--cluster-routes "127.0.0.1:6222": want nats://HOST:PORT`},
+		{[]string{"nats://127.0.0.1:6222", "localhost:6222"}, `"localhost:6222": want nats://HOST:PORT`},
+		{[]string{"n1:21011"}, `"n1:21011": want nats://HOST:PORT`},
+		{[]string{"nats://127.0.0.1"}, `"nats://127.0.0.1": no port`},
+		{[]string{"nats://:6222"}, "no host"},
+		{[]string{"nats://127.0.0.1:0"}, "port 0: want 1-65535"},
+		{[]string{"nats://127.0.0.1:65536"}, "port 65536"},
+		{[]string{"http://127.0.0.1:6222"}, "want nats://HOST:PORT"},
+		{[]string{"tls://127.0.0.1:6222"}, "tls:// needs --cluster-tls-cert"},
+		{[]string{"nats://[::1:6222"}, "want nats://HOST:PORT: parse"},
+		{[]string{""}, `"": want nats://HOST:PORT`},
+	} {
+		for _, token := range []string{"", "s3cret"} {
+			cfg := Config{Name: "test", NodeID: "r", Listen: "127.0.0.1:0", Routes: tc.routes, Token: token}
+			if err := cfg.CheckSecurity(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("CheckSecurity, routes %q: %v; want %q", tc.routes, err, tc.want)
+			}
+			node, err := Start(cfg)
+			if err == nil {
+				node.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Start, routes %q, token %q: %v; want %q", tc.routes, token, err, tc.want)
+			}
+		}
+	}
+	for _, routes := range [][]string{{"nats://127.0.0.1:1", " nats://n2:6222"}, {"nats://[::1]:6222"}, {"nats://u:p@n2:6222"}} {
+		if err := (Config{Name: "test", NodeID: "r", Listen: "127.0.0.1:0", Routes: routes}).CheckSecurity(); err != nil {
+			t.Errorf("routes %q refused: %v", routes, err)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -271,9 +272,11 @@ func embedded(cfg Config) (*server.Server, string, error) {
 		}
 		opts.Cluster.Host, opts.Cluster.Port = host, p
 	}
-	if len(cfg.Routes) > 0 {
-		opts.Routes = server.RoutesFromStr(strings.Join(cfg.Routes, ","))
+	routes, err := parseRoutes(cfg.Routes, cfg.TLSCert != "")
+	if err != nil {
+		return nil, "", err
 	}
+	opts.Routes = routes
 	token, err := secure(cfg, opts)
 	if err != nil {
 		return nil, "", err
@@ -305,6 +308,46 @@ func embedded(cfg Config) (*server.Server, string, error) {
 		}
 	}
 	return srv, token, nil
+}
+
+// routeForm is how a --cluster-routes entry is written.
+const routeForm = "want nats://HOST:PORT"
+
+// parseRoutes parses the other nodes' route URLs, each nats://HOST:PORT
+// (tls:// too with route TLS, which --cluster-tls-* turns on whatever the
+// scheme). nats-server's own RoutesFromStr keeps a nil URL for an entry it
+// cannot parse, which crashes the server, and retries forever, silently,
+// one with no host or port ("localhost:6222" parses as scheme "localhost").
+func parseRoutes(routes []string, tls bool) ([]*url.URL, error) {
+	var out []*url.URL
+	for _, r := range routes {
+		u, err := parseRoute(strings.TrimSpace(r), tls)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: --cluster-routes %q: %w", r, err)
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+func parseRoute(r string, tls bool) (*url.URL, error) {
+	u, err := url.Parse(r)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", routeForm, err)
+	case u.Scheme == "tls" && !tls:
+		return nil, fmt.Errorf("tls:// needs --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca; without them %s", routeForm)
+	case u.Scheme != "nats" && u.Scheme != "tls" || u.Opaque != "":
+		return nil, errors.New(routeForm)
+	case u.Hostname() == "":
+		return nil, fmt.Errorf("no host: %s", routeForm)
+	case u.Port() == "":
+		return nil, fmt.Errorf("no port: %s", routeForm)
+	}
+	if p, err := strconv.Atoi(u.Port()); err != nil || p < 1 || p > 65535 {
+		return nil, fmt.Errorf("port %s: want 1-65535", u.Port())
+	}
+	return u, nil
 }
 
 // MaxMessage is the largest NATS message the embedded servers carry: a
