@@ -25,6 +25,8 @@ func TestServeClusterFlagsRefused(t *testing.T) {
 		{[]string{"--cluster-token", "s", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--cluster-token needs --cluster-name"},
 		{[]string{"--node-id", "n1"}, "--node-id needs --cluster-name"},
 		{[]string{"--cluster-name", "prod", "--cluster-routes", "nats://127.0.0.1:1", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--cluster-routes needs --cluster-listen"},
+		// A route without a scheme crashed the embedded server.
+		{[]string{"--cluster-name", "prod", "--cluster-listen", "127.0.0.1:0", "--cluster-routes", "nats://127.0.0.1:1,127.0.0.1:6222", "--store", "postgres://u:p@127.0.0.1:1/db"}, `--cluster-routes "127.0.0.1:6222": want nats://HOST:PORT`},
 		{[]string{"--cluster-name", "prod", "--nats", "nats://127.0.0.1:1", "--cluster-listen", "127.0.0.1:0", "--store", "postgres://u:p@127.0.0.1:1/db"}, "with --nats, your NATS routes"},
 		{[]string{"--cluster-name", "prod", "--cluster-listen", "127.0.0.1:0", "--nats-creds", "x.creds", "--store", "postgres://u:p@127.0.0.1:1/db"}, "--nats-creds is for --nats"},
 	} {

@@ -168,7 +168,7 @@ environment, which wins over the file.`,
 	f.StringVar(&cfg.StoreDSN, "store", "", "the store: empty for SQLite at DATA/mcpgate.db, sqlite:PATH, or postgres://USER:PASSWORD@HOST:PORT/DB")
 	f.StringVar(&clusterCfg.Name, "cluster-name", "", "cluster mode (docs/cluster.md): the cluster's name, the same on every node; needs --store postgres://...")
 	f.StringVar(&clusterCfg.Listen, "cluster-listen", "", "cluster mode, embedded NATS: where this node's routes listen, e.g. 0.0.0.0:6222")
-	f.StringSliceVar(&clusterCfg.Routes, "cluster-routes", nil, "cluster mode, embedded NATS: the other nodes' routes, e.g. nats://n2:6222,nats://n3:6222")
+	f.StringSliceVar(&clusterCfg.Routes, "cluster-routes", nil, "cluster mode, embedded NATS: the other nodes' routes, each nats://HOST:PORT, e.g. nats://n2:6222,nats://n3:6222")
 	f.StringSliceVar(&clusterCfg.NATS, "nats", nil, "cluster mode on your own NATS instead of an embedded server: its URLs, e.g. nats://a:4222,nats://b:4222")
 	f.StringVar(&clusterCfg.Creds, "nats-creds", "", "credentials file for --nats")
 	f.StringVar(&clusterCfg.NodeID, "node-id", "", "this node's id in the cluster (default: the host name)")

@@ -96,7 +96,7 @@ func loopback(host string) bool {
 // the node run alone: TLS files not given together, route settings with an
 // operator's NATS (which routes and secures itself), routes without a
 // route port (the embedded server would ignore them), credentials without
-// --nats.
+// --nats, a route not written nats://HOST:PORT.
 func (c Config) CheckSecurity() error {
 	if err := CheckNodeID(c.NodeID); err != nil {
 		return err
@@ -116,6 +116,9 @@ func (c Config) CheckSecurity() error {
 	}
 	if len(c.NATS) == 0 && c.Creds != "" {
 		return errors.New("cluster: --nats-creds is for --nats")
+	}
+	if _, err := parseRoutes(c.Routes, tls); err != nil {
+		return err
 	}
 	return nil
 }

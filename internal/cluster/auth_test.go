@@ -53,22 +53,32 @@ func TestRouteWrongTokenRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		a, b Config
+		why  string
 	}{
-		{"wrong token", Config{Token: "s3cret"}, Config{Token: "guess"}},
-		{"no token", Config{Token: "s3cret"}, Config{}},
-		{"wrong name", Config{Name: "prod"}, Config{Name: "prd"}},
+		{"wrong token", Config{Token: "s3cret"}, Config{Token: "guess"}, "cluster tokens differ (--cluster-token, MCPGATE_CLUSTER_TOKEN)"},
+		{"no token", Config{Token: "s3cret"}, Config{}, "cluster tokens differ (--cluster-token, MCPGATE_CLUSTER_TOKEN)"},
+		{"wrong name", Config{Name: "prod"}, Config{Name: "prd"}, "cluster names differ (--cluster-name)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			// The refusal is logged, on one side or the other, and not
-			// once a second for as long as the route is retried.
+			// The refusal is logged, on one side or the other, naming the
+			// setting and the other node, and not once a second for as
+			// long as the route is retried; the node left alone says so.
 			var logs syncBuffer
 			tc.a.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 			tc.b.Logger = tc.a.Logger
+			tc.b.aloneAfter = 500 * time.Millisecond
 			nodes := startNodes(t, tc.a, tc.b)
 			defer func() {
-				warned := strings.Count(logs.String(), "embedded NATS server")
-				if warned == 0 || warned > 4 {
-					t.Errorf("%d warnings of the embedded NATS server; want a few:\n%s", warned, logs.String())
+				got := logs.String()
+				if warned := strings.Count(got, "level=WARN"); warned == 0 || warned > 6 {
+					t.Errorf("%d warnings; want a few:\n%s", warned, got)
+				}
+				route := nodes[0].node.RouteURL()
+				if !strings.Contains(got, tc.why) || !strings.Contains(got, "peer="+strings.TrimPrefix(route, "nats://")) {
+					t.Errorf("no warning saying %q and naming the other node %s:\n%s", tc.why, route, got)
+				}
+				if !strings.Contains(got, "this node is alone") || !strings.Contains(got, "routes=["+route+"]") {
+					t.Errorf("no warning that n1 is alone naming its route %s:\n%s", route, got)
 				}
 			}()
 			connect(t, nodes[0].hub, "dev-a", "a")
@@ -226,4 +236,80 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestRoutesChecked: a route not written nats://HOST:PORT is refused at
+// start, with or without a token, naming the entry; nats-server's own
+// parsing crashed on one without a scheme, and retried forever, silently,
+// one without a host or port.
+func TestRoutesChecked(t *testing.T) {
+	for _, tc := range []struct {
+		routes []string
+		want   string
+	}{
+		{[]string{"127.0.0.1:6222"}, `--cluster-routes "127.0.0.1:6222": want nats://HOST:PORT`},
+		{[]string{"nats://127.0.0.1:6222", "localhost:6222"}, `"localhost:6222": want nats://HOST:PORT`},
+		{[]string{"n1:21011"}, `"n1:21011": want nats://HOST:PORT`},
+		{[]string{"nats://127.0.0.1"}, `"nats://127.0.0.1": no port`},
+		{[]string{"nats://:6222"}, "no host"},
+		{[]string{"nats://127.0.0.1:0"}, "port 0: want 1-65535"},
+		{[]string{"nats://127.0.0.1:65536"}, "port 65536"},
+		{[]string{"http://127.0.0.1:6222"}, "want nats://HOST:PORT"},
+		{[]string{"tls://127.0.0.1:6222"}, "tls:// needs --cluster-tls-cert"},
+		{[]string{"nats://[::1:6222"}, "want nats://HOST:PORT: parse"},
+		{[]string{""}, `"": want nats://HOST:PORT`},
+	} {
+		for _, token := range []string{"", "s3cret"} {
+			cfg := Config{Name: "test", NodeID: "r", Listen: "127.0.0.1:0", Routes: tc.routes, Token: token}
+			if err := cfg.CheckSecurity(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("CheckSecurity, routes %q: %v; want %q", tc.routes, err, tc.want)
+			}
+			node, err := Start(cfg)
+			if err == nil {
+				node.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Start, routes %q, token %q: %v; want %q", tc.routes, token, err, tc.want)
+			}
+		}
+	}
+	for _, routes := range [][]string{{"nats://127.0.0.1:1", " nats://n2:6222"}, {"nats://[::1]:6222"}, {"nats://u:p@n2:6222"}} {
+		if err := (Config{Name: "test", NodeID: "r", Listen: "127.0.0.1:0", Routes: routes}).CheckSecurity(); err != nil {
+			t.Errorf("routes %q refused: %v", routes, err)
+		}
+	}
+}
+
+// The embedded server's messages are logged once a minute per kind: a
+// retry's is not logged again, a message of another cause or about another
+// node is (a wrong token's refusal by a second node was hidden behind the
+// first's, and a broken pipe's behind any write error).
+func TestNATSLogKinds(t *testing.T) {
+	var logs syncBuffer
+	l := &natsLog{msg: make(chan string, 1), log: slog.New(slog.NewTextHandler(&logs, nil)), last: map[string]time.Time{}}
+	for _, m := range []struct {
+		format string
+		arg    any
+		logged bool
+	}{
+		{"10.0.0.2:6222 - rid:5 - Route Error %s", "'Authorization Violation'", true},
+		{"10.0.0.3:6222 - rid:6 - Route Error %s", "'Authorization Violation'", true},
+		{"10.0.0.2:6222 - rid:7 - Route Error %s", "'Authorization Violation'", false},
+		{"10.0.0.4:51234 - rid:8 - authentication error - User %q", "mcpgate", true},
+		{"10.0.0.4:51236 - rid:9 - authentication error - User %q", "mcpgate", false},
+		{"10.0.0.5:6222 - rid:10 - Error flushing: %v", "writev: broken pipe", true},
+		{"10.0.0.5:6222 - rid:11 - Error flushing: %v", "write: connection reset by peer", true},
+		{"10.0.0.5:6222 - rid:12 - Error flushing: %v", "writev: broken pipe", false},
+	} {
+		before := strings.Count(logs.String(), "\n")
+		l.Errorf(m.format, m.arg)
+		if logged := strings.Count(logs.String(), "\n") > before; logged != m.logged {
+			t.Errorf("%s: logged %v, want %v", fmt.Sprintf(m.format, m.arg), logged, m.logged)
+		}
+	}
+	for _, want := range []string{"peer=10.0.0.2:6222", "peer=10.0.0.3:6222", "peer=10.0.0.4 ", "--cluster-token"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("no %q in the log:\n%s", want, logs.String())
+		}
+	}
 }

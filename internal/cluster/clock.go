@@ -31,6 +31,25 @@ type clockOffset struct {
 	samples [8]time.Duration
 	n       int // samples taken
 	warned  time.Time
+	// last is the previous beat's difference, taken as a sample or not;
+	// heard says there was one.
+	last  time.Duration
+	heard bool
+}
+
+// sample takes d, a beat's difference, as a sample when it is within
+// tolerance of the previous beat's: a beat that waited in a queue reads as
+// a clock behind by as long as it waited. A node resuming from a stall
+// applies the others' beats of that time at once, each behind by a beat
+// less than the one before; none agrees with the one before it, and the
+// first beat after them does again. It reports whether d was taken.
+func (c *clockOffset) sample(d, tolerance time.Duration) bool {
+	ok := c.heard && (d-c.last).Abs() <= tolerance
+	c.last, c.heard = d, true
+	if ok {
+		c.add(d)
+	}
+	return ok
 }
 
 func (c *clockOffset) add(d time.Duration) {
@@ -50,10 +69,13 @@ func (c *clockOffset) estimate() (time.Duration, bool) {
 	return best, true
 }
 
-// heardClock takes a sample of peer node's clock offset and warns when the
-// estimate is too far. v.mu must be held.
+// heardClock takes a beat's difference as a sample of peer node's clock
+// offset, if it agrees within half a heartbeat with the previous beat's,
+// and warns when the estimate is too far. v.mu must be held.
 func (v *view) heardClock(node string, p *peer, sample time.Duration) {
-	p.clock.add(sample)
+	if !p.clock.sample(sample, v.n.cfg.Heartbeat/2) {
+		return
+	}
 	est, _ := p.clock.estimate()
 	if est.Abs() <= maxClockOffset || time.Since(p.clock.warned) < clockWarnEvery {
 		return

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -78,6 +79,9 @@ type Config struct {
 	// for silence gives the call up as device_disconnected (the serving
 	// node is gone). Defaults 2s and 5s.
 	keepalive, silence time.Duration
+	// aloneAfter is how long after the start a node with Routes and a
+	// route to none of them warns that it is alone. Default 30s.
+	aloneAfter time.Duration
 	// snapshotPage is the most devices per snapshot reply (view.go): a
 	// NATS message stays under 1 MB. Default 500.
 	snapshotPage int
@@ -120,6 +124,8 @@ type Node struct {
 
 	metrics    *metrics
 	unregister func() // takes the metrics off Config.Registerer
+
+	wg sync.WaitGroup // watchAlone
 
 	fatal     chan error   // why the node must leave the cluster (Fatal)
 	dupWarned atomic.Int64 // epoch of the younger node under this id last warned about
@@ -181,6 +187,9 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.silence <= 0 {
 		cfg.silence = 5 * time.Second
 	}
+	if cfg.aloneAfter <= 0 {
+		cfg.aloneAfter = 30 * time.Second
+	}
 	if cfg.snapshotPage <= 0 {
 		cfg.snapshotPage = 500
 	}
@@ -235,6 +244,9 @@ func Start(cfg Config) (*Node, error) {
 			"max_payload", mp, "want", MaxMessage)
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	if n.srv != nil && len(cfg.Routes) > 0 {
+		n.wg.Go(n.watchAlone)
+	}
 	if cfg.Registerer != nil {
 		if err := n.register(cfg.Registerer); err != nil {
 			n.Close()
@@ -271,9 +283,11 @@ func embedded(cfg Config) (*server.Server, string, error) {
 		}
 		opts.Cluster.Host, opts.Cluster.Port = host, p
 	}
-	if len(cfg.Routes) > 0 {
-		opts.Routes = server.RoutesFromStr(strings.Join(cfg.Routes, ","))
+	routes, err := parseRoutes(cfg.Routes, cfg.TLSCert != "")
+	if err != nil {
+		return nil, "", err
 	}
+	opts.Routes = routes
 	token, err := secure(cfg, opts)
 	if err != nil {
 		return nil, "", err
@@ -307,6 +321,70 @@ func embedded(cfg Config) (*server.Server, string, error) {
 	return srv, token, nil
 }
 
+// routeForm is how a --cluster-routes entry is written.
+const routeForm = "want nats://HOST:PORT"
+
+// parseRoutes parses the other nodes' route URLs, each nats://HOST:PORT
+// (tls:// too with route TLS, which --cluster-tls-* turns on whatever the
+// scheme). nats-server's own RoutesFromStr keeps a nil URL for an entry it
+// cannot parse, which crashes the server, and retries forever, silently,
+// one with no host or port ("localhost:6222" parses as scheme "localhost").
+func parseRoutes(routes []string, tls bool) ([]*url.URL, error) {
+	var out []*url.URL
+	for _, r := range routes {
+		u, err := parseRoute(strings.TrimSpace(r), tls)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: --cluster-routes %q: %w", r, err)
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+func parseRoute(r string, tls bool) (*url.URL, error) {
+	u, err := url.Parse(r)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", routeForm, err)
+	case u.Scheme == "tls" && !tls:
+		return nil, fmt.Errorf("tls:// needs --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca; without them %s", routeForm)
+	case u.Scheme != "nats" && u.Scheme != "tls" || u.Opaque != "":
+		return nil, errors.New(routeForm)
+	case u.Hostname() == "":
+		return nil, fmt.Errorf("no host: %s", routeForm)
+	case u.Port() == "":
+		return nil, fmt.Errorf("no port: %s", routeForm)
+	}
+	if p, err := strconv.Atoi(u.Port()); err != nil || p < 1 || p > 65535 {
+		return nil, fmt.Errorf("port %s: want 1-65535", u.Port())
+	}
+	return u, nil
+}
+
+// watchAlone warns, once, when the embedded server has a route to none of
+// Config.Routes Config.aloneAfter after the start. A node cut off so (a
+// wrong --cluster-token, routes it cannot reach) stays ready, as fewer
+// members do not tell it from the last node alive: said in the log instead.
+func (n *Node) watchAlone() {
+	t := time.NewTimer(n.cfg.aloneAfter)
+	defer t.Stop()
+	select {
+	case <-n.ctx.Done():
+		return
+	case <-t.C:
+	}
+	if n.Routes() > 0 {
+		return
+	}
+	routes, _ := parseRoutes(n.cfg.Routes, n.cfg.TLSCert != "") // checked by Start
+	tried := make([]string, len(routes))
+	for i, u := range routes {
+		tried[i] = u.Redacted()
+	}
+	n.log.Warn("cluster: no route to any other node "+n.cfg.aloneAfter.String()+" after the start: this node is alone; check that the nodes of --cluster-routes run and are reachable, with the same --cluster-token and --cluster-name",
+		"routes", tried)
+}
+
 // MaxMessage is the largest NATS message the embedded servers carry: a
 // catalog (at most --max-catalog-bytes, 4 MiB by default) and a call's
 // result (an endpoint source's message may be 8 MiB) cross in one. NATS's
@@ -318,13 +396,17 @@ const MaxMessage = 8 << 20
 // its errors and warnings as warnings, each kind at most once a minute: a
 // route refused for a wrong --cluster-token or --cluster-name is retried
 // every second, and would otherwise leave the node alone without a word.
-// Notices and debug output are dropped.
+// A route refused so is said in those words, naming the other node's
+// address. Notices and debug output are dropped.
 type natsLog struct {
 	msg chan string
 	log *slog.Logger
 
-	mu   sync.Mutex
-	last map[string]time.Time // by format without digits; guarded by mu
+	mu sync.Mutex
+	// last is when each kind was last logged: by message without its
+	// connection's address and digits, or by refusal and the other node.
+	// Guarded by mu.
+	last map[string]time.Time
 }
 
 // natsLogEvery is how often natsLog repeats one kind of message.
@@ -343,14 +425,33 @@ func (*natsLog) Debugf(string, ...any)            {}
 func (*natsLog) Tracef(string, ...any)            {}
 
 func (l *natsLog) warn(format string, v []any) {
-	// A connection's messages start with its address and number
-	// ("127.0.0.1:6222 - rid:7 - "), new at every retry.
+	msg := fmt.Sprintf(format, v...)
+	addr, route, text := natsConn(msg)
 	kind := strings.Map(func(r rune) rune {
 		if '0' <= r && r <= '9' {
 			return -1
 		}
 		return r
-	}, format)
+	}, text)
+	var refused string
+	if route {
+		// The other node's address: the one this node's route went to
+		// when that node sent the error, else the host of the route
+		// that came here (its port is new at every retry).
+		peer := addr
+		if host, _, err := net.SplitHostPort(addr); err == nil && !strings.HasPrefix(text, "Route Error") {
+			peer = host
+		}
+		switch {
+		case strings.Contains(text, "Authorization Violation"), strings.HasPrefix(text, "authentication error"):
+			refused = "cluster: a route between this node and another was refused: their cluster tokens differ (--cluster-token, MCPGATE_CLUSTER_TOKEN)"
+		case strings.Contains(text, "cluster name") && strings.Contains(text, "does not match"):
+			refused = "cluster: a route between this node and another was refused: their cluster names differ (--cluster-name)"
+		}
+		if refused != "" {
+			addr, kind = peer, refused+" "+peer
+		}
+	}
 	l.mu.Lock()
 	now := time.Now()
 	if now.Sub(l.last[kind]) < natsLogEvery {
@@ -359,11 +460,31 @@ func (l *natsLog) warn(format string, v []any) {
 	}
 	l.last[kind] = now
 	l.mu.Unlock()
+	if refused != "" {
+		l.log.Warn(refused, "peer", addr, "error", text)
+		return
+	}
 	level := slog.LevelWarn
-	if strings.HasPrefix(format, "Error trying to connect to route") {
+	if strings.HasPrefix(text, "Error trying to connect to route") {
 		level = slog.LevelInfo // a node not started yet, or restarting: retried
 	}
-	l.log.Log(context.Background(), level, "cluster: embedded NATS server: "+fmt.Sprintf(format, v...))
+	l.log.Log(context.Background(), level, "cluster: embedded NATS server: "+msg)
+}
+
+// natsConn splits a message of the embedded server about one of its
+// connections ("127.0.0.1:6222 - rid:7 - text") into the connection's
+// address, whether it is a route, and the text.
+func natsConn(msg string) (addr string, route bool, text string) {
+	addr, rest, ok := strings.Cut(msg, " - ")
+	if !ok {
+		return "", false, msg
+	}
+	id, text, ok := strings.Cut(rest, " - ")
+	kind, num, isID := strings.Cut(id, ":")
+	if !ok || !isID || strings.Trim(num, "0123456789") != "" || strings.ContainsRune(kind, ' ') {
+		return "", false, msg
+	}
+	return addr, kind == "rid", text
 }
 
 // ID returns the node's id.
@@ -531,6 +652,7 @@ func (n *Node) close() {
 		n.view.stop()
 	}
 	n.cancel()
+	n.wg.Wait()
 	// The calls served here end with client_closed: their answers go out
 	// before the connection closes, or their callers would wait out the
 	// keepalive gap instead.

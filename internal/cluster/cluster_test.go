@@ -337,6 +337,35 @@ func TestNodeLostBeforeFirstKeepalive(t *testing.T) {
 	}
 }
 
+// TestCallToNodeLostWhileStalled: a node stalled (stopped, starved) is lost
+// to the others' view, its devices offline, but its NATS subscriptions stay
+// until its routes time out: a call routed to it anyway ends
+// device_disconnected naming it, and is audited as served by it, not by the
+// taking node.
+func TestCallToNodeLostWhileStalled(t *testing.T) {
+	nodes := startClusterOf(t, 2, Config{Heartbeat: 50 * time.Millisecond, MemberTimeout: 400 * time.Millisecond, silence: testTiming}, hub.Config{})
+	connect(t, nodes[1].hub, "dev-z", "z")
+	waitFor(t, "n0 to see dev-z on n1", func() bool { return seesOnline(nodes[0].hub, "dev-z", "n1") })
+	// n1 stalls: it neither beats nor serves calls.
+	n1 := nodes[1].node
+	n1.mu.Lock()
+	n1.view.pubMu.Lock()
+	defer n1.mu.Unlock()
+	defer n1.view.pubMu.Unlock()
+	waitFor(t, "n0 to take n1 for lost", func() bool {
+		dev, err := nodes[0].hub.Device("dev-z")
+		return err == nil && !dev.Online
+	})
+	_, err := nodes[0].hub.Call(t.Context(), hub.CallRequest{Device: "dev-z", Tool: "echo"})
+	if !errors.Is(err, hub.ErrDeviceDisconnected) || !strings.Contains(err.Error(), "node n1 serving dev-z") {
+		t.Errorf("call to the stalled node: %v, want device_disconnected naming n1", err)
+	}
+	recs := nodes[0].audited()
+	if r := recs[len(recs)-1]; r.Outcome != "device_disconnected" || r.ServedBy != "n1" {
+		t.Errorf("its audit record: outcome %s, served_by %q; want device_disconnected, n1", r.Outcome, r.ServedBy)
+	}
+}
+
 // With an operator's NATS (here a separate server on a free loopback
 // port) the nodes are its clients, and calls route the same way.
 func TestExternalNATS(t *testing.T) {

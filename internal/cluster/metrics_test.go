@@ -203,3 +203,46 @@ func TestClockOffsetEstimate(t *testing.T) {
 		t.Errorf("ahead, older samples gone: %s, want 2.5s", d)
 	}
 }
+
+// TestClockAfterStall: a node resuming from a stall applies the beats the
+// others sent meanwhile at once, each reading as a clock behind by as long
+// as it waited: no warning, and the estimate keeps to the clocks' true
+// offset, whether the peer was known before (its last samples in place) or
+// dropped and synced again (no sample yet). A clock truly off is warned of.
+func TestClockAfterStall(t *testing.T) {
+	const beat = time.Second
+	var logs syncBuffer
+	v := &view{n: &Node{cfg: Config{Heartbeat: beat}, log: slog.New(slog.NewTextHandler(&logs, nil))}}
+	backlog := func(p *peer, stall time.Duration) {
+		for d := -stall; d < 0; d += beat {
+			v.heardClock("n1", p, d+5*time.Millisecond)
+		}
+	}
+	known := &peer{}
+	for range 3 {
+		v.heardClock("n1", known, 5*time.Millisecond)
+	}
+	backlog(known, 20*time.Second)
+	if est, _ := known.clock.estimate(); est != 5*time.Millisecond {
+		t.Errorf("estimate after a 20 s stall: %s, want 5ms", est)
+	}
+	// The first beat after agrees with none before it; the next does.
+	v.heardClock("n1", known, 6*time.Millisecond)
+	v.heardClock("n1", known, 6*time.Millisecond)
+	if est, _ := known.clock.estimate(); est != 6*time.Millisecond {
+		t.Errorf("estimate two beats after a 20 s stall: %s, want 6ms", est)
+	}
+	dropped := &peer{}
+	backlog(dropped, 8*time.Second)
+	v.heardClock("n1", dropped, 5*time.Millisecond)
+	if strings.Contains(logs.String(), "clock is far") {
+		t.Errorf("warned of the clock after a stall:\n%s", logs.String())
+	}
+	ahead := &peer{}
+	for range 3 {
+		v.heardClock("n1", ahead, 3*time.Second)
+	}
+	if !strings.Contains(logs.String(), "clock is far") {
+		t.Errorf("no warning of a clock 3 s ahead:\n%s", logs.String())
+	}
+}

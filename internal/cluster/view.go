@@ -476,22 +476,47 @@ func (v *view) beat() { v.everyBeat(func() { v.send(viewOut{Beat: true}) }) }
 // peer: on a goroutine of its own, so that beat never waits with it, and
 // one slow peer does not make this node look lost to the others.
 func (v *view) sweep() {
+	last := time.Now()
 	v.everyBeat(func() {
-		timeout := v.lossTimeout()
-		v.mu.Lock()
-		defer v.mu.Unlock()
-		for id, at := range v.forgotten {
-			if time.Since(at) > forgetKeep {
-				delete(v.forgotten, id)
-			}
-		}
-		for id, p := range v.peers {
-			if time.Since(p.heard) > timeout {
-				v.n.log.Warn("cluster: node lost: its devices are offline", "lost", id, "silent_for", time.Since(p.heard).Round(time.Millisecond))
-				v.dropPeer(id, "node "+id+" lost")
-			}
-		}
+		v.sweepOnce(time.Since(last))
+		last = time.Now()
 	})
+}
+
+// sweepOnce drops the peers silent for longer than the loss timeout; idle
+// is how long since the previous sweep ended, a heartbeat when on time.
+//
+// A sweep much later than that ran on a node that was stalled (stopped,
+// starved of CPU): the others' beats of that time are still on their way to
+// it, unread, and the first sweep after the stall would take them all for
+// lost. Their silence during this node's stall is not counted against them.
+func (v *view) sweepOnce(idle time.Duration) {
+	timeout := v.lossTimeout()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	now := time.Now()
+	if stalled := idle - v.n.cfg.Heartbeat; stalled > v.n.cfg.Heartbeat/2 {
+		if len(v.peers) > 0 && stalled > v.n.cfg.Heartbeat {
+			v.n.log.Warn("cluster: this node was stalled (stopped, or starved of CPU): the other nodes' silence meanwhile is not held against them", "stalled_for", stalled.Round(time.Millisecond))
+		}
+		for _, p := range v.peers {
+			p.heard = p.heard.Add(stalled)
+			if p.heard.After(now) {
+				p.heard = now
+			}
+		}
+	}
+	for id, at := range v.forgotten {
+		if now.Sub(at) > forgetKeep {
+			delete(v.forgotten, id)
+		}
+	}
+	for id, p := range v.peers {
+		if silent := now.Sub(p.heard); silent > timeout {
+			v.n.log.Warn("cluster: node lost: its devices are offline", "lost", id, "silent_for", silent.Round(time.Millisecond))
+			v.dropPeer(id, "node "+id+" lost")
+		}
+	}
 }
 
 // everyBeat runs f every heartbeat until the view stops.

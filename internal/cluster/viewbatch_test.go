@@ -197,6 +197,35 @@ func TestViewBacklogDoublesLossTimeout(t *testing.T) {
 	}
 }
 
+// A node that was stalled (stopped, starved of CPU) sweeps late, before the
+// others' beats queued meanwhile are applied: it does not take them for lost
+// for its own silence (every other node was lost, and its devices offline, on
+// the node resumed after 8 s). A peer silent before the stall still is.
+func TestViewSweepAfterOwnStall(t *testing.T) {
+	// Beats a minute apart: neither node beats nor sweeps on its own
+	// during the test.
+	nodes := startClusterOf(t, 2, Config{Heartbeat: time.Minute, MemberTimeout: 3 * time.Minute}, hub.Config{})
+	connect(t, nodes[1].hub, "dev-p", "p")
+	waitFor(t, "n0 to see n1's device", func() bool { return seesOnline(nodes[0].hub, "dev-p", "n1") })
+	v := nodes[0].node.view
+	silent := func(d time.Duration) {
+		v.mu.Lock()
+		v.peers["n1"].heard = time.Now().Add(-d)
+		v.mu.Unlock()
+	}
+	// Last heard a heartbeat before this node stopped for 10 minutes: its
+	// first sweep after, 10 minutes late, keeps n1.
+	silent(11 * time.Minute)
+	v.sweepOnce(10*time.Minute + time.Minute)
+	if m := nodes[0].node.Members(); len(m) != 2 || !seesOnline(nodes[0].hub, "dev-p", "n1") {
+		t.Fatalf("after this node's own stall: members %v, dev-p online %v; want n1 kept", m, seesOnline(nodes[0].hub, "dev-p", "n1"))
+	}
+	// A sweep on time with n1 silent for longer than the timeout: lost.
+	silent(11 * time.Minute)
+	v.sweepOnce(time.Minute)
+	waitFor(t, "n1 lost", func() bool { return len(nodes[0].node.Members()) == 1 })
+}
+
 // A node of the previous version sends each call's event numbered, inside
 // its view batch: an upgraded node still applies the batch and publishes
 // the event.

@@ -166,6 +166,9 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 	var holder string
 	if err == nil {
 		att, holder = d.att, d.remoteNode
+		if holder == "" {
+			holder = d.lastRemote // offline in the view, yet maybe not gone
+		}
 	}
 	h.mu.RUnlock()
 	// Not held here: another node may hold it (docs/cluster.md). A call

@@ -196,6 +196,10 @@ type device struct {
 	// remoteNode is the other cluster node holding the device while att is
 	// nil (remote.go); empty when no other node holds it.
 	remoteNode string
+	// lastRemote is the other node that held the device last, once none
+	// does: one taken for lost that is only stalled still holds its
+	// subject, and a call routed anyway goes there (served.go).
+	lastRemote string
 
 	lastSeen atomic.Int64 // unix nanos; written by the transport's reader
 }
@@ -522,7 +526,7 @@ func (h *Hub) Attach(info ConnInfo, sess *mcpclient.Session) *Attachment {
 	wasOnline := old != nil
 	d.att = a
 	d.node = h.cfg.NodeID
-	d.remoteNode = ""
+	d.remoteNode, d.lastRemote = "", ""
 	d.kind, d.clientID, d.transport, d.sessionID = info.Kind, info.ClientID, info.Transport, info.SessionID
 	d.remote, d.protoVer = info.Remote, info.ProtocolVersion
 	d.connectedAt = now

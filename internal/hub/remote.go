@@ -168,7 +168,7 @@ func (h *Hub) ApplyRemoteGone(id, node string) (alias string, offline bool) {
 	if !ok || d.att != nil || d.remoteNode != node {
 		return "", false
 	}
-	d.remoteNode = ""
+	d.remoteNode, d.lastRemote = "", node
 	d.state = StateOffline
 	d.offlineAt = time.Now().UTC()
 	return d.alias, true

@@ -29,8 +29,10 @@ func ServedBy(ctx context.Context, node string) {
 }
 
 // RoutedTo returns the node a routed call was sent to, as the view knew
-// it when the hub handed the call to its [Cluster]; "" when the view did
-// not know the device (a call routed by id).
+// it when the hub handed the call to its [Cluster]: the device's holder,
+// or, for a device offline in the view, the node that held it last (taken
+// for lost while only stalled, it still takes the device's calls); "" when
+// the view did not know the device (a call routed by id).
 func RoutedTo(ctx context.Context) string {
 	if s, ok := ctx.Value(servedKey{}).(*served); ok {
 		return s.to
