@@ -284,3 +284,39 @@ func countEvents(subs []*hub.Subscription, typ hub.EventType, device string) []i
 	}
 	return counts
 }
+
+// A forget without force on a node whose view lists the device on another
+// node that does not answer (its subscription not heard here yet, as just
+// after the device connected there) is refused: forgetting it would drop
+// it from every node while it may be connected.
+func TestForgetRefusedWhileHolderUnheard(t *testing.T) {
+	nodes := startCluster(t, 2)
+	connect(t, nodes[0].hub, "dev-u", "u")
+	waitFor(t, "n1 to list the device online", func() bool {
+		dev, err := nodes[1].hub.Device("dev-u")
+		return err == nil && dev.Online
+	})
+	holder := nodes[0].node
+	holder.mu.Lock()
+	sub := holder.devs["dev-u"]
+	holder.mu.Unlock()
+	if sub == nil {
+		t.Fatal("the holder has no subscription for the device")
+	}
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "n1 to hear no holder", func() bool {
+		_, err := nodes[1].hub.Call(t.Context(), hub.CallRequest{Device: "dev-u", Tool: "echo"})
+		return errors.Is(err, hub.ErrDeviceOffline)
+	})
+	if _, err := nodes[1].hub.Forget(t.Context(), hub.ForgetRequest{Device: "dev-u"}); !errors.Is(err, hub.ErrDeviceOnline) {
+		t.Fatalf("forget without force: %v, want device_online", err)
+	}
+	if dev, err := nodes[0].hub.Device("dev-u"); err != nil || !dev.Online {
+		t.Errorf("the holder after the refused forget: %+v, %v", dev, err)
+	}
+}

@@ -137,6 +137,18 @@ func (h *Hub) forgetCluster(ctx context.Context, req ForgetRequest) (Forgotten, 
 			ca.Forgot(id)
 			return Forgotten{ID: id}, nil
 		}
+		if !req.Force {
+			// The view lists it on another node whose subscription is not
+			// (or no longer) heard here: a device that has just connected
+			// there, or a node being lost. Forgetting it here would drop
+			// it from every node while it may be connected.
+			h.mu.RLock()
+			node := d.remoteNode
+			h.mu.RUnlock()
+			if node != "" {
+				return Forgotten{ID: id}, fmt.Errorf("%w: %s: node %s holds it (it did not answer yet): pass force to forget it anyway", ErrDeviceOnline, id, node)
+			}
+		}
 		req.Device = id
 	}
 	res, err := h.forget(ctx, req)
