@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/mcpgate/mcpgate/internal/jsonscan"
 	"github.com/mcpgate/mcpgate/internal/limits"
@@ -37,6 +38,35 @@ type Tool struct {
 	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
 	Annotations json.RawMessage `json:"annotations,omitempty"`
 	Raw         json.RawMessage `json:"-"`
+}
+
+// MaxToolName bounds a tool's name, in bytes: MCP asks for names of 1-128
+// characters, and this leaves room for names not in ASCII. It bounds what a
+// caller can make the gateway store as a tool name (the audit log's tool).
+const MaxToolName = 256
+
+// ReservedToolPrefix starts the tool names of the gateway's own audit
+// records (mcpgate:forget, mcpgate:key_create...). No catalog lists a tool
+// of such a name and no call names one, so that no record of a call passes
+// for an administrative action.
+const ReservedToolPrefix = "mcpgate:"
+
+// ErrBadToolName: a name no tool can have ([CheckToolName]).
+var ErrBadToolName = errors.New("invalid tool name")
+
+// CheckToolName returns an error matching ErrBadToolName when no tool can
+// be named name: empty, over MaxToolName bytes, or starting with
+// ReservedToolPrefix. Its message quotes no more than MaxToolName bytes.
+func CheckToolName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty", ErrBadToolName)
+	case len(name) > MaxToolName:
+		return fmt.Errorf("%w: %d bytes, over the limit of %d", ErrBadToolName, len(name), MaxToolName)
+	case strings.HasPrefix(name, ReservedToolPrefix):
+		return fmt.Errorf("%w: %q: names starting with %q are the gateway's own (its audit records)", ErrBadToolName, name, ReservedToolPrefix)
+	}
+	return nil
 }
 
 // UserOnly reports whether the tool is meant for the user only (hidden from
@@ -195,8 +225,8 @@ func (s *Session) ListTools(ctx context.Context) (tools []Tool, pages int, trunc
 		pages++
 		for _, raw := range page.Tools {
 			t, err := decodeTool(raw)
-			if err == nil && t.Name == "" {
-				err = errors.New("tool has no name")
+			if err == nil {
+				err = CheckToolName(t.Name)
 			}
 			if err != nil {
 				s.log.Load().Warn("skipped malformed tool in tools/list", "page", pages, "error", err, "tool", truncate(raw, 200))
