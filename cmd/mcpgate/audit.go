@@ -80,7 +80,7 @@ match than --limit, the last line says how to get the next page (--before).`,
 				return err
 			}
 			if page.Next != "" {
-				fmt.Fprintf(g.stderr, "more: mcpgate audit --before %s (with the same filters)\n", page.Next)
+				fmt.Fprintf(g.stderr, "more: mcpgate audit --before %s (with the same filters)\n", visible(page.Next))
 			}
 			return nil
 		},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/url"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpgate/mcpgate/internal/bridge"
+	"github.com/mcpgate/mcpgate/internal/redact"
 )
 
 func init() { extraCommands = append(extraCommands, newBridgeCmd) }
@@ -42,6 +44,8 @@ serverInfo.name; same names get a suffix (calc, calc-2).
 When a server exits or the connection drops, the bridge reconnects and starts
 the server again, waiting a jittered backoff (--min-backoff doubling up to
 --max-backoff) that starts over once a connection has stayed up for a while.
+The token is --token, else an API key of scope call or admin (--key), else
+MCPGATE_ENDPOINT_TOKEN, else MCPGATE_API_KEY; it goes in the URL as ?token=.
 A refusal retrying cannot change (HTTP 400, 401 or 403 to the WebSocket
 upgrade: a bad name, a token or key the gateway does not accept) stops the
 bridge instead, with the gateway's reason and exit status 1.
@@ -66,17 +70,25 @@ Example config:
 			if cfg.URL == "" {
 				cfg.URL = os.Getenv("MCPGATE_ENDPOINT_URL")
 			}
-			if token == "" {
-				token = os.Getenv("MCPGATE_ENDPOINT_TOKEN")
-			}
 			if cfg.URL == "" {
 				return errors.New("--url is required, e.g. ws://127.0.0.1:8000/mcp/endpoint?token=T")
 			}
-			if token != "" {
-				u, err := url.Parse(cfg.URL)
-				if err != nil {
-					return fmt.Errorf("--url: %w", err)
-				}
+			u, err := url.Parse(cfg.URL)
+			if err != nil {
+				return fmt.Errorf("--url: %w", redact.ErrIn(err, cfg.URL)) // its token stays out
+			}
+			// The endpoint takes an API key as a token (docs/endpoint.md):
+			// the key of the client commands, --key or MCPGATE_API_KEY,
+			// serves when no other token is given.
+			inURL := u.Query().Has("token")
+			if g.key != "" && (token != "" || inURL) {
+				return errors.New("give one token: --token, --key or the URL's ?token=, not two")
+			}
+			token = cmp.Or(token, g.key, os.Getenv("MCPGATE_ENDPOINT_TOKEN"))
+			if token == "" && !inURL {
+				token = os.Getenv("MCPGATE_API_KEY")
+			}
+			if token = strings.TrimSpace(token); token != "" {
 				q := u.Query()
 				q.Set("token", token)
 				u.RawQuery = q.Encode()
@@ -110,7 +122,7 @@ Example config:
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.URL, "url", "", "gateway MCP endpoint, ws(s)://HOST:PORT/mcp/endpoint[?token=T] (env MCPGATE_ENDPOINT_URL)")
-	f.StringVar(&token, "token", "", "endpoint token, added to the URL as ?token= (env MCPGATE_ENDPOINT_TOKEN)")
+	f.StringVar(&token, "token", "", "endpoint token or API key, added to the URL as ?token= (env MCPGATE_ENDPOINT_TOKEN; --key works too)")
 	f.StringVarP(&configFile, "config", "c", "", "mcpServers JSON file; bridges every server in it")
 	f.StringVar(&name, "name", "", "source name for a command after -- (default: the server's serverInfo.name)")
 	f.StringArrayVar(&envs, "env", nil, "extra environment for a command after --, as KEY=VALUE (repeatable; the value as written, commas and quotes included)")

@@ -142,9 +142,9 @@ final state posted, signed with --callback-secret.`,
 				if g.json {
 					return printJSON(g.stdout, qc)
 				}
-				fmt.Fprintf(g.stdout, "queued: %s\n", qc.ID)
+				fmt.Fprintf(g.stdout, "queued: %s\n", visible(qc.ID))
 				fmt.Fprintf(g.stderr, "%s is offline: the call runs on its next session, if that comes before %s (mcpgate calls get %s)\n",
-					ref, qc.ExpiresAt.Local().Format(time.RFC3339), qc.ID)
+					visible(ref), qc.ExpiresAt.Local().Format(time.RFC3339), visible(qc.ID))
 				return nil
 			}
 			if err != nil {
@@ -325,32 +325,32 @@ func printResult(w io.Writer, res *mcpclient.Result) {
 			} `json:"resource"`
 		}
 		if err := json.Unmarshal(raw, &item); err != nil {
-			fmt.Fprintf(w, "[unreadable content item: %v]\n", err)
+			fmt.Fprintf(w, "[unreadable content item: %s]\n", visible(err.Error()))
 			continue
 		}
 		switch item.Type {
 		case "text":
-			fmt.Fprintln(w, item.Text)
+			fmt.Fprintln(w, visibleLines(item.Text))
 		case "image", "audio":
-			fmt.Fprintf(w, "[%s %s %d bytes]\n", item.Type, orDash(item.MimeType), base64Size(item.Data))
+			fmt.Fprintf(w, "[%s %s %d bytes]\n", item.Type, visible(orDash(item.MimeType)), base64Size(item.Data))
 		case "resource":
 			if r := item.Resource; r != nil {
 				size := len(r.Text)
 				if r.Blob != "" {
 					size = base64Size(r.Blob)
 				}
-				fmt.Fprintf(w, "[resource %s %s %d bytes]\n", r.URI, orDash(r.MimeType), size)
+				fmt.Fprintf(w, "[resource %s %s %d bytes]\n", visible(r.URI), visible(orDash(r.MimeType)), size)
 			} else {
 				fmt.Fprintln(w, "[resource]")
 			}
 		case "resource_link":
-			fmt.Fprintf(w, "[resource_link %s]\n", item.URI)
+			fmt.Fprintf(w, "[resource_link %s]\n", visible(item.URI))
 		default:
-			fmt.Fprintf(w, "[%s]\n", orDash(item.Type))
+			fmt.Fprintf(w, "[%s]\n", visible(orDash(item.Type)))
 		}
 	}
 	if len(res.Content) == 0 && len(res.StructuredContent) > 0 {
-		fmt.Fprintln(w, string(res.StructuredContent))
+		fmt.Fprintln(w, visibleLines(string(res.StructuredContent)))
 	}
 }
 

@@ -77,7 +77,7 @@ docs/queued-calls.md.`,
 				return err
 			}
 			if page.Next != "" {
-				fmt.Fprintf(g.stderr, "more: mcpgate calls --after %s (with the same filters)\n", page.Next)
+				fmt.Fprintf(g.stderr, "more: mcpgate calls --after %s (with the same filters)\n", visible(page.Next))
 			}
 			return nil
 		},
@@ -124,7 +124,7 @@ func newCallsGetCmd(g *globals) *cobra.Command {
 
 func newCallsCancelCmd(g *globals) *cobra.Command {
 	return callCmd(g, "cancel ID", "Cancel a queued call that has not started", "  mcpgate calls cancel call_6f1c0e5b2a9d4c3e",
-		(*api.Client).CancelCall, func(qc *queue.Call) { fmt.Fprintf(g.stdout, "cancelled: %s\n", qc.ID) })
+		(*api.Client).CancelCall, func(qc *queue.Call) { fmt.Fprintf(g.stdout, "cancelled: %s\n", visible(qc.ID)) })
 }
 
 // callCmd is a command acting on one queued call named by its id: it asks
@@ -169,12 +169,12 @@ func printCall(g *globals, qc *queue.Call) {
 		dev = qc.Alias + " (" + qc.Device + ")"
 	}
 	w := g.stdout
-	fmt.Fprintf(w, "id:          %s\n", qc.ID)
-	fmt.Fprintf(w, "device:      %s\n", dev)
-	fmt.Fprintf(w, "tool:        %s\n", qc.Tool)
-	fmt.Fprintf(w, "arguments:   %s\n", string(qc.Arguments))
-	fmt.Fprintf(w, "state:       %s\n", stateText(*qc))
-	fmt.Fprintf(w, "caller:      %s\n", qc.Caller)
+	fmt.Fprintf(w, "id:          %s\n", visible(qc.ID))
+	fmt.Fprintf(w, "device:      %s\n", visible(dev))
+	fmt.Fprintf(w, "tool:        %s\n", visible(qc.Tool))
+	fmt.Fprintf(w, "arguments:   %s\n", visible(string(qc.Arguments)))
+	fmt.Fprintf(w, "state:       %s\n", visible(stateText(*qc)))
+	fmt.Fprintf(w, "caller:      %s\n", visible(qc.Caller))
 	fmt.Fprintf(w, "queued:      %s\n", qc.QueuedAt.Local().Format(time.RFC3339))
 	fmt.Fprintf(w, "expires:     %s\n", qc.ExpiresAt.Local().Format(time.RFC3339))
 	if qc.StartedAt != nil {
@@ -185,10 +185,10 @@ func printCall(g *globals, qc *queue.Call) {
 	}
 	fmt.Fprintf(w, "attempts:    %d\n", qc.Attempts)
 	if qc.Error != "" {
-		fmt.Fprintf(w, "error:       %s\n", oneLine(qc.Error, 0))
+		fmt.Fprintf(w, "error:       %s\n", visible(oneLine(qc.Error, 0)))
 	}
 	if qc.Callback != nil {
-		fmt.Fprintf(w, "callback:    %s (%s, %d tries)\n", qc.Callback.URL, orDash(qc.Callback.State), qc.Callback.Attempts)
+		fmt.Fprintf(w, "callback:    %s (%s, %d tries)\n", visible(qc.Callback.URL), visible(orDash(qc.Callback.State)), qc.Callback.Attempts)
 	}
 	if len(qc.Result) > 0 {
 		var res mcpclient.Result

@@ -100,7 +100,7 @@ func (p *chatPrinter) event(ev api.ChatEvent) {
 				fmt.Fprint(p.errw, "(thinking) ")
 				p.thinking = true
 			}
-			fmt.Fprint(p.errw, d.Text)
+			fmt.Fprint(p.errw, visibleLines(d.Text))
 		}
 	case "chunk":
 		var d struct{ Text string }
@@ -109,32 +109,32 @@ func (p *chatPrinter) event(ev api.ChatEvent) {
 				fmt.Fprintln(p.errw)
 				p.thinking = false
 			}
-			fmt.Fprint(p.out, d.Text)
+			fmt.Fprint(p.out, visibleLines(d.Text))
 			p.midLine = !strings.HasSuffix(d.Text, "\n")
 		}
 	case "tool_call":
 		var c agent.CallInfo
 		if json.Unmarshal(ev.Data, &c) == nil {
 			p.endLine()
-			name := callName(c)
+			name := visible(callName(c))
 			args := string(c.Arguments)
 			if args == "" {
 				args = c.RawArguments
 			}
-			fmt.Fprintf(p.errw, "→ %s %s\n", name, oneLine(args, 120))
+			fmt.Fprintf(p.errw, "→ %s %s\n", name, visible(oneLine(args, 120)))
 		}
 	case "tool_result":
 		var c agent.CallInfo
 		if json.Unmarshal(ev.Data, &c) == nil {
 			p.endLine()
-			name := callName(c)
+			name := visible(callName(c))
 			switch {
 			case c.Error != nil:
-				fmt.Fprintf(p.errw, "✗ %s: %s: %s\n", name, c.Error.Code, oneLine(c.Error.Message, 200))
+				fmt.Fprintf(p.errw, "✗ %s: %s: %s\n", name, visible(c.Error.Code), visible(oneLine(c.Error.Message, 200)))
 			case c.Result != nil && c.IsError:
-				fmt.Fprintf(p.errw, "✗ %s: %s\n", name, oneLine(c.Result.Text(), 200))
+				fmt.Fprintf(p.errw, "✗ %s: %s\n", name, visible(oneLine(c.Result.Text(), 200)))
 			case c.Result != nil:
-				fmt.Fprintf(p.errw, "← %s: %s\n", name, oneLine(c.Result.Text(), 200))
+				fmt.Fprintf(p.errw, "← %s: %s\n", name, visible(oneLine(c.Result.Text(), 200)))
 			}
 		}
 	case "final":

@@ -64,9 +64,9 @@ func reportError(g *globals, err error) error {
 		// one a line, below the tool they concern.
 		var d api.ValidationDetails
 		_ = json.Unmarshal(ae.Details, &d) // Problems read it already
-		fmt.Fprintf(g.stderr, "error: %s: invalid arguments for %s:\n", ae.Code, d.Tool)
+		fmt.Fprintf(g.stderr, "error: %s: invalid arguments for %s:\n", visible(ae.Code), visible(d.Tool))
 	} else {
-		fmt.Fprintf(g.stderr, "error: %s\n", ae)
+		fmt.Fprintf(g.stderr, "error: %s\n", visible(ae.Error()))
 	}
 	switch ae.Status {
 	case http.StatusUnauthorized:
@@ -81,7 +81,7 @@ func reportError(g *globals, err error) error {
 		if at == "" {
 			at = "(arguments)"
 		}
-		fmt.Fprintf(g.stderr, "  %s: %s\n", at, p.Message)
+		fmt.Fprintf(g.stderr, "  %s: %s\n", visible(at), visible(p.Message))
 	}
 	return exitError{code: 1}
 }
@@ -93,9 +93,63 @@ func printTable(w io.Writer, header []string, rows [][]string) error {
 		fmt.Fprintln(tw, strings.Join(header, "\t"))
 	}
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		cells := make([]string, len(r))
+		for i, c := range r {
+			cells[i] = visible(c)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	return tw.Flush()
+}
+
+// visible returns s with what a terminal would act on rather than show
+// written as an escape: C0 controls (\n, \t and \r as such, the others
+// as \x1b), DEL, C1 controls and the bidirectional overrides and isolates
+// (U+202A-U+202E, U+2066-U+2069) as \u0085 or \u202e, and bytes that are
+// not UTF-8 as \xff. Every text the CLI prints that came from a device, a
+// caller or the gateway's store goes through it (a table's cells through
+// printTable), so that a tool name cannot move the cursor, erase a row or
+// print a row of its own; --json output is escaped by its encoder.
+// visible(visible(s)) is visible(s).
+func visible(s string) string { return escapeControls(s, false) }
+
+// visibleLines is visible keeping newlines and tabs, for text of many
+// lines: a tool's answer, a chat reply.
+func visibleLines(s string) string { return escapeControls(s, true) }
+
+func escapeControls(s string, lines bool) string {
+	var b strings.Builder
+	done := 0 // s[:done] is in b
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		var esc string
+		switch {
+		case r == utf8.RuneError && n == 1:
+			esc = fmt.Sprintf(`\x%02x`, s[i])
+		case lines && (r == '\n' || r == '\t'):
+		case r == '\n':
+			esc = `\n`
+		case r == '\t':
+			esc = `\t`
+		case r == '\r':
+			esc = `\r`
+		case r < 0x20 || r == 0x7f:
+			esc = fmt.Sprintf(`\x%02x`, r)
+		case 0x80 <= r && r <= 0x9f, 0x202a <= r && r <= 0x202e, 0x2066 <= r && r <= 0x2069:
+			esc = fmt.Sprintf(`\u%04x`, r)
+		}
+		if esc != "" {
+			b.WriteString(s[done:i])
+			b.WriteString(esc)
+			done = i + n
+		}
+		i += n
+	}
+	if done == 0 {
+		return s // nothing to escape (s[0] escaped sets done)
+	}
+	b.WriteString(s[done:])
+	return b.String()
 }
 
 // ago humanises how long before now t was: "just now", "42s ago", "5m ago",

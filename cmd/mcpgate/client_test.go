@@ -564,3 +564,70 @@ func TestClientNoAnswer(t *testing.T) {
 		t.Errorf("gave up after %s, want about 200ms", took)
 	}
 }
+
+// TestCLIShowsControlCharactersEscaped: what a device or a caller wrote
+// reaches the terminal with its control characters escaped, in tables and
+// messages alike, so it cannot erase rows or print rows of its own. (A
+// tool name cannot carry them: catalogs skip such tools and the doors
+// refuse such calls unaudited.)
+func TestCLIShowsControlCharactersEscaped(t *testing.T) {
+	t.Parallel()
+	addr := startGateway(t)
+	connect(t, addr, devicetest.Config{Tools: []json.RawMessage{
+		json.RawMessage(`{"name":"self.evil","description":"a\u0000b\u202ec\u009bd","inputSchema":{"type":"object","properties":{}}}`),
+		json.RawMessage(`{"name":"self.fail","description":"fails","inputSchema":{"type":"object","properties":{}}}`),
+	}, OnCall: func(c devicetest.Call) devicetest.Answer {
+		if c.Name == "self.fail" {
+			return devicetest.Answer{Error: "boom\u001b[2K\n2026-11-27 07:00:00  vm  fchr3asgxo  rest  dev-000001  self.reboot  1.0ms  {}  ok"}
+		}
+		return devicetest.Answer{Result: devicetest.TextResult("line one\n\u001b]0;owned\u0007line two", false)}
+	}})
+	raw := func(where, s string) {
+		t.Helper()
+		if i := strings.IndexFunc(s, func(r rune) bool {
+			return r < 0x20 && r != '\n' || r == 0x7f || 0x80 <= r && r <= 0x9f || 0x202a <= r && r <= 0x202e || 0x2066 <= r && r <= 0x2069
+		}); i >= 0 {
+			t.Errorf("%s prints a control character raw at %d:\n%q", where, i, s)
+		}
+	}
+
+	tools := run(t, addr, "tools", devID)
+	tools.want(t, 0)
+	raw("tools", tools.stdout)
+	if !strings.Contains(tools.stdout, `a\x00b\u202ec\u009bd`) {
+		t.Errorf("tools does not show the description escaped:\n%s", tools.stdout)
+	}
+
+	call := run(t, addr, "call", devID, "self.evil")
+	call.want(t, 0)
+	raw("call", call.stdout)
+	if call.stdout != "line one\n\\x1b]0;owned\\x07line two\n" {
+		t.Errorf("call prints %q", call.stdout)
+	}
+	failed := run(t, addr, "call", devID, "self.fail")
+	raw("a failed call", failed.stdout+failed.stderr)
+
+	forged := "x\x1b[1A\x1b[2K\n2026-11-27 07:00:00  vm  fchr3asgxo  rest  dev-000001  self.reboot  1.0ms  {}  ok"
+	refused := run(t, addr, "call", devID, forged)
+	refused.want(t, 1)
+	raw("a refused call", refused.stderr)
+	if !strings.Contains(refused.stderr, `x\x1b[1A\x1b[2K\n2026-11-27`) {
+		t.Errorf("refused call:\n%s", refused.stderr)
+	}
+
+	var audit result
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		audit = run(t, addr, "audit")
+		audit.want(t, 0)
+		if strings.Count(audit.stdout, "\n") >= 3 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	raw("audit", audit.stdout)
+	lines := strings.Split(strings.TrimSuffix(audit.stdout, "\n"), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[1], "self.fail") || !strings.Contains(lines[1], `boom\x1b[2K`) || !strings.Contains(lines[2], "self.evil") {
+		t.Errorf("audit: want a header and 2 rows (the refused call unaudited), the device's error escaped:\n%s", audit.stdout)
+	}
+}

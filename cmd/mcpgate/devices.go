@@ -166,7 +166,7 @@ or digit, unique among devices. The alias replaces the old one everywhere.`,
 			if g.json {
 				return printJSON(g.stdout, d)
 			}
-			fmt.Fprintf(g.stdout, "%s is now %s\n", d.ID, d.Alias)
+			fmt.Fprintf(g.stdout, "%s is now %s\n", visible(d.ID), visible(d.Alias))
 			return nil
 		},
 	}
@@ -206,7 +206,7 @@ all the same, with a note on stderr.`,
 			case res.Disconnected:
 				state = "its connection was closed"
 			}
-			fmt.Fprintf(g.stdout, "revoked every credential of %s issued until %s; %s\n", res.Device, res.RevokedUntil.Format(time.RFC3339), state)
+			fmt.Fprintf(g.stdout, "revoked every credential of %s issued until %s; %s\n", visible(res.Device), res.RevokedUntil.Format(time.RFC3339), visible(state))
 			return nil
 		},
 	}
@@ -241,7 +241,7 @@ new device: stop it first, or with --device-auth=token revoke it first
 				var ae *api.APIError
 				if errors.As(err, &ae) && ae.Code == "device_online" {
 					// The gateway's message speaks of REST's ?force=true.
-					fmt.Fprintf(g.stderr, "error: device_online: %s is online: pass --force to disconnect it and forget it\n", args[0])
+					fmt.Fprintf(g.stderr, "error: device_online: %s is online: pass --force to disconnect it and forget it\n", visible(args[0]))
 					return exitError{code: 1}
 				}
 				return reportNotFound(cmd.Context(), g, c, args[0], "", err)
@@ -253,7 +253,7 @@ new device: stop it first, or with --device-auth=token revoke it first
 			if res.Disconnected {
 				state = "its connection was closed"
 			}
-			fmt.Fprintf(g.stdout, "forgot %s (%s); %s\n", res.Alias, res.Device, state)
+			fmt.Fprintf(g.stdout, "forgot %s (%s); %s\n", visible(res.Alias), visible(res.Device), state)
 			return nil
 		},
 	}

@@ -151,3 +151,37 @@ func TestPrintResult(t *testing.T) {
 		t.Errorf("structured only: %q", buf.String())
 	}
 }
+
+func TestVisible(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, want, lines string }{
+		{"self.reboot", "self.reboot", "self.reboot"},
+		{"héllo wörld …", "héllo wörld …", "héllo wörld …"},
+		{"x\x1b[1A\x1b[2K\nfake row", `x\x1b[1A\x1b[2K\nfake row`, "x\\x1b[1A\\x1b[2K\nfake row"},
+		{"a\tb\r\x00\x7f", `a\tb\r\x00\x7f`, "a\tb\\r\\x00\\x7f"},
+		{"c1\u0085\u009b2J", `c1\u0085\u009b2J`, `c1\u0085\u009b2J`},
+		{"evil\u202egnp.exe \u2066x\u2069 \u202a", `evil\u202egnp.exe \u2066x\u2069 \u202a`, `evil\u202egnp.exe \u2066x\u2069 \u202a`},
+		{"bad\xff\xc3utf8", `bad\xff\xc3utf8`, `bad\xff\xc3utf8`},
+		{"\x1b", `\x1b`, `\x1b`},
+		{"", "", ""},
+	}
+	for _, tt := range tests {
+		if got := visible(tt.in); got != tt.want {
+			t.Errorf("visible(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+		if got := visible(visible(tt.in)); got != tt.want {
+			t.Errorf("visible(visible(%q)) = %q, want %q", tt.in, got, tt.want)
+		}
+		if got := visibleLines(tt.in); got != tt.lines {
+			t.Errorf("visibleLines(%q) = %q, want %q", tt.in, got, tt.lines)
+		}
+	}
+
+	var buf bytes.Buffer
+	if err := printTable(&buf, []string{"A", "B"}, [][]string{{"x\ty\x1b[2K", "z\nw"}}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "A            B\nx\\ty\\x1b[2K  z\\nw\n"; buf.String() != want {
+		t.Errorf("printTable:\n%q\nwant\n%q", buf.String(), want)
+	}
+}

@@ -147,14 +147,14 @@ absent from everything the key lists, and calling them answers not found.`,
 			out.Secret = secret
 			return printJSON(g.stdout, out)
 		}
-		fmt.Fprintf(g.stdout, "Created API key %s (%s, scope %s).\n\n  %s\n\n", k.ID, k.Name, k.Scope, secret)
+		fmt.Fprintf(g.stdout, "Created API key %s (%s, scope %s).\n\n  %s\n\n", k.ID, visible(k.Name), k.Scope, secret)
 		fmt.Fprintln(g.stdout, "This secret will not be shown again: store it now. Callers send it as")
 		fmt.Fprintln(g.stdout, "\"Authorization: Bearer <secret>\"; the CLI takes it as --key or MCPGATE_API_KEY.")
 		if len(devPats) > 0 {
-			fmt.Fprintf(g.stdout, "Devices: %s\n", strings.Join(devPats, ", "))
+			fmt.Fprintf(g.stdout, "Devices: %s\n", visible(strings.Join(devPats, ", ")))
 		}
 		if len(toolPats) > 0 {
-			fmt.Fprintf(g.stdout, "Tools: %s\n", strings.Join(toolPats, ", "))
+			fmt.Fprintf(g.stdout, "Tools: %s\n", visible(strings.Join(toolPats, ", ")))
 		}
 		if !k.ExpiresAt.IsZero() {
 			fmt.Fprintf(g.stdout, "Expires: %s\n", k.ExpiresAt.Format(time.RFC3339))
@@ -246,7 +246,7 @@ func newKeysRevokeCmd(g *globals) *cobra.Command {
 		if g.json {
 			return printJSON(g.stdout, toKeyJSON(k, now))
 		}
-		fmt.Fprintf(g.stdout, "Revoked API key %s (%s) at %s.\n", k.ID, k.Name, k.RevokedAt.UTC().Format(time.RFC3339))
+		fmt.Fprintf(g.stdout, "Revoked API key %s (%s) at %s.\n", k.ID, visible(k.Name), k.RevokedAt.UTC().Format(time.RFC3339))
 		return nil
 	}
 	return cmd

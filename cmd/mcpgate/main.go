@@ -26,7 +26,7 @@ func main() {
 		if errors.As(err, &ee) {
 			os.Exit(ee.code)
 		}
-		fmt.Fprintln(os.Stderr, "mcpgate:", err)
+		fmt.Fprintln(os.Stderr, "mcpgate:", visibleLines(err.Error())) // it may quote a gateway's or a device's words
 		os.Exit(1)
 	}
 }

@@ -96,7 +96,7 @@ with the API key of --key (or MCPGATE_API_KEY) when it needs one.`,
 	root.SetVersionTemplate("mcpgate {{.Version}}\n") // as 'mcpgate version' prints it
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.server, "server", envOr("MCPGATE_SERVER", "http://127.0.0.1:8000"), "gateway URL for client commands (env MCPGATE_SERVER)")
-	pf.StringVar(&g.key, "key", "", "API key (mgk_...) client commands send as a bearer token (env MCPGATE_API_KEY; prefer the variable: flags show in ps)")
+	pf.StringVar(&g.key, "key", "", "API key (mgk_...) client commands send as a bearer token, and bridge as its token (env MCPGATE_API_KEY; prefer the variable: flags show in ps)")
 	pf.BoolVar(&g.json, "json", false, "print JSON instead of tables")
 
 	root.AddCommand(

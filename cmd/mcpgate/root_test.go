@@ -2,6 +2,8 @@ package main
 
 import (
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -151,6 +153,61 @@ func TestHelpShowsNoSecrets(t *testing.T) {
 	r = run(t, "http://127.0.0.1:1", "bridge", "--", "true")
 	if r.code == 0 || !strings.Contains(r.stderr, "want ws(s)://") || strings.Contains(r.stderr, "secret") {
 		t.Errorf("bridge with MCPGATE_ENDPOINT_URL an http URL: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestBridgeTakesKey: bridge sends the API key of --key or MCPGATE_API_KEY
+// as its token, as the endpoint takes keys, when no other token is given;
+// two tokens given are refused rather than one ignored.
+func TestBridgeTakesKey(t *testing.T) {
+	tokens := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case tokens <- r.URL.Query().Get("token"):
+		default:
+		}
+		http.Error(w, "invalid or missing token", http.StatusUnauthorized)
+	}))
+	defer srv.Close()
+	endpoint := "ws" + strings.TrimPrefix(srv.URL, "http") + "/mcp/endpoint"
+	for _, tc := range []struct {
+		name          string
+		env           [2]string // MCPGATE_ENDPOINT_TOKEN, MCPGATE_API_KEY
+		args          []string
+		want, wantErr string
+	}{
+		{"--key", [2]string{}, []string{"--key", "mgk_flag", "bridge", "--url", endpoint}, "mgk_flag", ""},
+		{"MCPGATE_API_KEY", [2]string{"", "mgk_env"}, []string{"bridge", "--url", endpoint}, "mgk_env", ""},
+		{"--key over MCPGATE_ENDPOINT_TOKEN", [2]string{"tok_env", ""}, []string{"bridge", "--key", "mgk_flag", "--url", endpoint}, "mgk_flag", ""},
+		{"MCPGATE_ENDPOINT_TOKEN over MCPGATE_API_KEY", [2]string{"tok_env", "mgk_env"}, []string{"bridge", "--url", endpoint}, "tok_env", ""},
+		{"the URL's token over MCPGATE_API_KEY", [2]string{"", "mgk_env"}, []string{"bridge", "--url", endpoint + "?token=tok_url"}, "tok_url", ""},
+		{"--token and --key", [2]string{}, []string{"bridge", "--token", "t", "--key", "k", "--url", endpoint}, "", "give one token"},
+		{"?token= and --key", [2]string{}, []string{"bridge", "--key", "k", "--url", endpoint + "?token=t"}, "", "give one token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			select {
+			case <-tokens: // of a case before
+			default:
+			}
+			t.Setenv("MCPGATE_ENDPOINT_TOKEN", tc.env[0])
+			t.Setenv("MCPGATE_API_KEY", tc.env[1])
+			r := run(t, "http://127.0.0.1:1", append(tc.args, "--", "true")...)
+			r.want(t, 1)
+			if tc.wantErr != "" {
+				if !strings.Contains(r.stderr, tc.wantErr) {
+					t.Errorf("stderr %q, want %q", r.stderr, tc.wantErr)
+				}
+				return
+			}
+			select {
+			case got := <-tokens:
+				if got != tc.want {
+					t.Errorf("token %q, want %q", got, tc.want)
+				}
+			default:
+				t.Fatalf("the bridge did not dial the endpoint: %s", r.stderr)
+			}
+		})
 	}
 }
 

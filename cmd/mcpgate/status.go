@@ -49,7 +49,7 @@ reaches NATS (docs/cluster.md). It fails when the gateway does not answer.`,
 				rows = append(rows, [2]string{"node", h.Node}, [2]string{"members", strings.Join(cl.Members, ", ")}, [2]string{"nats", nats})
 			}
 			for _, r := range rows {
-				fmt.Fprintf(g.stdout, "%-8s %s\n", r[0]+":", r[1])
+				fmt.Fprintf(g.stdout, "%-8s %s\n", r[0]+":", visible(r[1]))
 			}
 			return nil
 		},

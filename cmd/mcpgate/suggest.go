@@ -41,7 +41,7 @@ func reportNotFound(ctx context.Context, g *globals, c *api.Client, device, tool
 		}
 	}
 	if near != "" {
-		fmt.Fprintf(g.stderr, "  did you mean %s?\n", near)
+		fmt.Fprintf(g.stderr, "  did you mean %s?\n", visible(near))
 	}
 	return out
 }
@@ -64,8 +64,8 @@ func noteUnknownDevice(ctx context.Context, g *globals, c *api.Client, ref, id s
 			names = append(names, d.Alias)
 		}
 	}
-	fmt.Fprintf(g.stderr, "note: the gateway knows no device %s (not connected yet, or forgotten): the tokens issued for that id are revoked\n", id)
+	fmt.Fprintf(g.stderr, "note: the gateway knows no device %s (not connected yet, or forgotten): the tokens issued for that id are revoked\n", visible(id))
 	if near := suggest.Closest(ref, names); near != "" {
-		fmt.Fprintf(g.stderr, "  did you mean %s?\n", near)
+		fmt.Fprintf(g.stderr, "  did you mean %s?\n", visible(near))
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/limits"
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/queue"
 	"github.com/mcpgate/mcpgate/internal/store"
@@ -445,6 +446,13 @@ func (a *API) callTool(w http.ResponseWriter, r *http.Request) {
 	}
 	if body.Name == "" {
 		writeError(w, http.StatusBadRequest, "bad_request", `missing "name": the tool to call`, nil)
+		return
+	}
+	// A name no catalog holds (too long, or one of the audit log's own) is
+	// a malformed request, not a call: nothing of it is audited or stored.
+	if err := mcpclient.CheckToolName(body.Name); err != nil {
+		a.badRequest(r, "tool_name", err)
+		writeError(w, http.StatusBadRequest, "bad_request", `"name": `+err.Error(), nil)
 		return
 	}
 	if body.TimeoutMS < 0 {

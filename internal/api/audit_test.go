@@ -307,3 +307,36 @@ func TestAuditNextOnlyWhenMore(t *testing.T) {
 		}
 	}
 }
+
+// A tool name no catalog holds (over 256 bytes, or one of the audit log's
+// own, mcpgate:…) is a malformed request: refused 400 before it is a call,
+// so nothing of it reaches the audit log, and no device lists such a tool.
+func TestCallOfBadToolNameRefusedUnaudited(t *testing.T) {
+	tg := startGateway(t, gateway.Config{})
+	forget := `{"name":"mcpgate:forget","description":"Forget","inputSchema":{"type":"object","properties":{"force":{"type":"boolean"}}}}`
+	d := tg.connect(t, devicetest.Config{Tools: []json.RawMessage{json.RawMessage(statusTool), json.RawMessage(forget)}})
+	ctx := t.Context()
+	tl, err := tg.client.Tools(ctx, d.ID())
+	if err != nil || len(tl.Tools) != 1 || tl.Tools[0].Name != "self.get_device_status" {
+		t.Fatalf("tools %+v, %v; want only self.get_device_status", tl, err)
+	}
+	path := "/api/v1/devices/" + d.ID() + "/tools/call"
+	for _, name := range []string{strings.Repeat("t", 257), strings.Repeat("t", 1<<19), "mcpgate:forget", "mcpgate:revoke"} {
+		for _, extra := range []string{"", `,"deliver":"queue"`} {
+			e := tg.wantError(t, "POST", path, `{"name":"`+name+`","arguments":{"force":true}`+extra+`}`, 400, "bad_request")
+			if !strings.Contains(e.Error.Message, "invalid tool name") || len(e.Error.Message) > 400 {
+				t.Errorf("%.20s…: message %.300q", name, e.Error.Message)
+			}
+		}
+	}
+	if _, err := tg.client.Call(ctx, d.ID(), api.CallBody{Name: "self.get_device_status"}); err != nil {
+		t.Fatal(err)
+	}
+	page, err := tg.client.Audit(ctx, api.AuditQuery{})
+	if err != nil || len(page.Records) != 1 || page.Records[0].Tool != "self.get_device_status" {
+		t.Fatalf("audit log %v, %v; want only the call of self.get_device_status", tools(page), err)
+	}
+	if calls := d.Calls(); len(calls) != 1 {
+		t.Errorf("the device received %d calls, want 1", len(calls))
+	}
+}

@@ -22,7 +22,10 @@ type CallRecord struct {
 	// named no known device, the reference normalised if it is an id, else
 	// as given.
 	Device string
-	Tool   string
+	// Tool is the tool's name as the call gave it, cut to
+	// mcpclient.MaxToolName bytes (the doors refuse longer names, but the
+	// record stays bounded whatever reaches the hub).
+	Tool string
 	// Arguments are the arguments as the caller sent them ({} when none).
 	// The slice belongs to the caller's request: a hook that keeps it past
 	// its return must copy it.
@@ -61,7 +64,7 @@ func (h *Hub) callRecord(req CallRequest, start time.Time, dev *device, outcome 
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
 	}
-	rec := CallRecord{Start: start.UTC(), Caller: req.Caller, Door: req.Door, Tool: req.Tool,
+	rec := CallRecord{Start: start.UTC(), Caller: req.Caller, Door: req.Door, Tool: truncateText(req.Tool, mcpclient.MaxToolName),
 		Arguments: args, Outcome: outcome, Latency: time.Since(start), Node: h.cfg.NodeID, ServedBy: h.cfg.NodeID}
 	if rec.Caller == "" {
 		rec.Caller = "local"

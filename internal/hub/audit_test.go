@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/mcpgate/mcpgate/internal/limits"
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
 )
 
 // recorder is an audit hook that keeps the records.
@@ -162,6 +163,34 @@ func TestAuditErrorTextIsBounded(t *testing.T) {
 	}
 	if !strings.HasSuffix(recs[0].Error, "…") || !utf8.ValidString(recs[0].Error) || !utf8.ValidString(recs[0].Device) {
 		t.Errorf("error cut badly: %q", recs[0].Error)
+	}
+}
+
+// A tool name of a megabyte (the doors refuse it, but the hub may still be
+// handed one) is cut in the record and in the event as a device's name is.
+func TestAuditToolNameIsBounded(t *testing.T) {
+	rec := &recorder{}
+	h := New(Config{Audit: rec.record})
+	const id = "02:00:00:00:00:01"
+	connect(t, h, id, newDevice(nil, volumeTool))
+	waitState(t, h, id, StateReady)
+	sub := h.SubscribeTypes(EventCall)
+	defer sub.Close()
+	_, err := h.Call(t.Context(), CallRequest{Device: id, Tool: strings.Repeat("t", 1<<20)})
+	if Code(err) != "tool_not_found" {
+		t.Fatalf("call: %v", err)
+	}
+	recs := rec.take()
+	if len(recs) != 1 || len(recs[0].Tool) > mcpclient.MaxToolName || !strings.HasSuffix(recs[0].Tool, "…") {
+		t.Fatalf("records %d, tool %d bytes", len(recs), len(recs[0].Tool))
+	}
+	select {
+	case ev := <-sub.C:
+		if d, ok := ev.Data.(CallData); !ok || len(d.Tool) > mcpclient.MaxToolName || len(d.Error) > maxErrorText {
+			t.Errorf("event data %T, tool %d bytes, error %d bytes", ev.Data, len(d.Tool), len(d.Error))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no call event")
 	}
 }
 

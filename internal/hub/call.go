@@ -124,12 +124,12 @@ func (h *Hub) finish(ctx context.Context, req CallRequest, start time.Time, res 
 	// A queued call's call_completed comes from the queue, once its
 	// outcome is stored.
 	if dev != nil && recorded {
-		data := CallData{Tool: req.Tool, Caller: req.Caller, Door: req.Door, Outcome: outcome,
+		data := CallData{Tool: truncateText(req.Tool, mcpclient.MaxToolName), Caller: req.Caller, Door: req.Door, Outcome: outcome,
 			DurationMS: float64(time.Since(start).Microseconds()) / 1000, ServedBy: h.servedBy(ctx, err)}
 		data.CallID = backgroundID(ctx)
 		data.Background = data.CallID != ""
 		if err != nil {
-			data.Error = err.Error()
+			data.Error = truncateText(err.Error(), maxErrorText) // as audited: it may quote the caller
 		} else {
 			data.IsError = res.IsError
 		}

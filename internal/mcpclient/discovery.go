@@ -103,6 +103,40 @@ type Tool struct {
 	Raw         json.RawMessage `json:"-"`
 }
 
+// MaxToolName bounds a tool's name, in bytes: MCP asks for names of 1-128
+// characters, and this leaves room for names not in ASCII. It bounds what a
+// caller can make the gateway store as a tool name (the audit log's tool).
+const MaxToolName = 256
+
+// ReservedToolPrefix starts the tool names of the gateway's own audit
+// records (mcpgate:forget, mcpgate:key_create...). No catalog lists a tool
+// of such a name and no call names one, so that no record of a call passes
+// for an administrative action.
+const ReservedToolPrefix = "mcpgate:"
+
+// ErrBadToolName: a name no tool can have ([CheckToolName]).
+var ErrBadToolName = errors.New("invalid tool name")
+
+// CheckToolName returns an error matching ErrBadToolName when no tool can
+// be named name: empty, over MaxToolName bytes, starting with
+// ReservedToolPrefix, or holding control characters or bytes that are not
+// UTF-8 (they would break the lines of every list and log that shows it).
+// Both dialects skip such a tool. Its message quotes no more than
+// MaxToolName bytes.
+func CheckToolName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty", ErrBadToolName)
+	case len(name) > MaxToolName:
+		return fmt.Errorf("%w: %d bytes, over the limit of %d", ErrBadToolName, len(name), MaxToolName)
+	case strings.HasPrefix(name, ReservedToolPrefix):
+		return fmt.Errorf("%w: %q: names starting with %q are the gateway's own (its audit records)", ErrBadToolName, name, ReservedToolPrefix)
+	case strings.IndexFunc(name, func(r rune) bool { return unicode.IsControl(r) || r == utf8.RuneError }) >= 0:
+		return fmt.Errorf("%w: %q contains control characters", ErrBadToolName, name)
+	}
+	return nil
+}
+
 // UserOnly reports whether the tool is meant for the user only (hidden from
 // models): annotations.audience is exactly ["user"].
 func (t *Tool) UserOnly() bool {
@@ -335,20 +369,6 @@ func (s *Session) Discover(ctx context.Context) (*Discovery, error) {
 		d.InitFailed = initErr.Error()
 	}
 	return d, nil
-}
-
-// CheckToolName says why a device's tool name is unusable, or returns nil:
-// an empty name, or one holding control characters or bytes that are not
-// UTF-8, which would break the lines of every list and log that shows it.
-// Both dialects skip such a tool.
-func CheckToolName(name string) error {
-	switch {
-	case name == "":
-		return errors.New("tool has no name")
-	case strings.IndexFunc(name, func(r rune) bool { return unicode.IsControl(r) || r == utf8.RuneError }) >= 0:
-		return fmt.Errorf("tool name %q contains control characters", name)
-	}
-	return nil
 }
 
 // toolsPage is a tools/list result.

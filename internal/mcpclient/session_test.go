@@ -615,8 +615,41 @@ func TestMalformedToolLogNamesReason(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if log := buf.String(); strings.Contains(log, "error=<nil>") || !strings.Contains(log, "tool has no name") {
+	if log := buf.String(); strings.Contains(log, "error=<nil>") || !strings.Contains(log, "invalid tool name: empty") {
 		t.Errorf("log = %s, want the reason named", log)
+	}
+}
+
+// A catalog holds no tool of a name no call may give: over MaxToolName
+// bytes, or one of the gateway's own audit names (mcpgate:forget).
+func TestToolsOfBadNamesSkipped(t *testing.T) {
+	var buf bytes.Buffer
+	p := newPipe()
+	s := New(t.Context(), p, Config{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	s.AdoptInitialize(InitializeResult{})
+	done := make(chan *Discovery, 1)
+	go func() {
+		d, err := s.Discover(t.Context())
+		if err != nil {
+			t.Error(err)
+		}
+		done <- d
+	}()
+	longest, tooLong := strings.Repeat("t", MaxToolName), strings.Repeat("t", MaxToolName+1)
+	reply(t, s, p.next(t), page(nil, "mcpgate:forget", tooLong, "a", longest, "mcpgate:key_create", "mcpgate.x"))
+	d := <-done
+	var got []string
+	for _, tl := range d.Tools {
+		got = append(got, tl.Name)
+	}
+	if !slices.Equal(got, []string{"a", longest, "mcpgate.x"}) {
+		t.Errorf("tools %q, want a, the longest name allowed and mcpgate.x", got)
+	}
+	log := buf.String()
+	for _, want := range []string{`invalid tool name: \"mcpgate:forget\": names starting with \"mcpgate:\"`, "invalid tool name: 257 bytes, over the limit of 256"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %s:\n%s", want, log)
+		}
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/queue"
 )
@@ -34,6 +35,12 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	// (hidden or unknown alike); what it may not see does not exist for it.
 	if !d.p.Can(auth.ScopeCall) {
 		return gatewayError("forbidden", auth.ForbiddenMessage(d.p, auth.ScopeCall)), nil
+	}
+	// A name no catalog holds (too long, or one of the audit log's own) is
+	// a malformed request, not a call: nothing of it is audited or stored.
+	if err := mcpclient.CheckToolName(tool); err != nil {
+		d.s.cfg.Limits.BadRequest(limits.DoorMCP, "tool_name", "refused malformed MCP request", "caller", d.p.Caller(), "error", err)
+		return gatewayError("bad_request", err.Error()), nil
 	}
 	door := "mcp"
 	if d.device != "" {

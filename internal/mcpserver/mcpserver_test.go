@@ -213,6 +213,10 @@ func TestErrorsAreResults(t *testing.T) {
 				{agg, "nobody.self.x", map[string]any{}, "mcpgate device_not_found"},
 				{agg, "nodot", map[string]any{}, "mcpgate tool_not_found"},
 				{agg, dev.Alias + ".self.reboot", map[string]any{}, "mcpgate tool_hidden"},
+				// Names no catalog holds are refused before they are calls (not audited).
+				{c, "mcpgate:forget", map[string]any{"force": true}, "mcpgate bad_request: invalid tool name: \"mcpgate:forget\""},
+				{agg, dev.Alias + ".mcpgate:revoke", map[string]any{}, "mcpgate bad_request: invalid tool name"},
+				{c, strings.Repeat("t", 300), map[string]any{}, "mcpgate bad_request: invalid tool name: 300 bytes, over the limit of 256"},
 			} {
 				res := tc.c.call(t, tc.name, tc.args)
 				if !res.IsError || !strings.Contains(text(res), tc.want) {

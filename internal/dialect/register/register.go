@@ -235,6 +235,8 @@ func decodeTool(raw json.RawMessage, opts Options) (t mcpclient.Tool, name, reas
 		return t, "", fmt.Sprintf("name longer than %d bytes", MaxNameLen)
 	case strings.IndexFunc(name, func(r rune) bool { return unicode.IsControl(r) || r == utf8.RuneError }) >= 0:
 		return t, "", "name contains control characters"
+	case strings.HasPrefix(name, mcpclient.ReservedToolPrefix):
+		return t, name, fmt.Sprintf("names starting with %q are the gateway's own (its audit records)", mcpclient.ReservedToolPrefix)
 	}
 	desc, reason := stringField(f, "description", "", false)
 	if reason != "" {
