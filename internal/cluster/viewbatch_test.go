@@ -207,6 +207,9 @@ func TestViewSweepAfterOwnStall(t *testing.T) {
 	nodes := startClusterOf(t, 2, Config{Heartbeat: time.Minute, MemberTimeout: 3 * time.Minute}, hub.Config{})
 	connect(t, nodes[1].hub, "dev-p", "p")
 	waitFor(t, "n0 to see n1's device", func() bool { return seesOnline(nodes[0].hub, "dev-p", "n1") })
+	// n1's beat, which makes it a member, may come after its device's
+	// record on a loaded machine.
+	waitFor(t, "n0 to count n1 a member", func() bool { return len(nodes[0].node.Members()) == 2 })
 	v := nodes[0].node.view
 	silent := func(d time.Duration) {
 		v.mu.Lock()

@@ -15,6 +15,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/devauth"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
 )
 
 // TestConsoleRevokeText: the device page says what revoking a device's
@@ -191,11 +192,11 @@ func TestConsoleURLState(t *testing.T) {
 }
 
 // hostileDevice connects a device whose firmware name holds a right-to-left
-// override and which has a tool with a 300-character name, until the test
-// ends.
+// override and which has a tool with a 256-character name (the longest a
+// tool may have), until the test ends.
 func hostileDevice(t *testing.T, gw *gateway.Gateway, mac string) (board, tool string) {
 	t.Helper()
-	board, tool = "evil\u202eboard", "self."+strings.Repeat("x", 295)
+	board, tool = "evil\u202eboard", "self."+strings.Repeat("x", mcpclient.MaxToolName-len("self."))
 	srv, err := device.NewServer(device.ServerOptions{Name: board, Version: "1.0"})
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +219,7 @@ func hostileDevice(t *testing.T, gw *gateway.Gateway, mac string) (board, tool s
 
 // TestConsoleHostileNames: what a device names is isolated in the device
 // page's sentences (a right-to-left override in its firmware name flips
-// nothing after it), and a 300-character tool name wraps rather than
+// nothing after it), and a 256-character tool name wraps rather than
 // widening the page.
 func TestConsoleHostileNames(t *testing.T) {
 	ctx := browser(t, 1280, 900)
