@@ -77,7 +77,7 @@ func ParseMQTTClientID(s string) (MQTTClientID, error) {
 	// The wire and topic forms write ':' as '_': a device id that is not a
 	// MAC but has a ':' would come back as another id (a:b as a_b) and share
 	// its downlink topic.
-	if _, isMAC := parseMAC(id); !isMAC && strings.Contains(id, ":") {
+	if _, isMAC := ParseMAC(id); !isMAC && strings.Contains(id, ":") {
 		return MQTTClientID{}, fmt.Errorf("%w: client id %q: a device id other than a MAC must not contain ':'", ErrBadDeviceID, s)
 	}
 	return MQTTClientID{Group: group, DeviceID: id, UUID: parts[2]}, nil

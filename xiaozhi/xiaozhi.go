@@ -398,15 +398,16 @@ func NormalizeDeviceID(id string) (string, error) {
 			return "", fmt.Errorf("%w: %q contains a forbidden character", ErrBadDeviceID, id)
 		}
 	}
-	if mac, ok := parseMAC(id); ok {
+	if mac, ok := ParseMAC(id); ok {
 		return mac, nil
 	}
 	return id, nil
 }
 
-// parseMAC recognises 12 hex digits, optionally grouped in pairs by one
-// consistent separator.
-func parseMAC(s string) (string, bool) {
+// ParseMAC recognises a MAC address: 12 hex digits, optionally grouped in
+// pairs by one consistent separator (: - _). It returns it lower case with
+// colons.
+func ParseMAC(s string) (string, bool) {
 	var hex []byte
 	switch len(s) {
 	case 12:

@@ -195,34 +195,15 @@ func (a *Agent) identity(configured string) (string, error) {
 // (aa:bb:cc:dd:ee:ff). The gateway takes other ids; firmware and
 // py-xiaozhi send a MAC, and so does the agent.
 func deviceMAC(id string) (string, error) {
-	mac, err := xiaozhi.NormalizeDeviceID(id)
-	if err != nil {
+	if _, err := xiaozhi.NormalizeDeviceID(id); err != nil {
 		return "", err
 	}
-	if !isMAC(mac) {
+	mac, ok := xiaozhi.ParseMAC(strings.TrimSpace(id))
+	if !ok {
 		return "", fmt.Errorf("%w: %q is not a MAC address: want 12 hex digits, as 02:00:00:00:00:01, 02-00-00-00-00-01 or 020000000001",
 			xiaozhi.ErrBadDeviceID, id)
 	}
 	return mac, nil
-}
-
-// isMAC reports whether id is a MAC address as NormalizeDeviceID writes
-// one: lower-case hex pairs joined by colons.
-func isMAC(id string) bool {
-	if len(id) != 17 {
-		return false
-	}
-	for i := range len(id) {
-		c := id[i]
-		if i%3 == 2 {
-			if c != ':' {
-				return false
-			}
-		} else if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // stateValue reads a one-line file in the state directory, creating it
