@@ -233,7 +233,7 @@ func (q *Queue) Submit(ctx context.Context, req Request) (store.QueuedCall, erro
 	}
 	dev, err := q.hub.CheckCall(req.CallRequest)
 	if err != nil {
-		q.auditRefused(req.CallRequest, dev, start, hub.Code(err), err)
+		q.recordRefused(req.CallRequest, dev, start, hub.Code(err), err)
 		return store.QueuedCall{}, err
 	}
 	args := normArgs(req.Arguments)
@@ -263,7 +263,7 @@ func (q *Queue) Submit(ctx context.Context, req Request) (store.QueuedCall, erro
 	}
 	q.submitMu.Unlock()
 	if errors.Is(err, ErrFull) {
-		q.auditRefused(req.CallRequest, dev, start, "queue_full", err)
+		q.recordRefused(req.CallRequest, dev, start, "queue_full", err)
 	}
 	if err != nil {
 		return store.QueuedCall{}, err
@@ -290,13 +290,13 @@ func (q *Queue) Submit(ctx context.Context, req Request) (store.QueuedCall, erro
 	return c, nil
 }
 
-// auditRefused audits a refused submission under the device's id when the
+// recordRefused records a refused submission under the device's id when the
 // device is known.
-func (q *Queue) auditRefused(req hub.CallRequest, dev hub.Device, start time.Time, outcome string, err error) {
+func (q *Queue) recordRefused(req hub.CallRequest, dev hub.Device, start time.Time, outcome string, err error) {
 	if dev.ID != "" {
 		req.Device = dev.ID
 	}
-	q.hub.AuditRefused(req, start, outcome, err)
+	q.hub.RecordRefused(req, start, outcome, err)
 }
 
 // Get returns one call.
