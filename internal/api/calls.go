@@ -54,7 +54,7 @@ func (a *API) queueCall(w http.ResponseWriter, r *http.Request, body CallBody, p
 	}
 	d, err := a.hub.Device(req.Device)
 	if err != nil {
-		a.hub.AuditRefused(req.CallRequest, start, hub.Code(err), err) // as a live call to it would be
+		a.hub.RecordRefused(req.CallRequest, start, hub.Code(err), err) // as a live call to it would be
 		writeHubError(w, err)
 		return
 	}

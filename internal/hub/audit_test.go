@@ -106,7 +106,7 @@ func TestAuditHookRecordsEveryCall(t *testing.T) {
 // A call refused before its device is looked up (beyond the caller's key,
 // over the caller's rate, a hidden tool) names the device by an alias as by
 // its id: the record holds the id, so a search by device finds it.
-func TestAuditRefusedByAliasRecordsTheID(t *testing.T) {
+func TestRecordRefusedByAliasRecordsTheID(t *testing.T) {
 	rec := &recorder{}
 	h := New(Config{Audit: rec.record, KeyRate: limits.Rate{PerSecond: 1, Burst: 1}})
 	const id = "02:00:00:00:00:01"
@@ -124,7 +124,7 @@ func TestAuditRefusedByAliasRecordsTheID(t *testing.T) {
 		{"unseen device", "rate_limited", func() error { return h.RefuseUnseen(req, false) }}, // k1's burst is spent
 		{"over the caller's rate", "rate_limited", func() error { _, err := h.Call(t.Context(), req); return err }},
 		{"refused by a door", "tool_hidden", func() error {
-			h.AuditRefused(req, time.Now(), "tool_hidden", errors.New("hidden"))
+			h.RecordRefused(req, time.Now(), "tool_hidden", errors.New("hidden"))
 			return errors.New("hidden")
 		}},
 	} {

@@ -133,10 +133,7 @@ func (h *Hub) finish(ctx context.Context, req CallRequest, start time.Time, res 
 		} else {
 			data.IsError = res.IsError
 		}
-		h.mu.RLock()
-		id, alias := dev.id, dev.alias
-		h.mu.RUnlock()
-		h.bus.publish(Event{Type: EventCall, Device: id, Alias: alias, Data: data})
+		h.publishCall(dev, data)
 	}
 	return res, err
 }
@@ -456,6 +453,14 @@ func NotSent(err error) bool {
 	return false
 }
 
+// publishCall publishes call_completed for a call to dev.
+func (h *Hub) publishCall(dev *device, data CallData) {
+	h.mu.RLock()
+	id, alias := dev.id, dev.alias
+	h.mu.RUnlock()
+	h.bus.publish(Event{Type: EventCall, Device: id, Alias: alias, Data: data})
+}
+
 // RefuseUnseen answers a call its caller may not make because the device
 // or the tool is outside its key's patterns exactly as a call to a device or
 // tool that does not exist is answered: the caller's rate charged, the
@@ -477,11 +482,30 @@ func (h *Hub) RefuseUnseen(req CallRequest, tool bool) error {
 	return err
 }
 
-// AuditRefused records a call refused before it was sent or queued (the
-// queue's own checks), as a live call's refusal is: outcome is its code.
-func (h *Hub) AuditRefused(req CallRequest, start time.Time, outcome string, err error) {
+// RecordRefused records a call refused before it was sent or queued (by
+// the queue's own checks, or a door's) as finish records a live call's
+// refusal: counted, audited, and published as call_completed when the
+// device is known. outcome is its code.
+func (h *Hub) RecordRefused(req CallRequest, start time.Time, outcome string, err error) {
+	h.inflight.Add(1)
+	defer h.inflight.Add(-1)
+	h.metrics.Calls.WithLabelValues(outcome).Inc()
+	h.mu.RLock()
+	dev, lerr := h.lookupLocked(req.Device)
+	h.mu.RUnlock()
+	if lerr != nil {
+		dev = nil
+	}
 	if h.cfg.Audit != nil {
-		h.cfg.Audit(h.callRecord(req, start, nil, outcome, nil, err))
+		h.cfg.Audit(h.callRecord(req, start, dev, outcome, nil, err))
+	}
+	if dev != nil {
+		data := CallData{Tool: truncateText(req.Tool, mcpclient.MaxToolName), Caller: req.Caller, Door: req.Door, Outcome: outcome,
+			DurationMS: float64(time.Since(start).Microseconds()) / 1000, ServedBy: h.cfg.NodeID}
+		if err != nil {
+			data.Error = truncateText(err.Error(), maxErrorText)
+		}
+		h.publishCall(dev, data)
 	}
 }
 

@@ -129,6 +129,17 @@ func (h *Hub) Forget(ctx context.Context, req ForgetRequest) (Forgotten, error) 
 	return res, err
 }
 
+// ForgottenSince reports whether d, a snapshot the hub returned
+// (CheckCall's), was forgotten since: its id is unknown now, or names a new
+// device. A forget drops the device from the hub before it publishes
+// device_forgotten, so what is stored for d before ForgottenSince reports
+// false is there for whoever acts on that event.
+func (h *Hub) ForgottenSince(d Device) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return d.entry == nil || h.devices[d.ID] != d.entry
+}
+
 func (h *Hub) forget(ctx context.Context, req ForgetRequest) (Forgotten, error) {
 	// An online device is refused before waiting for the flush lock, which
 	// a write to a slow or failing store may hold for up to

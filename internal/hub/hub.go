@@ -230,6 +230,11 @@ type Device struct {
 	// QueuedCalls are calls waiting for one of the device's call slots
 	// (docs/limits.md); they are not in PendingCalls yet.
 	QueuedCalls int `json:"queued_calls"`
+
+	// entry is the registry's entry the snapshot was taken of: a forget
+	// drops it, so a device of the same id known again has another
+	// ([Hub.ForgottenSince]).
+	entry *device
 }
 
 // NodeID returns the node id of Config.NodeID ("" on a single node).
@@ -240,6 +245,7 @@ func (d *device) snapshot() Device {
 		ID: d.id, Alias: d.alias, Kind: d.kind, Online: d.att != nil || d.remoteNode != "", State: d.state,
 		LastError: d.lastError, Transport: d.transport, ClientID: d.clientID, SessionID: d.sessionID,
 		Remote: d.remote, ProtocolVersion: d.protoVer, Tools: d.catalog.Len(), FirstSeen: d.firstSeen,
+		entry: d,
 	}
 	if d.catalog != nil {
 		s.CatalogHash = d.catalog.Hash

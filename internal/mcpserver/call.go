@@ -62,7 +62,7 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 		if _, cat, err := d.s.hub.Tools(device); err == nil {
 			if t, ok := cat.Tool(tool); ok && t.UserOnly() {
 				err := fmt.Errorf("tool %q is meant for the device's user only and is hidden from MCP clients (the gateway's expose-user-only setting allows it)", name)
-				d.s.hub.AuditRefused(cr, time.Now(), "tool_hidden", err)
+				d.s.hub.RecordRefused(cr, time.Now(), "tool_hidden", err)
 				return gatewayError("tool_hidden", err.Error()), nil
 			}
 		}

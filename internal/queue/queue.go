@@ -221,8 +221,10 @@ type Request struct {
 // rate refusal). It does not look at whether the device is online: the
 // caller runs a call to an online device live instead.
 //
-// A refusal by the device's catalog, a rate or a full queue is audited, as
-// a live call's is; a malformed request (ErrBadRequest) is not a call.
+// A refusal by the device's catalog, a rate or a full queue is counted,
+// audited and published, as a live call's is; a malformed request
+// (ErrBadRequest) is not a call. A call stored as its device is forgotten
+// is cancelled, and Submit returns ErrDeviceNotFound.
 func (q *Queue) Submit(ctx context.Context, req Request) (store.QueuedCall, error) {
 	start := time.Now()
 	ttl, err := q.ttl(req)
@@ -231,7 +233,7 @@ func (q *Queue) Submit(ctx context.Context, req Request) (store.QueuedCall, erro
 	}
 	dev, err := q.hub.CheckCall(req.CallRequest)
 	if err != nil {
-		q.auditRefused(req.CallRequest, dev, start, hub.Code(err), err)
+		q.recordRefused(req.CallRequest, dev, start, hub.Code(err), err)
 		return store.QueuedCall{}, err
 	}
 	args := normArgs(req.Arguments)
@@ -261,12 +263,22 @@ func (q *Queue) Submit(ctx context.Context, req Request) (store.QueuedCall, erro
 	}
 	q.submitMu.Unlock()
 	if errors.Is(err, ErrFull) {
-		q.auditRefused(req.CallRequest, dev, start, "queue_full", err)
+		q.recordRefused(req.CallRequest, dev, start, "queue_full", err)
 	}
 	if err != nil {
 		return store.QueuedCall{}, err
 	}
 	q.m.QueuedCalls.WithLabelValues("queued").Inc()
+	if q.hub.ForgottenSince(dev) {
+		// Forgotten since CheckCall: the forget's cancel (cancelDevice)
+		// may have read the store before the call was in it. Checked
+		// after storing it, so that a forget this misses is one whose
+		// cancel comes later and finds the call.
+		if _, err := q.Cancel(ctx, c.ID, "forgetting the device"); err != nil && !errors.Is(err, ErrNotCancellable) {
+			return store.QueuedCall{}, fmt.Errorf("device %s was forgotten as call %s was queued, and cancelling the call failed: %w", dev.ID, c.ID, err)
+		}
+		return store.QueuedCall{}, fmt.Errorf("%w: %s was forgotten as the call was queued (%s is cancelled)", hub.ErrDeviceNotFound, dev.ID, c.ID)
+	}
 	exp := c.ExpiresAt
 	q.hub.Publish(hub.Event{Type: hub.EventCallQueued, Device: c.Device,
 		Data: hub.QueuedCallData{CallID: c.ID, Tool: c.Tool, Caller: c.Caller, ExpiresAt: &exp}})
@@ -278,13 +290,13 @@ func (q *Queue) Submit(ctx context.Context, req Request) (store.QueuedCall, erro
 	return c, nil
 }
 
-// auditRefused audits a refused submission under the device's id when the
+// recordRefused records a refused submission under the device's id when the
 // device is known.
-func (q *Queue) auditRefused(req hub.CallRequest, dev hub.Device, start time.Time, outcome string, err error) {
+func (q *Queue) recordRefused(req hub.CallRequest, dev hub.Device, start time.Time, outcome string, err error) {
 	if dev.ID != "" {
 		req.Device = dev.ID
 	}
-	q.hub.AuditRefused(req, start, outcome, err)
+	q.hub.RecordRefused(req, start, outcome, err)
 }
 
 // Get returns one call.
