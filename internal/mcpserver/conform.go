@@ -94,7 +94,7 @@ func conformTool(m map[string]json.RawMessage) (fixed []string, err error) {
 		if err == nil {
 			// The TypeScript SDK's listTools compiles every outputSchema
 			// (with Ajv) and throws for the whole list when one fails.
-			_, compileErr = hub.CompileSchema(out)
+			_, compileErr = hub.CompileOutputSchema(out)
 		}
 		switch {
 		case err != nil:
