@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -470,7 +471,39 @@ func unmarshalMessage(data []byte) (*Message, error) {
 		if errors.Is(err, ErrInvalid) {
 			return &m, err // a bad id, already explained by ID.UnmarshalJSON
 		}
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
+			// encoding/json's message names Go types (struct { Code
+			// json.RawMessage ... }); the peer's author wants the member.
+			return &m, fmt.Errorf("%w: the %q member is %s, not %s", ErrInvalid, te.Field, withArticle(te.Value), jsonType(te.Type))
+		}
 		return &m, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return &m, nil
+}
+
+// withArticle returns a JSON value's kind as encoding/json names it
+// ("string", "number", "bool", "array", "object") with its article.
+func withArticle(kind string) string {
+	switch kind {
+	case "array", "object":
+		return "an " + kind
+	case "bool":
+		return "a boolean"
+	}
+	return "a " + kind
+}
+
+// jsonType is the JSON a Go type decodes from.
+func jsonType(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map, reflect.Pointer:
+		return "an object"
+	}
+	return "a number"
 }

@@ -333,6 +333,26 @@ func TestDecodeFields(t *testing.T) {
 	})
 }
 
+// A member of the wrong JSON type is named in words, not in Go's types
+// (it read "cannot unmarshal string into Go struct field Message.error of
+// type struct { Code json.RawMessage ...").
+func TestDecodeWrongMemberType(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{`{"jsonrpc":"2.0","id":1,"error":"boom"}`, `the "error" member is a string, not an object`},
+		{`{"jsonrpc":"2.0","id":1,"error":[1]}`, `the "error" member is an array, not an object`},
+		{`{"jsonrpc":"2.0","id":1,"error":true}`, `the "error" member is a boolean, not an object`},
+		{`{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":5}}`, `the "error.message" member is a number, not a string`},
+		{`{"jsonrpc":2,"id":1,"result":{}}`, `the "jsonrpc" member is a number, not a string`},
+		{`{"jsonrpc":"2.0","method":{}}`, `the "method" member is an object, not a string`},
+	} {
+		_, err := jsonrpc.Decode([]byte(tc.in))
+		if !errors.Is(err, jsonrpc.ErrInvalid) || err.Error() != "jsonrpc: invalid message: "+tc.want {
+			t.Errorf("Decode(%s) = %v, want ErrInvalid: %s", tc.in, err, tc.want)
+		}
+	}
+}
+
 func mustDecode(t *testing.T, s string) *jsonrpc.Message {
 	t.Helper()
 	msg, err := jsonrpc.Decode([]byte(s))

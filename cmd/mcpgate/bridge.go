@@ -48,7 +48,9 @@ The token is --token, else an API key of scope call or admin (--key), else
 MCPGATE_ENDPOINT_TOKEN, else MCPGATE_API_KEY; it goes in the URL as ?token=.
 A refusal retrying cannot change (HTTP 400, 401 or 403 to the WebSocket
 upgrade: a bad name, a token or key the gateway does not accept) stops the
-bridge instead, with the gateway's reason and exit status 1.
+bridge instead, with the gateway's reason and exit status 1; so does an answer
+that is no upgrade (200, 404) before a first connection: the URL is not a
+gateway's /mcp/endpoint.
 Messages are copied verbatim; the gateway initializes every new connection.
 
 Example config:
@@ -121,7 +123,7 @@ Example config:
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.URL, "url", "", "gateway MCP endpoint, ws(s)://HOST:PORT/mcp/endpoint[?token=T] (env MCPGATE_ENDPOINT_URL)")
+	f.StringVar(&cfg.URL, "url", "", "gateway MCP endpoint, ws(s)://HOST:PORT/mcp/endpoint[?token=T], a proxy's path prefix allowed (env MCPGATE_ENDPOINT_URL)")
 	f.StringVar(&token, "token", "", "endpoint token or API key, added to the URL as ?token= (env MCPGATE_ENDPOINT_TOKEN; --key works too)")
 	f.StringVarP(&configFile, "config", "c", "", "mcpServers JSON file; bridges every server in it")
 	f.StringVar(&name, "name", "", "source name for a command after -- (default: the server's serverInfo.name)")

@@ -23,6 +23,16 @@ func TestSignature(t *testing.T) {
 		{`{"type":"object","properties":{"l":{"anyOf":[{"type":"array","items":{"type":"integer"}},{"type":"null"}]}}}`, "l?:[]int|null"},
 		{`{"type":"object","properties":{"u":{"anyOf":[{"type":"string"},{"type":["integer","null"]}]}}}`, "u?:string|int|null"},
 		{`{"type":"object","properties":{"r":{"anyOf":[{"$ref":"#/$defs/M"},{"type":"null"}]}}}`, "r?:any"},
+		// Pydantic's Enum and model parameters: a local $ref, resolved.
+		{`{"$defs":{"Code":{"type":"string","enum":["007","true","on"]}},"type":"object","properties":{"code":{"$ref":"#/$defs/Code"}},"required":["code"]}`, "code:007|true|on"},
+		{`{"$defs":{"Code":{"type":"string","enum":["a"]}},"properties":{"c":{"anyOf":[{"$ref":"#/$defs/Code"},{"type":"null"}],"default":null}}}`, "c?:string|null"},
+		{`{"definitions":{"N":{"$ref":"#/definitions/M"},"M":{"type":"integer","minimum":1}},"properties":{"n":{"$ref":"#/definitions/N"}}}`, "n?:int[1..]"},
+		{`{"$defs":{"a/b":{"type":"boolean"}},"properties":{"x":{"$ref":"#/$defs/a~1b"},"l":{"type":"array","items":{"$ref":"#/$defs/a~1b"}}}}`, "x?:bool l?:[]bool"},
+		{`{"$defs":{"P":{"type":"object"}},"properties":{"p":{"$ref":"#/$defs/P","description":"d"}}}`, "p?:object"},
+		// A cycle, a $ref to nothing or outside the schema, and $defs that is not an object stay untyped.
+		{`{"$defs":{"A":{"$ref":"#/$defs/B"},"B":{"$ref":"#/$defs/A"},"C":{"anyOf":[{"$ref":"#/$defs/C"},{"type":"null"}]}},"properties":{"a":{"$ref":"#/$defs/A"},"c":{"$ref":"#/$defs/C"}}}`, "a?:any c?:any"},
+		{`{"$defs":{"X":{"type":"string"}},"properties":{"m":{"$ref":"#/$defs/Missing"},"o":{"$ref":"other.json#/$defs/X"},"d":{"$ref":"#/$defs/X/type"}}}`, "m?:any o?:any d?:any"},
+		{`{"$defs":5,"properties":{"m":{"$ref":"#/$defs/X"}}}`, "m?:any"},
 		{`{"type":"object","properties":{}}`, ""},
 		{`{"type":"object"}`, ""},
 		{``, ""},
@@ -57,11 +67,19 @@ func TestBuildArguments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	enum, err := parseInputSchema(json.RawMessage(`{"$defs":{"Code":{"type":"string","enum":["007","true","on"]}},` +
+		`"type":"object","properties":{"code":{"$ref":"#/$defs/Code"}},"required":["code"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		schema *inputSchema
 		pairs  []string
 		want   string
 	}{
+		// A $ref to a string Enum (Pydantic's) types the value as a string.
+		{enum, []string{"code=true"}, `{"code":"true"}`},
+		{enum, []string{"code=007"}, `{"code":"007"}`},
 		// Pydantic's Optional[T] types the value as T, or null.
 		{optional, []string{"code=123", "n=7"}, `{"code":"123","n":7}`},
 		{optional, []string{"code=null", "n=null"}, `{"code":null,"n":null}`},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -148,6 +149,8 @@ func parseInputSchema(raw json.RawMessage) (*inputSchema, error) {
 		Properties           json.RawMessage `json:"properties"`
 		Required             []string        `json:"required"`
 		AdditionalProperties json.RawMessage `json:"additionalProperties"`
+		Defs                 json.RawMessage `json:"$defs"`
+		Definitions          json.RawMessage `json:"definitions"`
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return &inputSchema{}, nil
@@ -161,11 +164,16 @@ func parseInputSchema(raw json.RawMessage) (*inputSchema, error) {
 	if err != nil {
 		return nil, fmt.Errorf("input schema properties: %w", err)
 	}
+	var defs schemaDefs
+	// Definitions that are not objects leave their $refs unresolved.
+	_ = json.Unmarshal(top.Defs, &defs.defs)
+	_ = json.Unmarshal(top.Definitions, &defs.definitions)
 	at := make(map[string]int, len(names))
 	for i, name := range names {
 		var ps propSchema
 		// A property schema that is not an object (true, say) is an "any".
 		_ = json.Unmarshal(values[i], &ps)
+		defs.resolve(&ps, 0)
 		p := schemaProp{name: name, types: typeList(ps.Type), enum: ps.Enum, min: ps.Minimum, max: ps.Maximum}
 		if ps.Items != nil {
 			p.items = typeList(ps.Items.Type)
@@ -190,15 +198,96 @@ func parseInputSchema(raw json.RawMessage) (*inputSchema, error) {
 
 // propSchema is what the CLI reads of a property's schema.
 type propSchema struct {
+	Ref     string            `json:"$ref"`
 	Type    json.RawMessage   `json:"type"`
 	Enum    []json.RawMessage `json:"enum"`
 	Minimum json.RawMessage   `json:"minimum"`
 	Maximum json.RawMessage   `json:"maximum"`
-	Items   *struct {
-		Type json.RawMessage `json:"type"`
-	} `json:"items"`
-	AnyOf []propSchema `json:"anyOf"`
-	OneOf []propSchema `json:"oneOf"`
+	Items   *propSchema       `json:"items"`
+	AnyOf   []propSchema      `json:"anyOf"`
+	OneOf   []propSchema      `json:"oneOf"`
+}
+
+// schemaDefs are the definitions of an input schema, which a property's
+// local $ref names: Pydantic (and so FastMCP) writes an Enum or a model
+// parameter as {"$ref":"#/$defs/Code"}.
+type schemaDefs struct {
+	defs, definitions map[string]json.RawMessage
+}
+
+// maxRefDepth bounds the $refs and nested anyOf, oneOf and items that
+// resolve follows from one property, so that a cycle ends.
+const maxRefDepth = 8
+
+// resolve fills in what ps leaves out from the definition its $ref names
+// (#/$defs/NAME or #/definitions/NAME), following $refs there too, then
+// does the same in its anyOf, oneOf and items. ps's own keywords win. A
+// $ref to anything else (another document, a path deeper than a name) stays
+// unresolved, as does one past maxRefDepth.
+func (d *schemaDefs) resolve(ps *propSchema, depth int) {
+	for ps.Ref != "" && depth < maxRefDepth {
+		depth++
+		raw, ok := d.lookup(ps.Ref)
+		var target propSchema
+		if !ok || json.Unmarshal(raw, &target) != nil {
+			break
+		}
+		ps.Ref = target.Ref
+		if ps.Type == nil {
+			ps.Type = target.Type
+		}
+		if ps.Enum == nil {
+			ps.Enum = target.Enum
+		}
+		if ps.Minimum == nil && ps.Maximum == nil {
+			ps.Minimum, ps.Maximum = target.Minimum, target.Maximum
+		}
+		if ps.Items == nil {
+			ps.Items = target.Items
+		}
+		if ps.AnyOf == nil {
+			ps.AnyOf = target.AnyOf
+		}
+		if ps.OneOf == nil {
+			ps.OneOf = target.OneOf
+		}
+	}
+	if depth >= maxRefDepth {
+		return
+	}
+	for i := range ps.AnyOf {
+		d.resolve(&ps.AnyOf[i], depth+1)
+	}
+	for i := range ps.OneOf {
+		d.resolve(&ps.OneOf[i], depth+1)
+	}
+	if ps.Items != nil {
+		d.resolve(ps.Items, depth+1)
+	}
+}
+
+// lookup returns the definition a local $ref names.
+func (d *schemaDefs) lookup(ref string) (json.RawMessage, bool) {
+	var m map[string]json.RawMessage
+	var name string
+	switch {
+	case strings.HasPrefix(ref, "#/$defs/"):
+		m, name = d.defs, strings.TrimPrefix(ref, "#/$defs/")
+	case strings.HasPrefix(ref, "#/definitions/"):
+		m, name = d.definitions, strings.TrimPrefix(ref, "#/definitions/")
+	default:
+		return nil, false
+	}
+	if strings.Contains(name, "/") {
+		return nil, false
+	}
+	name, err := url.PathUnescape(name) // a fragment is URL-encoded
+	if err != nil {
+		return nil, false
+	}
+	name = strings.NewReplacer("~1", "/", "~0", "~").Replace(name) // then a JSON pointer
+	raw, ok := m[name]
+	return raw, ok
 }
 
 // typeFrom types p by the alternatives of its anyOf or oneOf when each names

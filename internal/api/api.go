@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"reflect"
@@ -359,13 +360,78 @@ func (a *API) forgetDevice(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ForgetResult{Device: res.ID, Alias: res.Alias, Disconnected: res.Disconnected})
 }
 
-// ToolJSON is a tool as the REST API lists it.
+// ToolJSON is a tool as the REST API lists it: the device's tool with
+// every member it sent, inputSchema defaulted and userOnly added.
 type ToolJSON struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	InputSchema json.RawMessage `json:"inputSchema"`
 	Annotations json.RawMessage `json:"annotations,omitempty"`
 	UserOnly    bool            `json:"userOnly,omitempty"`
+	// Extra holds the device's other members (title, outputSchema,
+	// execution, icons, _meta...) as it sent them, by name. They follow the
+	// fields above in JSON, in name order.
+	Extra map[string]json.RawMessage `json:"-"`
+}
+
+// toolJSON is ToolJSON without its methods.
+type toolJSON ToolJSON
+
+// toolFields are the members ToolJSON's fields write; Extra never does.
+var toolFields = []string{"name", "description", "inputSchema", "annotations", "userOnly"}
+
+// MarshalJSON writes t's fields, then its Extra members.
+func (t ToolJSON) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(toolJSON(t))
+	if err != nil || len(t.Extra) == 0 {
+		return b, err
+	}
+	b = b[:len(b)-1] // the closing brace
+	for _, k := range slices.Sorted(maps.Keys(t.Extra)) {
+		if slices.Contains(toolFields, k) {
+			continue
+		}
+		key, _ := json.Marshal(k) // a string always marshals
+		b = append(append(append(b, ','), key...), ':')
+		b = append(b, t.Extra[k]...)
+	}
+	return append(b, '}'), nil
+}
+
+// UnmarshalJSON reads t's fields, and every other member into Extra.
+func (t *ToolJSON) UnmarshalJSON(b []byte) error {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(b, &members); err != nil {
+		return err
+	}
+	var v toolJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	for _, k := range toolFields {
+		delete(members, k)
+	}
+	if len(members) > 0 {
+		v.Extra = members
+	}
+	*t = ToolJSON(v)
+	return nil
+}
+
+// toolExtra returns the members of a device's tool that ToolJSON's fields
+// do not hold; nil when there are none or raw is not an object.
+func toolExtra(raw json.RawMessage) map[string]json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	for _, k := range toolFields {
+		delete(m, k)
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
 }
 
 func (a *API) listTools(w http.ResponseWriter, r *http.Request) {
@@ -387,7 +453,7 @@ func (a *API) listTools(w http.ResponseWriter, r *http.Request) {
 				schema = json.RawMessage(`{"type":"object"}`)
 			}
 			tools = append(tools, ToolJSON{Name: t.Name, Description: t.Description, InputSchema: schema,
-				Annotations: t.Annotations, UserOnly: t.UserOnly()})
+				Annotations: t.Annotations, UserOnly: t.UserOnly(), Extra: toolExtra(t.Raw)})
 		}
 	}
 	writeJSON(w, http.StatusOK, ToolList{Device: d.ID, State: d.State, Tools: tools})

@@ -200,6 +200,49 @@ func TestTools(t *testing.T) {
 	}
 }
 
+// REST lists a tool with every member the device sent (an MCP server's
+// title, outputSchema, execution, icons, _meta, a vendor's own), after the
+// fields it always had; the client keeps them through a decode and encode,
+// as `mcpgate tools --json` does.
+func TestToolsAllMembers(t *testing.T) {
+	t.Parallel()
+	tg := startGateway(t, gateway.Config{})
+	const tool = `{"name":"research","title":"Research","description":"Look it up.",` +
+		`"inputSchema":{"type":"object"},"outputSchema":{"type":"object","properties":{"a":{"type":"string"}}},` +
+		`"execution":{"taskSupport":"required"},"icons":[{"src":"https://example.com/i.png"}],` +
+		`"_meta":{"vendor/x":1},"x-vendor":[true],"userOnly":"no"}`
+	tg.connect(t, devicetest.Config{Tools: []json.RawMessage{json.RawMessage(tool)}})
+	const want = `{"name":"research","description":"Look it up.","inputSchema":{"type":"object"},` +
+		`"_meta":{"vendor/x":1},"execution":{"taskSupport":"required"},"icons":[{"src":"https://example.com/i.png"}],` +
+		`"outputSchema":{"type":"object","properties":{"a":{"type":"string"}}},"title":"Research","x-vendor":[true]}`
+
+	status, body := tg.do(t, "GET", "/api/v1/devices/"+devID+"/tools", "")
+	var raw struct {
+		Tools []json.RawMessage `json:"tools"`
+	}
+	if err := json.Unmarshal(body, &raw); err != nil || status != 200 || len(raw.Tools) != 1 {
+		t.Fatalf("%d %s: %v", status, body, err)
+	}
+	if got := compactJSON(t, raw.Tools[0]); got != want {
+		t.Errorf("REST lists\n%s\nwant\n%s", got, want)
+	}
+
+	tl, err := tg.client.Tools(t.Context(), devID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tl.Tools[0].Name != "research" || compactJSON(t, tl.Tools[0].Extra["title"]) != `"Research"` {
+		t.Errorf("decoded %+v", tl.Tools[0])
+	}
+	again, err := json.Marshal(tl.Tools[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := compactJSON(t, again); got != want {
+		t.Errorf("decoded and encoded again\n%s\nwant\n%s", got, want)
+	}
+}
+
 func TestCall(t *testing.T) {
 	t.Parallel()
 	tg := startGateway(t, gateway.Config{})

@@ -49,7 +49,8 @@ import (
 // Config tunes Run. URL and Servers are required; other zero values get defaults.
 type Config struct {
 	// URL is the gateway's endpoint, ws(s)://host:port/mcp/endpoint, with
-	// its token as ?token=.
+	// its token as ?token=. Behind a reverse proxy its path may have a
+	// prefix; it must end in /mcp/endpoint.
 	URL     string
 	Servers []Server
 	Logger  *slog.Logger
@@ -77,6 +78,10 @@ func (c *Config) fill() error {
 			shown = redact.URL(u)
 		}
 		return fmt.Errorf("bridge: gateway URL %q: want ws(s)://host:port/mcp/endpoint?token=...", shown)
+	}
+	if !strings.HasSuffix(u.Path, endpointPath) {
+		return fmt.Errorf("bridge: gateway URL %q: its path %q is not the gateway's endpoint: want ws(s)://host:port%s?token=... (behind a proxy, a path ending in %s)",
+			redact.URL(u), u.Path, endpointPath, endpointPath)
 	}
 	if len(c.Servers) == 0 {
 		return errors.New("bridge: no servers to run")
@@ -118,25 +123,41 @@ func (c *Config) fill() error {
 	return nil
 }
 
-// RefusedError is the gateway's refusal of a server's WebSocket upgrade
-// that retrying cannot change: 400 (a bad name), 401 (a token or key it
-// does not accept, or no longer), 403.
+// endpointPath is the gateway's MCP endpoint, which Config.URL's path ends in.
+const endpointPath = "/mcp/endpoint"
+
+// RefusedError is an answer to a server's WebSocket upgrade that retrying
+// cannot change: the gateway's refusal, 400 (a bad name), 401 (a token or
+// key it does not accept, or no longer), 403; or, with NotEndpoint, an
+// answer that is no upgrade at all (2xx, 404): what Config.URL names is not
+// a gateway's /mcp/endpoint.
 type RefusedError struct {
-	Server string // the server's name, else its command or URL
-	Status int
-	Reason string // the gateway's message, the response body
+	Server      string // the server's name, else its command or URL
+	Status      int
+	Reason      string // the gateway's message, the response body
+	NotEndpoint bool
 }
 
 func (e *RefusedError) Error() string {
+	if e.NotEndpoint {
+		return fmt.Sprintf("bridge: server %s: the gateway URL answered %d %s to the WebSocket upgrade: it is not a gateway's %s (check --url's host, port and path prefix)",
+			e.Server, e.Status, http.StatusText(e.Status), endpointPath)
+	}
 	return fmt.Sprintf("bridge: server %s: the gateway refused the connection (%d %s): %s",
 		e.Server, e.Status, http.StatusText(e.Status), cmp.Or(e.Reason, "no reason given"))
 }
 
 // refusedForGood reports whether an upgrade answered status is a
-// [RefusedError]; other answers (5xx, 429, a proxy's 404 while the gateway
-// restarts) may pass.
+// [RefusedError]; other answers (5xx, 429) may pass.
 func refusedForGood(status int) bool {
 	return status == http.StatusBadRequest || status == http.StatusUnauthorized || status == http.StatusForbidden
+}
+
+// notEndpoint reports whether an upgrade answered status says the URL is
+// not a WebSocket endpoint at all: a page (2xx) or nothing there (404). A
+// gateway's /mcp/endpoint answers neither, restarting or not.
+func notEndpoint(status int) bool {
+	return status >= 200 && status < 300 || status == http.StatusNotFound
 }
 
 // Run bridges every server until ctx ends, reconnecting each on its own.
@@ -181,16 +202,19 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 // loop connects s again and again until ctx ends, or the gateway refuses
-// it for good: it returns that [*RefusedError].
+// it for good: it returns that [*RefusedError]. An answer that is no
+// upgrade ends it only until a connection was had: after one, the URL is
+// right and a 404 is a proxy's while the gateway restarts.
 func loop(ctx context.Context, cfg *Config, s Server, log *slog.Logger) error {
 	bo := Backoff{Min: cfg.MinBackoff, Max: cfg.MaxBackoff}
+	connected := false
 	for {
 		start := time.Now()
-		err := connect(ctx, cfg, s, log)
+		err := connect(ctx, cfg, s, log, &connected)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if re := (*RefusedError)(nil); errors.As(err, &re) {
+		if re := (*RefusedError)(nil); errors.As(err, &re) && !(re.NotEndpoint && connected) {
 			re.Server = cmp.Or(s.Name, s.Command, s.URL)
 			return re
 		}
@@ -210,8 +234,9 @@ func loop(ctx context.Context, cfg *Config, s Server, log *slog.Logger) error {
 }
 
 // connect runs one connection: it dials the gateway, then serves the local
-// server until either side ends, and returns why.
-func connect(ctx context.Context, cfg *Config, s Server, log *slog.Logger) error {
+// server until either side ends, and returns why. It sets *connected once
+// the gateway took the upgrade.
+func connect(ctx context.Context, cfg *Config, s Server, log *slog.Logger, connected *bool) error {
 	if s.URL != "" {
 		if err := probeHTTP(ctx, s); err != nil {
 			return err
@@ -235,9 +260,13 @@ func connect(ctx context.Context, cfg *Config, s Server, log *slog.Logger) error
 		if resp != nil && refusedForGood(resp.StatusCode) {
 			return &RefusedError{Status: resp.StatusCode, Reason: redact.InText(reason, target)}
 		}
+		if resp != nil && notEndpoint(resp.StatusCode) {
+			return &RefusedError{Status: resp.StatusCode, NotEndpoint: true}
+		}
 		return fmt.Errorf("dial gateway: %w", redact.ErrIn(err, target)) // the error is logged
 	}
 	defer conn.CloseNow()
+	*connected = true
 	conn.SetReadLimit(cfg.ReadLimit)
 	log.Info("connected to gateway")
 

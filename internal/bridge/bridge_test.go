@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/mcpgate/mcpgate/internal/bridge"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/internal/gatewaytest"
@@ -455,11 +457,64 @@ func TestParseConfig(t *testing.T) {
 func TestRunRefusesBadGatewayURL(t *testing.T) {
 	servers := []bridge.Server{{Name: "a", Command: "true"}}
 	for _, u := range []string{"", "http://127.0.0.1:8000/mcp/endpoint", "ws://:8000/mcp/endpoint", "ws:///mcp/endpoint", "%zz",
-		"http://127.0.0.1:8000/mcp/endpoint?token=s3cret"} {
+		"http://127.0.0.1:8000/mcp/endpoint?token=s3cret",
+		// A path that is not the endpoint's: the gateway's root, its MCP
+		// door, the endpoint with a slash after it.
+		"ws://127.0.0.1:8000", "ws://127.0.0.1:8000/?token=s3cret", "ws://127.0.0.1:8000/mcp", "ws://127.0.0.1:8000/mcp/endpoint/",
+		"ws://127.0.0.1:8000/mcp/endpointx"} {
 		err := bridge.Run(t.Context(), bridge.Config{URL: u, Servers: servers})
 		if err == nil || !strings.Contains(err.Error(), "want ws(s)://host") || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("Run with gateway URL %q: %v", u, err)
 		}
+	}
+}
+
+// A URL whose answer to the upgrade is no upgrade at all (a web page, a
+// 404: not a gateway's /mcp/endpoint, whatever its path) ends Run at once
+// saying so; it used to be retried forever as "expected handshake response
+// status code 101 but got 200". A path prefix (a reverse proxy's) is
+// taken. Once a connection was had, a 404 is retried: a proxy's while the
+// gateway restarts.
+func TestRunRefusesNotEndpoint(t *testing.T) {
+	child := bridge.Server{Name: "calc", Command: os.Args[0], Env: map[string]string{childEnv: "1"}}
+	for _, status := range []int{http.StatusOK, http.StatusNotFound} {
+		var dials atomic.Int32
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			dials.Add(1)
+			w.WriteHeader(status)
+			fmt.Fprintln(w, "<html>a web page</html>")
+		}))
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		err := bridge.Run(ctx, bridge.Config{URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/gw/mcp/endpoint?token=s3cret",
+			Servers: []bridge.Server{child}, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+		cancel()
+		hs.Close()
+		var re *bridge.RefusedError
+		if !errors.As(err, &re) || !re.NotEndpoint || re.Status != status || re.Server != "calc" || dials.Load() != 1 ||
+			!strings.Contains(err.Error(), "not a gateway's /mcp/endpoint") || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%d: Run = %v after %d dials, want it refused as not an endpoint after one", status, err, dials.Load())
+		}
+	}
+
+	var dials atomic.Int32
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if dials.Add(1) > 1 {
+			http.NotFound(w, r)
+			return
+		}
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		c.Close(websocket.StatusGoingAway, "restarting")
+	}))
+	defer hs.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	err := bridge.Run(ctx, bridge.Config{URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/mcp/endpoint",
+		Servers: []bridge.Server{child}, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	if err != nil || dials.Load() < 3 {
+		t.Errorf("404 after a connection: Run = %v after %d dials, want retries until the context ends", err, dials.Load())
 	}
 }
 

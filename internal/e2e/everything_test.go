@@ -55,8 +55,13 @@ func everythingSource(t *testing.T, c *api.Client, notSession string) hub.Device
 	var names []string
 	for _, tl := range tools.Tools {
 		names = append(names, tl.Name)
+		// REST shows what the server sent, the task support the MCP doors
+		// cannot give included.
+		if tl.Name == "simulate-research-query" && !strings.Contains(string(tl.Extra["execution"]), `"required"`) {
+			t.Errorf("REST lists simulate-research-query without its execution: %+v", tl)
+		}
 	}
-	if !slices.Contains(names, "echo") || !slices.Contains(names, "get-sum") {
+	if !slices.Contains(names, "echo") || !slices.Contains(names, "get-sum") || !slices.Contains(names, "simulate-research-query") {
 		t.Fatalf("server-everything tools over REST = %v", names)
 	}
 	return src
@@ -102,6 +107,10 @@ func mcpEcho(t *testing.T, addr, msg string) {
 		}
 		return slices.Contains(names, "everything.echo") && slices.Contains(names, "everything.get-sum")
 	})
+	// Its task-only tool, which refuses every plain call, is left out.
+	if slices.Contains(names, "everything.simulate-research-query") {
+		t.Errorf("/mcp lists everything.simulate-research-query, which requires tasks: %v", names)
+	}
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "everything.echo", Arguments: map[string]any{"message": msg}})
 	if err != nil {
 		t.Fatalf("/mcp everything.echo: %v", err)

@@ -145,8 +145,26 @@ func (refusingLoader) Load(url string) (any, error) {
 // CompileSchema compiles a tool's input or output schema as the hub does:
 // JSON Schema 2020-12 unless its $schema names another draft, no $ref
 // outside the schema loaded, at most 64 levels deep. A missing or null
-// schema is nil, without error.
+// schema is nil, without error. "format" is an annotation, as 2020-12 says
+// (drafts before 2019-09 assert it).
 func CompileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
+	return compileSchema(raw, false)
+}
+
+// CompileOutputSchema compiles a tool's outputSchema as CompileSchema does,
+// but asserting "format" as SDK clients check a result's structuredContent:
+// the TypeScript SDK's Ajv with ajv-formats rejects {"a":"abc"} for an
+// "email". Formats ajv-formats does not know, which Ajv ignores, stay
+// annotations.
+func CompileOutputSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
+	return compileSchema(raw, true)
+}
+
+// unassertedFormats are the formats the schema library knows and
+// ajv-formats does not.
+var unassertedFormats = []string{"period", "semver", "iri", "iri-reference"}
+
+func compileSchema(raw json.RawMessage, assertFormat bool) (*jsonschema.Schema, error) {
 	if len(bytes.TrimSpace(raw)) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
@@ -159,6 +177,12 @@ func CompileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	}
 	c := jsonschema.NewCompiler()
 	c.UseLoader(refusingLoader{})
+	if assertFormat {
+		c.AssertFormat()
+		for _, name := range unassertedFormats {
+			c.RegisterFormat(&jsonschema.Format{Name: name, Validate: func(any) error { return nil }})
+		}
+	}
 	const loc = "mcpgate:///tool-schema.json"
 	if err := c.AddResource(loc, doc); err != nil {
 		return nil, fmt.Errorf("add schema: %w", err)

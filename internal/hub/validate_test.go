@@ -177,3 +177,42 @@ func TestUncompilableInputSchemaLogsDevice(t *testing.T) {
 		t.Fatalf("logged %q, want the warning with device_id and tool", line)
 	}
 }
+
+// An outputSchema asserts "format" as the TypeScript SDK's Ajv with
+// ajv-formats does (formats ajv-formats lacks stay annotations); an input
+// schema of 2020-12 keeps it an annotation.
+func TestOutputSchemaAssertsFormat(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		format, value string
+		output        bool // CompileOutputSchema rejects value
+	}{
+		{"email", `"abc"`, true},
+		{"email", `"a@example.com"`, false},
+		{"date-time", `"yesterday"`, true},
+		{"uuid", `"1234"`, true},
+		{"semver", `"not a version"`, false},
+		{"period", `"x"`, false},
+		{"no-such-format", `"x"`, false},
+	} {
+		t.Run(tc.format+"="+tc.value, func(t *testing.T) {
+			t.Parallel()
+			raw := json.RawMessage(`{"type":"object","properties":{"a":{"type":"string","format":"` + tc.format + `"}}}`)
+			doc := json.RawMessage(`{"a":` + tc.value + `}`)
+			out, err := CompileOutputSchema(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := SchemaProblems(out, doc); (got != nil) != tc.output {
+				t.Errorf("output schema: problems %v, want rejected %v", got, tc.output)
+			}
+			in, err := CompileSchema(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := SchemaProblems(in, doc); got != nil {
+				t.Errorf("input schema: problems %v, want none", got)
+			}
+		})
+	}
+}

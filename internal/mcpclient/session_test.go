@@ -178,9 +178,13 @@ func TestUnparseableReplyEndsByTimeoutOthersSucceed(t *testing.T) {
 }
 
 // A reply with a pending id whose error is no error object fails its call at
-// once, naming the reply, rather than by the call's timeout.
+// once, naming the reply and saying in words what is wrong with it, rather
+// than by the call's timeout.
 func TestMalformedErrorReplyFailsAtOnce(t *testing.T) {
-	for _, bad := range []string{`"boom"`, `{"code":"x","message":5}`} {
+	for bad, why := range map[string]string{
+		`"boom"`:                   `the "error" member is a string, not an object`,
+		`{"code":"x","message":5}`: `the "error.message" member is a number, not a string`,
+	} {
 		t.Run(bad, func(t *testing.T) {
 			p := newPipe()
 			s := New(t.Context(), p, Config{})
@@ -193,8 +197,9 @@ func TestMalformedErrorReplyFailsAtOnce(t *testing.T) {
 			s.Handle([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","error":%s,"id":%s}`, bad, m.ID)))
 			select {
 			case err := <-errc:
-				if !errors.Is(err, ErrMalformedResponse) || !strings.Contains(err.Error(), bad) {
-					t.Fatalf("call = %v, want ErrMalformedResponse naming %s", err, bad)
+				if !errors.Is(err, ErrMalformedResponse) || !strings.Contains(err.Error(), bad) ||
+					!strings.Contains(err.Error(), why) || strings.Contains(err.Error(), "Go struct") {
+					t.Fatalf("call = %v, want ErrMalformedResponse naming %s: %s", err, bad, why)
 				}
 			case <-time.After(5 * time.Second):
 				t.Fatal("the call waits for its timeout")

@@ -27,9 +27,10 @@ import (
 //     execution, _meta, icons or one of their members); an input or output
 //     schema's properties and required are repaired; an outputSchema that
 //     does not compile is dropped (the TypeScript SDK compiles them all in
-//     listTools), and so is a taskSupport other than "forbidden" (the
-//     doors run no tasks); a tool whose inputSchema cannot be an object
-//     schema is not listed;
+//     listTools), and so is a taskSupport of "optional" (the doors run no
+//     tasks); a tool whose inputSchema cannot be an object schema, or whose
+//     taskSupport is "required" (its server refuses a call without a task),
+//     is not listed;
 //   - a content item's optional member of the wrong type is dropped, base64
 //     without padding is padded, and an item a client cannot read at all (a
 //     type MCP does not define, text that is not a string...) becomes a text
@@ -59,7 +60,7 @@ func (s *Server) warnTool(device string, cat *hub.Catalog, tool string, fixed []
 	switch {
 	case logged:
 	case err != nil:
-		s.log.Warn("tool not listed on the MCP doors: its definition cannot be made valid MCP", "device_id", device, "tool", tool, "error", err)
+		s.log.Warn("tool not listed on the MCP doors", "device_id", device, "tool", tool, "error", err)
 	default:
 		s.log.Warn("tool listed on the MCP doors with members dropped or repaired to make it valid MCP",
 			"device_id", device, "tool", tool, "repaired", strings.Join(fixed, "; "))
@@ -71,6 +72,12 @@ func (s *Server) warnTool(device string, cat *hub.Catalog, tool string, fixed []
 // the tool cannot be listed at all. Adding "type":"object" to an input schema
 // without a type is not reported: MCP servers often leave it out.
 func conformTool(m map[string]json.RawMessage) (fixed []string, err error) {
+	if taskRequired(m["execution"]) {
+		// Listed without its execution member, it would be called plainly,
+		// and its server answers every such call -32601 (server-everything's
+		// "Tool ... requires task augmentation").
+		return nil, errors.New(`execution.taskSupport is "required": the MCP doors run no tasks, so no call to it can succeed`)
+	}
 	for _, k := range []string{"title", "description"} {
 		if v, ok := m[k]; ok && !isString(v) {
 			delete(m, k)
@@ -94,7 +101,7 @@ func conformTool(m map[string]json.RawMessage) (fixed []string, err error) {
 		if err == nil {
 			// The TypeScript SDK's listTools compiles every outputSchema
 			// (with Ajv) and throws for the whole list when one fails.
-			_, compileErr = hub.CompileSchema(out)
+			_, compileErr = hub.CompileOutputSchema(out)
 		}
 		switch {
 		case err != nil:
@@ -123,10 +130,10 @@ func conformTool(m map[string]json.RawMessage) (fixed []string, err error) {
 	fixed = conformObject(m, "execution", fixed, func(e map[string]json.RawMessage, fix func(string, string)) {
 		switch v, ok := e["taskSupport"]; {
 		case !ok, string(v) == `"forbidden"`:
-		case string(v) == `"required"` || string(v) == `"optional"`:
-			// The doors run no tasks (they advertise no tasks capability),
-			// and the TypeScript SDK refuses to call a tool that requires
-			// them: every tool is called plainly.
+		case string(v) == `"optional"`:
+			// The doors run no tasks (they advertise no tasks capability):
+			// every tool is called plainly. ("required" is not listed:
+			// taskRequired.)
 			fix("taskSupport", fmt.Sprintf("%s is not offered: the MCP doors run no tasks", v))
 		default:
 			fix("taskSupport", "is not required, optional or forbidden")
@@ -227,6 +234,15 @@ func conformSchema(raw json.RawMessage) (json.RawMessage, []string, error) {
 	}
 	b, err := json.Marshal(m)
 	return b, fixed, err
+}
+
+// taskRequired reports whether a tool's execution member says the tool
+// must be called as a task.
+func taskRequired(execution json.RawMessage) bool {
+	var e struct {
+		TaskSupport json.RawMessage `json:"taskSupport"`
+	}
+	return isObject(execution) && json.Unmarshal(execution, &e) == nil && string(e.TaskSupport) == `"required"`
 }
 
 // conformObject checks the optional object member key of m: not an object,

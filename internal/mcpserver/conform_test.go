@@ -65,8 +65,6 @@ func TestConformTool(t *testing.T) {
 			`{"inputSchema":{"type":"object"},"name":"a"}`, []string{"outputSchema does not compile: "}},
 		{"output schema with $defs", `{"name":"a","outputSchema":{"type":"object","$defs":{"n":{"type":"integer"}},"properties":{"v":{"$ref":"#/$defs/n"}}}}`,
 			`{"inputSchema":{"type":"object"},"name":"a","outputSchema":{"type":"object","$defs":{"n":{"type":"integer"}},"properties":{"v":{"$ref":"#/$defs/n"}}}}`, nil},
-		{"task support required", `{"name":"a","execution":{"taskSupport":"required"}}`, `{"execution":{},"inputSchema":{"type":"object"},"name":"a"}`,
-			[]string{`execution.taskSupport "required" is not offered: the MCP doors run no tasks`}},
 		{"task support optional", `{"name":"a","execution":{"taskSupport":"optional","x":1}}`, `{"execution":{"x":1},"inputSchema":{"type":"object"},"name":"a"}`,
 			[]string{`execution.taskSupport "optional" is not offered: the MCP doors run no tasks`}},
 		{"input properties", `{"name":"a","inputSchema":{"type":"object","properties":5}}`, `{"inputSchema":{"type":"object"},"name":"a"}`, []string{"inputSchema.properties is not an object"}},
@@ -97,6 +95,12 @@ func TestConformTool(t *testing.T) {
 	m := map[string]json.RawMessage{"name": []byte(`"a"`), "inputSchema": []byte(`{"type":"string"}`)}
 	if _, err := conformTool(m); err == nil || !strings.Contains(err.Error(), `inputSchema has type "string"`) {
 		t.Fatalf("a tool with a string input schema: %v", err)
+	}
+	// A tool that must be called as a task is not listed: the doors run no
+	// tasks, and its server refuses a plain call.
+	m = map[string]json.RawMessage{"name": []byte(`"a"`), "execution": []byte(`{"taskSupport":"required"}`)}
+	if _, err := conformTool(m); err == nil || !strings.Contains(err.Error(), `execution.taskSupport is "required"`) {
+		t.Fatalf("a tool that requires tasks: %v", err)
 	}
 }
 

@@ -69,7 +69,7 @@ func listedOutputSchema(t *mcpclient.Tool) *jsonschema.Schema {
 	if _, err := conformTool(m); err != nil {
 		return nil // not listed at all
 	}
-	sch, _ := hub.CompileSchema(m["outputSchema"]) // nil when conformTool dropped it
+	sch, _ := hub.CompileOutputSchema(m["outputSchema"]) // nil when conformTool dropped it
 	return sch
 }
 
