@@ -558,6 +558,24 @@ func TestExternalBrokerLostFailsCallInFlight(t *testing.T) {
 	}
 }
 
+// A call made while the gateway's broker connection is down was never
+// sent: it fails device_offline, not sent, and says why, instead of
+// device_disconnected ("may or may not have run").
+func TestExternalBrokerDownCallNotSent(t *testing.T) {
+	b := mosquittotest.Start(t, "")
+	gw := startExternalGateway(t, b.Addr, time.Minute)
+	mac := "02:00:00:20:02:03"
+	runStockBrokerDevice(t, b.Addr, mac, whoami(t, mac))
+	waitState(t, gw, mac, hub.StateReady)
+	b.Kill()
+	waitFor(t, "the gateway to see the broker gone", 5*time.Second, func() bool { return gw.mqttExt.Ready() != nil })
+	_, _, err := call(t, gw, mac, "self.whoami", `{}`, 5*time.Second)
+	if hub.Code(err) != "device_offline" || !hub.NotSent(err) || !strings.Contains(err.Error(), "connection to the MQTT broker is down") {
+		t.Fatalf("call while the broker is down: %v (%s, not sent %t), want device_offline, not sent, naming the broker connection",
+			err, hub.Code(err), hub.NotSent(err))
+	}
+}
+
 // A device whose Will arrives and that does not answer the ping goes
 // offline, and its calls in flight fail device_disconnected: the device
 // left, no call timed out.

@@ -445,6 +445,9 @@ var (
 	// connection to the broker breaks: no answer can come, and the device
 	// is not to blame.
 	errBrokerLost = errors.New("connection to the MQTT broker lost")
+	// errBrokerDown fails a publish to a device while the gateway has no
+	// broker connection: nothing was sent.
+	errBrokerDown = errors.New("the gateway's connection to the MQTT broker is down")
 	// errGoneAfterOutage ends a session whose device did not answer any
 	// ping of the recheck after the gateway's broker connection came back.
 	errGoneAfterOutage = errors.New("device not answering since the gateway reconnected to the MQTT broker")
@@ -453,7 +456,7 @@ var (
 // brokerSide reports whether a request to a device failed because the
 // gateway's own broker connection is down, not because of the device.
 func brokerSide(err error) bool {
-	return errors.Is(err, errBrokerLost) || errors.Is(err, errNoConnection)
+	return errors.Is(err, errBrokerLost) || errors.Is(err, errBrokerDown) || errors.Is(err, errNoConnection)
 }
 
 // onPublish handles one uplink message; it runs on paho's router goroutine.
@@ -716,11 +719,14 @@ func (s *session) SendMessage(ctx context.Context, msg []byte) error { return s.
 
 // publish sends at QoS 0, like firmware: a QoS 1 publish would wait for a
 // PUBACK that paho delivers on the goroutine that may be running onPublish.
+// With no broker connection nothing was sent: the device is unreachable
+// (device_offline, not sent), not gone mid-call.
 func (s *session) publish(ctx context.Context, msg []byte) error {
 	if err := s.t.publishTo(ctx, s.topic, msg); err != nil {
 		switch {
-		case errors.Is(err, errNoConnection):
-			return fmt.Errorf("mqttext: publish to device: %w: %w", mcpclient.ErrDisconnected, err)
+		case errors.Is(err, errNoConnection) || errors.Is(err, autopaho.ConnectionDownError):
+			return fmt.Errorf("mqttext: publish to device: %w", hub.NotSentError(
+				fmt.Errorf("%w: %s: %w; nothing was sent", hub.ErrDeviceOffline, s.deviceID, errBrokerDown)))
 		case ctx.Err() != nil:
 			return fmt.Errorf("mqttext: publish to device: %w", err)
 		}
