@@ -236,7 +236,7 @@ func Start(cfg Config) (*Node, error) {
 		if n.srv != nil {
 			n.srv.Shutdown()
 		}
-		return nil, fmt.Errorf("cluster: connecting to NATS: %w", err)
+		return nil, fmt.Errorf("cluster: connecting to NATS: %w%s", err, loginHint(cfg, err))
 	}
 	n.nc = nc
 	if mp := nc.MaxPayload(); mp < MaxMessage {
