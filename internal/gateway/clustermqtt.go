@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -15,12 +16,18 @@ import (
 // nodes by rendezvous hashing of their ids (docs/cluster.md): each node
 // starts sessions only with its own devices, hands devices it holds but no
 // longer owns to their owner (a node joined), and takes over the devices
-// of a node that left or died.
+// of a node that left or died. A device with calls in flight is handed
+// over once they are over (handoffWait at most): the new session's claim
+// closes the old one, and its calls with it.
 
 // mqttRebalanceEvery is how often a node also checks its split without a
 // membership change: a handoff that failed (the owner was starting) is
 // retried, and two nodes that served one device during a partition settle.
 const mqttRebalanceEvery = 5 * time.Second
+
+// handoffPoll is how often a node checks again, while it keeps devices
+// it no longer owns for their calls in flight, whether these are over.
+const handoffPoll = 200 * time.Millisecond
 
 // roleMQTT is the cluster role of the nodes that serve the external
 // broker's devices: only they share the fleet.
@@ -82,16 +89,22 @@ func (g *Gateway) balanceMQTT(ctx context.Context) (stop func()) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		learnt := map[string]bool{}
+		busy := map[string]time.Time{}
 		tick := time.NewTicker(mqttRebalanceEvery)
 		defer tick.Stop()
 		for {
 			g.learnMQTTFleet(ctx, node, learnt)
-			g.rebalanceMQTT(ctx, node)
+			g.rebalanceMQTT(ctx, node, busy)
+			var poll <-chan time.Time
+			if len(busy) > 0 {
+				poll = time.After(handoffPoll)
+			}
 			select {
 			case <-ctx.Done():
 				return
 			case <-kick:
 			case <-tick.C:
+			case <-poll:
 			}
 		}
 	})
@@ -103,8 +116,10 @@ func (g *Gateway) balanceMQTT(ctx context.Context) (stop func()) {
 
 // rebalanceMQTT hands the devices this node holds but no longer owns to
 // their owners, and takes over the devices it owns that it heard lately and
-// that no node holds (their node left or died).
-func (g *Gateway) rebalanceMQTT(ctx context.Context, node *cluster.Node) {
+// that no node holds (their node left or died). A device with requests in
+// flight is kept until they are over, or handoffWait after it was first
+// found so: busy holds those it keeps, since when.
+func (g *Gateway) rebalanceMQTT(ctx context.Context, node *cluster.Node, busy map[string]time.Time) {
 	if !node.Connected() {
 		return // its members are only itself: see ownsMQTT
 	}
@@ -112,11 +127,28 @@ func (g *Gateway) rebalanceMQTT(ctx context.Context, node *cluster.Node) {
 	self := node.ID()
 	members := node.MembersWith(roleMQTT)
 	give := map[string][]string{}
+	now := time.Now()
+	kept := map[string]time.Time{}
 	for _, id := range t.Held() {
-		if o := cluster.RendezvousOwner(members, id); o != self && o != "" {
-			give[o] = append(give[o], id)
+		o := cluster.RendezvousOwner(members, id)
+		if o == self || o == "" {
+			continue
 		}
+		if t.Busy(id) {
+			since, ok := busy[id]
+			if !ok {
+				since = now
+			}
+			if now.Sub(since) < g.handoffWait() {
+				kept[id] = since
+				continue
+			}
+			g.log.Warn("cluster: handing an MQTT device over with calls still running", "device_id", id, "to", o, "waited", now.Sub(since).Round(time.Millisecond))
+		}
+		give[o] = append(give[o], id)
 	}
+	clear(busy)
+	maps.Copy(busy, kept)
 	for to, ids := range give {
 		for batch := range slices.Chunk(ids, handoffBatch) {
 			hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -169,6 +201,19 @@ func (g *Gateway) rebalanceMQTT(ctx context.Context, node *cluster.Node) {
 		g.log.Info("cluster: taking over MQTT devices no node serves", "devices", len(adopt))
 		t.Adopt(adopt)
 	}
+}
+
+// handoffWait bounds how long a node keeps a device it no longer owns for
+// its calls in flight: the longest call timeout.
+func (g *Gateway) handoffWait() time.Duration {
+	d := g.cfg.CallTimeout
+	if d <= 0 {
+		d = 30 * time.Second // mcpclient's default
+	}
+	for _, td := range g.cfg.ToolTimeouts {
+		d = max(d, td)
+	}
+	return d
 }
 
 // handoffBatch bounds the devices of one handoff message (NATS payloads

@@ -34,8 +34,9 @@
 //
 // # Presence
 //
-// A session starts when the gateway first hears from a device, or again when
-// the device announces itself (type "online", after a reconnect: it may have
+// A session starts when the gateway first hears from a device (split by
+// cluster membership: unless another node serves it, Config.HeldElsewhere),
+// or again when the device announces itself (type "online", after a reconnect: it may have
 // forgotten the MCP session). It ends on the device's Will (type "offline")
 // unless the device still answers a ping (the Will may be an older
 // connection's), or when the device stays silent for SilenceTimeout and then
@@ -122,6 +123,12 @@ type Config struct {
 	// transport remember which devices it heard ([Transport.Heard]), so that
 	// a node can take over a lost node's devices. Exclusive with Nodes.
 	Owns func(deviceID string) bool
+	// HeldElsewhere, with Owns, reports whether another node serves the
+	// device now; it may block on the network for a second. A device
+	// heard that this node owns but has no session with is started only
+	// when no other node serves it: the node serving it (the owner before
+	// this one joined) hands it over once its calls are over (Busy).
+	HeldElsewhere func(deviceID string) bool
 	// SilenceTimeout is how long a device may stay silent before the gateway
 	// pings it, and ends its session if the ping fails. Default 5m.
 	SilenceTimeout time.Duration
@@ -176,6 +183,9 @@ type Transport struct {
 	// every node hears every device. A device leaves it on its Will and
 	// when its session here ends. Guarded by mu.
 	heard map[string]int64
+	// asking holds the devices whose HeldElsewhere is being asked before
+	// their session starts (startUnlessHeld). Guarded by mu.
+	asking map[string]bool
 
 	// ended is when each device's session ended on an unanswered ping, and
 	// downAt when the broker connection was last lost: the recheck after
@@ -253,7 +263,7 @@ func New(cfg Config) (*Transport, error) {
 	return &Transport{cfg: cfg, log: cfg.Logger.With("component", "mqtt_external"), m: cfg.Metrics, server: u,
 		filter: filter, probeTopic: cfg.UplinkTopic + "/" + ProbeLevel, subscribed: make(chan struct{}),
 		uplinkErr: errNoConnection, probes: make(map[string]chan struct{}),
-		conns: conns.NewTracker(), live: make(map[string]*session), heard: make(map[string]int64),
+		conns: conns.NewTracker(), live: make(map[string]*session), heard: make(map[string]int64), asking: make(map[string]bool),
 		ended: make(map[string]int64)}, nil
 }
 
@@ -508,18 +518,67 @@ func (t *Transport) onPublish(pr paho.PublishReceived) (bool, error) {
 	if s == nil && !t.owns(deviceID) {
 		return true, nil // it reannounced itself, and is another node's now
 	}
+	if s == nil && env.Type != xiaozhi.TypeOnline && t.cfg.HeldElsewhere != nil {
+		// Maybe its previous owner still serves it (this node just
+		// joined): that one hands it over when its calls are over. A
+		// device that announced itself has a new connection: no session
+		// elsewhere is worth keeping, and the claim closes it.
+		t.startUnlessHeld(deviceID, env)
+		return true, nil
+	}
 	if s == nil {
 		if s = t.start(deviceID); s == nil {
 			return true, nil
 		}
 	}
+	s.handle(env)
+	return true, nil
+}
+
+// startUnlessHeld starts the session of a device heard, unless another
+// node serves it, and hands it env; it asks on a goroutine the tracker
+// owns, one at a time per device, as paho's router goroutine must not wait.
+// A message heard while asking is dropped: one that matters (a reply) is
+// another session's.
+func (t *Transport) startUnlessHeld(deviceID string, env *xiaozhi.Envelope) {
+	t.mu.Lock()
+	if t.asking[deviceID] {
+		t.mu.Unlock()
+		return
+	}
+	t.asking[deviceID] = true
+	t.mu.Unlock()
+	if !t.conns.Add() {
+		t.mu.Lock()
+		delete(t.asking, deviceID)
+		t.mu.Unlock()
+		return
+	}
+	go func() {
+		defer t.conns.Done()
+		defer func() {
+			t.mu.Lock()
+			delete(t.asking, deviceID)
+			t.mu.Unlock()
+		}()
+		if t.cfg.HeldElsewhere(deviceID) || !t.owns(deviceID) {
+			return
+		}
+		if s := t.start(deviceID); s != nil {
+			s.handle(env)
+		}
+	}()
+}
+
+// handle takes one message of the session's device.
+func (s *session) handle(env *xiaozhi.Envelope) {
 	s.touch()
 	switch env.Type {
 	case xiaozhi.TypeMCP:
 		if len(env.Payload) == 0 || string(env.Payload) == "null" {
-			t.m.DroppedFrames.WithLabelValues("empty_mcp").Inc()
+			s.t.m.DroppedFrames.WithLabelValues("empty_mcp").Inc()
 			s.log.Debug("dropped mcp message without payload") // as the other doors
-			return true, nil
+			return
 		}
 		s.sess.HandleValid(env.Payload) // DecodeEnvelope validated the message
 	case xiaozhi.TypeHello:
@@ -528,7 +587,6 @@ func (t *Transport) onPublish(pr paho.PublishReceived) (bool, error) {
 		// goodbye ends the device's audio session only; listen, abort and
 		// other types are not used by this gateway.
 	}
-	return true, nil
 }
 
 // owns reports whether this node serves deviceID: always, unless the fleet
