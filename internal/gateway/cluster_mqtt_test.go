@@ -386,6 +386,32 @@ func TestClusterMQTTJoinWaitsForCallsInFlight(t *testing.T) {
 	waitServedOnce(t, mac, 10*time.Second, []*clusterNode{a, b})
 }
 
+// After every node has stopped, nodes started again on the same store and
+// broker find the idle devices that stayed connected to the broker: each
+// pings its share of the MQTT devices the store knows.
+func TestClusterMQTTRestartedNodesFindIdleDevices(t *testing.T) {
+	dsn, broker, a, b := startBrokerPair(t)
+	macs := make([]string, 6)
+	for i := range macs {
+		macs[i] = fmt.Sprintf("02:00:00:14:09:%02x", i)
+		runStockBrokerDevice(t, broker, macs[i], whoami(t, macs[i]))
+	}
+	for _, mac := range macs {
+		waitHeldOnce(t, mac, 20*time.Second, []*clusterNode{a, b})
+	}
+	for _, n := range []*clusterNode{b, a} {
+		if err := n.stop(); err != nil {
+			t.Fatalf("stopping %s: %v", n.id, err)
+		}
+	}
+	a = startClusterNode(t, "a", dsn, broker)
+	b = startClusterNode(t, "b", dsn, broker, a.gw.ClusterRoute())
+	waitMembers(t, []string{"a", "b"}, a, b)
+	for _, mac := range macs {
+		waitServedOnce(t, mac, 20*time.Second, []*clusterNode{a, b})
+	}
+}
+
 // pingOnDownlink publishes an MCP ping on the device's downlink, as from no
 // session: the device answers on its uplink, which every node hears.
 func pingOnDownlink(t *testing.T, broker, mac string) {

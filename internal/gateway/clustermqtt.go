@@ -90,11 +90,18 @@ func (g *Gateway) balanceMQTT(ctx context.Context) (stop func()) {
 	wg.Go(func() {
 		learnt := map[string]bool{}
 		busy := map[string]time.Time{}
+		pinged := false
 		tick := time.NewTicker(mqttRebalanceEvery)
 		defer tick.Stop()
 		for {
 			g.learnMQTTFleet(ctx, node, learnt)
 			g.rebalanceMQTT(ctx, node, busy)
+			// Once this node counts itself on the broker, it has a share:
+			// the idle devices of it nobody serves are pinged.
+			if !pinged && node.Connected() && slices.Contains(node.MembersWith(roleMQTT), node.ID()) {
+				pinged = true
+				t.PingKnown(g.storedMQTT())
+			}
 			var poll <-chan time.Time
 			if len(busy) > 0 {
 				poll = time.After(handoffPoll)
@@ -201,6 +208,27 @@ func (g *Gateway) rebalanceMQTT(ctx context.Context, node *cluster.Node, busy ma
 		g.log.Info("cluster: taking over MQTT devices no node serves", "devices", len(adopt))
 		t.Adopt(adopt)
 	}
+}
+
+// storedMQTTWithin bounds the devices a node pings at its start (storedMQTT)
+// to those seen lately: a large fleet's long-gone devices cost nothing.
+const storedMQTTWithin = 24 * time.Hour
+
+// storedMQTT returns the MQTT devices the store knows that were seen within
+// storedMQTTWithin and that no node serves now, for the external broker to
+// ping (mqttext.Transport.PingKnown, which pings only this node's share):
+// all nodes restarted, or a single gateway, hear idle devices that stayed
+// connected to the broker only when they speak, which they may never do
+// unasked.
+func (g *Gateway) storedMQTT() []string {
+	horizon := time.Now().Add(-storedMQTTWithin)
+	var ids []string
+	for _, d := range g.hub.Devices() {
+		if d.Transport == "mqtt" && !d.Online && d.LastSeen != nil && d.LastSeen.After(horizon) {
+			ids = append(ids, d.ID)
+		}
+	}
+	return ids
 }
 
 // handoffWait bounds how long a node keeps a device it no longer owns for

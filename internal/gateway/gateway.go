@@ -643,6 +643,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 			return err
 		}
 		defer g.mqttExt.Close()
+		if g.cfg.Cluster == nil {
+			g.mqttExt.PingKnown(g.storedMQTT()) // in cluster mode, balanceMQTT pings its share
+		}
 		defer g.balanceMQTT(ctx)() // stops before the transport closes
 	}
 	g.mu.Lock()

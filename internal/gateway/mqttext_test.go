@@ -583,3 +583,23 @@ func TestExternalBrokerWillFailsCallsDisconnected(t *testing.T) {
 		t.Fatal("the call in flight did not fail after the device's Will")
 	}
 }
+
+// A gateway restarted while its devices stay connected to the broker, idle,
+// pings the devices its store knows and serves them again, without their
+// having to speak or reconnect first.
+func TestExternalBrokerRestartedGatewayFindsIdleDevices(t *testing.T) {
+	broker := startMosquitto(t)
+	cfg := Config{DataDir: t.TempDir(), MQTTBroker: "tcp://" + broker, MQTTSilenceTimeout: time.Minute, RequestTimeout: time.Second}
+	gw, stop := runGateway(t, cfg)
+	mac := "02:00:00:20:03:01"
+	runStockBrokerDevice(t, broker, mac, whoami(t, mac))
+	waitState(t, gw, mac, hub.StateReady)
+	if err := stop(); err != nil {
+		t.Fatalf("stopping the gateway: %v", err)
+	}
+	gw, _ = runGateway(t, cfg)
+	waitState(t, gw, mac, hub.StateReady)
+	if text, _, err := call(t, gw, mac, "self.whoami", `{}`, 5*time.Second); err != nil || text != mac {
+		t.Fatalf("call after the restart: %q, %v", text, err)
+	}
+}

@@ -42,7 +42,9 @@
 // connection's), or when the device stays silent for SilenceTimeout and then
 // does not answer an MCP ping either. A ping that the gateway's own broker
 // connection fails ends nothing: after each reconnect the gateway pings the
-// devices it serves again (reconnect.go).
+// devices it serves again (reconnect.go). An idle device speaks only when
+// asked, so at its start the gateway pings those its store knows
+// ([Transport.PingKnown]).
 //
 // # Concurrency
 //
