@@ -90,12 +90,16 @@ func (g *Gateway) balanceMQTT(ctx context.Context) (stop func()) {
 	wg.Go(func() {
 		learnt := map[string]bool{}
 		busy := map[string]time.Time{}
-		pinged := false
+		pinged, polled := false, false
 		tick := time.NewTicker(mqttRebalanceEvery)
 		defer tick.Stop()
 		for {
-			g.learnMQTTFleet(ctx, node, learnt)
-			g.rebalanceMQTT(ctx, node, busy)
+			if polled {
+				g.handOverMQTT(ctx, node, busy) // those whose calls are over
+			} else {
+				g.learnMQTTFleet(ctx, node, learnt)
+				g.rebalanceMQTT(ctx, node, busy)
+			}
 			// Once this node counts itself on the broker, it has a share:
 			// the idle devices of it nobody serves are pinged.
 			if !pinged && node.Connected() && slices.Contains(node.MembersWith(roleMQTT), node.ID()) {
@@ -106,12 +110,14 @@ func (g *Gateway) balanceMQTT(ctx context.Context) (stop func()) {
 			if len(busy) > 0 {
 				poll = time.After(handoffPoll)
 			}
+			polled = false
 			select {
 			case <-ctx.Done():
 				return
 			case <-kick:
 			case <-tick.C:
 			case <-poll:
+				polled = true
 			}
 		}
 	})
@@ -129,6 +135,17 @@ func (g *Gateway) balanceMQTT(ctx context.Context) (stop func()) {
 func (g *Gateway) rebalanceMQTT(ctx context.Context, node *cluster.Node, busy map[string]time.Time) {
 	if !node.Connected() {
 		return // its members are only itself: see ownsMQTT
+	}
+	g.handOverMQTT(ctx, node, busy)
+	g.takeOverMQTT(ctx, node)
+}
+
+// handOverMQTT is rebalanceMQTT's first half: it hands the devices this
+// node holds but no longer owns to their owners, but those with requests
+// in flight (busy).
+func (g *Gateway) handOverMQTT(ctx context.Context, node *cluster.Node, busy map[string]time.Time) {
+	if !node.Connected() {
+		return
 	}
 	t := g.mqttExt
 	self := node.ID()
@@ -172,6 +189,14 @@ func (g *Gateway) rebalanceMQTT(ctx context.Context, node *cluster.Node, busy ma
 			t.Release(held)
 		}
 	}
+}
+
+// takeOverMQTT is rebalanceMQTT's second half: it takes over the devices
+// this node owns that it heard lately and that no node holds.
+func (g *Gateway) takeOverMQTT(ctx context.Context, node *cluster.Node) {
+	t := g.mqttExt
+	self := node.ID()
+	members := node.MembersWith(roleMQTT)
 	var mine []string
 	for _, id := range t.Heard() {
 		if cluster.RendezvousOwner(members, id) == self {
