@@ -10,8 +10,10 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 )
 
 // routeUser is the user name of a route's credentials: --cluster-token is
@@ -121,4 +123,20 @@ func (c Config) CheckSecurity() error {
 		return err
 	}
 	return nil
+}
+
+// loginHint names, after a --nats server refused this node's login, the
+// flag that sets it and whether it was given; "" for any other error.
+func loginHint(cfg Config, err error) string {
+	if len(cfg.NATS) == 0 || !(errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) ||
+		errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAccountAuthExpired)) {
+		return ""
+	}
+	switch {
+	case cfg.Creds != "":
+		return fmt.Sprintf(" (the NATS server refused the login of --nats-creds %s: check that file)", cfg.Creds)
+	case strings.Contains(strings.Join(cfg.NATS, ","), "@"):
+		return " (the NATS server refused the login in the --nats URL; no --nats-creds given)"
+	}
+	return " (the NATS server wants a login and none was given: name its credentials file with --nats-creds)"
 }

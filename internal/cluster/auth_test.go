@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/mcpgate/mcpgate/internal/hub"
@@ -311,5 +312,43 @@ func TestNATSLogKinds(t *testing.T) {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("no %q in the log:\n%s", want, logs.String())
 		}
+	}
+}
+
+// A --nats server that refuses the node's login fails the start naming
+// --nats-creds and whether it was given, as the MQTT broker's refusal names
+// its flags.
+func TestNATSLoginRefusedNamesCreds(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true,
+		Username: "gw", Password: "secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server did not start")
+	}
+	wrong := strings.Replace(srv.ClientURL(), "nats://", "nats://gw:wrong@", 1)
+	for _, tc := range []struct{ url, want string }{
+		{srv.ClientURL(), "none was given: name its credentials file with --nats-creds"},
+		{wrong, "refused the login in the --nats URL; no --nats-creds given"},
+	} {
+		n, err := Start(Config{Name: "auth", NodeID: "a", NATS: []string{tc.url}})
+		if err == nil {
+			n.Close()
+			t.Fatalf("%s: started", tc.url)
+		}
+		if !errors.Is(err, nats.ErrAuthorization) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want the authorization violation and %q", tc.url, err, tc.want)
+		}
+	}
+	// A creds file the server refuses is named (a valid one needs an
+	// operator-mode NATS: the hint is checked on its own).
+	if h := loginHint(Config{NATS: []string{"nats://h:4222"}, Creds: "/etc/gw.creds"}, nats.ErrAuthorization); !strings.Contains(h, "--nats-creds /etc/gw.creds") {
+		t.Errorf("hint with a creds file: %q", h)
+	}
+	if h := loginHint(Config{NATS: []string{"nats://h:4222"}}, nats.ErrNoServers); h != "" {
+		t.Errorf("hint for an unreachable NATS: %q, want none", h)
 	}
 }

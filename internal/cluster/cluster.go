@@ -127,6 +127,10 @@ type Node struct {
 
 	wg sync.WaitGroup // watchAlone
 
+	// natsLost counts the losses of the NATS connection: a routed call
+	// that hears nothing says so when this node's own connection went.
+	natsLost atomic.Int64
+
 	fatal     chan error   // why the node must leave the cluster (Fatal)
 	dupWarned atomic.Int64 // epoch of the younger node under this id last warned about
 	// markWarned is the epoch of the younger node with another secret
@@ -208,6 +212,7 @@ func Start(cfg Config) (*Node, error) {
 		nats.DisconnectErrHandler(func(c *nats.Conn, err error) {
 			// Closed (it reconnects forever otherwise): the node is stopping.
 			if !c.IsClosed() {
+				n.natsLost.Add(1)
 				n.log.Warn("cluster: NATS connection lost", "error", err)
 			}
 		}),
@@ -236,7 +241,7 @@ func Start(cfg Config) (*Node, error) {
 		if n.srv != nil {
 			n.srv.Shutdown()
 		}
-		return nil, fmt.Errorf("cluster: connecting to NATS: %w", err)
+		return nil, fmt.Errorf("cluster: connecting to NATS: %w%s", err, loginHint(cfg, err))
 	}
 	n.nc = nc
 	if mp := nc.MaxPayload(); mp < MaxMessage {

@@ -451,6 +451,36 @@ func TestCutOffNodeRefusesRequests(t *testing.T) {
 	}
 }
 
+// TestCallerCutOffDuringCall: a routed call whose taking node loses its
+// own NATS connection meanwhile says so when it gives up, rather than
+// blaming the serving node for going silent.
+func TestCallerCutOffDuringCall(t *testing.T) {
+	srv := startNATS(t, server.RANDOM_PORT)
+	var nodes []*testNode
+	for i := range 2 {
+		nodes = append(nodes, startNode(t, nil, Config{Name: "cutcall", NodeID: fmt.Sprintf("c%d", i), NATS: []string{srv.ClientURL()},
+			keepalive: 100 * time.Millisecond, silence: testTiming}, hub.Config{}))
+	}
+	d := connect(t, nodes[1].hub, "dev-cc", "c1")
+	t.Cleanup(func() { close(d.release) })
+	callUntil(t, nodes[0].hub, hub.CallRequest{Device: "dev-cc", Tool: "echo"})
+	slow := make(chan error, 1)
+	go func() {
+		_, err := nodes[0].hub.Call(t.Context(), hub.CallRequest{Device: "dev-cc", Tool: "slow"})
+		slow <- err
+	}()
+	waitFor(t, "the slow call to reach the device", func() bool { return d.slow.Load() == 1 })
+	srv.Shutdown()
+	select {
+	case err := <-slow:
+		if !errors.Is(err, hub.ErrDeviceDisconnected) || !strings.Contains(err.Error(), "this node (c0) lost its NATS connection") {
+			t.Errorf("call while the taking node was cut off: %v, want device_disconnected naming this node's NATS connection", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call hangs")
+	}
+}
+
 func TestDeviceRateAcrossNodes(t *testing.T) {
 	nodes := startClusterOf(t, 2, Config{}, hub.Config{DeviceRate: limits.Rate{PerSecond: 0.5, Burst: 1}})
 	connect(t, nodes[0].hub, "dev-r", "r")

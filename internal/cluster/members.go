@@ -121,8 +121,18 @@ func (m *members) loop(log *slog.Logger) {
 		}
 		m.list, m.sig = cur, sig
 		watchers := slices.Clone(m.watchers)
+		roles := make(map[string][]string, len(cur))
+		for _, id := range cur {
+			roles[id] = m.roles[id]
+		}
 		m.mu.Unlock()
-		log.Info("cluster: members changed", "members", cur)
+		// Logged when the list changes; the roles a node declares a beat
+		// after it joined change only the roles, which say so at debug.
+		if slices.Equal(old, cur) {
+			log.Debug("cluster: member roles changed", "members", cur, "roles", roles)
+		} else {
+			log.Info("cluster: members changed", "members", cur, "roles", roles)
+		}
 		for _, w := range watchers {
 			w(old, cur)
 		}

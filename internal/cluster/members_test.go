@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"slices"
 	"strings"
@@ -92,6 +93,38 @@ func TestMembers(t *testing.T) {
 }
 
 // Held probes a device's call subject without calling it; Handoff reaches
+
+// "members changed" is logged once per change of the member list, with
+// the roles, not again for each node's roles arriving a beat later.
+func TestMembersChangedLoggedOncePerList(t *testing.T) {
+	var buf syncBuffer
+	m := newMembers("a")
+	changes := make(chan struct{}, 8)
+	m.watchers = append(m.watchers, func(_, _ []string) { changes <- struct{}{} })
+	go m.loop(slog.New(slog.NewTextHandler(&buf, nil)))
+	defer func() { close(m.stop); <-m.done }()
+	step := func(f func()) {
+		t.Helper()
+		f()
+		select {
+		case <-changes:
+		case <-time.After(5 * time.Second):
+			t.Fatal("watchers not told of a change")
+		}
+	}
+	step(func() { m.heard("b", nil, false) })
+	step(func() { m.heard("b", []string{"mqtt-broker"}, true) })
+	step(func() {
+		m.mu.Lock()
+		m.roles["a"] = []string{"mqtt-broker"}
+		m.mu.Unlock()
+		m.poke()
+	})
+	if n := strings.Count(buf.String(), "members changed"); n != 1 {
+		t.Fatalf("logged %d times for one change of the members, want once:\n%s", n, buf.String())
+	}
+}
+
 // the named node's handler.
 func TestHeldAndHandoff(t *testing.T) {
 	nodes := startClusterOf(t, 2, Config{Heartbeat: 100 * time.Millisecond}, hub.Config{})

@@ -85,6 +85,7 @@ func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 	if err != nil {
 		return nil, hub.NotSentError(fmt.Errorf("%w: cluster: %w", hub.ErrDeviceOffline, err))
 	}
+	lost := n.natsLost.Load()
 	quiet := time.NewTimer(n.cfg.silence)
 	defer quiet.Stop()
 	// The serving node times the call out itself; this is for a node that
@@ -110,6 +111,11 @@ func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 			// Given up: should the serving node be merely slow, its
 			// call ends too.
 			n.cancelCall(msg.ID)
+			if n.natsLost.Load() != lost || !n.nc.IsConnected() {
+				// Not the serving node's fault, as far as this node knows.
+				return nil, fmt.Errorf("%w: this node (%s) lost its NATS connection during the call; no answer for %s",
+					hub.ErrDeviceDisconnected, n.cfg.NodeID, n.cfg.silence)
+			}
 			return nil, fmt.Errorf("%w: %s went silent for %s", hub.ErrDeviceDisconnected, servingNode(node, id), n.cfg.silence)
 		case m := <-replies:
 			if m.Header.Get("Status") == "503" { // NATS: no responders

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/paho"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/device"
@@ -20,6 +22,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 	"github.com/mcpgate/mcpgate/internal/transport/endpoint"
+	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
 // clusterNode is a gateway of a test cluster on one PostgreSQL store.
@@ -340,4 +343,95 @@ func TestClusterMQTTJoinedNodeLearnsHeardDevices(t *testing.T) {
 
 	c := startClusterNode(t, "c", dsn, broker, a.gw.ClusterRoute())
 	waitServedOnce(t, mac, 10*time.Second, []*clusterNode{a, b, c})
+}
+
+// A node that joins is handed the devices it now owns only once their
+// calls on the node serving them are over: a call running when it joins
+// gets its answer, and the device moves afterwards. The joining node,
+// hearing the device meanwhile, starts no session of its own.
+func TestClusterMQTTJoinWaitsForCallsInFlight(t *testing.T) {
+	dsn := storetest.PostgresDSN(t)
+	broker := startMosquitto(t)
+	a := startClusterNode(t, "a", dsn, broker)
+	var mac string
+	for i := 0; mac == ""; i++ {
+		if m := fmt.Sprintf("02:00:00:14:08:%02x", i); cluster.RendezvousOwner([]string{"a", "b"}, m) == "b" {
+			mac = m
+		}
+	}
+	tool, entered, release := slowTool()
+	runStockBrokerDevice(t, broker, mac, newServer(t, device.ProfileESP32, tool, device.Tool{Name: "self.whoami",
+		Description: "Says which device answers.", Handler: func(context.Context, device.Args) (any, error) { return mac, nil }}))
+	t.Cleanup(release) // before the device stops
+	waitHeldOnce(t, mac, 20*time.Second, []*clusterNode{a})
+	res := startSlowCall(t, a.gw, mac, entered)
+
+	b := startClusterNode(t, "b", dsn, broker, a.gw.ClusterRoute())
+	waitFor(t, "a to count b on the broker", 10*time.Second, func() bool {
+		return slices.Contains(a.gw.cluster.node.Load().MembersWith(roleMQTT), "b")
+	})
+	// The device speaks meanwhile (it answers a ping while its call
+	// runs): b hears it, and must not start a session of its own.
+	pingOnDownlink(t, broker, mac)
+	time.Sleep(time.Second) // a handover would have come within a poll
+	select {
+	case r := <-res:
+		t.Fatalf("the call in flight ended when b joined: %q, %v", r.text, r.err)
+	default:
+	}
+	if h := holders(mac, a, b); !slices.Equal(h, []string{"a"}) {
+		t.Fatalf("%s held by %v while its call runs on a, want a alone", mac, h)
+	}
+	finishCall(t, release, res)
+	waitServedOnce(t, mac, 10*time.Second, []*clusterNode{a, b})
+}
+
+// After every node has stopped, nodes started again on the same store and
+// broker find the idle devices that stayed connected to the broker: each
+// pings its share of the MQTT devices the store knows.
+func TestClusterMQTTRestartedNodesFindIdleDevices(t *testing.T) {
+	dsn, broker, a, b := startBrokerPair(t)
+	macs := make([]string, 6)
+	for i := range macs {
+		macs[i] = fmt.Sprintf("02:00:00:14:09:%02x", i)
+		runStockBrokerDevice(t, broker, macs[i], whoami(t, macs[i]))
+	}
+	for _, mac := range macs {
+		waitHeldOnce(t, mac, 20*time.Second, []*clusterNode{a, b})
+	}
+	for _, n := range []*clusterNode{b, a} {
+		if err := n.stop(); err != nil {
+			t.Fatalf("stopping %s: %v", n.id, err)
+		}
+	}
+	a = startClusterNode(t, "a", dsn, broker)
+	b = startClusterNode(t, "b", dsn, broker, a.gw.ClusterRoute())
+	waitMembers(t, []string{"a", "b"}, a, b)
+	for _, mac := range macs {
+		waitServedOnce(t, mac, 20*time.Second, []*clusterNode{a, b})
+	}
+}
+
+// pingOnDownlink publishes an MCP ping on the device's downlink, as from no
+// session: the device answers on its uplink, which every node hears.
+func pingOnDownlink(t *testing.T, broker, mac string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", broker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := paho.NewClient(paho.ClientConfig{Conn: conn})
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Connect(ctx, &paho.Connect{ClientID: "pinger-" + mac, CleanStart: true, KeepAlive: 30}); err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Disconnect(&paho.Disconnect{})
+	msg, err := xiaozhi.MCPEnvelope(xiaozhi.NewSessionID(), []byte(`{"jsonrpc":"2.0","id":777,"method":"ping"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Publish(ctx, &paho.Publish{Topic: xiaozhi.P2PTopic(mac), Payload: msg}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -15,12 +16,18 @@ import (
 // nodes by rendezvous hashing of their ids (docs/cluster.md): each node
 // starts sessions only with its own devices, hands devices it holds but no
 // longer owns to their owner (a node joined), and takes over the devices
-// of a node that left or died.
+// of a node that left or died. A device with calls in flight is handed
+// over once they are over (handoffWait at most): the new session's claim
+// closes the old one, and its calls with it.
 
 // mqttRebalanceEvery is how often a node also checks its split without a
 // membership change: a handoff that failed (the owner was starting) is
 // retried, and two nodes that served one device during a partition settle.
 const mqttRebalanceEvery = 5 * time.Second
+
+// handoffPoll is how often a node checks again, while it keeps devices
+// it no longer owns for their calls in flight, whether these are over.
+const handoffPoll = 200 * time.Millisecond
 
 // roleMQTT is the cluster role of the nodes that serve the external
 // broker's devices: only they share the fleet.
@@ -82,16 +89,35 @@ func (g *Gateway) balanceMQTT(ctx context.Context) (stop func()) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		learnt := map[string]bool{}
+		busy := map[string]time.Time{}
+		pinged, polled := false, false
 		tick := time.NewTicker(mqttRebalanceEvery)
 		defer tick.Stop()
 		for {
-			g.learnMQTTFleet(ctx, node, learnt)
-			g.rebalanceMQTT(ctx, node)
+			if polled {
+				g.handOverMQTT(ctx, node, busy) // those whose calls are over
+			} else {
+				g.learnMQTTFleet(ctx, node, learnt)
+				g.rebalanceMQTT(ctx, node, busy)
+			}
+			// Once this node counts itself on the broker, it has a share:
+			// the idle devices of it nobody serves are pinged.
+			if !pinged && node.Connected() && slices.Contains(node.MembersWith(roleMQTT), node.ID()) {
+				pinged = true
+				t.PingKnown(g.storedMQTT())
+			}
+			var poll <-chan time.Time
+			if len(busy) > 0 {
+				poll = time.After(handoffPoll)
+			}
+			polled = false
 			select {
 			case <-ctx.Done():
 				return
 			case <-kick:
 			case <-tick.C:
+			case <-poll:
+				polled = true
 			}
 		}
 	})
@@ -103,20 +129,50 @@ func (g *Gateway) balanceMQTT(ctx context.Context) (stop func()) {
 
 // rebalanceMQTT hands the devices this node holds but no longer owns to
 // their owners, and takes over the devices it owns that it heard lately and
-// that no node holds (their node left or died).
-func (g *Gateway) rebalanceMQTT(ctx context.Context, node *cluster.Node) {
+// that no node holds (their node left or died). A device with requests in
+// flight is kept until they are over, or handoffWait after it was first
+// found so: busy holds those it keeps, since when.
+func (g *Gateway) rebalanceMQTT(ctx context.Context, node *cluster.Node, busy map[string]time.Time) {
 	if !node.Connected() {
 		return // its members are only itself: see ownsMQTT
+	}
+	g.handOverMQTT(ctx, node, busy)
+	g.takeOverMQTT(ctx, node)
+}
+
+// handOverMQTT is rebalanceMQTT's first half: it hands the devices this
+// node holds but no longer owns to their owners, but those with requests
+// in flight (busy).
+func (g *Gateway) handOverMQTT(ctx context.Context, node *cluster.Node, busy map[string]time.Time) {
+	if !node.Connected() {
+		return
 	}
 	t := g.mqttExt
 	self := node.ID()
 	members := node.MembersWith(roleMQTT)
 	give := map[string][]string{}
+	now := time.Now()
+	kept := map[string]time.Time{}
 	for _, id := range t.Held() {
-		if o := cluster.RendezvousOwner(members, id); o != self && o != "" {
-			give[o] = append(give[o], id)
+		o := cluster.RendezvousOwner(members, id)
+		if o == self || o == "" {
+			continue
 		}
+		if t.Busy(id) {
+			since, ok := busy[id]
+			if !ok {
+				since = now
+			}
+			if now.Sub(since) < g.handoffWait() {
+				kept[id] = since
+				continue
+			}
+			g.log.Warn("cluster: handing an MQTT device over with calls still running", "device_id", id, "to", o, "waited", now.Sub(since).Round(time.Millisecond))
+		}
+		give[o] = append(give[o], id)
 	}
+	clear(busy)
+	maps.Copy(busy, kept)
 	for to, ids := range give {
 		for batch := range slices.Chunk(ids, handoffBatch) {
 			hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -133,6 +189,14 @@ func (g *Gateway) rebalanceMQTT(ctx context.Context, node *cluster.Node) {
 			t.Release(held)
 		}
 	}
+}
+
+// takeOverMQTT is rebalanceMQTT's second half: it takes over the devices
+// this node owns that it heard lately and that no node holds.
+func (g *Gateway) takeOverMQTT(ctx context.Context, node *cluster.Node) {
+	t := g.mqttExt
+	self := node.ID()
+	members := node.MembersWith(roleMQTT)
 	var mine []string
 	for _, id := range t.Heard() {
 		if cluster.RendezvousOwner(members, id) == self {
@@ -169,6 +233,40 @@ func (g *Gateway) rebalanceMQTT(ctx context.Context, node *cluster.Node) {
 		g.log.Info("cluster: taking over MQTT devices no node serves", "devices", len(adopt))
 		t.Adopt(adopt)
 	}
+}
+
+// storedMQTTWithin bounds the devices a node pings at its start (storedMQTT)
+// to those seen lately: a large fleet's long-gone devices cost nothing.
+const storedMQTTWithin = 24 * time.Hour
+
+// storedMQTT returns the MQTT devices the store knows that were seen within
+// storedMQTTWithin and that no node serves now, for the external broker to
+// ping (mqttext.Transport.PingKnown, which pings only this node's share):
+// all nodes restarted, or a single gateway, hear idle devices that stayed
+// connected to the broker only when they speak, which they may never do
+// unasked.
+func (g *Gateway) storedMQTT() []string {
+	horizon := time.Now().Add(-storedMQTTWithin)
+	var ids []string
+	for _, d := range g.hub.Devices() {
+		if d.Transport == "mqtt" && !d.Online && d.LastSeen != nil && d.LastSeen.After(horizon) {
+			ids = append(ids, d.ID)
+		}
+	}
+	return ids
+}
+
+// handoffWait bounds how long a node keeps a device it no longer owns for
+// its calls in flight: the longest call timeout.
+func (g *Gateway) handoffWait() time.Duration {
+	d := g.cfg.CallTimeout
+	if d <= 0 {
+		d = 30 * time.Second // mcpclient's default
+	}
+	for _, td := range g.cfg.ToolTimeouts {
+		d = max(d, td)
+	}
+	return d
 }
 
 // handoffBatch bounds the devices of one handoff message (NATS payloads

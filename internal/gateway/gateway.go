@@ -432,9 +432,10 @@ func New(cfg Config) (*Gateway, error) {
 		}
 	}
 	if cfg.MQTTBroker != "" {
-		var owns func(string) bool
+		var owns, heldElsewhere func(string) bool
 		if cfg.Cluster != nil {
 			owns = link.ownsMQTT // the split follows the cluster's members
+			heldElsewhere = link.heldElsewhere
 		}
 		if cfg.MQTTAddr != "" {
 			return nil, errors.New("gateway: an external MQTT broker and the embedded one are mutually exclusive: leave the MQTT listen address empty")
@@ -443,7 +444,7 @@ func New(cfg Config) (*Gateway, error) {
 			Hub: h, Logger: cfg.Logger, Metrics: m, Session: session,
 			Broker: cfg.MQTTBroker, TLS: cfg.MQTTBrokerTLS, Username: cfg.MQTTBrokerUsername, Password: cfg.MQTTBrokerPassword,
 			UplinkTopic: cfg.MQTTUplinkTopic, ShareGroup: cfg.MQTTShareGroup, SilenceTimeout: cfg.MQTTSilenceTimeout,
-			Nodes: cfg.MQTTNodes, Node: cfg.MQTTNode, Owns: owns,
+			Nodes: cfg.MQTTNodes, Node: cfg.MQTTNode, Owns: owns, HeldElsewhere: heldElsewhere,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
@@ -642,6 +643,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 			return err
 		}
 		defer g.mqttExt.Close()
+		if g.cfg.Cluster == nil {
+			g.mqttExt.PingKnown(g.storedMQTT()) // in cluster mode, balanceMQTT pings its share
+		}
 		defer g.balanceMQTT(ctx)() // stops before the transport closes
 	}
 	g.mu.Lock()

@@ -91,9 +91,10 @@ func TestExternalBrokerDiscoveryCallsAndWill(t *testing.T) {
 	}
 }
 
-// A call while the broker is down fails device_disconnected: the device
-// cannot be reached, no fault of the gateway's.
-func TestExternalBrokerDownCallFailsDisconnected(t *testing.T) {
+// A call made while the gateway's broker connection is down was never
+// sent: it fails device_offline, not sent, and says why, instead of
+// device_disconnected ("may or may not have run").
+func TestExternalBrokerDownCallNotSent(t *testing.T) {
 	broker, kill := startMosquittoKillable(t)
 	gw := startExternalGateway(t, broker, time.Minute)
 	var mu sync.Mutex
@@ -104,16 +105,17 @@ func TestExternalBrokerDownCallFailsDisconnected(t *testing.T) {
 	kill()
 	// A call published before the gateway's client has seen the broker
 	// go goes into a dead socket and times out; once it has, calls fail at
-	// once, device_disconnected.
+	// once, not sent.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, _, err := call(t, gw, mac, "self.audio_speaker.set_volume", `{"volume":5}`, time.Second)
 		code := hub.Code(err)
-		if code == "device_disconnected" {
+		if code == "device_offline" && hub.NotSent(err) && strings.Contains(err.Error(), "the gateway's connection to the MQTT broker is down") {
 			return
 		}
 		if code != "device_timeout" || time.Now().After(deadline) {
-			t.Fatalf("call with the broker down: %v (%s), want device_disconnected", err, code)
+			t.Fatalf("call with the broker down: %v (%s, not sent %t), want device_offline, not sent, naming the broker connection",
+				err, code, hub.NotSent(err))
 		}
 	}
 }
@@ -579,5 +581,25 @@ func TestExternalBrokerWillFailsCallsDisconnected(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the call in flight did not fail after the device's Will")
+	}
+}
+
+// A gateway restarted while its devices stay connected to the broker, idle,
+// pings the devices its store knows and serves them again, without their
+// having to speak or reconnect first.
+func TestExternalBrokerRestartedGatewayFindsIdleDevices(t *testing.T) {
+	broker := startMosquitto(t)
+	cfg := Config{DataDir: t.TempDir(), MQTTBroker: "tcp://" + broker, MQTTSilenceTimeout: time.Minute, RequestTimeout: time.Second}
+	gw, stop := runGateway(t, cfg)
+	mac := "02:00:00:20:03:01"
+	runStockBrokerDevice(t, broker, mac, whoami(t, mac))
+	waitState(t, gw, mac, hub.StateReady)
+	if err := stop(); err != nil {
+		t.Fatalf("stopping the gateway: %v", err)
+	}
+	gw, _ = runGateway(t, cfg)
+	waitState(t, gw, mac, hub.StateReady)
+	if text, _, err := call(t, gw, mac, "self.whoami", `{}`, 5*time.Second); err != nil || text != mac {
+		t.Fatalf("call after the restart: %q, %v", text, err)
 	}
 }

@@ -116,6 +116,14 @@ func (t *Transport) Held() []string {
 	return ids
 }
 
+// Busy reports whether this node's session with the device has requests
+// in flight: a node hands a device over only once it has none (or has
+// waited long enough), as the new session's claim closes this one.
+func (t *Transport) Busy(id string) bool {
+	s := t.open(id)
+	return s != nil && s.sess.Pending() > 0
+}
+
 // Adopt starts a session with each device of ids this node owns and does
 // not serve yet (the session's first request reaches the device on its
 // downlink topic), and returns the devices of ids it serves afterwards.

@@ -34,14 +34,17 @@
 //
 // # Presence
 //
-// A session starts when the gateway first hears from a device, or again when
-// the device announces itself (type "online", after a reconnect: it may have
+// A session starts when the gateway first hears from a device (split by
+// cluster membership: unless another node serves it, Config.HeldElsewhere),
+// or again when the device announces itself (type "online", after a reconnect: it may have
 // forgotten the MCP session). It ends on the device's Will (type "offline")
 // unless the device still answers a ping (the Will may be an older
 // connection's), or when the device stays silent for SilenceTimeout and then
 // does not answer an MCP ping either. A ping that the gateway's own broker
 // connection fails ends nothing: after each reconnect the gateway pings the
-// devices it serves again (reconnect.go).
+// devices it serves again (reconnect.go). An idle device speaks only when
+// asked, so at its start the gateway pings those its store knows
+// ([Transport.PingKnown]).
 //
 // # Concurrency
 //
@@ -122,6 +125,12 @@ type Config struct {
 	// transport remember which devices it heard ([Transport.Heard]), so that
 	// a node can take over a lost node's devices. Exclusive with Nodes.
 	Owns func(deviceID string) bool
+	// HeldElsewhere, with Owns, reports whether another node serves the
+	// device now; it may block on the network for a second. A device
+	// heard that this node owns but has no session with is started only
+	// when no other node serves it: the node serving it (the owner before
+	// this one joined) hands it over once its calls are over (Busy).
+	HeldElsewhere func(deviceID string) bool
 	// SilenceTimeout is how long a device may stay silent before the gateway
 	// pings it, and ends its session if the ping fails. Default 5m.
 	SilenceTimeout time.Duration
@@ -176,6 +185,9 @@ type Transport struct {
 	// every node hears every device. A device leaves it on its Will and
 	// when its session here ends. Guarded by mu.
 	heard map[string]int64
+	// asking holds the devices whose HeldElsewhere is being asked before
+	// their session starts (startUnlessHeld). Guarded by mu.
+	asking map[string]bool
 
 	// ended is when each device's session ended on an unanswered ping, and
 	// downAt when the broker connection was last lost: the recheck after
@@ -253,7 +265,7 @@ func New(cfg Config) (*Transport, error) {
 	return &Transport{cfg: cfg, log: cfg.Logger.With("component", "mqtt_external"), m: cfg.Metrics, server: u,
 		filter: filter, probeTopic: cfg.UplinkTopic + "/" + ProbeLevel, subscribed: make(chan struct{}),
 		uplinkErr: errNoConnection, probes: make(map[string]chan struct{}),
-		conns: conns.NewTracker(), live: make(map[string]*session), heard: make(map[string]int64),
+		conns: conns.NewTracker(), live: make(map[string]*session), heard: make(map[string]int64), asking: make(map[string]bool),
 		ended: make(map[string]int64)}, nil
 }
 
@@ -445,6 +457,9 @@ var (
 	// connection to the broker breaks: no answer can come, and the device
 	// is not to blame.
 	errBrokerLost = errors.New("connection to the MQTT broker lost")
+	// errBrokerDown fails a publish to a device while the gateway has no
+	// broker connection: nothing was sent.
+	errBrokerDown = errors.New("the gateway's connection to the MQTT broker is down")
 	// errGoneAfterOutage ends a session whose device did not answer any
 	// ping of the recheck after the gateway's broker connection came back.
 	errGoneAfterOutage = errors.New("device not answering since the gateway reconnected to the MQTT broker")
@@ -453,7 +468,7 @@ var (
 // brokerSide reports whether a request to a device failed because the
 // gateway's own broker connection is down, not because of the device.
 func brokerSide(err error) bool {
-	return errors.Is(err, errBrokerLost) || errors.Is(err, errNoConnection)
+	return errors.Is(err, errBrokerLost) || errors.Is(err, errBrokerDown) || errors.Is(err, errNoConnection)
 }
 
 // onPublish handles one uplink message; it runs on paho's router goroutine.
@@ -505,18 +520,67 @@ func (t *Transport) onPublish(pr paho.PublishReceived) (bool, error) {
 	if s == nil && !t.owns(deviceID) {
 		return true, nil // it reannounced itself, and is another node's now
 	}
+	if s == nil && env.Type != xiaozhi.TypeOnline && t.cfg.HeldElsewhere != nil {
+		// Maybe its previous owner still serves it (this node just
+		// joined): that one hands it over when its calls are over. A
+		// device that announced itself has a new connection: no session
+		// elsewhere is worth keeping, and the claim closes it.
+		t.startUnlessHeld(deviceID, env)
+		return true, nil
+	}
 	if s == nil {
 		if s = t.start(deviceID); s == nil {
 			return true, nil
 		}
 	}
+	s.handle(env)
+	return true, nil
+}
+
+// startUnlessHeld starts the session of a device heard, unless another
+// node serves it, and hands it env; it asks on a goroutine the tracker
+// owns, one at a time per device, as paho's router goroutine must not wait.
+// A message heard while asking is dropped: one that matters (a reply) is
+// another session's.
+func (t *Transport) startUnlessHeld(deviceID string, env *xiaozhi.Envelope) {
+	t.mu.Lock()
+	if t.asking[deviceID] {
+		t.mu.Unlock()
+		return
+	}
+	t.asking[deviceID] = true
+	t.mu.Unlock()
+	if !t.conns.Add() {
+		t.mu.Lock()
+		delete(t.asking, deviceID)
+		t.mu.Unlock()
+		return
+	}
+	go func() {
+		defer t.conns.Done()
+		defer func() {
+			t.mu.Lock()
+			delete(t.asking, deviceID)
+			t.mu.Unlock()
+		}()
+		if t.cfg.HeldElsewhere(deviceID) || !t.owns(deviceID) {
+			return
+		}
+		if s := t.start(deviceID); s != nil {
+			s.handle(env)
+		}
+	}()
+}
+
+// handle takes one message of the session's device.
+func (s *session) handle(env *xiaozhi.Envelope) {
 	s.touch()
 	switch env.Type {
 	case xiaozhi.TypeMCP:
 		if len(env.Payload) == 0 || string(env.Payload) == "null" {
-			t.m.DroppedFrames.WithLabelValues("empty_mcp").Inc()
+			s.t.m.DroppedFrames.WithLabelValues("empty_mcp").Inc()
 			s.log.Debug("dropped mcp message without payload") // as the other doors
-			return true, nil
+			return
 		}
 		s.sess.HandleValid(env.Payload) // DecodeEnvelope validated the message
 	case xiaozhi.TypeHello:
@@ -525,7 +589,6 @@ func (t *Transport) onPublish(pr paho.PublishReceived) (bool, error) {
 		// goodbye ends the device's audio session only; listen, abort and
 		// other types are not used by this gateway.
 	}
-	return true, nil
 }
 
 // owns reports whether this node serves deviceID: always, unless the fleet
@@ -716,11 +779,14 @@ func (s *session) SendMessage(ctx context.Context, msg []byte) error { return s.
 
 // publish sends at QoS 0, like firmware: a QoS 1 publish would wait for a
 // PUBACK that paho delivers on the goroutine that may be running onPublish.
+// With no broker connection nothing was sent: the device is unreachable
+// (device_offline, not sent), not gone mid-call.
 func (s *session) publish(ctx context.Context, msg []byte) error {
 	if err := s.t.publishTo(ctx, s.topic, msg); err != nil {
 		switch {
-		case errors.Is(err, errNoConnection):
-			return fmt.Errorf("mqttext: publish to device: %w: %w", mcpclient.ErrDisconnected, err)
+		case errors.Is(err, errNoConnection) || errors.Is(err, autopaho.ConnectionDownError):
+			return fmt.Errorf("mqttext: publish to device: %w", hub.NotSentError(
+				fmt.Errorf("%w: %s: %w; nothing was sent", hub.ErrDeviceOffline, s.deviceID, errBrokerDown)))
 		case ctx.Err() != nil:
 			return fmt.Errorf("mqttext: publish to device: %w", err)
 		}

@@ -168,6 +168,33 @@ func (t *Transport) pingLost(ctx context.Context, ids []string) []string {
 	return rest
 }
 
+// PingKnown pings, in the rounds of a recheck (recheckPauses), the devices
+// of ids that this node owns and has no session with, until each has one:
+// a gateway that starts while its devices stay connected to the broker,
+// idle, would otherwise not hear them before they reconnect. A device that
+// answers starts a session as any device heard does (onPublish). It runs on
+// a goroutine Close waits for, and returns at once.
+func (t *Transport) PingKnown(ids []string) {
+	if len(ids) == 0 || !t.conns.Add() {
+		return
+	}
+	go func() {
+		defer t.conns.Done()
+		ctx := t.conns.Context()
+		t.log.Info("pinging the devices known from the store", "devices", len(ids))
+		for _, pause := range recheckPauses {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(pause):
+			}
+			if ids = t.pingLost(ctx, ids); len(ids) == 0 {
+				return
+			}
+		}
+	}()
+}
+
 // publishTo publishes msg at QoS 0 on topic.
 func (t *Transport) publishTo(ctx context.Context, topic string, msg []byte) error {
 	t.mu.Lock()
