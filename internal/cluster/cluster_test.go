@@ -755,9 +755,11 @@ func TestLargeMessagesCrossNodes(t *testing.T) {
 	if err != nil || len(text(t, res)) != 2<<20 {
 		t.Fatalf("a 2 MiB result across nodes: %v", err)
 	}
-	start := time.Now()
+	// The reason, not the caller's silence timeout ("went silent"), which
+	// is what a result too large to send used to end in: a bound on the
+	// time would only measure how loaded the machine is.
 	_, err = nodes[1].hub.Call(t.Context(), hub.CallRequest{Device: "dev-big", Tool: "huge"})
-	if err == nil || !strings.Contains(err.Error(), "larger than NATS carries") || time.Since(start) > 3*time.Second {
-		t.Fatalf("a result beyond NATS's max payload: %v after %s, want the reason at once", err, time.Since(start))
+	if err == nil || !strings.Contains(err.Error(), "larger than NATS carries") {
+		t.Fatalf("a result beyond NATS's max payload: %v, want the reason", err)
 	}
 }
