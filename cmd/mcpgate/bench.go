@@ -99,8 +99,8 @@ answering server in a child process, as on another node, next to the p50
 goal. Each node runs with its share of this machine's cores as GOMAXPROCS
 (cores ÷ nodes, at least 1; --node-procs), as a container's CPU quota sets
 it: nodes sharing cores each at GOMAXPROCS = cores spend much of a crossing
-waking threads. --cluster-loads 4,64 adds the local and cross-node closed loops with
-those numbers of workers, for the CPU ratio against load. --storm DEVICES
+waking threads. --cluster-loads 4,64 adds the local and cross-node closed
+loops with those numbers of workers, for the CPU ratio against load. --storm DEVICES
 then connects that many devices spread over the nodes, drops them all at
 once and reconnects each to the next node: the time until every one is
 callable again, and PostgreSQL's commits and device rows written per
