@@ -319,16 +319,8 @@ func TestNATSLogKinds(t *testing.T) {
 // --nats-creds and whether it was given, as the MQTT broker's refusal names
 // its flags.
 func TestNATSLoginRefusedNamesCreds(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true,
+	srv := startNATSWith(t, &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true,
 		Username: "gw", Password: "secret"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
 	wrong := strings.Replace(srv.ClientURL(), "nats://", "nats://gw:wrong@", 1)
 	for _, tc := range []struct{ url, want string }{
 		{srv.ClientURL(), "none was given: name its credentials file with --nats-creds"},

@@ -396,7 +396,13 @@ func TestExternalNATS(t *testing.T) {
 // and stops it when the test ends.
 func startNATS(t *testing.T, port int) *server.Server {
 	t.Helper()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, NoSigs: true, NoLog: true})
+	return startNATSWith(t, &server.Options{Host: "127.0.0.1", Port: port, NoSigs: true, NoLog: true})
+}
+
+// startNATSWith is startNATS with the server's options.
+func startNATSWith(t *testing.T, opts *server.Options) *server.Server {
+	t.Helper()
+	srv, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
