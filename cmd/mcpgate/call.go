@@ -48,10 +48,11 @@ number or boolean property gets a JSON number or boolean (true/false, yes/no,
 on/off, 1/0), a string property gets the text as is, and a property of no
 single type gets the value as JSON when it parses, else as a string. A type or
 null (["string","null"], or Pydantic's anyOf of the two) counts as that type,
-and null as null. A property's local $ref (#/$defs/NAME, #/definitions/NAME:
-Pydantic's Enum parameters) is typed by the definition it names. key:=json
-passes raw JSON (key:='[1,2]', key:='"007"'). Keys the schema does not list are
-refused. --args passes the whole arguments object as JSON instead, unchecked by
+and null as null. A local $ref (#/$defs/NAME, #/definitions/NAME), of a
+property (Pydantic's Enum parameters) or of the whole schema or its allOf of
+one (Pydantic's and zod's models), is typed by the definition it names.
+key:=json passes raw JSON (key:='[1,2]', key:='"007"'). Keys the schema does
+not list are refused. --args passes the whole arguments object as JSON instead, unchecked by
 the CLI (the gateway still validates it).
 
 Text content is printed one item per line; other content is summarised, as in

@@ -33,6 +33,16 @@ func TestSignature(t *testing.T) {
 		{`{"$defs":{"A":{"$ref":"#/$defs/B"},"B":{"$ref":"#/$defs/A"},"C":{"anyOf":[{"$ref":"#/$defs/C"},{"type":"null"}]}},"properties":{"a":{"$ref":"#/$defs/A"},"c":{"$ref":"#/$defs/C"}}}`, "a?:any c?:any"},
 		{`{"$defs":{"X":{"type":"string"}},"properties":{"m":{"$ref":"#/$defs/Missing"},"o":{"$ref":"other.json#/$defs/X"},"d":{"$ref":"#/$defs/X/type"}}}`, "m?:any o?:any d?:any"},
 		{`{"$defs":5,"properties":{"m":{"$ref":"#/$defs/X"}}}`, "m?:any"},
+		// A top-level $ref, or allOf of one (Pydantic's and zod's models), reads as the definition it names;
+		// the top level's own keywords win, and a cycle or an allOf of two stays unresolved.
+		{`{"$ref":"#/$defs/Args","$defs":{"Args":{"type":"object","properties":{"volume":{"type":"integer","minimum":0,"maximum":100}},"required":["volume"]}}}`, "volume:int[0..100]"},
+		{`{"$schema":"http://json-schema.org/draft-07/schema#","$ref":"#/definitions/Args","definitions":{"Args":{"type":"object","properties":{"on":{"type":"boolean"}},"additionalProperties":false}}}`, "on?:bool"},
+		{`{"allOf":[{"$ref":"#/$defs/Args"}],"$defs":{"Args":{"properties":{"c":{"$ref":"#/$defs/Code"}},"required":["c"]},"Code":{"enum":["a","b"]}}}`, "c:a|b"},
+		{`{"$ref":"#/$defs/A","$defs":{"A":{"$ref":"#/$defs/B"},"B":{"allOf":[{"$ref":"#/$defs/C"}]},"C":{"properties":{"n":{"type":"number"}}}}}`, "n?:number"},
+		{`{"$ref":"#/$defs/A","properties":{"x":{"type":"string"}},"$defs":{"A":{"properties":{"y":{"type":"string"}},"required":["x"]}}}`, "x:string"},
+		{`{"$ref":"#/$defs/A","$defs":{"A":{"$ref":"#/$defs/A"}}}`, ""},
+		{`{"allOf":[{"$ref":"#/$defs/A"},{"$ref":"#/$defs/A"}],"$defs":{"A":{"properties":{"y":{"type":"string"}}}}}`, ""},
+		{`{"$ref":"#/$defs/Missing","$defs":{"A":5}}`, ""},
 		{`{"type":"object","properties":{}}`, ""},
 		{`{"type":"object"}`, ""},
 		{``, ""},
@@ -72,11 +82,20 @@ func TestBuildArguments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	model, err := parseInputSchema(json.RawMessage(`{"$ref":"#/$defs/Args","$defs":{"Args":{"type":"object",` +
+		`"properties":{"volume":{"type":"integer"},"on":{"type":"boolean"},"code":{"type":"string"}}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		schema *inputSchema
 		pairs  []string
 		want   string
 	}{
+		// A top-level $ref (Pydantic's and zod's models) types by the definition it names.
+		{model, []string{"volume=30", "on=yes", "code=007"}, `{"volume":30,"on":true,"code":"007"}`},
+		{model, []string{"volume=loud"}, ``},
+		{model, []string{"volum=30"}, ``},
 		// A $ref to a string Enum (Pydantic's) types the value as a string.
 		{enum, []string{"code=true"}, `{"code":"true"}`},
 		{enum, []string{"code=007"}, `{"code":"007"}`},

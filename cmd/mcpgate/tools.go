@@ -146,11 +146,9 @@ func (s *inputSchema) names() []string {
 
 func parseInputSchema(raw json.RawMessage) (*inputSchema, error) {
 	var top struct {
-		Properties           json.RawMessage `json:"properties"`
-		Required             []string        `json:"required"`
-		AdditionalProperties json.RawMessage `json:"additionalProperties"`
-		Defs                 json.RawMessage `json:"$defs"`
-		Definitions          json.RawMessage `json:"definitions"`
+		objectSchema
+		Defs        json.RawMessage `json:"$defs"`
+		Definitions json.RawMessage `json:"definitions"`
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return &inputSchema{}, nil
@@ -158,16 +156,17 @@ func parseInputSchema(raw json.RawMessage) (*inputSchema, error) {
 	if err := json.Unmarshal(raw, &top); err != nil {
 		return nil, fmt.Errorf("input schema: %w", err)
 	}
+	var defs schemaDefs
+	// Definitions that are not objects leave their $refs unresolved.
+	_ = json.Unmarshal(top.Defs, &defs.defs)
+	_ = json.Unmarshal(top.Definitions, &defs.definitions)
+	defs.resolveObject(&top.objectSchema, raw)
 	ap := string(bytes.TrimSpace(top.AdditionalProperties))
 	s := &inputSchema{open: ap != "" && ap != "false"}
 	names, values, err := orderedMembers(top.Properties)
 	if err != nil {
 		return nil, fmt.Errorf("input schema properties: %w", err)
 	}
-	var defs schemaDefs
-	// Definitions that are not objects leave their $refs unresolved.
-	_ = json.Unmarshal(top.Defs, &defs.defs)
-	_ = json.Unmarshal(top.Definitions, &defs.definitions)
 	at := make(map[string]int, len(names))
 	for i, name := range names {
 		var ps propSchema
@@ -194,6 +193,58 @@ func parseInputSchema(raw json.RawMessage) (*inputSchema, error) {
 		s.props = append(s.props, p)
 	}
 	return s, nil
+}
+
+// objectSchema is what the CLI reads of an object schema: an input schema's
+// top level, or the definition its $ref names.
+type objectSchema struct {
+	Properties           json.RawMessage `json:"properties"`
+	Required             []string        `json:"required"`
+	AdditionalProperties json.RawMessage `json:"additionalProperties"`
+}
+
+// objectRef returns the local $ref an object schema defers to: its own
+// $ref, or the one $ref of an allOf of one, as Pydantic and zod write a
+// model ({"$ref":"#/$defs/Args","$defs":{...}}). A $ref of another shape
+// counts as none.
+func objectRef(raw json.RawMessage) string {
+	var s struct {
+		Ref   string `json:"$ref"`
+		AllOf []struct {
+			Ref string `json:"$ref"`
+		} `json:"allOf"`
+	}
+	_ = json.Unmarshal(raw, &s) // a member of another type is left zero
+	if s.Ref == "" && len(s.AllOf) == 1 {
+		return s.AllOf[0].Ref
+	}
+	return s.Ref
+}
+
+// resolveObject fills in what o, read from raw, leaves out from the
+// definition its objectRef names, following such $refs there too, at most
+// maxRefDepth of them. o's own keywords win. A $ref that lookup cannot
+// resolve, or to a definition that is not an object schema, stays
+// unresolved.
+func (d *schemaDefs) resolveObject(o *objectSchema, raw json.RawMessage) {
+	ref := objectRef(raw)
+	for depth := 0; ref != "" && depth < maxRefDepth; depth++ {
+		def, ok := d.lookup(ref)
+		var target objectSchema
+		if !ok || json.Unmarshal(def, &target) != nil {
+			return
+		}
+		if o.Properties == nil {
+			o.Properties = target.Properties
+		}
+		if o.Required == nil {
+			o.Required = target.Required
+		}
+		if o.AdditionalProperties == nil {
+			o.AdditionalProperties = target.AdditionalProperties
+		}
+		ref = objectRef(def)
+	}
 }
 
 // propSchema is what the CLI reads of a property's schema.
