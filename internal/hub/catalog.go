@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"log/slog"
 	"math/big"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
@@ -155,7 +157,7 @@ func CompileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 // but asserting "format" as SDK clients check a result's structuredContent:
 // the TypeScript SDK's Ajv with ajv-formats rejects {"a":"abc"} for an
 // "email". Formats ajv-formats does not know, which Ajv ignores, stay
-// annotations.
+// annotations; a "regex" RE2 cannot compile passes (see compileSchema).
 func CompileOutputSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	return compileSchema(raw, true)
 }
@@ -177,6 +179,19 @@ func compileSchema(raw json.RawMessage, assertFormat bool) (*jsonschema.Schema, 
 	}
 	c := jsonschema.NewCompiler()
 	c.UseLoader(refusingLoader{})
+	// One regexp engine compiles "pattern" with the schema and checks the
+	// "regex" format of an instance after. JSON Schema means ECMA-262, which
+	// RE2 only partly reads: a schema's pattern RE2 cannot compile still
+	// fails the schema, but an instance's regex it cannot compile
+	// (lookahead, backreference) is unknown, not invalid.
+	var compiled atomic.Bool
+	c.UseRegexpEngine(func(s string) (jsonschema.Regexp, error) {
+		re, err := regexp.Compile(s)
+		if err != nil && compiled.Load() {
+			return nil, nil
+		}
+		return re, err
+	})
 	if assertFormat {
 		c.AssertFormat()
 		for _, name := range unassertedFormats {
@@ -191,6 +206,7 @@ func compileSchema(raw json.RawMessage, assertFormat bool) (*jsonschema.Schema, 
 	if err != nil {
 		return nil, fmt.Errorf("compile schema: %w", err)
 	}
+	compiled.Store(true)
 	return sch, nil
 }
 

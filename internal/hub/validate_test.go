@@ -194,6 +194,11 @@ func TestOutputSchemaAssertsFormat(t *testing.T) {
 		{"semver", `"not a version"`, false},
 		{"period", `"x"`, false},
 		{"no-such-format", `"x"`, false},
+		// "regex" means ECMA-262: a pattern RE2 cannot compile (lookahead,
+		// backreference) is unknown, not invalid.
+		{"regex", `"^[a-z]+$"`, false},
+		{"regex", `"^(?!admin$)[a-z]+$"`, false},
+		{"regex", `"(a)\\1"`, false},
 	} {
 		t.Run(tc.format+"="+tc.value, func(t *testing.T) {
 			t.Parallel()
@@ -213,6 +218,21 @@ func TestOutputSchemaAssertsFormat(t *testing.T) {
 			if got := SchemaProblems(in, doc); got != nil {
 				t.Errorf("input schema: problems %v, want none", got)
 			}
+			if tc.format != "regex" {
+				return
+			}
+			// A draft-07 input schema asserts format, "regex" too.
+			d7, err := CompileSchema(json.RawMessage(`{"$schema":"http://json-schema.org/draft-07/schema#",` + string(raw[1:])))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := SchemaProblems(d7, doc); got != nil {
+				t.Errorf("draft-07 input schema: problems %v, want none", got)
+			}
 		})
+	}
+	// A schema's own pattern RE2 cannot compile still fails the schema.
+	if _, err := CompileOutputSchema(json.RawMessage(`{"type":"string","pattern":"^(?!x)"}`)); err == nil {
+		t.Error("output schema with pattern ^(?!x): compiled, want an error")
 	}
 }

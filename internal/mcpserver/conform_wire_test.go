@@ -154,6 +154,7 @@ func TestResultMatchesOutputSchema(t *testing.T) {
 		"o_error":     `{"content":[{"type":"text","text":"lamp broken"}],"isError":true}`,
 		"o_unlisted":  `{"content":[{"type":"text","text":"true"}]}`,
 		"o_no_schema": `{"content":[{"type":"text","text":"true"}]}`,
+		"o_regex":     `{"content":[],"structuredContent":{"p":"^(?!a)b"}}`,
 	}
 	var tools []json.RawMessage
 	for _, name := range slices.Sorted(maps.Keys(answers)) {
@@ -163,6 +164,8 @@ func TestResultMatchesOutputSchema(t *testing.T) {
 			out = `,"outputSchema":{"type":"object","properties":{"on":{"type":"bool"}}}`
 		case "o_no_schema":
 			out = ""
+		case "o_regex": // ECMA-262 that RE2 cannot compile: unknown, not invalid
+			out = `,"outputSchema":{"type":"object","properties":{"p":{"type":"string","format":"regex"}}}`
 		}
 		tools = append(tools, json.RawMessage(`{"name":"`+name+`","inputSchema":{"type":"object"}`+out+`}`))
 	}
@@ -191,6 +194,7 @@ func TestResultMatchesOutputSchema(t *testing.T) {
 			{"o_error", true, "", []string{"lamp broken"}},
 			{"o_unlisted", false, "", []string{"true"}},
 			{"o_no_schema", false, "", []string{"true"}},
+			{"o_regex", false, `{"p":"^(?!a)b"}`, nil},
 		} {
 			res := c.call(t, door.prefix+tc.tool, map[string]any{})
 			var texts []string
