@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -272,10 +274,39 @@ func parseCatalog(raw json.RawMessage) ([]mcpclient.Tool, error) {
 	return tools, nil
 }
 
+// parseStoredCatalog is parseCatalog for a catalog read from the store,
+// without the tools that [mcpclient.CheckToolName] refuses: a catalog stored
+// before names were checked may hold some, which live discovery now skips
+// and calls refuse. skipped says why each tool was left out.
+func parseStoredCatalog(raw json.RawMessage) (tools []mcpclient.Tool, skipped []string, err error) {
+	tools, err = parseCatalog(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	tools = slices.DeleteFunc(tools, func(t mcpclient.Tool) bool {
+		err := mcpclient.CheckToolName(t.Name)
+		if err != nil {
+			skipped = append(skipped, err.Error())
+		}
+		return err != nil
+	})
+	return tools, skipped, nil
+}
+
+// warnSkippedTools logs, once for device id, the tools parseStoredCatalog
+// left out of its stored catalog.
+func (h *Hub) warnSkippedTools(id, hash string, skipped []string) {
+	if len(skipped) > 0 {
+		h.log.Warn("skipped tools of the stored catalog with invalid names",
+			"device_id", id, "catalog_hash", hash, "skipped", len(skipped), "error", strings.Join(skipped, "; "))
+	}
+}
+
 // Load adds the devices of Config.Store to the hub, offline, with their
 // alias and last catalog, so they are listed (and their tools shown) until
 // they reconnect. Call it once, before any device attaches. A device whose
-// catalog is missing or unreadable is loaded without tools; a stored alias
+// catalog is missing or unreadable is loaded without tools, and tools whose
+// names mcpclient.CheckToolName refuses are left out; a stored alias
 // that is invalid or taken gets a default one. It returns how many devices
 // were loaded.
 func (h *Hub) Load(ctx context.Context) (int, error) {
@@ -290,8 +321,9 @@ func (h *Hub) Load(ctx context.Context) (int, error) {
 	// Each distinct catalog is read, parsed and compiled once: a fleet of
 	// 10,000 devices runs a handful of them.
 	type loaded struct {
-		cat   *Catalog
-		users int
+		cat     *Catalog
+		users   int
+		skipped []string // tools left out (see parseStoredCatalog)
 	}
 	cats := make(map[string]*loaded)
 	for _, sd := range stored {
@@ -306,8 +338,9 @@ func (h *Hub) Load(ctx context.Context) (int, error) {
 		}
 		raw, err := st.Catalog(ctx, sd.CatalogHash)
 		var tools []mcpclient.Tool
+		var skipped []string
 		if err == nil {
-			tools, err = parseCatalog(raw)
+			tools, skipped, err = parseStoredCatalog(raw)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -319,7 +352,7 @@ func (h *Hub) Load(ctx context.Context) (int, error) {
 			cats[sd.CatalogHash] = nil
 			continue
 		}
-		cats[sd.CatalogHash] = &loaded{cat: h.catalogs.acquire(sd.ID, tools), users: 1}
+		cats[sd.CatalogHash] = &loaded{cat: h.catalogs.acquire(sd.ID, tools), users: 1, skipped: skipped}
 	}
 	// acquire counted one user; count the others in one step.
 	h.catalogs.mu.Lock()
@@ -331,6 +364,7 @@ func (h *Hub) Load(ctx context.Context) (int, error) {
 	h.catalogs.mu.Unlock()
 
 	n := 0
+	var skipping []store.Device // loaded with tools left out of their catalog
 	h.mu.Lock()
 	for _, sd := range stored {
 		if sd.ID == "" {
@@ -354,6 +388,9 @@ func (h *Hub) Load(ctx context.Context) (int, error) {
 		}
 		if l := cats[sd.CatalogHash]; l != nil {
 			d.catalog = l.cat
+			if len(l.skipped) > 0 {
+				skipping = append(skipping, sd)
+			}
 		}
 		alias := sd.Alias
 		if _, taken := h.aliases[alias]; taken || !aliasRE.MatchString(alias) {
@@ -366,6 +403,9 @@ func (h *Hub) Load(ctx context.Context) (int, error) {
 	}
 	h.metrics.DevicesKnown.Set(float64(len(h.devices)))
 	h.mu.Unlock()
+	for _, sd := range skipping {
+		h.warnSkippedTools(sd.ID, sd.CatalogHash, cats[sd.CatalogHash].skipped)
+	}
 	// The catalogs are known stored; the persister need not write them again.
 	h.persist.flushMu.Lock()
 	for hash, l := range cats {

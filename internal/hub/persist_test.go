@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
@@ -434,4 +435,75 @@ func (l *syncLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// noCluster is a cluster of one node: no other node holds any device.
+type noCluster struct{}
+
+func (noCluster) Call(context.Context, string, CallRequest) (*mcpclient.Result, error) {
+	return nil, ErrDeviceOffline
+}
+func (noCluster) Attached(string, time.Time) {}
+func (noCluster) Detached(string)            {}
+
+// A catalog stored before tool names were checked is read without the tools
+// no tool can be named (mcpclient.CheckToolName), both when the hub loads
+// the store and when a cluster node learns one device from it, with one
+// warning per device.
+func TestStoredCatalogSkipsInvalidToolNames(t *testing.T) {
+	storetest.EachTarget(t, func(t *testing.T, dsn, dir string) {
+		st := storetest.Open(t, dsn, dir)
+		ctx := t.Context()
+		const hash = "stored-before-name-checks"
+		catalog := "[" + volumeTool + `,{"name":"mcpgate:forget"},{"name":"` + strings.Repeat("x", mcpclient.MaxToolName+1) +
+			`"},{"name":"bell\u0007"},` + statusTool + "]"
+		if err := st.SaveCatalog(ctx, hash, json.RawMessage(catalog)); err != nil {
+			t.Fatal(err)
+		}
+		ids := []string{"02:00:00:00:00:01", "02:00:00:00:00:02"}
+		for _, id := range ids {
+			if err := st.SaveDevice(ctx, store.Device{ID: id, Kind: "xiaozhi", CatalogHash: hash}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		check := func(t *testing.T, h *Hub, logs *strings.Builder, ids ...string) {
+			t.Helper()
+			for _, id := range ids {
+				d, cat, err := h.Tools(id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var names []string
+				for _, tl := range cat.Tools {
+					names = append(names, tl.Name)
+				}
+				if d.Tools != 2 || strings.Join(names, " ") != "self.audio_speaker.set_volume self.get_device_status" {
+					t.Errorf("device %s lists %d tools %q, want the two with valid names", id, d.Tools, names)
+				}
+				if c := strings.Count(logs.String(), "device_id="+id); c != 1 {
+					t.Errorf("%d warnings for device %s, want 1:\n%s", c, id, logs)
+				}
+			}
+			if c := strings.Count(logs.String(), "skipped=3"); c != len(ids) {
+				t.Errorf("%d warnings of 3 skipped tools, want %d:\n%s", c, len(ids), logs)
+			}
+		}
+
+		t.Run("load", func(t *testing.T) {
+			var logs strings.Builder
+			h := New(Config{Store: st, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if n, err := h.Load(ctx); err != nil || n != 2 {
+				t.Fatalf("Load = %d, %v", n, err)
+			}
+			check(t, h, &logs, ids...)
+		})
+		t.Run("learn", func(t *testing.T) {
+			var logs strings.Builder
+			h := New(Config{Store: st, Cluster: noCluster{}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if _, err := h.DeviceContext(ctx, ids[0]); err != nil {
+				t.Fatal(err)
+			}
+			check(t, h, &logs, ids[0])
+		})
+	})
 }

@@ -81,11 +81,13 @@ func (h *Hub) learnStored(ctx context.Context, ref string) (string, bool) {
 		if cat = h.catalogs.acquireHash(sd.CatalogHash); cat == nil {
 			raw, err := h.persist.st.Catalog(ctx, sd.CatalogHash)
 			var tools []mcpclient.Tool
+			var skipped []string
 			if err == nil {
-				tools, err = parseCatalog(raw)
+				tools, skipped, err = parseStoredCatalog(raw)
 			}
 			if err == nil {
 				cat = h.catalogs.acquire(sd.ID, tools)
+				h.warnSkippedTools(sd.ID, sd.CatalogHash, skipped)
 			} else if !errors.Is(err, store.ErrNotFound) {
 				h.log.Warn("stored catalog unreadable; the device is learnt without tools", "device", sd.ID, "catalog_hash", sd.CatalogHash, "error", err)
 			}

@@ -3,12 +3,17 @@ package mcpclient
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/mcpgate/mcpgate/internal/leakcheck"
 )
 
 // A device's own requests are answered as a client without capabilities
@@ -70,22 +75,91 @@ func TestDeviceRequestFloodIsBounded(t *testing.T) {
 	if c := strings.Count(logs.String(), "dropped requests from device"); c != 1 {
 		t.Errorf("%d log lines of dropped requests, want 1:\n%s", c, logs.String())
 	}
-	s.Close(nil)
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		s.mu.Lock()
-		answering := s.answering
-		s.mu.Unlock()
-		if !answering {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the answer writer outlived the session")
-		}
-		time.Sleep(time.Millisecond)
+	s.Close(nil) // awaits the answer writer
+	s.mu.Lock()
+	answering := s.answering != nil
+	s.mu.Unlock()
+	if answering {
+		t.Fatal("the answer writer outlived the session")
 	}
 	if l.sends.Load() != 1 {
 		t.Errorf("%d answers written after Close, want only the first", l.sends.Load()-1)
 	}
+}
+
+// lingeringLink's writes end a while after their context does, as a
+// transport's write ends only once the connection it closes on Done is
+// closed; with stuck set they never end on their own, until unstuck.
+type lingeringLink struct {
+	stuck   chan struct{}
+	started chan struct{} // closed by the first Send
+	once    sync.Once
+}
+
+func (l *lingeringLink) Send(ctx context.Context, _ []byte) error {
+	l.once.Do(func() { close(l.started) })
+	if l.stuck != nil {
+		<-l.stuck
+		return errors.New("connection closed")
+	}
+	<-ctx.Done()
+	time.Sleep(100 * time.Millisecond)
+	return ctx.Err()
+}
+
+// answerWriters counts the goroutines writing answers through a
+// lingeringLink, whichever test started them.
+func answerWriters() int {
+	return bytes.Count(leakcheck.Stacks(), []byte("(*lingeringLink).Send"))
+}
+
+// Close returns once the goroutine writing answers to the device's own
+// requests has ended, however the session ends, so that nothing outlives
+// the connection; if the link's write outlives its context, Close waits
+// for it at most answerWait.
+func TestCloseAwaitsAnswerWriter(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		close func(s *Session, cancel context.CancelFunc)
+	}{
+		{"close", func(s *Session, _ context.CancelFunc) { s.Close(errors.New("connection lost")) }},
+		{"shutdown", func(s *Session, cancel context.CancelFunc) {
+			cancel() // the gateway's shutdown: the session closes itself,
+			synctest.Wait()
+			s.Close(ErrDisconnected) // and the transport's reader closes it again as its connection ends
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := &lingeringLink{started: make(chan struct{})}
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				s := New(ctx, l, Config{})
+				s.Handle([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+				<-l.started
+				tc.close(s, cancel)
+				synctest.Wait()
+				if n := answerWriters(); n != 0 {
+					t.Errorf("%d answer writers still running after Close", n)
+					time.Sleep(time.Second) // the bubble ends only once they have
+				}
+			})
+		})
+	}
+	t.Run("stuck", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l := &lingeringLink{started: make(chan struct{}), stuck: make(chan struct{})}
+			s := New(t.Context(), l, Config{})
+			s.Handle([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+			<-l.started
+			start := time.Now()
+			s.Close(nil)
+			if waited := time.Since(start); waited != answerWait {
+				t.Errorf("Close waited %s for a writer stuck in a write, want %s", waited, answerWait)
+			}
+			close(l.stuck) // the transport closes the connection
+		})
+	})
 }
 
 // A tool whose name holds control characters is skipped, as the

@@ -203,10 +203,15 @@ type Session struct {
 	init      *InitializeResult          // guarded by mu; set by a successful Initialize
 
 	// The answers to the peer's own requests (see answer).
-	answers       [][]byte // guarded by mu; not yet written
-	answering     bool     // guarded by mu; an answerLoop is writing them
-	answersLogged bool     // guarded by mu; a drop from this backlog was logged
+	answers       [][]byte      // guarded by mu; not yet written
+	answering     chan struct{} // guarded by mu; non-nil while an answerLoop writes them, closed by it as it ends
+	answersLogged bool          // guarded by mu; a drop from this backlog was logged
 }
+
+// answerWait bounds how long Close waits for the answers' writer: its
+// write ends with the session's context, or when the transport, seeing
+// Done, closes the connection, but a Link may do neither.
+const answerWait = time.Second
 
 // maxAnswers bounds the answers to a peer's requests waiting to be written:
 // a device that sends requests faster than it reads the answers has the
@@ -256,8 +261,29 @@ func (s *Session) Err() error {
 
 // Close fails every pending request at once with [ErrDisconnected] (wrapping
 // reason) and closes Done, which tells the transport to close the
-// connection. It is idempotent.
+// connection. It is idempotent. Every call returns once the goroutine
+// writing answers to the peer's own requests has ended, or after at most a
+// second if the Link's Send outlives its context (a write blocked on a dead
+// connection that only the transport's close ends).
 func (s *Session) Close(reason error) {
+	s.close(reason)
+	s.mu.Lock()
+	writer := s.answering
+	s.mu.Unlock()
+	if writer == nil {
+		return
+	}
+	t := time.NewTimer(answerWait)
+	defer t.Stop()
+	select {
+	case <-writer:
+	case <-t.C:
+		s.log.Load().Debug("closed the session while its answers' writer is still blocked in a write", "waited", answerWait)
+	}
+}
+
+// close is Close without the wait.
+func (s *Session) close(reason error) {
 	if cause := context.Cause(s.ctx); cause != nil {
 		// The parent context ended first: its cause is the reason, whoever
 		// notices first (say, a reader seeing the close frame it caused).
@@ -377,7 +403,8 @@ func (s *Session) handle(payload []byte, decode func([]byte) (*jsonrpc.Message, 
 // device no client capabilities), as the registration dialect does. The
 // reader must not wait on the network, so the answers are written in order
 // by one goroutine at a time, which ends once they are all written (each
-// within the request timeout) or the session closes; past maxAnswers
+// within the request timeout) or the session closes, and which Close
+// awaits; past maxAnswers
 // waiting, a request is dropped (DropRequest) with one debug line per
 // backlog, so a device flooding requests costs neither memory nor log lines.
 func (s *Session) answer(msg *jsonrpc.Message) {
@@ -409,20 +436,23 @@ func (s *Session) answer(msg *jsonrpc.Message) {
 		return
 	}
 	s.answers = append(s.answers, b)
-	start := !s.answering
-	s.answering = true
+	start := s.answering == nil
+	if start {
+		s.answering = make(chan struct{})
+	}
 	s.mu.Unlock()
 	if start {
-		go s.answerLoop()
+		go s.answerLoop() // awaited by Close
 	}
 }
 
-// answerLoop writes the answers answer queued until none is left.
+// answerLoop writes the answers answer queued until none is left, dropping
+// those waiting when a write fails.
 func (s *Session) answerLoop() {
 	for {
 		s.mu.Lock()
 		if len(s.answers) == 0 || s.closeErr != nil {
-			s.answers, s.answering, s.answersLogged = nil, false, false
+			s.endAnswersLocked()
 			s.mu.Unlock()
 			return
 		}
@@ -435,15 +465,21 @@ func (s *Session) answerLoop() {
 		if err != nil {
 			s.mu.Lock()
 			dropped := len(s.answers)
-			s.answers, s.answering, s.answersLogged = nil, false, false
+			s.answers, s.answersLogged = nil, false
 			s.mu.Unlock()
 			for range dropped + 1 {
 				s.cfg.OnDrop(DropRequest)
 			}
 			s.log.Load().Debug("could not answer requests from device", "error", err, "dropped", dropped+1)
-			return
 		}
 	}
+}
+
+// endAnswersLocked drops the answers not yet written and tells Close that
+// their writer ends. s.mu must be held.
+func (s *Session) endAnswersLocked() {
+	close(s.answering)
+	s.answers, s.answering, s.answersLogged = nil, nil, false
 }
 
 // failMalformedReply fails the pending request a reply that could not be
