@@ -174,9 +174,12 @@ func New(cfg Config) (*Writer, error) {
 // Record is the hub's audit hook ([hub.Config.Audit]): it turns a finished
 // call into an audit record, digesting large argument values, and appends it.
 // It is batched: a crash loses the records of up to the last FlushInterval.
-func (w *Writer) Record(c hub.CallRecord) { w.Append(w.record(c)) }
+func (w *Writer) Record(c hub.CallRecord) { w.Append(w.AuditRecord(c)) }
 
-func (w *Writer) record(c hub.CallRecord) store.AuditRecord {
+// AuditRecord is the store's record of c, as Record writes it, for a caller
+// that stores it itself: the queue stores a queued call's record with its
+// final state, in one transaction (queue.Config.Audit).
+func (w *Writer) AuditRecord(c hub.CallRecord) store.AuditRecord {
 	return store.AuditRecord{
 		Time: c.Start, Caller: c.Caller, Door: c.Door, Device: c.Device, Tool: c.Tool,
 		Arguments: Digest(c.Arguments, w.cfg.MaxValueBytes), Outcome: c.Outcome,
@@ -190,8 +193,7 @@ const syncWait = 5 * time.Second
 
 // RecordNow is Record for the rare records a crash must not lose, once the
 // caller has been answered: administrative actions
-// ([hub.Config.AuditNow]) and the end of a queued call
-// (queue.Config.Audit). It queues recs like Record, then flushes, and
+// ([hub.Config.AuditNow]). It queues recs like Record, then flushes, and
 // returns once they are stored, with what was queued before them (so the
 // log keeps its order). The batch writer alone writes them, so each is
 // written once: when the store fails for syncWait, or its last write
@@ -203,7 +205,7 @@ func (w *Writer) RecordNow(recs ...hub.CallRecord) {
 		return
 	}
 	for _, c := range recs {
-		w.Append(w.record(c))
+		w.Append(w.AuditRecord(c))
 	}
 	if w.failing.Load() {
 		// The store is failing already (its writes retried and logged):

@@ -49,8 +49,13 @@ type members struct {
 	subs    []*nats.Subscription
 }
 
+// roleReportsSend is the role of every node of a version that reports when
+// it sends a routed call to the device (route.go): a node of an older
+// version does not declare it.
+const roleReportsSend = "reports-send"
+
 func newMembers(self string) *members {
-	return &members{self: self, live: map[string]bool{}, roles: map[string][]string{}, list: []string{self},
+	return &members{self: self, live: map[string]bool{}, roles: map[string][]string{self: {roleReportsSend}}, list: []string{self},
 		changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,6 +27,10 @@ type callMsg struct {
 	Door      string          `json:"door,omitempty"`
 	Meta      json.RawMessage `json:"meta,omitempty"`
 	Progress  bool            `json:"progress,omitempty"` // the caller wants progress
+	// ReportSend: the caller waits to hear when the call is about to be
+	// sent to the device (kindSend), and confirms it, to run its
+	// CallRequest.OnSend then. Binary only, as SharedReply.
+	ReportSend bool `json:"-"`
 	// SharedReply: reply on the caller's shared reply subject (fast.go).
 	// Binary only: a node of a version that sent JSON did not have it.
 	SharedReply bool `json:"-"`
@@ -36,7 +41,15 @@ const (
 	kindProgress = "progress"
 	kindAlive    = "alive"
 	kindResult   = "result"
+	// kindSend: the call is about to be sent to the device (ReportSend).
+	// It carries a NATS reply subject: the taking node answers it empty to
+	// go on, or with why the call must not be sent.
+	kindSend = "send"
 )
+
+// sendConfirmWait bounds how long a serving node waits for the taking node
+// to confirm a send (kindSend); past it the call ends unsent.
+const sendConfirmWait = 10 * time.Second
 
 // replyMsg is one message on a routed call's reply inbox.
 type replyMsg struct {
@@ -63,11 +76,24 @@ func (n *Node) Call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 }
 
 func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpclient.Result, error) {
+	// The node serving the call, for its errors: the view's holder of the
+	// device until a reply names it.
+	node := hub.RoutedTo(ctx)
 	msg := callMsg{ID: nuid.Next(), Node: n.cfg.NodeID, Device: id, Tool: req.Tool, Arguments: req.Arguments,
 		TimeoutMS: req.Timeout.Milliseconds(), Caller: req.Caller, Door: req.Door, Meta: req.Meta,
-		Progress: req.OnProgress != nil, SharedReply: true}
+		Progress: req.OnProgress != nil, SharedReply: true, ReportSend: req.OnSend != nil && n.reportsSend(node)}
 	if err := n.reachable(); err != nil {
 		return nil, hub.NotSentError(fmt.Errorf("%w: %s: %w", hub.ErrDeviceOffline, id, err))
+	}
+	// OnSend runs when the serving node is about to send the call, after
+	// its own waits (the device's rate, a call slot); a node of an older
+	// version, or one unknown yet, would not say when: it runs now.
+	onSend := req.OnSend
+	if onSend != nil && !msg.ReportSend {
+		if err := onSend(); err != nil {
+			return nil, hub.NotSentError(err)
+		}
+		onSend = nil
 	}
 	inbox, replies, done, err := n.expect(msg.ID)
 	if err != nil {
@@ -96,9 +122,6 @@ func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 		defer t.Stop()
 		deadline = t.C
 	}
-	// The node serving the call, for its errors: the view's holder of the
-	// device until a reply names it.
-	node := hub.RoutedTo(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -136,7 +159,33 @@ func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 				if req.OnProgress != nil {
 					req.OnProgress(r.Progress)
 				}
+			case kindSend:
+				if onSend == nil || m.Reply == "" {
+					break // said twice, or not asked for
+				}
+				err := onSend()
+				onSend = nil
+				var why []byte
+				if err != nil {
+					why = []byte(err.Error())
+				}
+				if rerr := m.Respond(why); rerr != nil && err == nil {
+					// Unconfirmed, the serving node sends nothing: its
+					// result says so (not sent), after OnSend ran.
+					n.log.Warn("cluster: confirming a routed call's send", "error", rerr)
+				}
+				if err != nil {
+					return nil, hub.NotSentError(err)
+				}
 			case kindResult:
+				if onSend != nil && !(r.Code != "" && r.NotSent) {
+					// Sent by a node that did not say so (one of an older
+					// version the device moved to meanwhile): OnSend runs
+					// late, so that the call's end is recorded.
+					if err := onSend(); err != nil {
+						n.log.Warn("cluster: a routed call was sent without its send reported", "device_id", id, "node", node, "error", err)
+					}
+				}
 				if r.Code != "" {
 					return nil, remoteError(r)
 				}
@@ -266,6 +315,9 @@ func (n *Node) serve(subject string, data []byte) {
 			n.answer(reply, replyMsg{Kind: kindProgress, Node: n.cfg.NodeID, Progress: p})
 		}
 	}
+	if msg.ReportSend {
+		req.OnSend = func() error { return n.confirmSend(ctx, reply, msg.Node) }
+	}
 	res, err := h.ServeRemote(ctx, req)
 	if err != nil && n.ctx.Err() != nil {
 		// Cut by this node's stop, not by its caller: the caller's device
@@ -287,6 +339,28 @@ func (n *Node) serve(subject string, data []byte) {
 		}
 	}
 	n.answer(reply, r)
+}
+
+// confirmSend tells the taking node, node, that a call it routed here with
+// ReportSend is about to be sent to the device, and waits for it to confirm:
+// an error, the taking node's or none in time, ends the call unsent.
+func (n *Node) confirmSend(ctx context.Context, reply replyTo, node string) error {
+	ctx, cancel := context.WithTimeout(ctx, sendConfirmWait)
+	defer cancel()
+	m, err := n.nc.RequestWithContext(ctx, reply.subject, appendReply(nil, reply.id, &replyMsg{Kind: kindSend, Node: n.cfg.NodeID}))
+	switch {
+	case err != nil:
+		return fmt.Errorf("cluster: node %s, which took the call, did not confirm sending it: %w", node, err)
+	case len(m.Data) > 0:
+		return fmt.Errorf("cluster: node %s, which took the call, refused to send it: %s", node, m.Data)
+	}
+	return nil
+}
+
+// reportsSend reports whether node, a live member, says when it sends a
+// routed call to the device (roleReportsSend).
+func (n *Node) reportsSend(node string) bool {
+	return node != "" && slices.Contains(n.MembersWith(roleReportsSend), node)
 }
 
 func (n *Node) answer(reply replyTo, r replyMsg) {

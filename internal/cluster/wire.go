@@ -20,10 +20,12 @@ import (
 // Layout, after the version byte wireV1 (JSON starts with '{', so a
 // message of another format is told apart):
 //
-//	call:  flags(progress, shared reply) uvarint(timeout ms) str(id) str(node)
+//	call:  flags(progress, shared reply, report send) uvarint(timeout ms) str(id) str(node)
 //	       str(device) str(tool) str(caller) str(door) bytes(meta) bytes(arguments)
 //	reply: kind str(node), then
 //	       progress: bytes(progress)
+//	       send:     nothing more (the call is about to be sent: the taking
+//	                 node answers the message's NATS reply subject)
 //	       result:   flags(is error, gateway error)
 //	                 gateway error: str(code) str(error) str(limit)
 //	                   uvarint(retry after ms) str(tool) bytes(problems as JSON)
@@ -45,9 +47,11 @@ const (
 	wireKindProgress = 1
 	wireKindAlive    = 2
 	wireKindResult   = 3
+	wireKindSend     = 4
 
 	flagProgress    = 1 << 0 // call: the caller wants progress
 	flagSharedReply = 1 << 1 // call: reply on the shared reply subject, the id first
+	flagReportSend  = 1 << 2 // call: say when it is about to be sent (kindSend); older nodes ignore it
 	flagIsError     = 1 << 0 // result: Result.IsError
 	flagGateway     = 1 << 1 // result: a gateway error, not a result
 	flagNotSent     = 1 << 2 // result: the gateway error's call was not sent
@@ -86,6 +90,9 @@ func appendCall(b []byte, msg *callMsg) []byte {
 	if msg.SharedReply {
 		flags |= flagSharedReply
 	}
+	if msg.ReportSend {
+		flags |= flagReportSend
+	}
 	b = append(b, wireV1, flags)
 	b = binary.AppendUvarint(b, uint64(max(msg.TimeoutMS, 0)))
 	b = appendStr(b, msg.ID)
@@ -112,6 +119,8 @@ func appendReply(b []byte, id string, r *replyMsg) []byte {
 		return appendBytes(b, r.Progress)
 	case kindAlive:
 		return appendStr(append(b, wireKindAlive), r.Node)
+	case kindSend:
+		return appendStr(append(b, wireKindSend), r.Node)
 	}
 	b = appendStr(append(b, wireKindResult), r.Node)
 	var flags byte
@@ -206,7 +215,8 @@ func decodeCall(data []byte, msg *callMsg) error {
 		return errors.New("unknown call format")
 	}
 	flags := r.byte()
-	*msg = callMsg{Progress: flags&flagProgress != 0, SharedReply: flags&flagSharedReply != 0, TimeoutMS: int64(r.uvarint())}
+	*msg = callMsg{Progress: flags&flagProgress != 0, SharedReply: flags&flagSharedReply != 0, ReportSend: flags&flagReportSend != 0,
+		TimeoutMS: int64(r.uvarint())}
 	msg.ID, msg.Node, msg.Device, msg.Tool = r.str(), r.str(), r.str(), r.str()
 	msg.Caller, msg.Door = r.str(), r.str()
 	msg.Meta, msg.Arguments = r.bytes(), r.bytes()
@@ -246,6 +256,9 @@ func decodeReply(data []byte, msg *replyMsg) error {
 		return r.err
 	case wireKindAlive:
 		msg.Kind = kindAlive
+		return r.err
+	case wireKindSend:
+		msg.Kind = kindSend
 		return r.err
 	case wireKindResult:
 		msg.Kind = kindResult

@@ -20,7 +20,7 @@ var (
 
 // Every message survives the binary format as it did JSON.
 func TestWireRoundTrip(t *testing.T) {
-	for _, want := range []callMsg{wireCall, {ID: "a", Device: "d", Tool: "t", SharedReply: true}} {
+	for _, want := range []callMsg{wireCall, {ID: "a", Device: "d", Tool: "t", SharedReply: true, ReportSend: true}} {
 		var call callMsg
 		if err := decodeCall(appendCall(nil, &want), &call); err != nil {
 			t.Fatal(err)
@@ -34,6 +34,7 @@ func TestWireRoundTrip(t *testing.T) {
 		{Kind: kindResult, Node: "n1", Result: &mcpclient.Result{Content: []json.RawMessage{}, IsError: true, Meta: json.RawMessage(`{"a":1}`)}},
 		{Kind: kindProgress, Progress: json.RawMessage(`{"progress":1,"total":3}`)},
 		{Kind: kindAlive},
+		{Kind: kindSend, Node: "n1"},
 		{Kind: kindResult, Node: "n1", Code: "device_busy", Error: "device busy: 4 calls in flight", NotSent: true,
 			Limit: "device_calls", RetryAfterMS: 250},
 		{Kind: kindResult, Node: "n1", Code: "invalid_arguments", Error: "bad", Tool: "echo",

@@ -250,7 +250,7 @@ func TestClusterAbsentNodesCallsInterrupted(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.State, c.Attempts, c.StartedAt, c.Node = store.CallRunning, 1, now, n
-		if err := st.UpdateCall(t.Context(), c, store.CallQueued); err != nil {
+		if err := st.UpdateCall(t.Context(), c, store.CallQueued, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -381,7 +381,7 @@ func TestClusterIsolatedNodeLeavesCallsAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.State, c.Attempts, c.StartedAt, c.Node = store.CallRunning, 1, now, "b"
-	if err := st.UpdateCall(t.Context(), c, store.CallQueued); err != nil {
+	if err := st.UpdateCall(t.Context(), c, store.CallQueued, nil); err != nil {
 		t.Fatal(err)
 	}
 	a, _ := runGateway(t, asNode(t, Config{StoreDSN: dsn}, "part", "a", "nats://"+freeport.Refused))
@@ -399,12 +399,12 @@ type interruptOutage struct {
 	tried atomic.Int32
 }
 
-func (s *interruptOutage) InterruptCalls(ctx context.Context, now time.Time, node string) ([]store.QueuedCall, error) {
+func (s *interruptOutage) InterruptCalls(ctx context.Context, now time.Time, node string, audit store.CallAudit) ([]store.QueuedCall, error) {
 	if s.down.Load() {
 		s.tried.Add(1)
 		return nil, errors.New("store: connection refused")
 	}
-	return s.Store.InterruptCalls(ctx, now, node)
+	return s.Store.InterruptCalls(ctx, now, node, audit)
 }
 
 // TestClusterLostNodeCallsInterruptedAfterStoreOutage: the survivor fails a

@@ -359,7 +359,7 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	qcfg := cfg.Queue
-	qcfg.Hub, qcfg.Store, qcfg.Logger, qcfg.Metrics, qcfg.Audit = h, cfg.Store, cfg.Logger, m, auditLog.RecordNow
+	qcfg.Hub, qcfg.Store, qcfg.Logger, qcfg.Metrics, qcfg.Audit = h, cfg.Store, cfg.Logger, m, auditLog.AuditRecord
 	qcfg.ExposeUserOnly = cfg.ExposeUserOnly
 	if cfg.Cluster != nil {
 		link.joined = make(chan struct{})

@@ -283,7 +283,7 @@ func TestQueuedCallsSurviveRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		cc.State, cc.Attempts, cc.StartedAt = store.CallRunning, 1, time.Now()
-		if err := s.UpdateCall(t.Context(), cc, store.CallQueued); err != nil {
+		if err := s.UpdateCall(t.Context(), cc, store.CallQueued, nil); err != nil {
 			t.Fatal(err)
 		}
 

@@ -53,8 +53,9 @@ type CallRequest struct {
 	SendBy time.Time
 	// OnSend, when set, is called once the call has waited for discovery,
 	// the device's rate and a call slot, just before it is sent (to the
-	// device, an endpoint source, a built-in, or another node, which may
-	// wait there again): the queue marks the call running then. An error
+	// device, an endpoint source or a built-in; for a call routed to
+	// another node, once that node has waited too: see Cluster.Call): the
+	// queue marks the call running then. An error
 	// from it ends the call unsent (NotSent) with that error. It is called
 	// at most once, never for a call refused before.
 	OnSend func() error
@@ -178,10 +179,7 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 			// ago, but known nowhere if no node holds it, unless the
 			// store knows it (stored.go).
 			if id, ok := remoteID(req.Device); ok && errors.Is(err, ErrDeviceNotFound) {
-				if err := req.sending(); err != nil {
-					return nil, nil, false, err
-				}
-				res, rerr := h.callRemote(ctx, id, req)
+				res, rerr := h.callRemote(ctx, id, req) // which runs OnSend (Cluster)
 				if errors.Is(rerr, ErrDeviceOffline) {
 					rerr = NotSentError(h.storedOffline(ctx, req.Device, err))
 				}
@@ -191,9 +189,6 @@ func (h *Hub) call(ctx context.Context, req CallRequest) (*mcpclient.Result, *de
 				err = h.storedOffline(ctx, req.Device, err)
 			}
 		case att == nil:
-			if err := req.sending(); err != nil {
-				return nil, d, false, err
-			}
 			routedTo(ctx, holder)
 			res, err := h.callRemote(ctx, d.id, req)
 			return res, d, true, err

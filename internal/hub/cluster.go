@@ -15,7 +15,11 @@ import (
 // into the hub.
 type Cluster interface {
 	// Call sends a call to the node holding device id (normalised). It
-	// fails ErrDeviceOffline at once when no node holds it.
+	// fails ErrDeviceOffline at once when no node holds it. It runs
+	// req.OnSend, if set, at most once: when the serving node is about to
+	// send the call to the device, or before routing it when that node
+	// would not say (a node of an older version); its error ends the call
+	// unsent (NotSentError).
 	Call(ctx context.Context, id string, req CallRequest) (*mcpclient.Result, error)
 	// Attached: this node now holds device id, on a connection made at at.
 	Attached(id string, at time.Time)

@@ -67,23 +67,23 @@ func (b bounded) QueuedDevices(ctx context.Context) ([]string, error) {
 	return v0, noAnswer(ctx, bctx, err)
 }
 
-func (b bounded) UpdateCall(ctx context.Context, c store.QueuedCall, from store.CallState) error {
+func (b bounded) UpdateCall(ctx context.Context, c store.QueuedCall, from store.CallState, audit store.CallAudit) error {
 	bctx, cancel := bound(ctx)
 	defer cancel()
-	return noAnswer(ctx, bctx, b.st.UpdateCall(bctx, c, from))
+	return noAnswer(ctx, bctx, b.st.UpdateCall(bctx, c, from, audit))
 }
 
-func (b bounded) ExpireCalls(ctx context.Context, now time.Time) ([]store.QueuedCall, error) {
+func (b bounded) ExpireCalls(ctx context.Context, now time.Time, audit store.CallAudit) ([]store.QueuedCall, error) {
 	bctx, cancel := bound(ctx)
 	defer cancel()
-	v0, err := b.st.ExpireCalls(bctx, now)
+	v0, err := b.st.ExpireCalls(bctx, now, audit)
 	return v0, noAnswer(ctx, bctx, err)
 }
 
-func (b bounded) InterruptCalls(ctx context.Context, now time.Time, node string) ([]store.QueuedCall, error) {
+func (b bounded) InterruptCalls(ctx context.Context, now time.Time, node string, audit store.CallAudit) ([]store.QueuedCall, error) {
 	bctx, cancel := bound(ctx)
 	defer cancel()
-	v0, err := b.st.InterruptCalls(bctx, now, node)
+	v0, err := b.st.InterruptCalls(bctx, now, node, audit)
 	return v0, noAnswer(ctx, bctx, err)
 }
 

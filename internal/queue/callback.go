@@ -92,7 +92,7 @@ func (q *Queue) postDue(ctx context.Context) {
 			q.log.Info("callback failed; will retry", "call_id", c.ID, "try", c.CallbackAttempts, "retry_in", wait, "error", perr)
 		}
 		// From the call's own final state: only the callback columns change.
-		if err := q.st.UpdateCall(wctx, c, c.State); err != nil {
+		if err := q.st.UpdateCall(wctx, c, c.State, nil); err != nil {
 			q.log.Warn("recording a callback", "call_id", c.ID, "error", err)
 		}
 	}

@@ -84,7 +84,7 @@ func (q *Queue) InterruptNode(ctx context.Context, node string) error {
 	if node == q.hub.NodeID() {
 		return nil // its own, failed at start (Run)
 	}
-	calls, err := q.st.InterruptCalls(ctx, time.Now().UTC(), node)
+	calls, err := q.st.InterruptCalls(ctx, time.Now().UTC(), node, q.audit)
 	if err != nil {
 		return err
 	}

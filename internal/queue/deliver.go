@@ -21,7 +21,7 @@ func (q *Queue) subscribe() *hub.Subscription {
 // startup fails, as interrupted, every call left running by a previous
 // run, and reads which devices have calls waiting.
 func (q *Queue) startup(ctx context.Context) error {
-	interrupted, err := q.st.InterruptCalls(ctx, time.Now().UTC(), q.hub.NodeID())
+	interrupted, err := q.st.InterruptCalls(ctx, time.Now().UTC(), q.hub.NodeID(), q.audit)
 	if err != nil {
 		return err
 	}
@@ -189,7 +189,7 @@ func (q *Queue) kickReady() {
 
 // sweep expires calls past their time to live.
 func (q *Queue) sweep(ctx context.Context) error {
-	expired, err := q.st.ExpireCalls(ctx, time.Now().UTC())
+	expired, err := q.st.ExpireCalls(ctx, time.Now().UTC(), q.audit)
 	if err != nil {
 		q.warnStore("expiring queued calls", err)
 		return err
@@ -367,7 +367,7 @@ func (q *Queue) refuse(ctx context.Context, c store.QueuedCall, reason string, w
 	if fin.CallbackURL != "" {
 		fin.CallbackState = store.CallbackPending
 	}
-	if err := q.st.UpdateCall(ctx, fin, store.CallQueued); err != nil {
+	if err := q.st.UpdateCall(ctx, fin, store.CallQueued, q.audit); err != nil {
 		if errors.Is(err, store.ErrStateChanged) || errors.Is(err, store.ErrNotFound) {
 			return true // cancelled or expired meanwhile
 		}
@@ -403,7 +403,7 @@ func (q *Queue) deliver(ctx context.Context, c store.QueuedCall) deliveryResult 
 	var started, gone bool // marked running; cancelled or expired while it waited
 	onSend := func() error {
 		run.StartedAt = stamp()
-		if err := q.st.UpdateCall(ctx, run, store.CallQueued); err != nil {
+		if err := q.st.UpdateCall(ctx, run, store.CallQueued, nil); err != nil {
 			if errors.Is(err, store.ErrStateChanged) || errors.Is(err, store.ErrNotFound) {
 				gone = true
 				return fmt.Errorf("not sent: %w", err)
@@ -493,7 +493,7 @@ const recordRetry = 30 * time.Second
 func (q *Queue) recordState(ctx context.Context, c store.QueuedCall, what string) error {
 	wait := time.Second
 	for {
-		err := q.st.UpdateCall(ctx, c, store.CallRunning)
+		err := q.st.UpdateCall(ctx, c, store.CallRunning, q.audit)
 		if err == nil || errors.Is(err, store.ErrStateChanged) || errors.Is(err, store.ErrNotFound) || ctx.Err() != nil {
 			return err
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,13 +38,7 @@ func TestCallQueuedAsDeviceIsForgottenIsCancelled(t *testing.T) {
 	off := limits.Rate{PerSecond: -1}
 	h := hub.New(hub.Config{KeyRate: off, DeviceRate: off})
 	st := &createHook{Store: storetest.Open(t, "", t.TempDir())}
-	var mu sync.Mutex
-	var audited []hub.CallRecord
-	q, err := New(Config{Hub: h, Store: st, SweepInterval: time.Hour, Audit: func(rs ...hub.CallRecord) {
-		mu.Lock()
-		audited = append(audited, rs...)
-		mu.Unlock()
-	}})
+	q, err := New(Config{Hub: h, Store: st, SweepInterval: time.Hour, Audit: storeRecord})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,11 +64,9 @@ func TestCallQueuedAsDeviceIsForgottenIsCancelled(t *testing.T) {
 	if len(calls) != 1 || calls[0].State != store.CallCancelled || calls[0].Error != "cancelled by forgetting the device" {
 		t.Fatalf("calls stored for %s: %+v, want one cancelled by the forget", id, calls)
 	}
-	mu.Lock()
-	if len(audited) != 1 || audited[0].Outcome != "cancelled" || audited[0].CallID != calls[0].ID {
-		t.Errorf("audited %+v, want the cancelled call once", audited)
+	if recs := audited(t, st); len(recs) != 1 || recs[0].Outcome != "cancelled" || recs[0].CallID != calls[0].ID {
+		t.Errorf("audited %+v, want the cancelled call once", recs)
 	}
-	mu.Unlock()
 	for done := false; !done; {
 		select {
 		case ev := <-sub.C:

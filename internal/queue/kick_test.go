@@ -169,10 +169,10 @@ type downAtStart struct {
 	up chan struct{}
 }
 
-func (s *downAtStart) InterruptCalls(ctx context.Context, now time.Time, node string) ([]store.QueuedCall, error) {
+func (s *downAtStart) InterruptCalls(ctx context.Context, now time.Time, node string, audit store.CallAudit) ([]store.QueuedCall, error) {
 	select {
 	case <-s.up:
-		return s.Store.InterruptCalls(ctx, now, node)
+		return s.Store.InterruptCalls(ctx, now, node, audit)
 	default:
 		return nil, errors.New("store down")
 	}
@@ -226,7 +226,7 @@ func TestCallbackPostedOnceByTwoNodes(t *testing.T) {
 		Caller: "k", Door: "rest", State: store.CallQueued, QueuedAt: now, ExpiresAt: now.Add(time.Millisecond), CallbackURL: hook.URL}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.ExpireCalls(t.Context(), now.Add(time.Second)); err != nil {
+	if _, err := st.ExpireCalls(t.Context(), now.Add(time.Second), nil); err != nil {
 		t.Fatal(err)
 	}
 	var queues []*Queue
@@ -295,13 +295,13 @@ type outageStore struct {
 	once     sync.Once
 }
 
-func (s *outageStore) UpdateCall(ctx context.Context, c store.QueuedCall, from store.CallState) error {
+func (s *outageStore) UpdateCall(ctx context.Context, c store.QueuedCall, from store.CallState, audit store.CallAudit) error {
 	if s.down.Load() && from == store.CallRunning {
 		s.refused.Add(1)
 		s.once.Do(func() { close(s.finished) })
 		return errors.New("store: connection refused")
 	}
-	return s.Store.UpdateCall(ctx, c, from)
+	return s.Store.UpdateCall(ctx, c, from, audit)
 }
 
 // TestOutcomeRecordedAfterStoreOutage: a call that ends while the store
@@ -335,11 +335,11 @@ func TestOutcomeRecordedAfterStoreOutage(t *testing.T) {
 // markFailStore fails every attempt to mark a queued call running.
 type markFailStore struct{ store.Store }
 
-func (s markFailStore) UpdateCall(ctx context.Context, c store.QueuedCall, from store.CallState) error {
+func (s markFailStore) UpdateCall(ctx context.Context, c store.QueuedCall, from store.CallState, audit store.CallAudit) error {
 	if c.State == store.CallRunning && from == store.CallQueued {
 		return errors.New("store: disk I/O error")
 	}
-	return s.Store.UpdateCall(ctx, c, from)
+	return s.Store.UpdateCall(ctx, c, from, audit)
 }
 
 // TestMarkRunningFailureWarnsOncePerMinute: a store that keeps failing to

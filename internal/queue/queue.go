@@ -69,10 +69,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics; nil creates a private set.
 	Metrics *metrics.Metrics
-	// Audit receives one record per call when it ends, and stores them
-	// before it returns (audit.Writer.RecordNow): the caller of Cancel is
-	// answered, a callback posted, once the record is stored. nil: none.
-	Audit func(...hub.CallRecord)
+	// Audit turns the record of a call that ended into the store's
+	// (audit.Writer.AuditRecord), which the store writes in the transaction
+	// that stores the call's final state: a crash leaves both or neither,
+	// and the caller of Cancel is answered, a callback posted, once both are
+	// stored. It runs inside that transaction: it must not block or use the
+	// store. nil: none.
+	Audit func(hub.CallRecord) store.AuditRecord
 	// StartAfter, when set, holds back Run's start (failing the calls its
 	// node left running, then delivering) until it is closed: a cluster
 	// node waits to know its id is its own, or it would fail the running
@@ -121,11 +124,12 @@ type Config struct {
 
 // Queue stores and delivers queued calls. It is safe for concurrent use.
 type Queue struct {
-	cfg Config
-	hub *hub.Hub
-	st  store.CallStore
-	log *slog.Logger
-	m   *metrics.Metrics
+	cfg   Config
+	hub   *hub.Hub
+	st    store.CallStore
+	log   *slog.Logger
+	m     *metrics.Metrics
+	audit store.CallAudit // the record of a call's end, stored with it; nil: none
 
 	// submitMu serialises the limit check and the insert of a new call, so
 	// that two submits cannot both take the last place.
@@ -200,9 +204,13 @@ func New(cfg Config) (*Queue, error) {
 		cfg.HTTPClient = &http.Client{Timeout: cfg.CallbackTimeout,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
-	return &Queue{cfg: cfg, hub: cfg.Hub, st: bounded{cfg.Store}, log: cfg.Logger.With("component", "queue"), m: cfg.Metrics,
+	q := &Queue{cfg: cfg, hub: cfg.Hub, st: bounded{cfg.Store}, log: cfg.Logger.With("component", "queue"), m: cfg.Metrics,
 		workers: make(map[string]*worker), waiting: make(map[string]uint64),
-		callbacks: make(chan struct{}, 1), started: make(chan struct{})}, nil
+		callbacks: make(chan struct{}, 1), started: make(chan struct{})}
+	if cfg.Audit != nil {
+		q.audit = func(c store.QueuedCall) store.AuditRecord { return cfg.Audit(record(c, Outcome(c))) }
+	}
+	return q, nil
 }
 
 // Request is a call to queue.
@@ -338,7 +346,7 @@ func (q *Queue) Cancel(ctx context.Context, id, by string) (store.QueuedCall, er
 	if c.CallbackURL != "" {
 		c.CallbackState = store.CallbackPending
 	}
-	if err := q.st.UpdateCall(ctx, c, store.CallQueued); err != nil {
+	if err := q.st.UpdateCall(ctx, c, store.CallQueued, q.audit); err != nil {
 		if errors.Is(err, store.ErrStateChanged) {
 			if cur, gerr := q.Get(ctx, id); gerr == nil {
 				return cur, fmt.Errorf("%w: %s is %s", ErrNotCancellable, id, cur.State)
@@ -356,17 +364,10 @@ func (q *Queue) Cancel(ctx context.Context, id, by string) (store.QueuedCall, er
 // that a call answered when it is stored reads the same when fetched.
 func stamp() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
 
-// ended audits, counts and announces calls that reached a final state (in
-// the store), and wakes the callback loop when one has a callback. Their
-// records are stored together, before anything is announced.
+// ended counts and announces calls that reached a final state (stored
+// with their audit records, q.audit), and wakes the callback loop when one
+// has a callback.
 func (q *Queue) ended(cs ...store.QueuedCall) {
-	if q.cfg.Audit != nil && len(cs) > 0 {
-		recs := make([]hub.CallRecord, len(cs))
-		for i, c := range cs {
-			recs[i] = q.record(c, Outcome(c))
-		}
-		q.cfg.Audit(recs...)
-	}
 	for _, c := range cs {
 		q.announce(c)
 	}
@@ -435,7 +436,7 @@ func deliveryTime(c store.QueuedCall) (time.Duration, bool) {
 
 // record is the audit record of a finished call: its time is when it was
 // delivered, or when it ended undelivered.
-func (q *Queue) record(c store.QueuedCall, outcome string) hub.CallRecord {
+func record(c store.QueuedCall, outcome string) hub.CallRecord {
 	rec := hub.CallRecord{Start: c.FinishedAt, Caller: c.Caller, Door: c.Door, Device: c.Device, Tool: c.Tool,
 		Arguments: c.Arguments, Outcome: outcome, CallID: c.ID, QueuedAt: c.QueuedAt}
 	if !c.StartedAt.IsZero() {

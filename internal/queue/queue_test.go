@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,25 @@ import (
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
+
+// storeRecord is the tests' Config.Audit: the record as the audit writer
+// stores it, its arguments not digested.
+func storeRecord(c hub.CallRecord) store.AuditRecord {
+	return store.AuditRecord{Time: c.Start, Caller: c.Caller, Door: c.Door, Device: c.Device, Tool: c.Tool,
+		Arguments: c.Arguments, Outcome: c.Outcome, LatencyMS: float64(c.Latency.Microseconds()) / 1000,
+		ErrorCode: c.ErrorCode, Error: c.Error, CallID: c.CallID, QueuedAt: c.QueuedAt}
+}
+
+// audited returns the audit log of s, oldest first.
+func audited(t *testing.T, s store.Store) []store.AuditRecord {
+	t.Helper()
+	recs, err := s.Audit(t.Context(), store.AuditQuery{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Reverse(recs)
+	return recs
+}
 
 func newQueue(t *testing.T, cfg Config) (*Queue, store.Store) {
 	t.Helper()
@@ -119,8 +139,7 @@ func TestOutcome(t *testing.T) {
 // TestRunInterruptsAndStops: Run fails the calls a previous run left
 // running, keeps queued ones, and returns when its context ends.
 func TestRunInterruptsAndStops(t *testing.T) {
-	var audited []hub.CallRecord
-	q, s := newQueue(t, Config{Audit: func(rs ...hub.CallRecord) { audited = append(audited, rs...) }})
+	q, s := newQueue(t, Config{Audit: storeRecord})
 	now := time.Now()
 	for _, id := range []string{"call_a", "call_b"} {
 		if _, err := s.CreateCall(t.Context(), store.QueuedCall{ID: id, Device: "02:00:00:00:00:01", Tool: "t",
@@ -130,7 +149,7 @@ func TestRunInterruptsAndStops(t *testing.T) {
 	}
 	a, _ := s.QueuedCall(t.Context(), "call_a")
 	a.State, a.Attempts, a.StartedAt = store.CallRunning, 1, now.Add(-time.Minute) // a minute before the stop, as far as anyone knows
-	if err := s.UpdateCall(t.Context(), a, store.CallQueued); err != nil {
+	if err := s.UpdateCall(t.Context(), a, store.CallQueued, nil); err != nil {
 		t.Fatal(err)
 	}
 	stop := runQueue(t, q)
@@ -143,8 +162,8 @@ func TestRunInterruptsAndStops(t *testing.T) {
 	if got, _ := s.QueuedCall(t.Context(), "call_b"); got.State != store.CallQueued {
 		t.Errorf("queued call after Run started: %+v", got)
 	}
-	if len(audited) != 1 || audited[0].CallID != "call_a" || audited[0].Outcome != "interrupted" || audited[0].QueuedAt.IsZero() || audited[0].Latency != 0 {
-		t.Errorf("audited %+v; want call_a once, interrupted", audited)
+	if recs := audited(t, s); len(recs) != 1 || recs[0].CallID != "call_a" || recs[0].Outcome != "interrupted" || recs[0].QueuedAt.IsZero() || recs[0].LatencyMS != 0 {
+		t.Errorf("audited %+v; want call_a once, interrupted", recs)
 	}
 }
 
@@ -163,7 +182,7 @@ func TestRetention(t *testing.T) {
 		}
 		c, _ := s.QueuedCall(t.Context(), "call_old")
 		c.State, c.FinishedAt = store.CallExpired, ended
-		if err := s.UpdateCall(t.Context(), c, store.CallQueued); err != nil {
+		if err := s.UpdateCall(t.Context(), c, store.CallQueued, nil); err != nil {
 			t.Fatal(err)
 		}
 		stop := runQueue(t, q)

@@ -50,6 +50,32 @@ const ReasonInterrupted = "interrupted"
 // the state the caller expected: someone else moved it first.
 var ErrStateChanged = errors.New("call state changed")
 
+// CallAudit is the audit record of a call that has just ended. The store
+// appends it in the transaction that stores the call's final state, so a
+// crash leaves both or neither (docs/queued-calls.md, "Audit").
+type CallAudit func(QueuedCall) AuditRecord
+
+// endAudit is the record to append with c's update from state from: none
+// unless c ends there.
+func endAudit(c QueuedCall, from CallState, audit CallAudit) []AuditRecord {
+	if audit == nil || !c.State.Final() || from.Final() {
+		return nil
+	}
+	return []AuditRecord{audit(c)}
+}
+
+// auditAll is the records of calls that have just ended.
+func auditAll(calls []QueuedCall, audit CallAudit) []AuditRecord {
+	if audit == nil {
+		return nil
+	}
+	recs := make([]AuditRecord, len(calls))
+	for i, c := range calls {
+		recs[i] = audit(c)
+	}
+	return recs
+}
+
 // QueuedCall is a tool call stored until its device is online.
 type QueuedCall struct {
 	Seq       int64  // assigned by CreateCall, increasing: the queue order

@@ -239,28 +239,28 @@ func (d *Deferred) QueuedDevices(ctx context.Context) ([]string, error) {
 	return s.QueuedDevices(ctx)
 }
 
-func (d *Deferred) UpdateCall(ctx context.Context, c QueuedCall, from CallState) error {
+func (d *Deferred) UpdateCall(ctx context.Context, c QueuedCall, from CallState, audit CallAudit) error {
 	s, err := d.get()
 	if err != nil {
 		return err
 	}
-	return s.UpdateCall(ctx, c, from)
+	return s.UpdateCall(ctx, c, from, audit)
 }
 
-func (d *Deferred) ExpireCalls(ctx context.Context, now time.Time) ([]QueuedCall, error) {
+func (d *Deferred) ExpireCalls(ctx context.Context, now time.Time, audit CallAudit) ([]QueuedCall, error) {
 	s, err := d.get()
 	if err != nil {
 		return nil, err
 	}
-	return s.ExpireCalls(ctx, now)
+	return s.ExpireCalls(ctx, now, audit)
 }
 
-func (d *Deferred) InterruptCalls(ctx context.Context, now time.Time, node string) ([]QueuedCall, error) {
+func (d *Deferred) InterruptCalls(ctx context.Context, now time.Time, node string, audit CallAudit) ([]QueuedCall, error) {
 	s, err := d.get()
 	if err != nil {
 		return nil, err
 	}
-	return s.InterruptCalls(ctx, now, node)
+	return s.InterruptCalls(ctx, now, node, audit)
 }
 
 func (d *Deferred) ClaimCallback(ctx context.Context, c QueuedCall, until time.Time) (bool, error) {

@@ -482,6 +482,16 @@ var pgAuditColumns = []string{"time", "caller", "door", "device", "tool", "argum
 // AppendAudit copies the batch in (COPY is one statement, so all or
 // nothing, and assigns seq in the batch's order).
 func (s *pgStore) AppendAudit(ctx context.Context, recs []AuditRecord) error {
+	if err := pgAppendAudit(ctx, s.pool, recs); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	return nil
+}
+
+// pgAppendAudit copies recs in through db, the pool or a transaction.
+func pgAppendAudit(ctx context.Context, db interface {
+	CopyFrom(context.Context, pgx.Identifier, []string, pgx.CopyFromSource) (int64, error)
+}, recs []AuditRecord) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -495,8 +505,8 @@ func (s *pgStore) AppendAudit(ctx context.Context, recs []AuditRecord) error {
 		rows[i] = []any{t, r.Caller, r.Door, r.Device, r.Tool, auditArguments(r.Arguments), r.Outcome,
 			r.LatencyMS, r.ErrorCode, r.Error, r.CallID, ts(r.QueuedAt), r.Node, r.ServedBy}
 	}
-	if _, err := s.pool.CopyFrom(ctx, pgx.Identifier{"audit"}, pgAuditColumns, pgx.CopyFromRows(rows)); err != nil {
-		return fmt.Errorf("store: append audit: %w", err)
+	if _, err := db.CopyFrom(ctx, pgx.Identifier{"audit"}, pgAuditColumns, pgx.CopyFromRows(rows)); err != nil {
+		return fmt.Errorf("append audit: %w", err)
 	}
 	return nil
 }

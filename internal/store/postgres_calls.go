@@ -123,19 +123,29 @@ func (s *pgStore) RunningNodes(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-func (s *pgStore) UpdateCall(ctx context.Context, c QueuedCall, from CallState) error {
+func (s *pgStore) UpdateCall(ctx context.Context, c QueuedCall, from CallState, audit CallAudit) error {
 	if !c.State.Valid() {
 		return fmt.Errorf("store: update call %s: bad state %q", c.ID, c.State)
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE calls SET state = $1, reason = $2, error = $3, result = $4, attempts = $5,
-		started_at = $6, finished_at = $7, callback_state = $8, callback_attempts = $9, callback_next = $10, node = $11
-		WHERE id = $12 AND state = $13`,
-		string(c.State), c.Reason, c.Error, callResult(c.Result), c.Attempts, ts(c.StartedAt), ts(c.FinishedAt),
-		c.CallbackState, c.CallbackAttempts, ts(c.CallbackNext), c.Node, c.ID, string(from))
+	var n int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE calls SET state = $1, reason = $2, error = $3, result = $4, attempts = $5,
+			started_at = $6, finished_at = $7, callback_state = $8, callback_attempts = $9, callback_next = $10, node = $11
+			WHERE id = $12 AND state = $13`,
+			string(c.State), c.Reason, c.Error, callResult(c.Result), c.Attempts, ts(c.StartedAt), ts(c.FinishedAt),
+			c.CallbackState, c.CallbackAttempts, ts(c.CallbackNext), c.Node, c.ID, string(from))
+		if err != nil {
+			return err
+		}
+		if n = tag.RowsAffected(); n == 0 {
+			return nil // nothing written, nothing to audit
+		}
+		return pgAppendAudit(ctx, tx, endAudit(c, from, audit))
+	})
 	if err != nil {
 		return fmt.Errorf("store: update call %s: %w", c.ID, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		if _, err := s.QueuedCall(ctx, c.ID); err != nil {
 			return err
 		}
@@ -148,26 +158,38 @@ const pgFinishSQL = `UPDATE calls SET state = $1, reason = $2, error = $3, finis
 	callback_state = CASE WHEN callback_url <> '' THEN 'pending' ELSE '' END
 	WHERE %s RETURNING ` + callColumns
 
-func (s *pgStore) ExpireCalls(ctx context.Context, now time.Time) ([]QueuedCall, error) {
-	rows, err := s.pool.Query(ctx, fmt.Sprintf(pgFinishSQL, `state = 'queued' AND expires_at <= $4`),
-		string(CallExpired), "", "its time to live passed before it was delivered", now)
+// finish runs a pgFinishSQL and appends the audit records of the calls it
+// ended, in one transaction.
+func (s *pgStore) finish(ctx context.Context, audit CallAudit, where string, args ...any) ([]QueuedCall, error) {
+	var out []QueuedCall
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, fmt.Sprintf(pgFinishSQL, where), args...)
+		if err != nil {
+			return err
+		}
+		if out, err = collectPgCalls(rows); err != nil {
+			return err
+		}
+		return pgAppendAudit(ctx, tx, auditAll(out, audit))
+	})
 	if err != nil {
-		return nil, fmt.Errorf("store: expire calls: %w", err)
+		return nil, err
 	}
-	out, err := collectPgCalls(rows)
+	return out, nil
+}
+
+func (s *pgStore) ExpireCalls(ctx context.Context, now time.Time, audit CallAudit) ([]QueuedCall, error) {
+	out, err := s.finish(ctx, audit, `state = 'queued' AND expires_at <= $4`,
+		string(CallExpired), "", "its time to live passed before it was delivered", now)
 	if err != nil {
 		return nil, fmt.Errorf("store: expire calls: %w", err)
 	}
 	return out, nil
 }
 
-func (s *pgStore) InterruptCalls(ctx context.Context, now time.Time, node string) ([]QueuedCall, error) {
-	rows, err := s.pool.Query(ctx, fmt.Sprintf(pgFinishSQL, `state = 'running' AND node = $5`),
+func (s *pgStore) InterruptCalls(ctx context.Context, now time.Time, node string, audit CallAudit) ([]QueuedCall, error) {
+	out, err := s.finish(ctx, audit, `state = 'running' AND node = $5`,
 		string(CallFailed), ReasonInterrupted, interruptedText, now, node)
-	if err != nil {
-		return nil, fmt.Errorf("store: interrupt calls: %w", err)
-	}
-	out, err := collectPgCalls(rows)
 	if err != nil {
 		return nil, fmt.Errorf("store: interrupt calls: %w", err)
 	}

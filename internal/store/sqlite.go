@@ -607,9 +607,21 @@ func (s *sqliteStore) AppendAudit(ctx context.Context, recs []AuditRecord) error
 		return fmt.Errorf("store: append audit: %w", err)
 	}
 	defer tx.Rollback()
+	if err := appendAuditTx(ctx, tx, recs); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: append audit: %w", err)
+	}
+	return nil
+}
+
+// appendAuditTx inserts recs in tx, in order.
+func appendAuditTx(ctx context.Context, tx *sql.Tx, recs []AuditRecord) error {
 	now := time.Now()
 	args := make([]any, 0, 14*min(len(recs), auditRowsPerInsert))
 	var full *sql.Stmt // prepared once per batch, when a whole chunk comes
+	var err error
 	for chunk := range slices.Chunk(recs, auditRowsPerInsert) {
 		args = args[:0]
 		for _, r := range chunk {
@@ -625,18 +637,15 @@ func (s *sqliteStore) AppendAudit(ctx context.Context, recs []AuditRecord) error
 		} else {
 			if full == nil {
 				if full, err = tx.PrepareContext(ctx, auditInsertFull); err != nil {
-					return fmt.Errorf("store: append audit: %w", err)
+					return fmt.Errorf("append audit: %w", err)
 				}
 				defer full.Close()
 			}
 			_, err = full.ExecContext(ctx, args...)
 		}
 		if err != nil {
-			return fmt.Errorf("store: append audit: %w", err)
+			return fmt.Errorf("append audit: %w", err)
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store: append audit: %w", err)
 	}
 	return nil
 }

@@ -143,21 +143,29 @@ func (s *sqliteStore) strings(ctx context.Context, query string) ([]string, erro
 	return out, rows.Err()
 }
 
-func (s *sqliteStore) UpdateCall(ctx context.Context, c QueuedCall, from CallState) error {
+func (s *sqliteStore) UpdateCall(ctx context.Context, c QueuedCall, from CallState, audit CallAudit) error {
 	if !c.State.Valid() {
 		return fmt.Errorf("store: update call %s: bad state %q", c.ID, c.State)
 	}
-	res, err := s.w.ExecContext(ctx, `UPDATE calls SET state = ?, reason = ?, error = ?, result = ?, attempts = ?,
-		started_at = ?, finished_at = ?, callback_state = ?, callback_attempts = ?, callback_next = ?, node = ?
-		WHERE id = ? AND state = ?`,
-		string(c.State), c.Reason, c.Error, callResult(c.Result), c.Attempts, micros(c.StartedAt), micros(c.FinishedAt),
-		c.CallbackState, c.CallbackAttempts, micros(c.CallbackNext), c.Node, c.ID, string(from))
+	var n int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE calls SET state = ?, reason = ?, error = ?, result = ?, attempts = ?,
+			started_at = ?, finished_at = ?, callback_state = ?, callback_attempts = ?, callback_next = ?, node = ?
+			WHERE id = ? AND state = ?`,
+			string(c.State), c.Reason, c.Error, callResult(c.Result), c.Attempts, micros(c.StartedAt), micros(c.FinishedAt),
+			c.CallbackState, c.CallbackAttempts, micros(c.CallbackNext), c.Node, c.ID, string(from))
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil || n == 0 {
+			return err // n == 0: nothing written, nothing to audit
+		}
+		return appendAuditTx(ctx, tx, endAudit(c, from, audit))
+	})
 	if err != nil {
 		return fmt.Errorf("store: update call %s: %w", c.ID, err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("store: update call %s: %w", c.ID, err)
-	} else if n == 0 {
+	if n == 0 {
 		if _, err := s.QueuedCall(ctx, c.ID); err != nil {
 			return err
 		}
@@ -166,32 +174,57 @@ func (s *sqliteStore) UpdateCall(ctx context.Context, c QueuedCall, from CallSta
 	return nil
 }
 
+// inTx runs f in a transaction of the writer, committed when f returns nil.
+func (s *sqliteStore) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := f(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
 // finishSQL moves every call matching where to state, at a time, with a
 // reason and error, and marks its callback pending when it has one.
 const sqliteFinishSQL = `UPDATE calls SET state = ?, reason = ?, error = ?, finished_at = ?,
 	callback_state = CASE WHEN callback_url <> '' THEN 'pending' ELSE '' END
 	WHERE %s RETURNING ` + callColumns
 
-func (s *sqliteStore) ExpireCalls(ctx context.Context, now time.Time) ([]QueuedCall, error) {
-	rows, err := s.w.QueryContext(ctx, fmt.Sprintf(sqliteFinishSQL, `state = 'queued' AND expires_at <= ?`),
-		string(CallExpired), "", "its time to live passed before it was delivered", now.UnixMicro(), now.UnixMicro())
+// finish runs a sqliteFinishSQL and appends the audit records of the calls
+// it ended, in one transaction.
+func (s *sqliteStore) finish(ctx context.Context, audit CallAudit, where string, args ...any) ([]QueuedCall, error) {
+	var out []QueuedCall
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, fmt.Sprintf(sqliteFinishSQL, where), args...)
+		if err != nil {
+			return err
+		}
+		if out, err = scanSQLiteCalls(rows); err != nil {
+			return err
+		}
+		return appendAuditTx(ctx, tx, auditAll(out, audit))
+	})
 	if err != nil {
-		return nil, fmt.Errorf("store: expire calls: %w", err)
+		return nil, err
 	}
-	out, err := scanSQLiteCalls(rows)
+	return out, nil
+}
+
+func (s *sqliteStore) ExpireCalls(ctx context.Context, now time.Time, audit CallAudit) ([]QueuedCall, error) {
+	out, err := s.finish(ctx, audit, `state = 'queued' AND expires_at <= ?`,
+		string(CallExpired), "", "its time to live passed before it was delivered", now.UnixMicro(), now.UnixMicro())
 	if err != nil {
 		return nil, fmt.Errorf("store: expire calls: %w", err)
 	}
 	return out, nil
 }
 
-func (s *sqliteStore) InterruptCalls(ctx context.Context, now time.Time, node string) ([]QueuedCall, error) {
-	rows, err := s.w.QueryContext(ctx, fmt.Sprintf(sqliteFinishSQL, `state = 'running' AND node = ?`),
+func (s *sqliteStore) InterruptCalls(ctx context.Context, now time.Time, node string, audit CallAudit) ([]QueuedCall, error) {
+	out, err := s.finish(ctx, audit, `state = 'running' AND node = ?`,
 		string(CallFailed), ReasonInterrupted, interruptedText, now.UnixMicro(), node)
-	if err != nil {
-		return nil, fmt.Errorf("store: interrupt calls: %w", err)
-	}
-	out, err := scanSQLiteCalls(rows)
 	if err != nil {
 		return nil, fmt.Errorf("store: interrupt calls: %w", err)
 	}

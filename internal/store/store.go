@@ -139,16 +139,20 @@ type CallStore interface {
 	QueuedDevices(ctx context.Context) ([]string, error)
 	// UpdateCall writes c's state, outcome, times and callback progress if
 	// the stored call is still in state from: ErrStateChanged when it is
-	// not, ErrNotFound when it does not exist.
-	UpdateCall(ctx context.Context, c QueuedCall, from CallState) error
+	// not, ErrNotFound when it does not exist. When c ends here (its state
+	// is final, from is not) and audit is not nil, audit(c) is appended to
+	// the audit log in the same transaction.
+	UpdateCall(ctx context.Context, c QueuedCall, from CallState, audit CallAudit) error
 	// ExpireCalls moves every queued call whose expiry is at or before now
-	// to expired, and returns them.
-	ExpireCalls(ctx context.Context, now time.Time) ([]QueuedCall, error)
+	// to expired, and returns them; with audit, their records are appended
+	// in the same transaction.
+	ExpireCalls(ctx context.Context, now time.Time, audit CallAudit) ([]QueuedCall, error)
 	// InterruptCalls moves every call running on node (QueuedCall.Node;
 	// "" on a single node) to failed with reason ReasonInterrupted, and
 	// returns them: run at start for this node, and in a cluster for a
-	// node lost for good.
-	InterruptCalls(ctx context.Context, now time.Time, node string) ([]QueuedCall, error)
+	// node lost for good. With audit, their records are appended in the
+	// same transaction.
+	InterruptCalls(ctx context.Context, now time.Time, node string, audit CallAudit) ([]QueuedCall, error)
 	// ClaimCallback makes c's pending callback this process's to post
 	// until until (its callback_next), if it is still as c read it (same
 	// tries, same next time): false when another process claimed or

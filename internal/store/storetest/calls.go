@@ -53,7 +53,7 @@ func testCalls(t *testing.T, target Target) {
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i := range errs {
-		wg.Go(func() { errs[i] = s.UpdateCall(ctx, running, store.CallQueued) })
+		wg.Go(func() { errs[i] = s.UpdateCall(ctx, running, store.CallQueued, nil) })
 	}
 	wg.Wait()
 	if (errs[0] == nil) == (errs[1] == nil) {
@@ -67,16 +67,16 @@ func testCalls(t *testing.T, target Target) {
 	// A cancel that comes too late loses too.
 	cancelled := got
 	cancelled.State = store.CallCancelled
-	if err := s.UpdateCall(ctx, cancelled, store.CallQueued); !errors.Is(err, store.ErrStateChanged) {
+	if err := s.UpdateCall(ctx, cancelled, store.CallQueued, nil); !errors.Is(err, store.ErrStateChanged) {
 		t.Errorf("cancelling a running call: %v, want ErrStateChanged", err)
 	}
-	wantNotFound(t, "UpdateCall of an unknown id", s.UpdateCall(ctx, store.QueuedCall{ID: "call_nope", State: store.CallDone}, store.CallQueued))
+	wantNotFound(t, "UpdateCall of an unknown id", s.UpdateCall(ctx, store.QueuedCall{ID: "call_nope", State: store.CallDone}, store.CallQueued, nil))
 
 	done := running
 	done.State, done.FinishedAt = store.CallDone, t0.Add(2*time.Minute)
 	done.Result = []byte(`{"content":[{"type":"text","text":"true"}],"isError":false}`)
 	done.CallbackState, done.CallbackNext = store.CallbackPending, t0.Add(3*time.Minute)
-	if err := s.UpdateCall(ctx, done, store.CallRunning); err != nil {
+	if err := s.UpdateCall(ctx, done, store.CallRunning, nil); err != nil {
 		t.Fatal(err)
 	}
 	got, err = s.QueuedCall(ctx, c.ID)
@@ -96,7 +96,7 @@ func testCalls(t *testing.T, target Target) {
 		t.Errorf("callbacks due: %v, %v; want the call", due, err)
 	}
 	got.CallbackState, got.CallbackAttempts = store.CallbackDelivered, 1
-	if err := s.UpdateCall(ctx, got, store.CallDone); err != nil {
+	if err := s.UpdateCall(ctx, got, store.CallDone, nil); err != nil {
 		t.Fatal(err)
 	}
 	if due, err := s.QueuedCalls(ctx, store.CallQuery{CallbackDue: t0.Add(5 * time.Minute)}); err != nil || len(due) != 0 {
@@ -150,7 +150,7 @@ func testCallQueries(t *testing.T, target Target) {
 
 	c2, _ := s.QueuedCall(ctx, "call_002")
 	c2.State = store.CallCancelled
-	if err := s.UpdateCall(ctx, c2, store.CallQueued); err != nil {
+	if err := s.UpdateCall(ctx, c2, store.CallQueued, nil); err != nil {
 		t.Fatal(err)
 	}
 	check("device A queued", store.CallQuery{Device: devA, States: []store.CallState{store.CallQueued}}, "call_000", "call_004")
@@ -178,13 +178,13 @@ func testExpireAndInterrupt(t *testing.T, target Target) {
 		}
 	}
 	run.State, run.Attempts, run.StartedAt, run.Node = store.CallRunning, 1, t0, "node-a"
-	if err := s.UpdateCall(ctx, run, store.CallQueued); err != nil {
+	if err := s.UpdateCall(ctx, run, store.CallQueued, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.ExpireCalls(ctx, t0.Add(500*time.Millisecond)); err != nil || len(got) != 0 {
+	if got, err := s.ExpireCalls(ctx, t0.Add(500*time.Millisecond), nil); err != nil || len(got) != 0 {
 		t.Errorf("ExpireCalls before any TTL: %v, %v", got, err)
 	}
-	got, err := s.ExpireCalls(ctx, t0.Add(time.Second))
+	got, err := s.ExpireCalls(ctx, t0.Add(time.Second), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func testExpireAndInterrupt(t *testing.T, target Target) {
 		!sameTime(got[0].FinishedAt, t0.Add(time.Second)) || got[0].CallbackState != store.CallbackPending || got[0].Error == "" {
 		t.Errorf("ExpireCalls = %+v; want %s expired with its callback pending", got, short.ID)
 	}
-	if again, err := s.ExpireCalls(ctx, t0.Add(time.Second)); err != nil || len(again) != 0 {
+	if again, err := s.ExpireCalls(ctx, t0.Add(time.Second), nil); err != nil || len(again) != 0 {
 		t.Errorf("ExpireCalls again: %v, %v; want nothing", again, err)
 	}
 
@@ -200,10 +200,10 @@ func testExpireAndInterrupt(t *testing.T, target Target) {
 		t.Errorf("RunningNodes = %q, %v; want node-a", nodes, err)
 	}
 	// Only the node that marked a call running interrupts it.
-	if got, err := s.InterruptCalls(ctx, t0.Add(2*time.Second), "node-b"); err != nil || len(got) != 0 {
+	if got, err := s.InterruptCalls(ctx, t0.Add(2*time.Second), "node-b", nil); err != nil || len(got) != 0 {
 		t.Errorf("InterruptCalls of another node = %+v, %v; want nothing", got, err)
 	}
-	got, err = s.InterruptCalls(ctx, t0.Add(2*time.Second), "node-a")
+	got, err = s.InterruptCalls(ctx, t0.Add(2*time.Second), "node-a", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,7 @@ func testClaimCallback(t *testing.T, target Target) {
 	if _, err := s.CreateCall(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ExpireCalls(ctx, t0.Add(time.Second)); err != nil {
+	if _, err := s.ExpireCalls(ctx, t0.Add(time.Second), nil); err != nil {
 		t.Fatal(err)
 	}
 	due := func(at time.Time) []store.QueuedCall {
@@ -293,10 +293,98 @@ func testClaimCallback(t *testing.T, target Target) {
 	// The claimant records its try: a claim on the older read fails.
 	tried := again[0]
 	tried.CallbackAttempts, tried.CallbackNext = 1, until.Add(time.Minute)
-	if err := s.UpdateCall(ctx, tried, tried.State); err != nil {
+	if err := s.UpdateCall(ctx, tried, tried.State, nil); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := s.ClaimCallback(ctx, again[0], until.Add(time.Hour)); err != nil || ok {
 		t.Errorf("a claim on a read older than the recorded try = %v, %v; want refused", ok, err)
+	}
+}
+
+// testCallEndAudited: a call's end and its audit record are one
+// transaction: both are stored, or neither (a crash between them, here the
+// ctx ending as the record is written, leaves the call as it was). An
+// update that ends nothing audits nothing.
+func testCallEndAudited(t *testing.T, target Target) {
+	ctx := context.Background()
+	s := open(t, target)
+	t0 := now()
+	dev := "aa:bb:cc:dd:ee:02"
+	audit := func(c store.QueuedCall) store.AuditRecord {
+		return store.AuditRecord{Time: c.FinishedAt, Caller: c.Caller, Door: c.Door, Device: c.Device, Tool: c.Tool,
+			Outcome: string(c.State), CallID: c.ID, QueuedAt: c.QueuedAt}
+	}
+	records := func(id string) int {
+		t.Helper()
+		recs, err := s.Audit(ctx, store.AuditQuery{Device: dev, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, r := range recs {
+			if r.CallID == id {
+				n++
+			}
+		}
+		return n
+	}
+	var calls []store.QueuedCall
+	for i := range 4 {
+		c, err := s.CreateCall(ctx, newCall(10+i, dev, "k1", t0, time.Second+time.Duration(i)*time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, c)
+	}
+	expiring, running, crashing, cancelled := calls[0], calls[1], calls[2], calls[3]
+
+	running.State, running.Attempts, running.StartedAt, running.Node = store.CallRunning, 1, t0, "node-a"
+	if err := s.UpdateCall(ctx, running, store.CallQueued, audit); err != nil {
+		t.Fatal(err)
+	}
+	if n := records(running.ID); n != 0 {
+		t.Errorf("marked running: %d audit records, want none: it has not ended", n)
+	}
+
+	// The process dies as the record is written: the call is left queued.
+	crashing.State, crashing.FinishedAt = store.CallCancelled, t0
+	cctx, cancel := context.WithCancel(ctx)
+	err := s.UpdateCall(cctx, crashing, store.CallQueued, func(c store.QueuedCall) store.AuditRecord {
+		cancel()
+		return audit(c)
+	})
+	if err == nil {
+		t.Fatal("UpdateCall with its ctx ended while writing the record succeeded")
+	}
+	if got, err := s.QueuedCall(ctx, crashing.ID); err != nil || got.State != store.CallQueued || records(crashing.ID) != 0 {
+		t.Errorf("after a failed end: %s %v, %d records; want queued, no record", got.State, err, records(crashing.ID))
+	}
+
+	cancelled.State, cancelled.FinishedAt, cancelled.Error = store.CallCancelled, t0, "cancelled by k1"
+	if err := s.UpdateCall(ctx, cancelled, store.CallQueued, audit); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UpdateCall(ctx, cancelled, store.CallQueued, audit); !errors.Is(err, store.ErrStateChanged) {
+		t.Errorf("cancelling twice: %v, want ErrStateChanged", err)
+	}
+	// A callback's progress on an ended call is no second end.
+	cancelled.CallbackAttempts = 1
+	if err := s.UpdateCall(ctx, cancelled, store.CallCancelled, audit); err != nil {
+		t.Fatal(err)
+	}
+	if n := records(cancelled.ID); n != 1 {
+		t.Errorf("cancelled: %d audit records, want 1", n)
+	}
+
+	if got, err := s.ExpireCalls(ctx, t0.Add(time.Second), audit); err != nil || len(got) != 1 || got[0].ID != expiring.ID {
+		t.Fatalf("ExpireCalls = %+v, %v; want %s", got, err, expiring.ID)
+	}
+	if got, err := s.InterruptCalls(ctx, t0.Add(time.Second), "node-a", audit); err != nil || len(got) != 1 || got[0].ID != running.ID {
+		t.Fatalf("InterruptCalls = %+v, %v; want %s", got, err, running.ID)
+	}
+	for _, c := range []store.QueuedCall{expiring, running} {
+		if n := records(c.ID); n != 1 {
+			t.Errorf("%s ended by the sweep: %d audit records, want 1", c.ID, n)
+		}
 	}
 }

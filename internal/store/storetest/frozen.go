@@ -109,25 +109,25 @@ func (f *Frozen) QueuedDevices(ctx context.Context) ([]string, error) {
 	return f.Store.QueuedDevices(ctx)
 }
 
-func (f *Frozen) UpdateCall(ctx context.Context, c store.QueuedCall, from store.CallState) error {
+func (f *Frozen) UpdateCall(ctx context.Context, c store.QueuedCall, from store.CallState, audit store.CallAudit) error {
 	if err := f.wait(ctx); err != nil {
 		return err
 	}
-	return f.Store.UpdateCall(ctx, c, from)
+	return f.Store.UpdateCall(ctx, c, from, audit)
 }
 
-func (f *Frozen) ExpireCalls(ctx context.Context, now time.Time) ([]store.QueuedCall, error) {
+func (f *Frozen) ExpireCalls(ctx context.Context, now time.Time, audit store.CallAudit) ([]store.QueuedCall, error) {
 	if err := f.wait(ctx); err != nil {
 		return nil, err
 	}
-	return f.Store.ExpireCalls(ctx, now)
+	return f.Store.ExpireCalls(ctx, now, audit)
 }
 
-func (f *Frozen) InterruptCalls(ctx context.Context, now time.Time, node string) ([]store.QueuedCall, error) {
+func (f *Frozen) InterruptCalls(ctx context.Context, now time.Time, node string, audit store.CallAudit) ([]store.QueuedCall, error) {
 	if err := f.wait(ctx); err != nil {
 		return nil, err
 	}
-	return f.Store.InterruptCalls(ctx, now, node)
+	return f.Store.InterruptCalls(ctx, now, node, audit)
 }
 
 func (f *Frozen) ClaimCallback(ctx context.Context, c store.QueuedCall, until time.Time) (bool, error) {

@@ -35,6 +35,7 @@ func Run(t *testing.T, target Target) {
 		{"Calls", testCalls},
 		{"CallQueries", testCallQueries},
 		{"ExpireAndInterrupt", testExpireAndInterrupt},
+		{"CallEndAudited", testCallEndAudited},
 		{"ClaimCallback", testClaimCallback},
 		{"AuditCallFields", testAuditCallFields},
 		{"Reopen", testReopen},
