@@ -30,3 +30,23 @@ func TestAudioRefusal(t *testing.T) {
 		}
 	}
 }
+
+func TestListenRefusal(t *testing.T) {
+	msgs := ListenRefusal("5a1595ab")
+	want := []string{
+		`{"type":"alert","session_id":"5a1595ab","status":"error","message":"` + NoAudioMessage + `","emotion":"sad"}`,
+		`{"type":"tts","session_id":"5a1595ab","state":"start"}`,
+		`{"type":"tts","session_id":"5a1595ab","state":"stop"}`,
+	}
+	if len(msgs) != len(want) {
+		t.Fatalf("got %d messages, want %d", len(msgs), len(want))
+	}
+	for i, m := range msgs {
+		if string(m) != want[i] {
+			t.Errorf("message %d = %s, want %s", i, m, want[i])
+		}
+	}
+	if alert, _ := AudioRefusal("5a1595ab"); string(alert) != want[0] {
+		t.Errorf("MQTT alert %s differs from the WebSocket one %s", alert, want[0])
+	}
+}

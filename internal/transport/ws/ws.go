@@ -318,6 +318,10 @@ type connection struct {
 	att  atomic.Pointer[hub.Attachment] // set once attached; read by the pong callback
 	// audioLogged is owned by the reader: the first audio frame was logged.
 	audioLogged bool
+	// listen and lastRefusal are owned by the reader: where the device's
+	// listen stands, and when the gateway last refused one (refuseListen).
+	listen      listenState
+	lastRefusal time.Time
 	// unparseable samples the reader's "dropped unparseable frame" lines:
 	// a device sending garbage in a loop gets one line per 10 s, not one
 	// per frame (the metric counts every frame).
@@ -669,8 +673,8 @@ func (c *connection) readLoop() error {
 	}
 }
 
-// frame consumes one frame: audio is discarded (this gateway carries none),
-// text is handled.
+// frame consumes one frame: audio is discarded (this gateway carries none,
+// and refuses the listen it belongs to), text is handled.
 //
 //go:noinline
 func (c *connection) frame(typ websocket.MessageType, r io.Reader) error {
@@ -680,6 +684,10 @@ func (c *connection) frame(typ websocket.MessageType, r io.Reader) error {
 	}
 	if typ == websocket.MessageBinary {
 		c.discardAudio()
+		if c.listen == listenNone {
+			// A device streaming without a listen message is listening too.
+			c.startListen(false)
+		}
 		_, err := io.Copy(io.Discard, r)
 		return err
 	}
@@ -711,6 +719,61 @@ func (c *connection) discardAudio() {
 	}
 }
 
+// listenState is where a device's listen stands, as the reader sees it.
+type listenState uint8
+
+const (
+	// listenNone: no listen message yet; the first audio frame starts a listen.
+	listenNone listenState = iota
+	// listenOpen: a listen started and was answered, or fell within
+	// refuseInterval of the last answer; a repeated start is the same listen.
+	listenOpen
+	// listenEnded: the device said stop, or a manual listen was answered
+	// (firmware goes idle on tts stop); trailing audio starts nothing.
+	listenEnded
+)
+
+// refuseInterval is the least time between two refusals on a connection: a
+// device that starts and stops listening in a loop gets an answer a second,
+// not one per message.
+const refuseInterval = time.Second
+
+// startListen notes that the device starts listening (listen start or
+// detect, or audio) and refuses the listen once: the device is told why no
+// answer will come (refuseListen).
+func (c *connection) startListen(manual bool) {
+	if c.listen == listenOpen {
+		return // firmware in auto mode starts again after the tts stop
+	}
+	c.listen = listenOpen
+	now := time.Now()
+	if !c.lastRefusal.IsZero() && now.Sub(c.lastRefusal) < refuseInterval {
+		return
+	}
+	c.lastRefusal = now
+	c.refuseListen()
+	if manual {
+		// Firmware goes idle on the tts stop and sends no listen stop.
+		c.listen = listenEnded
+	}
+}
+
+// refuseListen answers a listen: this gateway carries no audio, so the device
+// shows an alert that says why, and gets an empty spoken answer (tts start,
+// tts stop) that ends its listen without closing the socket, on which MCP
+// goes on (xiaozhi.ListenRefusal).
+func (c *connection) refuseListen() {
+	ctx, cancel := context.WithTimeout(c.ctx, c.t.cfg.WriteTimeout)
+	defer cancel()
+	for _, msg := range xiaozhi.ListenRefusal(c.sessionID) {
+		if err := c.conn.Write(ctx, websocket.MessageText, msg); err != nil {
+			c.log.Debug("could not refuse listen", "error", err)
+			return
+		}
+	}
+	c.log.Debug("refused listen: the gateway carries no audio")
+}
+
 func (c *connection) handleText(ctx context.Context, data []byte, sess *mcpclient.Session) {
 	env, err := xiaozhi.DecodeEnvelope(data)
 	if err != nil {
@@ -734,10 +797,19 @@ func (c *connection) handleText(ctx context.Context, data []byte, sess *mcpclien
 		if err := c.sendHello(ctx); err != nil {
 			c.log.Debug("could not answer repeated hello", "error", err)
 		}
+	case xiaozhi.TypeListen:
+		var l xiaozhi.Listen
+		_ = json.Unmarshal(env.Raw, &l) // a member of the wrong type reads as absent
+		switch l.State {
+		case "start", "detect":
+			c.startListen(l.Mode == "manual")
+		case "stop":
+			c.listen = listenEnded
+		}
 	case xiaozhi.TypeGoodbye:
 		c.log.Debug("device said goodbye")
 	default:
-		// listen, abort and types this gateway does not use.
+		// abort and types this gateway does not use.
 	}
 }
 
