@@ -7,6 +7,10 @@ import "time"
 // not send initialize after initialize.
 const minRenewal = time.Second
 
+// renewRetry bounds the wait after a failed renewal: the device may still
+// hold a token that expires within a quarter of its lifetime.
+const renewRetry = time.Minute
+
 // renewalInterval is when to renew v, sent at sent: at three quarters of
 // what was left of its lifetime, so a device gets the next token well
 // before the current one expires. Zero means never (v does not expire).
@@ -38,8 +42,8 @@ func (s *Session) renewVisionAfter(d time.Duration) {
 // renewal timer's goroutine, which Close awaits. The session's initialize
 // result stays as it was: only the device's camera settings change. A
 // renewal that fails (no answer, an error) leaves the session open, and is
-// tried again one interval later: the device still holds the previous
-// token until it expires.
+// tried again renewRetry after it was sent (or one interval, if shorter):
+// the device still holds the previous token until it expires.
 func (s *Session) renewVision() {
 	s.mu.Lock()
 	if s.closeErr != nil {
@@ -65,6 +69,9 @@ func (s *Session) renewVision() {
 	// The next renewal is one interval after this one was sent, however
 	// long the device took to answer.
 	next := renewalInterval(v, sent)
+	if err != nil {
+		next = min(next, renewRetry)
+	}
 	if next != 0 {
 		next = max(next-time.Since(sent), minRenewal)
 	}

@@ -35,11 +35,11 @@ func (b *syncBuffer) String() string {
 // TestVisionTokenRenewed: a session that sent an expiring vision token
 // sends initialize again with a fresh one at three quarters of its
 // lifetime, keeps its initialize result, lists no tools, survives a
-// renewal that gets no answer or an error (logged, tried again one
-// interval later), and renews nothing once closed.
+// renewal that gets no answer or an error (logged, tried again a minute
+// later), and renews nothing once closed.
 func TestVisionTokenRenewed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const ttl = 4 * time.Second
+		const ttl = time.Hour
 		p := newPipe()
 		var logs syncBuffer
 		issued := 0 // only the session's goroutines, one at a time, call Vision
@@ -55,6 +55,8 @@ func TestVisionTokenRenewed(t *testing.T) {
 		last := time.Now()
 		expect := func(wait time.Duration, token string) *jsonrpc.Message {
 			t.Helper()
+			time.Sleep(wait - time.Since(last)) // past pipe.next's own wait
+			synctest.Wait()
 			m := p.next(t)
 			if m.Method != "initialize" || !strings.Contains(string(m.Params), `"token":"`+token+`"`) {
 				t.Fatalf("sent %s %s, want initialize with %s", m.Method, m.Params, token)
@@ -94,7 +96,7 @@ func TestVisionTokenRenewed(t *testing.T) {
 		if m := p.next(t); m.Method != "notifications/cancelled" {
 			t.Fatalf("sent %s, want notifications/cancelled of the unanswered initialize", m.Method)
 		}
-		m := expect(ttl*3/4, "tok4")
+		m := expect(renewRetry, "tok4")
 		s.Handle(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"error":{"message":"busy"}}`, m.ID))
 		synctest.Wait()
 		if err := s.Err(); err != nil {
@@ -109,7 +111,7 @@ func TestVisionTokenRenewed(t *testing.T) {
 			}
 		}
 
-		expect(ttl*3/4, "tok5") // left unanswered: Close ends the renewal
+		expect(renewRetry, "tok5") // left unanswered: Close ends the renewal
 		s.Close(errors.New("bye"))
 		s.mu.Lock()
 		renewing := s.renewing
