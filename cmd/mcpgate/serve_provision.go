@@ -48,7 +48,7 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 	f.StringVar(&firmwareFile, "firmware-table", "", "JSON or YAML file mapping board type to {version, url}, offered by OTA when newer")
 	f.Int64Var(&p.VisionMaxBytes, "vision-max-bytes", vision.DefaultMaxBytes, "largest photo a device may upload")
 	p.VisionTokenTTL = time.Hour
-	f.Var(ageFlag{&p.VisionTokenTTL}, "vision-token-ttl", "lifetime of the vision token sent in initialize")
+	f.Var(ageFlag{&p.VisionTokenTTL}, "vision-token-ttl", "lifetime of the vision token sent in initialize; a session is sent a fresh one at three quarters of it")
 	p.VisionRetention = vision.DefaultRetention
 	f.Var(ageFlag{&p.VisionRetention}, "vision-retention", "delete stored photos older than this, e.g. 7d or 12h (0 keeps them forever)")
 	f.IntVar(&p.VisionMaxPerDevice, "vision-max-per-device", vision.DefaultMaxPerDevice, "most photos kept per device, the oldest deleted first (0: no limit)")

@@ -59,7 +59,8 @@ type Provisioning struct {
 	// VisionMaxBytes is the largest photo. Default 5 MB.
 	VisionMaxBytes int64
 	// VisionTokenTTL is the lifetime of the vision token a session gets in
-	// initialize. Default 1h.
+	// initialize; the session sends a fresh one at three quarters of it.
+	// Default 1h.
 	VisionTokenTTL time.Duration
 	// VisionDir is where photos are stored. Default DataDir/photos; a
 	// cluster's nodes may share one on a shared volume, so that each lists
@@ -283,16 +284,19 @@ func writeAPIError(w http.ResponseWriter, status int, code, msg string) {
 }
 
 // visionFor gives a session its capabilities.vision: the upload URL on the
-// public address (or the address the device dialed) and a fresh token.
+// public address (or the address the device dialed) and a fresh token. The
+// session renews it before it expires.
 func (d *deviceServices) visionFor(deviceID, base string) *mcpclient.Vision {
 	if d.cfg.OTA.PublicURL != "" {
 		base = d.cfg.OTA.PublicURL
 	}
+	// Taken before issuing: the token expires no earlier.
+	expires := time.Now().Add(d.cfg.VisionTokenTTL)
 	tok, err := d.auth.Authority().IssueVision(deviceID, d.cfg.VisionTokenTTL)
 	if err != nil {
 		return nil // an id the transport accepted always normalises; no vision rather than no session
 	}
-	return &mcpclient.Vision{URL: strings.TrimSuffix(base, "/") + vision.Path, Token: tok}
+	return &mcpclient.Vision{URL: strings.TrimSuffix(base, "/") + vision.Path, Token: tok, Expires: expires}
 }
 
 // SecretSetting is the store's setting holding the cluster's device secret

@@ -69,6 +69,47 @@ func TestSimProvisionsMQTTThroughOTA(t *testing.T) {
 	}
 }
 
+// TestCameraOutlivesVisionToken: a device that stays connected longer than
+// --vision-token-ttl (MQTT devices stay connected from boot) is sent a
+// fresh vision token before its first one expires, so its camera keeps
+// working, over either transport. A real network cannot run in a synctest
+// bubble: this test waits for the first token to expire.
+func TestCameraOutlivesVisionToken(t *testing.T) {
+	t.Parallel()
+	const ttl = 2 * time.Second
+	for _, tc := range []struct {
+		transport string
+		sim       func(gw *Gateway) sim.Config
+	}{
+		{"mqtt", func(gw *Gateway) sim.Config { return sim.Config{MQTTBroker: gw.MQTTAddr()} }},
+		{"websocket", func(gw *Gateway) sim.Config { return sim.Config{URL: wsURL(gw)} }},
+	} {
+		t.Run(tc.transport, func(t *testing.T) {
+			t.Parallel()
+			gw := startGateway(t, Config{MQTTAddr: "127.0.0.1:0", Provisioning: Provisioning{VisionTokenTTL: ttl}})
+			runSim(t, tc.sim(gw))
+			mac := sim.MAC(0, 0)
+			first := waitState(t, gw, mac, hub.StateReady)
+			if first.Transport != tc.transport {
+				t.Fatalf("transport %q", first.Transport)
+			}
+			// The first token was issued before the device was ready, and
+			// expires at most ttl later rounded up to the second.
+			expired := time.After(ttl + time.Second)
+			if text, isErr, err := call(t, gw, mac, "self.camera.take_photo", `{"question":"first"}`, 10*time.Second); err != nil || isErr {
+				t.Fatalf("take_photo with the first token: %q %v %v", text, isErr, err)
+			}
+			<-expired
+			if text, isErr, err := call(t, gw, mac, "self.camera.take_photo", `{"question":"later"}`, 10*time.Second); err != nil || isErr {
+				t.Fatalf("take_photo once the first token expired: %q %v %v", text, isErr, err)
+			}
+			if d, err := gw.Hub().Device(mac); err != nil || d.SessionID != first.SessionID || d.State != hub.StateReady {
+				t.Fatalf("not the first session, ready, any more: %+v (%v), first %s", d, err, first.SessionID)
+			}
+		})
+	}
+}
+
 // TestCameraOverMQTT: an MQTT device gets capabilities.vision too; its
 // self.camera.take_photo uploads a real JPEG and the endpoint's answer is
 // the tool result.

@@ -49,7 +49,7 @@ func TestFirstID(t *testing.T) {
 // sends no initialize of its own and goes straight to tools/list.
 func TestAdoptInitialize(t *testing.T) {
 	p := newPipe()
-	s := New(t.Context(), p, Config{Vision: &Vision{URL: "http://gw/vision", Token: "t"}})
+	s := New(t.Context(), p, Config{Vision: func() *Vision { return &Vision{URL: "http://gw/vision", Token: "t"} }})
 	if s.Initialized() {
 		t.Fatal("initialized before anything")
 	}

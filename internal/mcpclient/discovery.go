@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -176,8 +177,30 @@ var ErrDiscovery = errors.New("discovery failed")
 
 // Initialize sends initialize and, once its reply has arrived, the
 // notifications/initialized notification. Devices must never see the two
-// together with tools/list, so this returns only after both.
+// together with tools/list, so this returns only after both. A vision
+// capability it carried is renewed from then on (see Config.Vision).
 func (s *Session) Initialize(ctx context.Context) (*InitializeResult, error) {
+	var v *Vision
+	if s.cfg.Vision != nil {
+		v = s.cfg.Vision()
+	}
+	sent := time.Now()
+	res, err := s.initialize(ctx, v)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.init = res
+	s.mu.Unlock()
+	if v != nil {
+		s.renewVisionAfter(renewalInterval(v, sent))
+	}
+	return res, nil
+}
+
+// initialize sends initialize with v as capabilities.vision (none when
+// nil), then notifications/initialized, and returns the device's answer.
+func (s *Session) initialize(ctx context.Context, v *Vision) (*InitializeResult, error) {
 	type capabilities struct {
 		Vision *Vision `json:"vision,omitempty"`
 	}
@@ -185,7 +208,7 @@ func (s *Session) Initialize(ctx context.Context) (*InitializeResult, error) {
 		ProtocolVersion string       `json:"protocolVersion"`
 		Capabilities    capabilities `json:"capabilities"`
 		ClientInfo      ServerInfo   `json:"clientInfo"`
-	}{s.cfg.ProtocolVersion, capabilities{Vision: s.cfg.Vision}, ServerInfo{s.cfg.ClientName, s.cfg.ClientVersion}}
+	}{s.cfg.ProtocolVersion, capabilities{Vision: v}, ServerInfo{s.cfg.ClientName, s.cfg.ClientVersion}}
 
 	reply, err := s.Request(ctx, "initialize", params, 0)
 	if err != nil {
@@ -201,12 +224,6 @@ func (s *Session) Initialize(ctx context.Context) (*InitializeResult, error) {
 	if err := s.Notify(ctx, "notifications/initialized", nil); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	s.init = &res
-	s.mu.Unlock()
-	// The vision capability (an upload URL and token) is sent once, here:
-	// dropping it spares every idle connection its bytes.
-	s.cfg.Vision = nil
 	return &res, nil
 }
 

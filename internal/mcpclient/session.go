@@ -73,6 +73,9 @@ func (e *RPCError) Error() string {
 type Vision struct {
 	URL   string `json:"url"`
 	Token string `json:"token"`
+	// Expires is when Token stops being accepted; zero means never. A
+	// session renews a token that expires (see Config.Vision).
+	Expires time.Time `json:"-"`
 }
 
 // Config tunes a Session. The zero value is usable.
@@ -93,9 +96,16 @@ type Config struct {
 	MaxCatalogBytes int
 	// ClientName and ClientVersion go into initialize's clientInfo.
 	ClientName, ClientVersion string
-	// Vision, when set, is sent as capabilities.vision in the session's
-	// (first successful) initialize; the session forgets it afterwards.
-	Vision *Vision
+	// Vision, when set, gives the capabilities.vision sent in initialize
+	// (nil: none). When the capability sent expires (Vision.Expires), the
+	// session calls Vision again at three quarters of the time it had left
+	// and sends initialize once more with the fresh one, for as long as
+	// the session lasts: devices apply initialize at any time and read
+	// nothing else from it. A renewal leaves the session's initialize
+	// result alone and runs no discovery; one that fails is logged and
+	// tried again one interval later, and never closes the session. Vision
+	// is called from the session's own goroutines and must not block.
+	Vision func() *Vision
 	// OnNotification receives the device's notifications other than
 	// progress (which goes to its call), e.g. notifications/tools/list_changed.
 	// It is called from the transport's reader and must not block.
@@ -201,6 +211,8 @@ type Session struct {
 	closeErr  error                      // guarded by mu; set once by Close
 	unmatched uint64                     // guarded by mu
 	init      *InitializeResult          // guarded by mu; set by a successful Initialize
+	renewal   *time.Timer                // guarded by mu; the next renewal of the vision token, stopped by close
+	renewing  chan struct{}              // guarded by mu; non-nil while a renewal runs, closed by it as it ends
 
 	// The answers to the peer's own requests (see answer).
 	answers       [][]byte      // guarded by mu; not yet written
@@ -261,24 +273,34 @@ func (s *Session) Err() error {
 
 // Close fails every pending request at once with [ErrDisconnected] (wrapping
 // reason) and closes Done, which tells the transport to close the
-// connection. It is idempotent. Every call returns once the goroutine
-// writing answers to the peer's own requests has ended, or after at most a
-// second if the Link's Send outlives its context (a write blocked on a dead
-// connection that only the transport's close ends).
+// connection. It is idempotent. Every call returns once the goroutines
+// writing answers to the peer's own requests and renewing the vision token
+// have ended, or after at most a second if the Link's Send outlives its
+// context (a write blocked on a dead connection that only the transport's
+// close ends).
 func (s *Session) Close(reason error) {
 	s.close(reason)
 	s.mu.Lock()
-	writer := s.answering
+	writer, renewal := s.answering, s.renewing
 	s.mu.Unlock()
-	if writer == nil {
+	if writer == nil && renewal == nil {
 		return
 	}
 	t := time.NewTimer(answerWait)
 	defer t.Stop()
-	select {
-	case <-writer:
-	case <-t.C:
-		s.log.Load().Debug("closed the session while its answers' writer is still blocked in a write", "waited", answerWait)
+	for _, w := range []struct {
+		done <-chan struct{}
+		what string
+	}{{writer, "its answers' writer"}, {renewal, "the renewal of its vision token"}} {
+		if w.done == nil {
+			continue
+		}
+		select {
+		case <-w.done:
+		case <-t.C:
+			s.log.Load().Debug("closed the session while "+w.what+" is still blocked in a write", "waited", answerWait)
+			return
+		}
 	}
 }
 
@@ -300,6 +322,9 @@ func (s *Session) close(reason error) {
 	s.closeErr = reason
 	pending := s.pending
 	s.pending, s.toolCalls = nil, 0
+	if s.renewal != nil {
+		s.renewal.Stop()
+	}
 	s.mu.Unlock()
 
 	s.cancel(reason)

@@ -545,7 +545,7 @@ func TestDiscoveryPagination(t *testing.T) {
 
 func TestInitializeAwaitsReplyBeforeAnythingElse(t *testing.T) {
 	p := newPipe()
-	s := New(t.Context(), p, Config{Vision: &Vision{URL: "http://gw/vision/explain", Token: "tok"}})
+	s := New(t.Context(), p, Config{Vision: func() *Vision { return &Vision{URL: "http://gw/vision/explain", Token: "tok"} }})
 	done := make(chan error, 1)
 	go func() { _, err := s.Discover(t.Context()); done <- err }()
 	m := p.next(t)

@@ -74,9 +74,9 @@ type Config struct {
 	// refuses it with "bad user name or password". Nil accepts any.
 	Authenticate func(clientID, username, password string) error
 	// VisionFor, when set, gives each session its own capabilities.vision
-	// (a per-device, short-lived upload token) instead of Session.Vision.
-	// Unlike WebSocket, an MQTT device dialed no HTTP address, so the
-	// caller decides the URL.
+	// (a per-device, short-lived upload token, renewed while the session
+	// lasts) instead of Session.Vision. Unlike WebSocket, an MQTT device
+	// dialed no HTTP address, so the caller decides the URL.
 	VisionFor func(deviceID string) *mcpclient.Vision
 	// MaxPacketSize caps one inbound packet. Default 1 MiB.
 	MaxPacketSize uint32
@@ -293,7 +293,7 @@ func (t *Transport) attach(cl *mochi.Client) {
 	scfg := t.cfg.Session
 	scfg.Logger = c.log
 	if t.cfg.VisionFor != nil {
-		scfg.Vision = t.cfg.VisionFor(id.DeviceID)
+		scfg.Vision = func() *mcpclient.Vision { return t.cfg.VisionFor(id.DeviceID) }
 	}
 	c.sess = mcpclient.New(t.conns.Context(), c, scfg)
 	c.att = t.cfg.Hub.Attach(hub.ConnInfo{

@@ -86,8 +86,8 @@ type Config struct {
 	// text, which must not contain the token. Nil accepts every device.
 	Authenticate func(deviceID, clientID, token string) error
 	// VisionFor, when set, gives each session its own capabilities.vision
-	// (a per-device, short-lived upload token) instead of Session.Vision.
-	// base is the gateway's URL as the device dialed it (http://host:port).
+	// (a per-device, short-lived upload token, renewed while the session
+	// lasts) instead of Session.Vision. base is the gateway's URL as the device dialed it (http://host:port).
 	VisionFor func(deviceID, base string) *mcpclient.Vision
 	// Conns, when set, limits live connections per source address; it is
 	// shared with the other device transports. A connection over the limit
@@ -488,7 +488,7 @@ func (c *connection) handshake() bool {
 	scfg := c.t.cfg.Session
 	scfg.Logger = c.log
 	if c.t.cfg.VisionFor != nil {
-		scfg.Vision = c.t.cfg.VisionFor(c.id.deviceID, c.base)
+		scfg.Vision = func() *mcpclient.Vision { return c.t.cfg.VisionFor(c.id.deviceID, c.base) }
 	}
 	var l mcpclient.Link = &link{conn: c.conn, base: c.ctx, sessionID: c.sessionID, writeTimeout: c.t.cfg.WriteTimeout,
 		stalled: func(err error) { c.sess.Close(err) }}
