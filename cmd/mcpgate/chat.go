@@ -32,8 +32,9 @@ are joined into the text, so quotes are optional.
 
 --conversation keeps a separate thread of the device's history (default: the
 device's default conversation). --json waits for the whole answer and prints
-it as JSON: text, tool calls with their full results, steps. A chat the
-gateway refuses (no model configured, unknown device) prints
+it as JSON: text, tool calls with their full results, steps. An answer that
+stopped short (step limit, the model's output limit, a content filter) says
+so on stderr, "(stopped: ...)". A chat the gateway refuses (no model configured, unknown device) prints
 "error: <code>: <message>" and exits 1.`,
 		Example: `  mcpgate chat kitchen "turn the volume down a bit"
   mcpgate chat kitchen what is the battery level
@@ -139,7 +140,22 @@ func (p *chatPrinter) event(ev api.ChatEvent) {
 		}
 	case "final":
 		p.endLine()
+		var r agent.Reply
+		if json.Unmarshal(ev.Data, &r) == nil && r.Stopped != "" {
+			why, ok := stoppedWhy[r.Stopped]
+			if !ok {
+				why = visible(r.Stopped)
+			}
+			fmt.Fprintf(p.errw, "(stopped: %s)\n", why)
+		}
 	}
+}
+
+// stoppedWhy explains a final event's "stopped".
+var stoppedWhy = map[string]string{
+	agent.StoppedStepLimit:     "the step limit was reached (serve --llm-max-steps)",
+	agent.StoppedLength:        "the model's output limit cut the answer",
+	agent.StoppedContentFilter: "the provider's content filter withheld the answer",
 }
 
 // callName is how a call shows: the device's tool by its name, a tool

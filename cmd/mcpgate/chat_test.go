@@ -50,6 +50,26 @@ func TestChatCmd(t *testing.T) {
 	}
 }
 
+func TestChatCmdStopped(t *testing.T) {
+	t.Parallel()
+	stub := llmtest.New(t, llmtest.Script(
+		llmtest.Reply{Content: "I was cut o", Finish: "length"},
+		llmtest.Reply{Finish: "content_filter"},
+	))
+	gw, _ := gatewaytest.Start(t, gateway.Config{Version: "test", LLM: agent.Config{BaseURL: stub.URL, Model: "m"}})
+	connect(t, gw.Addr(), devicetest.Config{})
+	for _, want := range []struct{ stdout, stderr string }{
+		{"I was cut o\n", "(stopped: the model's output limit cut the answer)\n"},
+		{"I cannot answer that: the model provider's content filter withheld the answer.\n", "(stopped: the provider's content filter withheld the answer)\n"},
+	} {
+		r := run(t, gw.Addr(), "chat", devID, "tell me")
+		r.want(t, 0)
+		if r.stdout != want.stdout || r.stderr != want.stderr {
+			t.Errorf("stdout %q, stderr %q; want %q, %q", r.stdout, r.stderr, want.stdout, want.stderr)
+		}
+	}
+}
+
 func TestChatCmdNoModel(t *testing.T) {
 	t.Parallel()
 	addr := startGateway(t)

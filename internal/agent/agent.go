@@ -282,13 +282,24 @@ type Reply struct {
 	Thought      string `json:"thought,omitempty"`
 	// Steps counts the requests made to the model.
 	Steps int `json:"steps"`
-	// Stopped is "step_limit" when the chat ended at the step limit.
+	// Stopped says why the answer is not a complete one, "" when it is:
+	// one of the Stopped constants.
 	Stopped string     `json:"stopped,omitempty"`
 	Calls   []CallInfo `json:"tool_calls,omitempty"`
 }
 
-// StoppedStepLimit is Reply.Stopped when the step limit ended a chat.
-const StoppedStepLimit = "step_limit"
+// Reply.Stopped values.
+const (
+	// StoppedStepLimit: the step limit ended the chat.
+	StoppedStepLimit = "step_limit"
+	// StoppedLength: the model's output limit cut the answer (finish_reason
+	// "length"); Text is what came, or says so when nothing did.
+	StoppedLength = "length"
+	// StoppedContentFilter: the provider's content filter withheld the
+	// answer (finish_reason "content_filter"); Text is what came before,
+	// or says so.
+	StoppedContentFilter = "content_filter"
+)
 
 const maxConversationID = 128
 
@@ -379,10 +390,17 @@ func (a *Agent) Chat(ctx context.Context, req Request, emit func(Event)) (*Reply
 				return nil, context.Cause(ctx)
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
-				err = &ProviderError{Message: fmt.Sprintf("no answer within %s", a.cfg.RequestTimeout)}
+				what := "no answer"
+				if errors.Is(err, errUnfinished) {
+					what = "the answer did not finish"
+				}
+				err = &ProviderError{Message: fmt.Sprintf("%s within %s (--llm-timeout)", what, a.cfg.RequestTimeout)}
 			}
 			log.Warn("model request failed", "step", reply.Steps, "error", err)
 			return nil, err
+		}
+		if comp.Reasoning != "" && thought.Len() > 0 {
+			thought.WriteString("\n\n") // steps apart
 		}
 		thought.WriteString(comp.Reasoning)
 		if comp.Dropped {
@@ -393,6 +411,14 @@ func (a *Agent) Chat(ctx context.Context, req Request, emit func(Event)) (*Reply
 		turn = append(turn, assistant)
 		if len(assistant.ToolCalls) == 0 {
 			reply.Text = comp.Content
+			if reply.Stopped = stoppedBy(comp.Finish); reply.Stopped != "" {
+				log.Info("the provider stopped the answer", "step", reply.Steps, "finish_reason", comp.Finish)
+				if reply.Text == "" { // say so rather than nothing, and keep it in the history
+					reply.Text = stoppedText[reply.Stopped]
+					send(Event{Type: EventChunk, Text: reply.Text})
+					turn[len(turn)-1].Content = reply.Text
+				}
+			}
 			break
 		}
 		infos, results := a.runCalls(ctx, assistant.ToolCalls, tools, p, send)
@@ -421,6 +447,24 @@ func (a *Agent) Chat(ctx context.Context, req Request, emit func(Event)) (*Reply
 		emit(Event{Type: EventFinal, Reply: reply})
 	}
 	return reply, nil
+}
+
+// stoppedBy is the Reply.Stopped of an answer without tool calls, by its
+// finish reason: "" for one that ended as the model meant.
+func stoppedBy(finish string) string {
+	switch finish {
+	case finishLength:
+		return StoppedLength
+	case finishContentFilter:
+		return StoppedContentFilter
+	}
+	return ""
+}
+
+// stoppedText is the reply of an answer stopped before any text.
+var stoppedText = map[string]string{
+	StoppedLength:        "I ran out of room before answering: the model's output limit was reached.",
+	StoppedContentFilter: "I cannot answer that: the model provider's content filter withheld the answer.",
 }
 
 // fixCallIDs gives every call an id, unique within the turn: some providers
@@ -473,7 +517,7 @@ func (a *Agent) runCalls(ctx context.Context, calls []ToolCall, tools *toolset, 
 			info.RawArguments = c.Function.Arguments
 			info.IsError = true
 			info.Error = &CallError{Code: "bad_function_call",
-				Message: fmt.Sprintf("the arguments of %s are not a valid JSON object (%v); call it again with a JSON object matching its parameters", c.Function.Name, err)}
+				Message: fmt.Sprintf("the arguments of %s are %v; call it again with a JSON object matching its parameters", c.Function.Name, err)}
 		default:
 			info.Arguments = args
 			if repaired {

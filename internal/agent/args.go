@@ -10,7 +10,7 @@ import (
 
 // errBadArguments is why a call's arguments could not be used even after
 // the repair attempt.
-var errBadArguments = errors.New("arguments are not a valid JSON object")
+var errBadArguments = errors.New("not a valid JSON object")
 
 // parseArguments turns the arguments text a model wrote into a JSON object.
 // Two forms are taken as they are (repaired false): an empty text is {},

@@ -25,6 +25,9 @@
 // JSON get one repair attempt (code fences, trailing commas, missing
 // closers, a double-encoded object) and are otherwise refused with an error
 // the model reads as the tool's result, as is a call of an unknown function.
+// Tool calls of an answer cut short (finish_reason "length" or
+// "content_filter", or a stream that broke off) are not made: their
+// arguments may be cut, and the chat fails.
 // A provider's HTTP error is a [*ProviderError] carrying its message.
 //
 // # Concurrency

@@ -72,6 +72,9 @@ type completion struct {
 	Reasoning string
 	ToolCalls []ToolCall
 	Finish    string
+	// BrokeOff says a stream ended with neither a finish reason nor
+	// [DONE]: the connection broke, the answer may be cut anywhere.
+	BrokeOff bool
 	// Dropped says the answer asked for more than maxCalls calls: those
 	// past it are not in ToolCalls.
 	Dropped bool
@@ -147,10 +150,52 @@ func (c *llmClient) request(ctx context.Context, msgs []Message, tools []Functio
 	}
 	// A provider may ignore "stream" (or honour it when not asked): trust
 	// what it answers with.
+	var comp *completion
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		return c.readStream(ctx, resp.Body, onDelta)
+		comp, err = c.readStream(ctx, resp.Body, onDelta)
+	} else {
+		comp, err = c.readJSON(resp.Body, onDelta)
 	}
-	return c.readJSON(resp.Body, onDelta)
+	if err != nil {
+		return nil, err
+	}
+	if err := comp.cutCalls(); err != nil {
+		return nil, err
+	}
+	return comp, nil
+}
+
+// Finish reasons of an answer the provider cut short.
+const (
+	finishLength        = "length"
+	finishContentFilter = "content_filter"
+)
+
+// cutCalls refuses the tool calls of an answer that did not end as the
+// model meant: their arguments may be cut anywhere, and the repair that
+// closes an unterminated object would turn {"volume": 100 cut after the 1
+// into a call setting the volume to 1.
+func (c *completion) cutCalls() error {
+	if len(c.ToolCalls) == 0 {
+		return nil
+	}
+	var why string
+	switch {
+	case c.Finish == finishLength:
+		why = `the answer was cut off at the model's output limit (finish_reason "length")`
+	case c.Finish == finishContentFilter:
+		why = `the provider's content filter stopped the answer (finish_reason "content_filter")`
+	case c.BrokeOff:
+		why = "the stream broke off (no finish_reason, no [DONE])"
+	default:
+		return nil
+	}
+	names := make([]string, len(c.ToolCalls))
+	for i, tc := range c.ToolCalls {
+		names[i] = tc.Function.Name
+	}
+	return &ProviderError{Message: fmt.Sprintf("%s while the model was asking for %s; no call was made",
+		why, llmerr.Truncate(strings.Join(names, ", "), 200))}
 }
 
 // httpError turns a provider's error answer into a ProviderError carrying
@@ -256,27 +301,33 @@ func (c *llmClient) readJSON(r io.Reader, onDelta deltaFunc) (*completion, error
 	return out, nil
 }
 
+// errUnfinished marks a request that ended (its ctx's error) while the
+// answer was streaming.
+var errUnfinished = errors.New("the answer had started")
+
 // readStream accumulates a streamed answer: text deltas go to onDelta as they
-// come, tool-call fragments are joined by their index.
+// come, tool-call fragments are joined by their index and id.
 func (c *llmClient) readStream(ctx context.Context, r io.Reader, onDelta deltaFunc) (*completion, error) {
 	sr := newSSEReader(r, c.maxEvent)
 	acc := &streamAccumulator{}
-	for {
+	for started := false; ; started = true {
 		ev, err := sr.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
+			if ctx.Err() != nil && started {
+				return nil, fmt.Errorf("%w: %w", errUnfinished, ctx.Err())
+			}
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			return nil, &ProviderError{Message: "reading the stream: " + err.Error()}
 		}
-		done, err := acc.add(ev.Data, onDelta)
-		if err != nil {
+		if acc.done, err = acc.add(ev.Data, onDelta); err != nil {
 			return nil, err
 		}
-		if done {
+		if acc.done {
 			break
 		}
 	}
@@ -287,9 +338,13 @@ func (c *llmClient) readStream(ctx context.Context, r io.Reader, onDelta deltaFu
 type streamAccumulator struct {
 	content, reasoning strings.Builder
 	calls              []ToolCall
-	finish             string
-	chunks             int  // chunks with a choice
-	dropped            bool // a call past maxCalls began: it and what follows without an index are dropped
+	// slots maps a stream index to its call in calls, -1 for a call
+	// dropped past maxCalls; it holds at most maxCalls indexes.
+	slots   map[int]int
+	finish  string
+	chunks  int  // chunks with a choice
+	done    bool // [DONE] came
+	dropped bool // a call past maxCalls began: it and what follows without an index are dropped
 }
 
 // add takes one event's data. It reports done at "[DONE]".
@@ -343,20 +398,36 @@ func (a *streamAccumulator) add(data []byte, onDelta deltaFunc) (done bool, err 
 // of them: its history has only the calls run).
 const maxCalls = 128
 
-// addCall merges one tool-call fragment. Fragments are matched by index; a
-// provider that sends no index starts a new call with each new id, or with
-// a new name when it sends no ids either.
+// addCall merges one tool-call fragment. Fragments are matched by index,
+// and a new id at an index starts a new call there (Gemini sends every call
+// at index 0, each with its id); a provider that sends no index starts a
+// new call with each new id, or with a new name when it sends no ids either.
 func (a *streamAccumulator) addCall(tc wireToolCall) {
 	var cur *ToolCall
 	switch {
-	case tc.Index != nil && *tc.Index >= maxCalls:
-		a.dropped = true
-		return
 	case tc.Index != nil && *tc.Index >= 0:
-		for len(a.calls) <= *tc.Index {
-			a.calls = append(a.calls, ToolCall{Type: "function"})
+		i, ok := a.slots[*tc.Index]
+		if ok && i >= 0 && tc.ID != "" && a.calls[i].ID != "" && tc.ID != a.calls[i].ID {
+			ok = false // another call at the same index
 		}
-		cur = &a.calls[*tc.Index]
+		switch {
+		case ok && i < 0:
+			return // a call dropped past maxCalls
+		case !ok && len(a.calls) >= maxCalls:
+			a.dropped = true
+			if _, known := a.slots[*tc.Index]; known {
+				a.slots[*tc.Index] = -1 // what follows at this index is not the earlier call's
+			}
+			return
+		case !ok:
+			if a.slots == nil {
+				a.slots = make(map[int]int)
+			}
+			a.calls = append(a.calls, ToolCall{Type: "function"})
+			i = len(a.calls) - 1
+			a.slots[*tc.Index] = i
+		}
+		cur = &a.calls[i]
 	case a.dropped:
 		return // past maxCalls, calls are told apart no more: all dropped
 	case len(a.calls) > 0 && continues(&a.calls[len(a.calls)-1], tc):
@@ -396,10 +467,11 @@ func (a *streamAccumulator) result() (*completion, error) {
 	if a.chunks == 0 {
 		return nil, &ProviderError{Message: "the stream ended without any choice"}
 	}
-	out := &completion{Content: a.content.String(), Reasoning: a.reasoning.String(), Finish: a.finish, Dropped: a.dropped}
+	out := &completion{Content: a.content.String(), Reasoning: a.reasoning.String(), Finish: a.finish,
+		BrokeOff: a.finish == "" && !a.done, Dropped: a.dropped}
 	for _, c := range a.calls {
 		if c.Function.Name == "" && c.Function.Arguments == "" && c.ID == "" {
-			continue // a gap left by a sparse index
+			continue // a fragment with nothing in it
 		}
 		out.ToolCalls = append(out.ToolCalls, c)
 	}

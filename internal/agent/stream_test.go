@@ -123,6 +123,24 @@ data: {"choices":[{"delta":{"tool_calls":[{"id":"b","function":{"name":"g","argu
 			t.Errorf("tool calls = %+v", comp.ToolCalls)
 		}
 	})
+	t.Run("tool calls sharing an index", func(t *testing.T) {
+		// Gemini: each call whole in its own chunk, all at index 0.
+		comp, _, err := readTestStream(t, `data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{\"x\":1}"}}]}}]}
+
+data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"b","function":{"name":"g","arguments":"{}"}}]}}]}
+
+data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":""}}]},"finish_reason":"tool_calls"}]}
+
+data: [DONE]
+`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(comp.ToolCalls) != 2 || comp.ToolCalls[0].ID != "a" || comp.ToolCalls[0].Function.Name != "f" || comp.ToolCalls[0].Function.Arguments != `{"x":1}` ||
+			comp.ToolCalls[1].ID != "b" || comp.ToolCalls[1].Function.Name != "g" || comp.ToolCalls[1].Function.Arguments != "{}" {
+			t.Errorf("tool calls = %+v", comp.ToolCalls)
+		}
+	})
 	for _, tc := range []struct{ name, in, want string }{
 		{"no choices", "data: {\"choices\":[]}\n\ndata: [DONE]\n\n", "without any choice"},
 		{"error in stream", `data: {"error":{"message":"quota exceeded"}}` + "\n\n", "quota exceeded"},

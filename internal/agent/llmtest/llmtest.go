@@ -43,6 +43,18 @@ type Reply struct {
 	NoChoices bool
 	// NoIndex leaves out the index of streamed tool-call fragments.
 	NoIndex bool
+	// SameIndex streams each tool call whole in one chunk, all at index 0
+	// and told apart by their ids, as Gemini's OpenAI-compatible API does.
+	SameIndex bool
+	// Finish replaces the finish_reason ("stop", or "tool_calls" with
+	// tool calls), e.g. "length" or "content_filter".
+	Finish string
+	// Cut ends a stream right after the content and tool calls, with no
+	// finish_reason and no [DONE], as a connection that breaks off.
+	Cut bool
+	// Stall waits this long (or until the client leaves) after streaming
+	// the content, before the tool calls and the end of the stream.
+	Stall time.Duration
 	// Delay waits before answering.
 	Delay time.Duration
 }
@@ -173,7 +185,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Stream {
-		stream(w, rep)
+		stream(w, r, rep)
 		return
 	}
 	whole(w, rep)
@@ -202,7 +214,7 @@ func whole(w http.ResponseWriter, rep Reply) {
 		if rep.Reasoning != "" {
 			msg["reasoning_content"] = rep.Reasoning
 		}
-		finish := "stop"
+		finish := rep.finish()
 		if len(rep.ToolCalls) > 0 {
 			var calls []wireCall
 			for _, c := range rep.ToolCalls {
@@ -211,7 +223,6 @@ func whole(w http.ResponseWriter, rep Reply) {
 				calls = append(calls, wc)
 			}
 			msg["tool_calls"] = calls
-			finish = "tool_calls"
 		}
 		choices = append(choices, map[string]any{"index": 0, "message": msg, "finish_reason": finish})
 	}
@@ -219,10 +230,21 @@ func whole(w http.ResponseWriter, rep Reply) {
 	_ = json.NewEncoder(w).Encode(map[string]any{"id": "chatcmpl-llmtest", "object": "chat.completion", "choices": choices})
 }
 
+// finish is the reply's finish_reason.
+func (rep Reply) finish() string {
+	switch {
+	case rep.Finish != "":
+		return rep.Finish
+	case len(rep.ToolCalls) > 0:
+		return "tool_calls"
+	}
+	return "stop"
+}
+
 // stream sends the reply the way providers do: reasoning and content in
 // small pieces, each tool call as a head (id, name) and argument fragments,
 // a finish reason, a usage chunk without choices, then [DONE].
-func stream(w http.ResponseWriter, rep Reply) {
+func stream(w http.ResponseWriter, r *http.Request, rep Reply) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	fl, _ := w.(http.Flusher)
@@ -249,8 +271,22 @@ func stream(w http.ResponseWriter, rep Reply) {
 	for _, p := range pieces(rep.Content, 4) {
 		send(delta(map[string]any{"content": p}, nil))
 	}
+	if rep.Stall > 0 {
+		select {
+		case <-time.After(rep.Stall):
+		case <-r.Context().Done():
+			return
+		}
+	}
 	for i, c := range rep.ToolCalls {
 		idx := i
+		if rep.SameIndex {
+			zero := 0
+			whole := wireCall{Index: &zero, ID: c.ID, Type: "function"}
+			whole.Function.Name, whole.Function.Arguments = c.Name, c.Arguments
+			send(delta(map[string]any{"tool_calls": []wireCall{whole}}, nil))
+			continue
+		}
 		head := wireCall{ID: c.ID, Type: "function"}
 		head.Function.Name = c.Name
 		if !rep.NoIndex {
@@ -266,11 +302,10 @@ func stream(w http.ResponseWriter, rep Reply) {
 			send(delta(map[string]any{"tool_calls": []wireCall{frag}}, nil))
 		}
 	}
-	finish := "stop"
-	if len(rep.ToolCalls) > 0 {
-		finish = "tool_calls"
+	if rep.Cut {
+		return
 	}
-	send(delta(map[string]any{}, finish))
+	send(delta(map[string]any{}, rep.finish()))
 	send(map[string]any{"id": "chatcmpl-llmtest", "choices": []any{}, "usage": map[string]int{"prompt_tokens": 1, "completion_tokens": 1}})
 	fmt.Fprint(w, "data: [DONE]\n\n")
 }
