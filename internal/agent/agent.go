@@ -388,17 +388,24 @@ func (a *Agent) Chat(ctx context.Context, req Request, emit func(Event)) (*Reply
 		if comp.Dropped {
 			log.Warn("the model asked for more tool calls at once than are run: those past the limit are dropped", "step", reply.Steps, "limit", maxCalls)
 		}
-		assistant := Message{Role: "assistant", Content: comp.Content, ToolCalls: fixCallIDs(comp.ToolCalls)}
-		msgs = append(msgs, assistant)
-		turn = append(turn, assistant)
-		if len(assistant.ToolCalls) == 0 {
+		if len(comp.ToolCalls) == 0 {
+			assistant := Message{Role: "assistant", Content: comp.Content}
+			msgs = append(msgs, assistant)
+			turn = append(turn, assistant)
 			reply.Text = comp.Content
 			break
 		}
-		infos, results := a.runCalls(ctx, assistant.ToolCalls, tools, p, send)
+		calls := fixCallIDs(comp.ToolCalls)
+		infos, results := a.runCalls(ctx, calls, tools, p, send)
 		reply.Calls = append(reply.Calls, infos...)
-		msgs = append(msgs, results...)
-		turn = append(turn, results...)
+		assistant := Message{Role: "assistant", Content: comp.Content, ToolCalls: calls}
+		if comp.ReasoningField {
+			// DeepSeek's thinking mode and Kimi want it back with the
+			// calls, in this turn and the later ones.
+			assistant.ReasoningContent = &comp.Reasoning
+		}
+		msgs = append(append(msgs, assistant), results...)
+		turn = append(append(turn, assistant), results...)
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
@@ -446,7 +453,10 @@ func newCallID() string {
 }
 
 // runCalls runs a turn's calls in parallel and returns their outcomes and
-// the tool messages answering them, in the order the model asked.
+// the tool messages answering them, in the order the model asked. It sets
+// each call's arguments to those sent to the tool, {} for a call not made:
+// the model's history must hold valid JSON (Ollama refuses a request with
+// the text a model wrote as "volume is forty").
 func (a *Agent) runCalls(ctx context.Context, calls []ToolCall, tools *toolset, p *auth.Principal, send func(Event)) ([]CallInfo, []Message) {
 	infos := make([]CallInfo, len(calls))
 	msgs := make([]Message, len(calls))
@@ -480,6 +490,10 @@ func (a *Agent) runCalls(ctx context.Context, calls []ToolCall, tools *toolset, 
 				info.Repaired, info.RawArguments = true, c.Function.Arguments
 			}
 			prep[i] = prepared{args: args, ok: true}
+		}
+		calls[i].Function.Arguments = "{}"
+		if prep[i].ok {
+			calls[i].Function.Arguments = string(prep[i].args)
 		}
 		send(Event{Type: EventToolCall, Call: info})
 	}

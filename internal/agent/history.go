@@ -128,6 +128,9 @@ func (h *history) add(c *conversation, msgs ...Message) {
 // messageSize approximates a message's weight in a request.
 func messageSize(m Message) int {
 	n := len(m.Content) + len(m.ToolCallID) + 16
+	if m.ReasoningContent != nil {
+		n += len(*m.ReasoningContent)
+	}
 	for _, tc := range m.ToolCalls {
 		n += len(tc.ID) + len(tc.Function.Name) + len(tc.Function.Arguments) + 16
 	}

@@ -23,6 +23,12 @@ type Message struct {
 	Content    string     `json:"content"`
 	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
 	ToolCallID string     `json:"tool_call_id,omitempty"`
+	// ReasoningContent is the reasoning of an assistant message calling
+	// tools, sent back to providers that sent it as reasoning_content:
+	// DeepSeek's thinking mode and Kimi refuse a request whose tool-calling
+	// assistant message lacks it, "" included. nil leaves the field out,
+	// which providers that do not know it (Cerebras, Bedrock) require.
+	ReasoningContent *string `json:"reasoning_content,omitempty"`
 }
 
 // ToolCall is a function call the model asks for.
@@ -75,6 +81,9 @@ type completion struct {
 	// Dropped says the answer asked for more than maxCalls calls: those
 	// past it are not in ToolCalls.
 	Dropped bool
+	// ReasoningField says the provider sent its reasoning as
+	// reasoning_content (not "reasoning", nor none): it wants it back.
+	ReasoningField bool
 }
 
 // ProviderError is a failure of the model's API: an HTTP error with the
@@ -235,7 +244,7 @@ func (c *llmClient) readJSON(r io.Reader, onDelta deltaFunc) (*completion, error
 		return nil, &ProviderError{Message: "the answer has no choices"}
 	}
 	m := w.Choices[0].Message
-	out := &completion{Reasoning: m.reasoning()}
+	out := &completion{Reasoning: m.reasoning(), ReasoningField: m.ReasoningContent != nil}
 	if m.Content != nil {
 		out.Content = *m.Content
 	}
@@ -286,6 +295,7 @@ func (c *llmClient) readStream(ctx context.Context, r io.Reader, onDelta deltaFu
 // streamAccumulator builds a completion from stream chunks.
 type streamAccumulator struct {
 	content, reasoning strings.Builder
+	reasoningField     bool // a delta had reasoning_content
 	calls              []ToolCall
 	finish             string
 	chunks             int  // chunks with a choice
@@ -324,6 +334,7 @@ func (a *streamAccumulator) add(data []byte, onDelta deltaFunc) (done bool, err 
 		return false, nil
 	}
 	thought, chunk := d.reasoning(), ""
+	a.reasoningField = a.reasoningField || d.ReasoningContent != nil
 	if d.Content != nil {
 		chunk = *d.Content
 	}
@@ -396,7 +407,8 @@ func (a *streamAccumulator) result() (*completion, error) {
 	if a.chunks == 0 {
 		return nil, &ProviderError{Message: "the stream ended without any choice"}
 	}
-	out := &completion{Content: a.content.String(), Reasoning: a.reasoning.String(), Finish: a.finish, Dropped: a.dropped}
+	out := &completion{Content: a.content.String(), Reasoning: a.reasoning.String(), ReasoningField: a.reasoningField,
+		Finish: a.finish, Dropped: a.dropped}
 	for _, c := range a.calls {
 		if c.Function.Name == "" && c.Function.Arguments == "" && c.ID == "" {
 			continue // a gap left by a sparse index
