@@ -20,7 +20,7 @@ func llmFlags(f *pflag.FlagSet, c *agent.Config) (apply func() error) {
 	f.IntVar(&c.MaxSteps, "llm-max-steps", agent.DefaultMaxSteps, "most model turns calling tools in one chat; then the chat stops with a message saying so")
 	f.DurationVar(&c.RequestTimeout, "llm-timeout", agent.DefaultRequestTimeout, "timeout of one request to the model")
 	f.StringVar(&c.SystemPrompt, "llm-system-prompt", "", "system prompt of the device agent (default: a short voice-assistant prompt; the device's alias and id are appended)")
-	f.IntVar(&c.HistoryMessages, "llm-history-messages", agent.DefaultHistoryMessages, "most messages kept per conversation (oldest whole turns go first)")
+	f.IntVar(&c.HistoryMessages, "llm-history-messages", agent.DefaultHistoryMessages, "most messages kept per conversation (oldest whole turns go first; the last turn keeps at least its question and answer)")
 	f.IntVar(&c.HistoryBytes, "llm-history-bytes", agent.DefaultHistoryBytes, "most bytes of text kept per conversation")
 	f.IntVar(&c.HistoryToolResultBytes, "llm-history-tool-result-bytes", agent.DefaultHistoryToolResult, "tool results longer than this are cut in history (never in the reply)")
 	f.IntVar(&c.Conversations, "llm-conversations", agent.DefaultConversations, "conversations kept in memory, all devices together (least recently used idle one forgotten; those in use are kept)")

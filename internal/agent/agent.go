@@ -81,7 +81,9 @@ type Config struct {
 	NoEndpointTools bool
 
 	// HistoryMessages and HistoryBytes bound each conversation's history;
-	// the oldest turns go first. Defaults 40 and 64 KiB.
+	// the oldest turns go first, and the last turn's tool calls when it is
+	// over them alone (its user message and answer stay). Defaults 40 and
+	// 64 KiB.
 	HistoryMessages, HistoryBytes int
 	// HistoryToolResultBytes cuts tool results kept in history (the reply
 	// and the current turn get them whole). Default 2 KiB.
