@@ -17,6 +17,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
+	"github.com/mcpgate/mcpgate/internal/redact"
 )
 
 // Errors of Chat callers branch on. Hub errors (ErrDeviceNotFound...) and
@@ -57,7 +58,9 @@ type Config struct {
 	Logger *slog.Logger // nil discards
 
 	// BaseURL is an OpenAI-compatible API's base, e.g.
-	// https://api.openai.com/v1; requests go to BaseURL + "/chat/completions".
+	// https://api.openai.com/v1; requests go to its path joined with
+	// chat/completions, its query kept (?api-version=...). Errors show it
+	// without its password and query values.
 	BaseURL string
 	// Model is the model name, e.g. gpt-4o-mini.
 	Model string
@@ -171,9 +174,10 @@ func New(cfg Config) (*Agent, error) {
 	default:
 		u, err := url.Parse(base)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("agent: model base URL %q: want http(s)://host[:port]/path, e.g. https://api.openai.com/v1", cfg.BaseURL)
+			return nil, fmt.Errorf("agent: model base URL %q: want http(s)://host[:port]/path, e.g. https://api.openai.com/v1",
+				redact.InText(cfg.BaseURL, cfg.BaseURL))
 		}
-		a.llm = &llmClient{url: strings.TrimRight(base, "/") + "/chat/completions", model: model, key: cfg.APIKey,
+		a.llm = &llmClient{url: u.JoinPath("chat/completions").String(), model: model, key: cfg.APIKey,
 			stream: !cfg.NoStream, hc: cfg.HTTPClient, maxEvent: cfg.MaxResponseBytes}
 	}
 	return a, nil

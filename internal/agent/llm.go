@@ -115,12 +115,13 @@ type deltaFunc func(thought, chunk string)
 
 // complete sends one chat-completions request and returns the model's
 // answer, streaming text deltas to onDelta when the client streams. A
-// *ProviderError's message never holds the API key: providers echo it
-// (docs/security.md), and the message reaches replies, logs and devices.
+// *ProviderError's message never holds the API key, nor the URL's password
+// and query values: providers echo them (docs/security.md), and the message
+// reaches replies, logs and devices.
 func (c *llmClient) complete(ctx context.Context, msgs []Message, tools []FunctionDef, onDelta deltaFunc) (*completion, error) {
 	comp, err := c.request(ctx, msgs, tools, onDelta)
 	if pe, ok := errors.AsType[*ProviderError](err); ok {
-		pe.Message = redact.Secret(pe.Message, c.key)
+		pe.Message = redact.InText(redact.Secret(pe.Message, c.key), c.url)
 	}
 	return comp, err
 }
@@ -148,7 +149,7 @@ func (c *llmClient) request(ctx context.Context, msgs []Message, tools []Functio
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, &ProviderError{Message: "request failed: " + err.Error()}
+		return nil, &ProviderError{Message: fmt.Sprintf("request to %s failed: %v", redact.RawURL(c.url), redact.Err(err))}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {

@@ -85,6 +85,8 @@ type Request struct {
 	Tools    []Tool    `json:"tools"`
 	// Authorization is the request's Authorization header.
 	Authorization string `json:"-"`
+	// Query is the request URL's query.
+	Query string `json:"-"`
 }
 
 // Tool returns the offered function with that name.
@@ -160,6 +162,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Authorization = r.Header.Get("Authorization")
+	req.Query = r.URL.RawQuery
 	s.mu.Lock()
 	n := len(s.requests)
 	s.requests = append(s.requests, req)
