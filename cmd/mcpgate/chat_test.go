@@ -78,6 +78,12 @@ func TestLLMFlags(t *testing.T) {
 		{[]string{"--llm-model", "gpt-4o-mini"}, "", "needs --llm-base-url", nil},
 		{[]string{"--llm-base-url", "http://x/v1", "--llm-model", "m", "--llm-max-steps", "0"}, "", "--llm-max-steps", nil},
 		{[]string{"--llm-base-url", "http://x/v1", "--llm-model", "m", "--llm-history-bytes", "0"}, "", "--llm-history-bytes", nil},
+		// A key read from a file ends in a newline: trimmed. Inside, a
+		// control character is refused, the key not shown.
+		{[]string{"--llm-base-url", "http://x/v1", "--llm-model", "m"}, " sk-x\r\n", "", func(c agent.Config) bool { return c.APIKey == "sk-x" }},
+		{[]string{"--llm-base-url", "http://x/v1", "--llm-model", "m"}, "sk-x\nsk-y", "MCPGATE_LLM_API_KEY has a control character (U+000A) at byte 4", nil},
+		// The base URL's query values and password never show.
+		{[]string{"--llm-base-url", "http://u:hunter22@x/v1?key=secretvalue"}, "", "http://u:xxxxx@x/v1?REDACTED serves no model", nil},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Setenv(llmKeyEnv, tc.key)
