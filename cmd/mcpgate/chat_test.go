@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -106,5 +107,32 @@ func TestLLMFlags(t *testing.T) {
 				t.Fatalf("config %+v, err %v", c, err)
 			}
 		})
+	}
+}
+
+// TestChatCmdWait: chat waits as long as the chat takes (the gateway bounds
+// it), however long past the client commands' usual wait; --wait gives up
+// sooner, saying so rather than blaming the gateway.
+func TestChatCmdWait(t *testing.T) {
+	t.Parallel()
+	if f := newChatCmd(&globals{}).Flags().Lookup("wait"); f == nil || f.DefValue != "0s" {
+		t.Errorf("--wait: %+v, want a flag defaulting to 0s: as long as the chat takes", f)
+	}
+	stub := llmtest.New(t, func(int, llmtest.Request) llmtest.Reply {
+		return llmtest.Reply{Content: "late", Delay: 5 * time.Second}
+	})
+	gw, _ := gatewaytest.Start(t, gateway.Config{Version: "test", LLM: agent.Config{BaseURL: stub.URL, Model: "m"}})
+	connect(t, gw.Addr(), devicetest.Config{})
+	for _, mode := range [][]string{nil, {"--json"}} {
+		r := run(t, gw.Addr(), append([]string{"chat", devID, "hi", "--wait", "300ms"}, mode...)...)
+		r.want(t, 1)
+		if !strings.Contains(r.stderr, "no answer within --wait 300ms: the chat was still running") || strings.Contains(r.stderr, "overloaded") {
+			t.Errorf("%v: stderr %q", mode, r.stderr)
+		}
+	}
+	r := run(t, gw.Addr(), "chat", devID, "hi", "--wait", "-1s")
+	r.want(t, 1)
+	if !strings.Contains(r.stderr, "--wait -1s: want a positive duration") {
+		t.Errorf("stderr %q", r.stderr)
 	}
 }
