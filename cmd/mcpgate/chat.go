@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ func newChatCmd(g *globals) *cobra.Command {
 	var (
 		conversation string
 		thoughts     bool
+		wait         time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "chat DEVICE TEXT...",
@@ -32,40 +34,59 @@ are joined into the text, so quotes are optional.
 
 --conversation keeps a separate thread of the device's history (default: the
 device's default conversation). --json waits for the whole answer and prints
-it as JSON: text, tool calls with their full results, steps. An answer that
-stopped short (step limit, the model's output limit, a content filter) says
-so on stderr, "(stopped: ...)". A chat the gateway refuses (no model configured, unknown device) prints
-"error: <code>: <message>" and exits 1.`,
+it as JSON: text, tool calls with their full results, steps. The command
+waits as long as the chat takes, which the gateway bounds (its --llm-timeout
+per model request, --llm-max-steps, the tools' timeouts); --wait gives up
+sooner. An answer that stopped short (step limit, the model's output limit,
+a content filter) says so on stderr, "(stopped: ...)". A chat the gateway
+refuses (no model configured, unknown device) prints "error: <code>:
+<message>" and exits 1.`,
 		Example: `  mcpgate chat kitchen "turn the volume down a bit"
   mcpgate chat kitchen what is the battery level
   mcpgate chat kitchen "and now louder" --conversation alice
   mcpgate chat kitchen "set the screen to dark" --json`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			// The answer starts with the model's first words or tool call:
-			// a slow local model may take minutes.
-			c, err := newClientWithin(g, 5*time.Minute)
+			if wait < 0 {
+				return fmt.Errorf("--wait %s: want a positive duration, or 0 to wait as long as the chat takes", wait)
+			}
+			// The gateway bounds a chat: wait for it, however long (a slow
+			// local model may take minutes for its first words).
+			c, err := newClientWithin(g, 0)
 			if err != nil {
 				return err
 			}
+			ctx := cmd.Context()
+			if wait > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, wait)
+				defer cancel()
+			}
+			failed := func(err error) error {
+				if ctx.Err() != nil && cmd.Context().Err() == nil {
+					return fmt.Errorf("no answer within --wait %s: the chat was still running (raise --wait, or leave it 0 to wait as long as the gateway's --llm-timeout and --llm-max-steps allow)", wait)
+				}
+				return reportNotFound(cmd.Context(), g, c, args[0], "", err)
+			}
 			body := api.ChatBody{Text: strings.Join(args[1:], " "), Conversation: conversation}
 			if g.json {
-				r, err := c.Chat(cmd.Context(), args[0], body, nil)
+				r, err := c.Chat(ctx, args[0], body, nil)
 				if err != nil {
-					return reportNotFound(cmd.Context(), g, c, args[0], "", err)
+					return failed(err)
 				}
 				return printJSON(g.stdout, r)
 			}
 			p := &chatPrinter{out: g.stdout, errw: g.stderr, thoughts: thoughts}
-			if _, err := c.Chat(cmd.Context(), args[0], body, p.event); err != nil {
+			if _, err := c.Chat(ctx, args[0], body, p.event); err != nil {
 				p.endLine()
-				return reportNotFound(cmd.Context(), g, c, args[0], "", err)
+				return failed(err)
 			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&conversation, "conversation", "", "conversation id: a separate thread of the device's history")
 	cmd.Flags().BoolVar(&thoughts, "thoughts", false, "show the model's reasoning on stderr when the provider sends it")
+	cmd.Flags().DurationVar(&wait, "wait", 0, "give up on the chat after this long (0: wait as long as it takes; the gateway bounds it)")
 	return cmd
 }
 

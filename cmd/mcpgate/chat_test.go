@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -98,6 +99,12 @@ func TestLLMFlags(t *testing.T) {
 		{[]string{"--llm-model", "gpt-4o-mini"}, "", "needs --llm-base-url", nil},
 		{[]string{"--llm-base-url", "http://x/v1", "--llm-model", "m", "--llm-max-steps", "0"}, "", "--llm-max-steps", nil},
 		{[]string{"--llm-base-url", "http://x/v1", "--llm-model", "m", "--llm-history-bytes", "0"}, "", "--llm-history-bytes", nil},
+		// A key read from a file ends in a newline: trimmed. Inside, a
+		// control character is refused, the key not shown.
+		{[]string{"--llm-base-url", "http://x/v1", "--llm-model", "m"}, " sk-x\r\n", "", func(c agent.Config) bool { return c.APIKey == "sk-x" }},
+		{[]string{"--llm-base-url", "http://x/v1", "--llm-model", "m"}, "sk-x\nsk-y", "MCPGATE_LLM_API_KEY has a control character (U+000A) at byte 4", nil},
+		// The base URL's query values and password never show.
+		{[]string{"--llm-base-url", "http://u:hunter22@x/v1?key=secretvalue"}, "", "http://u:xxxxx@x/v1?REDACTED serves no model", nil},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Setenv(llmKeyEnv, tc.key)
@@ -120,5 +127,32 @@ func TestLLMFlags(t *testing.T) {
 				t.Fatalf("config %+v, err %v", c, err)
 			}
 		})
+	}
+}
+
+// TestChatCmdWait: chat waits as long as the chat takes (the gateway bounds
+// it), however long past the client commands' usual wait; --wait gives up
+// sooner, saying so rather than blaming the gateway.
+func TestChatCmdWait(t *testing.T) {
+	t.Parallel()
+	if f := newChatCmd(&globals{}).Flags().Lookup("wait"); f == nil || f.DefValue != "0s" {
+		t.Errorf("--wait: %+v, want a flag defaulting to 0s: as long as the chat takes", f)
+	}
+	stub := llmtest.New(t, func(int, llmtest.Request) llmtest.Reply {
+		return llmtest.Reply{Content: "late", Delay: 5 * time.Second}
+	})
+	gw, _ := gatewaytest.Start(t, gateway.Config{Version: "test", LLM: agent.Config{BaseURL: stub.URL, Model: "m"}})
+	connect(t, gw.Addr(), devicetest.Config{})
+	for _, mode := range [][]string{nil, {"--json"}} {
+		r := run(t, gw.Addr(), append([]string{"chat", devID, "hi", "--wait", "300ms"}, mode...)...)
+		r.want(t, 1)
+		if !strings.Contains(r.stderr, "no answer within --wait 300ms: the chat was still running") || strings.Contains(r.stderr, "overloaded") {
+			t.Errorf("%v: stderr %q", mode, r.stderr)
+		}
+	}
+	r := run(t, gw.Addr(), "chat", devID, "hi", "--wait", "-1s")
+	r.want(t, 1)
+	if !strings.Contains(r.stderr, "--wait -1s: want a positive duration") {
+		t.Errorf("stderr %q", r.stderr)
 	}
 }

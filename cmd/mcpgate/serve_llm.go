@@ -1,12 +1,16 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spf13/pflag"
 
 	"github.com/mcpgate/mcpgate/internal/agent"
+	"github.com/mcpgate/mcpgate/internal/redact"
 )
 
 // llmFlags declares the device agent's flags (POST /api/v1/devices/{id}/chat,
@@ -20,7 +24,7 @@ func llmFlags(f *pflag.FlagSet, c *agent.Config) (apply func() error) {
 	f.IntVar(&c.MaxSteps, "llm-max-steps", agent.DefaultMaxSteps, "most model turns calling tools in one chat; then the chat stops with a message saying so")
 	f.DurationVar(&c.RequestTimeout, "llm-timeout", agent.DefaultRequestTimeout, "timeout of one request to the model")
 	f.StringVar(&c.SystemPrompt, "llm-system-prompt", "", "system prompt of the device agent (default: a short voice-assistant prompt; the device's alias and id are appended)")
-	f.IntVar(&c.HistoryMessages, "llm-history-messages", agent.DefaultHistoryMessages, "most messages kept per conversation (oldest whole turns go first)")
+	f.IntVar(&c.HistoryMessages, "llm-history-messages", agent.DefaultHistoryMessages, "most messages kept per conversation (oldest whole turns go first; the last turn keeps at least its question and answer)")
 	f.IntVar(&c.HistoryBytes, "llm-history-bytes", agent.DefaultHistoryBytes, "most bytes of text kept per conversation")
 	f.IntVar(&c.HistoryToolResultBytes, "llm-history-tool-result-bytes", agent.DefaultHistoryToolResult, "tool results longer than this are cut in history (never in the reply)")
 	f.IntVar(&c.Conversations, "llm-conversations", agent.DefaultConversations, "conversations kept in memory, all devices together (least recently used idle one forgotten; those in use are kept)")
@@ -45,7 +49,11 @@ func llmFlags(f *pflag.FlagSet, c *agent.Config) (apply func() error) {
 		}
 		c.NoStream = !stream
 		c.NoEndpointTools = !endpointTools
-		c.APIKey = os.Getenv(llmKeyEnv)
+		key, err := llmAPIKey()
+		if err != nil {
+			return err
+		}
+		c.APIKey = key
 		if fl := f.Lookup("llm-base-url"); fl != nil {
 			c.BaseURL = fl.Value.String()
 		}
@@ -53,7 +61,8 @@ func llmFlags(f *pflag.FlagSet, c *agent.Config) (apply func() error) {
 			// Without a chat model the base URL may serve the vision model
 			// alone; the chat route then says what to set.
 			if fl := f.Lookup("vision-model"); c.BaseURL != "" && (fl == nil || fl.Value.String() == "") {
-				return flagErrorf("llm-base-url", "%s serves no model: add --llm-model (the device agent's chat model), --vision-model (photos), or both", c.BaseURL)
+				return flagErrorf("llm-base-url", "%s serves no model: add --llm-model (the device agent's chat model), --vision-model (photos), or both",
+					redact.InText(c.BaseURL, c.BaseURL))
 			}
 			c.BaseURL = ""
 			return nil
@@ -63,4 +72,18 @@ func llmFlags(f *pflag.FlagSet, c *agent.Config) (apply func() error) {
 		}
 		return nil
 	}
+}
+
+// llmAPIKey is the key in MCPGATE_LLM_API_KEY without surrounding white
+// space (the newline of a file or of echo). A key with a control character
+// inside cannot go in an HTTP header: every request to the model would
+// fail, so serve refuses it at start.
+func llmAPIKey() (string, error) {
+	key := strings.TrimSpace(os.Getenv(llmKeyEnv))
+	for i, r := range key {
+		if unicode.IsControl(r) {
+			return "", fmt.Errorf("environment variable %s has a control character (%U) at byte %d of the key: set it to the key alone", llmKeyEnv, r, i)
+		}
+	}
+	return key, nil
 }

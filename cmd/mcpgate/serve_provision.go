@@ -103,7 +103,11 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 			return flagErrorf("vision-model", "needs --llm-base-url")
 		}
 		if llmBaseURL != "" && visionModel != "" {
-			p.VisionModel = &vision.Model{BaseURL: llmBaseURL, Name: visionModel, APIKey: os.Getenv(llmKeyEnv)}
+			key, err := llmAPIKey()
+			if err != nil {
+				return err
+			}
+			p.VisionModel = &vision.Model{BaseURL: llmBaseURL, Name: visionModel, APIKey: key}
 		}
 		// Last: a refused flag must not leave a new secret (and its
 		// directory) behind.

@@ -17,6 +17,7 @@ import (
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
+	"github.com/mcpgate/mcpgate/internal/redact"
 )
 
 // Errors of Chat callers branch on. Hub errors (ErrDeviceNotFound...) and
@@ -57,7 +58,9 @@ type Config struct {
 	Logger *slog.Logger // nil discards
 
 	// BaseURL is an OpenAI-compatible API's base, e.g.
-	// https://api.openai.com/v1; requests go to BaseURL + "/chat/completions".
+	// https://api.openai.com/v1; requests go to its path joined with
+	// chat/completions, its query kept (?api-version=...). Errors show it
+	// without its password and query values.
 	BaseURL string
 	// Model is the model name, e.g. gpt-4o-mini.
 	Model string
@@ -81,7 +84,9 @@ type Config struct {
 	NoEndpointTools bool
 
 	// HistoryMessages and HistoryBytes bound each conversation's history;
-	// the oldest turns go first. Defaults 40 and 64 KiB.
+	// the oldest turns go first, and the last turn's tool calls when it is
+	// over them alone (its user message and answer stay). Defaults 40 and
+	// 64 KiB.
 	HistoryMessages, HistoryBytes int
 	// HistoryToolResultBytes cuts tool results kept in history (the reply
 	// and the current turn get them whole). Default 2 KiB.
@@ -169,9 +174,10 @@ func New(cfg Config) (*Agent, error) {
 	default:
 		u, err := url.Parse(base)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("agent: model base URL %q: want http(s)://host[:port]/path, e.g. https://api.openai.com/v1", cfg.BaseURL)
+			return nil, fmt.Errorf("agent: model base URL %q: want http(s)://host[:port]/path, e.g. https://api.openai.com/v1",
+				redact.InText(cfg.BaseURL, cfg.BaseURL))
 		}
-		a.llm = &llmClient{url: strings.TrimRight(base, "/") + "/chat/completions", model: model, key: cfg.APIKey,
+		a.llm = &llmClient{url: u.JoinPath("chat/completions").String(), model: model, key: cfg.APIKey,
 			stream: !cfg.NoStream, hc: cfg.HTTPClient, maxEvent: cfg.MaxResponseBytes}
 	}
 	return a, nil
@@ -406,10 +412,10 @@ func (a *Agent) Chat(ctx context.Context, req Request, emit func(Event)) (*Reply
 		if comp.Dropped {
 			log.Warn("the model asked for more tool calls at once than are run: those past the limit are dropped", "step", reply.Steps, "limit", maxCalls)
 		}
-		assistant := Message{Role: "assistant", Content: comp.Content, ToolCalls: fixCallIDs(comp.ToolCalls)}
-		msgs = append(msgs, assistant)
-		turn = append(turn, assistant)
-		if len(assistant.ToolCalls) == 0 {
+		if len(comp.ToolCalls) == 0 {
+			assistant := Message{Role: "assistant", Content: comp.Content}
+			msgs = append(msgs, assistant)
+			turn = append(turn, assistant)
 			reply.Text = comp.Content
 			if reply.Stopped = stoppedBy(comp.Finish); reply.Stopped != "" {
 				log.Info("the provider stopped the answer", "step", reply.Steps, "finish_reason", comp.Finish)
@@ -421,10 +427,17 @@ func (a *Agent) Chat(ctx context.Context, req Request, emit func(Event)) (*Reply
 			}
 			break
 		}
-		infos, results := a.runCalls(ctx, assistant.ToolCalls, tools, p, send)
+		calls := fixCallIDs(comp.ToolCalls)
+		infos, results := a.runCalls(ctx, calls, tools, p, send)
 		reply.Calls = append(reply.Calls, infos...)
-		msgs = append(msgs, results...)
-		turn = append(turn, results...)
+		assistant := Message{Role: "assistant", Content: comp.Content, ToolCalls: calls}
+		if comp.ReasoningField {
+			// DeepSeek's thinking mode and Kimi want it back with the
+			// calls, in this turn and the later ones.
+			assistant.ReasoningContent = &comp.Reasoning
+		}
+		msgs = append(append(msgs, assistant), results...)
+		turn = append(append(turn, assistant), results...)
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
@@ -490,7 +503,10 @@ func newCallID() string {
 }
 
 // runCalls runs a turn's calls in parallel and returns their outcomes and
-// the tool messages answering them, in the order the model asked.
+// the tool messages answering them, in the order the model asked. It sets
+// each call's arguments to those sent to the tool, {} for a call not made:
+// the model's history must hold valid JSON (Ollama refuses a request with
+// the text a model wrote as "volume is forty").
 func (a *Agent) runCalls(ctx context.Context, calls []ToolCall, tools *toolset, p *auth.Principal, send func(Event)) ([]CallInfo, []Message) {
 	infos := make([]CallInfo, len(calls))
 	msgs := make([]Message, len(calls))
@@ -524,6 +540,10 @@ func (a *Agent) runCalls(ctx context.Context, calls []ToolCall, tools *toolset, 
 				info.Repaired, info.RawArguments = true, c.Function.Arguments
 			}
 			prep[i] = prepared{args: args, ok: true}
+		}
+		calls[i].Function.Arguments = "{}"
+		if prep[i].ok {
+			calls[i].Function.Arguments = string(prep[i].args)
 		}
 		send(Event{Type: EventToolCall, Call: info})
 	}

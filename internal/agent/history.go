@@ -99,8 +99,12 @@ func (h *history) evictLocked() {
 	}
 }
 
-// add appends a turn's messages, truncating large tool results, then drops
-// the oldest whole turns until the conversation is within its bounds.
+// add appends a turn's messages (a user message first, the answer last),
+// truncating large tool results, then drops the oldest whole turns until the
+// conversation is within its bounds. A turn over the bounds alone keeps its
+// user message and answer, and loses its oldest tool exchanges (a call and
+// its results) as needed: a history never holds a tool result whose call is
+// gone (providers refuse that), nor forgets what was just said.
 func (h *history) add(c *conversation, msgs ...Message) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -111,16 +115,24 @@ func (h *history) add(c *conversation, msgs ...Message) {
 		c.msgs = append(c.msgs, m)
 		c.bytes += messageSize(m)
 	}
-	for len(c.msgs) > 0 && (len(c.msgs) > h.lim.messages || c.bytes > h.lim.bytes) {
-		// Drop the oldest message, then everything up to the next user
-		// message: a history must not start with tool results whose call
-		// is gone (providers refuse that).
-		c.bytes -= messageSize(c.msgs[0])
-		c.msgs = c.msgs[1:]
-		for len(c.msgs) > 0 && c.msgs[0].Role != "user" {
-			c.bytes -= messageSize(c.msgs[0])
-			c.msgs = c.msgs[1:]
+	for len(c.msgs) > 2 && (len(c.msgs) > h.lim.messages || c.bytes > h.lim.bytes) {
+		// Drop the oldest turn: up to the next user message.
+		from, to := 0, 1
+		for to < len(c.msgs) && c.msgs[to].Role != "user" {
+			to++
 		}
+		if to == len(c.msgs) {
+			// The last turn alone: drop its oldest exchange, after the
+			// user message and before the answer.
+			from, to = 1, 2
+			for to < len(c.msgs)-1 && c.msgs[to].Role == "tool" {
+				to++
+			}
+		}
+		for _, m := range c.msgs[from:to] {
+			c.bytes -= messageSize(m)
+		}
+		c.msgs = append(c.msgs[:from], c.msgs[to:]...)
 	}
 	c.msgs = append([]Message(nil), c.msgs...) // let dropped messages go
 }
@@ -128,6 +140,9 @@ func (h *history) add(c *conversation, msgs ...Message) {
 // messageSize approximates a message's weight in a request.
 func messageSize(m Message) int {
 	n := len(m.Content) + len(m.ToolCallID) + 16
+	if m.ReasoningContent != nil {
+		n += len(*m.ReasoningContent)
+	}
 	for _, tc := range m.ToolCalls {
 		n += len(tc.ID) + len(tc.Function.Name) + len(tc.Function.Arguments) + 16
 	}

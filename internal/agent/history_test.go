@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +118,77 @@ func TestHistoryInUseNotEvicted(t *testing.T) {
 	h.mu.Unlock()
 	if n != 1 {
 		t.Fatalf("%d conversations kept once idle, want the bound 1", n)
+	}
+}
+
+// A turn over the bounds alone keeps its user message and answer: the
+// next request must not lose what was just said. Its oldest exchanges go,
+// never a tool result without its call.
+func TestHistoryLargeTurn(t *testing.T) {
+	bg := context.Background()
+	exchange := func(id string) []Message {
+		return []Message{
+			{Role: "assistant", ToolCalls: []ToolCall{{ID: id, Function: FunctionCall{Name: "f", Arguments: "{}"}}}},
+			{Role: "tool", ToolCallID: id, Content: "result " + id},
+		}
+	}
+	turn := func(text string, steps int) []Message {
+		msgs := []Message{{Role: "user", Content: text}}
+		for i := range steps {
+			msgs = append(msgs, exchange(fmt.Sprintf("%s%d", text, i))...)
+		}
+		return append(msgs, Message{Role: "assistant", Content: "answer to " + text})
+	}
+	for _, tc := range []struct {
+		name  string
+		lim   historyLimits
+		turns [][]Message
+		want  []string // roles and contents of what is kept
+	}{
+		{"messages", historyLimits{conversations: 1, messages: 6, bytes: 1 << 20, toolResult: 100},
+			[][]Message{turn("a", 1), turn("b", 8)},
+			[]string{"user b", "assistant b6", "tool result b6", "assistant b7", "tool result b7", "assistant answer to b"}},
+		{"bytes", historyLimits{conversations: 1, messages: 100, bytes: 10, toolResult: 100},
+			[][]Message{turn("a", 1), turn("b", 3)},
+			[]string{"user b", "assistant answer to b"}},
+		{"steps within bounds", historyLimits{conversations: 1, messages: 6, bytes: 1 << 20, toolResult: 100},
+			[][]Message{turn("a", 0), turn("b", 1)},
+			[]string{"user a", "assistant answer to a", "user b", "assistant b0", "tool result b0", "assistant answer to b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHistory(tc.lim)
+			for _, msgs := range tc.turns {
+				c, _, end, err := h.begin(bg, "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				h.add(c, msgs...)
+				end()
+			}
+			_, past, end, err := h.begin(bg, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			end()
+			var got []string
+			bytes := 0
+			for _, m := range past {
+				s := m.Role + " " + m.Content
+				if len(m.ToolCalls) > 0 {
+					s = m.Role + " " + m.ToolCalls[0].ID
+				}
+				got = append(got, s)
+				bytes += messageSize(m)
+			}
+			if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+				t.Errorf("kept %q\nwant %q", got, tc.want)
+			}
+			h.mu.Lock()
+			counted := h.convs["k"].Value.(*conversation).bytes
+			h.mu.Unlock()
+			if counted != bytes {
+				t.Errorf("counted %d bytes, holds %d", counted, bytes)
+			}
+		})
 	}
 }

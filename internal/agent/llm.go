@@ -23,6 +23,12 @@ type Message struct {
 	Content    string     `json:"content"`
 	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
 	ToolCallID string     `json:"tool_call_id,omitempty"`
+	// ReasoningContent is the reasoning of an assistant message calling
+	// tools, sent back to providers that sent it as reasoning_content:
+	// DeepSeek's thinking mode and Kimi refuse a request whose tool-calling
+	// assistant message lacks it, "" included. nil leaves the field out,
+	// which providers that do not know it (Cerebras, Bedrock) require.
+	ReasoningContent *string `json:"reasoning_content,omitempty"`
 }
 
 // ToolCall is a function call the model asks for.
@@ -78,6 +84,9 @@ type completion struct {
 	// Dropped says the answer asked for more than maxCalls calls: those
 	// past it are not in ToolCalls.
 	Dropped bool
+	// ReasoningField says the provider sent its reasoning as
+	// reasoning_content (not "reasoning", nor none): it wants it back.
+	ReasoningField bool
 }
 
 // ProviderError is a failure of the model's API: an HTTP error with the
@@ -109,12 +118,13 @@ type deltaFunc func(thought, chunk string)
 
 // complete sends one chat-completions request and returns the model's
 // answer, streaming text deltas to onDelta when the client streams. A
-// *ProviderError's message never holds the API key: providers echo it
-// (docs/security.md), and the message reaches replies, logs and devices.
+// *ProviderError's message never holds the API key, nor the URL's password
+// and query values: providers echo them (docs/security.md), and the message
+// reaches replies, logs and devices.
 func (c *llmClient) complete(ctx context.Context, msgs []Message, tools []FunctionDef, onDelta deltaFunc) (*completion, error) {
 	comp, err := c.request(ctx, msgs, tools, onDelta)
 	if pe, ok := errors.AsType[*ProviderError](err); ok {
-		pe.Message = redact.Secret(pe.Message, c.key)
+		pe.Message = redact.InText(redact.Secret(pe.Message, c.key), c.url)
 	}
 	return comp, err
 }
@@ -142,7 +152,7 @@ func (c *llmClient) request(ctx context.Context, msgs []Message, tools []Functio
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, &ProviderError{Message: "request failed: " + err.Error()}
+		return nil, &ProviderError{Message: fmt.Sprintf("request to %s failed: %v", redact.RawURL(c.url), redact.Err(err))}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
@@ -280,7 +290,7 @@ func (c *llmClient) readJSON(r io.Reader, onDelta deltaFunc) (*completion, error
 		return nil, &ProviderError{Message: "the answer has no choices"}
 	}
 	m := w.Choices[0].Message
-	out := &completion{Reasoning: m.reasoning()}
+	out := &completion{Reasoning: m.reasoning(), ReasoningField: m.ReasoningContent != nil}
 	if m.Content != nil {
 		out.Content = *m.Content
 	}
@@ -337,6 +347,7 @@ func (c *llmClient) readStream(ctx context.Context, r io.Reader, onDelta deltaFu
 // streamAccumulator builds a completion from stream chunks.
 type streamAccumulator struct {
 	content, reasoning strings.Builder
+	reasoningField     bool // a delta had reasoning_content
 	calls              []ToolCall
 	// slots maps a stream index to its call in calls, -1 for a call
 	// dropped past maxCalls; it holds at most maxCalls indexes.
@@ -379,6 +390,7 @@ func (a *streamAccumulator) add(data []byte, onDelta deltaFunc) (done bool, err 
 		return false, nil
 	}
 	thought, chunk := d.reasoning(), ""
+	a.reasoningField = a.reasoningField || d.ReasoningContent != nil
 	if d.Content != nil {
 		chunk = *d.Content
 	}
@@ -467,8 +479,8 @@ func (a *streamAccumulator) result() (*completion, error) {
 	if a.chunks == 0 {
 		return nil, &ProviderError{Message: "the stream ended without any choice"}
 	}
-	out := &completion{Content: a.content.String(), Reasoning: a.reasoning.String(), Finish: a.finish,
-		BrokeOff: a.finish == "" && !a.done, Dropped: a.dropped}
+	out := &completion{Content: a.content.String(), Reasoning: a.reasoning.String(), ReasoningField: a.reasoningField,
+		Finish: a.finish, BrokeOff: a.finish == "" && !a.done, Dropped: a.dropped}
 	for _, c := range a.calls {
 		if c.Function.Name == "" && c.Function.Arguments == "" && c.ID == "" {
 			continue // a fragment with nothing in it

@@ -34,7 +34,10 @@ type Call struct {
 type Reply struct {
 	Content   string
 	Reasoning string // sent as reasoning_content, as DeepSeek and Qwen do
-	ToolCalls []Call
+	// ReasoningAs names the field Reasoning is sent in instead, e.g.
+	// "reasoning" as Ollama and vLLM do.
+	ReasoningAs string
+	ToolCalls   []Call
 	// Status, when neither 0 nor 200, answers with that HTTP status and
 	// {"error":{"message":Error}}.
 	Status int
@@ -64,7 +67,9 @@ type Message struct {
 	Role       string `json:"role"`
 	Content    string `json:"content"`
 	ToolCallID string `json:"tool_call_id"`
-	ToolCalls  []struct {
+	// ReasoningContent is nil when the message has no reasoning_content.
+	ReasoningContent *string `json:"reasoning_content"`
+	ToolCalls        []struct {
 		ID       string `json:"id"`
 		Type     string `json:"type"`
 		Function struct {
@@ -92,6 +97,8 @@ type Request struct {
 	Tools    []Tool    `json:"tools"`
 	// Authorization is the request's Authorization header.
 	Authorization string `json:"-"`
+	// Query is the request URL's query.
+	Query string `json:"-"`
 }
 
 // Tool returns the offered function with that name.
@@ -167,6 +174,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Authorization = r.Header.Get("Authorization")
+	req.Query = r.URL.RawQuery
 	s.mu.Lock()
 	n := len(s.requests)
 	s.requests = append(s.requests, req)
@@ -212,7 +220,7 @@ func whole(w http.ResponseWriter, rep Reply) {
 	if !rep.NoChoices {
 		msg := map[string]any{"role": "assistant", "content": rep.Content}
 		if rep.Reasoning != "" {
-			msg["reasoning_content"] = rep.Reasoning
+			msg[rep.reasoningField()] = rep.Reasoning
 		}
 		finish := rep.finish()
 		if len(rep.ToolCalls) > 0 {
@@ -266,7 +274,7 @@ func stream(w http.ResponseWriter, r *http.Request, rep Reply) {
 	}
 	send(delta(map[string]any{"role": "assistant", "content": ""}, nil))
 	for _, p := range pieces(rep.Reasoning, 4) {
-		send(delta(map[string]any{"reasoning_content": p}, nil))
+		send(delta(map[string]any{rep.reasoningField(): p}, nil))
 	}
 	for _, p := range pieces(rep.Content, 4) {
 		send(delta(map[string]any{"content": p}, nil))
@@ -308,6 +316,13 @@ func stream(w http.ResponseWriter, r *http.Request, rep Reply) {
 	send(delta(map[string]any{}, rep.finish()))
 	send(map[string]any{"id": "chatcmpl-llmtest", "choices": []any{}, "usage": map[string]int{"prompt_tokens": 1, "completion_tokens": 1}})
 	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+func (rep Reply) reasoningField() string {
+	if rep.ReasoningAs != "" {
+		return rep.ReasoningAs
+	}
+	return "reasoning_content"
 }
 
 // pieces splits s into pieces of at most n runes.
