@@ -58,8 +58,10 @@ const DefaultMaxBytes = 5 << 20
 
 // Model is an OpenAI-compatible chat/completions endpoint with vision.
 type Model struct {
-	// BaseURL, e.g. https://api.openai.com/v1; chat/completions is appended.
-	BaseURL string
+	// BaseURL, e.g. https://api.openai.com/v1; chat/completions is appended
+	// to its path.
+	BaseURL  string
+	endpoint string // set by New
 	// Name is the model, e.g. gpt-4o-mini.
 	Name string
 	// APIKey is sent as a bearer token when set.
@@ -154,9 +156,13 @@ func New(cfg Config) (*Service, error) {
 			return nil, errors.New("vision: a model needs a base URL and a model name")
 		}
 		// Checked here, not at the first photo: every photo would fail.
-		if u, err := url.Parse(m.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("vision: model base URL %q: want http(s)://host[:port]/path, e.g. https://api.openai.com/v1", m.BaseURL)
+		u, err := url.Parse(m.BaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("vision: model base URL %q: want http(s)://host[:port]/path, e.g. https://api.openai.com/v1",
+				redact.InText(m.BaseURL, m.BaseURL))
 		}
+		// The path joined, its query kept (?api-version=...).
+		m.endpoint = u.JoinPath("chat/completions").String()
 		if m.Timeout <= 0 {
 			m.Timeout = 60 * time.Second
 		}
@@ -537,7 +543,7 @@ func (s *Service) explain(ctx context.Context, question, ctype string, photo []b
 	if err != nil {
 		return "", fmt.Errorf("encode model request: %w", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(m.BaseURL, "/")+"/chat/completions", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.endpoint, bytes.NewReader(body))
 	if err != nil {
 		return "", fmt.Errorf("model request: %w", err)
 	}
@@ -547,7 +553,7 @@ func (s *Service) explain(ctx context.Context, question, ctype string, photo []b
 	}
 	resp, err := s.http.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("model unreachable: %w", err)
+		return "", fmt.Errorf("model unreachable: %w", redact.ErrIn(redact.Err(err), m.endpoint))
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

@@ -333,3 +333,33 @@ func TestModelBaseURLChecked(t *testing.T) {
 		t.Errorf("a good base URL: %v", err)
 	}
 }
+
+// TestModelBaseURLWithQuery: chat/completions is joined to the base URL's
+// path, its query kept (Azure's ?api-version=), and a request that fails
+// names the URL without its query values or password.
+func TestModelBaseURLWithQuery(t *testing.T) {
+	stub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/chat/completions" || r.URL.RawQuery != "api-version=2024-10-21" {
+			http.Error(w, "wrong URL "+r.URL.String(), 404)
+			return
+		}
+		io.WriteString(w, `{"choices":[{"message":{"content":"a cat"}}]}`)
+	}))
+	defer stub.Close()
+	f := newFixture(t, &Model{BaseURL: stub.URL + "/v1/?api-version=2024-10-21", Name: "vis-1"}, 0)
+	tok, _ := f.auth.IssueVision(dev, time.Hour)
+	b, ct := form(t, "what?", photo(t))
+	if status, body := f.post(t, dev, tok, b, ct); status != 200 || body != "a cat" {
+		t.Fatalf("%d %q, want the model's answer", status, body)
+	}
+
+	gone := "http://user:pw-secret@" + stub.Listener.Addr().String() + "/v1?key=query-secret"
+	stub.Close()
+	f = newFixture(t, &Model{BaseURL: gone, Name: "vis-1"}, 0)
+	tok, _ = f.auth.IssueVision(dev, time.Hour)
+	b, ct = form(t, "what?", photo(t))
+	status, body := f.post(t, dev, tok, b, ct)
+	if status != 200 || !strings.Contains(body, "model unreachable") || strings.Contains(body, "secret") {
+		t.Fatalf("%d %q, want model unreachable without the secrets", status, body)
+	}
+}
