@@ -266,8 +266,10 @@ func (a *Authority) Verify(deviceID, clientID, token string) error {
 	if err != nil {
 		return err
 	}
-	// Client ids are not secret: a plain comparison leaks nothing.
-	if c.ClientID != "" && c.ClientID != clientID {
+	// Client ids are UUIDs, whose case means nothing: compared as the OTA
+	// endpoint compares them (gateway.boundElsewhere). They are not secret:
+	// a plain comparison leaks nothing.
+	if c.ClientID != "" && !strings.EqualFold(c.ClientID, clientID) {
 		return ErrWrongClient
 	}
 	return nil

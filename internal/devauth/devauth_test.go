@@ -51,6 +51,7 @@ func TestVerify(t *testing.T) {
 		{"valid", dev, cli, tok, nil},
 		{"valid, other MAC form", "02:00:00:00:00:01", cli, tok, nil},
 		{"unbound client id", dev, "anything", anyClient, nil},
+		{"client id in another case", dev, "C-1", tok, nil},
 		{"wrong device", "02:00:00:00:00:02", cli, tok, ErrWrongDevice},
 		{"wrong client", dev, "c-2", tok, ErrWrongClient},
 		{"missing", dev, cli, "", ErrMissing},
