@@ -15,6 +15,17 @@
 // at, "e": expires at (unix seconds, rounded up), "n": random token id}. Tokens are not
 // secret from their device, only unforgeable.
 //
+// # Expiry
+//
+// A token expires at its claims' expiry, except a device token in use: one
+// that authenticated its device's last connection, which was alive less
+// than the token's lifetime (e - i) ago, stays valid (Config.LastConnected).
+// Firmware fetches a token only at boot, so a device left on for longer than
+// the lifetime reconnects after a network blip with the token it has. The
+// token in use of each device is kept by the caller ([Authority.TokenInUse],
+// [Authority.RestoreTokenInUse]); the gateway keeps it with the device in its
+// store.
+//
 // # Revocation
 //
 // Revoke one token, or every token of a device issued until now with
@@ -124,16 +135,23 @@ type Config struct {
 	Secret []byte
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// LastConnected returns when a device was last connected: the current
+	// time while it is, the zero time when unknown. It is asked only of a
+	// device token past its claims' expiry, which stays valid while in use
+	// (see Expiry). Nil: every token expires at its claims' expiry.
+	LastConnected func(deviceID string) time.Time
 }
 
 // Authority issues and verifies tokens.
 type Authority struct {
-	secret atomic.Pointer[[]byte] // SetSecret replaces it
-	now    func() time.Time
+	secret        atomic.Pointer[[]byte] // SetSecret replaces it
+	now           func() time.Time
+	lastConnected func(deviceID string) time.Time // nil: no renewal; never called with mu held
 
 	mu         sync.Mutex
-	revoked    map[string]int64 // token id → its expiry (forgotten after it)
-	revokedDev map[string]int64 // device id → tokens issued at or before this unix millisecond are revoked
+	revoked    map[string]int64  // token id → its expiry (forgotten after it)
+	revokedDev map[string]int64  // device id → tokens issued at or before this unix millisecond are revoked
+	inUse      map[string]string // device id → id of the device token that authenticated it last
 }
 
 // New returns an Authority signing with cfg.Secret.
@@ -144,7 +162,8 @@ func New(cfg Config) (*Authority, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	a := &Authority{now: cfg.Now, revoked: make(map[string]int64), revokedDev: make(map[string]int64)}
+	a := &Authority{now: cfg.Now, lastConnected: cfg.LastConnected, revoked: make(map[string]int64),
+		revokedDev: make(map[string]int64), inUse: make(map[string]string)}
 	a.secret.Store(new(bytes.Clone(cfg.Secret)))
 	return a, nil
 }
@@ -266,11 +285,38 @@ func (a *Authority) Verify(deviceID, clientID, token string) error {
 	if err != nil {
 		return err
 	}
-	// Client ids are not secret: a plain comparison leaks nothing.
-	if c.ClientID != "" && c.ClientID != clientID {
+	// Client ids are UUIDs, whose case means nothing: compared as the OTA
+	// endpoint compares them (gateway.boundElsewhere). They are not secret:
+	// a plain comparison leaks nothing.
+	if c.ClientID != "" && !strings.EqualFold(c.ClientID, clientID) {
 		return ErrWrongClient
 	}
+	a.mu.Lock()
+	a.inUse[c.DeviceID] = c.ID
+	a.mu.Unlock()
 	return nil
+}
+
+// TokenInUse returns the id of the device token that last authenticated
+// deviceID (normalised), "" when none did since the start or a revocation.
+func (a *Authority) TokenInUse(deviceID string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.inUse[deviceID]
+}
+
+// RestoreTokenInUse makes tokenID the token in use of deviceID
+// (normalised), as TokenInUse returned it before a restart. A token
+// revoked since stays revoked.
+func (a *Authority) RestoreTokenInUse(deviceID, tokenID string) {
+	if tokenID == "" {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.inUse[deviceID]; !ok {
+		a.inUse[deviceID] = tokenID
+	}
 }
 
 // VerifyVision checks a vision token presented by deviceID.
@@ -317,8 +363,8 @@ func (a *Authority) check(purpose, deviceID, token string) (Claims, error) {
 	if err != nil || id != c.DeviceID {
 		return c, ErrWrongDevice
 	}
-	now := a.now().Unix()
-	if now >= c.Expires {
+	now := a.now()
+	if now.Unix() >= c.Expires && !a.renewed(c, now) {
 		return c, ErrExpired
 	}
 	a.mu.Lock()
@@ -330,6 +376,21 @@ func (a *Authority) check(purpose, deviceID, token string) (Claims, error) {
 		return c, ErrRevoked
 	}
 	return c, nil
+}
+
+// renewed reports whether c, past its claims' expiry, is a device token in
+// use (see Expiry).
+func (a *Authority) renewed(c Claims, now time.Time) bool {
+	if c.Purpose != PurposeDevice || a.lastConnected == nil || a.TokenInUse(c.DeviceID) != c.ID {
+		return false
+	}
+	seen := a.lastConnected(c.DeviceID)
+	return !seen.IsZero() && now.Sub(seen) < c.lifetime()
+}
+
+// lifetime is the lifetime the token was issued with.
+func (c Claims) lifetime() time.Duration {
+	return time.Duration(c.Expires*1000-c.IssuedAt) * time.Millisecond
 }
 
 // Revocation is one revocation in a form a store keeps: every token of
@@ -356,11 +417,17 @@ func (a *Authority) RevokeToken(token string) (Revocation, error) {
 	if err != nil {
 		return Revocation{}, err
 	}
+	// A token in use outlives its claims' expiry by up to its lifetime
+	// after its last use, at the latest now: the revocation is kept as long.
+	exp := max(c.Expires, a.now().Add(c.lifetime()).Unix()+1)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.pruneLocked()
-	a.revoked[c.ID] = c.Expires
-	return Revocation{DeviceID: c.DeviceID, TokenID: c.ID, ExpiresMS: c.Expires * 1000}, nil
+	a.revoked[c.ID] = exp
+	if a.inUse[c.DeviceID] == c.ID {
+		delete(a.inUse, c.DeviceID)
+	}
+	return Revocation{DeviceID: c.DeviceID, TokenID: c.ID, ExpiresMS: exp * 1000}, nil
 }
 
 // RevokeDevice revokes every token of deviceID issued until now; tokens
@@ -375,6 +442,7 @@ func (a *Authority) RevokeDevice(deviceID string) (Revocation, error) {
 	defer a.mu.Unlock()
 	cut := a.now().UnixMilli()
 	a.revokedDev[id] = cut
+	delete(a.inUse, id)
 	return Revocation{DeviceID: id, IssuedBeforeMS: cut}, nil
 }
 

@@ -51,6 +51,7 @@ func TestVerify(t *testing.T) {
 		{"valid", dev, cli, tok, nil},
 		{"valid, other MAC form", "02:00:00:00:00:01", cli, tok, nil},
 		{"unbound client id", dev, "anything", anyClient, nil},
+		{"client id in another case", dev, "C-1", tok, nil},
 		{"wrong device", "02:00:00:00:00:02", cli, tok, ErrWrongDevice},
 		{"wrong client", dev, "c-2", tok, ErrWrongClient},
 		{"missing", dev, cli, "", ErrMissing},
@@ -344,5 +345,136 @@ func TestTokenNeverShorterThanTTL(t *testing.T) {
 	now = issued.Add(2200 * time.Millisecond)
 	if err := a.VerifyVision(dev, tok); !errors.Is(err, ErrExpired) {
 		t.Fatalf("at the next whole second past its ttl: %v", err)
+	}
+}
+
+// renewalAuth is an Authority whose devices are connected (LastConnected
+// now) while online[id] is set, else were last at seen[id].
+func renewalAuth(t *testing.T, now *time.Time, online map[string]bool, seen map[string]time.Time) *Authority {
+	t.Helper()
+	a, err := New(Config{Secret: secret, Now: func() time.Time { return *now },
+		LastConnected: func(id string) time.Time {
+			if online[id] {
+				return *now
+			}
+			return seen[id]
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// A device token that authenticated its device's last connection stays
+// valid past its claims' expiry while that connection is alive, and for
+// its lifetime after it ended; unused for its lifetime, it expires.
+func TestTokenRenewedByUse(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	now := start
+	const dev = "02:00:00:00:00:01"
+	online, seen := map[string]bool{}, map[string]time.Time{}
+	a := renewalAuth(t, &now, online, seen)
+	tok, _ := a.IssueDevice(dev, "c", time.Hour)
+	unused, _ := a.IssueDevice(dev, "c", time.Hour)
+	if err := a.Verify(dev, "c", tok); err != nil {
+		t.Fatal(err)
+	}
+	online[dev] = true // connected for 31 hours
+	now = start.Add(31 * time.Hour)
+	if err := a.Verify(dev, "c", tok); err != nil {
+		t.Fatalf("token in use, reconnecting past its expiry: %v", err)
+	}
+	if err := a.Verify(dev, "c", unused); !errors.Is(err, ErrExpired) {
+		t.Fatalf("another token of the device, never used: %v, want expired", err)
+	}
+	if err := a.Verify(dev, "c", tok); err != nil {
+		t.Fatalf("token in use again: %v", err)
+	}
+	online[dev], seen[dev] = false, now // disconnected
+	now = now.Add(59 * time.Minute)
+	if err := a.Verify(dev, "c", tok); err != nil {
+		t.Fatalf("59 min after its last use: %v", err)
+	}
+	online[dev], seen[dev] = false, now
+	now = now.Add(time.Hour)
+	if err := a.Verify(dev, "c", tok); !errors.Is(err, ErrExpired) || Reason(err) != "expired" {
+		t.Fatalf("unused for its lifetime: %v, want expired", err)
+	}
+	if err := a.VerifyVision(dev, tok); !errors.Is(err, ErrWrongKind) {
+		t.Fatalf("as a vision token: %v", err)
+	}
+}
+
+// A revoked token in use is never renewed, whether revoked alone or with
+// every token of its device, before or after a restart.
+func TestRevokedTokenStaysRevoked(t *testing.T) {
+	for _, whole := range []bool{false, true} {
+		t.Run(fmt.Sprintf("device=%t", whole), func(t *testing.T) {
+			start := time.Unix(1_800_000_000, 0)
+			now := start
+			const dev = "02:00:00:00:00:01"
+			online, seen := map[string]bool{dev: true}, map[string]time.Time{}
+			a := renewalAuth(t, &now, online, seen)
+			tok, _ := a.IssueDevice(dev, "c", time.Hour)
+			if err := a.Verify(dev, "c", tok); err != nil {
+				t.Fatal(err)
+			}
+			now = start.Add(2 * time.Hour)
+			var rev Revocation
+			var err error
+			if whole {
+				rev, err = a.RevokeDevice(dev)
+			} else {
+				rev, err = a.RevokeToken(tok)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			// What a restart reads back: the store forgets a revoked token
+			// in use with the revocation (store.AddRevocation).
+			if got := a.TokenInUse(dev); got != "" {
+				t.Fatalf("token in use after its revocation: %q, want none", got)
+			}
+			for _, after := range []time.Duration{0, 59 * time.Minute, 48 * time.Hour} {
+				now = start.Add(2*time.Hour + after)
+				if err := a.Verify(dev, "c", tok); err == nil {
+					t.Fatalf("revoked token accepted %s after its revocation", after)
+				}
+				// A restart, with the revocations still in force then.
+				b := renewalAuth(t, &now, online, seen)
+				b.RestoreTokenInUse(dev, a.TokenInUse(dev))
+				if rev.TokenID == "" || rev.ExpiresMS > now.UnixMilli() {
+					b.Restore([]Revocation{rev})
+				}
+				if err := b.Verify(dev, "c", tok); err == nil {
+					t.Fatalf("revoked token accepted %s after its revocation, after a restart", after)
+				}
+			}
+		})
+	}
+}
+
+// The token in use, restored into a fresh Authority (a restarted gateway),
+// is renewed as before the restart.
+func TestTokenInUseSurvivesRestart(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	now := start
+	const dev = "02:00:00:00:00:01"
+	online, seen := map[string]bool{dev: true}, map[string]time.Time{}
+	a := renewalAuth(t, &now, online, seen)
+	tok, _ := a.IssueDevice(dev, "c", time.Hour)
+	if err := a.Verify(dev, "c", tok); err != nil {
+		t.Fatal(err)
+	}
+	now = start.Add(3 * time.Hour)
+	online[dev], seen[dev] = false, now // the gateway stops
+	b := renewalAuth(t, &now, online, seen)
+	if err := b.Verify(dev, "c", tok); !errors.Is(err, ErrExpired) {
+		t.Fatalf("without the token in use: %v, want expired", err)
+	}
+	b.RestoreTokenInUse(dev, a.TokenInUse(dev))
+	now = now.Add(time.Minute)
+	if err := b.Verify(dev, "c", tok); err != nil {
+		t.Fatalf("restored token in use: %v", err)
 	}
 }

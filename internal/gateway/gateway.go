@@ -305,8 +305,13 @@ func New(cfg Config) (*Gateway, error) {
 		cfg.Cluster, nodeID, hubCluster = &c, c.NodeID, link
 		heldElsewhere = link.heldElsewhere
 	}
+	var devStore hub.DeviceStore // nil interface without a store
+	tokens := newTokenStore(cfg.Store)
+	if tokens != nil {
+		devStore = tokens
+	}
 	h := hub.New(hub.Config{Logger: cfg.Logger, Metrics: m, ToolTimeouts: cfg.ToolTimeouts,
-		Audit: auditLog.Record, AuditNow: auditLog.RecordNow, Store: cfg.Store, Cluster: hubCluster, NodeID: nodeID,
+		Audit: auditLog.Record, AuditNow: auditLog.RecordNow, Store: devStore, Cluster: hubCluster, NodeID: nodeID,
 		MaxInFlight: cfg.Limits.DeviceMaxInFlight, MaxQueue: cfg.Limits.DeviceMaxQueue, Limits: lim,
 		KeyRate:    limits.Rate{PerSecond: cfg.Limits.KeyCallRate, Burst: cfg.Limits.KeyCallBurst},
 		DeviceRate: limits.Rate{PerSecond: cfg.Limits.DeviceCallRate, Burst: cfg.Limits.DeviceCallBurst}})
@@ -320,7 +325,7 @@ func New(cfg Config) (*Gateway, error) {
 		// The hub logs the truncated discovery with the device's state.
 		OnLimit: func(limit string) { m.LimitHits.WithLabelValues(limit).Inc() },
 	}
-	devices, err := newDeviceServices(cfg, m, lim, h)
+	devices, err := newDeviceServices(cfg, m, lim, h, tokens)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}

@@ -51,7 +51,8 @@ type Provisioning struct {
 	// whose devices' tokens then still verify) and never writes it there.
 	SecretInStore bool
 	// DeviceTokenTTL is the lifetime of device tokens the OTA endpoint
-	// issues. Default 720h (30 days); a device fetches a new one at every boot.
+	// issues. Default 720h (30 days), counted from the token's last use
+	// (devauth, "Expiry"): a device fetches a new one only at boot.
 	DeviceTokenTTL time.Duration
 	// OTA configures POST /xiaozhi/ota/; its PublicURL also builds the
 	// vision URL. Logger and IssueToken are set by the gateway.
@@ -104,7 +105,9 @@ type deviceServices struct {
 	revoked atomic.Pointer[func(store.Revocation)]
 }
 
-func newDeviceServices(cfg Config, m *metrics.Metrics, lim *limits.Reporter, h *hub.Hub) (*deviceServices, error) {
+// newDeviceServices makes the device services; tokens, when not nil, is
+// the hub's device store, which then keeps each device's token in use.
+func newDeviceServices(cfg Config, m *metrics.Metrics, lim *limits.Reporter, h *hub.Hub, tokens *tokenStore) (*deviceServices, error) {
 	p := cfg.Provisioning
 	mode, err := devauth.ParseMode(string(p.DeviceAuth))
 	if err != nil {
@@ -124,9 +127,14 @@ func newDeviceServices(cfg Config, m *metrics.Metrics, lim *limits.Reporter, h *
 		secret = make([]byte, 32)
 		_, _ = rand.Read(secret)
 	}
-	authority, err := devauth.New(devauth.Config{Secret: secret})
+	authority, err := devauth.New(devauth.Config{Secret: secret, LastConnected: func(id string) time.Time {
+		return lastConnected(h, id)
+	}})
 	if err != nil {
 		return nil, err
+	}
+	if tokens != nil {
+		tokens.auth = authority
 	}
 	d := &deviceServices{hub: h, store: cfg.Store, log: cfg.Logger, cfg: p, auth: devauth.NewChecker(authority, mode, cfg.Logger, m.Registry)}
 
@@ -348,6 +356,82 @@ func (d *deviceServices) restoreRevocations(ctx context.Context) (int, error) {
 	}
 	d.auth.Authority().Restore(out)
 	return len(out), nil
+}
+
+// lastConnected returns when the hub last had the device deviceID
+// connected: now while it is (here or on another node), the zero time when
+// it does not know it. It renews the device's token in use (devauth).
+func lastConnected(h *hub.Hub, deviceID string) time.Time {
+	dev, err := h.Device(deviceID)
+	switch {
+	case err != nil || dev.ID != deviceID:
+		return time.Time{}
+	case dev.Online:
+		return time.Now()
+	case dev.LastSeen != nil:
+		return *dev.LastSeen
+	}
+	return time.Time{}
+}
+
+// tokenStore is the hub's device store. It keeps with each device its
+// token in use (store.Device.TokenID, devauth.Authority.TokenInUse) on the
+// writes the hub makes anyway (at each connection and disconnection), and
+// puts it back when the hub loads the devices at start: a token in use is
+// still renewed after a restart.
+type tokenStore struct {
+	hub.DeviceStore
+	auth *devauth.Authority // set by newDeviceServices, before the hub loads or saves a device
+}
+
+// newTokenStore returns st as the hub's device store; nil without a store.
+func newTokenStore(st store.Store) *tokenStore {
+	if st == nil {
+		return nil
+	}
+	return &tokenStore{DeviceStore: st}
+}
+
+func (s *tokenStore) SaveDevice(ctx context.Context, d store.Device) error {
+	d.TokenID = s.auth.TokenInUse(d.ID)
+	return s.DeviceStore.SaveDevice(ctx, d)
+}
+
+// SaveDevices saves ds in one write when the store can (store.DeviceBatchSaver).
+func (s *tokenStore) SaveDevices(ctx context.Context, ds []store.Device) error {
+	bs, ok := s.DeviceStore.(store.DeviceBatchSaver)
+	if !ok {
+		for _, d := range ds {
+			if err := s.SaveDevice(ctx, d); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	withTokens := make([]store.Device, len(ds))
+	for i, d := range ds {
+		d.TokenID = s.auth.TokenInUse(d.ID)
+		withTokens[i] = d
+	}
+	return bs.SaveDevices(ctx, withTokens)
+}
+
+func (s *tokenStore) Devices(ctx context.Context) ([]store.Device, error) {
+	ds, err := s.DeviceStore.Devices(ctx)
+	for _, d := range ds {
+		s.auth.RestoreTokenInUse(d.ID, d.TokenID)
+	}
+	return ds, err
+}
+
+// FindDevice is the store's (store.DeviceFinder); ErrNotFound when the
+// store cannot find one device.
+func (s *tokenStore) FindDevice(ctx context.Context, id, alias string) (store.Device, error) {
+	f, ok := s.DeviceStore.(store.DeviceFinder)
+	if !ok {
+		return store.Device{}, fmt.Errorf("store: device %q: %w", id, store.ErrNotFound)
+	}
+	return f.FindDevice(ctx, id, alias)
 }
 
 // boundElsewhere refuses, when devices need tokens, a token for a device

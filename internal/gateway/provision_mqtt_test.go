@@ -103,7 +103,7 @@ func TestOTAMQTTSettings(t *testing.T) {
 			cfg.DataDir, cfg.Logger = t.TempDir(), slog.New(slog.DiscardHandler)
 			cfg.Provisioning.OTA.Transport = ota.TransportMQTT
 			m := metrics.New()
-			d, err := newDeviceServices(cfg, m, limits.NewReporter(m, cfg.Logger), hub.New(hub.Config{}))
+			d, err := newDeviceServices(cfg, m, limits.NewReporter(m, cfg.Logger), hub.New(hub.Config{}), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -793,6 +793,9 @@ func (a *Attachment) detach() {
 	d.att = nil
 	d.state = StateOffline
 	d.offlineAt = time.Now().UTC()
+	// Seen until its connection closed, however quiet it was: a device
+	// token in use is renewed from then (devauth, "Expiry").
+	d.lastSeen.Store(d.offlineAt.UnixNano())
 	id, alias := d.id, d.alias
 	if h.cfg.Cluster != nil {
 		h.cfg.Cluster.Detached(id)

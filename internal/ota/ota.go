@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -495,7 +496,7 @@ func (h *Handler) parse(w http.ResponseWriter, r *http.Request) (deviceID, clien
 		return "", "", req, refuse("empty_body", "empty body: send the device's system information as JSON (mac_address, uuid, application.version, board)")
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		return "", "", req, refuse("malformed_json", "body is not a system-information JSON object: %v", err)
+		return "", "", req, refuse("malformed_json", "%s", jsonProblem(err))
 	}
 	if req.Application.Version == "" {
 		return "", "", req, refuse("missing_version", "body: application.version is missing")
@@ -513,6 +514,26 @@ func (h *Handler) parse(w http.ResponseWriter, r *http.Request) (deviceID, clien
 		return "", "", req, refuse("uuid_mismatch", "body: uuid %q does not match the Client-Id header %q", truncate(req.UUID, 64), clientID)
 	}
 	return deviceID, clientID, req, nil
+}
+
+// jsonProblem says what json.Unmarshal refused in a body, in the body's
+// terms: the field and the JSON type it takes, not Go's struct and types.
+func jsonProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		return "body is not a system-information JSON object: " + err.Error()
+	}
+	want := "a string"
+	switch te.Type.Kind() {
+	case reflect.Struct, reflect.Map:
+		want = "an object"
+	case reflect.Slice, reflect.Array:
+		want = "an array"
+	}
+	if te.Field == "" {
+		return fmt.Sprintf("body is a JSON %s, not a system-information JSON object", te.Value)
+	}
+	return fmt.Sprintf("body: %s is a JSON %s, want %s", te.Field, te.Value, want)
 }
 
 // requestError is a malformed request: why, for the device's owner, and a

@@ -610,3 +610,31 @@ func TestMQTTEndpointFirmwareReads(t *testing.T) {
 		}
 	}
 }
+
+// A body field of the wrong JSON type is named, with the type it takes, in
+// the body's terms rather than Go's.
+func TestWrongTypeNamesField(t *testing.T) {
+	t.Parallel()
+	h, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ body, want string }{
+		{`{"application":{"version":1}}`, "body: application.version is a JSON number, want a string"},
+		{`{"mac_address":true,"application":{"version":"1.0.0"}}`, "body: mac_address is a JSON bool, want a string"},
+		{`{"application":"1.0.0"}`, "body: application is a JSON string, want an object"},
+		{`[1]`, "body is a JSON array, not a system-information JSON object"},
+	} {
+		req := httptest.NewRequest(http.MethodPost, Path, strings.NewReader(tt.body))
+		req.Header.Set("Device-Id", mac)
+		req.Header.Set("Client-Id", uuid)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil || w.Code != http.StatusBadRequest || e.Error.Message != tt.want {
+			t.Errorf("%s: %d %s, want 400 with message %q", tt.body, w.Code, w.Body, tt.want)
+		}
+	}
+}

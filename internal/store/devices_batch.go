@@ -40,15 +40,16 @@ func (s *pgStore) SaveDevices(ctx context.Context, ds []Device) error {
 	defer func() { _ = tx.Rollback(ctx) }() // a no-op after Commit
 	for _, b := range batches {
 		if _, err := tx.Exec(ctx, `INSERT INTO devices
-			(id, alias, client_id, kind, transport, board, firmware, first_seen, last_seen, catalog_hash)
+			(id, alias, client_id, kind, transport, board, firmware, first_seen, last_seen, catalog_hash, token_id)
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-				$7::text[], $8::timestamptz[], $9::timestamptz[], $10::text[])
+				$7::text[], $8::timestamptz[], $9::timestamptz[], $10::text[], $11::text[])
 			ON CONFLICT (id) DO UPDATE SET
 				alias = excluded.alias, client_id = excluded.client_id, kind = excluded.kind,
 				transport = excluded.transport, board = excluded.board, firmware = excluded.firmware,
 				first_seen = COALESCE(devices.first_seen, excluded.first_seen),
-				last_seen = excluded.last_seen, catalog_hash = excluded.catalog_hash`,
-			b.id, b.alias, b.client, b.kind, b.transport, b.board, b.firmware, b.first, b.last, b.hash); err != nil {
+				last_seen = excluded.last_seen, catalog_hash = excluded.catalog_hash,
+				token_id = COALESCE(NULLIF(excluded.token_id, ''), devices.token_id)`,
+			b.id, b.alias, b.client, b.kind, b.transport, b.board, b.firmware, b.first, b.last, b.hash, b.token); err != nil {
 			return fmt.Errorf("store: save %d devices: %w", len(ds), err)
 		}
 	}
@@ -60,8 +61,8 @@ func (s *pgStore) SaveDevices(ctx context.Context, ds []Device) error {
 
 // deviceArrays are the columns of one batch statement's rows.
 type deviceArrays struct {
-	id, alias, client, kind, transport, board, firmware, hash []string
-	first, last                                               []*time.Time
+	id, alias, client, kind, transport, board, firmware, hash, token []string
+	first, last                                                      []*time.Time
 }
 
 // pgDeviceBatches returns the statements' rows for ds, at most pgBatchRows
@@ -78,6 +79,7 @@ func pgDeviceBatches(ds []Device) ([]deviceArrays, error) {
 		b := deviceArrays{
 			id: make([]string, n), alias: make([]string, n), client: make([]string, n), kind: make([]string, n),
 			transport: make([]string, n), board: make([]string, n), firmware: make([]string, n), hash: make([]string, n),
+			token: make([]string, n),
 			first: make([]*time.Time, n), last: make([]*time.Time, n),
 		}
 		for i, d := range chunk {
@@ -85,7 +87,7 @@ func pgDeviceBatches(ds []Device) ([]deviceArrays, error) {
 				return nil, errors.New("store: device without an ID")
 			}
 			b.id[i], b.alias[i], b.client[i], b.kind[i], b.transport[i] = d.ID, d.Alias, d.ClientID, d.Kind, d.Transport
-			b.board[i], b.firmware[i], b.hash[i] = d.Board, d.Firmware, d.CatalogHash
+			b.board[i], b.firmware[i], b.hash[i], b.token[i] = d.Board, d.Firmware, d.CatalogHash, d.TokenID
 			b.first[i], b.last[i] = tsPtr(d.FirstSeen), tsPtr(d.LastSeen)
 		}
 		out = append(out, b)
@@ -113,13 +115,14 @@ func (s *sqliteStore) SaveDevices(ctx context.Context, ds []Device) error {
 	}
 	defer tx.Rollback()
 	stmt, err := tx.PrepareContext(ctx, `INSERT INTO devices
-		(id, alias, client_id, kind, transport, board, firmware, first_seen, last_seen, catalog_hash)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		(id, alias, client_id, kind, transport, board, firmware, first_seen, last_seen, catalog_hash, token_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET
 			alias = excluded.alias, client_id = excluded.client_id, kind = excluded.kind,
 			transport = excluded.transport, board = excluded.board, firmware = excluded.firmware,
 			first_seen = COALESCE(devices.first_seen, excluded.first_seen),
-			last_seen = excluded.last_seen, catalog_hash = excluded.catalog_hash`)
+			last_seen = excluded.last_seen, catalog_hash = excluded.catalog_hash,
+			token_id = COALESCE(NULLIF(excluded.token_id, ''), devices.token_id)`)
 	if err != nil {
 		return fmt.Errorf("store: save %d devices: %w", len(ds), err)
 	}
@@ -129,7 +132,7 @@ func (s *sqliteStore) SaveDevices(ctx context.Context, ds []Device) error {
 			return errors.New("store: device without an ID")
 		}
 		if _, err := stmt.ExecContext(ctx, d.ID, d.Alias, d.ClientID, d.Kind, d.Transport, d.Board, d.Firmware,
-			micros(d.FirstSeen), micros(d.LastSeen), d.CatalogHash); err != nil {
+			micros(d.FirstSeen), micros(d.LastSeen), d.CatalogHash, d.TokenID); err != nil {
 			return fmt.Errorf("store: save device %s: %w", d.ID, err)
 		}
 	}

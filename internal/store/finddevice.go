@@ -24,9 +24,9 @@ func (s *pgStore) FindDevice(ctx context.Context, id, alias string) (Device, err
 	var d Device
 	var first, last *time.Time
 	err := s.pool.QueryRow(ctx, `SELECT id, alias, client_id, kind, transport, board, firmware,
-		first_seen, last_seen, catalog_hash FROM devices
+		first_seen, last_seen, catalog_hash, token_id FROM devices
 		WHERE id = $1 OR ($2 <> '' AND alias = $2) ORDER BY (id = $1) DESC LIMIT 1`, id, alias).
-		Scan(&d.ID, &d.Alias, &d.ClientID, &d.Kind, &d.Transport, &d.Board, &d.Firmware, &first, &last, &d.CatalogHash)
+		Scan(&d.ID, &d.Alias, &d.ClientID, &d.Kind, &d.Transport, &d.Board, &d.Firmware, &first, &last, &d.CatalogHash, &d.TokenID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Device{}, fmt.Errorf("store: device %q or alias %q: %w", id, alias, ErrNotFound)
 	}
@@ -41,9 +41,9 @@ func (s *sqliteStore) FindDevice(ctx context.Context, id, alias string) (Device,
 	var d Device
 	var first, last sql.NullInt64
 	err := s.r.QueryRowContext(ctx, `SELECT id, alias, client_id, kind, transport, board, firmware,
-		first_seen, last_seen, catalog_hash FROM devices
+		first_seen, last_seen, catalog_hash, token_id FROM devices
 		WHERE id = ?1 OR (?2 <> '' AND alias = ?2) ORDER BY (id = ?1) DESC LIMIT 1`, id, alias).
-		Scan(&d.ID, &d.Alias, &d.ClientID, &d.Kind, &d.Transport, &d.Board, &d.Firmware, &first, &last, &d.CatalogHash)
+		Scan(&d.ID, &d.Alias, &d.ClientID, &d.Kind, &d.Transport, &d.Board, &d.Firmware, &first, &last, &d.CatalogHash, &d.TokenID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Device{}, fmt.Errorf("store: device %q or alias %q: %w", id, alias, ErrNotFound)
 	}

@@ -75,7 +75,7 @@ var tables = []struct {
 	name    string
 	columns []string
 }{
-	{"devices", []string{"id", "alias", "client_id", "kind", "transport", "board", "firmware", "first_seen", "last_seen", "catalog_hash"}},
+	{"devices", []string{"id", "alias", "client_id", "kind", "transport", "board", "firmware", "first_seen", "last_seen", "catalog_hash", "token_id"}},
 	{"catalogs", []string{"hash", "tools", "created_at"}},
 	{"api_keys", []string{"id", "name", "hash", "scope", "devices", "tools", "created_at", "expires_at", "revoked_at"}},
 	{"revocations", []string{"device_id", "token_id", "issued_before_ms", "expires_ms"}},

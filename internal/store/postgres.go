@@ -267,7 +267,7 @@ func (s *pgStore) SaveDevice(ctx context.Context, d Device) error {
 	}
 	_, err := s.pool.Exec(ctx, pgSaveDevice,
 		d.ID, d.Alias, d.ClientID, d.Kind, d.Transport, d.Board, d.Firmware,
-		ts(d.FirstSeen), ts(d.LastSeen), d.CatalogHash)
+		ts(d.FirstSeen), ts(d.LastSeen), d.CatalogHash, d.TokenID)
 	if err != nil {
 		return fmt.Errorf("store: save device %s: %w", d.ID, err)
 	}
@@ -278,7 +278,7 @@ func (s *pgStore) SaveDevice(ctx context.Context, d Device) error {
 // the database's locale.
 func (s *pgStore) Devices(ctx context.Context) ([]Device, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, alias, client_id, kind, transport, board, firmware,
-		first_seen, last_seen, catalog_hash FROM devices ORDER BY id COLLATE "C"`)
+		first_seen, last_seen, catalog_hash, token_id FROM devices ORDER BY id COLLATE "C"`)
 	if err != nil {
 		return nil, fmt.Errorf("store: devices: %w", err)
 	}
@@ -286,7 +286,7 @@ func (s *pgStore) Devices(ctx context.Context) ([]Device, error) {
 		var d Device
 		var first, last *time.Time
 		err := row.Scan(&d.ID, &d.Alias, &d.ClientID, &d.Kind, &d.Transport, &d.Board, &d.Firmware,
-			&first, &last, &d.CatalogHash)
+			&first, &last, &d.CatalogHash, &d.TokenID)
 		d.FirstSeen, d.LastSeen = fromTS(first), fromTS(last)
 		return d, err
 	})
@@ -411,6 +411,12 @@ func (s *pgStore) AddRevocation(ctx context.Context, r Revocation) error {
 				expires_ms = CASE WHEN revocations.expires_ms = 0 OR excluded.expires_ms = 0 THEN 0
 					ELSE GREATEST(revocations.expires_ms, excluded.expires_ms) END`,
 			r.DeviceID, r.TokenID, r.IssuedBeforeMS, r.ExpiresMS); err != nil {
+			return err
+		}
+		// A revoked token in use is never renewed again, not even after a
+		// restart that reads the device's token in use back.
+		if _, err := tx.Exec(ctx, `UPDATE devices SET token_id = '' WHERE id = $1 AND token_id <> ''
+			AND ($2 = '' OR token_id = $2)`, r.DeviceID, r.TokenID); err != nil {
 			return err
 		}
 		// Token revocations past their token's expiry protect nothing.

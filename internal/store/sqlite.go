@@ -309,7 +309,7 @@ func (s *sqliteStore) SaveDevice(ctx context.Context, d Device) error {
 	}
 	_, err := s.w.ExecContext(ctx, sqliteSaveDevice,
 		d.ID, d.Alias, d.ClientID, d.Kind, d.Transport, d.Board, d.Firmware,
-		micros(d.FirstSeen), micros(d.LastSeen), d.CatalogHash)
+		micros(d.FirstSeen), micros(d.LastSeen), d.CatalogHash, d.TokenID)
 	if err != nil {
 		return fmt.Errorf("store: save device %s: %w", d.ID, err)
 	}
@@ -318,7 +318,7 @@ func (s *sqliteStore) SaveDevice(ctx context.Context, d Device) error {
 
 func (s *sqliteStore) Devices(ctx context.Context) ([]Device, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT id, alias, client_id, kind, transport, board, firmware,
-		first_seen, last_seen, catalog_hash FROM devices ORDER BY id`)
+		first_seen, last_seen, catalog_hash, token_id FROM devices ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("store: devices: %w", err)
 	}
@@ -328,7 +328,7 @@ func (s *sqliteStore) Devices(ctx context.Context) ([]Device, error) {
 		var d Device
 		var first, last sql.NullInt64
 		if err := rows.Scan(&d.ID, &d.Alias, &d.ClientID, &d.Kind, &d.Transport, &d.Board, &d.Firmware,
-			&first, &last, &d.CatalogHash); err != nil {
+			&first, &last, &d.CatalogHash, &d.TokenID); err != nil {
 			return nil, fmt.Errorf("store: devices: %w", err)
 		}
 		d.FirstSeen, d.LastSeen = fromMicros(first), fromMicros(last)
@@ -503,6 +503,12 @@ func (s *sqliteStore) AddRevocation(ctx context.Context, r Revocation) error {
 			expires_ms = CASE WHEN revocations.expires_ms = 0 OR excluded.expires_ms = 0 THEN 0
 				ELSE MAX(revocations.expires_ms, excluded.expires_ms) END`,
 		r.DeviceID, r.TokenID, r.IssuedBeforeMS, r.ExpiresMS); err != nil {
+		return fmt.Errorf("store: add revocation: %w", err)
+	}
+	// A revoked token in use is never renewed again, not even after a
+	// restart that reads the device's token in use back.
+	if _, err := tx.ExecContext(ctx, `UPDATE devices SET token_id = '' WHERE id = ?1 AND token_id <> ''
+		AND (?2 = '' OR token_id = ?2)`, r.DeviceID, r.TokenID); err != nil {
 		return fmt.Errorf("store: add revocation: %w", err)
 	}
 	// Token revocations past their token's expiry protect nothing.

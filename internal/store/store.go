@@ -57,6 +57,11 @@ type Device struct {
 	// CatalogHash names the device's last catalog (see SaveCatalog); "" when
 	// it never completed a discovery.
 	CatalogHash string
+	// TokenID names the device token that authenticated the device's last
+	// connection (devauth.Authority.TokenInUse); "" when none is known,
+	// which a save leaves as stored. A revocation of that token, or of the
+	// device, clears it.
+	TokenID string
 }
 
 // APIKey is an API key. The secret itself is never stored, only its hash.
@@ -193,7 +198,8 @@ type Store interface {
 	// unknown. Revoking a revoked key keeps the first time.
 	RevokeKey(ctx context.Context, id string, at time.Time) error
 
-	// AddRevocation records a device-credential revocation.
+	// AddRevocation records a device-credential revocation, and clears the
+	// device's TokenID when the revocation covers that token.
 	AddRevocation(ctx context.Context, r Revocation) error
 	// Revocations returns the revocations still in force at now (token
 	// revocations past their expiry may be dropped).

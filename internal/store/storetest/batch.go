@@ -32,7 +32,7 @@ func testSaveDevices(t *testing.T, target Target) {
 			ds := make([]store.Device, n)
 			for i := range ds {
 				ds[i] = store.Device{ID: fmt.Sprintf("%s:%06d", tc.name, i), Alias: fmt.Sprintf("%s-%d", tc.name, i), Kind: "xiaozhi",
-					Transport: "websocket", FirstSeen: first, LastSeen: first, CatalogHash: "h1"}
+					Transport: "websocket", FirstSeen: first, LastSeen: first, CatalogHash: "h1", TokenID: fmt.Sprint("t", i)}
 			}
 			if err := tc.bs.SaveDevices(ctx, ds); err != nil {
 				t.Fatal(err)

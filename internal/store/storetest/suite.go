@@ -26,6 +26,7 @@ func Run(t *testing.T, target Target) {
 		{"Catalogs", testCatalogs},
 		{"Keys", testKeys},
 		{"Revocations", testRevocations},
+		{"RevocationClearsTokenInUse", testRevocationClearsTokenInUse},
 		{"Settings", testSettings},
 		{"AuditQuery", testAuditQuery},
 		{"AuditLimit", testAuditLimit},
@@ -78,20 +79,25 @@ func testDevices(t *testing.T, target Target) {
 	}
 	first := now().Add(-time.Hour)
 	d := store.Device{ID: "aa:bb:cc:dd:ee:02", Alias: "kitchen", ClientID: "c1", Kind: "xiaozhi", Transport: "websocket",
-		Board: "esp32-s3", Firmware: "1.8.2", FirstSeen: first, LastSeen: first, CatalogHash: "h1"}
+		Board: "esp32-s3", Firmware: "1.8.2", FirstSeen: first, LastSeen: first, CatalogHash: "h1", TokenID: "t1"}
 	if err := s.SaveDevice(ctx, d); err != nil {
 		t.Fatal(err)
 	}
 	// Upsert: everything but FirstSeen is replaced.
 	later := first.Add(30 * time.Minute)
 	d2 := store.Device{ID: d.ID, Alias: "hall", ClientID: "c2", Kind: "xiaozhi", Transport: "mqtt",
-		Board: "esp32-s3", Firmware: "1.9.0", FirstSeen: later, LastSeen: later, CatalogHash: "h2"}
+		Board: "esp32-s3", Firmware: "1.9.0", FirstSeen: later, LastSeen: later, CatalogHash: "h2", TokenID: "t2"}
 	if err := s.SaveDevice(ctx, d2); err != nil {
 		t.Fatal(err)
 	}
 	// A device never seen before, with no times and no catalog.
 	bare := store.Device{ID: "aa:bb:cc:dd:ee:01"}
 	if err := s.SaveDevice(ctx, bare); err != nil {
+		t.Fatal(err)
+	}
+	// A save without a token in use (another cluster node's) keeps the
+	// stored one.
+	if err := s.SaveDevice(ctx, func() store.Device { d := d2; d.TokenID = ""; return d }()); err != nil {
 		t.Fatal(err)
 	}
 	ds, err := s.Devices(ctx)
@@ -305,6 +311,49 @@ func testRevocations(t *testing.T, target Target) {
 	}
 	if err := s.AddRevocation(ctx, store.Revocation{}); err == nil {
 		t.Error("AddRevocation without a device: no error")
+	}
+}
+
+// A revocation covering a device's token in use (Device.TokenID) clears
+// it, so that a restart never renews a revoked token; one covering another
+// token leaves it.
+func testRevocationClearsTokenInUse(t *testing.T, target Target) {
+	ctx := context.Background()
+	s := open(t, target)
+	for _, id := range []string{"d1", "d2"} {
+		if err := s.SaveDevice(ctx, store.Device{ID: id, TokenID: "t-" + id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nowMS := time.Now().UnixMilli()
+	for _, r := range []store.Revocation{
+		{DeviceID: "d1", TokenID: "other", ExpiresMS: nowMS + 3600_000},
+		{DeviceID: "d2", TokenID: "t-d2", ExpiresMS: nowMS + 3600_000},
+	} {
+		if err := s.AddRevocation(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tokens := func() map[string]string {
+		t.Helper()
+		ds, err := s.Devices(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := make(map[string]string)
+		for _, d := range ds {
+			m[d.ID] = d.TokenID
+		}
+		return m
+	}
+	if got := tokens(); got["d1"] != "t-d1" || got["d2"] != "" {
+		t.Fatalf("after token revocations: %v, want d1 t-d1 and d2 none", got)
+	}
+	if err := s.AddRevocation(ctx, store.Revocation{DeviceID: "d1", IssuedBeforeMS: nowMS}); err != nil {
+		t.Fatal(err)
+	}
+	if got := tokens(); got["d1"] != "" {
+		t.Fatalf("after the device's revocation: %v, want d1 none", got)
 	}
 }
 
