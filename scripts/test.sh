@@ -26,7 +26,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM # so that cleanup runs on Ctrl-C and kill too
 
-echo "== npm ci (testdata/npm: the MCP TypeScript SDK client and server-everything used by internal/e2e)"
+echo "== npm ci (testdata/npm: the MCP TypeScript SDK client and server-everything used by internal/e2e and internal/hub)"
 if { ! command -v node || ! command -v npm; } >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "-- installing Node.js and npm from Debian's packages"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null

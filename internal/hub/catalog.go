@@ -155,16 +155,13 @@ func CompileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 
 // CompileOutputSchema compiles a tool's outputSchema as CompileSchema does,
 // but asserting "format" as SDK clients check a result's structuredContent:
-// the TypeScript SDK's Ajv with ajv-formats rejects {"a":"abc"} for an
-// "email". Formats ajv-formats does not know, which Ajv ignores, stay
-// annotations; a "regex" RE2 cannot compile passes (see compileSchema).
+// with ajv-formats' own definitions (formats.go), as the TypeScript SDK's
+// Ajv does, so {"a":"a@b"} fails an "email". Formats ajv-formats does not
+// know, which Ajv ignores, stay annotations; a "regex" RE2 cannot compile
+// passes (see compileSchema).
 func CompileOutputSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	return compileSchema(raw, true)
 }
-
-// unassertedFormats are the formats the schema library knows and
-// ajv-formats does not.
-var unassertedFormats = []string{"period", "semver", "iri", "iri-reference"}
 
 func compileSchema(raw json.RawMessage, assertFormat bool) (*jsonschema.Schema, error) {
 	if len(bytes.TrimSpace(raw)) == 0 || string(raw) == "null" {
@@ -194,9 +191,7 @@ func compileSchema(raw json.RawMessage, assertFormat bool) (*jsonschema.Schema, 
 	})
 	if assertFormat {
 		c.AssertFormat()
-		for _, name := range unassertedFormats {
-			c.RegisterFormat(&jsonschema.Format{Name: name, Validate: func(any) error { return nil }})
-		}
+		registerAjvFormats(c)
 	}
 	const loc = "mcpgate:///tool-schema.json"
 	if err := c.AddResource(loc, doc); err != nil {
