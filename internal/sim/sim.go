@@ -174,7 +174,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// Build every device first, so a bad configuration fails before any
 	// connection is made.
 	clients := make([]Runner, cfg.Count)
-	fleet := newFleetLog(cfg.Logger, cfg.Count)
+	fleet := newFleetLog(cfg.Logger, cfg.Count, cfg.Stagger)
 	for i := range clients {
 		d, err := NewDevice(cfg, i)
 		if err != nil {
