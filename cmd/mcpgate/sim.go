@@ -70,11 +70,8 @@ connect (that gateway is down).`,
 			}
 			cfg.Profile = p
 			cfg.MACPrefix = prefix
-			if cfg.Count < 1 {
-				return fmt.Errorf("--count must be at least 1")
-			}
-			if cfg.FailureRate < 0 || cfg.FailureRate > 1 {
-				return fmt.Errorf("--failure-rate must be between 0 and 1")
+			if cfg.Count < 1 { // sim.Config's 0 means 1; a typed 0 is a mistake
+				return fmt.Errorf("--count %d: want at least 1", cfg.Count)
 			}
 			if wsURL != "" && cfg.MQTTBroker != "" {
 				return errors.New("--url and --mqtt are exclusive: a device uses one transport")

@@ -44,8 +44,9 @@ type CallRequest struct {
 	// QueuedID is set by the queue (internal/queue) when it delivers a
 	// stored call: the caller's rate was charged when the call was queued,
 	// the device's rate is waited for rather than refused, and the queue
-	// audits the call itself when it ends (so it is audited once), while
-	// the call_completed event names the call.
+	// audits and counts (mcpgate_tool_calls_total) the call itself when it
+	// ends (so it is audited and counted once), while the call_completed
+	// event names the call.
 	QueuedID string
 	// SendBy, when set, is when the call may be sent at the latest: waiting
 	// past it (for discovery, the device's rate or a slot) ends the call
@@ -109,13 +110,15 @@ func (h *Hub) finish(ctx context.Context, req CallRequest, start time.Time, res 
 	}
 	recorded := req.QueuedID == "" && !(req.QueueIfOffline && Unreached(err))
 	// Counted once, as audited: not the live try of a call the door then
-	// queues, nor a delivery the queue puts back in line, but the
-	// delivery that ends it (the queue audits that one).
-	if recorded || (req.QueuedID != "" && !Requeued(err)) {
+	// queues, nor a queued call's delivery: the queue counts a queued call
+	// with its audit record, however it ends (delivered or not). Timed
+	// here, by the delivery that ends it.
+	if recorded {
 		h.metrics.Calls.WithLabelValues(outcome).Inc()
-		if sent && !NotSent(err) && (err == nil || errors.Is(err, ErrDeviceTimeout) || errors.Is(err, ErrDeviceDisconnected)) {
-			h.metrics.CallLatency.Observe(time.Since(start).Seconds())
-		}
+	}
+	if (recorded || (req.QueuedID != "" && !Requeued(err))) &&
+		sent && !NotSent(err) && (err == nil || errors.Is(err, ErrDeviceTimeout) || errors.Is(err, ErrDeviceDisconnected)) {
+		h.metrics.CallLatency.Observe(time.Since(start).Seconds())
 	}
 	if h.cfg.Audit != nil && recorded {
 		rec := h.callRecord(req, start, dev, outcome, res, err)

@@ -54,7 +54,7 @@ func New() *Metrics {
 		}, []string{"transport"}),
 		Calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mcpgate_tool_calls_total",
-			Help: "Tool calls by outcome: ok, tool_error (the device reported a failure), or the gateway error code.",
+			Help: "Tool calls by outcome: ok, tool_error (the device reported a failure), or the gateway error code; a queued call once, when it ends, as audited (expired, cancelled, interrupted included).",
 		}, []string{"outcome"}),
 		CallLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "mcpgate_tool_call_duration_seconds",

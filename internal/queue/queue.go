@@ -67,7 +67,8 @@ type Config struct {
 	Store store.CallStore
 	// Logger; nil discards.
 	Logger *slog.Logger
-	// Metrics; nil creates a private set.
+	// Metrics; nil creates a private set. The hub's, so that
+	// mcpgate_tool_calls_total counts the queued calls (the hub does not).
 	Metrics *metrics.Metrics
 	// Audit turns the record of a call that ended into the store's
 	// (audit.Writer.AuditRecord), which the store writes in the transaction
@@ -373,10 +374,14 @@ func (q *Queue) ended(cs ...store.QueuedCall) {
 	}
 }
 
-// announce counts and publishes one call that ended.
+// announce counts and publishes one call that ended. It is counted in
+// mcpgate_tool_calls_total here, once, as audited (the hub counts no
+// delivery of a queued call): delivered or not (expired, cancelled,
+// interrupted, refused at delivery).
 func (q *Queue) announce(c store.QueuedCall) {
 	outcome := Outcome(c)
 	q.m.QueuedCalls.WithLabelValues(string(c.State)).Inc()
+	q.m.Calls.WithLabelValues(outcome).Inc()
 	switch c.State {
 	case store.CallExpired:
 		q.hub.Publish(hub.Event{Type: hub.EventCallExpired, Device: c.Device,

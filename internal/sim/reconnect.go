@@ -20,28 +20,43 @@ const fleetLogEvery = time.Minute
 const credentialsHint = "check --token against the gateway's --device-auth: a token-mode gateway needs one from 'mcpgate devices token', or provision with --ota"
 
 // fleetLog reports a fleet's connection failures at warn, the simulator's
-// default level: a line when a reason first appears, again at most once a
+// default level: a line when a reason has settled, again at most once a
 // minute while devices keep failing for it (with how many do), and a line
 // when every device that failed is connected again. A thousand devices
 // that cannot reach their gateway print a line a minute, not a thousand
 // per attempt. The devices' own clients log each device at info.
 //
+// A reason settles once the device that failed first for it has waited its
+// backoff, and the fleet has had the time to start (spread): a line at the
+// first failure would count one device while the others are still
+// connecting, to fail for the same reason a moment later. The line comes
+// with the first failure after that window; devices that fail retry, so
+// one does come.
+//
 // A fleetLog is safe for concurrent use.
 type fleetLog struct {
-	log   *slog.Logger
-	size  int
-	every time.Duration
-	now   func() time.Time
+	log    *slog.Logger
+	size   int
+	spread time.Duration // how long the fleet takes to start, at most fleetLogEvery
+	every  time.Duration
+	now    func() time.Time
 
 	mu       sync.Mutex
 	failing  map[string]string    // guarded by mu; device id → reason it last failed to connect
+	settled  map[string]time.Time // guarded by mu; reason not yet reported → when it settles
 	logged   map[string]time.Time // guarded by mu; reason → when last reported
 	reported bool                 // guarded by mu; a failure was reported since all failing devices connected
 }
 
-func newFleetLog(log *slog.Logger, size int) *fleetLog {
-	return &fleetLog{log: log, size: size, every: fleetLogEvery, now: time.Now,
-		failing: map[string]string{}, logged: map[string]time.Time{}}
+// newFleetLog returns the log of a fleet of size devices that connect for
+// the first time stagger apart.
+func newFleetLog(log *slog.Logger, size int, stagger time.Duration) *fleetLog {
+	spread := fleetLogEvery
+	if stagger <= 0 || size-1 < int(fleetLogEvery/stagger) {
+		spread = time.Duration(max(size-1, 0)) * stagger
+	}
+	return &fleetLog{log: log, size: size, spread: spread, every: fleetLogEvery, now: time.Now,
+		failing: map[string]string{}, settled: map[string]time.Time{}, logged: map[string]time.Time{}}
 }
 
 // observer returns the device's [device.ClientOptions.OnState]. It is
@@ -70,8 +85,20 @@ func (f *fleetLog) failed(deviceID string, err error, retryIn time.Duration) {
 	defer f.mu.Unlock()
 	f.failing[deviceID] = reason
 	now := f.now()
-	if last, ok := f.logged[reason]; ok && now.Sub(last) < f.every {
+	last, ok := f.logged[reason]
+	if ok && now.Sub(last) < f.every {
 		return
+	}
+	if !ok {
+		at, seen := f.settled[reason]
+		if !seen {
+			f.settled[reason] = now.Add(max(retryIn, f.spread))
+			return
+		}
+		if now.Before(at) {
+			return
+		}
+		delete(f.settled, reason)
 	}
 	f.logged[reason] = now
 	f.reported = true
@@ -97,7 +124,11 @@ func (f *fleetLog) connected(deviceID string) {
 		return
 	}
 	delete(f.failing, deviceID)
-	if len(f.failing) > 0 || !f.reported {
+	if len(f.failing) > 0 {
+		return
+	}
+	clear(f.settled) // failures that never settled were a blip
+	if !f.reported {
 		return
 	}
 	f.reported = false

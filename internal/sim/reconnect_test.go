@@ -49,12 +49,12 @@ func (b *syncBuffer) lines(parts ...string) []string {
 	return out
 }
 
-// The fleet's log: one warn line when a reason appears, then at most one a
-// minute with how many devices fail for it, and one when all are back; a
+// The fleet's log: one warn line when a reason has settled, then at most one
+// a minute with how many devices fail for it, and one when all are back; a
 // session that ends is not a failure to connect.
 func TestFleetLog(t *testing.T) {
 	var logs syncBuffer
-	f := newFleetLog(slog.New(slog.NewTextHandler(&logs, nil)), 3)
+	f := newFleetLog(slog.New(slog.NewTextHandler(&logs, nil)), 3, 0)
 	now := time.Now()
 	f.now = func() time.Time { return now }
 	refused := fmt.Errorf("device: dial ws://gw/: %w", syscall.ECONNREFUSED)
@@ -70,17 +70,21 @@ func TestFleetLog(t *testing.T) {
 		}
 	}
 	fail(0, refused)
-	step("first failure", 1)
 	fail(1, refused)
+	step("failures before the first backoff has passed", 0)
+	now = now.Add(time.Second)
 	fail(2, refused)
+	step("first failure after the backoff", 1)
 	fail(0, refused)
 	step("more failures within the minute", 1)
 	now = now.Add(61 * time.Second)
 	fail(1, refused)
 	step("a minute later", 2)
-	if l := logs.lines("devices_failing=3"); len(l) != 1 || !strings.Contains(l[0], `reason="connection refused"`) {
-		t.Fatalf("the minute's line does not count the fleet:\n%s", logs.buf.String())
+	if l := logs.lines("devices_failing=3"); len(l) != 2 || !strings.Contains(l[1], `reason="connection refused"`) {
+		t.Fatalf("the lines do not count the fleet:\n%s", logs.buf.String())
 	}
+	fail(2, fmt.Errorf("%w: 401", device.ErrUnauthorized))
+	now = now.Add(time.Second)
 	fail(2, fmt.Errorf("%w: 401", device.ErrUnauthorized))
 	step("a new reason", 3)
 	if l := logs.lines("credentials", "hint="); len(l) != 1 {
@@ -98,6 +102,72 @@ func TestFleetLog(t *testing.T) {
 	obs[0](device.State{Status: device.StatusDisconnected, Err: errors.New("gateway closed"), RetryIn: time.Second})
 	obs[1](device.State{Status: device.StatusDisconnected, Err: context.Canceled})
 	step("session ends", 4)
+	// A failure that is over before it settles is a blip: no line, and
+	// none to say it is over.
+	fail(0, refused)
+	obs[0](device.State{Status: device.StatusConnecting})
+	obs[0](device.State{Status: device.StatusConnected})
+	now = now.Add(time.Minute)
+	fail(1, refused)
+	step("a blip", 4)
+}
+
+// TestFleetLogCountsTheFleet: when the gateway is down, the first line
+// counts every device of the fleet that fails, not the first one alone: it
+// waits until the first device's backoff has passed and the whole fleet
+// has tried (100 devices 1 ms apart).
+func TestFleetLogCountsTheFleet(t *testing.T) {
+	var logs syncBuffer
+	const size, stagger = 100, time.Millisecond
+	f := newFleetLog(slog.New(slog.NewTextHandler(&logs, nil)), size, stagger)
+	start := time.Now()
+	now := start
+	f.now = func() time.Time { return now }
+	at := func(d time.Duration) { now = start.Add(d) }
+	refused := fmt.Errorf("device: dial ws://gw/: %w", syscall.ECONNREFUSED)
+	obs := make([]func(device.State), size)
+	for i := range obs {
+		obs[i] = f.observer(fmt.Sprintf("02:00:00:00:00:%02x", i))
+	}
+	fail := func(i int, retryIn time.Duration) {
+		obs[i](device.State{Status: device.StatusConnecting})
+		obs[i](device.State{Status: device.StatusDisconnected, Err: refused, RetryIn: retryIn})
+	}
+	// Each device fails at once, and waits 40 ms (a short first backoff:
+	// the fleet takes longer than that to start).
+	for i := range size {
+		at(time.Duration(i) * stagger)
+		fail(i, 40*time.Millisecond)
+		if i > 40 {
+			fail(i-40, 80*time.Millisecond) // the early ones retry meanwhile
+		}
+	}
+	at(size * stagger)
+	fail(0, 80*time.Millisecond)
+	l := logs.lines("level=WARN")
+	if len(l) != 1 || !strings.Contains(l[0], "devices_failing=100 ") || !strings.Contains(l[0], "fleet=100 ") {
+		t.Fatalf("want one line counting the 100 devices, got:\n%s", logs.buf.String())
+	}
+}
+
+// A fleet too large to start within a minute is reported a minute after its
+// first failure; a negative or zero stagger spreads nothing.
+func TestFleetLogSpread(t *testing.T) {
+	for _, tc := range []struct {
+		size    int
+		stagger time.Duration
+		want    time.Duration
+	}{
+		{1, time.Second, 0},
+		{100, time.Millisecond, 99 * time.Millisecond},
+		{1 << 32, time.Hour, fleetLogEvery},
+		{1 << 40, time.Nanosecond, fleetLogEvery},
+		{10, 0, 0},
+	} {
+		if got := newFleetLog(nil, tc.size, tc.stagger).spread; got != tc.want {
+			t.Errorf("%d devices %s apart: spread %s, want %s", tc.size, tc.stagger, got, tc.want)
+		}
+	}
 }
 
 // A fleet that cannot connect says why at the simulator's default level

@@ -23,7 +23,7 @@ func TestSessionsConfig(t *testing.T) {
 		{URL: "ws://x", SessionsEvery: time.Second, SessionLength: time.Second},
 		{URL: "ws://x", SessionsEvery: -time.Second, SessionLength: -2 * time.Second},
 	} {
-		if _, err := c.normalize(); err == nil || !strings.Contains(err.Error(), "sessions every") {
+		if _, err := c.normalize(); err == nil || !strings.Contains(err.Error(), "--sessions-every") {
 			t.Errorf("%s every, %s long: %v; want an error", c.SessionsEvery, c.SessionLength, err)
 		}
 	}

@@ -109,11 +109,16 @@ func (c Config) normalize() (Config, error) {
 	if c.Count == 0 {
 		c.Count = 1
 	}
-	if c.Count < 0 || c.Start < 0 {
-		return c, fmt.Errorf("sim: negative Count or Start (--count, --start)")
+	// Messages name the flags of mcpgate sim, the only place a person
+	// types these values.
+	if c.Count < 0 {
+		return c, fmt.Errorf("sim: --count %d: want at least 1", c.Count)
+	}
+	if c.Start < 0 {
+		return c, fmt.Errorf("sim: --start %d: want 0 or more", c.Start)
 	}
 	if int64(c.Start)+int64(c.Count) > 1<<32-1 {
-		return c, fmt.Errorf("sim: Start+Count exceeds the MAC space")
+		return c, fmt.Errorf("sim: --start %d with --count %d exceeds the MAC space (%d devices)", c.Start, c.Count, int64(1<<32-1))
 	}
 	if c.Profile == "" {
 		c.Profile = device.ProfileESP32
@@ -121,24 +126,30 @@ func (c Config) normalize() (Config, error) {
 	if _, err := device.ParseProfile(string(c.Profile)); err != nil {
 		return c, fmt.Errorf("sim: %w", err)
 	}
-	if c.ExtraTools < 0 || c.Latency < 0 || c.Stagger < 0 {
-		return c, fmt.Errorf("sim: negative ExtraTools, Latency or Stagger (--extra-tools, --latency, --stagger)")
+	if c.ExtraTools < 0 {
+		return c, fmt.Errorf("sim: --extra-tools %d: want 0 or more", c.ExtraTools)
+	}
+	if c.Latency < 0 {
+		return c, fmt.Errorf("sim: --latency %s: want 0 or more", c.Latency)
+	}
+	if c.Stagger < 0 {
+		return c, fmt.Errorf("sim: --stagger %s: want 0 or more", c.Stagger)
 	}
 	if c.FailureRate < 0 || c.FailureRate > 1 || c.FailureRate != c.FailureRate {
-		return c, fmt.Errorf("sim: FailureRate (--failure-rate) %v outside 0..1", c.FailureRate)
+		return c, fmt.Errorf("sim: --failure-rate %v: want 0..1", c.FailureRate)
 	}
 	if c.Profile == device.ProfileRegister && c.MQTTBroker != "" {
-		return c, errors.New("sim: the register profile (--profile register) speaks WebSocket only: not with MQTTBroker (--mqtt)")
+		return c, fmt.Errorf("sim: --profile register speaks WebSocket only: not with --mqtt %s", c.MQTTBroker)
 	}
 	if len(c.Servers) > 0 && (c.URL != "" || c.MQTTBroker != "" || c.OTAURL != "") {
-		return c, errors.New("sim: Servers replaces URL, and is WebSocket only: not with MQTTBroker or OTAURL")
+		return c, errors.New("sim: --servers replaces --url, and is WebSocket only: not with --url, --mqtt or --ota")
 	}
 	if c.Stagger == 0 {
 		c.Stagger = time.Millisecond
 	}
 	if (c.SessionsEvery == 0) != (c.SessionLength == 0) || c.SessionsEvery < 0 || c.SessionLength < 0 ||
 		(c.SessionsEvery > 0 && c.SessionLength >= c.SessionsEvery) {
-		return c, fmt.Errorf("sim: sessions every %s of %s: give both, with the length shorter than the period", c.SessionsEvery, c.SessionLength)
+		return c, fmt.Errorf("sim: --sessions-every %s with --session-length %s: give both, with the length shorter than the period", c.SessionsEvery, c.SessionLength)
 	}
 	if c.HTTPClient == nil {
 		c.HTTPClient = &http.Client{Timeout: 30 * time.Second}
@@ -163,7 +174,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// Build every device first, so a bad configuration fails before any
 	// connection is made.
 	clients := make([]Runner, cfg.Count)
-	fleet := newFleetLog(cfg.Logger, cfg.Count)
+	fleet := newFleetLog(cfg.Logger, cfg.Count, cfg.Stagger)
 	for i := range clients {
 		d, err := NewDevice(cfg, i)
 		if err != nil {

@@ -407,6 +407,42 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
+// TestConfigErrorsNameFlags: a refused configuration is reported as the
+// flags of mcpgate sim and the values typed, never as Config's field names.
+func TestConfigErrorsNameFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"count", Config{Count: -2}, "sim: --count -2: want at least 1"},
+		{"start", Config{Start: -1}, "sim: --start -1: want 0 or more"},
+		{"mac space", Config{Start: 1<<32 - 2, Count: 5}, "sim: --start 4294967294 with --count 5 exceeds the MAC space"},
+		{"extra tools", Config{ExtraTools: -3}, "sim: --extra-tools -3: want 0 or more"},
+		{"latency", Config{Latency: -time.Second}, "sim: --latency -1s: want 0 or more"},
+		{"stagger", Config{Stagger: -time.Millisecond}, "sim: --stagger -1ms: want 0 or more"},
+		{"failure rate", Config{FailureRate: 1.5}, "sim: --failure-rate 1.5: want 0..1"},
+		{"register over mqtt", Config{Profile: device.ProfileRegister, MQTTBroker: "127.0.0.1:1883"},
+			"sim: --profile register speaks WebSocket only: not with --mqtt 127.0.0.1:1883"},
+		{"servers", Config{Servers: []string{"ws://a"}, MQTTBroker: "b:1"}, "sim: --servers replaces --url"},
+		{"sessions", Config{SessionsEvery: time.Second}, "sim: --sessions-every 1s with --session-length 0s: give both"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := tc.cfg.Validate()
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Fatalf("Validate(%+v) = %v; want %q", tc.cfg, err, tc.want)
+			}
+			for _, field := range []string{"Count", "Start", "ExtraTools", "Latency", "Stagger", "FailureRate", "MQTTBroker", "Servers", "OTAURL"} {
+				if strings.Contains(err.Error(), field) {
+					t.Errorf("%v names the Go field %s", err, field)
+				}
+			}
+		})
+	}
+}
+
 // fleetReport is what the stub gateway learned from one device.
 type fleetReport struct {
 	deviceID string

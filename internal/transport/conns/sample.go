@@ -13,8 +13,9 @@ const SampleInterval = 10 * time.Second
 // most one per SampleInterval, each saying how many were not written since
 // ("suppressed"): a device sending garbage in a loop shows in the log
 // without a line per frame (its metric still counts every one). A
-// connection keeps one per kind of line. The zero value is ready; it is
-// safe for concurrent use.
+// connection keeps one per kind of line, and calls Flush when it closes so
+// that lines suppressed since the last one written are reported too. The
+// zero value is ready; it is safe for concurrent use.
 type Sampler struct {
 	now func() time.Time // nil: time.Now; set by tests
 
@@ -44,4 +45,18 @@ func (s *Sampler) Warn(log *slog.Logger, msg string, attrs ...any) {
 		attrs = append(attrs, "suppressed", suppressed)
 	}
 	log.Warn(msg, attrs...)
+}
+
+// Flush writes msg with attrs and suppressed=<n> at warn level if n lines
+// were suppressed since the last one written, and nothing otherwise: a
+// connection that ends within SampleInterval of its last line would never
+// report them.
+func (s *Sampler) Flush(log *slog.Logger, msg string, attrs ...any) {
+	s.mu.Lock()
+	suppressed := s.suppressed
+	s.suppressed = 0
+	s.mu.Unlock()
+	if suppressed > 0 {
+		log.Warn(msg, append(attrs, "suppressed", suppressed)...)
+	}
 }

@@ -194,6 +194,28 @@ func bareBroker(t *testing.T, cfg mqtt.Config) (h *hub.Hub, tr *mqtt.Transport, 
 	return h, tr, srv.Listener.Addr().String(), logs
 }
 
+// TestUnparseableSuppressedLoggedOnDisconnect: a device that publishes
+// garbage and leaves within the 10 s of the sampled log line still has its
+// suppressed messages counted in the log, by one line when it disconnects.
+func TestUnparseableSuppressedLoggedOnDisconnect(t *testing.T) {
+	h, tr, _, logs := bareBroker(t, mqtt.Config{})
+	mac := "02:00:00:01:bb:98"
+	d := dialDevice(t, tr.Addr(), mac, volumeServer(t), 60)
+	waitState(t, h, mac, hub.StateReady)
+	for range 4 {
+		d.publish(t, []byte(`not json`), true)
+	}
+	const msg = "dropped unparseable message from device"
+	if n := logs.Count(0, msg); n != 1 {
+		t.Fatalf("%d unparseable lines while connected, want 1:\n%s", n, logs)
+	}
+	d.conn.Close()
+	waitState(t, h, mac, hub.StateOffline)
+	if n := logs.Count(0, msg, "suppressed=3", "device_id="+mac); n != 1 {
+		t.Errorf("%d lines with suppressed=3 after the disconnect, want 1:\n%s", n, logs)
+	}
+}
+
 // A device that asks for keepalive 0 ("never") and then stops answering
 // (power or network lost without a FIN) is still noticed: the broker caps
 // keepalive at MaxKeepalive.

@@ -270,10 +270,14 @@ type connection struct {
 	sess      *mcpclient.Session
 	att       *hub.Attachment
 	finish    func() // waits for what attach started, then detaches
-	// unparseable samples "dropped unparseable message" lines: one per 10 s
-	// for a device publishing garbage in a loop, not one per message.
+	// unparseable samples msgUnparseable lines: one per 10 s for a device
+	// publishing garbage in a loop, not one per message, and the count of
+	// the last ones when the connection ends.
 	unparseable conns.Sampler
 }
+
+// msgUnparseable is the log line of a dropped unparseable message.
+const msgUnparseable = "dropped unparseable message from device"
 
 // attach turns an established broker client into a hub session. It runs on
 // the client's reader goroutine, after CONNACK, so MCP starts right away.
@@ -345,6 +349,7 @@ func (t *Transport) detach(cl *mochi.Client, err error) {
 	default:
 		reason = fmt.Errorf("connection lost: %w", err)
 	}
+	c.unparseable.Flush(c.log, msgUnparseable)
 	c.sess.Close(reason)
 	c.finish()
 	t.conns.Done()
@@ -454,7 +459,7 @@ func (c *connection) uplink(payload []byte) {
 	env, err := xiaozhi.DecodeEnvelope(payload)
 	if err != nil {
 		c.t.m.DroppedFrames.WithLabelValues("unparseable").Inc()
-		c.unparseable.Warn(c.log, "dropped unparseable message from device", "error", err, "frame", conns.Truncate(string(payload), 300))
+		c.unparseable.Warn(c.log, msgUnparseable, "error", err, "frame", conns.Truncate(string(payload), 300))
 		return
 	}
 	switch env.Type {

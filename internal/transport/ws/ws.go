@@ -322,9 +322,10 @@ type connection struct {
 	// listen stands, and when the gateway last refused one (refuseListen).
 	listen      listenState
 	lastRefusal time.Time
-	// unparseable samples the reader's "dropped unparseable frame" lines:
-	// a device sending garbage in a loop gets one line per 10 s, not one
-	// per frame (the metric counts every frame).
+	// unparseable samples the reader's msgUnparseable lines: a device
+	// sending garbage in a loop gets one line per 10 s, not one per frame
+	// (the metric counts every frame), and the count of the last ones when
+	// the reader ends.
 	unparseable conns.Sampler
 	// finish tears down what start set up; set by run, called by the reader
 	// that ends the connection.
@@ -350,6 +351,9 @@ func (c *connection) touch() {
 		a.Touch()
 	}
 }
+
+// msgUnparseable is the log line of a dropped unparseable frame.
+const msgUnparseable = "dropped unparseable frame from device"
 
 // errNoHello is why a connection ends when the device sends no hello in time.
 var errNoHello = errors.New("no hello")
@@ -394,6 +398,7 @@ func (c *connection) read() {
 			err = c.frame(typ, r)
 		}
 		if err != nil {
+			c.unparseable.Flush(c.log, msgUnparseable)
 			c.sess.Close(c.readError(err))
 			c.finish()
 			c.t.cfg.Conns.Release(c.remote)
@@ -780,7 +785,7 @@ func (c *connection) handleText(ctx context.Context, data []byte, sess *mcpclien
 		// Firmware does not escape quotes in error messages; the call that
 		// reply belonged to ends by its own timeout.
 		c.t.m.DroppedFrames.WithLabelValues("unparseable").Inc()
-		c.unparseable.Warn(c.log, "dropped unparseable frame from device", "error", err, "frame", conns.Truncate(string(data), 300))
+		c.unparseable.Warn(c.log, msgUnparseable, "error", err, "frame", conns.Truncate(string(data), 300))
 		return
 	}
 	switch env.Type {

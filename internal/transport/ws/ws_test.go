@@ -447,6 +447,33 @@ func TestDroppedFramesCounted(t *testing.T) {
 	}
 }
 
+// TestUnparseableSuppressedLoggedOnClose: a device that sends garbage and
+// leaves within the 10 s of the sampled log line still has its suppressed
+// frames counted in the log, by one line when it disconnects.
+func TestUnparseableSuppressedLoggedOnClose(t *testing.T) {
+	t.Parallel()
+	s := startGateway(t, gateway.Config{})
+	d := connectReady(t, s, devicetest.Config{ID: "02:00:00:00:09:02"})
+	for range 4 {
+		send(t, d, websocket.MessageText, []byte(`garbage`))
+	}
+	syncDevice(t, d)
+	if logs := s.logs.String(); strings.Contains(logs, "suppressed=") {
+		t.Fatalf("suppressed count logged while the device is connected:\n%s", logs)
+	}
+	d.Close()
+	waitState(t, s.hub, d.ID(), hub.StateOffline)
+	var lines []string
+	for l := range strings.Lines(s.logs.String()) {
+		if strings.Contains(l, "dropped unparseable frame from device") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 2 || !strings.Contains(lines[1], "suppressed=3") || !strings.Contains(lines[1], "device_id="+d.ID()) {
+		t.Errorf("unparseable lines %q, want the first frame's and one with suppressed=3", lines)
+	}
+}
+
 // Audio, many frames of any size up to the read limit, is discarded while
 // calls go on undisturbed.
 func TestAudioDoesNotDisturbMCP(t *testing.T) {
