@@ -16,6 +16,12 @@ type recorder struct {
 	http.ResponseWriter
 	status int
 	head   []byte // the first bytes of a 4xx body
+
+	// newSession, if set, is called with the Mcp-Session-Id go-sdk
+	// answers with (an initialize's new session) as the answer starts,
+	// before the client has it; session keeps it.
+	newSession func(id string)
+	session    string
 }
 
 // maxHead bounds what a recorder keeps of an error answer: enough for
@@ -25,13 +31,26 @@ const maxHead = 160
 func (r *recorder) WriteHeader(status int) {
 	if r.status == 0 {
 		r.status = status
+		r.started()
 	}
 	r.ResponseWriter.WriteHeader(status)
+}
+
+// started calls newSession once the answer starts.
+func (r *recorder) started() {
+	if r.newSession == nil {
+		return
+	}
+	if r.session = r.Header().Get("Mcp-Session-Id"); r.session != "" {
+		r.newSession(r.session)
+	}
+	r.newSession = nil
 }
 
 func (r *recorder) Write(p []byte) (int, error) {
 	if r.status == 0 {
 		r.status = http.StatusOK
+		r.started()
 	}
 	if r.status >= 400 && len(r.head) < maxHead {
 		r.head = append(r.head, p[:min(len(p), maxHead-len(r.head))]...)
@@ -42,6 +61,10 @@ func (r *recorder) Write(p []byte) (int, error) {
 // Flush keeps SSE streams flowing for code that asserts http.Flusher;
 // http.ResponseController goes through Unwrap.
 func (r *recorder) Flush() {
+	if r.status == 0 {
+		r.status = http.StatusOK
+		r.started()
+	}
 	if f, ok := r.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}

@@ -26,10 +26,16 @@ func (d *door) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 	device, tool := d.device, name
 	if d.device == "" {
 		alias, rest, ok := strings.Cut(name, ".") // aliases have no dots; tool names can
-		if !ok || alias == "" || rest == "" {
+		switch {
+		case strings.HasPrefix(name, mcpclient.ReservedToolPrefix):
+			// "mcpgate:key_create" names no device: refused below as the
+			// device door refuses it.
+			tool = name
+		case !ok || alias == "" || rest == "":
 			return gatewayError("tool_not_found", fmt.Sprintf("unknown tool %q: aggregate tools are named <alias>.<tool>; see list_devices", name)), nil
+		default:
+			device, tool = alias, rest
 		}
-		device, tool = alias, rest
 	}
 	// A caller short of the scope is told so first, whatever the device
 	// (hidden or unknown alike); what it may not see does not exist for it.

@@ -10,3 +10,14 @@ func (s *Server) Doors() (aggregates, devices, indexed int) {
 	}
 	return len(s.agg), len(s.devices), indexed
 }
+
+// StandaloneGETs counts the GET requests of session sid's standalone
+// stream being served.
+func (s *Server) StandaloneGETs(sid string) int {
+	s.events.mu.Lock()
+	defer s.events.mu.Unlock()
+	if st := s.events.standalone[sid]; st != nil {
+		return st.open
+	}
+	return 0
+}

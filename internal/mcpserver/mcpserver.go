@@ -89,7 +89,9 @@ type Config struct {
 	// Default 250ms.
 	Debounce time.Duration
 	// SessionTimeout closes MCP client sessions idle this long, so clients
-	// that vanish without DELETE do not accumulate. Default 30 minutes.
+	// that vanish without DELETE do not accumulate: sessions with no
+	// request in flight (an open GET stream is one) since the last one
+	// ended. Default 30 minutes.
 	SessionTimeout time.Duration
 	// DoorIdle frees a server (an API key's aggregate, or its server of one
 	// device) that has had no session and no request this long; a later
@@ -150,7 +152,8 @@ type Server struct {
 	// and its client-fault errors counted (see sdkHandler).
 	sdkLog *slog.Logger
 	guard  *httpguard.Guard
-	events mcp.EventStore // shared by every door's handler; nil when disabled
+	events *eventStore  // shared by every door's handler; nil when disabled
+	idle   idleSessions // closes sessions idle for SessionTimeout
 
 	startOnce sync.Once
 	loopDone  chan struct{} // closed when the event loop returns; nil until started
@@ -239,10 +242,9 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, hub: cfg.Hub, log: cfg.Logger, sdkLog: slog.New(sdk), guard: g, agg: make(map[string]*door),
 		devices: make(map[doorKey]*door), byDevice: make(map[string][]*door), handler: make(map[*door]http.Handler)}
 	if cfg.EventStoreBytes > 0 {
-		es := mcp.NewMemoryEventStore(nil)
-		es.SetMaxBytes(cfg.EventStoreBytes)
-		s.events = es
+		s.events = newEventStore(cfg.EventStoreBytes)
 	}
+	s.idle = idleSessions{timeout: cfg.SessionTimeout, expire: s.expireSession}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "mcpgate_mcp_sessions_open", Help: "MCP client sessions open (initialized) on /mcp and /mcp/devices/{id}.",
@@ -369,14 +371,40 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.admitSession(w, r, p) {
 		return
 	}
-	if r.Method == http.MethodDelete {
+	rec := &recorder{ResponseWriter: w}
+	sid := r.Header.Get("Mcp-Session-Id")
+	switch {
+	case sid != "" && s.idle.begin(d, sid): // one of d's sessions
+		defer s.idle.end(sid)
+		if s.answerUnknown(w, r) {
+			return
+		}
+		if r.Method == http.MethodGet && s.events != nil && standaloneStream(r) {
+			id, end := s.events.openStream(r.Context(), sid, r.Header.Get("Last-Event-ID") == "")
+			if id != "" {
+				r.Header.Set("Last-Event-ID", id)
+			}
+			defer func() { end(rec.status == http.StatusOK) }()
+		}
+	case sid == "" && r.Method == http.MethodPost:
+		// An initialize: its session is tracked from the moment its id
+		// is sent, before the client can use it.
+		rec.newSession = func(id string) { s.idle.add(d, id) }
+	}
+	if r.Method == http.MethodDelete && sid != "" {
 		// Before the SDK, which waits for the session's calls to return.
-		if sid := r.Header.Get("Mcp-Session-Id"); sid != "" {
-			s.sessionCalls.cancel(sessionKey{p.Caller(), sid})
+		s.sessionCalls.cancel(sessionKey{p.Caller(), sid}, errSessionDeleted)
+	}
+	h.ServeHTTP(rec, r)
+	switch {
+	case r.Method == http.MethodDelete && rec.status < 300:
+		s.idle.forget(sid)
+	case rec.session != "":
+		s.idle.end(rec.session)
+		if ss := d.session(rec.session); ss == nil || ss.InitializeParams() == nil {
+			s.idle.forget(rec.session) // go-sdk closed it: initialize failed
 		}
 	}
-	rec := &recorder{ResponseWriter: w}
-	h.ServeHTTP(rec, r)
 	if cause := context.Cause(r.Context()); p.KeyID != "" && auth.Refused(cause) {
 		// The authentication cut this stream: its key was revoked, expired
 		// or deleted. Its other sessions are of no more use.
@@ -511,16 +539,21 @@ func (s *Server) release(d *door) {
 // to the path that created them, so a session id from one device's door is
 // unknown on another's.
 func (s *Server) httpHandler(d *door) http.Handler {
+	var events mcp.EventStore
+	if s.events != nil {
+		events = s.events
+	}
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return d.srv }, &mcp.StreamableHTTPOptions{
-		Logger:         s.sdkLog,
-		SessionTimeout: s.cfg.SessionTimeout,
+		Logger: s.sdkLog,
+		// No SessionTimeout: go-sdk's counts only POSTs, and a client
+		// waiting on its GET stream lost its session (idleSessions).
 		// Our guard does the same check, configurably; see guard.go.
 		DisableLocalhostProtection: true,
 		// limitBody enforces and counts the same bound first.
 		MaxRequestBodyBytes: s.cfg.MaxBodyBytes,
 		// A call outlives its POST's connection; its answer waits here
 		// for the client to resume the stream (GET with Last-Event-ID).
-		EventStore: s.events,
+		EventStore: events,
 	})
 }
 
@@ -754,6 +787,7 @@ func (s *Server) Close() {
 		close(s.logs)
 		<-s.logsDone
 	}
+	s.idle.close()
 	for _, d := range doors {
 		for ss := range d.srv.Sessions() {
 			_ = ss.Close() // the session is going away either way

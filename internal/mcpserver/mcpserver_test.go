@@ -216,6 +216,7 @@ func TestErrorsAreResults(t *testing.T) {
 				// Names no catalog holds are refused before they are calls (not audited).
 				{c, "mcpgate:forget", map[string]any{"force": true}, "mcpgate bad_request: invalid tool name: \"mcpgate:forget\""},
 				{agg, dev.Alias + ".mcpgate:revoke", map[string]any{}, "mcpgate bad_request: invalid tool name"},
+				{agg, "mcpgate:key_create", map[string]any{}, "mcpgate bad_request: invalid tool name: \"mcpgate:key_create\""},
 				{c, strings.Repeat("t", 300), map[string]any{}, "mcpgate bad_request: invalid tool name: 300 bytes, over the limit of 256"},
 			} {
 				res := tc.c.call(t, tc.name, tc.args)

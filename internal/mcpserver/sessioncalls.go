@@ -53,13 +53,13 @@ func (c *sessionCalls) track(ctx context.Context, k sessionKey) (context.Context
 	}
 }
 
-// cancel ends every call session k has in flight.
-func (c *sessionCalls) cancel(k sessionKey) {
+// cancel ends every call session k has in flight, for cause.
+func (c *sessionCalls) cancel(k sessionKey, cause error) {
 	c.mu.Lock()
 	calls := slices.Collect(maps.Values(c.m[k])) // the map itself: its calls' ends delete from it
 	delete(c.m, k)
 	c.mu.Unlock()
 	for _, cancel := range calls {
-		cancel(errSessionDeleted)
+		cancel(cause)
 	}
 }
