@@ -18,6 +18,7 @@ import (
 	"github.com/mcpgate/mcpgate/device/packs/ir"
 	"github.com/mcpgate/mcpgate/internal/devagent"
 	"github.com/mcpgate/mcpgate/internal/flagconfig"
+	"github.com/mcpgate/mcpgate/internal/suggest"
 )
 
 // version is set with -ldflags "-X main.version=...".
@@ -61,8 +62,9 @@ func (o *options) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.resolution, "resolution", "640x480", "photo size")
 }
 
-// agent builds the agent from the options.
-func (o *options) agent(stderr io.Writer, profile device.Profile) (*devagent.Agent, *slog.Logger, error) {
+// agent builds the agent from the options; readOnly writes nothing in the
+// state directory (devagent.Config.ReadOnly).
+func (o *options) agent(stderr io.Writer, profile device.Profile, readOnly bool) (*devagent.Agent, *slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return nil, nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
@@ -106,7 +108,7 @@ func (o *options) agent(stderr io.Writer, profile device.Profile) (*devagent.Age
 		IR:    ir.ModuleConfig{Port: o.irPort, Baud: o.irBaud, Addr: byte(o.irAddr), ExactAddr: true, Timeout: o.irTimeout},
 		Mixer: o.mixer, AmixerControl: o.amixerControl,
 		Camera: o.camera, Capture: o.capture, Resolution: o.resolution,
-		Version: buildVersion(), Logger: log,
+		Version: buildVersion(), Logger: log, ReadOnly: readOnly,
 	}, profile)
 	return a, log, err
 }
@@ -150,6 +152,7 @@ There is no shell or command tool, on purpose. See docs/device-agent.md.`,
 		Version: buildVersion(),
 	}
 	root.SetVersionTemplate("mcpgate-device {{.Version}}\n")
+	root.SetFlagErrorFunc(suggestFlag)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -169,7 +172,10 @@ provisioned like firmware with --ota (the OTA answer names the WebSocket or MQTT
 It reconnects with jittered backoff until stopped. Tool failures are isError results with the reason.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a, log, err := o.agent(stderr, device.ProfilePyXiaozhi)
+			if err := g.Check(); err != nil {
+				return err // before the agent makes its identity
+			}
+			a, log, err := o.agent(stderr, device.ProfilePyXiaozhi, false)
 			if err != nil {
 				return err
 			}
@@ -198,7 +204,7 @@ func newStdioCmd(o *options, stdin io.Reader, stdout, stderr io.Writer) *cobra.C
 and other MCP hosts. Logs go to stderr.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a, _, err := o.agent(stderr, device.ProfileSpec)
+			a, _, err := o.agent(stderr, device.ProfileSpec, false)
 			if err != nil {
 				return err
 			}
@@ -223,7 +229,10 @@ the source's name) or the endpoint URL the XiaoZhi console gives, so a board's t
 It reconnects with jittered backoff until stopped.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a, log, err := o.agent(stderr, device.ProfileSpec)
+			if err := e.Check(); err != nil {
+				return err // before the agent makes its identity
+			}
+			a, log, err := o.agent(stderr, device.ProfileSpec, false)
 			if err != nil {
 				return err
 			}
@@ -244,10 +253,10 @@ It reconnects with jittered backoff until stopped.`,
 func newToolsCmd(o *options, stdout, stderr io.Writer) *cobra.Command {
 	return &cobra.Command{
 		Use:   "tools",
-		Short: "Print the tools the agent would serve, and exit",
+		Short: "Print the tools the agent would serve, and exit (writing nothing in the state dir)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a, _, err := o.agent(stderr, device.ProfileSpec)
+			a, _, err := o.agent(stderr, device.ProfileSpec, true)
 			if err != nil {
 				return err
 			}
@@ -284,6 +293,17 @@ func newVersionCmd(stdout io.Writer) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// suggestFlag adds the closest flag's name to an unknown flag error.
+func suggestFlag(c *cobra.Command, err error) error {
+	name, ok := strings.CutPrefix(err.Error(), "unknown flag: ")
+	if !ok {
+		return err
+	}
+	var names []string
+	c.Flags().VisitAll(func(f *pflag.Flag) { names = append(names, "--"+f.Name) })
+	return fmt.Errorf("%w%s", err, suggest.DidYouMean(name, names))
 }
 
 // envPrefix names every setting in the environment: MCPGATE_DEVICE_IR_PORT.

@@ -40,8 +40,56 @@ func TestToolsFollowsPacksFromTheConfigFile(t *testing.T) {
 	if err != nil || !strings.HasPrefix(out, "self.ir.list_codes()") || strings.Contains(out, "self.get_device_status") {
 		t.Fatalf("tools --packs ir: %v\n%s", err, out)
 	}
-	if id, err := os.ReadFile(filepath.Join(dir, "state", "device-id")); err != nil || len(strings.TrimSpace(string(id))) != 17 {
-		t.Fatalf("device-id %q, %v", id, err)
+	// It prints and exits: no identity is made, no state dir.
+	if _, err := os.Stat(filepath.Join(dir, "state")); !os.IsNotExist(err) {
+		t.Fatalf("tools made the state dir (%v)", err)
+	}
+}
+
+// TestUsageBeforeIdentity: a mistake in run's or endpoint's flags stops the
+// agent before it logs that it starts or makes an identity in the state
+// dir; giving both --server and --ota says not both.
+func TestUsageBeforeIdentity(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run"}, "give a server URL (--server) or an OTA URL (--ota)"},
+		{[]string{"run", "--server", "ws://127.0.0.1:1/xiaozhi/v1/", "--ota", "http://127.0.0.1:1/xiaozhi/ota/"},
+			"give either a server URL (--server) or an OTA URL (--ota), not both"},
+		{[]string{"run", "--server", "http://127.0.0.1:1/xiaozhi/v1/"}, "want a ws:// or wss:// URL"},
+		{[]string{"endpoint"}, "an endpoint URL is required (--url)"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			state := filepath.Join(t.TempDir(), "state")
+			_, stderr, err := execute(t, append(tc.args, "--state-dir", state, "--packs", "system")...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want %q", err, tc.want)
+			}
+			if stderr != "" {
+				t.Errorf("logged before refusing:\n%s", stderr)
+			}
+			if _, err := os.Stat(state); !os.IsNotExist(err) {
+				t.Errorf("made the state dir before refusing (%v)", err)
+			}
+		})
+	}
+}
+
+// TestUnknownFlagSuggests: a mistyped flag, the command's own or a shared
+// one, gets the closest flag's name.
+func TestUnknownFlagSuggests(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--sever", "ws://127.0.0.1:1/xiaozhi/v1/"}, "unknown flag: --sever (did you mean --server?)"},
+		{[]string{"tools", "--ir-prot", "/dev/ttyUSB0"}, "unknown flag: --ir-prot (did you mean --ir-port?)"},
+	} {
+		_, _, err := execute(t, tc.args...)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
 	}
 }
 
@@ -65,7 +113,7 @@ func TestConfigErrors(t *testing.T) {
 	if _, _, err := execute(t, "tools", "--state-dir", dir, "--packs", "ir,shell"); err == nil || !strings.Contains(err.Error(), `unknown pack "shell"`) {
 		t.Fatalf("unknown pack: %v", err)
 	}
-	if _, _, err := execute(t, "run", "--state-dir", dir); err == nil || !strings.Contains(err.Error(), "either a server URL (--server) or an OTA URL (--ota)") {
+	if _, _, err := execute(t, "run", "--state-dir", dir); err == nil || !strings.Contains(err.Error(), "give a server URL (--server) or an OTA URL (--ota)") {
 		t.Fatalf("run without a target: %v", err)
 	}
 	if _, _, err := execute(t, "tools", "--state-dir", dir, "--id", "a/b"); err == nil || !strings.Contains(err.Error(), "--id") {

@@ -89,11 +89,18 @@ final state posted, signed with --callback-secret.`,
 			if timeout < 0 || (timeout > 0 && timeout < time.Millisecond) {
 				return fmt.Errorf("--timeout %s: want at least 1ms (or 0 for the gateway's default)", timeout)
 			}
+			// c reads the schema and names near misses within the usual
+			// wait; caller waits for the call's answer, which comes once
+			// the device has answered.
+			c, err := newClient(g)
+			if err != nil {
+				return err
+			}
 			answer := time.Duration(0) // the gateway answers by the tool's own timeout, however long
 			if timeout > 0 {
 				answer = timeout + callGrace
 			}
-			c, err := newClientWithin(g, answer)
+			caller, err := newClientWithin(g, answer)
 			if err != nil {
 				return err
 			}
@@ -139,7 +146,7 @@ final state posted, signed with --callback-secret.`,
 			}
 			// Without --queue the gateway may queue the call all the same
 			// (--queue-tool TOOL=always): it has not run, and says so.
-			res, qc, err := c.CallOrQueue(ctx, ref, body)
+			res, qc, err := caller.CallOrQueue(ctx, ref, body)
 			if err == nil && qc != nil {
 				if g.json {
 					return printJSON(g.stdout, qc)

@@ -4,6 +4,7 @@ package main
 // client from --server, error reporting, tables and humanised values.
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,8 +26,10 @@ import (
 const answerWait = 30 * time.Second
 
 // newClient returns a client of the gateway named by --server that waits
-// answerWait for an answer.
-func newClient(g *globals) (*api.Client, error) { return newClientWithin(g, answerWait) }
+// answerWait (or g.answerWait, when set) for an answer.
+func newClient(g *globals) (*api.Client, error) {
+	return newClientWithin(g, cmp.Or(g.answerWait, answerWait))
+}
 
 // newClientWithin is newClient waiting up to wait for an answer to start:
 // a call's answer comes once the device has answered.

@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -562,6 +565,58 @@ func TestClientNoAnswer(t *testing.T) {
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("gave up after %s, want about 200ms", took)
+	}
+}
+
+// TestCallNoAnswerWithoutTimeout: call without --timeout waits for the
+// call's answer as long as the gateway's tool timeout, but the schema it
+// reads first for key=value pairs comes within the usual wait, so a server
+// that never answers fails the command instead of hanging it.
+func TestCallNoAnswerWithoutTimeout(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() }) // held open, never answered
+		}
+	}()
+	var stdout, stderr bytes.Buffer
+	g := &globals{server: "http://" + ln.Addr().String(), stdout: &stdout, stderr: &stderr, answerWait: 200 * time.Millisecond}
+	cmd := newCallCmd(g)
+	cmd.SetArgs([]string{"kitchen", "self.audio_speaker.set_volume", "volume=30"})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	err = cmd.ExecuteContext(ctx)
+	if !errors.Is(err, api.ErrNoAnswer) {
+		t.Fatalf("call against a silent server: %v (stderr %q)", err, stderr.String())
+	}
+}
+
+// TestCLINotGateway: --server naming a web server that is no gateway says
+// so, not "HTTP 404" and the page's HTML.
+func TestCLINotGateway(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html;charset=utf-8")
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, "<!DOCTYPE HTML>\n<html><body><h1>Error response</h1></body></html>\n")
+	}))
+	t.Cleanup(srv.Close)
+	r := run(t, srv.URL, "devices")
+	r.want(t, 1)
+	if !strings.Contains(r.stderr, "not a gateway's API at "+srv.URL) || !strings.Contains(r.stderr, "check --server's host, port and path prefix") ||
+		strings.Contains(r.stderr, "DOCTYPE") {
+		t.Errorf("stderr:\n%s", r.stderr)
 	}
 }
 

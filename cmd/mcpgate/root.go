@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -66,6 +67,9 @@ type globals struct {
 	json   bool
 	stdout io.Writer
 	stderr io.Writer
+	// answerWait, when set, replaces answerWait for newClient: tests
+	// shorten it.
+	answerWait time.Duration
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {

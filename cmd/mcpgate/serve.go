@@ -56,7 +56,8 @@ environment, which wins over the file.`,
 			if v, ok := os.LookupEnv("MCPGATE_CONFIG"); ok && !cmd.Flags().Changed(flagconfig.ConfigFlag) {
 				configFile = v // as every flag is also MCPGATE_<FLAG>
 			}
-			if err := flagconfig.Apply(cmd.Flags(), configFile, "MCPGATE_", "'mcpgate serve --help'"); err != nil {
+			if err := flagconfig.ApplyOptions(cmd.Flags(), flagconfig.Options{File: configFile, EnvPrefix: "MCPGATE_", Help: "'mcpgate serve --help'",
+				Check: func(name string) error { return checkValue(cfg, logLevel, logFormat, name) }}); err != nil {
 				return err
 			}
 			if cfg.DataDir, err = resolveDataDir(cmd.Flags()); err != nil {
@@ -75,7 +76,7 @@ environment, which wins over the file.`,
 				}
 			}
 			cfg.Version = buildVersion()
-			if err := checkNumbers(&cfg); err != nil {
+			if err := checkNumbers(&cfg, ""); err != nil {
 				return err
 			}
 			if err := checkAuthFlags(&cfg); err != nil {

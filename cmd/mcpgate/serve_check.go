@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -67,8 +68,10 @@ func checkAuthFlags(cfg *gateway.Config) error {
 // of limitFlags that gateway.New would take silently for its defaults (its
 // zero values are the defaults), or refuse without naming the flag; and
 // gives a flag's 0 that means something the gateway's spelling of it.
-// docs/configuration.md says what each flag's 0 is.
-func checkNumbers(cfg *gateway.Config) error {
+// docs/configuration.md says what each flag's 0 is. A non-empty only
+// checks that flag alone.
+func checkNumbers(cfg *gateway.Config, only string) error {
+	want := func(flag string) bool { return only == "" || only == flag }
 	l := &cfg.Limits
 	for _, d := range []struct {
 		flag string
@@ -78,22 +81,22 @@ func checkNumbers(cfg *gateway.Config) error {
 		{"mqtt-silence-timeout", cfg.MQTTSilenceTimeout}, {"read-header-timeout", l.ReadHeaderTimeout},
 		{"read-body-timeout", l.ReadBodyTimeout}, {"http-idle-timeout", l.IdleTimeout}, {"mqtt-connect-timeout", l.MQTTConnectTimeout},
 	} {
-		if d.v <= 0 {
+		if d.v <= 0 && want(d.flag) {
 			return flagErrorf(d.flag, "must be positive, got %s", d.v)
 		}
 	}
-	if cfg.ShutdownTimeout <= 0 {
+	if cfg.ShutdownTimeout <= 0 && want("shutdown-timeout") {
 		return flagErrorf("shutdown-timeout", "must be positive, got %s (e.g. 1s for a quick stop)", cfg.ShutdownTimeout)
 	}
 	for _, d := range []struct {
 		flag, negative string
 		v              time.Duration
 	}{{"ping-interval", "no pings", cfg.PingInterval}, {"write-timeout", "no bound", l.WriteTimeout}} {
-		if d.v == 0 {
+		if d.v == 0 && want(d.flag) {
 			return flagErrorf(d.flag, "0: want a positive duration, or a negative one for %s", d.negative)
 		}
 	}
-	if cfg.PongTimeout < 0 {
+	if cfg.PongTimeout < 0 && want("pong-timeout") {
 		return flagErrorf("pong-timeout", "%s: want 0 (the ping interval) or a positive duration", cfg.PongTimeout)
 	}
 	for _, n := range []struct {
@@ -101,7 +104,7 @@ func checkNumbers(cfg *gateway.Config) error {
 		v    int64
 	}{{"max-pages", int64(cfg.MaxPages)}, {"max-tools", int64(cfg.MaxTools)}, {"max-catalog-bytes", int64(cfg.MaxCatalogBytes)},
 		{"max-body-bytes", l.MaxBodyBytes}} {
-		if n.v < 1 {
+		if n.v < 1 && want(n.flag) {
 			return flagErrorf(n.flag, "%d: want at least 1", n.v)
 		}
 	}
@@ -109,7 +112,7 @@ func checkNumbers(cfg *gateway.Config) error {
 		flag string
 		v    int64
 	}{{"read-limit", cfg.ReadLimit}, {"endpoint-read-limit", l.EndpointReadLimit}} {
-		if n.v < 16<<10 {
+		if n.v < 16<<10 && want(n.flag) {
 			return flagErrorf(n.flag, "%d: want at least 16384 bytes (a tools/list page is up to 8000 bytes plus envelope)", n.v)
 		}
 	}
@@ -118,7 +121,7 @@ func checkNumbers(cfg *gateway.Config) error {
 		v    int
 	}{{"device-max-inflight", l.DeviceMaxInFlight}, {"max-conns-per-ip", l.MaxConnsPerIP}, {"max-conns-loopback", l.MaxConnsLoopback},
 		{"max-mcp-sessions", l.MaxMCPSessions}, {"max-event-streams", l.MaxEventStreams}} {
-		if n.v == 0 {
+		if n.v == 0 && want(n.flag) {
 			return flagErrorf(n.flag, "0: want at least 1, or a negative number for no limit")
 		}
 	}
@@ -130,12 +133,31 @@ func checkNumbers(cfg *gateway.Config) error {
 		rate        float64
 		n           int
 	}{{"device-call-rate", "device-call-burst", l.DeviceCallRate, l.DeviceCallBurst}, {"key-call-rate", "key-call-burst", l.KeyCallRate, l.KeyCallBurst}} {
-		if r.rate == 0 {
+		if r.rate == 0 && want(r.flag) {
 			return flagErrorf(r.flag, "0 would refuse every call: give calls per second (0.5 is one every 2 s), or a negative rate for no limit")
 		}
-		if r.n < 0 {
+		if r.n < 0 && want(r.burst) {
 			return flagErrorf(r.burst, "%d: want 0 (twice the rate) or more", r.n)
 		}
+	}
+	return nil
+}
+
+// checkValue refuses the value flag name holds, by itself, as checkNumbers
+// and newLogger would later: flagconfig asks it of a config file's value
+// that a flag or the environment overrides.
+func checkValue(cfg gateway.Config, logLevel, logFormat, name string) error {
+	var err error
+	switch name {
+	case "log-level":
+		_, err = newLogger(io.Discard, logLevel, "text")
+	case "log-format":
+		_, err = newLogger(io.Discard, "info", logFormat)
+	default:
+		err = checkNumbers(&cfg, name) // on a copy: it gives some zeros their meaning
+	}
+	if fe, ok := err.(*flagError); ok && fe.name == name {
+		return fe.err
 	}
 	return nil
 }

@@ -112,7 +112,7 @@ func TestCheckNumbersZero(t *testing.T) {
 	if err := f.Parse([]string{"--device-max-queue", "0", "--key-call-burst", "0"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := checkNumbers(&cfg); err != nil {
+	if err := checkNumbers(&cfg, ""); err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Limits.DeviceMaxQueue >= 0 || cfg.Limits.KeyCallBurst != 0 {
@@ -152,7 +152,11 @@ func TestServeBadValueNamed(t *testing.T) {
 		{"queue in file", []string{"--config", file("queue-max-per-key: 0\n")}, ": queue-max-per-key (line 3): must be positive, got 0"},
 		{"vision in file", []string{"--config", file("vision-upload-burst: 0\n")}, ": vision-upload-burst (line 3): 0: want at least 1"},
 		{"burst flag", []string{"--data", dir, "--key-call-burst=-5"}, "mcpgate: --key-call-burst -5: want 0 (twice the rate) or more"},
-		{"flag wins over file", []string{"--config", file("log-level: verbose\n"), "--log-level", "loud"}, `mcpgate: --log-level "loud": want`},
+		{"flag wins over file", []string{"--config", file("log-level: error\n"), "--log-level", "loud"}, `mcpgate: --log-level "loud": want`},
+		{"file's value under a flag", []string{"--config", file("call-timeout: -5s\n"), "--call-timeout", "5s"},
+			": call-timeout (line 3): must be positive, got -5s (--call-timeout overrides it: fix or remove it)"},
+		{"file's log level under a flag", []string{"--config", file("log-level: verbose\n"), "--log-level", "info"}, `: log-level (line 3): "verbose": want`},
+		{"file's unparsed value under a flag", []string{"--config", file("max-pages: many\n"), "--max-pages", "5"}, ": max-pages (line 3): "},
 		{"second document", []string{"--config", file("---\nlog-level: error\n")}, ": a second YAML document (--- at line 3)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -53,17 +53,20 @@ func (c *Client) Chat(ctx context.Context, ref string, body ChatBody, onEvent fu
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
-	resp, err := c.hc.Do(req)
+	resp, err := c.send(req)
 	if err != nil {
-		return nil, c.transportError(ctx, err)
+		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, decodeAPIError(resp)
+		return nil, c.decodeAPIError(resp)
 	}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
 		var out agent.Reply
 		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			if _, ok := errors.AsType[*json.SyntaxError](err); ok {
+				return nil, c.notGateway(resp)
+			}
 			return nil, fmt.Errorf("api: chat: unexpected answer from %s: %w", c.base, err)
 		}
 		return &out, nil

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,8 +10,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/hub"
@@ -26,9 +29,13 @@ var ErrUnreachable = errors.New("cannot reach the gateway")
 // within the client's wait.
 var ErrNoAnswer = errors.New("no answer from the gateway")
 
+// ErrNotGateway wraps an answer that is not the gateway's JSON (a web
+// server's HTML page, a proxy's error page): the URL names something else.
+var ErrNotGateway = errors.New("not a gateway's API")
+
 // APIError is a non-2xx answer of the gateway, decoded from the error body
-// {"error":{"code","message","details"}}. When the body is not that shape (a
-// proxy's HTML page, say), Code is empty and Message holds the start of the body.
+// {"error":{"code","message","details"}}. An answer of another shape is
+// [ErrNotGateway] instead.
 type APIError struct {
 	Status  int
 	Code    string
@@ -393,14 +400,14 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := c.hc.Do(req)
+	resp, err := c.send(req)
 	if err != nil {
-		return c.transportError(ctx, err)
+		return err
 	}
 	defer resp.Body.Close()
 
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return decodeAPIError(resp)
+		return c.decodeAPIError(resp)
 	}
 	if sp, ok := out.(*statusOut); ok {
 		sp.status = resp.StatusCode
@@ -410,15 +417,38 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		if ctx.Err() != nil {
 			return fmt.Errorf("api: %s %s: %w", method, path, ctx.Err())
 		}
+		if _, ok := errors.AsType[*json.SyntaxError](err); ok {
+			return c.notGateway(resp)
+		}
 		return fmt.Errorf("api: %s %s: unexpected answer from %s: %w", method, path, c.base, err)
 	}
 	return nil
 }
 
-// transportError explains a request that got no answer. A refused or
-// unresolvable connection is by far the most common case (no gateway
-// running, wrong --server), so it says what to do about it.
-func (c *Client) transportError(ctx context.Context, err error) error {
+// send sends req; a request that gets no answer is explained by
+// transportError.
+func (c *Client) send(req *http.Request) (*http.Response, error) {
+	var wrote atomic.Bool // the whole request went out: the gateway has it
+	ctx := httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) { wrote.Store(i.Err == nil) },
+	})
+	resp, err := c.hc.Do(req.WithContext(ctx))
+	if err != nil {
+		return nil, c.transportError(req.Context(), err, wrote.Load())
+	}
+	return resp, nil
+}
+
+// transportError explains a request that got no answer; wrote says the
+// request went out whole. A refused or unresolvable connection is by far the
+// most common case (no gateway running, wrong --server), so it says what to
+// do about it.
+func (c *Client) transportError(ctx context.Context, err error, wrote bool) error {
+	if wrote && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The caller's deadline passed while the gateway had the request:
+		// no answer, as when the transport's own wait ends first.
+		return &noAnswerError{base: c.base, deadline: ctx.Err()}
+	}
 	if ctx.Err() != nil {
 		// The caller's deadline or cancellation, not the gateway's fault;
 		// err (a *url.Error naming the request) wraps ctx.Err() for errors.Is.
@@ -428,8 +458,7 @@ func (c *Client) transportError(ctx context.Context, err error) error {
 	var dnsErr *net.DNSError
 	var netErr net.Error
 	if errors.As(err, &netErr) && netErr.Timeout() && !(errors.As(err, &opErr) && opErr.Op == "dial") {
-		return fmt.Errorf("%w: %s took the connection but did not answer in time (is --server a gateway? is it overloaded?)",
-			ErrNoAnswer, c.base)
+		return &noAnswerError{base: c.base}
 	}
 	if (errors.As(err, &opErr) && opErr.Op == "dial") || errors.As(err, &dnsErr) {
 		// The url.Error only repeats the URL; keep its cause, which says why.
@@ -444,7 +473,41 @@ func (c *Client) transportError(ctx context.Context, err error) error {
 	return fmt.Errorf("api: %w", err)
 }
 
-func decodeAPIError(resp *http.Response) error {
+// noAnswerError is [ErrNoAnswer]: a gateway that took the request and did
+// not answer within the client's wait or before the caller's deadline,
+// which it then wraps too.
+type noAnswerError struct {
+	base     string
+	deadline error // the caller's context.DeadlineExceeded, if that ended the wait
+}
+
+func (e *noAnswerError) Error() string {
+	return fmt.Sprintf("%s: %s took the connection but did not answer in time (is --server a gateway? is it overloaded?)", ErrNoAnswer, e.base)
+}
+
+func (e *noAnswerError) Unwrap() []error {
+	if e.deadline == nil {
+		return []error{ErrNoAnswer}
+	}
+	return []error{ErrNoAnswer, e.deadline}
+}
+
+// notGateway is [ErrNotGateway] for an answer whose body is not the
+// gateway's JSON.
+func (c *Client) notGateway(resp *http.Response) error {
+	hint := "check --server's host, port and path prefix"
+	switch resp.StatusCode {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		hint = "a proxy's page? is the gateway behind it running? else " + hint
+	}
+	return fmt.Errorf("%w at %s: %s %s answered %d %s with %s, not the gateway's JSON (%s)",
+		ErrNotGateway, c.base, resp.Request.Method, resp.Request.URL.Path, resp.StatusCode, http.StatusText(resp.StatusCode),
+		cmp.Or(resp.Header.Get("Content-Type"), "no content type"), hint)
+}
+
+// decodeAPIError decodes a non-2xx answer: an [*APIError] when it is the
+// gateway's error body, else [ErrNotGateway].
+func (c *Client) decodeAPIError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody)) // a short read still describes the error
 	e := &APIError{Status: resp.StatusCode}
 	var body struct {
@@ -461,13 +524,5 @@ func decodeAPIError(resp *http.Response) error {
 		}
 		return e
 	}
-	msg := strings.TrimSpace(string(b))
-	if len(msg) > 200 {
-		msg = strings.ToValidUTF8(msg[:200], "") + "…"
-	}
-	if msg == "" {
-		msg = "(empty body)"
-	}
-	e.Message = msg
-	return e
+	return c.notGateway(resp)
 }

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -66,37 +67,105 @@ func TestClientUnreachable(t *testing.T) {
 	}
 }
 
-func TestClientNonJSONError(t *testing.T) {
+// TestClientNotGateway: an answer that is not the gateway's JSON (a web
+// server, a proxy's error page) says --server names no gateway, not its
+// escaped HTML.
+func TestClientNotGateway(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html")
-		w.WriteHeader(http.StatusBadGateway)
-		w.Write([]byte("<html>proxy error</html>"))
-	}))
-	t.Cleanup(srv.Close)
-	c, err := api.NewClient(srv.URL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = c.Health(t.Context())
-	ae := asAPIError(t, err, 502, "")
-	if ae.Message != "<html>proxy error</html>" || ae.Error() != "HTTP 502 Bad Gateway: <html>proxy error</html>" {
-		t.Errorf("APIError = %#v, Error() = %q", ae, ae.Error())
-	}
-	if ae.Problems() != nil {
-		t.Errorf("Problems() of a non-validation error should be nil")
+	for _, tc := range []struct {
+		name   string
+		status int
+		want   string
+	}{
+		{"web server's 404", http.StatusNotFound, "GET /prefix/api/v1/devices answered 404 Not Found with text/html, not the gateway's JSON (check --server's host, port and path prefix)"},
+		{"web server's page", http.StatusOK, "GET /prefix/api/v1/devices answered 200 OK with text/html"},
+		{"proxy's page", http.StatusBadGateway, "answered 502 Bad Gateway with text/html, not the gateway's JSON (a proxy's page? is the gateway behind it running?"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/html")
+				w.WriteHeader(tc.status)
+				w.Write([]byte("<!DOCTYPE HTML>\n<html><p>Error code: 404</p></html>"))
+			}))
+			t.Cleanup(srv.Close)
+			c, err := api.NewClient(srv.URL+"/prefix", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.Devices(t.Context())
+			if !errors.Is(err, api.ErrNotGateway) || !strings.Contains(err.Error(), tc.want) ||
+				!strings.HasPrefix(err.Error(), "not a gateway's API at "+srv.URL+"/prefix: ") || strings.Contains(err.Error(), "html>") {
+				t.Errorf("got %v, want ErrNotGateway saying %q", err, tc.want)
+			}
+			if _, ok := errors.AsType[*api.APIError](err); ok {
+				t.Errorf("%v is an APIError", err)
+			}
+		})
 	}
 }
 
 func TestClientBadSuccessBody(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte("not json"))
+		w.Write([]byte(`{"devices":"none"}`))
 	}))
 	t.Cleanup(srv.Close)
 	c, _ := api.NewClient(srv.URL, nil)
 	if _, err := c.Devices(t.Context()); err == nil || !strings.Contains(err.Error(), "unexpected answer") {
 		t.Errorf("got %v, want an unexpected-answer error", err)
+	}
+}
+
+// TestClientNoAnswer: a server that takes the request and never answers is
+// ErrNoAnswer whichever ends the wait first, the transport's wait for the
+// answer or the caller's deadline (which the error then wraps too).
+func TestClientNoAnswer(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() }) // held open, never answered
+		}
+	}()
+	const wait = 200 * time.Millisecond
+	for _, tc := range []struct {
+		name           string
+		header, ctxDur time.Duration // 0: none
+	}{
+		{"transport's wait", wait, 0},
+		{"caller's deadline", 0, wait},
+		{"both at once", wait, wait},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			hc := &http.Client{Transport: &http.Transport{ResponseHeaderTimeout: tc.header}}
+			c, err := api.NewClient(ln.Addr().String(), hc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := t.Context()
+			if tc.ctxDur > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.ctxDur)
+				defer cancel()
+			}
+			_, err = c.Call(ctx, "dev", api.CallBody{Name: "x"})
+			if !errors.Is(err, api.ErrNoAnswer) || !strings.Contains(err.Error(), "did not answer in time") {
+				t.Fatalf("got %v, want ErrNoAnswer", err)
+			}
+			if tc.ctxDur > 0 && tc.header == 0 && !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%v does not wrap the caller's deadline", err)
+			}
+		})
 	}
 }
 

@@ -51,6 +51,9 @@ type Config struct {
 	Name, Version string
 	// Logger receives the agent's logs; nil discards them.
 	Logger *slog.Logger
+	// ReadOnly makes New write nothing: an identity not yet kept in
+	// StateDir is made up for this agent alone (mcpgate-device tools).
+	ReadOnly bool
 }
 
 // Agent is a device: its identity and a tool server built from its packs.
@@ -86,8 +89,10 @@ func New(cfg Config, profile device.Profile) (*Agent, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("devagent: state directory: %w", err)
+	if !cfg.ReadOnly {
+		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("devagent: state directory: %w", err)
+		}
 	}
 	a := &Agent{cfg: cfg, log: log}
 	var err error
@@ -207,7 +212,7 @@ func deviceMAC(id string) (string, error) {
 }
 
 // stateValue reads a one-line file in the state directory, creating it
-// with make() the first time.
+// with make() the first time (unless ReadOnly: then make() is not kept).
 func (a *Agent) stateValue(name string, make func() string) (string, error) {
 	path := filepath.Join(a.cfg.StateDir, name)
 	b, err := os.ReadFile(path)
@@ -218,6 +223,9 @@ func (a *Agent) stateValue(name string, make func() string) (string, error) {
 		return "", fmt.Errorf("devagent: %w", err)
 	}
 	v := make()
+	if a.cfg.ReadOnly {
+		return v, nil
+	}
 	if err := ir.WriteFileAtomic(path, []byte(v+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("devagent: save %s: %w", name, err)
 	}

@@ -47,6 +47,23 @@ type GatewayOptions struct {
 	OnState func(device.State)
 }
 
+// Check refuses options RunGateway would refuse: neither or both of Server
+// and OTA, a Token with OTA, a URL of the wrong scheme or with no host. Run
+// it before New to refuse them before the agent makes its identity.
+func (o GatewayOptions) Check() error {
+	switch {
+	case o.Server == "" && o.OTA == "":
+		return errors.New("devagent: give a server URL (--server) or an OTA URL (--ota)")
+	case o.Server != "" && o.OTA != "":
+		return errors.New("devagent: give either a server URL (--server) or an OTA URL (--ota), not both")
+	case o.OTA != "" && o.Token != "":
+		return errors.New("devagent: --token (or MCPGATE_DEVICE_TOKEN) is for --server: with --ota the OTA answer gives the token")
+	case o.OTA != "":
+		return checkURL("--ota", o.OTA, "http://gw.lan:8000/xiaozhi/ota/", "http", "https")
+	}
+	return checkURL("--server", o.Server, "ws://gw.lan:8000/xiaozhi/v1/", "ws", "wss")
+}
+
 // Defaults of [GatewayOptions]: with the default backoff, about eight
 // attempts over two minutes.
 const (
@@ -70,11 +87,8 @@ var errUnreachable = errors.New("the provisioned endpoint stays unreachable")
 // named stays unreachable. It returns ctx's error, or a configuration
 // error at once.
 func (a *Agent) RunGateway(ctx context.Context, o GatewayOptions) error {
-	if (o.Server == "") == (o.OTA == "") {
-		return errors.New("devagent: give either a server URL (--server) or an OTA URL (--ota)")
-	}
-	if o.OTA != "" && o.Token != "" {
-		return errors.New("devagent: --token (or MCPGATE_DEVICE_TOKEN) is for --server: with --ota the OTA answer gives the token")
+	if err := o.Check(); err != nil {
+		return err
 	}
 	onState := o.OnState
 	o.OnState = func(s device.State) {
@@ -87,18 +101,12 @@ func (a *Agent) RunGateway(ctx context.Context, o GatewayOptions) error {
 		}
 	}
 	if o.OTA == "" {
-		if err := checkURL("--server", o.Server, "ws://gw.lan:8000/xiaozhi/v1/", "ws", "wss"); err != nil {
-			return err
-		}
 		c, err := device.NewClient(device.ClientOptions{URL: o.Server, DeviceID: a.id, ClientID: a.clientID, Token: o.Token,
 			Server: a.srv, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff, Logger: a.clientLog(), OnState: o.OnState})
 		if err != nil {
 			return err
 		}
 		return c.Run(ctx)
-	}
-	if err := checkURL("--ota", o.OTA, "http://gw.lan:8000/xiaozhi/ota/", "http", "https"); err != nil {
-		return err
 	}
 	if o.ReprovisionAfter <= 0 {
 		o.ReprovisionAfter = DefaultReprovisionAfter

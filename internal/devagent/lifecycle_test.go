@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -340,5 +342,36 @@ func TestOTAErrorPageBoundedAndRedacted(t *testing.T) {
 		if len(line) > 1000 {
 			t.Fatalf("a log line of %d bytes: %.300s...", len(line), line)
 		}
+	}
+}
+
+// TestReadOnlyWritesNothing: a read-only agent makes no state dir and keeps
+// no identity it made up, and uses one already kept.
+func TestReadOnlyWritesNothing(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	a, err := devagent.New(devagent.Config{StateDir: state, Packs: []string{"system"}, ReadOnly: true}, device.ProfileSpec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Fatalf("a read-only agent made %s (%v)", state, err)
+	}
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(state, "device-id"), []byte("02:00:00:00:00:07\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err = devagent.New(devagent.Config{StateDir: state, Packs: []string{"system"}, ReadOnly: true}, device.ProfileSpec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if a.ID() != "02:00:00:00:00:07" {
+		t.Errorf("ID %s, want the kept one", a.ID())
+	}
+	if entries, _ := os.ReadDir(state); len(entries) != 1 {
+		t.Errorf("state dir holds %d files, want the device-id alone", len(entries))
 	}
 }

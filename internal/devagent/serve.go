@@ -184,16 +184,23 @@ type EndpointOptions struct {
 	OnConnect func()
 }
 
+// Check refuses options RunEndpoint would refuse: no URL, or one that is
+// not ws:// or wss:// with a host. Run it before New to refuse them before
+// the agent makes its identity.
+func (o EndpointOptions) Check() error {
+	if o.URL == "" {
+		return errors.New("devagent: an endpoint URL is required (--url)")
+	}
+	return checkURL("--url", o.URL, "ws://gw.lan:8000/mcp/endpoint?token=...", "ws", "wss")
+}
+
 // RunEndpoint connects to an MCP endpoint in the XiaoZhi convention (one
 // bare JSON-RPC message per text frame; the endpoint is the MCP client)
 // and serves the agent's tools there, reconnecting with jittered backoff
 // until ctx ends. It returns ctx's error, or at once an error for a URL
 // that is not ws:// or wss://.
 func (a *Agent) RunEndpoint(ctx context.Context, o EndpointOptions) error {
-	if o.URL == "" {
-		return errors.New("devagent: an endpoint URL is required (--url)")
-	}
-	if err := checkURL("--url", o.URL, "ws://gw.lan:8000/mcp/endpoint?token=...", "ws", "wss"); err != nil {
+	if err := o.Check(); err != nil {
 		return err
 	}
 	bo := bridge.Backoff{Min: o.MinBackoff, Max: o.MaxBackoff}

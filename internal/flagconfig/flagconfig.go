@@ -50,6 +50,13 @@ type Options struct {
 	// comma-separated. A list for any other flag that does not collect
 	// values one at a time is refused.
 	Lists []string
+	// Check, if not nil, refuses what the command refuses of flag name's
+	// value by itself (a duration that must be positive), not for want of
+	// another setting; nil accepts it. It is asked of the file's value of
+	// a single-value flag that the command line or the environment
+	// overrides, which the flag holds during the call, so that a mistake
+	// in the file stops the command though another value wins.
+	Check func(name string) error
 }
 
 // ApplyOptions is [Apply] with keys of other commands ignored and flags
@@ -70,11 +77,25 @@ func ApplyOptions(fs *pflag.FlagSet, o Options) error {
 	}
 	var firstErr error
 	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Changed || firstErr != nil || notSetting(f.Name) {
+		if firstErr != nil || notSetting(f.Name) {
 			return
 		}
 		env := EnvName(o.EnvPrefix, f.Name)
-		if v, ok := os.LookupEnv(env); ok {
+		v, inEnv := os.LookupEnv(env)
+		if s, ok := fromFile[f.Name]; ok && (f.Changed || inEnv) {
+			winner := "--" + f.Name
+			if !f.Changed {
+				winner = "environment " + env
+			}
+			if err := checkOverridden(fs, f, s, o); err != nil {
+				firstErr = fmt.Errorf("%w (%s overrides it: fix or remove it)", err, winner)
+				return
+			}
+		}
+		if f.Changed {
+			return
+		}
+		if inEnv {
 			if err := fs.Set(f.Name, v); err != nil {
 				firstErr = fmt.Errorf("environment %s: %w", env, err)
 			}
@@ -82,18 +103,75 @@ func ApplyOptions(fs *pflag.FlagSet, o Options) error {
 			return
 		}
 		if s, ok := fromFile[f.Name]; ok {
-			origin := fileOrigin(o.File, f.Name, s.line)
 			if err := setFromYAML(fs, f, s.value, slices.Contains(o.Lists, f.Name), o.File); err != nil {
-				// An entry of a list or mapping is named at its own line.
-				if ee, ok := errors.AsType[*entryError](err); ok {
-					origin, err = fileOrigin(o.File, f.Name, ee.line), ee.err
-				}
-				firstErr = fmt.Errorf("%s: %w", origin, err)
+				firstErr = fileError(o.File, f.Name, s.line, err)
 			}
-			setOrigin(f, origin)
+			setOrigin(f, fileOrigin(o.File, f.Name, s.line))
 		}
 	})
 	return firstErr
+}
+
+// checkOverridden parses the file's value s of flag f, which the command
+// line or the environment overrides, and has o.Check refuse it; f keeps its
+// value. A list or mapping flag's value is parsed by a flag of the same type
+// aside, and not checked; the command's checks of it see the winner only.
+func checkOverridden(fs *pflag.FlagSet, f *pflag.Flag, s setting, o Options) error {
+	if aside := pflag.NewFlagSet(fs.Name(), pflag.ContinueOnError); addLike(aside, f) {
+		if err := setFromYAML(aside, aside.Lookup(f.Name), s.value, false, o.File); err != nil {
+			return fileError(o.File, f.Name, s.line, err)
+		}
+		return nil
+	}
+	if strings.HasSuffix(f.Value.Type(), "Slice") || strings.HasSuffix(f.Value.Type(), "Array") || strings.HasPrefix(f.Value.Type(), "stringTo") {
+		return nil // a collection of a type addLike does not know: set, it could not be put back
+	}
+	was, changed := f.Value.String(), f.Changed
+	err := setFromYAML(fs, f, s.value, slices.Contains(o.Lists, f.Name), o.File)
+	if err == nil && o.Check != nil {
+		err = o.Check(f.Name)
+	}
+	if perr := f.Value.Set(was); perr != nil {
+		return fmt.Errorf("flagconfig: cannot put back --%s %q: %w", f.Name, was, perr)
+	}
+	f.Changed = changed
+	if err != nil {
+		return fileError(o.File, f.Name, s.line, err)
+	}
+	return nil
+}
+
+// fileError names the file's key at line, or an entry of a list or mapping
+// at its own line, before err.
+func fileError(file, key string, line int, err error) error {
+	if ee, ok := errors.AsType[*entryError](err); ok {
+		line, err = ee.line, ee.err
+	}
+	return fmt.Errorf("%s: %w", fileOrigin(file, key, line), err)
+}
+
+// addLike adds to fs a flag named as f of f's type, for pflag's list and
+// map types; it reports false for any other type.
+func addLike(fs *pflag.FlagSet, f *pflag.Flag) bool {
+	switch f.Value.Type() {
+	case "stringSlice":
+		fs.StringSlice(f.Name, nil, "")
+	case "stringArray":
+		fs.StringArray(f.Name, nil, "")
+	case "intSlice":
+		fs.IntSlice(f.Name, nil, "")
+	case "durationSlice":
+		fs.DurationSlice(f.Name, nil, "")
+	case "stringToString":
+		fs.StringToString(f.Name, nil, "")
+	case "stringToInt":
+		fs.StringToInt(f.Name, nil, "")
+	case "stringToInt64":
+		fs.StringToInt64(f.Name, nil, "")
+	default:
+		return false
+	}
+	return true
 }
 
 // originKey is the flag annotation in which Apply notes where it took the

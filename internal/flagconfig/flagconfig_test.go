@@ -1,6 +1,7 @@
 package flagconfig
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -238,5 +239,63 @@ func TestIgnoredKeys(t *testing.T) {
 	fs.String("id", "", "")
 	if err := ApplyOptions(fs, Options{File: file, Help: "t"}); err == nil || !strings.Contains(err.Error(), `unknown setting "server"`) {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// TestOverriddenFileValueChecked: a value in the file that the command line
+// or the environment overrides is parsed and checked all the same, named at
+// its line; the flag keeps the value that wins.
+func TestOverriddenFileValueChecked(t *testing.T) {
+	dir := t.TempDir()
+	positive := func(fs *pflag.FlagSet) func(string) error {
+		return func(name string) error {
+			if d, err := fs.GetDuration(name); err == nil && d <= 0 {
+				return fmt.Errorf("must be positive, got %s", d)
+			}
+			return nil
+		}
+	}
+	for _, tc := range []struct {
+		name, content, env string
+		args               []string
+		want               string // "" for no error
+	}{
+		{"unparsed under a flag", "call-timeout: soon\n", "", []string{"--call-timeout", "5s"},
+			`call-timeout (line 1): invalid argument "soon" for "--call-timeout" flag: time: invalid duration "soon" (--call-timeout overrides it: fix or remove it)`},
+		{"refused under a flag", "addr: x\ncall-timeout: -5s\n", "", []string{"--call-timeout", "5s"},
+			"call-timeout (line 2): must be positive, got -5s (--call-timeout overrides it: fix or remove it)"},
+		{"refused under the environment", "call-timeout: -5s\n", "5s", nil,
+			"call-timeout (line 1): must be positive, got -5s (environment MCPGATE_CALL_TIMEOUT overrides it: fix or remove it)"},
+		{"list for a single value under a flag", "addr: [a, b]\n", "", []string{"--addr", "y"}, "addr (line 1): want a single value, not a list"},
+		{"bad mapping entry under a flag", "tool-timeout:\n  a: 1s\n  b: [x]\n", "", []string{"--tool-timeout", "c=2s"},
+			"tool-timeout (line 3): b: want a single value"},
+		{"good values under flags", "addr: x\ncall-timeout: 45s\ntool-timeout:\n  a: 1s\n", "", []string{"--call-timeout", "5s", "--addr", "y", "--tool-timeout", "c=2s"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")
+			if err := os.WriteFile(file, []byte(tc.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if tc.env != "" {
+				t.Setenv("MCPGATE_CALL_TIMEOUT", tc.env)
+			}
+			fs, addr, timeout, tt := newTestFlags()
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			err := ApplyOptions(fs, Options{File: file, EnvPrefix: "MCPGATE_", Help: "serve", Check: positive(fs)})
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), "config file "+file+": "+tc.want) {
+					t.Fatalf("err = %v, want %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if *addr != "y" || *timeout != 5*time.Second || len(*tt) != 1 || (*tt)["c"] != "2s" || !fs.Changed("call-timeout") {
+				t.Errorf("the flags should win: addr=%s timeout=%s tool-timeout=%v", *addr, *timeout, *tt)
+			}
+		})
 	}
 }
