@@ -13,7 +13,8 @@ import (
 
 // sdkMethods are the methods a client may send that go-sdk's server (v1.8,
 // its serverMethodInfos) handles; the door registers no others. Update
-// it with go-sdk: a method missing here is answered "method not found".
+// it with go-sdk (TestSDKMethodsMatchGoSDK compares): a method missing
+// here is answered "method not found".
 var sdkMethods = map[string]bool{
 	"initialize": true, "ping": true, "server/discover": true, "completion/complete": true,
 	"tools/list": true, "tools/call": true, "prompts/list": true, "prompts/get": true,
