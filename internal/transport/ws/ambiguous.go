@@ -1,10 +1,13 @@
 package ws
 
 import (
+	"bytes"
+	"encoding/json"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/mcpgate/mcpgate/internal/jsonscan"
+	"github.com/mcpgate/mcpgate/xiaozhi"
 )
 
 // Members a firmware reads from a voice server's frame, and from its MCP
@@ -31,6 +34,52 @@ func ambiguous(data []byte) bool {
 		return true
 	}
 	return len(payload) > 0 && payload[0] == '{' && repeats(payload, payloadKeys, nil)
+}
+
+// hiddenMCP reports whether the firmware could read a text frame as an mcp
+// message where mcpgate reads none: DecodeEnvelope refused it (err) or read
+// another type. The firmware's cJSON stops at a NUL, skips a byte order mark
+// and every byte up to the space before the object, ignores what follows
+// the object and the type of every member but "type", which it compares
+// with "mcp" up to a NUL. Forwarded unremapped, such a request would run
+// under its own id, and the device's answer complete one of mcpgate's calls.
+func hiddenMCP(data []byte, env *xiaozhi.Envelope, err error) bool {
+	if err == nil {
+		return env.Type != xiaozhi.TypeMCP && firmwareString(env.Type) == xiaozhi.TypeMCP
+	}
+	if i := bytes.IndexByte(data, 0); i >= 0 {
+		data = data[:i]
+	}
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
+	i := 0
+	for i < len(data) && data[i] <= ' ' {
+		i++
+	}
+	data = data[i:]
+	if len(data) == 0 || data[0] != '{' {
+		return false // no object: the firmware ignores it
+	}
+	var obj json.RawMessage
+	if json.NewDecoder(bytes.NewReader(data)).Decode(&obj) != nil {
+		// cJSON reads more than JSON does (a raw control character in a
+		// string, other white space): its type may be whatever spells mcp.
+		return bytes.Contains(data, []byte(xiaozhi.TypeMCP)) || bytes.Contains(data, []byte(`\u`))
+	}
+	if ambiguous(obj) {
+		return true
+	}
+	var e struct{ Type json.RawMessage }
+	var typ string
+	if json.Unmarshal(obj, &e) != nil || json.Unmarshal(e.Type, &typ) != nil {
+		return false // a type that is no string: the firmware ignores the frame
+	}
+	return firmwareString(typ) == xiaozhi.TypeMCP
+}
+
+// firmwareString is s as the firmware compares it: up to its first NUL.
+func firmwareString(s string) string {
+	s, _, _ = strings.Cut(s, "\x00")
+	return s
 }
 
 // repeats reports whether obj names one of names twice, in any case, or in

@@ -395,9 +395,9 @@ func (s *splice) toUpstream(typ websocket.MessageType, data []byte, start time.T
 // nil drops it.
 func (s *splice) fromUpstream(data []byte) []byte {
 	env, err := xiaozhi.DecodeEnvelope(data)
-	if err == nil && ambiguous(data) {
+	if (err == nil && ambiguous(data)) || hiddenMCP(data, env, err) {
 		s.c.t.m.DroppedFrames.WithLabelValues("upstream_ambiguous").Inc()
-		s.c.log.Debug("dropped an upstream message the device could read otherwise: a member named twice")
+		s.c.log.Debug("dropped an upstream message the device could read otherwise", "frame", conns.Truncate(string(data), 300))
 		return nil
 	}
 	if err != nil || env.Type != xiaozhi.TypeMCP {
@@ -551,6 +551,14 @@ func (s *splice) remapCancelled(data []byte, msg *jsonrpc.Message) []byte {
 // upstream unchanged.
 func (s *splice) fromDevice(data []byte, start time.Time) error {
 	env, err := xiaozhi.DecodeEnvelope(data)
+	if err != nil && hiddenMCP(data, nil, err) {
+		// An MCP message mcpgate cannot read, maybe the reply to one of
+		// its calls: the voice server might read it, and take it for the
+		// reply to its own request of that id. Dropped, as without one.
+		s.c.t.m.DroppedFrames.WithLabelValues("unparseable").Inc()
+		s.c.unparseable.Warn(s.c.log, msgUnparseable, "error", err, "frame", conns.Truncate(string(data), 300))
+		return nil
+	}
 	if err != nil || env.Type != xiaozhi.TypeMCP {
 		return s.toUpstream(websocket.MessageText, data, start)
 	}

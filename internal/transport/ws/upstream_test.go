@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -249,6 +250,146 @@ func TestUpstreamDropsAmbiguousFrames(t *testing.T) {
 	}
 	if n := metric(t, s, `mcpgate_dropped_frames_total{reason="upstream_ambiguous"}`); n != float64(len(bad)) {
 		t.Errorf("upstream_ambiguous drops: %v, want %d", n, len(bad))
+	}
+}
+
+// TestUpstreamDropsMCPOnlyTheFirmwareReads: a voice server frame that
+// mcpgate cannot decode, or reads as another type, but that the firmware's
+// cJSON reads as an mcp message never reaches the device: its request would
+// run under its own id, and the answer complete mcpgate's call of that id.
+// Frames the firmware reads as another type still pass unchanged.
+func TestUpstreamDropsMCPOnlyTheFirmwareReads(t *testing.T) {
+	t.Parallel()
+	up, s := startSpliced(t)
+	var mu sync.Mutex
+	var frames []string
+	d := connect(t, s, devicetest.Config{OnFrame: func(typ websocket.MessageType, data []byte) {
+		if typ == websocket.MessageText {
+			mu.Lock()
+			frames = append(frames, string(data))
+			mu.Unlock()
+		}
+	}})
+	c, err := up.Accept(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, s.hub, d.ID(), hub.StateReady)
+	sid := `"session_id":"` + d.SessionID() + `"`
+	call := func(volume int) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"self.audio_speaker.set_volume","arguments":{"volume":%d}}}`, volume)
+	}
+	bad := []struct{ name, frame string }{
+		{"numeric session_id", `{"session_id":123,"type":"mcp","payload":` + call(81) + `}`},
+		{"object session_id", `{"session_id":{},"type":"mcp","payload":` + call(82) + `}`},
+		{"byte order mark", "\ufeff{" + sid + `,"type":"mcp","payload":` + call(83) + `}`},
+		{"data after the object", `{` + sid + `,"type":"mcp","payload":` + call(84) + `} {"type":"tts"}`},
+		{"NUL after the object", `{` + sid + `,"type":"mcp","payload":` + call(85) + "}\x00]"},
+		{"type cut by NUL", `{` + sid + `,"type":"mcp\u0000x","payload":` + call(86) + `}`},
+		{"control byte as white space", `{` + sid + ",\x01\"type\":\"mcp\",\"payload\":" + call(87) + `}`},
+		{"raw tab in a string", `{` + sid + `,"type":"mcp","payload":` + strings.Replace(call(88), "tools/call", "tools/call\t", 1) + `}`},
+		{"escaped type, raw tab", `{` + sid + `,"type":"\u006d\u0063\u0070","payload":` + strings.Replace(call(89), "set_volume", "set_volume\t", 1) + `}`},
+		{"named twice after a mark", "\ufeff{" + sid + `,"type":"tts","TYPE":"mcp","payload":` + call(90) + `}`},
+	}
+	pass := []struct{ name, frame string }{
+		{"tts after a mark", "\ufeff{" + sid + `,"type":"tts","state":"start"}`},
+		{"tts with data after it", `{` + sid + `,"type":"tts","state":"stop"} x`},
+		{"numeric session_id, tts", `{"session_id":5,"type":"tts","state":"start"}`},
+		{"not JSON", `mcp says hello`},
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	for _, b := range bad {
+		if err := c.SendText(ctx, b.frame); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range pass {
+		if err := c.SendText(ctx, p.frame); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flushed(ctx, t, c, d.SessionID())
+	mu.Lock()
+	defer mu.Unlock()
+	for i, b := range bad {
+		for _, f := range frames {
+			if strings.Contains(f, fmt.Sprintf(`"volume":%d`, 81+i)) {
+				t.Errorf("%s reached the device: %q", b.name, f)
+			}
+		}
+	}
+	for _, p := range pass {
+		if !slices.Contains(frames, p.frame) {
+			t.Errorf("%s did not reach the device unchanged: %q", p.name, p.frame)
+		}
+	}
+	if n := metric(t, s, `mcpgate_dropped_frames_total{reason="upstream_ambiguous"}`); n != float64(len(bad)) {
+		t.Errorf("upstream_ambiguous drops: %v, want %d", n, len(bad))
+	}
+}
+
+// TestUpstreamKeepsUnreadableDeviceMCP: a device MCP frame mcpgate cannot
+// decode, maybe the reply to one of mcpgate's calls, does not reach the
+// voice server, which could read it and take it for the reply to its own
+// request of that id. Other frames pass unchanged.
+func TestUpstreamKeepsUnreadableDeviceMCP(t *testing.T) {
+	t.Parallel()
+	up, s := startSpliced(t)
+	d := connect(t, s, devicetest.Config{})
+	c, err := up.Accept(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, s.hub, d.ID(), hub.StateReady)
+	sid := `"session_id":"` + d.SessionID() + `"`
+	reply := func(n int) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"reply %d"}],"isError":false}}`, n)
+	}
+	bad := []struct{ name, frame string }{
+		{"numeric session_id", `{"session_id":123,"type":"mcp","payload":` + reply(1) + `}`},
+		{"byte order mark", "\ufeff{" + sid + `,"type":"mcp","payload":` + reply(2) + `}`},
+		{"data after the object", `{` + sid + `,"type":"mcp","payload":` + reply(3) + `}]`},
+		{"NaN", `{` + sid + `,"type":"mcp","payload":` + strings.Replace(reply(4), "false", "NaN", 1) + `}`},
+	}
+	pass := []struct{ name, frame string }{
+		{"listen after a mark", "\ufeff{" + sid + `,"type":"listen","state":"detect","text":"hi"}`},
+		{"not JSON", `mcp says hello`},
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	for _, f := range append(bad, pass...) {
+		if err := d.Send(ctx, websocket.MessageText, []byte(f.frame)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := `{` + sid + `,"type":"listen","state":"stop"}`
+	if err := d.Send(ctx, websocket.MessageText, []byte(last)); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for {
+		f, err := c.Next(ctx)
+		if err != nil {
+			t.Fatalf("waiting for the device's last frame: %v", err)
+		}
+		if string(f.Data) == last {
+			break
+		}
+		got = append(got, string(f.Data))
+	}
+	for _, f := range got {
+		if strings.Contains(f, `"text":"reply `) {
+			t.Errorf("a device MCP frame mcpgate cannot read reached the voice server: %q", f)
+		}
+	}
+	for _, p := range pass {
+		if !slices.Contains(got, p.frame) {
+			t.Errorf("%s did not reach the voice server unchanged: %q", p.name, p.frame)
+		}
+	}
+	if n := metric(t, s, `mcpgate_dropped_frames_total{reason="unparseable"}`); n != float64(len(bad)) {
+		t.Errorf("unparseable drops: %v, want %d", n, len(bad))
 	}
 }
 
