@@ -50,6 +50,10 @@ func TestHelpValueNames(t *testing.T) {
 	if !strings.Contains(r.stdout, "self.camera.*=90s stays unless that pattern is given") {
 		t.Errorf("serve --help does not say the camera's --tool-timeout default stays:\n%s", r.stdout)
 	}
+	// In upstream mode it also bounds the voice server's dial and hello (docs/upstream.md).
+	if !strings.Contains(r.stdout, "with --upstream, the voice server has as long to connect and answer it") {
+		t.Errorf("serve --help does not say --hello-timeout bounds the voice server too:\n%s", r.stdout)
+	}
 }
 
 // TestVersionFlag: --version prints what the version command prints.

@@ -184,7 +184,7 @@ environment, which wins over the file.`,
 	f.IntVar(&cfg.MaxPages, "max-pages", 50, "most tools/list pages read per discovery")
 	f.IntVar(&cfg.MaxTools, "max-tools", 1000, "most tools kept per device")
 	f.IntVar(&cfg.MaxCatalogBytes, "max-catalog-bytes", mcpclient.DefaultMaxCatalogBytes, "most bytes of tools kept per device, as it lists them")
-	f.DurationVar(&cfg.HelloTimeout, "hello-timeout", 10*time.Second, "how long a device has to send its hello")
+	f.DurationVar(&cfg.HelloTimeout, "hello-timeout", 10*time.Second, "how long a device has to send its hello; with --upstream, the voice server has as long to connect and answer it")
 	f.Int64Var(&cfg.ReadLimit, "read-limit", 1<<20, "largest device frame (WebSocket) or packet (embedded MQTT broker; an external broker limits its own) accepted, in bytes")
 	limitFlags(f, &cfg.Limits)
 	f.DurationVar(&cfg.PingInterval, "ping-interval", 30*time.Second, "WebSocket keepalive ping interval (negative disables)")

@@ -60,7 +60,8 @@ type Config struct {
 	// MaxPages, MaxTools and MaxCatalogBytes guard discovery. Defaults 50,
 	// 1000 and mcpclient.DefaultMaxCatalogBytes.
 	MaxPages, MaxTools, MaxCatalogBytes int
-	// HelloTimeout is how long a device has to send its hello. Default 10s.
+	// HelloTimeout is how long a device has to send its hello and, with
+	// Upstream, the voice server to accept the dial and answer it. Default 10s.
 	HelloTimeout time.Duration
 	// ReadLimit caps one device frame. Default 1 MiB.
 	ReadLimit int64

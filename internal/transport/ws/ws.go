@@ -60,7 +60,8 @@ type Config struct {
 	Metrics *metrics.Metrics
 	// Session is the template of each connection's MCP engine settings.
 	Session mcpclient.Config
-	// HelloTimeout is how long a device has to send its hello. Default 10s.
+	// HelloTimeout is how long a device has to send its hello and, with
+	// Upstream, the voice server to accept the dial and answer it. Default 10s.
 	HelloTimeout time.Duration
 	// ReadLimit caps one inbound frame. Default 1 MiB; a tools/list page is under 8000 bytes.
 	ReadLimit int64
