@@ -48,7 +48,8 @@ devices to it, and measure:
               /mcp calling "<alias>.<tool>", calls/s per gateway core next
               to REST's (--skip-mcp to skip)
   fixed rate  p50/p99/p99.9 latency at --rate calls/s (default: half the
-              peak), counted from when each call was due
+              peak), counted from when each call was due, and the calls/s
+              answered, with a warning when the gateway fell behind
   floor       raw WebSocket round trips/s on this machine, same connections
               and message size, and the ratio of REST calls/s to it; then
               the same echo at half that rate, latency from due: this
@@ -108,7 +109,8 @@ reconnect.
 
 --server targets an existing gateway only when given on the command line
 (MCPGATE_SERVER is ignored here, so a bench never loads a production gateway
-by accident); its memory is read from --gateway-pid, else from its /metrics.
+by accident); its memory and CPU are read from --gateway-pid, else from its
+/metrics.
 
 Progress goes to stderr, the report to stdout (--json for JSON).`,
 		Example: `  mcpgate bench                                        # 100 devices, 16 connections, 10 s phases
@@ -171,6 +173,9 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 			if cmd.Flags().Changed("warmup") && cfg.Warmup == 0 {
 				cfg.Warmup = -1 // an explicit --warmup 0 means none
 			}
+			if cmd.Flags().Changed("settle") && cfg.Settle == 0 {
+				cfg.Settle = -1 // and so does --settle 0
+			}
 			if cfg.Devices <= 0 || cfg.Concurrency <= 0 || cfg.Duration <= 0 {
 				return fmt.Errorf("--devices, --concurrency and --duration must be positive")
 			}
@@ -208,13 +213,13 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 	f.IntVar(&cfg.Concurrency, "concurrency", 16, "concurrent REST connections, one call in flight on each (also the floor's connections)")
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "measured time of each phase")
 	f.DurationVar(&cfg.Warmup, "warmup", 2*time.Second, "unmeasured time before each phase")
-	f.DurationVar(&cfg.Settle, "settle", 2*time.Second, "idle time before memory is read (a forced GC comes every 2 minutes)")
+	f.DurationVar(&cfg.Settle, "settle", 2*time.Second, "idle time before the fleet's memory is read, 0 for none (a forced GC comes every 2 minutes)")
 	f.Float64Var(&cfg.Rate, "rate", 0, "calls/s of the fixed-rate phase (default: half the measured peak)")
 	f.StringVar(&profile, "profile", string(device.ProfileESP32), "device behaviour: esp32, pyxiaozhi or spec")
 	f.StringVar(&cfg.Tool, "tool", bench.DefaultTool, "tool to call")
 	f.StringVar(&argsJSON, "args", "", `the tool's arguments as a JSON object (default: {"volume":N} for set_volume, N changing, else {})`)
 	f.StringVar(&cfg.Client, "client", bench.ClientRaw, `load generator HTTP client: "raw" (minimal HTTP/1.1, cheapest) or "net/http"`)
-	f.BoolVar(&cfg.SkipFloor, "skip-floor", false, "skip the raw WebSocket and relay floors (and the ratio)")
+	f.BoolVar(&cfg.SkipFloor, "skip-floor", false, "skip the raw WebSocket and relay floors (and the ratio), and the churn phase's floor (and the churn goal)")
 	f.BoolVar(&cfg.SkipMCP, "skip-mcp", false, "skip the MCP phase (tools/call through /mcp)")
 	f.BoolVar(&cfg.SkipChurn, "skip-churn", false, "skip the session churn phase and its floor")
 	f.BoolVar(&cfg.IdleOnly, "idle-only", false, "only connect the devices and report memory: no calls but those of --calls-rate")
@@ -222,7 +227,7 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 	f.IntVar(&cfg.SourceAddrs, "source-addrs", 0, "spread the devices' sockets over this many loopback source addresses, 127.0.0.2 on (0: one per 20,000 devices beyond 20,000)")
 	f.BoolVar(&cfg.MQTT, "mqtt", false, "devices connect to the started gateway's embedded MQTT broker (on a free port) instead of WebSocket")
 	f.BoolVar(&cfg.InProcess, "in-process", false, "run the gateway inside the bench process (no memory figure)")
-	f.IntVar(&cfg.GatewayPID, "gateway-pid", 0, "process id of the --server gateway, to read its memory")
+	f.IntVar(&cfg.GatewayPID, "gateway-pid", 0, "process id of the --server gateway, to read its memory and CPU (default: its /metrics)")
 	f.DurationVar(&cfg.Soak, "soak", 0, "run a soak of this duration instead of the phases (--soak alone: 10m): devices join and leave while calls run at --soak-rate; reports memory flatness and lost or duplicated audit rows")
 	f.Lookup("soak").NoOptDefVal = "10m"
 	f.BoolVar(&splice, "splice", false, "measure the upstream mode's splice instead of the phases: what mcpgate adds to each audio frame between a device and its voice server")

@@ -59,7 +59,8 @@ type Config struct {
 	// Server is the URL of an existing gateway to measure; "" starts one.
 	Server string
 	// GatewayPID is the process id of the gateway at Server, for its
-	// memory; 0 reads process_resident_memory_bytes from its /metrics.
+	// memory and CPU; 0 reads process_resident_memory_bytes and
+	// process_cpu_seconds_total from its /metrics.
 	GatewayPID int
 	// InProcess runs the started gateway inside the bench process instead
 	// of as a child: no separate process, so no memory figure.
@@ -83,7 +84,8 @@ type Config struct {
 	// Warmup runs before each phase's measured time; default 2s,
 	// negative for none.
 	Warmup time.Duration
-	// Settle is the wait before memory is sampled; default 2s.
+	// Settle is the idle wait before the fleet's memory is sampled;
+	// default 2s, negative for none.
 	Settle time.Duration
 	// Tool is the tool called; default DefaultTool.
 	Tool string
@@ -95,7 +97,8 @@ type Config struct {
 	// Client is the load generator's HTTP client, ClientRaw (default) or
 	// ClientStd.
 	Client string
-	// SkipFloor skips the WebSocket and relay floors (and so the ratio).
+	// SkipFloor skips the WebSocket and relay floors (and so the ratio),
+	// and the churn phase's floor (and so its ratio and goal).
 	SkipFloor bool
 	// SkipMCP skips the MCP phase.
 	SkipMCP bool
@@ -166,8 +169,11 @@ func (c Config) normalize() (Config, error) {
 	case c.Warmup < 0:
 		c.Warmup = 0
 	}
-	if c.Settle == 0 {
+	switch {
+	case c.Settle == 0:
 		c.Settle = 2 * time.Second
+	case c.Settle < 0:
+		c.Settle = 0
 	}
 	if c.Profile == "" {
 		c.Profile = device.ProfileESP32
@@ -198,8 +204,8 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("bench: devices must be positive, got %d", c.Devices)
 	case c.Concurrency < 0:
 		return c, fmt.Errorf("bench: concurrency must be positive, got %d", c.Concurrency)
-	case c.Duration < 0 || c.Settle < 0:
-		return c, errors.New("bench: duration and settle must not be negative")
+	case c.Duration < 0:
+		return c, errors.New("bench: duration must not be negative")
 	case c.Rate < 0 || c.Rate != c.Rate:
 		return c, fmt.Errorf("bench: rate must be positive calls/s, got %v", c.Rate)
 	case c.CallsRate < 0 || c.CallsRate != c.CallsRate:
@@ -338,7 +344,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	log.Info("devices ready", "devices", cfg.Devices, "took", time.Since(connStart).Round(time.Millisecond))
 
 	idleFrom := time.Now()
-	idleCPU := cpuMeter{gatewayPID: tgt.pid}.window(ctx, idleFrom, idleFrom.Add(cfg.Settle))
+	cpu := gatewayMeter(tgt)
+	idleCPU := cpu.window(ctx, idleFrom, idleFrom.Add(cfg.Settle))
 	if rep.Memory, err = mem.measure(ctx, cfg, before); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
@@ -349,7 +356,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if cfg.CallsRate > 0 {
 			l := randomLoad{newLoad(tgt.url, fl.paths, cfg.Concurrency, cfg.Client, cfg.Tool, cfg.Args)}
 			log.Info("calls among the idle fleet: open loop to random devices", "rate", fmt.Sprintf("%.0f/s", cfg.CallsRate), "warmup", cfg.Warmup, "duration", cfg.Duration)
-			rep.IdleCalls = runOpen(ctx, l, cpuMeter{gatewayPID: tgt.pid}, cfg.CallsRate, cfg.Warmup, cfg.Duration)
+			rep.IdleCalls = runOpen(ctx, l, cpu, cfg.CallsRate, cfg.Warmup, cfg.Duration)
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
@@ -359,7 +366,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	l := newLoad(tgt.url, fl.paths, cfg.Concurrency, cfg.Client, cfg.Tool, cfg.Args)
-	cpu := cpuMeter{gatewayPID: tgt.pid}
 	log.Info("peak phase: closed loop", "workers", cfg.Concurrency, "warmup", cfg.Warmup, "duration", cfg.Duration)
 	rep.Peak = runClosed(ctx, l, cpu, cfg.Warmup, cfg.Duration)
 	if err := ctx.Err(); err != nil {

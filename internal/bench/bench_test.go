@@ -29,8 +29,8 @@ func checkPhase(t *testing.T, name string, p *PhaseReport) {
 		t.Errorf("%s: %d errors: %v %v", name, n, p.Errors, p.ErrorSamples)
 	}
 	checkLatency(t, name, p.Latency)
-	if p.Latency.Count != p.Calls {
-		t.Errorf("%s: %d latencies for %d calls", name, p.Latency.Count, p.Calls)
+	if p.Latency.Count != p.measured() {
+		t.Errorf("%s: %d latencies for %d calls", name, p.Latency.Count, p.measured())
 	}
 }
 
@@ -133,10 +133,13 @@ func TestRunOtherTool(t *testing.T) {
 	t.Parallel()
 	rep, err := Run(context.Background(), Config{
 		InProcess: true, Devices: 2, Concurrency: 2, Duration: 300 * time.Millisecond, Warmup: -1,
-		Settle: time.Millisecond, Tool: "self.get_device_status", Client: ClientStd, Rate: 200, SkipFloor: true, SkipMCP: true,
+		Settle: -1, Tool: "self.get_device_status", Client: ClientStd, Rate: 200, SkipFloor: true, SkipMCP: true,
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if rep.Memory == nil || rep.Memory.SettleS != 0 {
+		t.Errorf("memory %+v, want no settle time", rep.Memory)
 	}
 	if rep.MCP != nil {
 		t.Errorf("MCP phase ran although skipped: %+v", rep.MCP)
@@ -333,9 +336,9 @@ func TestConfigValidation(t *testing.T) {
 		c.Tool != DefaultTool || c.Args != nil || c.Client != ClientRaw {
 		t.Errorf("defaults: %+v", c)
 	}
-	c, _ = Config{Tool: "self.reboot", Warmup: -1}.normalize()
-	if string(c.Args) != "{}" || c.Warmup != 0 {
-		t.Errorf("another tool gets %s, warmup %s; want {} and 0", c.Args, c.Warmup)
+	c, _ = Config{Tool: "self.reboot", Warmup: -1, Settle: -1}.normalize()
+	if string(c.Args) != "{}" || c.Warmup != 0 || c.Settle != 0 {
+		t.Errorf("another tool gets %s, warmup %s, settle %s; want {}, 0 and 0", c.Args, c.Warmup, c.Settle)
 	}
 }
 

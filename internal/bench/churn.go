@@ -189,7 +189,7 @@ func runChurn(ctx context.Context, wsURL string, floor bool, workers int, cpu cp
 		})
 	}
 	wg.Wait()
-	lat, _, n, errs, samples := merge(results, false)
+	lat, _, n, _, errs, samples := merge(results, false)
 	var failed uint64
 	for _, c := range errs {
 		failed += c

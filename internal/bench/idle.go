@@ -89,6 +89,8 @@ func (r *Report) idleGoal() Goal {
 	switch {
 	case c.ErrorCount() > 0:
 		g.Note = fmt.Sprintf("%d calls failed", c.ErrorCount())
+	case c.FellBehind():
+		g.Note = fmt.Sprintf("the gateway did not keep up: %.0f calls/s of %.0f", c.CallsPerSec, c.TargetRate)
 	case r.Config.Transport == "mqtt":
 		g.Status = "n/a"
 		g.Note = fmt.Sprintf("over MQTT, where it would be %s; the goal is stated for WebSocket devices", status(ok))

@@ -83,7 +83,10 @@ type workerResult struct {
 	service Histogram // open loop only: from the actual send
 	errors  map[string]uint64
 	samples map[string]string // first error message per outcome
-	calls   uint64            // calls that ended inside the measured window
+	// calls are the calls measured: started (closed loop) or due (open
+	// loop) inside the measured window.
+	calls uint64
+	done  uint64 // open loop only: calls that ended inside the measured window
 }
 
 func (w *workerResult) fail(outcome string, err error) {
@@ -99,14 +102,21 @@ func (w *workerResult) fail(outcome string, err error) {
 // PhaseReport is the outcome of one load phase.
 type PhaseReport struct {
 	// Workers is the number of concurrent connections.
-	Workers     int     `json:"workers"`
-	WarmupS     float64 `json:"warmup_s"`
-	DurationS   float64 `json:"duration_s"`
+	Workers   int     `json:"workers"`
+	WarmupS   float64 `json:"warmup_s"`
+	DurationS float64 `json:"duration_s"`
+	// Calls are the calls started in the measured window in the closed
+	// loop, and those that ended in it in the open loop, whenever they
+	// were due; CallsPerSec is Calls ÷ DurationS, in the open loop the
+	// rate achieved (see FellBehind).
 	Calls       uint64  `json:"calls"`
 	CallsPerSec float64 `json:"calls_per_s"`
 	// TargetRate is the open-loop phase's schedule, calls/s; 0 in the
 	// closed loop.
 	TargetRate float64 `json:"target_rate,omitempty"`
+	// Due is the open loop's calls due in the measured window, those that
+	// Latency and Errors count, whenever they ended; 0 in the closed loop.
+	Due uint64 `json:"due,omitempty"`
 	// Latency is per call in the closed loop; in the open loop it runs
 	// from each call's scheduled time, so a stalled gateway shows up as
 	// latency rather than as fewer, faster calls (coordinated omission).
@@ -138,6 +148,27 @@ func (p *PhaseReport) ErrorCount() uint64 {
 	return n
 }
 
+// measured returns the number of calls whose outcomes Errors counts.
+func (p *PhaseReport) measured() uint64 {
+	if p.TargetRate > 0 {
+		return p.Due
+	}
+	return p.Calls
+}
+
+// keepUpShare is the share of its target rate an open-loop phase must
+// achieve not to be reported as fallen behind: calls due at the window's
+// end that a short stall pushes past it cost a little.
+const keepUpShare = 0.9
+
+// FellBehind reports an open-loop phase whose calls ended at clearly less
+// than its target rate: the callee could not keep up, the phase ran on
+// after its window until the backlog was answered, and its latency from due
+// measures the queue.
+func (p *PhaseReport) FellBehind() bool {
+	return p.TargetRate > 0 && p.CallsPerSec < keepUpShare*p.TargetRate
+}
+
 // ErrMostlyFailed is a phase whose calls mostly failed: its figures would
 // measure refusals, not calls.
 var ErrMostlyFailed = errors.New("most calls failed")
@@ -145,8 +176,8 @@ var ErrMostlyFailed = errors.New("most calls failed")
 // mostlyFailed returns an error naming the most common failure when more
 // than half of the phase's calls failed, with what to do about it.
 func mostlyFailed(phase string, p *PhaseReport) error {
-	failed := p.ErrorCount()
-	if p.Calls == 0 || failed*2 <= p.Calls {
+	failed, calls := p.ErrorCount(), p.measured()
+	if calls == 0 || failed*2 <= calls {
 		return nil
 	}
 	code, n := "", uint64(0)
@@ -162,16 +193,17 @@ func mostlyFailed(phase string, p *PhaseReport) error {
 	case "tool_not_found", "invalid_arguments":
 		hint = "; check --tool and --args against the devices' tools"
 	}
-	return fmt.Errorf("bench: %s phase: %w: %d of %d (%s: %s)%s", phase, ErrMostlyFailed, failed, p.Calls, code, p.ErrorSamples[code], hint)
+	return fmt.Errorf("bench: %s phase: %w: %d of %d (%s: %s)%s", phase, ErrMostlyFailed, failed, calls, code, p.ErrorSamples[code], hint)
 }
 
-func merge(results []*workerResult, open bool) (lat, svc Histogram, calls uint64, errs map[string]uint64, samples map[string]string) {
+func merge(results []*workerResult, open bool) (lat, svc Histogram, calls, done uint64, errs map[string]uint64, samples map[string]string) {
 	for _, r := range results {
 		lat.Merge(&r.latency)
 		if open {
 			svc.Merge(&r.service)
 		}
 		calls += r.calls
+		done += r.done
 		for k, v := range r.errors {
 			if errs == nil {
 				errs, samples = map[string]uint64{}, map[string]string{}
@@ -182,7 +214,7 @@ func merge(results []*workerResult, open bool) (lat, svc Histogram, calls uint64
 			errs[k] += v
 		}
 	}
-	return lat, svc, calls, errs, samples
+	return lat, svc, calls, done, errs, samples
 }
 
 // runClosed drives l.conns workers that each call back to back for warmup
@@ -230,7 +262,7 @@ func runClosed(ctx context.Context, l callLoad, cpu cpuMeter, warmup, d time.Dur
 		})
 	}
 	wg.Wait()
-	lat, _, calls, errs, samples := merge(results, false)
+	lat, _, calls, _, errs, samples := merge(results, false)
 	return &PhaseReport{
 		Workers: conns, WarmupS: warmup.Seconds(), DurationS: d.Seconds(),
 		Calls: calls, CallsPerSec: float64(calls) / d.Seconds(),
@@ -243,7 +275,9 @@ func runClosed(ctx context.Context, l callLoad, cpu cpuMeter, warmup, d time.Dur
 // pacer hands each due time to whichever worker is free, so one slow
 // answer does not hold back calls another connection could send; a call
 // sent late because every worker was busy (or the pacer's timer woke late)
-// counts its latency from when it was due.
+// counts its latency from when it was due. Calls and the CPU per call count
+// the calls that ended in the measured window: a callee that cannot keep up
+// shows as a rate short of the target (FellBehind), not as the schedule.
 func runOpen(ctx context.Context, l callLoad, cpu cpuMeter, rate float64, warmup, d time.Duration) *PhaseReport {
 	start := time.Now()
 	measureFrom, end := start.Add(warmup), start.Add(warmup+d)
@@ -287,6 +321,9 @@ func runOpen(ctx context.Context, l callLoad, cpu cpuMeter, rate float64, warmup
 				t0 := time.Now()
 				outcome, err := c.call(ctx, dev, seq)
 				t1 := time.Now()
+				if !t1.Before(measureFrom) && !t1.After(end) {
+					res.done++
+				}
 				if !t.Before(measureFrom) {
 					res.calls++
 					res.latency.Record(t1.Sub(t))
@@ -303,12 +340,12 @@ func runOpen(ctx context.Context, l callLoad, cpu cpuMeter, rate float64, warmup
 		})
 	}
 	wg.Wait()
-	lat, svc, calls, errs, samples := merge(results, true)
+	lat, svc, inWindow, done, errs, samples := merge(results, true)
 	service := svc.Summary()
 	return &PhaseReport{
-		Workers: conns, WarmupS: warmup.Seconds(), DurationS: d.Seconds(), TargetRate: rate,
-		Calls: calls, CallsPerSec: float64(calls) / d.Seconds(),
-		Latency: lat.Summary(), Service: &service, Errors: errs, ErrorSamples: samples, CPU: (<-cpuc).use(calls),
+		Workers: conns, WarmupS: warmup.Seconds(), DurationS: d.Seconds(), TargetRate: rate, Due: inWindow,
+		Calls: done, CallsPerSec: float64(done) / d.Seconds(),
+		Latency: lat.Summary(), Service: &service, Errors: errs, ErrorSamples: samples, CPU: (<-cpuc).use(done),
 	}
 }
 

@@ -197,6 +197,9 @@ func (r *Report) Evaluate() {
 		if share := f.TargetRate / r.Peak.CallsPerSec; share < 0.49 || share > 0.51 {
 			p99.Note = fmt.Sprintf("the rate was %.0f %% of the peak, not 50 %%", share*100)
 		}
+		if f.FellBehind() {
+			p99.Note = fmt.Sprintf("the gateway did not keep up: %.0f calls/s of %.0f", f.CallsPerSec, f.TargetRate)
+		}
 		if n := f.ErrorCount(); n > 0 {
 			p99.Status, p99.Note = "missed", fmt.Sprintf("%d calls failed", n)
 		}
@@ -419,9 +422,13 @@ func (p *printer) f(format string, args ...any) {
 
 func (p *printer) phase(ph *PhaseReport, label string) {
 	p.f("  calls        %s   %s/s   errors %s\n", count(ph.Calls), count(uint64(ph.CallsPerSec+0.5)), count(ph.ErrorCount()))
-	if ph.Calls == 0 {
+	switch {
+	case ph.Calls == 0 && ph.TargetRate > 0:
+		p.f("  WARNING      no call ended in the measured %s\n", fmtS(ph.DurationS))
+	case ph.Calls == 0:
 		p.f("  WARNING      no call started in the measured %s: every worker was still waiting for the answer to a call begun before it\n", fmtS(ph.DurationS))
 	}
+	p.behind("  WARNING      the gateway", ph)
 	p.latency(label, ph.Latency)
 	if c := ph.CPU; c != nil {
 		if c.Gateway > 0 {
@@ -496,10 +503,20 @@ func (p *printer) atHalf(ph *PhaseReport) {
 		return
 	}
 	p.f("  at half its peak: open loop at %.0f/s, latency from due\n", ph.TargetRate)
+	p.behind("    WARNING    the floor", ph)
 	p.latency("  from due", ph.Latency)
 	if c := ph.CPU; c != nil {
 		p.f("    cpu        %.2f cores, %.1f µs per round trip\n", c.Bench, c.BenchPerCallUS)
 		p.other(c)
+	}
+}
+
+// behind says so when an open-loop phase fell short of its target rate;
+// who begins the line.
+func (p *printer) behind(who string, ph *PhaseReport) {
+	if ph.FellBehind() {
+		p.f("%s did not keep up: %s/s of %s/s (%s calls due in the %s window, %s answered in it); latency from due includes the backlog\n",
+			who, count(uint64(ph.CallsPerSec+0.5)), count(uint64(ph.TargetRate+0.5)), count(ph.Due), fmtS(ph.DurationS), count(ph.Calls))
 	}
 }
 

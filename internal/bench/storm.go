@@ -164,7 +164,7 @@ func runStorm(ctx context.Context, cfg Config, nodes []*clusterNode, hc *http.Cl
 	}
 	log.Info("storm: every device drops and reconnects to the next node")
 	cpu := cpuMeter{nodes: pids(nodes)}
-	cpu0 := cpu.read()
+	cpu0 := cpu.read(ctx)
 	drop := time.Now()
 	first.stop()
 	second, err := connectSpread(ctx, urls, 1, n, cfg.Profile, log)
@@ -179,9 +179,8 @@ func runStorm(ctx context.Context, cfg Config, nodes []*clusterNode, hc *http.Cl
 		return nil, err
 	}
 	rep.ReadyS = time.Since(drop).Seconds()
-	if cpu1 := cpu.read(); cpu0.ok && cpu1.ok {
-		rep.CPU = cpuWindow{gateway: cpu1.gateway - cpu0.gateway, self: cpu1.self - cpu0.self,
-			machine: cpu1.machine - cpu0.machine, d: time.Since(drop)}.use(uint64(n))
+	if cpu1 := cpu.read(ctx); cpu0.ok && cpu1.ok {
+		rep.CPU = cpu.between(cpu0, cpu1).use(uint64(n))
 	}
 	log.Info("storm: devices ready again; calling each through the first node", "took", time.Since(drop).Round(time.Millisecond))
 	sweep(ctx, cfg, bases[0], second.paths, rep)
