@@ -152,7 +152,7 @@ There is no shell or command tool, on purpose. See docs/device-agent.md.`,
 		Version: buildVersion(),
 	}
 	root.SetVersionTemplate("mcpgate-device {{.Version}}\n")
-	root.SetFlagErrorFunc(suggestFlag)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return suggest.UnknownFlag(c.Flags(), err) })
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -293,17 +293,6 @@ func newVersionCmd(stdout io.Writer) *cobra.Command {
 			return nil
 		},
 	}
-}
-
-// suggestFlag adds the closest flag's name to an unknown flag error.
-func suggestFlag(c *cobra.Command, err error) error {
-	name, ok := strings.CutPrefix(err.Error(), "unknown flag: ")
-	if !ok {
-		return err
-	}
-	var names []string
-	c.Flags().VisitAll(func(f *pflag.Flag) { names = append(names, "--"+f.Name) })
-	return fmt.Errorf("%w%s", err, suggest.DidYouMean(name, names))
 }
 
 // envPrefix names every setting in the environment: MCPGATE_DEVICE_IR_PORT.

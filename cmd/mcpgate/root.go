@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/mcpgate/mcpgate/internal/suggest"
 )
@@ -111,19 +110,8 @@ with the API key of --key (or MCPGATE_API_KEY) when it needs one.`,
 		root.AddCommand(add(g))
 	}
 	withUsageLine(root)
-	root.SetFlagErrorFunc(suggestFlag)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return suggest.UnknownFlag(c.Flags(), err) })
 	return root
-}
-
-// suggestFlag adds the closest flag's name to an unknown flag error.
-func suggestFlag(c *cobra.Command, err error) error {
-	name, ok := strings.CutPrefix(err.Error(), "unknown flag: ")
-	if !ok {
-		return err
-	}
-	var names []string
-	c.Flags().VisitAll(func(f *pflag.Flag) { names = append(names, "--"+f.Name) })
-	return fmt.Errorf("%w%s", err, suggest.DidYouMean(name, names))
 }
 
 // withUsageLine makes every command's argument check say which command

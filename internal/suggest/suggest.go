@@ -5,6 +5,8 @@ package suggest
 import (
 	"fmt"
 	"strings"
+
+	"github.com/spf13/pflag"
 )
 
 // Closest returns the candidate nearest to name, for a "did you mean": the
@@ -67,4 +69,17 @@ func DidYouMean(name string, candidates []string) string {
 		return fmt.Sprintf(" (did you mean %s?)", near)
 	}
 	return ""
+}
+
+// UnknownFlag adds the closest of flags' names to pflag's "unknown flag"
+// error, for a cobra command's flag error function; other errors are
+// returned as they are.
+func UnknownFlag(flags *pflag.FlagSet, err error) error {
+	name, ok := strings.CutPrefix(err.Error(), "unknown flag: ")
+	if !ok {
+		return err
+	}
+	var names []string
+	flags.VisitAll(func(f *pflag.Flag) { names = append(names, "--"+f.Name) })
+	return fmt.Errorf("%w%s", err, DidYouMean(name, names))
 }
