@@ -66,7 +66,7 @@ func (q *Queue) Run(ctx context.Context) error {
 		case <-time.After(wait):
 		}
 	}
-	q.runCtx = wctx
+	q.runCtx, q.stopping = wctx, ctx.Done()
 	q.startOnce.Do(func() { close(q.started) })
 
 	var cbDone = make(chan struct{})
@@ -91,6 +91,11 @@ func (q *Queue) Run(ctx context.Context) error {
 			q.stopped = true
 			q.mu.Unlock()
 			q.wg.Wait()
+			q.mu.Lock()
+			if q.drainCancel != nil {
+				q.drainCancel()
+			}
+			q.mu.Unlock()
 			return nil
 		case ev, ok := <-sub.C:
 			if !ok {
@@ -434,7 +439,8 @@ func (q *Queue) deliver(ctx context.Context, c store.QueuedCall) deliveryResult 
 			back := run
 			back.State, back.StartedAt = store.CallQueued, time.Time{}
 			if uerr := q.recordState(ctx, back, "putting a queued call back in line"); uerr != nil {
-				q.log.Error("putting a queued call back in line", "call_id", c.ID, "error", uerr)
+				q.log.Error("putting a queued call back in line: not recorded; the next start fails it as interrupted",
+					"call_id", c.ID, "device_id", c.Device, "error", uerr)
 			}
 		}
 		q.log.Debug("queued call not sent; back in line", "call_id", c.ID, "reason", err)
@@ -473,9 +479,10 @@ func (q *Queue) deliver(ctx context.Context, c store.QueuedCall) deliveryResult 
 		fin.CallbackState = store.CallbackPending
 	}
 	if err := q.recordState(ctx, fin, "recording a queued call's outcome"); err != nil {
-		// Left running when the gateway stops first: its next start
-		// reports it interrupted.
-		q.log.Error("recording a queued call's outcome", "call_id", c.ID, "error", err)
+		// Left running: the next start fails it as interrupted, which
+		// this line explains.
+		q.log.Error("recording a queued call's outcome: not recorded; the next start fails it as interrupted",
+			"call_id", c.ID, "device_id", c.Device, "tool", c.Tool, "outcome", Outcome(fin), "error", err)
 		return delivered
 	}
 	q.ended(fin)
@@ -485,26 +492,52 @@ func (q *Queue) deliver(ctx context.Context, c store.QueuedCall) deliveryResult 
 // recordRetry bounds the wait between two tries of recordState.
 const recordRetry = 30 * time.Second
 
-// recordState stores c, a call this node runs, from running to its next state,
-// trying again while the store cannot be reached (an outage), until ctx
-// ends: the outcome is known here alone, and would be lost, the call left
-// running for good. The device's next calls wait, as they must: they could
-// not be marked running meanwhile either.
+// recordState stores c, a call this node runs, from running to its next
+// state, trying again while the store cannot be reached (an outage): the
+// outcome is known here alone, and would be lost, the call left running
+// for good. The device's next calls wait, as they must: they could not be
+// marked running meanwhile either. Once Run's ctx has ended (the gateway
+// stops), the tries go on within the stop's DrainTimeout only, after which
+// the error is returned: the next start fails the call as interrupted.
 func (q *Queue) recordState(ctx context.Context, c store.QueuedCall, what string) error {
-	wait := time.Second
-	for {
-		err := q.st.UpdateCall(ctx, c, store.CallRunning, q.audit)
-		if err == nil || errors.Is(err, store.ErrStateChanged) || errors.Is(err, store.ErrNotFound) || ctx.Err() != nil {
-			return err
-		}
-		q.log.Warn(what+": the store failed; trying again", "call_id", c.ID, "error", err, "retry_in", wait)
-		t := time.NewTimer(wait)
+	stopping, draining := q.stopping, false
+	for wait := time.Second; ; wait = min(2*wait, recordRetry) {
 		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
+		case <-stopping:
+			// nil from now on: a nil channel is never ready.
+			ctx, stopping, draining = q.drainCtx(), nil, true
+		default:
 		}
-		wait = min(2*wait, recordRetry)
+		err := q.st.UpdateCall(ctx, c, store.CallRunning, q.audit)
+		if err == nil || errors.Is(err, store.ErrStateChanged) || errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if ctx.Err() == nil {
+			q.log.Warn(what+": the store failed; trying again", "call_id", c.ID, "error", err, "retry_in", wait)
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+			case <-stopping: // a last try at once
+			case <-t.C:
+			}
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			if draining {
+				return fmt.Errorf("the store still failed when the stop's %s for recording outcomes ran out: %w", q.cfg.DrainTimeout, err)
+			}
+			return err
+		}
 	}
+}
+
+// drainCtx returns the stop's budget for recording outcomes: ending
+// DrainTimeout after its first use, shared by every worker, ended by Run.
+func (q *Queue) drainCtx() context.Context {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.drain == nil {
+		q.drain, q.drainCancel = context.WithTimeout(q.runCtx, q.cfg.DrainTimeout)
+	}
+	return q.drain
 }

@@ -59,6 +59,7 @@ const (
 	DefaultMaxPerDevice = 100
 	DefaultMaxPerKey    = 1000
 	DefaultRetention    = 7 * 24 * time.Hour
+	DefaultDrainTimeout = 10 * time.Second
 )
 
 // Config configures a Queue. Hub and Store are required.
@@ -106,6 +107,12 @@ type Config struct {
 	// CallbackBackoff is the wait after the first failed try, doubled after
 	// each, up to 5 minutes. Default 1s.
 	CallbackBackoff time.Duration
+	// DrainTimeout bounds how long, once Run's ctx has ended, the outcomes
+	// of delivered calls are tried again while the store fails (one budget
+	// for all of them, started by the first that needs it) before they are
+	// given up on: logged, and failed as interrupted by the next start.
+	// Default 10s.
+	DrainTimeout time.Duration
 	// Authorize, when set, is asked just before a call is delivered whether
 	// its caller may still make it (a key revoked, expired or narrowed since
 	// it queued the call may not): an error wrapping ErrForbidden fails the
@@ -148,9 +155,15 @@ type Queue struct {
 	callbacks chan struct{} // wakes the callback loop
 	started   chan struct{} // closed once Run has interrupted stale calls
 	startOnce sync.Once
-	runCtx    context.Context  // Run's ctx, for workers started by Submit; set before started closes
+	runCtx    context.Context  // Run's ctx without its cancellation, for workers started by Submit; set before started closes
+	stopping  <-chan struct{}  // Run's ctx.Done(): the gateway stops; set before started closes
 	lastScan  time.Time        // in a cluster: when Run last read which devices have queued calls
 	storeLog  store.FailureLog // throttles the periodic tasks' store warnings
+
+	// drain is the stop's one budget of DrainTimeout for recording
+	// outcomes, started by the first that needs it (drainCtx).
+	drain       context.Context    // guarded by mu
+	drainCancel context.CancelFunc // guarded by mu
 }
 
 type worker struct{ again bool }
@@ -170,7 +183,8 @@ func New(cfg Config) (*Queue, error) {
 		v   *time.Duration
 		def time.Duration
 	}{{&cfg.DefaultTTL, DefaultTTL}, {&cfg.MaxTTL, DefaultMaxTTL}, {&cfg.Retention, DefaultRetention},
-		{&cfg.SweepInterval, time.Second}, {&cfg.CallbackTimeout, 10 * time.Second}, {&cfg.CallbackBackoff, time.Second}} {
+		{&cfg.SweepInterval, time.Second}, {&cfg.CallbackTimeout, 10 * time.Second}, {&cfg.CallbackBackoff, time.Second},
+		{&cfg.DrainTimeout, DefaultDrainTimeout}} {
 		if *d.v < 0 && d.v != &cfg.Retention {
 			return nil, fmt.Errorf("queue: durations must not be negative, got %s", *d.v)
 		}
