@@ -510,10 +510,13 @@ func (q *Queue) recordState(ctx context.Context, c store.QueuedCall, what string
 		}
 		err := q.st.UpdateCall(ctx, c, store.CallRunning, q.audit)
 		if err == nil || errors.Is(err, store.ErrStateChanged) || errors.Is(err, store.ErrNotFound) {
+			if err == nil {
+				q.storeOK(what)
+			}
 			return err
 		}
 		if ctx.Err() == nil {
-			q.log.Warn(what+": the store failed; trying again", "call_id", c.ID, "error", err, "retry_in", wait)
+			q.warnStore(what, err, "call_id", c.ID, "retry_in", wait)
 			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():

@@ -3,9 +3,11 @@ package queue
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/hub"
@@ -94,4 +96,47 @@ func TestStopGivesUpRecordingOutcome(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failingCallStore fails the first n updates of a call, then takes them.
+type failingCallStore struct {
+	store.CallStore
+	n int // read and written by recordState's goroutine only
+}
+
+func (s *failingCallStore) UpdateCall(context.Context, store.QueuedCall, store.CallState, store.CallAudit) error {
+	if s.n > 0 {
+		s.n--
+		return errors.New("store: database or disk is full")
+	}
+	return nil
+}
+
+// TestOutcomeRetriesWarnOncePerMinute: an outcome the store keeps
+// refusing, tried again after 1, 2, 4 ... 30 s, warns once a minute with
+// how many failures it left out, as the periodic tasks do, not at every
+// try, and says when the store takes it again.
+func TestOutcomeRetriesWarnOncePerMinute(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs bytes.Buffer
+		q, err := New(Config{Hub: hub.New(hub.Config{}), Store: &failingCallStore{n: 8},
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Fails at 0, 1, 3, 7, 15, 31, 61 and 91 s; stored at 121 s.
+		if err := q.recordState(t.Context(), store.QueuedCall{ID: "call_w", State: store.CallDone}, "recording a queued call's outcome"); err != nil {
+			t.Fatal(err)
+		}
+		got := logs.String()
+		if n := strings.Count(got, "level=WARN"); n != 2 {
+			t.Errorf("%d warnings for 8 failures in 2 minutes, want 2 (at once, then a minute later):\n%s", n, got)
+		}
+		if !strings.Contains(got, "suppressed=5") {
+			t.Errorf("the second warning does not count the 5 failures left out:\n%s", got)
+		}
+		if !strings.Contains(got, "the store answers again: recording a queued call's outcome") {
+			t.Errorf("no line says the outcome was stored again:\n%s", got)
+		}
+	})
 }

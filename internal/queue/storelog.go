@@ -2,10 +2,11 @@ package queue
 
 import "log/slog"
 
-// warnStore logs a periodic task's store failure: at once, then once a
-// minute while it keeps failing (store.FailureLog), not at every sweep.
-func (q *Queue) warnStore(task string, err error) {
-	q.storeLog.Failed(q.log, slog.LevelWarn, task, err)
+// warnStore logs a periodic task's store failure, with attrs: at once,
+// then once a minute while it keeps failing (store.FailureLog), not at
+// every sweep or retry.
+func (q *Queue) warnStore(task string, err error, attrs ...any) {
+	q.storeLog.Failed(q.log, slog.LevelWarn, task, err, attrs...)
 }
 
 // storeOK notes that task reached the store again: a line if it was
