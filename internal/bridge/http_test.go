@@ -258,7 +258,10 @@ func testHTTPSessionRenewedByPing(t *testing.T, tsStyle bool) {
 	runBridge(t, bridge.Config{
 		URL:        "ws://" + gw.Addr() + endpoint.Path,
 		Servers:    []bridge.Server{{Name: "sdk", URL: srv.URL()}},
-		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, PingInterval: 50 * time.Millisecond,
+		// The gateway is pinged as often, each ping given as long: short
+		// enough to see the server's lost session soon, long enough that a
+		// loaded machine does not drop the gateway's connection.
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, PingInterval: 250 * time.Millisecond,
 	})
 	first := waitReady(t, gw.Hub(), "sdk", 1)
 	srv.dropSessions(nil)
