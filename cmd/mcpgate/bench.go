@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/bench"
@@ -71,8 +73,13 @@ outcome: no row lost, none extra or duplicated. The command exits non-zero
 when memory grew or the audit log does not match.
 
 The gateway runs as a child process ("mcpgate serve" on a free loopback
-port, warnings to stderr) so that its memory is its own; it reads MCPGATE_*
-settings from the environment like any serve. It never takes the default
+port, warnings to stderr) so that its memory is its own, with a store in a
+temporary directory removed after the run. Of the MCPGATE_* settings in the
+environment it takes only those that tune a gateway: the limits of
+docs/limits.md, call-timeout, tool-timeout, ping-interval, pong-timeout,
+shutdown-timeout, audit-retention, audit-max-rows, audit-max-value and
+pprof-addr; never MCPGATE_STORE, MCPGATE_CONFIG or any other (keys,
+cluster, broker, upstream, provisioning, LLM). It never takes the default
 ports, so a gateway already running here is no obstacle: its embedded MQTT
 broker listens on another free port too (the report names it with --mqtt). Devices, load generator and
 gateway share this machine's cores: compare figures within one run.
@@ -109,8 +116,9 @@ reconnect.
 
 --server targets an existing gateway only when given on the command line
 (MCPGATE_SERVER is ignored here, so a bench never loads a production gateway
-by accident); its memory and CPU are read from --gateway-pid, else from its
-/metrics.
+by accident), with the API key of --key or MCPGATE_API_KEY on every request;
+its memory and CPU are read from --gateway-pid, else from its /metrics. A
+--gateway-pid whose process did not start when the gateway did is refused.
 
 Progress goes to stderr, the report to stdout (--json for JSON).`,
 		Example: `  mcpgate bench                                        # 100 devices, 16 connections, 10 s phases
@@ -120,7 +128,7 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
   mcpgate bench --idle-only --devices 100000 --calls-rate 200   # a large idle fleet, then calls to random devices
   mcpgate bench --rate 2000 --duration 30s             # latency at a chosen rate
   mcpgate bench --tool self.get_device_status --json
-  mcpgate bench --server http://127.0.0.1:8000 --gateway-pid $(pgrep -f 'mcpgate serve')
+  mcpgate bench --server http://127.0.0.1:8000 --gateway-pid $(lsof -t -iTCP:8000 -sTCP:LISTEN)
   mcpgate bench --soak 10m                             # devices join and leave while calls run; flat memory? audit complete?
   mcpgate bench --soak 1m --devices 50 --soak-rate 50 --soak-sample 5s
   mcpgate bench --cluster 3 --store postgres://postgres@127.0.0.1/bench --storm 10000
@@ -139,6 +147,9 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 			return cobra.NoArgs(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkSpliceFlags(cmd.Flags(), splice, scfg); err != nil {
+				return err
+			}
 			if splice {
 				scfg.Logger = slog.New(slog.NewTextHandler(g.stderr, nil))
 				scfg.GatewayLogger = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -169,6 +180,9 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 			}
 			if cmd.Flags().Changed("server") {
 				cfg.Server = g.server
+				cfg.Key = g.apiKey()
+			} else if cmd.Flags().Changed("key") {
+				cfg.Key = g.key // refused: a gateway the bench starts needs none
 			}
 			if cmd.Flags().Changed("warmup") && cfg.Warmup == 0 {
 				cfg.Warmup = -1 // an explicit --warmup 0 means none
@@ -214,7 +228,7 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "measured time of each phase")
 	f.DurationVar(&cfg.Warmup, "warmup", 2*time.Second, "unmeasured time before each phase")
 	f.DurationVar(&cfg.Settle, "settle", 2*time.Second, "idle time before the fleet's memory is read, 0 for none (a forced GC comes every 2 minutes)")
-	f.Float64Var(&cfg.Rate, "rate", 0, "calls/s of the fixed-rate phase (default: half the measured peak)")
+	f.Float64Var(&cfg.Rate, "rate", 0, "calls/s of the fixed-rate phase (default: half the measured peak; not with --idle-only)")
 	f.StringVar(&profile, "profile", string(device.ProfileESP32), "device behaviour: esp32, pyxiaozhi or spec")
 	f.StringVar(&cfg.Tool, "tool", bench.DefaultTool, "tool to call")
 	f.StringVar(&argsJSON, "args", "", `the tool's arguments as a JSON object (default: {"volume":N} for set_volume, N changing, else {})`)
@@ -224,14 +238,14 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 	f.BoolVar(&cfg.SkipChurn, "skip-churn", false, "skip the session churn phase and its floor")
 	f.BoolVar(&cfg.IdleOnly, "idle-only", false, "only connect the devices and report memory: no calls but those of --calls-rate")
 	f.Float64Var(&cfg.CallsRate, "calls-rate", 0, "with --idle-only: then call random devices of the idle fleet at this many calls/s for --warmup plus --duration (latency from due)")
-	f.IntVar(&cfg.SourceAddrs, "source-addrs", 0, "spread the devices' sockets over this many loopback source addresses, 127.0.0.2 on (0: one per 20,000 devices beyond 20,000)")
+	f.IntVar(&cfg.SourceAddrs, "source-addrs", 0, "spread the WebSocket devices' sockets over this many loopback source addresses, 127.0.0.2 on (0: one per 20,000 devices beyond 20,000; not with --mqtt)")
 	f.BoolVar(&cfg.MQTT, "mqtt", false, "devices connect to the started gateway's embedded MQTT broker (on a free port) instead of WebSocket")
 	f.BoolVar(&cfg.InProcess, "in-process", false, "run the gateway inside the bench process (no memory figure)")
-	f.IntVar(&cfg.GatewayPID, "gateway-pid", 0, "process id of the --server gateway, to read its memory and CPU (default: its /metrics)")
+	f.IntVar(&cfg.GatewayPID, "gateway-pid", 0, "process id of the --server gateway, to read its memory and CPU (the process listening on its port; refused if another; default: its /metrics)")
 	f.DurationVar(&cfg.Soak, "soak", 0, "run a soak of this duration instead of the phases (--soak alone: 10m): devices join and leave while calls run at --soak-rate; reports memory flatness and lost or duplicated audit rows")
 	f.Lookup("soak").NoOptDefVal = "10m"
-	f.BoolVar(&splice, "splice", false, "measure the upstream mode's splice instead of the phases: what mcpgate adds to each audio frame between a device and its voice server")
-	f.IntVar(&scfg.Frames, "splice-frames", 2000, "with --splice: audio frames timed each way")
+	f.BoolVar(&splice, "splice", false, "measure the upstream mode's splice instead of the phases: what mcpgate adds to each audio frame between a device and its voice server (only --splice-frames, --splice-calls and --json go with it)")
+	f.IntVar(&scfg.Frames, "splice-frames", 2000, "with --splice: audio frames timed each way (positive)")
 	f.IntVar(&scfg.Calls, "splice-calls", 2, "with --splice: REST callers using the device's tools while frames are timed (negative: none)")
 	f.Float64Var(&cfg.SoakRate, "soak-rate", bench.DefaultSoakRate, "calls/s during the soak")
 	f.DurationVar(&cfg.SoakSample, "soak-sample", bench.DefaultSoakSample, "time between the soak's memory samples")
@@ -241,4 +255,26 @@ Progress goes to stderr, the report to stdout (--json for JSON).`,
 	f.IntVar(&cfg.NodeProcs, "node-procs", 0, "with --cluster: each node's GOMAXPROCS, also the NATS floor's (0: this machine's cores ÷ --cluster, at least 1, unless GOMAXPROCS is set in the environment; -1: Go's default)")
 	f.IntVar(&cfg.Storm, "storm", 0, "with --cluster: then a reconnect storm of this many devices spread over the nodes: time until all are callable again, store writes per reconnect")
 	return cmd
+}
+
+// checkSpliceFlags refuses what would be ignored: --splice measures a
+// gateway of its own in this process, with none of the phases, and the
+// --splice-* flags mean nothing without it.
+func checkSpliceFlags(f *pflag.FlagSet, splice bool, scfg bench.SpliceConfig) error {
+	var ignored []string // the flags given that belong to the other side
+	f.Visit(func(fl *pflag.Flag) {
+		if strings.HasPrefix(fl.Name, "splice") != splice && fl.Name != "json" {
+			ignored = append(ignored, "--"+fl.Name)
+		}
+	})
+	switch {
+	case len(ignored) > 0 && splice:
+		return fmt.Errorf("--splice measures a gateway of its own in this process and takes only --splice-frames, --splice-calls and --json, not %s",
+			strings.Join(ignored, ", "))
+	case len(ignored) > 0:
+		return fmt.Errorf("%s: goes with --splice", strings.Join(ignored, ", "))
+	case splice && scfg.Frames <= 0:
+		return fmt.Errorf("--splice-frames %d: want a positive number of frames", scfg.Frames)
+	}
+	return nil
 }

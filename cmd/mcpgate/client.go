@@ -45,11 +45,16 @@ func newClientWithin(g *globals, wait time.Duration) (*api.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--server: %w", err)
 	}
+	return c.WithKey(g.apiKey()), nil
+}
+
+// apiKey is the API key of --key, else of MCPGATE_API_KEY.
+func (g *globals) apiKey() string {
 	key := g.key
 	if key == "" {
 		key = os.Getenv("MCPGATE_API_KEY") // read here, not as the flag's default, so --help never shows it
 	}
-	return c.WithKey(strings.TrimSpace(key)), nil
+	return strings.TrimSpace(key)
 }
 
 // reportError prints a gateway's answer as "error: <code>: <message>" with

@@ -42,10 +42,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"runtime"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/mcpgate/mcpgate/device"
 )
@@ -60,8 +61,13 @@ type Config struct {
 	Server string
 	// GatewayPID is the process id of the gateway at Server, for its
 	// memory and CPU; 0 reads process_resident_memory_bytes and
-	// process_cpu_seconds_total from its /metrics.
+	// process_cpu_seconds_total from its /metrics. Run refuses a process
+	// that is not that gateway.
 	GatewayPID int
+	// Key is the API key sent as a bearer token with every request to the
+	// gateway at Server (REST, /metrics, MCP); "" sends none. A gateway the
+	// bench starts needs none.
+	Key string
 	// InProcess runs the started gateway inside the bench process instead
 	// of as a child: no separate process, so no memory figure.
 	InProcess bool
@@ -218,6 +224,14 @@ func (c Config) normalize() (Config, error) {
 		return c, errors.New("bench: an in-process gateway and an existing server exclude each other")
 	case c.GatewayPID < 0 || (c.GatewayPID > 0 && c.Server == ""):
 		return c, errors.New("bench: a gateway pid goes with the URL of an existing server")
+	case c.Key != "" && c.Server == "":
+		return c, errors.New("bench: --key goes with --server: a gateway the bench starts needs none")
+	case strings.ContainsFunc(c.Key, unicode.IsControl):
+		return c, errors.New("bench: the API key holds a control character")
+	case c.Rate > 0 && c.IdleOnly:
+		return c, fmt.Errorf("bench: --rate %v sets the fixed-rate phase, which --idle-only skips: --calls-rate calls the idle fleet", c.Rate)
+	case c.SourceAddrs != 0 && c.MQTT:
+		return c, fmt.Errorf("bench: --source-addrs %d spreads WebSocket devices' sockets: not with --mqtt", c.SourceAddrs)
 	}
 	if err := checkCluster(c); err != nil {
 		return c, err
@@ -253,9 +267,12 @@ func checkFiles(cfg Config) (uint64, error) {
 		need += uint64(cfg.Devices)
 	}
 	if limit != 0 && limit < need {
-		return limit, fmt.Errorf("bench: %d devices need about %d open files in this process, but the limit is %d even after raising it to the hard limit; "+
-			"raise the hard limit (ulimit -Hn, /etc/security/limits.conf, or LimitNOFILE= for a service), use fewer devices, or drop --in-process",
-			cfg.Devices, need, limit)
+		fix := "raise the hard limit (ulimit -Hn, /etc/security/limits.conf, or LimitNOFILE= for a service) or use fewer devices"
+		if cfg.InProcess {
+			fix = "raise the hard limit (ulimit -Hn, /etc/security/limits.conf, or LimitNOFILE= for a service), use fewer devices, or drop --in-process"
+		}
+		return limit, fmt.Errorf("bench: %d devices need about %d open files in this process, but the limit is %d even after raising it to the hard limit; %s",
+			cfg.Devices, need, limit, fix)
 	}
 	return limit, nil
 }
@@ -300,7 +317,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.Gateway = GatewayInfo{Mode: tgt.mode, URL: tgt.url, MQTT: tgt.mqttAddr, PID: tgt.pid}
 
-	hc := &http.Client{Timeout: 30 * time.Second}
+	hc := tgt.httpClient(30 * time.Second)
 	mem := newMemProbe(tgt, hc)
 	before, err := scrape(ctx, hc, tgt.url)
 	if err != nil {
@@ -354,7 +371,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.IdleOnly {
 		if cfg.CallsRate > 0 {
-			l := randomLoad{newLoad(tgt.url, fl.paths, cfg.Concurrency, cfg.Client, cfg.Tool, cfg.Args)}
+			l := randomLoad{newLoad(tgt.url, tgt.key, fl.paths, cfg.Concurrency, cfg.Client, cfg.Tool, cfg.Args)}
 			log.Info("calls among the idle fleet: open loop to random devices", "rate", fmt.Sprintf("%.0f/s", cfg.CallsRate), "warmup", cfg.Warmup, "duration", cfg.Duration)
 			rep.IdleCalls = runOpen(ctx, l, cpu, cfg.CallsRate, cfg.Warmup, cfg.Duration)
 			if err := ctx.Err(); err != nil {
@@ -365,7 +382,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return rep, nil
 	}
 
-	l := newLoad(tgt.url, fl.paths, cfg.Concurrency, cfg.Client, cfg.Tool, cfg.Args)
+	l := newLoad(tgt.url, tgt.key, fl.paths, cfg.Concurrency, cfg.Client, cfg.Tool, cfg.Args)
 	log.Info("peak phase: closed loop", "workers", cfg.Concurrency, "warmup", cfg.Warmup, "duration", cfg.Duration)
 	rep.Peak = runClosed(ctx, l, cpu, cfg.Warmup, cfg.Duration)
 	if err := ctx.Err(); err != nil {
@@ -377,7 +394,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bench: MCP phase: %w", err)
 		}
-		ml := newMCPLoad(tgt.url, aliases, cfg.Concurrency, cfg.Tool, cfg.Args)
+		ml := newMCPLoad(tgt.url, tgt.key, aliases, cfg.Concurrency, cfg.Tool, cfg.Args)
 		log.Info("MCP phase: opening sessions on /mcp", "sessions", cfg.Concurrency, "timeout", mcpOpenTimeout)
 		setup, err := ml.open(ctx, mcpOpenTimeout)
 		if err := ctx.Err(); err != nil {
@@ -443,7 +460,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 func startTarget(ctx context.Context, cfg Config, dataDir string) (*target, error) {
 	switch {
 	case cfg.Server != "":
-		return external(ctx, cfg.Server, cfg.GatewayPID)
+		return external(ctx, cfg.Server, cfg.GatewayPID, cfg.Key)
 	case cfg.InProcess:
 		return startInProcess(ctx, dataDir, cfg.MQTT, cfg.Logger)
 	}

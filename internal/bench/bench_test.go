@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcpgate/mcpgate/internal/freeport"
 )
 
 // checkPhase checks what any sane phase report satisfies; nothing about speed.
@@ -280,8 +282,9 @@ func TestStartChildRetriesATakenPort(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	exe, count := filepath.Join(dir, "mcpgate"), filepath.Join(dir, "starts")
+	// $3 is the --addr the bench picked.
 	script := "#!/bin/sh\necho start >>" + count + "\n" +
-		"echo 'mcpgate: listen tcp 127.0.0.1:1: bind: address already in use' >&2\nexit 1\n"
+		"echo \"mcpgate: listen tcp $3: bind: address already in use\" >&2\nexit 1\n"
 	if err := os.WriteFile(exe, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -295,11 +298,33 @@ func TestStartChildRetriesATakenPort(t *testing.T) {
 	}
 }
 
+// TestStartChildNoRetryForTheUsersPort: an address in use that the bench
+// did not pick (MCPGATE_PPROF_ADDR's) is no reason to try other ports, nor
+// to blame them.
+func TestStartChildNoRetryForTheUsersPort(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	exe, count := filepath.Join(dir, "mcpgate"), filepath.Join(dir, "starts")
+	script := "#!/bin/sh\necho start >>" + count + "\n" +
+		"echo 'mcpgate: debug listener on 127.0.0.1:6060: listen tcp 127.0.0.1:6060: bind: address already in use' >&2\nexit 1\n"
+	if err := os.WriteFile(exe, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := startChild(t.Context(), exe, dir, false, nil, slog.New(slog.DiscardHandler))
+	if err == nil || errors.Is(err, errPortTaken) || !strings.Contains(err.Error(), "debug listener on 127.0.0.1:6060") {
+		t.Fatalf("err = %v, want the child's own words and no errPortTaken", err)
+	}
+	if b, _ := os.ReadFile(count); strings.Count(string(b), "start") != 1 {
+		t.Errorf("%d starts, want 1", strings.Count(string(b), "start"))
+	}
+}
+
 func TestRunExternalNeedsAGateway(t *testing.T) {
 	t.Parallel()
-	_, err := Run(context.Background(), Config{Server: "http://127.0.0.1:1", Devices: 1})
-	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
-		t.Errorf("err = %v, want one naming the server", err)
+	_, err := Run(context.Background(), Config{Server: "http://" + freeport.Refused, Devices: 1})
+	// The last try's own error, not only that time ran out.
+	if err == nil || !strings.Contains(err.Error(), freeport.Refused) || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("err = %v, want one naming the server and why it did not answer", err)
 	}
 }
 
@@ -319,6 +344,10 @@ func TestConfigValidation(t *testing.T) {
 		{"bad client", Config{Client: "curl"}, "client"},
 		{"calls rate without idle-only", Config{CallsRate: 200}, "idle-only"},
 		{"negative calls rate", Config{IdleOnly: true, CallsRate: -1}, "calls rate"},
+		{"rate with idle-only", Config{IdleOnly: true, Rate: 100}, "--rate 100 sets the fixed-rate phase, which --idle-only skips"},
+		{"source addresses with MQTT", Config{MQTT: true, SourceAddrs: 2}, "--source-addrs 2 spreads WebSocket devices' sockets: not with --mqtt"},
+		{"key without server", Config{Key: "mgk_x"}, "--key goes with --server"},
+		{"key with a newline", Config{Server: "http://x", Key: "mgk_x\r\nX-Evil: 1"}, "control character"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -349,8 +378,13 @@ func TestFileLimitCheck(t *testing.T) {
 		t.Skipf("no file limit here: %v", err)
 	}
 	_, err = checkFiles(Config{Devices: int(limit), Concurrency: 1, InProcess: true})
-	if err == nil || !strings.Contains(err.Error(), "open files") {
-		t.Errorf("err = %v, want an open-file limit error", err)
+	if err == nil || !strings.Contains(err.Error(), "open files") || !strings.Contains(err.Error(), "drop --in-process") {
+		t.Errorf("err = %v, want an open-file limit error suggesting to drop --in-process", err)
+	}
+	// Without --in-process, dropping it is no advice.
+	_, err = checkFiles(Config{Devices: int(limit), Concurrency: 1})
+	if err == nil || !strings.Contains(err.Error(), "open files") || strings.Contains(err.Error(), "in-process") {
+		t.Errorf("err = %v, want an open-file limit error that does not mention --in-process", err)
 	}
 }
 

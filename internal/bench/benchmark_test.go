@@ -49,13 +49,13 @@ func BenchmarkRESTCall(b *testing.B) {
 			if _, err := waitReady(rctx, hc, tgt.url, before, devices); err != nil {
 				b.Fatal(err)
 			}
-			l := newLoad(tgt.url, fl.paths, 1, ClientRaw, DefaultTool, nil)
+			l := newLoad(tgt.url, "", fl.paths, 1, ClientRaw, DefaultTool, nil)
 			var next atomic.Int64
 			b.ReportAllocs()
 			b.SetParallelism(parallelism)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
-				c := newCaller(ClientRaw, tgt.url, nil)
+				c := newCaller(ClientRaw, tgt.url, "", nil)
 				defer c.close()
 				w := int(next.Add(1))
 				var body []byte
@@ -128,7 +128,7 @@ func BenchmarkRelayFloor(b *testing.B) {
 	b.ReportAllocs()
 	b.SetParallelism(parallelism)
 	b.RunParallel(func(pb *testing.PB) {
-		c := newCaller(ClientRaw, base, nil)
+		c := newCaller(ClientRaw, base, "", nil)
 		defer c.close()
 		for pb.Next() {
 			if outcome, err := c.call(ctx, "/relay", msg); outcome != outcomeOK {

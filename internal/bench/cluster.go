@@ -209,7 +209,7 @@ func runCluster(ctx context.Context, cfg Config, rep *Report) error {
 	}
 	for _, ph := range phases {
 		log.Info("cluster phase: closed loop", "phase", ph.name, "door", ph.node.URL, "workers", ph.workers, "warmup", cfg.Warmup, "duration", cfg.Duration)
-		l := newLoad(ph.node.URL, fl.paths, ph.workers, cfg.Client, cfg.Tool, cfg.Args)
+		l := newLoad(ph.node.URL, "", fl.paths, ph.workers, cfg.Client, cfg.Tool, cfg.Args)
 		*ph.out = runClosed(ctx, l, cpu, cfg.Warmup, cfg.Duration)
 		if err := ctx.Err(); err != nil {
 			fl.stop()
@@ -224,7 +224,7 @@ func runCluster(ctx context.Context, cfg Config, rep *Report) error {
 			out  **PhaseReport
 		}{{"local", local, &lp.Local}, {"cross-node", remote, &lp.Cross}} {
 			log.Info("cluster phase: closed loop", "phase", ph.name, "door", ph.node.URL, "workers", w, "warmup", cfg.Warmup, "duration", cfg.Duration)
-			*ph.out = runClosed(ctx, newLoad(ph.node.URL, fl.paths, w, cfg.Client, cfg.Tool, cfg.Args), cpu, cfg.Warmup, cfg.Duration)
+			*ph.out = runClosed(ctx, newLoad(ph.node.URL, "", fl.paths, w, cfg.Client, cfg.Tool, cfg.Args), cpu, cfg.Warmup, cfg.Duration)
 			if err := ctx.Err(); err != nil {
 				fl.stop()
 				return err
@@ -254,9 +254,9 @@ func runCluster(ctx context.Context, cfg Config, rep *Report) error {
 // waitRouted calls a device held by the first node through node base until
 // a call succeeds: the NATS routes are up.
 func waitRouted(ctx context.Context, base, path string, cfg Config) error {
-	c := newCaller(cfg.Client, base, newStdClient(1))
+	c := newCaller(cfg.Client, base, "", newStdClient(1))
 	defer c.close()
-	l := newLoad(base, []string{path}, 1, cfg.Client, cfg.Tool, cfg.Args)
+	l := newLoad(base, "", []string{path}, 1, cfg.Client, cfg.Tool, cfg.Args)
 	body := l.body(nil, 0)
 	deadline := time.Now().Add(startTimeout)
 	for {
@@ -359,9 +359,9 @@ func startNode(ctx context.Context, exe, dataDir, id string, extra, env []string
 	t := &target{mode: ModeChild, url: "http://" + addr, pid: cmd.Process.Pid, stop: stop}
 	hctx, hcancel := context.WithTimeout(ctx, startTimeout)
 	defer hcancel()
-	if err := waitHealthy(hctx, t.url, exited); err != nil {
+	if err := waitHealthy(hctx, t.httpClient(time.Second), t.url, exited); err != nil {
 		_ = stop()
-		if strings.Contains(tail.String(), "address already in use") {
+		if portTaken(tail.String(), append([]string{addr}, extra...)...) {
 			err = fmt.Errorf("%w: %w", errPortTaken, err)
 		}
 		return nil, fmt.Errorf("node %s: %s %s: %w; its output:\n%s", id, exe, strings.Join(redactArgs(args), " "), err, tail)

@@ -251,7 +251,7 @@ type relayLoad struct {
 func (r *relayLoad) workers() int { return r.conns }
 func (r *relayLoad) devices() int { return 1 }
 func (r *relayLoad) worker() devCaller {
-	return &relayCaller{c: newCaller(ClientRaw, r.base, nil), msg: r.msg}
+	return &relayCaller{c: newCaller(ClientRaw, r.base, "", nil), msg: r.msg}
 }
 
 type relayCaller struct {

@@ -43,11 +43,41 @@ type caller interface {
 	close()
 }
 
-func newCaller(kind, base string, std *http.Client) caller {
+// newCaller returns a caller of kind that sends key, unless "", as a bearer
+// token.
+func newCaller(kind, base, key string, std *http.Client) caller {
 	if kind == ClientStd {
-		return &stdCaller{base: base, hc: std}
+		return &stdCaller{base: base, key: key, hc: std}
 	}
-	return &rawCaller{addr: strings.TrimPrefix(base, "http://")}
+	return &rawCaller{addr: strings.TrimPrefix(base, "http://"), auth: authLine(key)}
+}
+
+// authLine is the raw request's header line that sends key, or nil for "".
+func authLine(key string) []byte {
+	if key == "" {
+		return nil
+	}
+	return []byte("Authorization: Bearer " + key + "\r\n")
+}
+
+// withKey returns rt sending key, unless "", as a bearer token with every
+// request.
+func withKey(rt http.RoundTripper, key string) http.RoundTripper {
+	if key == "" {
+		return rt
+	}
+	return keyTransport{rt: rt, key: key}
+}
+
+type keyTransport struct {
+	rt  http.RoundTripper
+	key string
+}
+
+func (t keyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context()) // a RoundTripper leaves the request as it was given
+	r.Header.Set("Authorization", "Bearer "+t.key)
+	return t.rt.RoundTrip(r)
 }
 
 // newStdClient returns the net/http client the ClientStd callers share:
@@ -96,6 +126,7 @@ func truncate(b []byte, n int) string {
 // stdCaller calls through net/http.
 type stdCaller struct {
 	base string
+	key  string // API key sent as a bearer token; "" for none
 	hc   *http.Client
 	buf  bytes.Buffer // response body, reused
 }
@@ -106,6 +137,9 @@ func (c *stdCaller) call(ctx context.Context, path string, body []byte) (string,
 		return outcomeTransport, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return outcomeTransport, err
@@ -124,6 +158,7 @@ func (c *stdCaller) close() {}
 // use and again after any failure.
 type rawCaller struct {
 	addr string // host:port
+	auth []byte // authLine of the API key; nil for none
 
 	conn net.Conn
 	r    *bufio.Reader
@@ -182,6 +217,7 @@ func (c *rawCaller) post(ctx context.Context, path string, hdr, body []byte) (in
 	req = append(req, " HTTP/1.1\r\nHost: "...)
 	req = append(req, c.addr...)
 	req = append(req, "\r\nContent-Type: application/json\r\n"...)
+	req = append(req, c.auth...)
 	req = append(req, hdr...)
 	req = append(req, "Content-Length: "...)
 	req = strconv.AppendInt(req, int64(len(body)), 10)

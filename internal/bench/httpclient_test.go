@@ -62,7 +62,7 @@ func TestCallers(t *testing.T) {
 	for _, kind := range []string{ClientRaw, ClientStd} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			c := newCaller(kind, srv.URL, newStdClient(1))
+			c := newCaller(kind, srv.URL, "", newStdClient(1))
 			defer c.close()
 			for _, tc := range cases {
 				got, err := c.call(context.Background(), tc.path, []byte(`{"name":"x"}`))
@@ -79,7 +79,7 @@ func TestCallers(t *testing.T) {
 
 func TestRawCallerReportsTransportErrors(t *testing.T) {
 	t.Parallel()
-	c := newCaller(ClientRaw, "http://"+freeport.Refused, nil)
+	c := newCaller(ClientRaw, "http://"+freeport.Refused, "", nil)
 	defer c.close()
 	got, err := c.call(context.Background(), "/x", []byte(`{}`))
 	if got != outcomeTransport || err == nil {
@@ -92,7 +92,7 @@ func TestRawCallerStopsWithContext(t *testing.T) {
 	block := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-block }))
 	t.Cleanup(func() { close(block); srv.Close() })
-	c := newCaller(ClientRaw, srv.URL, nil)
+	c := newCaller(ClientRaw, srv.URL, "", nil)
 	defer c.close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan string)
@@ -108,11 +108,11 @@ func TestRawCallerStopsWithContext(t *testing.T) {
 
 func TestLoadBody(t *testing.T) {
 	t.Parallel()
-	l := newLoad("http://x", []string{"/p"}, 1, ClientRaw, DefaultTool, nil)
+	l := newLoad("http://x", "", []string{"/p"}, 1, ClientRaw, DefaultTool, nil)
 	if got, want := string(l.body(nil, 137)), `{"name":"self.audio_speaker.set_volume","arguments":{"volume":36}}`; got != want {
 		t.Errorf("body = %s, want %s", got, want)
 	}
-	l = newLoad("http://x", []string{"/p"}, 1, ClientRaw, "self.get_device_status", []byte(`{}`))
+	l = newLoad("http://x", "", []string{"/p"}, 1, ClientRaw, "self.get_device_status", []byte(`{}`))
 	if got, want := string(l.body(nil, 1)), `{"name":"self.get_device_status","arguments":{}}`; got != want {
 		t.Errorf("body = %s, want %s", got, want)
 	}

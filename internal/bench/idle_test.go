@@ -3,10 +3,12 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -188,23 +190,32 @@ func TestIdleGoal(t *testing.T) {
 	}
 }
 
-// TestRunChildLiftsTheLoopbackLimit: every bench device comes from
-// loopback, so the child gateway is started without the loopback connection
-// limit (20,000 by default, here 5 from the environment, which a flag on the
-// command line overrides).
-func TestRunChildLiftsTheLoopbackLimit(t *testing.T) {
+// TestRunChildEnvironment: every bench device comes from loopback, so the
+// child gateway is started without the loopback connection limit (20,000 by
+// default, here 5 from the environment, which a flag on the command line
+// overrides); and the user's store and config file are never the child's:
+// a run writes devices and audit rows into its store, and the config file
+// here would have it require keys the bench does not have.
+func TestRunChildEnvironment(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the mcpgate binary")
 	}
 	if runtime.GOOS != "linux" {
 		t.Skip("reads /proc")
 	}
-	exe := filepath.Join(t.TempDir(), "mcpgate")
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "mcpgate")
 	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", exe, "github.com/mcpgate/mcpgate/cmd/mcpgate")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	prod, config := filepath.Join(dir, "prod", "fakeprod.db"), filepath.Join(dir, "mcpgate.yaml")
+	if err := os.WriteFile(config, []byte("require-keys: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	t.Setenv("MCPGATE_MAX_CONNS_LOOPBACK", "5")
+	t.Setenv("MCPGATE_STORE", "sqlite:"+prod)
+	t.Setenv("MCPGATE_CONFIG", config)
 	var gwlog bytes.Buffer
 	rep, err := Run(context.Background(), Config{Executable: exe, Devices: 10, IdleOnly: true, Settle: 10 * time.Millisecond, GatewayLog: &gwlog})
 	if err != nil {
@@ -215,6 +226,23 @@ func TestRunChildLiftsTheLoopbackLimit(t *testing.T) {
 	}
 	if rep.IdleCPU == nil || rep.Fleet.PeakRSSBytes == 0 {
 		t.Errorf("idle CPU %+v, ramp peak %d: want both measured for a child gateway", rep.IdleCPU, rep.Fleet.PeakRSSBytes)
+	}
+	if _, err := os.Stat(filepath.Dir(prod)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the child used MCPGATE_STORE: %v", err)
+	}
+}
+
+// TestChildEnv: a child keeps the environment but the MCPGATE_* variables
+// that are no GatewaySettings.
+func TestChildEnv(t *testing.T) {
+	t.Parallel()
+	got := childEnv([]string{"PATH=/bin", "GOMAXPROCS=2", "MCPGATE_STORE=sqlite:/x.db", "MCPGATE_CONFIG=/etc/mcpgate.yaml",
+		"MCPGATE_DATA=/var/lib/mcpgate", "MCPGATE_REQUIRE_KEYS=true", "MCPGATE_API_KEY=mgk_x", "MCPGATE_SERVER=http://prod:8000",
+		"MCPGATE_CLUSTER_NAME=prod", "MCPGATE_UPSTREAM=ws://voice", "MCPGATE_MAX_CONNS_PER_IP=9", "MCPGATE_PPROF_ADDR=127.0.0.1:6060",
+		"MCPGATE_CALL_TIMEOUT=5s", "MCPGATE_STORE_X=y"})
+	want := []string{"PATH=/bin", "GOMAXPROCS=2", "MCPGATE_MAX_CONNS_PER_IP=9", "MCPGATE_PPROF_ADDR=127.0.0.1:6060", "MCPGATE_CALL_TIMEOUT=5s"}
+	if !slices.Equal(got, want) {
+		t.Errorf("childEnv = %q, want %q", got, want)
 	}
 }
 

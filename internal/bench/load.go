@@ -16,14 +16,15 @@ type load struct {
 	paths  []string // tools/call path of each device
 	conns  int      // workers, each with its own connection
 	client string   // ClientRaw or ClientStd
+	key    string   // API key sent as a bearer token; "" for none
 	std    *http.Client
 	args   json.RawMessage // nil: {"volume":N}, N varying per call
 	prefix []byte          // {"name":"<tool>","arguments":
 }
 
-func newLoad(base string, paths []string, conns int, client, tool string, args json.RawMessage) *load {
+func newLoad(base, key string, paths []string, conns int, client, tool string, args json.RawMessage) *load {
 	name, _ := json.Marshal(tool) // a string always marshals
-	l := &load{base: base, paths: paths, conns: conns, client: client, args: args,
+	l := &load{base: base, key: key, paths: paths, conns: conns, client: client, args: args,
 		prefix: append(append([]byte(`{"name":`), name...), `,"arguments":`...)}
 	if client == ClientStd {
 		l.std = newStdClient(conns)
@@ -59,7 +60,7 @@ type devCaller interface {
 func (l *load) workers() int { return l.conns }
 func (l *load) devices() int { return len(l.paths) }
 func (l *load) worker() devCaller {
-	return &restCaller{l: l, c: newCaller(l.client, l.base, l.std)}
+	return &restCaller{l: l, c: newCaller(l.client, l.base, l.key, l.std)}
 }
 
 // restCaller is a worker of the REST closed loop.

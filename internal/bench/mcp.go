@@ -45,6 +45,7 @@ const (
 // device on /mcp, and the arguments.
 type mcpLoad struct {
 	addr  string   // host:port
+	auth  []byte   // authLine of the API key; nil for none
 	names [][]byte // per device: the JSON string "<alias>.<tool>"
 	conns int
 	args  json.RawMessage // nil: {"volume":N}, N varying per call
@@ -53,8 +54,8 @@ type mcpLoad struct {
 	opened []*mcpCaller // guarded by mu; sessions open already, handed out by worker
 }
 
-func newMCPLoad(base string, aliases []string, conns int, tool string, args json.RawMessage) *mcpLoad {
-	m := &mcpLoad{addr: strings.TrimPrefix(base, "http://"), conns: conns, args: args}
+func newMCPLoad(base, key string, aliases []string, conns int, tool string, args json.RawMessage) *mcpLoad {
+	m := &mcpLoad{addr: strings.TrimPrefix(base, "http://"), auth: authLine(key), conns: conns, args: args}
 	for _, a := range aliases {
 		name, _ := json.Marshal(a + "." + tool) // a string always marshals
 		m.names = append(m.names, name)
@@ -75,7 +76,7 @@ func (m *mcpLoad) worker() devCaller {
 		m.opened = m.opened[:n-1]
 		return c
 	}
-	return &mcpCaller{load: m, raw: &rawCaller{addr: m.addr}}
+	return &mcpCaller{load: m, raw: &rawCaller{addr: m.addr, auth: m.auth}}
 }
 
 // open opens every worker's MCP session at once, before the loop, within
@@ -91,7 +92,7 @@ func (m *mcpLoad) open(ctx context.Context, timeout time.Duration) (time.Duratio
 	errs := make([]error, m.conns)
 	var wg sync.WaitGroup
 	for i := range callers {
-		callers[i] = &mcpCaller{load: m, raw: &rawCaller{addr: m.addr}}
+		callers[i] = &mcpCaller{load: m, raw: &rawCaller{addr: m.addr, auth: m.auth}}
 		wg.Go(func() { errs[i] = callers[i].initialize(ctx) })
 	}
 	wg.Wait()

@@ -34,7 +34,7 @@ func TestMCPOpenFails(t *testing.T) {
 			t.Parallel()
 			srv := httptest.NewServer(tt.handler)
 			defer srv.Close()
-			m := newMCPLoad(srv.URL, []string{"a", "b"}, 3, DefaultTool, nil)
+			m := newMCPLoad(srv.URL, "", []string{"a", "b"}, 3, DefaultTool, nil)
 			took, err := m.open(context.Background(), 200*time.Millisecond)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("open: %v, want %q", err, tt.want)
@@ -67,7 +67,7 @@ func TestMCPOpenHandsOutSessions(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	m := newMCPLoad(srv.URL, []string{"a"}, 2, DefaultTool, nil)
+	m := newMCPLoad(srv.URL, "", []string{"a"}, 2, DefaultTool, nil)
 	if _, err := m.open(context.Background(), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}

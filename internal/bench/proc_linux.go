@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -38,11 +39,61 @@ func readRSS(pid int) (uint64, error) {
 	return 0, fmt.Errorf("process %d: no VmRSS in /proc/%d/status (a kernel thread or a zombie?)", pid, pid)
 }
 
-// dieWithParent makes the kernel kill the child gateway if the bench process
-// dies without stopping it, so a crashed or killed bench leaves no gateway
-// holding thousands of sockets behind.
-func dieWithParent(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+// readProcess returns when process pid started and its command line, from
+// /proc/<pid>/stat (clock ticks since boot), /proc/stat (boot time) and
+// /proc/<pid>/cmdline: what the gateway's process_start_time_seconds
+// metric is computed from.
+func readProcess(pid int) (started time.Time, cmdline string, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if errors.Is(err, os.ErrNotExist) {
+		return time.Time{}, "", fmt.Errorf("no process %d on this machine", pid)
+	}
+	if err != nil {
+		return time.Time{}, "", fmt.Errorf("read process %d: %w", pid, err)
+	}
+	i := bytes.LastIndexByte(b, ')') // as in readCPU
+	const starttime = 22 - 3
+	f := bytes.Fields(b[i+1:])
+	if i < 0 || len(f) <= starttime {
+		return time.Time{}, "", fmt.Errorf("process %d: malformed /proc/%d/stat", pid, pid)
+	}
+	ticks, err := strconv.ParseUint(string(f[starttime]), 10, 64)
+	if err != nil {
+		return time.Time{}, "", fmt.Errorf("process %d: /proc/%d/stat: %w", pid, pid, err)
+	}
+	boot, err := bootTime()
+	if err != nil {
+		return time.Time{}, "", err
+	}
+	args, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)) // empty for a zombie: the start time decides
+	cmdline = strings.TrimSpace(string(bytes.ReplaceAll(args, []byte{0}, []byte{' '})))
+	return boot.Add(time.Duration(ticks) * clockTick), cmdline, nil
+}
+
+// bootTime reads when the machine booted, the btime line of /proc/stat.
+func bootTime() (time.Time, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read boot time: %w", err)
+	}
+	for line := range bytes.Lines(b) {
+		if v, ok := bytes.CutPrefix(line, []byte("btime ")); ok {
+			sec, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("/proc/stat btime: %w", err)
+			}
+			return time.Unix(sec, 0), nil
+		}
+	}
+	return time.Time{}, errors.New("no btime in /proc/stat")
+}
+
+// ownChild makes the bench the only one to stop a child: the kernel kills
+// it if the bench process dies without stopping it, so a crashed or killed
+// bench leaves no gateway holding thousands of sockets behind, and it runs
+// in a process group of its own, out of reach of a terminal's Ctrl-C.
+func ownChild(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 }
 
 // raiseFileLimit raises the soft limit of open files to the hard limit and

@@ -12,7 +12,9 @@ var errNoProc = errors.New("reading another process's memory is only supported o
 
 func readRSS(pid int) (uint64, error) { return 0, errNoProc }
 
-func dieWithParent(cmd *exec.Cmd) {}
+func readProcess(pid int) (time.Time, string, error) { return time.Time{}, "", errNoProc }
+
+func ownChild(cmd *exec.Cmd) {}
 
 // raiseFileLimit reports 0, "unknown": the bench then skips its check.
 func raiseFileLimit() (uint64, error) { return 0, nil }

@@ -42,7 +42,11 @@ func scrape(ctx context.Context, hc *http.Client, base string) (samples, error) 
 		return nil, fmt.Errorf("scrape metrics: %w", err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusUnauthorized:
+		return nil, fmt.Errorf("scrape metrics: %s answered %s: it requires an API key, given with --key or MCPGATE_API_KEY", base, resp.Status)
+	default:
 		return nil, fmt.Errorf("scrape metrics: %s answered %s", base, resp.Status)
 	}
 	return parseMetrics(resp.Body)

@@ -150,7 +150,7 @@ func soak(ctx context.Context, cfg Config, tgt *target, mem *memProbe, hc *http.
 		slots    = make(chan struct{}, soakCallSlots)
 		callsWG  sync.WaitGroup
 		std      = newStdClient(soakCallSlots)
-		l        = newLoad(tgt.url, paths, 1, ClientStd, cfg.Tool, cfg.Args)
+		l        = newLoad(tgt.url, tgt.key, paths, 1, ClientStd, cfg.Tool, cfg.Args)
 		interval = time.Duration(float64(time.Second) / cfg.SoakRate)
 	)
 	wg.Go(func() {
@@ -172,7 +172,7 @@ func soak(ctx context.Context, cfg Config, tgt *target, mem *memProbe, hc *http.
 			}
 			callsWG.Go(func() {
 				defer func() { <-slots }()
-				c := &stdCaller{base: tgt.url, hc: std}
+				c := &stdCaller{base: tgt.url, key: tgt.key, hc: std}
 				// Calls are not cut short by the soak's end: a call the bench
 				// abandons may still be audited, which would read as an extra row.
 				cctx, ccancel := context.WithTimeout(context.WithoutCancel(sctx), 60*time.Second)

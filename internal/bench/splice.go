@@ -70,10 +70,13 @@ type SpliceReport struct {
 // echoed back: directly to the voice server, then through the gateway
 // while REST callers use the device's tools.
 func RunSplice(ctx context.Context, cfg SpliceConfig) (*SpliceReport, error) {
-	if cfg.Frames <= 0 {
+	if cfg.Frames < 0 || cfg.FrameBytes < 0 {
+		return nil, fmt.Errorf("bench: %d frames of %d bytes: want positive numbers, or 0 for the defaults", cfg.Frames, cfg.FrameBytes)
+	}
+	if cfg.Frames == 0 {
 		cfg.Frames = 2000
 	}
-	if cfg.FrameBytes <= 0 {
+	if cfg.FrameBytes == 0 {
 		cfg.FrameBytes = 120
 	}
 	if cfg.Calls == 0 {

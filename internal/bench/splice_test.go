@@ -28,3 +28,14 @@ func TestRunSplice(t *testing.T) {
 		t.Errorf("report %q, %v", b.String(), err)
 	}
 }
+
+// TestRunSpliceRefusesNegativeSizes: a negative number of frames or frame
+// size is refused, not taken for the default.
+func TestRunSpliceRefusesNegativeSizes(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []SpliceConfig{{Frames: -5}, {FrameBytes: -1}} {
+		if _, err := RunSplice(t.Context(), cfg); err == nil || !strings.Contains(err.Error(), "want positive numbers") {
+			t.Errorf("%+v: err = %v, want a refusal", cfg, err)
+		}
+	}
+}

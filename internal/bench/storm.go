@@ -226,7 +226,7 @@ func sweep(ctx context.Context, cfg Config, base string, paths []string, rep *St
 	var calls, retries atomic.Uint64
 	var mu sync.Mutex
 	errs := map[string]uint64{}
-	l := newLoad(base, paths, cfg.Concurrency, cfg.Client, cfg.Tool, cfg.Args)
+	l := newLoad(base, "", paths, cfg.Concurrency, cfg.Client, cfg.Tool, cfg.Args)
 	var wg sync.WaitGroup
 	for range cfg.Concurrency {
 		wg.Go(func() {

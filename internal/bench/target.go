@@ -10,11 +10,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/flagconfig"
 	"github.com/mcpgate/mcpgate/internal/freeport"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 	"github.com/mcpgate/mcpgate/xiaozhi"
@@ -42,12 +44,20 @@ type target struct {
 	mqttAddr string
 	// pid is the process whose RSS is the gateway's memory; 0 when unknown.
 	pid int
+	// key is the API key sent as a bearer token with every request to the
+	// gateway; "" sends none.
+	key string
 	// stop ends a gateway the bench started; nil for an external one.
 	stop func() error
 }
 
 func (t *target) wsURL() string {
 	return "ws" + strings.TrimPrefix(t.url, "http") + xiaozhi.Path
+}
+
+// httpClient returns a client of the gateway that sends its key.
+func (t *target) httpClient(timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: withKey(http.DefaultTransport, t.key)}
 }
 
 // freeAddr returns a loopback address with a port that was free a moment
@@ -82,6 +92,23 @@ func startChild(ctx context.Context, exe, dataDir string, mqtt bool, logw io.Wri
 	return nil, err
 }
 
+// portTaken reports whether out, a child's output, says that one of the
+// addresses the bench picked for it was in use: not one the user chose,
+// such as MCPGATE_PPROF_ADDR's, which trying other ports cannot help.
+func portTaken(out string, picked ...string) bool {
+	for line := range strings.Lines(out) {
+		if !strings.Contains(line, "address already in use") {
+			continue
+		}
+		for _, addr := range picked {
+			if addr != "" && strings.Contains(line, "listen tcp "+addr+":") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func startChildOnce(ctx context.Context, exe, dataDir string, mqtt bool, logw io.Writer, log *slog.Logger) (*target, error) {
 	addr, err := freeAddr()
 	if err != nil {
@@ -114,9 +141,9 @@ func startChildOnce(ctx context.Context, exe, dataDir string, mqtt bool, logw io
 	t := &target{mode: ModeChild, url: "http://" + addr, mqttAddr: mqttAddr, pid: cmd.Process.Pid, stop: stop}
 	hctx, hcancel := context.WithTimeout(ctx, startTimeout)
 	defer hcancel()
-	if err := waitHealthy(hctx, t.url, exited); err != nil {
+	if err := waitHealthy(hctx, t.httpClient(time.Second), t.url, exited); err != nil {
 		_ = stop() // the start error says it all
-		if strings.Contains(tail.String(), "address already in use") {
+		if portTaken(tail.String(), addr, mqttAddr) {
 			err = fmt.Errorf("%w: %w", errPortTaken, err)
 		}
 		return nil, fmt.Errorf("gateway %s serve --addr %s --mqtt-addr %s: %w; its output:\n%s", exe, addr, brokerAddr, err, tail)
@@ -160,8 +187,9 @@ func startInProcess(ctx context.Context, dataDir string, mqtt bool, log *slog.Lo
 	return &target{mode: ModeInProcess, url: "http://" + gw.Addr(), mqttAddr: gw.MQTTAddr(), stop: stop}, nil
 }
 
-// external checks that the gateway at url answers /healthz.
-func external(ctx context.Context, url string, pid int) (*target, error) {
+// external checks that the gateway at url answers /healthz, and that pid,
+// when given, is its process.
+func external(ctx context.Context, url string, pid int, key string) (*target, error) {
 	url = strings.TrimRight(url, "/")
 	if !strings.Contains(url, "://") {
 		url = "http://" + url
@@ -169,18 +197,60 @@ func external(ctx context.Context, url string, pid int) (*target, error) {
 	if !strings.HasPrefix(url, "http://") {
 		return nil, fmt.Errorf("--server %q: the bench speaks plain http:// to the gateway", url)
 	}
+	t := &target{mode: ModeExternal, url: url, pid: pid, key: key}
 	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := waitHealthy(hctx, url, nil); err != nil {
+	if err := waitHealthy(hctx, t.httpClient(time.Second), url, nil); err != nil {
 		return nil, fmt.Errorf("gateway at %s: %w", url, err)
 	}
-	return &target{mode: ModeExternal, url: url, pid: pid}, nil
+	if pid > 0 {
+		if err := checkPID(hctx, t); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
 }
 
-// waitHealthy polls url/healthz until it answers 200, ctx ends, or exited
-// (when not nil) is closed because the process died.
-func waitHealthy(ctx context.Context, url string, exited <-chan struct{}) error {
-	hc := &http.Client{Timeout: time.Second}
+// metricStart is when the gateway's process started, in Unix seconds.
+const metricStart = "process_start_time_seconds"
+
+// checkPID makes sure that process t.pid is the gateway at t.url: any other
+// (a shell's, another gateway's) would have its memory reported as the
+// gateway's. Both /proc and the gateway's /metrics say when the process
+// started, from the same clock; without that metric (not Linux), the
+// process must at least be a serve.
+func checkPID(ctx context.Context, t *target) error {
+	started, cmdline, err := readProcess(t.pid)
+	if err != nil {
+		return fmt.Errorf("--gateway-pid %d: %w", t.pid, err)
+	}
+	s, err := scrape(ctx, t.httpClient(5*time.Second), t.url)
+	if err != nil {
+		return fmt.Errorf("--gateway-pid %d: check it is the gateway's: %w", t.pid, err)
+	}
+	hint := "give the pid of the process listening on the gateway's port, or no --gateway-pid to read its memory from /metrics"
+	if v, ok := s.get(metricStart); ok {
+		gwStart := time.UnixMilli(int64(v * 1000))
+		if d := started.Sub(gwStart); d < -pidStartSlack || d > pidStartSlack {
+			return fmt.Errorf("--gateway-pid %d: that process (%s) started at %s, the gateway at %s at %s: not the same process; %s",
+				t.pid, cmdline, started.Format(time.TimeOnly+".00"), t.url, gwStart.Format(time.TimeOnly+".00"), hint)
+		}
+		return nil
+	}
+	if !slices.Contains(strings.Fields(cmdline), "serve") {
+		return fmt.Errorf("--gateway-pid %d: that process (%s) is no mcpgate serve; %s", t.pid, cmdline, hint)
+	}
+	return nil
+}
+
+// pidStartSlack is how far the start time /proc gives a process may be from
+// the one its /metrics gives: both count clock ticks since boot, so a few
+// ticks (10 ms each) cover rounding.
+const pidStartSlack = 50 * time.Millisecond
+
+// waitHealthy polls url/healthz with hc until it answers 200, ctx ends, or
+// exited (when not nil) is closed because the process died.
+func waitHealthy(ctx context.Context, hc *http.Client, url string, exited <-chan struct{}) error {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	var last error
@@ -198,10 +268,16 @@ func waitHealthy(ctx context.Context, url string, exited <-chan struct{}) error 
 			}
 			err = fmt.Errorf("/healthz answered %s", resp.Status)
 		}
-		last = err
+		if ctx.Err() == nil || last == nil {
+			// A try cut short by ctx says nothing the previous one did not.
+			last = err
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("not healthy in time: %w", errors.Join(ctx.Err(), last))
+			if errors.Is(last, ctx.Err()) {
+				return fmt.Errorf("not healthy in time: %w", last)
+			}
+			return fmt.Errorf("not healthy in time (%w): %w", ctx.Err(), last)
 		case <-exited:
 			return errors.New("the process exited")
 		case <-tick.C:
@@ -245,22 +321,64 @@ func selfExecutable() (string, error) {
 	return exe, nil
 }
 
+// GatewaySettings are the serve flags whose MCPGATE_* environment variables
+// (MCPGATE_MAX_CONNS_PER_IP for max-conns-per-ip) a gateway the bench starts
+// honours: they tune the gateway measured. Every other MCPGATE_* variable
+// is removed from its environment: one naming a store, a config file, keys,
+// a cluster, a broker or a voice server would turn a bench into load on
+// production (a run writes devices and audit rows into its store), and the
+// client commands' MCPGATE_SERVER and MCPGATE_API_KEY are not the child's.
+// The bench's own flags (--data, --addr, no call-rate limits) win anyway.
+var GatewaySettings = []string{
+	// docs/limits.md
+	"max-body-bytes", "endpoint-read-limit", "device-max-inflight", "device-max-queue",
+	"device-call-rate", "device-call-burst", "key-call-rate", "key-call-burst",
+	"max-conns-per-ip", "max-conns-loopback", "read-header-timeout", "read-body-timeout",
+	"http-idle-timeout", "write-timeout", "max-mcp-sessions", "max-event-streams", "mqtt-connect-timeout",
+	"read-limit", "max-pages", "max-tools", "max-catalog-bytes", "hello-timeout", "request-timeout",
+	"queue-max-per-device", "queue-max-per-key", "queue-max-ttl", "vision-max-per-device", "vision-max-bytes-per-device",
+	"vision-max-bytes", "vision-max-total-bytes", "vision-retention", "vision-upload-rate", "vision-upload-burst",
+	// timeouts, keepalive, audit, profiling
+	"call-timeout", "tool-timeout", "ping-interval", "pong-timeout", "shutdown-timeout",
+	"audit-retention", "audit-max-rows", "audit-max-value", "pprof-addr",
+}
+
+// childEnv returns environ without the MCPGATE_* variables that are not
+// GatewaySettings; everything else (GOMAXPROCS, GOGC, PATH...) stays.
+func childEnv(environ []string) []string {
+	keep := make(map[string]bool, len(GatewaySettings))
+	for _, name := range GatewaySettings {
+		keep[flagconfig.EnvName("MCPGATE_", name)] = true
+	}
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "MCPGATE_") && !keep[k] {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
 // startProcess starts exe as a child, with env added to this process's
-// environment and its output to out (whose last bytes tail keeps). The child outlives ctx's phases but not the bench:
+// environment less what childEnv removes, and its output to out (whose
+// last bytes tail keeps). The child outlives ctx's phases but not the bench:
 // stop sends SIGTERM (cmd.Cancel) and after stopTimeout SIGKILL, and fails
 // when the child did not exit cleanly, with its last output; exited closes
-// when it has exited.
+// when it has exited. The child runs in a process group of its own, so that
+// a terminal's Ctrl-C reaches the bench alone, which then stops the child
+// with one SIGTERM: a Ctrl-C reaching both would have the SIGTERM find a
+// child already draining, which a second signal ends at once.
 func startProcess(ctx context.Context, exe string, args, env []string, out io.Writer, name string, tail fmt.Stringer) (
 	cmd *exec.Cmd, exited <-chan struct{}, stop func() error, err error) {
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cmd = exec.CommandContext(cctx, exe, args...)
-	if len(env) > 0 {
-		cmd.Env = append(os.Environ(), env...)
-	}
+	cmd.Env = append(childEnv(os.Environ()), env...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = stopTimeout
-	dieWithParent(cmd)
+	ownChild(cmd)
 	if err := cmd.Start(); err != nil {
 		cancel()
 		return nil, nil, nil, err
