@@ -611,16 +611,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return err
 	}
 	defer g.closeStore() // last: whatever flushes to the store on stop runs before
-	if err := g.checkKeys(ctx); err != nil {
-		return err
-	}
-	if g.cfg.Provisioning.SecretInStore {
-		if err := g.devices.shareSecret(ctx, g.cfg.Cluster != nil); err != nil {
-			return err
-		}
-	}
-	if err := g.restoreState(ctx); err != nil {
-		return err
+	if err := g.readStore(ctx); err != nil {
+		return store.ExplainDamage(g.cfg.Store.Location(), err)
 	}
 	// Stopped after the transports close (devices offline) and before the
 	// store closes: defers run last in, first out.
@@ -738,6 +730,21 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	g.log.Info("gateway stopped")
 	return fatal
+}
+
+// readStore reads what the gateway needs from the store before it serves:
+// whether there is a usable key, the device secret, the revocations and
+// the devices.
+func (g *Gateway) readStore(ctx context.Context) error {
+	if err := g.checkKeys(ctx); err != nil {
+		return err
+	}
+	if g.cfg.Provisioning.SecretInStore {
+		if err := g.devices.shareSecret(ctx, g.cfg.Cluster != nil); err != nil {
+			return err
+		}
+	}
+	return g.restoreState(ctx)
 }
 
 // maxHeaderBytes bounds an HTTP request's header: a browser's cookies and a

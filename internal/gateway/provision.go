@@ -327,15 +327,19 @@ func (d *deviceServices) shareSecret(ctx context.Context, node bool) error {
 	} else if v, err = d.store.Setting(ctx, SecretSetting); errors.Is(err, store.ErrNotFound) {
 		return nil // the secret file's
 	}
+	what := "the device secret"
+	if node {
+		what = "the cluster's device secret"
+	}
 	if err != nil {
-		return fmt.Errorf("the cluster's device secret: %w", err)
+		return fmt.Errorf("%s (in the store): %w", what, err)
 	}
 	secret, err := hex.DecodeString(v)
 	if err == nil {
 		err = d.auth.Authority().SetSecret(secret)
 	}
 	if err != nil {
-		return fmt.Errorf("the cluster's device secret (setting %s in the store) is damaged: %w", SecretSetting, err)
+		return fmt.Errorf("%s (setting %s in the store) is damaged: %w", what, SecretSetting, err)
 	}
 	if len(d.cfg.DeviceSecret) > 0 && !bytes.Equal(secret, d.cfg.DeviceSecret) {
 		d.log.Info("signing device tokens with the cluster's secret from the store, not this gateway's own secret file")

@@ -37,7 +37,7 @@ func (g *Gateway) openStore(ctx context.Context) error {
 	// A store slow to answer (PostgreSQL starting, or unreachable until
 	// its connect timeout) is said, not waited on in silence.
 	waiting := time.AfterFunc(g.storeWaitLog, func() {
-		g.log.Info("waiting for the store", "location", store.RedactDSN(g.cfg.StoreDSN), "waited", g.storeWaitLog)
+		g.log.Info("waiting for the store", "location", store.Location(g.cfg.StoreDSN, g.cfg.DataDir), "waited", g.storeWaitLog)
 	})
 	s, err := store.OpenWith(ctx, g.cfg.StoreDSN, g.cfg.DataDir, opts)
 	waiting.Stop()

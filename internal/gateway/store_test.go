@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/mcpgate/mcpgate/internal/hostiletest"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
@@ -95,5 +98,84 @@ func TestStoreGiven(t *testing.T) {
 	gw := startGateway(t, Config{Store: s})
 	if gw.Store() != s {
 		t.Fatal("Store() is not the given store")
+	}
+}
+
+// TestStartDamagedStore: a start that finds the SQLite file damaged says
+// so, and what to do, rather than only SQLite's "malformed"; the device
+// secret of a gateway that is not a cluster's node is not called the
+// cluster's.
+func TestStartDamagedStore(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, store.DefaultFile)
+	st := storetest.Open(t, "", dir)
+	if err := st.SetSetting(t.Context(), SecretSetting, strings.Repeat("ab", 32)); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	storetest.CorruptTable(t, path, "settings")
+	gw, err := New(Config{Addr: "127.0.0.1:0", DataDir: dir, Provisioning: Provisioning{SecretInStore: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	err = gw.Run(ctx)
+	if err == nil {
+		t.Fatal("Run on a damaged store succeeded")
+	}
+	for _, want := range []string{"the device secret (in the store)", "the file " + path + " is damaged", "restore a backup (docs/store.md#backups)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Run on a damaged store: %v\nwant it to say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "cluster") {
+		t.Errorf("Run on a damaged store, not a cluster's node: %v\nwant no word of a cluster", err)
+	}
+}
+
+// TestStartWaitsForLockedSQLite: a start that finds another process
+// holding the SQLite store's write lock (an sqlite3 shell in a
+// transaction) says it waits for the store, naming its file, and starts
+// once the lock is released.
+func TestStartWaitsForLockedSQLite(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, store.DefaultFile)
+	storetest.Open(t, "", dir).Close()
+	other, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(t.Context(), `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	var logs hostiletest.Logs
+	gw, err := New(Config{Addr: "127.0.0.1:0", DataDir: dir, Logger: logs.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw.storeWaitLog = 100 * time.Millisecond
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx) }()
+	logs.WaitLine(t, 0, "waiting for the store", "location="+path)
+	if _, err := conn.ExecContext(t.Context(), `COMMIT`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-gw.Ready():
+	case err := <-done:
+		t.Fatalf("Run after the lock was released: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }

@@ -133,6 +133,23 @@ func unwrap(s Store) Store {
 	return s
 }
 
+// Location names the store dsn opens, as Store.Location would: the SQLite
+// file's absolute path, or the PostgreSQL URL without its password. For
+// logs before the store is open; a DSN Open would refuse is shown redacted.
+func Location(dsn, dataDir string) string {
+	kind, target, err := parseDSN(dsn, dataDir)
+	switch {
+	case err != nil:
+		return redactDSN(dsn)
+	case kind == "postgres":
+		return redactDSN(target)
+	}
+	if abs, err := filepath.Abs(target); err == nil {
+		return abs
+	}
+	return target
+}
+
 // CheckDSN reports whether Open would accept dsn's form (with a data
 // directory), without opening anything: for validating a configuration
 // early.

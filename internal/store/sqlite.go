@@ -21,8 +21,15 @@ import (
 
 // sqliteBusyTimeout is how long a statement waits for another connection's
 // or process's write lock (mcpgate keys writing while the gateway runs)
-// before failing with SQLITE_BUSY.
-const sqliteBusyTimeout = 10 * time.Second
+// before failing with SQLITE_BUSY. SQLite's wait does not end with the
+// context, so it is shorter than OpTimeout by the time the write itself
+// may take once it has the lock.
+const sqliteBusyTimeout = OpTimeout - 2*time.Second
+
+// sqliteOpenWait is how long an open retries while another process holds
+// the database (switching a new one to WAL, migrating it, or in a
+// transaction of its own): no request waits on an open. Tests shorten it.
+var sqliteOpenWait = 10 * time.Second
 
 // sqliteReaders is the size of the read pool. WAL lets readers run beside
 // the one writer; a few are enough on a gateway.
@@ -64,19 +71,27 @@ func openSQLite(ctx context.Context, path string, o OpenOptions) (_ Store, err e
 	if err := refuseEmptyFile(ctx, abs); err != nil {
 		return nil, err
 	}
-	if err := prepareSQLiteFiles(abs); err != nil {
+	created, err := prepareSQLiteFiles(abs)
+	if err != nil {
 		return nil, err
 	}
 	var unlock func()
+	// Runs after the connections below are closed, the lock last.
+	defer func() {
+		if err == nil {
+			return
+		}
+		if created != nil {
+			removeFailedSQLite(abs, created, err)
+		}
+		if unlock != nil {
+			unlock()
+		}
+	}()
 	if o.Lock || o.LockShared {
 		if unlock, err = lockSQLite(abs, o.LockShared); err != nil {
 			return nil, err
 		}
-		defer func() {
-			if err != nil {
-				unlock()
-			}
-		}()
 	}
 	pragmas := func(extra ...string) string {
 		q := url.Values{}
@@ -105,12 +120,17 @@ func openSQLite(ctx context.Context, path string, o OpenOptions) (_ Store, err e
 			w.Close()
 		}
 	}()
-	if err := pingSQLite(ctx, w); err != nil {
+	deadline := time.Now().Add(sqliteOpenWait)
+	if err := retryBusy(ctx, deadline, func() error { return w.PingContext(ctx) }); err != nil {
 		return nil, sqliteOpenError(abs, err)
 	}
-	from, to, err := migrateSQLite(ctx, w, o.KeepSchema)
+	var from, to int
+	err = retryBusy(ctx, deadline, func() (err error) {
+		from, to, err = migrateSQLite(ctx, w, o.KeepSchema)
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("store: %s: %w", abs, err)
+		return nil, sqliteOpenError(abs, err)
 	}
 	r, err := sql.Open("sqlite", name+"?"+pragmas("query_only(1)"))
 	if err != nil {
@@ -132,17 +152,50 @@ func openSQLite(ctx context.Context, path string, o OpenOptions) (_ Store, err e
 	return &sqliteStore{path: abs, w: w, r: r, schemaFrom: from, schemaTo: to, unlock: unlock}, nil
 }
 
-// sqliteOpenError wraps err, from opening the database at path. A
-// database file that is writable in a directory that is not fails with
-// SQLite's "attempt to write a readonly database", which names neither
-// the directory nor the files SQLite could not create: say so.
+// sqliteOpenError wraps err, from opening the database at path, saying
+// what SQLite's own message leaves out: "attempt to write a readonly
+// database" names neither the directory nor the -wal and -shm files SQLite
+// could not create there; "database is locked" not that another process
+// holds it (an sqlite3 shell in a transaction); a damaged file not what to
+// do.
 func sqliteOpenError(path string, err error) error {
 	var se *sqlite.Error
-	if errors.As(err, &se) && se.Code() == sqlite3.SQLITE_READONLY_DIRECTORY {
+	switch {
+	case !errors.As(err, &se):
+	case se.Code() == sqlite3.SQLITE_READONLY_DIRECTORY:
 		return fmt.Errorf("store: open %s: the directory %s is not writable: SQLite needs to create %s-wal and -shm there: %w",
 			path, filepath.Dir(path), filepath.Base(path), err)
+	case sqliteBusy(err):
+		return fmt.Errorf("store: open %s: another process has held the database locked for over %s "+
+			"(an sqlite3 shell in a transaction?); end its transaction, then start again: %w", path, sqliteOpenWait, se)
+	case sqliteCorrupt(err):
+		return ExplainDamage(path, fmt.Errorf("store: open %s: %w", path, se))
 	}
 	return fmt.Errorf("store: open %s: %w", path, err)
+}
+
+// sqliteBusy reports whether err is SQLite's SQLITE_BUSY: another
+// connection holds the lock it needed.
+func sqliteBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
+}
+
+// sqliteCorrupt reports whether err is SQLite finding the database file
+// damaged (SQLITE_CORRUPT) or not a database (SQLITE_NOTADB).
+func sqliteCorrupt(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && (se.Code()&0xff == sqlite3.SQLITE_CORRUPT || se.Code()&0xff == sqlite3.SQLITE_NOTADB)
+}
+
+// ExplainDamage adds to err, from the SQLite store at path, what to do when
+// SQLite found the file damaged or not a database; it returns any other
+// error as it is.
+func ExplainDamage(path string, err error) error {
+	if !sqliteCorrupt(err) {
+		return err
+	}
+	return fmt.Errorf("%w: the file %s is damaged, or not a database; stop every mcpgate using it and restore a backup (docs/store.md#backups)", err, path)
 }
 
 // ErrEmptyFile is a SQLite database file of 0 bytes, refused at open.
@@ -175,16 +228,15 @@ func refuseEmptyFile(ctx context.Context, path string) error {
 	}
 }
 
-// pingSQLite opens w's connection, which sets journal_mode(WAL). On a new
-// database another process may be switching it to WAL at the same moment,
-// and SQLite then answers SQLITE_BUSY at once, without waiting on
-// busy_timeout: retry for as long as busy_timeout would have waited.
-func pingSQLite(ctx context.Context, w *sql.DB) error {
-	deadline := time.Now().Add(sqliteBusyTimeout)
+// retryBusy runs f again while it fails with SQLITE_BUSY, until deadline.
+// Opening w's connection sets journal_mode(WAL): on a new database another
+// process may be switching it to WAL at the same moment, and SQLite then
+// answers SQLITE_BUSY at once, without waiting on busy_timeout. A migration
+// waits busy_timeout for the write lock, shorter than an open may wait.
+func retryBusy(ctx context.Context, deadline time.Time, f func() error) error {
 	for {
-		var se *sqlite.Error
-		err := w.PingContext(ctx)
-		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+		err := f()
+		if err == nil || !sqliteBusy(err) || time.Now().After(deadline) {
 			return err
 		}
 		select {
@@ -197,16 +249,46 @@ func pingSQLite(ctx context.Context, w *sql.DB) error {
 
 // prepareSQLiteFiles creates the database file with mode 0600 before
 // SQLite does (it would use 0644 less the umask): SQLite then creates the
-// -wal and -shm files with the database's mode.
-func prepareSQLiteFiles(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+// -wal and -shm files with the database's mode. created describes the file
+// when this call created it, and is nil when it existed.
+func prepareSQLiteFiles(path string) (created os.FileInfo, err error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	isNew := err == nil
+	if errors.Is(err, fs.ErrExist) {
+		f, err = os.OpenFile(path, os.O_RDWR, 0)
+	}
 	if err != nil {
-		return fmt.Errorf("store: %w", err)
+		return nil, fmt.Errorf("store: %w", err)
 	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("store: %w", err)
+	if isNew {
+		created, err = f.Stat()
 	}
-	return restrictSQLiteFiles(path)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return created, restrictSQLiteFiles(path)
+}
+
+// removeFailedSQLite removes the database file an open created, and failed
+// before SQLite wrote its first page (a full disk), with its -wal and -shm
+// files: every later open would refuse the empty file (ErrEmptyFile). A
+// file that is no longer the one created, or no longer empty, or that
+// another process holds (openErr is ErrInUse or SQLITE_BUSY), is left:
+// the other process may be making it.
+func removeFailedSQLite(path string, created os.FileInfo, openErr error) {
+	if errors.Is(openErr, ErrInUse) || sqliteBusy(openErr) {
+		return
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Size() != 0 || !os.SameFile(fi, created) {
+		return
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		_ = os.Remove(p) // best effort: a file left is refused, saying what to do
+	}
 }
 
 // restrictSQLiteFiles makes the database and its -wal and -shm files mode

@@ -439,3 +439,112 @@ func openAsNobody(t *testing.T, base, dir string) string {
 	}
 	return string(out)
 }
+
+// TestSQLiteFailedOpenRemovesNewFile: an open that creates the database
+// file and fails before SQLite writes to it (a full disk; here a cancelled
+// context) removes the file, which every later open would refuse as empty;
+// a failed open leaves an existing store, or one another gateway holds.
+func TestSQLiteFailedOpenRemovesNewFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, DefaultFile)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, o := range []OpenOptions{{}, {Lock: true}} {
+		if _, err := OpenWith(cancelled, "", dir, o); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Open with a cancelled context: %v", err)
+		}
+		for _, p := range []string{path, path + "-wal", path + "-shm"} {
+			if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("%+v: %s after the failed open: %v, want it removed", o, p, err)
+			}
+		}
+	}
+	s, err := Open(context.Background(), "", dir)
+	if err != nil {
+		t.Fatalf("Open after a failed first open: %v", err)
+	}
+	defer s.Close()
+	if _, err := Open(cancelled, "", dir); err == nil {
+		t.Fatal("Open of an existing store with a cancelled context succeeded")
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		t.Fatalf("the existing store after a failed open: %v, %v", fi, err)
+	}
+
+	// Another gateway holds the new file (it locked it first, and is
+	// opening it): the file is its.
+	other := filepath.Join(t.TempDir(), DefaultFile)
+	created, err := prepareSQLiteFiles(other)
+	if err != nil || created == nil {
+		t.Fatalf("prepareSQLiteFiles: %v, %v", created, err)
+	}
+	removeFailedSQLite(other, created, fmt.Errorf("%w (sqlite %s)", ErrInUse, other))
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("a new file another gateway holds was removed: %v", err)
+	}
+}
+
+// holdWriteLock takes the write lock of the SQLite database at path on a
+// connection of its own, as an sqlite3 shell in BEGIN IMMEDIATE would,
+// until the test ends.
+func holdWriteLock(t *testing.T, path string) {
+	t.Helper()
+	other, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	conn, err := other.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := conn.ExecContext(context.Background(), `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSQLiteBusyWithinOpTimeout: a write that finds another process
+// holding the write lock fails within OpTimeout, as documented: SQLite's
+// busy wait does not end with the context, so busy_timeout must.
+func TestSQLiteBusyWithinOpTimeout(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(context.Background(), "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	holdWriteLock(t, filepath.Join(dir, DefaultFile))
+	ctx, cancel := WriteContext(context.Background())
+	defer cancel()
+	start := time.Now()
+	err = s.SetSetting(ctx, "a", "b")
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("SetSetting succeeded while another connection held the write lock")
+	}
+	if took > OpTimeout+2*time.Second {
+		t.Errorf("SetSetting took %v with the write lock held elsewhere, want it to end within store.OpTimeout (%v): %v", took, OpTimeout, err)
+	}
+}
+
+// TestSQLiteOpenLocked: an open that finds another process holding the
+// database locked says so, naming the file, rather than that the
+// migrations failed.
+func TestSQLiteOpenLocked(t *testing.T) {
+	defer func(d time.Duration) { sqliteOpenWait = d }(sqliteOpenWait)
+	sqliteOpenWait = 0
+	dir := t.TempDir()
+	s, err := Open(context.Background(), "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	path := filepath.Join(dir, DefaultFile)
+	holdWriteLock(t, path)
+	_, err = Open(context.Background(), "", dir)
+	if err == nil || !strings.Contains(err.Error(), "another process has held the database locked") ||
+		!strings.Contains(err.Error(), path) || strings.Contains(err.Error(), "migrations") {
+		t.Fatalf("Open of a store another process holds locked: %v\nwant it to say so, naming %s, not the migrations", err, path)
+	}
+}

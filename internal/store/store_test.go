@@ -3,6 +3,8 @@ package store_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -122,5 +124,38 @@ func TestDeferred(t *testing.T) {
 	}
 	if d.Kind() != "sqlite" || d.Location() != s.Location() || d.Bound() != s {
 		t.Errorf("bound Deferred: Kind %q, Location %q", d.Kind(), d.Location())
+	}
+}
+
+// TestSQLiteCorrupt: a file that is not a database, and a database whose
+// pages are damaged, are said to be damaged, with what to do.
+func TestSQLiteCorrupt(t *testing.T) {
+	ctx := context.Background()
+	const want = "is damaged, or not a database; stop every mcpgate using it and restore a backup (docs/store.md#backups)"
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, store.DefaultFile)
+	if err := os.WriteFile(path, []byte(strings.Repeat("not a database ", 1000)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Open(ctx, "", dir); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
+		t.Errorf("Open of a file that is not a database: %v\nwant it to name %s and say %q", err, path, want)
+	}
+
+	dir = t.TempDir()
+	path = filepath.Join(dir, store.DefaultFile)
+	s := storetest.Open(t, "", dir)
+	if err := s.SetSetting(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	storetest.CorruptTable(t, path, "settings")
+	s = storetest.Open(t, "", dir)
+	_, err := s.Setting(ctx, "k")
+	if err = store.ExplainDamage(s.Location(), err); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("reading a damaged table: %v\nwant it to say %q", err, want)
+	}
+	if err := store.ExplainDamage(path, store.ErrNotFound); err != store.ErrNotFound {
+		t.Errorf("ExplainDamage of another error: %v", err)
 	}
 }
