@@ -140,6 +140,12 @@ type Config struct {
 	// device token past its claims' expiry, which stays valid while in use
 	// (see Expiry). Nil: every token expires at its claims' expiry.
 	LastConnected func(deviceID string) time.Time
+	// StoredTokenInUse returns the id of a device's token in use as the
+	// node holding it stored it, "" when unknown. It is asked only of a
+	// device token past its claims' expiry that is not this Authority's
+	// token in use of the device: in a cluster, another node may have seen
+	// the device's last connections. Nil: this Authority's alone.
+	StoredTokenInUse func(deviceID string) string
 }
 
 // Authority issues and verifies tokens.
@@ -147,6 +153,7 @@ type Authority struct {
 	secret        atomic.Pointer[[]byte] // SetSecret replaces it
 	now           func() time.Time
 	lastConnected func(deviceID string) time.Time // nil: no renewal; never called with mu held
+	storedInUse   func(deviceID string) string    // nil: none; never called with mu held
 
 	mu         sync.Mutex
 	revoked    map[string]int64  // token id → its expiry (forgotten after it)
@@ -162,7 +169,7 @@ func New(cfg Config) (*Authority, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	a := &Authority{now: cfg.Now, lastConnected: cfg.LastConnected, revoked: make(map[string]int64),
+	a := &Authority{now: cfg.Now, lastConnected: cfg.LastConnected, storedInUse: cfg.StoredTokenInUse, revoked: make(map[string]int64),
 		revokedDev: make(map[string]int64), inUse: make(map[string]string)}
 	a.secret.Store(new(bytes.Clone(cfg.Secret)))
 	return a, nil
@@ -379,9 +386,12 @@ func (a *Authority) check(purpose, deviceID, token string) (Claims, error) {
 }
 
 // renewed reports whether c, past its claims' expiry, is a device token in
-// use (see Expiry).
+// use (see Expiry), here or as stored by the node that saw it in use.
 func (a *Authority) renewed(c Claims, now time.Time) bool {
-	if c.Purpose != PurposeDevice || a.lastConnected == nil || a.TokenInUse(c.DeviceID) != c.ID {
+	if c.Purpose != PurposeDevice || a.lastConnected == nil {
+		return false
+	}
+	if a.TokenInUse(c.DeviceID) != c.ID && (a.storedInUse == nil || a.storedInUse(c.DeviceID) != c.ID) {
 		return false
 	}
 	seen := a.lastConnected(c.DeviceID)

@@ -478,3 +478,57 @@ func TestTokenInUseSurvivesRestart(t *testing.T) {
 		t.Fatalf("restored token in use: %v", err)
 	}
 }
+
+// In a cluster a node renews the token in use another node stored
+// (Config.StoredTokenInUse): a device left on past its token's expiry may
+// reconnect to any node. A token the store does not name, or one revoked,
+// is not renewed.
+func TestTokenRenewedFromStore(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	now := start
+	const dev = "02:00:00:00:00:01"
+	holder := renewalAuth(t, &now, nil, nil)
+	tok, _ := holder.IssueDevice(dev, "c", time.Hour)
+	if err := holder.Verify(dev, "c", tok); err != nil {
+		t.Fatal(err)
+	}
+	stored := holder.TokenInUse(dev) // what the holder wrote to the store
+	asked := 0
+	other, err := New(Config{Secret: secret, Now: func() time.Time { return now },
+		LastConnected:    func(string) time.Time { return now }, // connected to the holder all along
+		StoredTokenInUse: func(string) string { asked++; return stored }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Verify(dev, "c", tok); err != nil || asked != 0 {
+		t.Fatalf("before its expiry: %v, store asked %d times, want no error and no store read", err, asked)
+	}
+	now = start.Add(31 * time.Hour)
+	if err := other.Verify(dev, "c", tok); err != nil {
+		t.Fatalf("the stored token in use, on another node past its expiry: %v", err)
+	}
+	stored = "another"
+	if err := renewalOther(t, &now, &stored).Verify(dev, "c", tok); !errors.Is(err, ErrExpired) {
+		t.Fatalf("a token the store does not name: %v, want expired", err)
+	}
+	stored = holder.TokenInUse(dev)
+	if _, err := other.RevokeToken(tok); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Verify(dev, "c", tok); !errors.Is(err, ErrRevoked) {
+		t.Fatalf("a revoked token the store still names: %v, want revoked", err)
+	}
+}
+
+// renewalOther is an Authority of another node, connected to nothing, whose
+// store names *stored as the device's token in use.
+func renewalOther(t *testing.T, now *time.Time, stored *string) *Authority {
+	t.Helper()
+	a, err := New(Config{Secret: secret, Now: func() time.Time { return *now },
+		LastConnected:    func(string) time.Time { return *now },
+		StoredTokenInUse: func(string) string { return *stored }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}

@@ -127,9 +127,9 @@ func newDeviceServices(cfg Config, m *metrics.Metrics, lim *limits.Reporter, h *
 		secret = make([]byte, 32)
 		_, _ = rand.Read(secret)
 	}
-	authority, err := devauth.New(devauth.Config{Secret: secret, LastConnected: func(id string) time.Time {
-		return lastConnected(h, id)
-	}})
+	authority, err := devauth.New(devauth.Config{Secret: secret,
+		LastConnected:    func(id string) time.Time { return lastConnected(h, id) },
+		StoredTokenInUse: func(id string) string { return storedTokenInUse(h, tokens, id) }})
 	if err != nil {
 		return nil, err
 	}
@@ -376,6 +376,23 @@ func lastConnected(h *hub.Hub, deviceID string) time.Time {
 		return *dev.LastSeen
 	}
 	return time.Time{}
+}
+
+// storedTokenInUse returns the token in use of device deviceID as the store
+// has it, in a cluster, where the device's last connections may have been
+// to other nodes; "" alone (the Authority's own is the store's) or when the
+// store cannot say.
+func storedTokenInUse(h *hub.Hub, tokens *tokenStore, deviceID string) string {
+	if tokens == nil || h.NodeID() == "" {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), store.OpTimeout)
+	defer cancel()
+	d, err := tokens.FindDevice(ctx, deviceID, "")
+	if err != nil {
+		return ""
+	}
+	return d.TokenID
 }
 
 // tokenStore is the hub's device store. It keeps with each device its
