@@ -43,12 +43,24 @@ async function fail(r) {
   return e;
 }
 
+// send fetches path; a failure to reach the gateway at all (it is down, or
+// the network is) becomes an APIError that says so, not the browser's bare
+// "Failed to fetch".
+async function send(path, init) {
+  try {
+    return await fetch(path, init);
+  } catch (e) {
+    if (init.signal?.aborted) throw e;
+    throw new APIError(0, 'unreachable', `Cannot reach the gateway at ${location.host} (${e.message}): is it running?`);
+  }
+}
+
 // api sends a JSON request and returns the decoded answer; exact keeps
 // integers beyond 2^53 as written (json.js), for answers shown as they are.
 export async function api(method, path, body, { exact = false } = {}) {
   const init = { method, headers: headers(body === undefined ? {} : { 'Content-Type': 'application/json' }) };
   if (body !== undefined) init.body = JSON.stringify(body);
-  const r = await fetch(path, init);
+  const r = await send(path, init);
   if (!r.ok) throw await fail(r);
   const text = await r.text();
   if (!text) return null;
@@ -57,7 +69,7 @@ export async function api(method, path, body, { exact = false } = {}) {
 
 // raw fetches a path with the key and returns the Response (metrics, photos).
 export async function raw(path) {
-  const r = await fetch(path, { headers: headers() });
+  const r = await send(path, { headers: headers() });
   if (!r.ok) throw await fail(r);
   return r;
 }

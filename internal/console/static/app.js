@@ -158,7 +158,7 @@ window.addEventListener('hashchange', route);
       signin(had ? 'The key of this tab was refused: ' + e.message : '');
       return;
     }
-    main.replaceChildren(h('p', { class: 'err', text: 'Cannot reach the gateway: ' + e.message }));
+    main.replaceChildren(h('p', { class: 'err', text: e.code === 'unreachable' ? e.message : 'Cannot reach the gateway: ' + e.message }));
     return;
   }
   start();

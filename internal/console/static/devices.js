@@ -142,7 +142,7 @@ export class Devices {
         d.alias = ev.alias;
         break;
       case 'device_offline':
-        Object.assign(d, { online: false, state: 'offline', pending_calls: 0, queued_calls: 0 });
+        Object.assign(d, { online: false, state: 'offline', pending_calls: 0, queued_calls: 0, last_seen: ev.time });
         delete d.node; // an offline device is on no node
         break;
       case 'device_forgotten':

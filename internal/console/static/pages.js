@@ -19,6 +19,10 @@ function statePill(d) {
   return h('span', { class: 'pill ' + d.state, text: d.state });
 }
 
+// lastSeen is "now" while a device is connected (its last_seen moves only
+// when it sends something), else how long ago its connection closed.
+function lastSeen(d) { return d.online ? 'now' : ago(d.last_seen); }
+
 function firmware(d) {
   return d.server_info ? `${d.server_info.name || ''} ${d.server_info.version || ''}`.trim() : '';
 }
@@ -86,7 +90,7 @@ function devicesPage(main, _, params) {
       h('td', { class: 'hide-narrow', text: d.kind + (d.protocol_version ? ' v' + d.protocol_version : '') }),
       h('td', { class: 'hide-narrow', text: firmware(d) }),
       h('td', { text: String(d.tools) }),
-      h('td', { class: 'hide-narrow', title: when(d.last_seen), text: ago(d.last_seen) }),
+      h('td', { class: 'hide-narrow', title: when(d.last_seen), text: lastSeen(d) }),
       h('td', { class: 'hide-narrow', text: reason }));
   }
 
@@ -269,7 +273,7 @@ function devicePage(main, [ref, toolName]) {
       // What a device names (its firmware, its errors) is isolated in the
       // console's sentences: a right-to-left override must not flip them.
       h('h1', {}, h('bdi', { text: d.alias }), ' ', statePill(d)),
-      h('p', { class: 'muted', id: 'device-line' }, h('span', { class: 'mono', text: d.id }), ` · ${d.kind} · ${d.transport || ''} · `, h('bdi', { text: firmware(d) }), ` · ${d.tools} tools · last seen ${ago(d.last_seen)}`,
+      h('p', { class: 'muted', id: 'device-line' }, h('span', { class: 'mono', text: d.id }), ` · ${d.kind} · ${d.transport || ''} · `, h('bdi', { text: firmware(d) }), ` · ${d.tools} tools · last seen ${lastSeen(d)}`,
         d.node ? h('span', { id: 'device-node' }, ' · node ', h('b', { text: d.node })) : null),
       reason ? h('p', { class: d.online ? 'err' : 'muted' }, d.online ? 'Error: ' : 'Offline: ', h('bdi', { text: reason })) : '',
       h('p', {}, h('a', { href: '#/photos/' + encodeURIComponent(d.id), text: 'Photos' }), ' · ', h('a', { href: '#/audit/' + encodeURIComponent(d.id), text: 'Audit' }), ' · ', h('a', { href: '#/events/' + encodeURIComponent(d.id), text: 'Events' })));
@@ -393,7 +397,9 @@ function queuedCalls(deviceID) {
   }
   function render() {
     const waiting = calls.filter((c) => c.state === 'queued' || c.state === 'running');
-    const ended = calls.filter((c) => c.state !== 'queued' && c.state !== 'running').reverse();
+    // Ended calls newest-ended first: queue order is when they were queued.
+    const ended = calls.filter((c) => c.state !== 'queued' && c.state !== 'running')
+      .sort((a, b) => (Date.parse(b.finished_at) || 0) - (Date.parse(a.finished_at) || 0));
     const shown = [...waiting, ...ended].slice(0, SHOWN_CALLS);
     body.replaceChildren(...shown.map(row));
     if (!shown.length) body.append(h('tr', {}, h('td', { colSpan: 7, class: 'muted', text: 'No queued calls.' })));
@@ -489,6 +495,13 @@ function eventsPage(main, [ref], params) {
 
 // ---- Audit
 
+// AUDIT_OUTCOMES are the gateway's error codes an audit record's outcome can
+// hold (docs/audit.md), besides ok and tool_error: a call's, a queued call's
+// and an administrative action's.
+const AUDIT_OUTCOMES = ['invalid_arguments', 'tool_not_found', 'tool_hidden', 'device_not_found', 'device_offline', 'device_timeout',
+  'device_disconnected', 'device_busy', 'device_bad_response', 'rate_limited', 'queue_full', 'client_closed', 'expired', 'cancelled',
+  'interrupted', 'forbidden', 'denied', 'internal', 'device_online', 'store_error', 'revocation_not_saved', 'bad_request', 'key_not_found'];
+
 function auditPage(main, [ref], params) {
   const fields = {
     device: h('input', { id: 'au-device', value: ref || '', placeholder: 'alias or id' }),
@@ -497,10 +510,13 @@ function auditPage(main, [ref], params) {
     since: h('input', { id: 'au-since', placeholder: '1h, 7d or a time', value: params.get('since') || '' }),
   };
   const outcome = h('select', { id: 'au-outcome' }, [['', 'any'], ['ok', 'ok'], ['error', 'any failure'], ['tool_error', 'tool_error (the device failed)'],
-    ...['invalid_arguments', 'tool_not_found', 'device_not_found', 'device_offline', 'device_timeout', 'device_disconnected', 'device_busy', 'rate_limited', 'forbidden', 'denied'].map((c) => [c, c])]
+    ...AUDIT_OUTCOMES.map((c) => [c, c])]
     .map(([v, label]) => h('option', { value: v }, label)));
-  outcome.value = params.get('outcome') || '';
-  if (outcome.selectedIndex < 0) outcome.value = '';
+  // An outcome the list lacks (a link from a newer gateway) is kept as its
+  // own option, not silently dropped for "any".
+  const asked = params.get('outcome') || '';
+  if (asked && !['', 'ok', 'error', 'tool_error', ...AUDIT_OUTCOMES].includes(asked)) outcome.append(h('option', { value: asked }, asked));
+  outcome.value = asked;
   const body = h('tbody');
   const pager = h('div', { class: 'pager' });
   const err = h('div');
@@ -604,7 +620,7 @@ function sourcesPage(main) {
       h('td', {}, statePill(d)),
       h('td', {}, h('a', { href: '#/device/' + encodeURIComponent(d.id), text: d.alias })),
       h('td', { text: d.kind }), h('td', { text: d.transport || '' }), h('td', { class: 'mono', text: d.remote || '' }),
-      h('td', { text: firmware(d) }), h('td', { text: String(d.tools) }), h('td', { text: ago(d.last_seen) }),
+      h('td', { text: firmware(d) }), h('td', { text: String(d.tools) }), h('td', { text: lastSeen(d) }),
       h('td', { text: d.online ? d.last_error || '' : app.devices.reasons.get(d.id) || d.last_error || '' }))));
     if (!list.length) body.append(h('tr', {}, h('td', { colSpan: 9, class: 'muted', text: 'No sources: see docs/endpoint.md and mcpgate bridge.' })));
   }
