@@ -256,8 +256,8 @@ func testHTTPSessionRenewedByPing(t *testing.T, tsStyle bool) {
 	gw := startGateway(t)
 	srv := newSDKServerStyle(t, tsStyle)
 	runBridge(t, bridge.Config{
-		URL:        "ws://" + gw.Addr() + endpoint.Path,
-		Servers:    []bridge.Server{{Name: "sdk", URL: srv.URL()}},
+		URL:     "ws://" + gw.Addr() + endpoint.Path,
+		Servers: []bridge.Server{{Name: "sdk", URL: srv.URL()}},
 		// The gateway is pinged as often, each ping given as long: short
 		// enough to see the server's lost session soon, long enough that a
 		// loaded machine does not drop the gateway's connection.
