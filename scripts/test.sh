@@ -146,7 +146,12 @@ else
   echo "-- PostgreSQL $("$pgbin/postgres" --version | awk '{print $3}') on 127.0.0.1:$pgport (data in $pgdir, removed at exit)"
 fi
 
-echo "== go vet"
+echo "== gofmt, go vet"
+unformatted=$(gofmt -l .)
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:" $unformatted
+  exit 1
+fi
 go vet ./...
 
 echo "== cross-build mcpgate-device (static, for the boards it runs on)"
