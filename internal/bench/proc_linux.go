@@ -44,6 +44,7 @@ func readRSS(pid int) (uint64, error) {
 // /proc/<pid>/cmdline: what the gateway's process_start_time_seconds
 // metric is computed from.
 func readProcess(pid int) (started time.Time, cmdline string, err error) {
+	const starttime = 22
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if errors.Is(err, os.ErrNotExist) {
 		return time.Time{}, "", fmt.Errorf("no process %d on this machine", pid)
@@ -51,13 +52,11 @@ func readProcess(pid int) (started time.Time, cmdline string, err error) {
 	if err != nil {
 		return time.Time{}, "", fmt.Errorf("read process %d: %w", pid, err)
 	}
-	i := bytes.LastIndexByte(b, ')') // as in readCPU
-	const starttime = 22 - 3
-	f := bytes.Fields(b[i+1:])
-	if i < 0 || len(f) <= starttime {
-		return time.Time{}, "", fmt.Errorf("process %d: malformed /proc/%d/stat", pid, pid)
+	f, err := statFields(pid, b, starttime)
+	if err != nil {
+		return time.Time{}, "", err
 	}
-	ticks, err := strconv.ParseUint(string(f[starttime]), 10, 64)
+	ticks, err := strconv.ParseUint(string(f[starttime-3]), 10, 64)
 	if err != nil {
 		return time.Time{}, "", fmt.Errorf("process %d: /proc/%d/stat: %w", pid, pid, err)
 	}
@@ -137,23 +136,33 @@ func readCPU(pid int) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read processor time of process %d: %w", pid, err)
 	}
-	// The command name (field 2) is in parentheses and may hold anything;
-	// the numbered fields resume after the last ')', with field 3 first.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("process %d: malformed /proc/%d/stat", pid, pid)
+	const utime, stime = 14, 15
+	f, err := statFields(pid, b, stime)
+	if err != nil {
+		return 0, err
 	}
-	f := bytes.Fields(b[i+1:])
-	const utime, stime = 14 - 3, 15 - 3
-	if len(f) <= stime {
-		return 0, fmt.Errorf("process %d: short /proc/%d/stat", pid, pid)
-	}
-	u, err1 := strconv.ParseUint(string(f[utime]), 10, 64)
-	s, err2 := strconv.ParseUint(string(f[stime]), 10, 64)
+	u, err1 := strconv.ParseUint(string(f[utime-3]), 10, 64)
+	s, err2 := strconv.ParseUint(string(f[stime-3]), 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
 		return 0, fmt.Errorf("process %d: /proc/%d/stat: %w", pid, pid, err)
 	}
 	return time.Duration(u+s) * clockTick, nil
+}
+
+// statFields returns the fields of stat, process pid's /proc/<pid>/stat,
+// from field 3 on (field n at n-3), at least up to field last. The command
+// name (field 2) is in parentheses and may hold anything: the numbered
+// fields resume after the last ')'.
+func statFields(pid int, stat []byte, last int) ([][]byte, error) {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return nil, fmt.Errorf("process %d: malformed /proc/%d/stat", pid, pid)
+	}
+	f := bytes.Fields(stat[i+1:])
+	if len(f) <= last-3 {
+		return nil, fmt.Errorf("process %d: short /proc/%d/stat", pid, pid)
+	}
+	return f, nil
 }
 
 // readMachineCPU returns the processor time all processes have used so far,
