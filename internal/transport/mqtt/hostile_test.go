@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http/httptest"
 	"strings"
@@ -874,4 +875,60 @@ func waitState(t testing.TB, h *hub.Hub, ref string, want hub.State) hub.Device 
 		return err == nil && d.State == want
 	})
 	return d
+}
+
+// TestCloseWhileClientsChurn: the broker stops while devices connect and
+// leave. mochi's own listener close read-locked its client map twice, so a
+// client leaving between the two locks hung the gateway's shutdown forever.
+func TestCloseWhileClientsChurn(t *testing.T) {
+	for round := range 20 {
+		// Not bareBroker: its cleanup would wait on a Close that hung.
+		m := metrics.New()
+		h := hub.New(hub.Config{Logger: slog.New(slog.DiscardHandler), Metrics: m})
+		tr, err := mqtt.New(mqtt.Config{Hub: h, Logger: slog.New(slog.DiscardHandler), Metrics: m, Addr: "127.0.0.1:0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Start(); err != nil {
+			t.Fatal(err)
+		}
+		addr := tr.Addr()
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				var buf bytes.Buffer
+				pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4,
+					Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 60,
+						ClientIdentifier: xiaozhi.MQTTClientID{Group: "raw", DeviceID: fmt.Sprintf("02:00:00:00:%02x:%02x", round, g),
+							UUID: "6f1d9e52-0000-4000-8000-000000000003"}.String()}}
+				_ = pk.ConnectEncode(&buf)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					conn, err := net.DialTimeout("tcp", addr, time.Second)
+					if err != nil {
+						return // the broker is closed
+					}
+					_, _ = conn.Write(buf.Bytes())
+					_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+					_, _ = conn.Read(make([]byte, 4))
+					_ = conn.Close()
+				}
+			})
+		}
+		time.Sleep(20 * time.Millisecond)
+		closed := make(chan struct{})
+		go func() { tr.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("round %d: the broker's Close hung with clients connecting and leaving", round)
+		}
+		close(stop)
+		wg.Wait()
+	}
 }

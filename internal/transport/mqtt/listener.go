@@ -157,10 +157,15 @@ func (l *listener) isClosed() bool {
 	return l.closed
 }
 
-// Close stops accepting, lets mochi disconnect its clients, closes the
+// Close stops accepting, disconnects the broker's clients, closes the
 // connections that never became clients (no CONNECT yet), and waits for
 // every connection goroutine and the Serve loop.
-func (l *listener) Close(closeClients listeners.CloseFn) {
+//
+// mochi's own closeClients is not called: it read-locks the broker's client
+// map twice (Clients.GetByListener calls Len under its RLock), so a client
+// attaching or leaving at that moment (a write lock waiting between the
+// two) deadlocked the gateway's shutdown. GetAll locks once.
+func (l *listener) Close(listeners.CloseFn) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -169,7 +174,11 @@ func (l *listener) Close(closeClients listeners.CloseFn) {
 	l.closed = true
 	l.mu.Unlock()
 	_ = l.ln.Close()
-	closeClients(l.id)
+	for _, cl := range l.t.srv.Clients.GetAll() {
+		if cl.Net.Listener == l.id && !cl.Closed() {
+			_ = l.t.srv.DisconnectClient(cl, packets.ErrServerShuttingDown)
+		}
+	}
 	l.mu.Lock()
 	for tc := range l.live {
 		_ = tc.Close()
