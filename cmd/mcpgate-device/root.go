@@ -7,7 +7,6 @@ import (
 	"os"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -62,49 +61,14 @@ func (o *options) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.resolution, "resolution", "640x480", "photo size")
 }
 
-// agent builds the agent from the options; readOnly writes nothing in the
-// state directory (devagent.Config.ReadOnly).
+// agent builds the agent from the options, which apply checked; readOnly
+// writes nothing in the state directory (devagent.Config.ReadOnly).
 func (o *options) agent(stderr io.Writer, profile device.Profile, readOnly bool) (*devagent.Agent, *slog.Logger, error) {
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return nil, nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
-	}
+	_ = level.UnmarshalText([]byte(o.logLevel)) // apply checked it
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if o.irAddr < 0 || o.irAddr > 255 {
-		return nil, nil, fmt.Errorf("--ir-addr %d: want 0..255", o.irAddr)
-	}
-	if !slices.Contains(ir.SupportedBauds, o.irBaud) {
-		rates := make([]string, len(ir.SupportedBauds))
-		for i, b := range ir.SupportedBauds {
-			rates[i] = strconv.Itoa(b)
-		}
-		return nil, nil, fmt.Errorf("--ir-baud %d (or IR_BAUD): unsupported baud rate (supported: %s)", o.irBaud, strings.Join(rates, ", "))
-	}
-	// A key with no value in the config file is the empty string: where
-	// that means nothing, it is a mistake, better said at start than met
-	// on the first photo or IR code.
-	for _, f := range []struct{ flag, value string }{{"--state-dir", o.stateDir}, {"--ir-port", o.irPort},
-		{"--amixer-control", o.amixerControl}, {"--camera", o.camera}, {"--resolution", o.resolution}} {
-		if strings.TrimSpace(f.value) == "" {
-			return nil, nil, fmt.Errorf("%s is empty: a key with no value in the config file, or an empty variable? Leave it out for the default", f.flag)
-		}
-	}
-	if o.irTimeout <= 0 {
-		return nil, nil, fmt.Errorf("--ir-timeout %s: want a positive duration such as 1s", o.irTimeout)
-	}
-	var packs []string
-	for _, p := range strings.Split(o.packs, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			packs = append(packs, p)
-		}
-	}
-	if packs == nil {
-		// Serving no tools is never what was meant: an empty value in
-		// the file or the environment, most likely.
-		return nil, nil, fmt.Errorf("--packs %q names no pack: give one or more of %s", o.packs, strings.Join(devagent.Packs, ", "))
-	}
 	a, err := devagent.New(devagent.Config{
-		StateDir: o.stateDir, ID: o.id, Packs: packs,
+		StateDir: o.stateDir, ID: o.id, Packs: o.packList(),
 		IR:    ir.ModuleConfig{Port: o.irPort, Baud: o.irBaud, Addr: byte(o.irAddr), ExactAddr: true, Timeout: o.irTimeout},
 		Mixer: o.mixer, AmixerControl: o.amixerControl,
 		Camera: o.camera, Capture: o.capture, Resolution: o.resolution,
@@ -301,8 +265,9 @@ const envPrefix = "MCPGATE_DEVICE_"
 // compatEnv are py-xiaozhi's names for two settings; ours win over them.
 var compatEnv = map[string]string{"ir-port": "IR_SERIAL_PORT", "ir-baud": "IR_BAUD"}
 
-// apply fills the command's flags from the environment and the config file:
-// the command line wins over the environment, which wins over the file.
+// apply fills the command's flags from the environment and the config file,
+// the command line winning over the environment, which wins over the file,
+// and checks every value, naming where a refused one was given.
 func (o *options) apply(cmd *cobra.Command) error {
 	fs := cmd.Flags()
 	if !fs.Changed("config") {
@@ -310,22 +275,11 @@ func (o *options) apply(cmd *cobra.Command) error {
 			o.config = v
 		}
 	}
-	// py-xiaozhi's names are environment too: set before the file is read,
-	// so that they beat it.
-	for flag, env := range compatEnv {
-		v, ok := os.LookupEnv(env)
-		if !ok || v == "" || fs.Changed(flag) {
-			continue
-		}
-		if _, ours := os.LookupEnv(flagconfig.EnvName(envPrefix, flag)); ours {
-			continue
-		}
-		if err := fs.Set(flag, v); err != nil {
-			return fmt.Errorf("environment %s=%q: %w", env, v, err)
-		}
+	if err := flagconfig.ApplyOptions(fs, flagconfig.Options{File: o.config, EnvPrefix: envPrefix, EnvAliases: compatEnv,
+		Help: "this command's --help", Ignore: otherCommandsFlags(cmd), Lists: []string{"packs"}, Check: o.checkOne}); err != nil {
+		return err
 	}
-	return flagconfig.ApplyOptions(fs, flagconfig.Options{File: o.config, EnvPrefix: envPrefix,
-		Help: "this command's --help", Ignore: otherCommandsFlags(cmd), Lists: []string{"packs"}})
+	return locate(fs, o.check(""))
 }
 
 // otherCommandsFlags lists the flags of every mcpgate-device command, so

@@ -185,7 +185,7 @@ func TestEnvironmentBeatsFile(t *testing.T) {
 		{"file", nil, "/dev/from-file 19200", ""},
 		{"py-xiaozhi names", map[string]string{"IR_SERIAL_PORT": "/dev/from-env", "IR_BAUD": "115200"}, "/dev/from-env 115200", ""},
 		{"ours win", map[string]string{"IR_SERIAL_PORT": "/dev/py", "MCPGATE_DEVICE_IR_PORT": "/dev/ours"}, "/dev/ours 19200", ""},
-		{"bad IR_BAUD", map[string]string{"IR_BAUD": "fast"}, "", `environment IR_BAUD="fast"`},
+		{"bad IR_BAUD", map[string]string{"IR_BAUD": "fast"}, "", `environment IR_BAUD: invalid argument "fast"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {
@@ -215,6 +215,56 @@ func TestEnvironmentBeatsFile(t *testing.T) {
 	}
 }
 
+// TestSettingsCheckedFromEverySource: an IR setting (or any other the agent
+// checks) is refused with the same message from a flag, the environment
+// (py-xiaozhi's names too) or the config file, named as it was given; a
+// file's value that a flag or the environment overrides is checked too.
+func TestSettingsCheckedFromEverySource(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "device.yaml")
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(conf, []byte("state-dir: "+dir+"\nir-addr: 300\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(good, []byte("ir-timeout: 2s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"flag", nil, []string{"--ir-baud", "14400"}, "--ir-baud 14400: unsupported baud rate (supported: 1200, 2400"},
+		{"environment", map[string]string{"MCPGATE_DEVICE_IR_BAUD": "14400"}, nil,
+			"environment MCPGATE_DEVICE_IR_BAUD: 14400: unsupported baud rate (supported: 1200, 2400"},
+		{"py-xiaozhi's name", map[string]string{"IR_BAUD": "14400"}, nil, "environment IR_BAUD: 14400: unsupported baud rate"},
+		{"environment addr", map[string]string{"MCPGATE_DEVICE_IR_ADDR": "-1"}, nil, "environment MCPGATE_DEVICE_IR_ADDR: -1: want 0..255"},
+		{"environment timeout", map[string]string{"MCPGATE_DEVICE_IR_TIMEOUT": "0s"}, nil,
+			"environment MCPGATE_DEVICE_IR_TIMEOUT: 0s: want a positive duration such as 1s"},
+		{"environment port", map[string]string{"MCPGATE_DEVICE_IR_PORT": " "}, nil, "environment MCPGATE_DEVICE_IR_PORT: is empty"},
+		{"environment log level", map[string]string{"MCPGATE_DEVICE_LOG_LEVEL": "loud"}, nil,
+			`environment MCPGATE_DEVICE_LOG_LEVEL: "loud": want debug, info, warn or error`},
+		{"file", nil, []string{"--config", conf}, "config file " + conf + ": ir-addr (line 2): 300: want 0..255"},
+		{"file under the environment", map[string]string{"MCPGATE_DEVICE_IR_ADDR": "1"}, []string{"--config", conf},
+			"ir-addr (line 2): 300: want 0..255 (environment MCPGATE_DEVICE_IR_ADDR overrides it: fix or remove it)"},
+		{"file under a flag", nil, []string{"--config", conf, "--ir-addr", "1"},
+			"ir-addr (line 2): 300: want 0..255 (--ir-addr overrides it: fix or remove it)"},
+		{"good file value under a bad environment one", map[string]string{"MCPGATE_DEVICE_IR_TIMEOUT": "-1s"}, []string{"--config", good},
+			"environment MCPGATE_DEVICE_IR_TIMEOUT: -1s: want a positive duration"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			_, _, err := execute(t, append([]string{"tools", "--state-dir", dir}, tc.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
 func TestFlagMistakesStopAtStart(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct {
@@ -227,7 +277,7 @@ func TestFlagMistakesStopAtStart(t *testing.T) {
 		{[]string{"tools", "--ir-timeout", "0"}, "--ir-timeout 0s: want a positive duration such as 1s"},
 		{[]string{"tools", "--ir-port", ""}, "--ir-port is empty"},
 		{[]string{"tools", "--camera", " "}, "--camera is empty"},
-		{[]string{"tools", "--packs", "ir", "--ir-baud", "14400"}, "--ir-baud 14400 (or IR_BAUD): unsupported baud rate (supported: 1200, 2400"},
+		{[]string{"tools", "--packs", "ir", "--ir-baud", "14400"}, "--ir-baud 14400: unsupported baud rate (supported: 1200, 2400"},
 		{[]string{"run", "--ota", "127.0.0.1:1/xiaozhi/ota/"}, "--ota"},
 		{[]string{"run", "--ota", "ws://127.0.0.1:1/xiaozhi/ota/"}, "want a http:// or https:// URL"},
 		{[]string{"run", "--server", "127.0.0.1:1/xiaozhi/v1/"}, "--server"},

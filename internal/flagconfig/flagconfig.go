@@ -50,6 +50,10 @@ type Options struct {
 	// comma-separated. A list for any other flag that does not collect
 	// values one at a time is refused.
 	Lists []string
+	// EnvAliases gives flags a second environment variable, another
+	// program's name for the setting (py-xiaozhi's IR_BAUD for ir-baud):
+	// it is read, when not empty, if the flag's own variable is not set.
+	EnvAliases map[string]string
 	// Check, if not nil, refuses what the command refuses of flag name's
 	// value by itself (a duration that must be positive), not for want of
 	// another setting; nil accepts it. It is asked of the file's value of
@@ -82,6 +86,9 @@ func ApplyOptions(fs *pflag.FlagSet, o Options) error {
 		}
 		env := EnvName(o.EnvPrefix, f.Name)
 		v, inEnv := os.LookupEnv(env)
+		if alias := o.EnvAliases[f.Name]; !inEnv && alias != "" && os.Getenv(alias) != "" {
+			env, v, inEnv = alias, os.Getenv(alias), true
+		}
 		if s, ok := fromFile[f.Name]; ok && (f.Changed || inEnv) {
 			winner := "--" + f.Name
 			if !f.Changed {

@@ -299,3 +299,45 @@ func TestOverriddenFileValueChecked(t *testing.T) {
 		})
 	}
 }
+
+// TestEnvAliases: a flag's second variable is read, when not empty, if its
+// own is not set; it wins over the file, is named in errors, and the
+// file's value under it is checked.
+func TestEnvAliases(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("call-timeout: -5s\naddr: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	aliases := map[string]string{"call-timeout": "OLD_TIMEOUT", "addr": "OLD_ADDR"}
+	t.Setenv("OLD_ADDR", "y")
+	t.Setenv("OLD_TIMEOUT", "")
+	fs, addr, _, _ := newTestFlags()
+	if err := ApplyOptions(fs, Options{File: file, EnvPrefix: "MCPGATE_", EnvAliases: aliases}); err != nil {
+		t.Fatal(err)
+	}
+	if *addr != "y" || Origin(fs, "addr") != "environment OLD_ADDR" {
+		t.Fatalf("addr %q from %q, want y from environment OLD_ADDR", *addr, Origin(fs, "addr"))
+	}
+	t.Setenv("MCPGATE_ADDR", "z")
+	fs, addr, _, _ = newTestFlags()
+	if err := ApplyOptions(fs, Options{File: file, EnvPrefix: "MCPGATE_", EnvAliases: aliases}); err != nil || *addr != "z" {
+		t.Fatalf("our variable should win: addr %q, %v", *addr, err)
+	}
+	t.Setenv("OLD_TIMEOUT", "5s")
+	fs, _, _, _ = newTestFlags()
+	positive := func(name string) error {
+		if d, err := fs.GetDuration(name); err == nil && d <= 0 {
+			return fmt.Errorf("must be positive, got %s", d)
+		}
+		return nil
+	}
+	err := ApplyOptions(fs, Options{File: file, EnvPrefix: "MCPGATE_", EnvAliases: aliases, Check: positive})
+	if want := "call-timeout (line 1): must be positive, got -5s (environment OLD_TIMEOUT overrides it"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err %v, want %q", err, want)
+	}
+	t.Setenv("OLD_TIMEOUT", "soon")
+	fs, _, _, _ = newTestFlags()
+	if err := ApplyOptions(fs, Options{EnvPrefix: "MCPGATE_", EnvAliases: aliases}); err == nil || !strings.HasPrefix(err.Error(), `environment OLD_TIMEOUT: invalid argument "soon"`) {
+		t.Fatalf("bad alias value: %v", err)
+	}
+}
