@@ -40,7 +40,7 @@ per model request, --llm-max-steps, the tools' timeouts); --wait gives up
 sooner. An answer that stopped short (step limit, the model's output limit,
 a content filter) says so on stderr, "(stopped: ...)". A chat the gateway
 refuses (no model configured, unknown device) prints "error: <code>:
-<message>" and exits 1.`,
+<message>" and exits 1; so does Ctrl-C, printing "interrupted".`,
 		Example: `  mcpgate chat kitchen "turn the volume down a bit"
   mcpgate chat kitchen what is the battery level
   mcpgate chat kitchen "and now louder" --conversation alice
@@ -63,7 +63,13 @@ refuses (no model configured, unknown device) prints "error: <code>:
 				defer cancel()
 			}
 			failed := func(err error) error {
-				if ctx.Err() != nil && cmd.Context().Err() == nil {
+				if cmd.Context().Err() != nil {
+					// Ctrl-C: asked for, so said as such, not as the
+					// request's "context canceled"; still no answer.
+					fmt.Fprintln(g.stderr, "interrupted")
+					return exitError{code: 1}
+				}
+				if ctx.Err() != nil {
 					return fmt.Errorf("no answer within --wait %s: the chat was still running (raise --wait, or leave it 0 to wait as long as the gateway's --llm-timeout and --llm-max-steps allow)", wait)
 				}
 				return reportNotFound(cmd.Context(), g, c, args[0], "", err)

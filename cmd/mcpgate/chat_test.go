@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -154,5 +156,36 @@ func TestChatCmdWait(t *testing.T) {
 	r.want(t, 1)
 	if !strings.Contains(r.stderr, "--wait -1s: want a positive duration") {
 		t.Errorf("stderr %q", r.stderr)
+	}
+}
+
+// TestChatCmdInterrupted: Ctrl-C during a chat, streamed or --json, says
+// "interrupted" and exits 1, not with the request's "context canceled".
+func TestChatCmdInterrupted(t *testing.T) {
+	t.Parallel()
+	stub := llmtest.New(t, func(n int, _ llmtest.Request) llmtest.Reply {
+		if n%2 == 0 {
+			return llmtest.Reply{ToolCalls: []llmtest.Call{{ID: "v", Name: "self_audio_speaker_set_volume", Arguments: `{"volume":30}`}}}
+		}
+		return llmtest.Reply{Content: "Let me", Stall: time.Minute}
+	})
+	gw, _ := gatewaytest.Start(t, gateway.Config{Version: "test", LLM: agent.Config{BaseURL: stub.URL, Model: "m"}})
+	d := connect(t, gw.Addr(), devicetest.Config{})
+	for i, mode := range [][]string{nil, {"--json"}} {
+		// As main's signal.NotifyContext does, once the chat is under way:
+		// the device has its tool call.
+		ctx, cancel := context.WithCancelCause(t.Context())
+		go func() {
+			for len(d.Calls()) <= i && ctx.Err() == nil {
+				time.Sleep(10 * time.Millisecond)
+			}
+			cancel(errors.New("interrupt signal received"))
+		}()
+		r := runContext(ctx, gw.Addr(), append([]string{"chat", devID, "how are you"}, mode...)...)
+		cancel(nil)
+		r.want(t, 1)
+		if !strings.HasSuffix(r.stderr, "interrupted\n") || strings.Contains(r.stderr, "context canceled") || strings.Contains(r.stderr, "mcpgate:") {
+			t.Errorf("%v: stderr %q", mode, r.stderr)
+		}
 	}
 }

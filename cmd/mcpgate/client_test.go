@@ -91,10 +91,15 @@ type result struct {
 // run runs the CLI as main does, and returns what it printed and its exit code.
 func run(t *testing.T, addr string, args ...string) result {
 	t.Helper()
+	return runContext(t.Context(), addr, args...)
+}
+
+// runContext is run under ctx, which main's signal handling cancels.
+func runContext(ctx context.Context, addr string, args ...string) result {
 	var stdout, stderr bytes.Buffer
 	root := newRootCmd(&stdout, &stderr)
 	root.SetArgs(append([]string{"--server", addr}, args...))
-	err := root.ExecuteContext(t.Context())
+	err := root.ExecuteContext(ctx)
 	code := 0
 	if err != nil {
 		var ee exitError
