@@ -185,6 +185,10 @@ func TestFromDevice(t *testing.T) {
 	tests := []struct{ name, reply, want string }{
 		{"object", `{"jsonrpc":"2.0","id":"mcpgate-call-7","result":{"status":"success","message":"音量已成功设置为 80"}}`,
 			`{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"{\"status\":\"success\",\"message\":\"音量已成功设置为 80\"}"}],"structuredContent":{"status":"success","message":"音量已成功设置为 80"},"isError":false}}`},
+		// Data like any object: in this dialect (seed 001, PROTOCOL.md §4)
+		// a tool fails with an error reply, and a result is the tool's output.
+		{"object with isError", `{"jsonrpc":"2.0","id":"mcpgate-call-3","result":{"isError":true,"message":"m"}}`,
+			`{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"{\"isError\":true,\"message\":\"m\"}"}],"structuredContent":{"isError":true,"message":"m"},"isError":false}}`},
 		{"string", `{"jsonrpc":"2.0","id":"mcpgate-call-1","result":"done"}`,
 			`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"done"}],"isError":false}}`},
 		{"number", `{"jsonrpc":"2.0","id":"mcpgate-call-1","result":42}`,
