@@ -40,7 +40,7 @@ per model request, --llm-max-steps, the tools' timeouts); --wait gives up
 sooner. An answer that stopped short (step limit, the model's output limit,
 a content filter) says so on stderr, "(stopped: ...)". A chat the gateway
 refuses (no model configured, unknown device) prints "error: <code>:
-<message>" and exits 1; so does Ctrl-C, printing "interrupted".`,
+<message>" and exits 1; so does Ctrl-C, printing "mcpgate: interrupted".`,
 		Example: `  mcpgate chat kitchen "turn the volume down a bit"
   mcpgate chat kitchen what is the battery level
   mcpgate chat kitchen "and now louder" --conversation alice
@@ -66,7 +66,7 @@ refuses (no model configured, unknown device) prints "error: <code>:
 				if cmd.Context().Err() != nil {
 					// Ctrl-C: asked for, so said as such, not as the
 					// request's "context canceled"; still no answer.
-					fmt.Fprintln(g.stderr, "interrupted")
+					fmt.Fprintln(g.stderr, "mcpgate: interrupted")
 					return exitError{code: 1}
 				}
 				if ctx.Err() != nil {

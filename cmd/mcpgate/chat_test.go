@@ -184,7 +184,7 @@ func TestChatCmdInterrupted(t *testing.T) {
 		r := runContext(ctx, gw.Addr(), append([]string{"chat", devID, "how are you"}, mode...)...)
 		cancel(nil)
 		r.want(t, 1)
-		if !strings.HasSuffix(r.stderr, "interrupted\n") || strings.Contains(r.stderr, "context canceled") || strings.Contains(r.stderr, "mcpgate:") {
+		if !strings.HasSuffix(r.stderr, "mcpgate: interrupted\n") || strings.Contains(r.stderr, "context canceled") {
 			t.Errorf("%v: stderr %q", mode, r.stderr)
 		}
 	}

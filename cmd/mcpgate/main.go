@@ -26,9 +26,22 @@ func main() {
 		if errors.As(err, &ee) {
 			os.Exit(ee.code)
 		}
+		if interrupted(ctx, err) {
+			fmt.Fprintln(os.Stderr, "mcpgate: interrupted")
+			os.Exit(1)
+		}
 		fmt.Fprintln(os.Stderr, "mcpgate:", visibleLines(err.Error())) // it may quote a gateway's or a device's words
 		os.Exit(1)
 	}
+}
+
+// interrupted reports whether err is only the signal that stopped the
+// command (a request cut short by Ctrl-C): that is said plainly, not as Go's
+// "context canceled" or "Post ...: interrupt signal received". An error of
+// its own after the signal (a shutdown that could not store something) is
+// still printed as it is.
+func interrupted(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.Cause(ctx)))
 }
 
 // exitError carries a specific exit code for errors already reported.
