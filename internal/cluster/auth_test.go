@@ -70,11 +70,17 @@ func TestRouteWrongTokenRefused(t *testing.T) {
 			tc.b.aloneAfter = 500 * time.Millisecond
 			nodes := startNodes(t, tc.a, tc.b)
 			defer func() {
+				route := nodes[0].node.RouteURL()
+				// The node that dialed hears of the refusal at its next try,
+				// later on a loaded machine.
+				deadline := time.Now().Add(10 * time.Second)
+				for !strings.Contains(logs.String(), "peer="+strings.TrimPrefix(route, "nats://")) && time.Now().Before(deadline) {
+					time.Sleep(50 * time.Millisecond)
+				}
 				got := logs.String()
 				if warned := strings.Count(got, "level=WARN"); warned == 0 || warned > 6 {
 					t.Errorf("%d warnings; want a few:\n%s", warned, got)
 				}
-				route := nodes[0].node.RouteURL()
 				if !strings.Contains(got, tc.why) || !strings.Contains(got, "peer="+strings.TrimPrefix(route, "nats://")) {
 					t.Errorf("no warning saying %q and naming the other node %s:\n%s", tc.why, route, got)
 				}
