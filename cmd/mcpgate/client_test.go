@@ -234,6 +234,19 @@ func TestDevicesAliasCmd(t *testing.T) {
 	if !strings.HasPrefix(r.stderr, "error: bad_request: invalid alias") {
 		t.Errorf("bad alias: %q", r.stderr)
 	}
+	// Only ASCII letters are lowered: these are refused, quoted as typed.
+	for _, typed := range []string{"KİTCHEN", "\u212Aitchen2", "ｋｉｔｃｈｅｎ"} {
+		r = run(t, addr, "devices", "alias", "kitchen", typed)
+		r.want(t, 1)
+		if !strings.HasPrefix(r.stderr, fmt.Sprintf("error: bad_request: invalid alias: %q", typed)) {
+			t.Errorf("alias %q: %q", typed, r.stderr)
+		}
+	}
+	r = run(t, addr, "devices", "show", "\u212Aitchen")
+	r.want(t, 1)
+	if !strings.HasPrefix(r.stderr, "error: device_not_found: ") {
+		t.Errorf("the Kelvin sign reached kitchen: %q", r.stderr)
+	}
 	r = run(t, addr, "devices", "alias", "kitchen", "hall", "--json")
 	r.want(t, 0)
 	var dev hub.Device
