@@ -13,9 +13,10 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode/utf8"
+
+	"github.com/mattn/go-runewidth"
 
 	"github.com/mcpgate/mcpgate/internal/api"
 )
@@ -95,20 +96,52 @@ func reportError(g *globals, err error) error {
 }
 
 // printTable writes rows aligned in columns, under header unless it is nil.
+// Columns are laid out by the width a terminal gives each cell (see
+// cellWidth), not by its runes as text/tabwriter does, so that a column
+// after Chinese, full-width or emoji text, or a letter with a combining
+// accent, still lines up. As with tabwriter, every cell but a line's last
+// is padded to its column's widest cell plus two spaces.
 func printTable(w io.Writer, header []string, rows [][]string) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	lines := make([][]string, 0, len(rows)+1)
 	if header != nil {
-		fmt.Fprintln(tw, strings.Join(header, "\t"))
+		lines = append(lines, header)
 	}
 	for _, r := range rows {
 		cells := make([]string, len(r))
 		for i, c := range r {
 			cells[i] = visible(c)
 		}
-		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+		lines = append(lines, cells)
 	}
-	return tw.Flush()
+	var widths []int
+	for _, l := range lines {
+		for i, c := range l[:max(len(l)-1, 0)] {
+			if i == len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], cellWidth.StringWidth(c))
+		}
+	}
+	var b strings.Builder
+	for _, l := range lines {
+		for i, c := range l {
+			b.WriteString(c)
+			if i < len(l)-1 {
+				b.WriteString(strings.Repeat(" ", widths[i]-cellWidth.StringWidth(c)+2))
+			}
+		}
+		b.WriteByte('\n')
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }
+
+// cellWidth measures text in terminal columns: East Asian wide and
+// full-width characters and emoji take two, combining marks none.
+// Characters of ambiguous width (…, →, Greek, Cyrillic) take one whatever
+// the locale, as most terminals show them, so that a table does not depend
+// on LANG.
+var cellWidth = &runewidth.Condition{EastAsianWidth: false, StrictEmojiNeutral: true}
 
 // visible returns s with what a terminal would act on rather than show
 // written as an escape: C0 controls (\n, \t and \r as such, the others
@@ -180,16 +213,28 @@ func ago(now time.Time, t *time.Time) string {
 	return fmt.Sprintf("%dd ago", int(d/(24*time.Hour)))
 }
 
-// oneLine collapses runs of white space, newlines included, so a value
-// cannot break a table row, and cuts it to max runes with an ellipsis
-// (max <= 0 means no limit).
+// oneLine puts s on one line, so a value cannot break a table row: each run
+// of line breaks, tabs and ASCII spaces becomes one space, and other
+// characters, such as the ideographic space U+3000, stay as they are. It
+// then cuts s to max terminal columns (see cellWidth) with an ellipsis, so
+// a Chinese text takes no more room than an English one (max <= 0 means no
+// limit).
 func oneLine(s string, max int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if max <= 0 || utf8.RuneCountInString(s) <= max {
+	s = strings.Join(strings.FieldsFunc(s, isBreakOrASCIISpace), " ")
+	if max <= 0 || cellWidth.StringWidth(s) <= max {
 		return s
 	}
-	r := []rune(s)
-	return strings.TrimRight(string(r[:max-1]), " ") + "…"
+	return strings.TrimRight(cellWidth.Truncate(s, max-1, ""), " ") + "…"
+}
+
+// isBreakOrASCIISpace reports whether r is ASCII white space or a line
+// break (NEL, LINE and PARAGRAPH SEPARATOR).
+func isBreakOrASCIISpace(r rune) bool {
+	switch r {
+	case ' ', '\t', '\n', '\v', '\f', '\r', '\u0085', '\u2028', '\u2029':
+		return true
+	}
+	return false
 }
 
 // orDash shows an empty table cell as "-".

@@ -11,9 +11,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mattn/go-runewidth"
 
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/api"
@@ -231,6 +234,19 @@ func TestDevicesAliasCmd(t *testing.T) {
 	if !strings.HasPrefix(r.stderr, "error: bad_request: invalid alias") {
 		t.Errorf("bad alias: %q", r.stderr)
 	}
+	// Only ASCII letters are lowered: these are refused, quoted as typed.
+	for _, typed := range []string{"KİTCHEN", "\u212Aitchen2", "ｋｉｔｃｈｅｎ"} {
+		r = run(t, addr, "devices", "alias", "kitchen", typed)
+		r.want(t, 1)
+		if !strings.HasPrefix(r.stderr, fmt.Sprintf("error: bad_request: invalid alias: %q", typed)) {
+			t.Errorf("alias %q: %q", typed, r.stderr)
+		}
+	}
+	r = run(t, addr, "devices", "show", "\u212Aitchen")
+	r.want(t, 1)
+	if !strings.HasPrefix(r.stderr, "error: device_not_found: ") {
+		t.Errorf("the Kelvin sign reached kitchen: %q", r.stderr)
+	}
 	r = run(t, addr, "devices", "alias", "kitchen", "hall", "--json")
 	r.want(t, 0)
 	var dev hub.Device
@@ -288,6 +304,60 @@ func TestToolsCmd(t *testing.T) {
 	r.want(t, 1)
 	if !strings.HasPrefix(r.stderr, "error: device_not_found: ") {
 		t.Errorf("unknown device: %q", r.stderr)
+	}
+}
+
+// TestTablesWideText checks that the devices and tools tables line up on a
+// terminal with Chinese, full-width, emoji and NFD text, and that a Chinese
+// description is cut to as many columns as an English one.
+func TestTablesWideText(t *testing.T) {
+	t.Parallel()
+	addr := startGateway(t)
+	connect(t, addr, devicetest.Config{ID: "客厅灯", Tools: []json.RawMessage{
+		json.RawMessage(`{"name":"self.light.set","description":"打开或关闭客厅的灯。如果不知道灯现在的状态，请先调用 self.get_device_status 工具，然后再调用这个工具来设置灯的亮度和颜色。","inputSchema":{"type":"object","properties":{"亮度":{"type":"integer"}}}}`),
+		json.RawMessage(`{"name":"💡ｌｉｇｈｔ","description":"Café au lait","inputSchema":{"type":"object","properties":{}}}`),
+		json.RawMessage(`{"name":"Cafe\u0301","description":"打开\u3000灯","inputSchema":{"type":"object","properties":{}}}`),
+	}})
+	connect(t, addr, devicetest.Config{})
+
+	// aligned checks that every line's cells start at columns where the
+	// header's do (a cell starts after two spaces; an empty one has none).
+	aligned := func(t *testing.T, out string) []string {
+		t.Helper()
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		starts := func(l string) []int {
+			var cols []int
+			for i := 2; i < len(l); i++ {
+				if l[i] != ' ' && l[i-1] == ' ' && l[i-2] == ' ' {
+					cols = append(cols, runewidth.StringWidth(l[:i]))
+				}
+			}
+			return cols
+		}
+		want := starts(lines[0])
+		for _, l := range lines[1:] {
+			if got := starts(l); len(got) == 0 || slices.ContainsFunc(got, func(c int) bool { return !slices.Contains(want, c) }) {
+				t.Errorf("%q: cells start at columns %v, the header's at %v:\n%s", l, got, want, out)
+			}
+		}
+		return lines
+	}
+
+	r := run(t, addr, "devices")
+	r.want(t, 0)
+	aligned(t, r.stdout)
+
+	r = run(t, addr, "tools", "客厅灯")
+	r.want(t, 0)
+	lines := aligned(t, r.stdout)
+	for _, l := range lines {
+		desc := l[strings.LastIndex(l, "  ")+2:]
+		if w := runewidth.StringWidth(desc); w > descWidth {
+			t.Errorf("description %q is %d columns wide, want at most %d", desc, w, descWidth)
+		}
+	}
+	if !strings.Contains(r.stdout, "  打开\u3000灯\n") {
+		t.Errorf("an ideographic space should stay as it is:\n%s", r.stdout)
 	}
 }
 

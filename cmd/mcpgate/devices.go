@@ -151,7 +151,8 @@ func newDevicesAliasCmd(g *globals) *cobra.Command {
 		Use:   "alias DEVICE NEW_ALIAS",
 		Short: "Give a device a new alias",
 		Long: `Give a device a new alias: 1-63 of a-z, 0-9, '-' and '_', starting with a letter
-or digit, unique among devices. The alias replaces the old one everywhere.`,
+or digit, unique among devices; A-Z is lowered, other letters are refused. The
+alias replaces the old one everywhere.`,
 		Example: "  mcpgate devices alias dev-000001 kitchen",
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -10,13 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/mcpgate/mcpgate/internal/devauth"
 	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/suggest"
 	"github.com/mcpgate/mcpgate/xiaozhi"
@@ -149,7 +149,7 @@ func tokenDeviceID(ctx context.Context, st store.Store, ref string, newID bool) 
 	}
 	names := make([]string, 0, 2*len(devs))
 	for _, d := range devs {
-		if d.ID == id || (d.Alias != "" && strings.EqualFold(d.Alias, ref)) {
+		if d.ID == id || (d.Alias != "" && d.Alias == hub.FoldAlias(ref)) {
 			return d.ID, nil
 		}
 		names = append(names, d.ID)

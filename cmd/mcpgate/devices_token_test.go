@@ -92,6 +92,7 @@ func TestDevicesTokenDevice(t *testing.T) {
 	}{
 		{[]string{"kitchen"}, "02:00:00:00:00:01", "device: 02:00:00:00:00:01"},
 		{[]string{"KITCHEN"}, "02:00:00:00:00:01", ""},
+		{[]string{"\u212Aitchen"}, "", "no device \"\u212Aitchen\""}, // the Kelvin sign is no K
 		{[]string{"den"}, "py-box", ""},
 		{[]string{"py-box"}, "py-box", ""},
 		{[]string{"AA-BB-CC-DD-EE-FF"}, "aa:bb:cc:dd:ee:ff", ""}, // a MAC not seen yet

@@ -3,8 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
+	"text/tabwriter"
 	"time"
+
+	"github.com/mattn/go-runewidth"
 
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 )
@@ -162,6 +167,152 @@ func TestOneLine(t *testing.T) {
 	}
 	if got := oneLine("short", 5); got != "short" {
 		t.Errorf("got %q", got)
+	}
+}
+
+// TestOneLineWidth checks that oneLine cuts by terminal columns, not runes,
+// never inside a character, and leaves non-ASCII spaces alone.
+func TestOneLineWidth(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		max  int
+		want string
+	}{
+		// Two columns a character: 60 columns are 29 of them and the ellipsis.
+		{strings.Repeat("设置扬声器音量", 10), 60, strings.Repeat("设置扬声器音量", 4) + "设" + "…"},
+		// A wide character that would cross the limit is left out whole.
+		{"ab设置扬声器", 6, "ab设…"},
+		{"ａｂｃｄｅｆ", 7, "ａｂｃ…"}, // full-width Latin
+		{"💡💡💡💡", 5, "💡💡…"},
+		{"👨\u200d👩\u200d👧 family", 4, "👨\u200d👩\u200d👧…"}, // one ZWJ glyph of 2 columns
+		// NFD: the accent takes no column and stays on its letter.
+		{"Cafe\u0301 Cafe\u0301", 6, "Cafe\u0301…"},
+		{"Cafe\u0301", 4, "Cafe\u0301"},
+		// Only line breaks, tabs and ASCII spaces become a space.
+		{"打开\u3000客厅灯", 0, "打开\u3000客厅灯"},
+		{"a\u00a0b", 0, "a\u00a0b"},
+		{"一\r\n二\u2028三\u0085四", 0, "一 二 三 四"},
+	}
+	for _, tt := range tests {
+		got := oneLine(tt.in, tt.max)
+		if got != tt.want {
+			t.Errorf("oneLine(%q, %d) = %q, want %q", tt.in, tt.max, got, tt.want)
+		}
+		if w := runewidth.StringWidth(got); tt.max > 0 && w > tt.max {
+			t.Errorf("oneLine(%q, %d) is %d columns wide", tt.in, tt.max, w)
+		}
+	}
+}
+
+// TestPrintTableASCII checks that an ASCII table is laid out as
+// text/tabwriter laid it out before printTable measured display widths.
+func TestPrintTableASCII(t *testing.T) {
+	t.Parallel()
+	header := []string{"NAME", "ARGS", "USER-ONLY", "DESCRIPTION"}
+	rows := [][]string{
+		{"self.audio_speaker.set_volume", "volume:int[0..100]", "", "Set the volume."},
+		{"self.reboot", "-", "yes", ""},
+		{"x", "", "", "last"},
+	}
+	var want bytes.Buffer
+	tw := tabwriter.NewWriter(&want, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range [][]string{header, nil} {
+		var got bytes.Buffer
+		if err := printTable(&got, h, rows); err != nil {
+			t.Fatal(err)
+		}
+		w := want.String()
+		if h == nil {
+			var tb bytes.Buffer
+			tw := tabwriter.NewWriter(&tb, 0, 0, 2, ' ', 0)
+			for _, r := range rows {
+				fmt.Fprintln(tw, strings.Join(r, "\t"))
+			}
+			tw.Flush()
+			w = tb.String()
+		}
+		if got.String() != w {
+			t.Errorf("header %v:\n%s\nwant what text/tabwriter gives:\n%s", h, got.String(), w)
+		}
+	}
+}
+
+// TestPrintTableWidth checks that columns line up on a terminal after
+// Chinese, full-width, emoji and combining (NFD) text.
+func TestPrintTableWidth(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		header []string
+		rows   [][]string
+		want   string
+	}{
+		{"cjk", []string{"ALIAS", "ID", "STATE"}, [][]string{{"kitchen", "客厅灯", "ready"}, {"lamp", "02:00", "offline"}},
+			"ALIAS    ID      STATE\n" +
+				"kitchen  客厅灯  ready\n" +
+				"lamp     02:00   offline\n"},
+		{"full-width", []string{"A", "B"}, [][]string{{"ｋｉｔｃｈｅｎ", "x"}, {"kitchen", "y"}},
+			"A               B\n" +
+				"ｋｉｔｃｈｅｎ  x\n" +
+				"kitchen         y\n"},
+		{"emoji", []string{"TOOL", "DESCRIPTION"}, [][]string{{"💡light", "on"}, {"👨\u200d👩\u200d👧", "family"}, {"🇨🇳", "flag"}, {"lamp", "off"}},
+			"TOOL     DESCRIPTION\n" +
+				"💡light  on\n" +
+				"👨\u200d👩\u200d👧       family\n" +
+				"🇨🇳       flag\n" +
+				"lamp     off\n"},
+		{"nfd", []string{"NAME", "X"}, [][]string{{"Cafe\u0301", "1"}, {"Cafe", "2"}, {"Café", "3"}},
+			"NAME  X\n" +
+				"Cafe\u0301  1\n" +
+				"Cafe  2\n" +
+				"Café  3\n"},
+		{"mixed", nil, [][]string{{"设置音量", "Set the volume", "x"}, {"Ｖｏｌｕｍｅ", "打开\u3000灯", "y"}, {"v", "z", "w"}},
+			"设置音量      Set the volume  x\n" +
+				"Ｖｏｌｕｍｅ  打开\u3000灯        y\n" +
+				"v             z               w\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var buf bytes.Buffer
+			if err := printTable(&buf, tt.header, tt.rows); err != nil {
+				t.Fatal(err)
+			}
+			if buf.String() != tt.want {
+				t.Errorf("got\n%s\nwant\n%s", buf.String(), tt.want)
+			}
+			// Each cell starts at the same terminal column on every line.
+			lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+			cells := tt.rows
+			if tt.header != nil {
+				cells = append([][]string{tt.header}, tt.rows...)
+			}
+			var starts []int
+			for i, l := range lines {
+				at := 0
+				for j, c := range cells[i] {
+					k := strings.Index(l[at:], c)
+					if k < 0 {
+						t.Fatalf("line %q lacks %q", l, c)
+					}
+					col := runewidth.StringWidth(l[:at+k])
+					if i == 0 {
+						starts = append(starts, col)
+					} else if col != starts[j] {
+						t.Errorf("line %d: %q starts at column %d, want %d:\n%s", i, c, col, starts[j], buf.String())
+					}
+					at += k + len(c)
+				}
+			}
+		})
 	}
 }
 

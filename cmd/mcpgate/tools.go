@@ -15,8 +15,8 @@ import (
 
 func init() { extraCommands = append(extraCommands, newToolsCmd) }
 
-// Column widths, in runes, that keep a tools row within a common terminal's
-// width; --wide lifts them.
+// Column widths, in terminal columns (see cellWidth), that keep a tools row
+// within a common terminal's width; --wide lifts them.
 const (
 	argsWidth = 40
 	descWidth = 60

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -540,6 +541,37 @@ func TestAlias(t *testing.T) {
 	})
 	if got, err := tg.client.Device(ctx, devID); err != nil || got.Alias != "kitchen" {
 		t.Errorf("a refused PATCH changed the alias: %+v, %v", got, err)
+	}
+}
+
+// TestAliasFoldsOnlyASCII: non-ASCII letters that lower-case to ASCII
+// ("KİTCHEN", the Kelvin sign) are refused as aliases, quoted as typed,
+// and reach no device by REST or by its MCP door.
+func TestAliasFoldsOnlyASCII(t *testing.T) {
+	t.Parallel()
+	tg := startGateway(t, gateway.Config{})
+	tg.connect(t, devicetest.Config{})
+	if status, body := tg.do(t, "PATCH", "/api/v1/devices/"+devID, `{"alias":"kitchen"}`); status != 200 {
+		t.Fatalf("PATCH: %d %s", status, body)
+	}
+	for _, typed := range []string{"KİTCHEN", "\u212Aitchen2", "ｋｉｔｃｈｅｎ"} {
+		e := tg.wantError(t, "PATCH", "/api/v1/devices/kitchen", `{"alias":"`+typed+`"}`, 400, "bad_request")
+		if !strings.Contains(e.Error.Message, fmt.Sprintf("%q", typed)) {
+			t.Errorf("refusal of %q: %q should quote what was typed", typed, e.Error.Message)
+		}
+	}
+	for _, ref := range []string{"\u212Aitchen", "KİTCHEN"} {
+		tg.wantError(t, "GET", "/api/v1/devices/"+url.PathEscape(ref), "", 404, "device_not_found")
+		if status, body := tg.do(t, "POST", "/mcp/devices/"+url.PathEscape(ref), `{}`); status != 404 {
+			t.Errorf("/mcp/devices/%s: %d %s, want 404", ref, status, body)
+		}
+	}
+	// ASCII case is still ignored, on both doors.
+	if status, body := tg.do(t, "GET", "/api/v1/devices/KITCHEN", ""); status != 200 {
+		t.Errorf("GET KITCHEN: %d %s", status, body)
+	}
+	if status, body := tg.do(t, "POST", "/mcp/devices/KITCHEN", `{}`); status == 404 {
+		t.Errorf("/mcp/devices/KITCHEN: %d %s", status, body)
 	}
 }
 

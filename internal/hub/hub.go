@@ -307,7 +307,7 @@ func (h *Hub) Tools(ref string) (Device, *Catalog, error) {
 }
 
 func (h *Hub) lookupLocked(ref string) (*device, error) {
-	if id, ok := h.aliases[strings.ToLower(ref)]; ok {
+	if id, ok := h.aliases[FoldAlias(ref)]; ok {
 		return h.devices[id], nil
 	}
 	// Most callers name a device by its id as the gateway lists it: found
@@ -324,6 +324,19 @@ func (h *Hub) lookupLocked(ref string) (*device, error) {
 }
 
 var aliasRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// FoldAlias lower-cases the ASCII letters of s, and only them: aliases are
+// ASCII and matched ignoring ASCII case. strings.ToLower would also turn
+// "KİTCHEN" (a dotted capital I) and "\u212Aitchen" (the Kelvin sign) into
+// "kitchen", an alias or a lookup the user did not type.
+func FoldAlias(s string) string {
+	return strings.Map(func(r rune) rune {
+		if 'A' <= r && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return r
+	}, s)
+}
 
 // ErrIDIsAlias refuses a device whose id is another device's alias.
 var ErrIDIsAlias = errors.New("device id is another device's alias")
@@ -346,7 +359,7 @@ func (h *Hub) CheckNewID(id string) error {
 // calls it alone, and picks another id.
 func (h *Hub) CheckNotAlias(id string) error {
 	h.mu.RLock()
-	owner, ok := h.aliases[strings.ToLower(id)]
+	owner, ok := h.aliases[FoldAlias(id)]
 	h.mu.RUnlock()
 	if ok && owner != id {
 		return fmt.Errorf("%w: %q is the alias of another device; give this device its own id", ErrIDIsAlias, id)
@@ -354,20 +367,21 @@ func (h *Hub) CheckNotAlias(id string) error {
 	return nil
 }
 
-// setAlias gives a device a new alias: 1-63 characters of lower-case letters,
-// digits, '-' and '_', starting with a letter or digit, unique in the hub, and
-// not another device's id. Aliases have no dots so "<alias>.<tool>" names stay
+// setAlias gives a device a new alias: 1-63 characters of lower-case ASCII
+// letters, digits, '-' and '_', starting with a letter or digit, unique in the
+// hub, and not another device's id; typed is lowered by FoldAlias, and quoted
+// as typed when refused. Aliases have no dots so "<alias>.<tool>" names stay
 // unambiguous. With a store, the device is saved before setAlias returns;
 // when that fails the alias is not changed and the error matches ErrStore.
 // SetAlias (admin.go) routes it in cluster mode.
-func (h *Hub) setAlias(ref, alias string) (Device, error) {
-	alias = strings.ToLower(strings.TrimSpace(alias))
+func (h *Hub) setAlias(ref, typed string) (Device, error) {
+	alias := FoldAlias(strings.TrimSpace(typed))
 	if !aliasRE.MatchString(alias) {
-		return Device{}, fmt.Errorf("%w: %q: use 1-63 of a-z, 0-9, '-' and '_', starting with a letter or digit", ErrBadAlias, alias)
+		return Device{}, fmt.Errorf("%w: %q: use 1-63 of a-z, 0-9, '-' and '_', starting with a letter or digit", ErrBadAlias, typed)
 	}
 	if id, err := xiaozhi.NormalizeDeviceID(alias); err == nil && id != alias {
 		// "02-00-00-00-00-02" would shadow that device's id in lookups.
-		return Device{}, fmt.Errorf("%w: %q looks like a device id", ErrBadAlias, alias)
+		return Device{}, fmt.Errorf("%w: %q looks like a device id", ErrBadAlias, typed)
 	}
 	// The persister's flush lock, held throughout (taken before Hub.mu, as
 	// FlushPersistence does): the new alias is stored before it is

@@ -230,6 +230,49 @@ func TestAliases(t *testing.T) {
 	}
 }
 
+// TestAliasesFoldOnlyASCII: an alias is ASCII, and only ASCII letters are
+// lowered, in SetAlias and in every lookup. Unicode lower-casing made
+// "KİTCHEN" (dotted capital I) and "\u212Aitchen" (Kelvin sign) "kitchen".
+func TestAliasesFoldOnlyASCII(t *testing.T) {
+	h := New(Config{})
+	connect(t, h, "02:00:00:00:00:01", newDevice(nil))
+	for _, typed := range []string{"KİTCHEN", "\u212Aitchen2", "ｋｉｔｃｈｅｎ", "Kİtchen"} {
+		_, err := h.SetAlias("dev-000001", typed)
+		if !errors.Is(err, ErrBadAlias) {
+			t.Errorf("SetAlias(%q) = %v, want ErrBadAlias", typed, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), fmt.Sprintf("%q", typed)) {
+			t.Errorf("SetAlias(%q) = %v: should quote what was typed", typed, err)
+		}
+	}
+	if d, err := h.SetAlias("dev-000001", "Kitchen"); err != nil || d.Alias != "kitchen" {
+		t.Fatalf("SetAlias(Kitchen) = %+v, %v", d, err)
+	}
+	for _, ref := range []string{"kitchen", "KITCHEN", "KitChen"} {
+		if d, err := h.Device(ref); err != nil || d.ID != "02:00:00:00:00:01" {
+			t.Errorf("Device(%q) = %+v, %v", ref, d, err)
+		}
+	}
+	for _, ref := range []string{"\u212Aitchen", "KİTCHEN", "kİtchen"} {
+		if d, err := h.Device(ref); !errors.Is(err, ErrDeviceNotFound) {
+			t.Errorf("Device(%q) = %+v, %v: want ErrDeviceNotFound", ref, d, err)
+		}
+		if d, err := h.DeviceContext(t.Context(), ref); !errors.Is(err, ErrDeviceNotFound) {
+			t.Errorf("DeviceContext(%q) = %+v, %v: want ErrDeviceNotFound", ref, d, err)
+		}
+		if id, _, ok := h.Identify(ref); ok {
+			t.Errorf("Identify(%q) = %s", ref, id)
+		}
+		if err := h.CheckNotAlias(ref); err != nil {
+			t.Errorf("CheckNotAlias(%q) = %v: %q is no alias", ref, err, ref)
+		}
+	}
+	if err := h.CheckNotAlias("KITCHEN"); !errors.Is(err, ErrIDIsAlias) {
+		t.Errorf("CheckNotAlias(KITCHEN) = %v, want ErrIDIsAlias", err)
+	}
+}
+
 func TestCallWaitsForDiscovery(t *testing.T) {
 	h := New(Config{})
 	d := newDevice(nil, volumeTool)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 	"github.com/mcpgate/mcpgate/internal/store"
@@ -60,7 +59,7 @@ func (h *Hub) learnStored(ctx context.Context, ref string) (string, bool) {
 		return id, true
 	}
 	id, _ := remoteID(ref) // "" when ref is no id
-	alias := strings.ToLower(ref)
+	alias := FoldAlias(ref)
 	if !aliasRE.MatchString(alias) {
 		alias = ""
 	}
