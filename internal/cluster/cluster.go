@@ -103,6 +103,10 @@ type Node struct {
 
 	ctx    context.Context // ends with Close: routed calls served here end with it
 	cancel context.CancelFunc
+	// aborted is closed by AbortSent: calls this node routed elsewhere and
+	// still awaits fail at once.
+	aborted   chan struct{}
+	abortOnce sync.Once
 
 	mu    sync.Mutex
 	hub   *hub.Hub
@@ -207,7 +211,8 @@ func Start(cfg Config) (*Node, error) {
 		cfg.MemberTimeout = 3 * cfg.Heartbeat
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), devs: map[string]*nats.Subscription{},
-		calls: map[string]context.CancelFunc{}, metrics: newMetrics(), unregister: func() {}, fatal: make(chan error, 1)}
+		calls: map[string]context.CancelFunc{}, metrics: newMetrics(), unregister: func() {}, fatal: make(chan error, 1),
+		aborted: make(chan struct{})}
 	opts := []nats.Option{nats.Name("mcpgate " + cfg.NodeID), nats.MaxReconnects(-1),
 		nats.DisconnectErrHandler(func(c *nats.Conn, err error) {
 			// Closed (it reconnects forever otherwise): the node is stopping.

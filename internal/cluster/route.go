@@ -75,6 +75,13 @@ func (n *Node) Call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 	return res, err
 }
 
+// AbortSent fails with device_disconnected, at once, every call this node
+// sent to another and still awaits, telling the serving nodes to cancel
+// them, and refuses to send more (device_offline, not sent): at the end of
+// a shutdown's drain, as a local device's calls fail when its connection
+// closes.
+func (n *Node) AbortSent() { n.abortOnce.Do(func() { close(n.aborted) }) }
+
 func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpclient.Result, error) {
 	// The node serving the call, for its errors: the view's holder of the
 	// device until a reply names it.
@@ -84,6 +91,11 @@ func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 		Progress: req.OnProgress != nil, SharedReply: true, ReportSend: req.OnSend != nil && n.reportsSend(node)}
 	if err := n.reachable(); err != nil {
 		return nil, hub.NotSentError(fmt.Errorf("%w: %s: %w", hub.ErrDeviceOffline, id, err))
+	}
+	select {
+	case <-n.aborted:
+		return nil, hub.NotSentError(fmt.Errorf("%w: %s: this node (%s) is stopping", hub.ErrDeviceOffline, id, n.cfg.NodeID))
+	default:
 	}
 	// OnSend runs when the serving node is about to send the call, after
 	// its own waits (the device's rate, a call slot); a node of an older
@@ -127,6 +139,9 @@ func (n *Node) call(ctx context.Context, id string, req hub.CallRequest) (*mcpcl
 		case <-ctx.Done():
 			n.cancelCall(msg.ID)
 			return nil, ctx.Err()
+		case <-n.aborted:
+			n.cancelCall(msg.ID)
+			return nil, fmt.Errorf("%w: %s: this node (%s) is stopping", hub.ErrDeviceDisconnected, id, n.cfg.NodeID)
 		case <-deadline:
 			n.cancelCall(msg.ID)
 			return nil, fmt.Errorf("%w: %s did not answer within the call's timeout (%s)", hub.ErrDeviceTimeout, servingNode(node, id), req.Timeout)

@@ -3,10 +3,13 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/api"
@@ -114,5 +117,78 @@ func TestClusterStoppingNodeRefusesRoutedCalls(t *testing.T) {
 			t.Logf("call from %s to %s: %v", o.start.Sub(stopping), o.end.Sub(stopping), o.err)
 		}
 		t.Errorf("no call refused while node a drained its calls in flight")
+	}
+}
+
+// TestClusterStoppingNodeEndsItsRoutedMCPCall: a node stopping while an MCP
+// call it took waits on another node's device answers it device_disconnected
+// at its shutdown deadline and stops, instead of waiting for the call's own
+// timeout (closing the MCP door waits for its requests).
+func TestClusterStoppingNodeEndsItsRoutedMCPCall(t *testing.T) {
+	st := storetest.Open(t, "", t.TempDir())
+	cfg := Config{Store: st, ShutdownTimeout: 500 * time.Millisecond}
+	a := startGateway(t, asNode(t, cfg, "t", "a"))
+	b, stopB := runGateway(t, asNode(t, cfg, "t", "b", a.ClusterRoute()))
+
+	mac := "02:00:00:00:0e:21"
+	entered := make(chan struct{}, 1)
+	srv := newServer(t, device.ProfileSpec,
+		device.Tool{Name: "self.echo", Description: "echo",
+			Handler: func(ctx context.Context, args device.Args) (any, error) { return "on a", nil }},
+		device.Tool{Name: "self.slow", Description: "answers when cancelled",
+			Handler: func(ctx context.Context, args device.Args) (any, error) {
+				entered <- struct{}{}
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}})
+	runDevice(t, a, mac, srv)
+	waitEchoThrough(t, restClient(t, b), mac)
+	waitFor(t, "node b to list the device with its tools", 10*time.Second, func() bool {
+		d, err := b.Hub().Device(mac)
+		return err == nil && d.Online && d.Tools == 2
+	})
+
+	cl := mcp.NewClient(&mcp.Implementation{Name: "clusterstop-test", Version: "1"}, nil)
+	cs, err := cl.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://" + b.Addr() + "/mcp/devices/" + mac}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	type outcome struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := cs.CallTool(context.WithoutCancel(t.Context()), &mcp.CallToolParams{Name: "self.slow", Arguments: map[string]any{}})
+		done <- outcome{res, err}
+	}()
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the routed MCP call did not reach the device")
+	}
+	stopping := time.Now()
+	if err := stopB(); err != nil {
+		t.Errorf("node b's run: %v", err)
+	}
+	if took := time.Since(stopping); took > 5*time.Second {
+		t.Errorf("node b stopped in %s with a 500ms shutdown timeout", took)
+	}
+	select {
+	case o := <-done:
+		msg := fmt.Sprint(o.err)
+		if o.err == nil {
+			for _, c := range o.res.Content {
+				if tc, ok := c.(*mcp.TextContent); ok {
+					msg += tc.Text
+				}
+			}
+		}
+		if o.err == nil && !o.res.IsError || !strings.Contains(msg, "node (b) is stopping") {
+			t.Errorf("the routed MCP call ended with %q (error %v), want device_disconnected: node b stopping", msg, o.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the routed MCP call got no answer")
 	}
 }

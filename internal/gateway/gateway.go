@@ -610,7 +610,13 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if err := g.openStore(ctx); err != nil {
 		return err
 	}
-	defer g.closeStore() // last: whatever flushes to the store on stop runs before
+	stopped := false // said once the store is closed: flushing it may take a while
+	defer func() {
+		g.closeStore() // last: whatever flushes to the store on stop runs before
+		if stopped {
+			g.log.Info("gateway stopped")
+		}
+	}()
 	if err := g.readStore(ctx); err != nil {
 		return store.ExplainDamage(g.cfg.Store.Location(), err)
 	}
@@ -708,11 +714,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if err := g.mcp.WaitPosts(sctx); err != nil { // and MCP requests write their answers
 		g.log.Warn("MCP requests still being answered at the shutdown deadline", "error", err)
 	}
-	g.mcp.Close() // then end MCP sessions' open SSE streams, which Shutdown would wait for
-	shutdownErr := <-shutdownDone
 	// 3. Devices are closed with a proper close: WebSocket 1001 going away,
 	// MQTT 5 DISCONNECT 0x8B server shutting down (3.1.1 has no server
-	// DISCONNECT: the connection is closed).
+	// DISCONNECT: the connection is closed). A call still pending fails
+	// with device_disconnected, before the MCP door closes: closing an MCP
+	// session waits for its requests, which would otherwise wait for their
+	// calls' own timeouts.
 	g.ws.Close() // device sockets are hijacked: Shutdown does not wait for them
 	g.ep.Close()
 	if g.mqtt != nil {
@@ -721,6 +728,17 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if g.mqttExt != nil {
 		g.mqttExt.Close() // ends its sessions, then disconnects from the broker
 	}
+	if n := g.cluster.node.Load(); n != nil {
+		n.AbortSent() // and those routed to another node's devices
+	}
+	// The MCP requests of those calls write their failures.
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), answerGrace)
+	if err := g.mcp.WaitPosts(wctx); err != nil {
+		g.log.Warn("MCP requests still being answered after their devices closed", "error", err)
+	}
+	wcancel()
+	g.mcp.Close() // then end MCP sessions' open SSE streams, which Shutdown would wait for
+	shutdownErr := <-shutdownDone
 	g.hub.WaitBackground() // control calls still awaited end with their devices' sessions
 	<-errc
 	// 4. The deferred stopBackground then flushes the devices' offline
@@ -728,9 +746,13 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if shutdownErr != nil && !errors.Is(shutdownErr, context.DeadlineExceeded) {
 		return fmt.Errorf("shutdown: %w", shutdownErr)
 	}
-	g.log.Info("gateway stopped")
+	stopped = true
 	return fatal
 }
+
+// answerGrace is how long MCP requests whose calls failed at shutdown get
+// to write their answers before the door closes.
+const answerGrace = 2 * time.Second
 
 // readStore reads what the gateway needs from the store before it serves:
 // whether there is a usable key, the device secret, the revocations and

@@ -14,6 +14,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/hub"
@@ -426,5 +428,64 @@ func TestShutdownClosesEndpointSourceGoingAway(t *testing.T) {
 		}
 	case <-time.After(shutdownWait):
 		t.Fatal("the endpoint source was not closed")
+	}
+}
+
+// An MCP call still pending at the shutdown deadline fails with
+// device_disconnected, as a REST call does, and Run returns soon after the
+// deadline: closing the MCP door waits for its requests, so the devices
+// must close first, or it waited for the call's own timeout.
+func TestShutdownDeadlineEndsPendingMCPCall(t *testing.T) {
+	gw, stop := runGateway(t, Config{DataDir: t.TempDir(), ShutdownTimeout: 500 * time.Millisecond})
+	const mac = "02:00:00:50:00:21"
+	tool, entered, release := slowTool()
+	runDevice(t, gw, mac, newServer(t, device.ProfileESP32, tool))
+	t.Cleanup(release) // never before the stop: the call must be cut
+	waitState(t, gw, mac, hub.StateReady)
+
+	cl := mcp.NewClient(&mcp.Implementation{Name: "shutdown-test", Version: "1"}, nil)
+	cs, err := cl.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://" + gw.Addr() + "/mcp/devices/" + mac}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	type outcome struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := cs.CallTool(context.WithoutCancel(t.Context()), &mcp.CallToolParams{Name: "self.slow", Arguments: map[string]any{}})
+		done <- outcome{res, err}
+	}()
+	select {
+	case <-entered:
+	case <-time.After(shutdownWait):
+		t.Fatal("the MCP call did not reach the device")
+	}
+	began := time.Now()
+	stopped := beginStop(t, gw, stop)
+	waitStopped(t, stopped)
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("Run returned %s after the stop began, with a 500ms shutdown timeout", took)
+	}
+	select {
+	case o := <-done:
+		if o.err == nil && (o.res == nil || !o.res.IsError) {
+			t.Fatalf("the pending MCP call succeeded: %+v", o.res)
+		}
+		msg := fmt.Sprint(o.err)
+		if o.err == nil {
+			for _, c := range o.res.Content {
+				if tc, ok := c.(*mcp.TextContent); ok {
+					msg += tc.Text
+				}
+			}
+		}
+		if !strings.Contains(msg, "device_disconnected") && !strings.Contains(msg, "device disconnected") {
+			t.Errorf("the pending MCP call ended with %q, want device_disconnected", msg)
+		}
+	case <-time.After(shutdownWait):
+		t.Fatal("the pending MCP call got no answer")
 	}
 }
