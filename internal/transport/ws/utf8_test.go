@@ -47,3 +47,23 @@ func TestInvalidUTF8InDeviceStrings(t *testing.T) {
 		t.Errorf("result text %q, want %q", res.Text(), want)
 	}
 }
+
+// A caller's arguments reach the device in valid UTF-8 (RFC 6455 requires
+// it of a text frame): each byte of a string that is not UTF-8 as U+FFFD.
+func TestCallerInvalidUTF8ReachesDeviceAsValid(t *testing.T) {
+	t.Parallel()
+	s := startGateway(t, gateway.Config{})
+	d := connectReady(t, s, devicetest.Config{ID: "02:00:00:00:f8:02", Tools: []json.RawMessage{
+		json.RawMessage(`{"name":"self.say","description":"say","inputSchema":{"type":"object","properties":{"text":{"type":"string"}}}}`),
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if _, err := s.hub.Call(ctx, hub.CallRequest{Device: d.ID(), Tool: "self.say",
+		Arguments: json.RawMessage("{\"text\":\"bad\xff\xfe bytes\"}")}); err != nil {
+		t.Fatal(err)
+	}
+	calls := d.Calls()
+	if want := "{\"text\":\"bad\uFFFD\uFFFD bytes\"}"; len(calls) != 1 || string(calls[0].Arguments) != want {
+		t.Fatalf("device got %+v, want arguments %q", calls, want)
+	}
+}
