@@ -3,6 +3,7 @@ package jsonscan
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -52,4 +53,22 @@ func FuzzFixUTF8(f *testing.F) {
 			t.Fatalf("%q: encoding/json reads %#v, %v; FixUTF8's %q: %#v, %v", data, want, werr, fixed, got, gerr)
 		}
 	})
+}
+
+// BenchmarkFixUTF8 is the cost on valid input, nearly all of it: one
+// utf8.Valid pass, no allocation (a call's arguments, a tools/list page).
+func BenchmarkFixUTF8(b *testing.B) {
+	for _, in := range []struct{ name, data string }{
+		{"args", `{"volume":42}`},
+		{"page", strings.Repeat(`{"name":"self.light.on","description":"打开客厅的灯"},`, 64)},
+	} {
+		b.Run(in.name, func(b *testing.B) {
+			data := []byte(in.data)
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				FixUTF8(data)
+			}
+		})
+	}
 }
