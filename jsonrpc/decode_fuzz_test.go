@@ -1,9 +1,11 @@
 package jsonrpc
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzDecodeMatchesUnmarshal holds Decode's fast path, and DecodeValid on
@@ -32,6 +34,10 @@ func FuzzDecodeMatchesUnmarshal(f *testing.F) {
 		` { "id" : 1 , "result" : [ 1 , { } ] } `,
 		`{}`,
 		`{"id":1,"result":1,}`,
+		"{\"id\":1,\"result\":{\"text\":\"\xd6\xd0\xce\xc4\"},\"method\":\"\xe5\x8e\"}",
+		"{\"id\":\"\xff\",\"error\":{\"code\":1,\"message\":\"\xed\xa0\x80\"}}",
+		"{\"id\xff\":1,\"result\":1}",
+		"{\"id\":1,\"result\":\xff}",
 	} {
 		f.Add([]byte(s))
 	}
@@ -43,6 +49,19 @@ func FuzzDecodeMatchesUnmarshal(f *testing.F) {
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%q: got %+v, encoding/json says %+v", data, got, want)
+		}
+		if got != nil {
+			// A byte that is not UTF-8 reads as U+FFFD, as encoding/json
+			// reads it, the raw members included.
+			var plain struct{ JSONRPC, Method string }
+			if json.Unmarshal(bytes.TrimSpace(data), &plain) == nil && (got.JSONRPC != plain.JSONRPC || got.Method != plain.Method) {
+				t.Fatalf("%q: jsonrpc %q, method %q; encoding/json says %q, %q", data, got.JSONRPC, got.Method, plain.JSONRPC, plain.Method)
+			}
+			for _, raw := range [][]byte{got.ID.Raw(), got.Params, got.Result} {
+				if !utf8.Valid(raw) {
+					t.Fatalf("%q: raw member %q is not UTF-8", data, raw)
+				}
+			}
 		}
 		if !json.Valid(data) {
 			return

@@ -29,7 +29,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/mcpgate/mcpgate/internal/jsonscan"
 )
@@ -348,7 +347,9 @@ func marshal(v any) ([]byte, error) {
 }
 
 // Decode parses one JSON-RPC message. It rejects batches with [ErrBatch] and
-// anything that is not a JSON object in valid UTF-8 with [ErrNotJSON]; an
+// anything that is not a JSON object with [ErrNotJSON]. A byte that is not
+// UTF-8 inside a string reads as U+FFFD (as encoding/json reads it), in the
+// raw Params and Result too, so a message decodes to valid UTF-8 only; an
 // object whose members have the wrong JSON types (an id that is an object or a
 // bool, a numeric method), whose version is not "2.0", or that fits no kind
 // (say, no method and no id) is returned with [ErrInvalid] so a caller can
@@ -383,10 +384,11 @@ func decode(data []byte, decodeObject func([]byte) (*Message, error)) (*Message,
 	default:
 		return nil, fmt.Errorf("%w: starts with %q", ErrNotJSON, data[0])
 	}
-	if !utf8.Valid(data) {
-		// encoding/json would silently turn the bad bytes into U+FFFD.
-		return nil, fmt.Errorf("%w: invalid UTF-8", ErrNotJSON)
-	}
+	// A byte that is not UTF-8 inside a string reads as U+FFFD, as
+	// encoding/json reads it, in the raw members too (params, result):
+	// one bad byte in a device's description or answer spoils that text,
+	// not the message. Outside strings it stays unparseable.
+	data = jsonscan.FixUTF8(data)
 	m, err := decodeObject(data)
 	if err != nil {
 		return m, err

@@ -20,6 +20,8 @@ func FuzzDecodeEnvelopeMatchesUnmarshal(f *testing.F) {
 		`{"type":5}`,
 		`{"type":"m\u0063p","session_id":"\u00e9"}`,
 		"{\"type\":\"\xff\"}",
+		"{\"type\":\"mcp\",\"session_id\":\"\xe5\x8e\",\"payload\":{\"text\":\"\xd6\xd0\"}}",
+		"{\"type\":\"mcp\",\"payload\":\xff}",
 		`{"\u0074ype":"mcp"}`,
 		"{\"\u212aey\":1,\"type\":\"x\"}",
 		`{"type":"mcp","payload":{"a":"}\"]"}}`,

@@ -89,7 +89,9 @@ type Envelope struct {
 
 // DecodeEnvelope parses a text frame. The type member must be a non-empty string.
 // The envelope does not retain data: Raw is a copy, so the caller may reuse its
-// read buffer.
+// read buffer. A byte that is not UTF-8 reads as U+FFFD in Type and SessionID
+// (as encoding/json reads it) and is kept in Raw and Payload, which
+// jsonrpc.Decode reads the same way.
 func DecodeEnvelope(data []byte) (*Envelope, error) {
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 || data[0] != '{' {

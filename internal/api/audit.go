@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/audit"
 	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/jsonscan"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/xiaozhi"
 )
@@ -186,7 +187,10 @@ func (a *API) auditPage(ctx context.Context, p *auth.Principal, q store.AuditQue
 }
 
 func auditJSON(r store.AuditRecord, alias string) AuditRecord {
-	args := r.Arguments
+	// json.Valid passes bytes that are not UTF-8 inside strings (a row
+	// stored before calls' arguments were made UTF-8): the answer reads
+	// them as U+FFFD, as it does in its string fields.
+	args := jsonscan.FixUTF8(r.Arguments)
 	if !json.Valid(args) {
 		args = json.RawMessage("null")
 	}

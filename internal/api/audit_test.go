@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/auth"
@@ -329,6 +330,11 @@ func TestCallOfBadToolNameRefusedUnaudited(t *testing.T) {
 			}
 		}
 	}
+	// A byte that is not UTF-8 reads as U+FFFD, which no tool's name holds.
+	e := tg.wantError(t, "POST", path, "{\"name\":\"self.\xff\"}", 400, "bad_request")
+	if want := "invalid tool name: \"self.\uFFFD\" holds a byte that is not UTF-8 (read as U+FFFD)"; !strings.Contains(e.Error.Message, want) {
+		t.Errorf("name self.\\xff: message %q, want it to say %q", e.Error.Message, want)
+	}
 	if _, err := tg.client.Call(ctx, d.ID(), api.CallBody{Name: "self.get_device_status"}); err != nil {
 		t.Fatal(err)
 	}
@@ -338,5 +344,36 @@ func TestCallOfBadToolNameRefusedUnaudited(t *testing.T) {
 	}
 	if calls := d.Calls(); len(calls) != 1 {
 		t.Errorf("the device received %d calls, want 1", len(calls))
+	}
+}
+
+// rawAudit is an audit log of one record stored as it came, bytes that are
+// not UTF-8 included (a row stored by an older mcpgate).
+type rawAudit struct{}
+
+func (rawAudit) Audit(context.Context, store.AuditQuery) ([]store.AuditRecord, error) {
+	return []store.AuditRecord{{Seq: 1, Device: "02:00:00:00:00:01", Tool: "self.say",
+		Arguments: json.RawMessage("{\"text\":\"bad\xff\xfe bytes\"}"), Error: "device said \xd6\xd0"}}, nil
+}
+
+// The audit API answers valid UTF-8 JSON whatever the store holds: each
+// byte that is not UTF-8 as U+FFFD, in the arguments too.
+func TestAuditOutputValidUTF8(t *testing.T) {
+	a, err := api.New(api.Config{Hub: hub.New(hub.Config{}), Metrics: metrics.New(), Audit: rawAudit{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, "/api/v1/audit", nil)
+	a.ServeHTTP(rec, req.WithContext(auth.WithPrincipal(req.Context(), auth.Local())))
+	if body := rec.Body.Bytes(); !utf8.Valid(body) || !json.Valid(body) {
+		t.Fatalf("audit answer is not valid UTF-8 JSON: %q", body)
+	}
+	var page api.AuditPage
+	if err := json.Unmarshal(rec.Body.Bytes(), &page); err != nil || len(page.Records) != 1 {
+		t.Fatalf("%s: %v", rec.Body, err)
+	}
+	if want := "{\"text\":\"bad\uFFFD\uFFFD bytes\"}"; string(page.Records[0].Arguments) != want {
+		t.Errorf("arguments %q, want %q", page.Records[0].Arguments, want)
 	}
 }

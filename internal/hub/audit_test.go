@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/mcpgate/mcpgate/internal/hub/hubtest"
 	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 )
@@ -271,5 +272,47 @@ func TestStopAcceptingRefusesRoutedAndQueuedCalls(t *testing.T) {
 	}
 	if _, err := h.Call(t.Context(), req); err != nil {
 		t.Errorf("a door's call after StopAccepting: %v", err)
+	}
+}
+
+// A byte of the arguments that is not UTF-8 is read as U+FFFD as the call
+// enters the hub, by any door: the device and the audit record get the same
+// valid UTF-8, refused calls' records too.
+func TestArgumentsMadeValidUTF8(t *testing.T) {
+	rec := &recorder{}
+	h := New(Config{Audit: rec.record})
+	var mu sync.Mutex
+	var sent []json.RawMessage
+	d := newDevice(nil, `{"name":"self.say","inputSchema":{"type":"object","properties":{"text":{"type":"string"}}}}`)
+	d.OnCall = func(_ context.Context, c hubtest.Call) (string, error) {
+		mu.Lock()
+		sent = append(sent, c.Args)
+		mu.Unlock()
+		return "true", nil
+	}
+	connect(t, h, "aa:bb:cc:dd:ee:01", d)
+	waitState(t, h, "aa:bb:cc:dd:ee:01", StateReady)
+	args := json.RawMessage("{\"text\":\"bad\xff\xfe bytes\"}")
+	const want = "{\"text\":\"bad\uFFFD\uFFFD bytes\"}"
+	if _, err := h.Call(t.Context(), CallRequest{Device: "aa:bb:cc:dd:ee:01", Tool: "self.say", Arguments: args}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Call(t.Context(), CallRequest{Device: "aa:bb:cc:dd:ee:01", Tool: "self.nope", Arguments: args}); !errors.Is(err, ErrToolNotFound) {
+		t.Fatalf("unknown tool: %v", err)
+	}
+	_ = h.RefuseUnseen(CallRequest{Device: "aa:bb:cc:dd:ee:01", Tool: "self.say", Arguments: args}, true)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent) != 1 || string(sent[0]) != want {
+		t.Errorf("device got %q, want %q", sent, want)
+	}
+	recs := rec.take()
+	if len(recs) != 3 {
+		t.Fatalf("%d records, want 3", len(recs))
+	}
+	for _, r := range recs {
+		if string(r.Arguments) != want {
+			t.Errorf("%s record: arguments %q, want %q", r.Outcome, r.Arguments, want)
+		}
 	}
 }

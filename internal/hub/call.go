@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/jsonscan"
 	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
 )
@@ -78,6 +79,7 @@ func (h *Hub) Call(ctx context.Context, req CallRequest) (*mcpclient.Result, err
 	h.inflight.Add(1)
 	defer h.inflight.Add(-1)
 	start := time.Now()
+	req.fixUTF8()
 	if h.cfg.Cluster != nil {
 		ctx = withServed(ctx) // a single node serves its own calls: no allocation
 	}
@@ -97,6 +99,13 @@ func (h *Hub) Call(ctx context.Context, req CallRequest) (*mcpclient.Result, err
 	res, dev, sent, err := h.call(ctx, req)
 	return h.finish(ctx, req, start, res, dev, sent, err)
 }
+
+// fixUTF8 makes the arguments valid UTF-8 as a call enters the hub, by
+// whatever door: each byte of a string that is not UTF-8 becomes U+FFFD, as
+// encoding/json reads it, so the device (a WebSocket text frame must be
+// UTF-8, RFC 6455) and the audit log see the same bytes. Valid arguments are
+// kept as they are.
+func (req *CallRequest) fixUTF8() { req.Arguments = jsonscan.FixUTF8(req.Arguments) }
 
 // finish counts, audits and publishes a call's outcome; sent says the call
 // went to a device (see call).
@@ -468,6 +477,7 @@ func (h *Hub) RefuseUnseen(req CallRequest, tool bool) error {
 	h.inflight.Add(1)
 	defer h.inflight.Add(-1)
 	start := time.Now()
+	req.fixUTF8()
 	err := h.checkKeyRate(req.Caller)
 	switch {
 	case err != nil:
@@ -487,6 +497,7 @@ func (h *Hub) RefuseUnseen(req CallRequest, tool bool) error {
 func (h *Hub) RecordRefused(req CallRequest, start time.Time, outcome string, err error) {
 	h.inflight.Add(1)
 	defer h.inflight.Add(-1)
+	req.fixUTF8()
 	h.metrics.Calls.WithLabelValues(outcome).Inc()
 	h.mu.RLock()
 	dev, lerr := h.lookupLocked(req.Device)
@@ -513,6 +524,7 @@ func (h *Hub) RecordRefused(req CallRequest, start time.Time, outcome string, er
 // ErrToolNotFound (also when the device never completed a discovery), a
 // *ValidationError or a rate refusal.
 func (h *Hub) CheckCall(req CallRequest) (Device, error) {
+	req.fixUTF8()
 	args := bytes.TrimSpace(req.Arguments)
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")

@@ -50,6 +50,7 @@ func (h *Hub) ServeRemote(ctx context.Context, req CallRequest) (*mcpclient.Resu
 	if err := h.refused(req); err != nil {
 		return nil, err
 	}
+	req.fixUTF8()
 	req.remote = true
 	req.Wait = true
 	res, _, _, err := h.call(ctx, req)

@@ -132,8 +132,11 @@ func CheckToolName(name string) error {
 		return fmt.Errorf("%w: %d bytes, over the limit of %d", ErrBadToolName, len(name), MaxToolName)
 	case strings.HasPrefix(name, ReservedToolPrefix):
 		return fmt.Errorf("%w: %q: names starting with %q are the gateway's own (its audit records)", ErrBadToolName, name, ReservedToolPrefix)
-	case strings.IndexFunc(name, func(r rune) bool { return unicode.IsControl(r) || r == utf8.RuneError }) >= 0:
+	case strings.ContainsFunc(name, unicode.IsControl):
 		return fmt.Errorf("%w: %q contains control characters", ErrBadToolName, name)
+	case !utf8.ValidString(name) || strings.ContainsRune(name, utf8.RuneError):
+		// A caller's or device's byte that is not UTF-8 is read as U+FFFD.
+		return fmt.Errorf("%w: %q holds a byte that is not UTF-8 (read as U+FFFD)", ErrBadToolName, name)
 	}
 	return nil
 }

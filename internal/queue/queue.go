@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/hub"
+	"github.com/mcpgate/mcpgate/internal/jsonscan"
 	"github.com/mcpgate/mcpgate/internal/metrics"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
@@ -505,12 +506,16 @@ func checkCallbackURL(s string) error {
 	return nil
 }
 
+// normArgs returns arguments as a queued call stores them: {} for none, and
+// in valid UTF-8, as hub.Call makes them (a byte of a string that is not
+// UTF-8 becomes U+FFFD), so the stored call, its audit record and the
+// device see the same bytes.
 func normArgs(a json.RawMessage) json.RawMessage {
 	a = bytes.TrimSpace(a)
 	if len(a) == 0 || string(a) == "null" {
 		return json.RawMessage("{}")
 	}
-	return a
+	return jsonscan.FixUTF8(a)
 }
 
 // newID returns a call id: "call_" and 16 random hex digits.

@@ -91,3 +91,23 @@ func counterValue(c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// A queued call's arguments are stored in valid UTF-8, as hub.Call sends
+// them: each byte of a string that is not UTF-8 as U+FFFD.
+func TestQueuedArgumentsValidUTF8(t *testing.T) {
+	const id = "02:00:00:00:00:07"
+	h := hub.New(hub.Config{})
+	q, err := New(Config{Hub: h, Store: storetest.Open(t, "", t.TempDir()), SweepInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attachReady(t, h, id)
+	c, err := q.Submit(t.Context(), Request{CallRequest: hub.CallRequest{Device: id, Tool: "self.audio_speaker.set_volume",
+		Arguments: json.RawMessage("{\"volume\":1,\"note\":\"bad\xff\xfe\"}"), Caller: "k", Door: "rest"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "{\"volume\":1,\"note\":\"bad\uFFFD\uFFFD\"}"; string(c.Arguments) != want {
+		t.Errorf("stored arguments %q, want %q", c.Arguments, want)
+	}
+}

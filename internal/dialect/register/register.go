@@ -233,8 +233,10 @@ func decodeTool(raw json.RawMessage, opts Options) (t mcpclient.Tool, name, reas
 		return t, "", "empty name"
 	case len(name) > MaxNameLen:
 		return t, "", fmt.Sprintf("name longer than %d bytes", MaxNameLen)
-	case strings.IndexFunc(name, func(r rune) bool { return unicode.IsControl(r) || r == utf8.RuneError }) >= 0:
+	case strings.ContainsFunc(name, unicode.IsControl):
 		return t, "", "name contains control characters"
+	case !utf8.ValidString(name) || strings.ContainsRune(name, utf8.RuneError):
+		return t, "", "name holds a byte that is not UTF-8 (read as U+FFFD)"
 	case strings.HasPrefix(name, mcpclient.ReservedToolPrefix):
 		return t, name, fmt.Sprintf("names starting with %q are the gateway's own (its audit records)", mcpclient.ReservedToolPrefix)
 	}

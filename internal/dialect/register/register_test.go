@@ -75,6 +75,7 @@ func TestDecodeProblems(t *testing.T) {
 		{`{"name":"  "}`, "empty name"},
 		{`{"name":"` + strings.Repeat("n", 129) + `"}`, "name longer than 128 bytes"},
 		{`{"name":"a\u0001b"}`, "control characters"},
+		{"{\"name\":\"a\xffb\"}", "name holds a byte that is not UTF-8 (read as U+FFFD)"},
 		{`{"name":"mcpgate:forget"}`, `names starting with "mcpgate:" are the gateway's own`},
 		{`{"name":"ok","description":5}`, "description must be a string"},
 		{`{"name":"ok","main_type":"cloud"}`, `main_type "cloud": want "remote" or "local"`},
