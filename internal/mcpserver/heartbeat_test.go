@@ -1,0 +1,102 @@
+package mcpserver_test
+
+import (
+	"bufio"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpgate/mcpgate/internal/devicetest"
+	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/mcpserver"
+)
+
+// An idle GET stream gets ": keepalive" comments, so that a reverse
+// proxy's read timeout (nginx: 60 s) does not cut it, each between two
+// events: a list_changed sent meanwhile arrives whole, framed as the
+// TypeScript SDK and go-sdk parse it (field lines, a blank line after each
+// event), and a go-sdk client with its GET stream still gets it.
+func TestIdleGETStreamGetsKeepalives(t *testing.T) {
+	gw := startGateway(t, gateway.Config{})
+	url := startDoor(t, gw, mcpserver.Config{SSEHeartbeat: 50 * time.Millisecond})
+	sdk := connect(t, url, "2025-06-18")
+	c := rawConnect(t, url)
+
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", c.sid)
+	req.Header.Set("Mcp-Protocol-Version", c.version)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET: %s", resp.Status)
+	}
+	lines := make(chan string, 64)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	next := func(what string) (string, bool) {
+		t.Helper()
+		select {
+		case l, ok := <-lines:
+			return l, ok
+		case <-time.After(10 * time.Second):
+			t.Fatalf("nothing on the GET stream while waiting for %s", what)
+			return "", false
+		}
+	}
+
+	// Two keepalives on the idle stream (after go-sdk's ": ok").
+	for beats := 0; beats < 2; {
+		l, ok := next("a keepalive")
+		if !ok {
+			t.Fatal("the GET stream ended without a keepalive")
+		}
+		if l == ": keepalive" {
+			beats++
+		}
+	}
+	fake(t, gw, devicetest.Config{ID: "02:00:00:00:0c:01"})
+	// Strict framing: a comment or a field only at an event's start or
+	// inside it, a comment never inside an event.
+	inEvent, changed := false, false
+	for !changed {
+		l, ok := next("the list_changed")
+		switch {
+		case !ok:
+			t.Fatal("the GET stream ended without the list_changed")
+		case l == "":
+			inEvent = false
+		case strings.HasPrefix(l, ":"):
+			if inEvent {
+				t.Fatalf("comment %q inside an event", l)
+			}
+			if l != ": keepalive" && l != ": ok" {
+				t.Fatalf("unexpected comment %q", l)
+			}
+		case strings.HasPrefix(l, "event: "), strings.HasPrefix(l, "id: "):
+			inEvent = true
+		case strings.HasPrefix(l, "data: "):
+			inEvent = true
+			changed = strings.Contains(l, `"method":"notifications/tools/list_changed"`)
+		default:
+			t.Fatalf("malformed SSE line %q", l)
+		}
+	}
+	if l, _ := next("the event's end"); l != "" {
+		t.Fatalf("after the list_changed's data: %q, want the blank line that ends the event", l)
+	}
+	select {
+	case <-sdk.changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the go-sdk client's GET stream did not deliver the list_changed among keepalives")
+	}
+}
