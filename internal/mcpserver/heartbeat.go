@@ -16,7 +16,7 @@ import (
 // flushes, so a write since the last Flush is an event in progress, and the
 // comment waits for the next beat. It beats only once go-sdk has started an
 // SSE answer (status 200, text/event-stream): it never commits a status or
-// headers itself.
+// headers itself. It also marks that answer X-Accel-Buffering: no.
 //
 // Everything but stop is called by the handler's goroutine; beats come from
 // a timer's. mu serialises the writes of both.
@@ -66,18 +66,23 @@ func (h *heartbeat) Flush() {
 
 func (h *heartbeat) Unwrap() http.ResponseWriter { return h.ResponseWriter }
 
-// start arms the timer when an SSE answer begins. h.mu is held.
+// start arms the timer when an SSE answer begins, before its headers are
+// sent. h.mu is held.
 func (h *heartbeat) start(status int) {
 	if h.started {
 		return
 	}
 	h.started = true
 	h.last = time.Now()
-	if h.every <= 0 || h.stopped || status != http.StatusOK ||
-		!strings.HasPrefix(h.Header().Get("Content-Type"), "text/event-stream") {
+	if status != http.StatusOK || !strings.HasPrefix(h.Header().Get("Content-Type"), "text/event-stream") {
 		return
 	}
-	h.timer = time.AfterFunc(h.every, h.beat)
+	// nginx buffers an answer unless told not to, which would hold
+	// events (and beats) back; /api/v1/events says the same.
+	h.Header().Set("X-Accel-Buffering", "no")
+	if h.every > 0 && !h.stopped {
+		h.timer = time.AfterFunc(h.every, h.beat)
+	}
 }
 
 // beat writes the comment if the stream is between events and has been

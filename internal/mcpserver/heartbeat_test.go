@@ -12,11 +12,12 @@ import (
 	"github.com/mcpgate/mcpgate/internal/mcpserver"
 )
 
-// An idle GET stream gets ": keepalive" comments, so that a reverse
-// proxy's read timeout (nginx: 60 s) does not cut it, each between two
-// events: a list_changed sent meanwhile arrives whole, framed as the
-// TypeScript SDK and go-sdk parse it (field lines, a blank line after each
-// event), and a go-sdk client with its GET stream still gets it.
+// An idle GET stream, marked X-Accel-Buffering: no, gets ": keepalive"
+// comments, so that a reverse proxy's read timeout (nginx: 60 s) does not
+// cut it, each between two events: a list_changed sent meanwhile arrives
+// whole, framed as the TypeScript SDK and go-sdk parse it (field lines, a
+// blank line after each event), and a go-sdk client with its GET stream
+// still gets it.
 func TestIdleGETStreamGetsKeepalives(t *testing.T) {
 	gw := startGateway(t, gateway.Config{})
 	url := startDoor(t, gw, mcpserver.Config{SSEHeartbeat: 50 * time.Millisecond})
@@ -34,6 +35,9 @@ func TestIdleGETStreamGetsKeepalives(t *testing.T) {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET: %s", resp.Status)
+	}
+	if got := resp.Header.Get("X-Accel-Buffering"); got != "no" {
+		t.Errorf("X-Accel-Buffering: %q, want no (nginx would buffer the stream)", got)
 	}
 	lines := make(chan string, 64)
 	go func() {
