@@ -104,3 +104,34 @@ func TestIdleGETStreamGetsKeepalives(t *testing.T) {
 		t.Fatal("the go-sdk client's GET stream did not deliver the list_changed among keepalives")
 	}
 }
+
+// A POST's stream gets keepalives too once go-sdk has started it (protocol
+// 2025-11-25 opens it with a priming event), so a slow call survives a
+// proxy's read timeout; the result still parses.
+func TestSlowCallStreamGetsKeepalives(t *testing.T) {
+	gw := startGateway(t, gateway.Config{})
+	url := startDoor(t, gw, mcpserver.Config{SSEHeartbeat: 50 * time.Millisecond})
+	d := fake(t, gw, devicetest.Config{ID: "02:00:00:00:0c:02", OnCall: func(devicetest.Call) devicetest.Answer {
+		time.Sleep(500 * time.Millisecond)
+		return devicetest.Answer{Result: devicetest.TextResult("slow", false)}
+	}})
+	c := rawConnectVersion(t, url+"/devices/"+d.ID(), "2025-11-25")
+	_, body := c.post(t, map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+		"params": map[string]any{"name": "self.audio_speaker.set_volume", "arguments": map[string]any{"volume": 1}}})
+	beats := 0
+	for event := range strings.SplitSeq(strings.TrimSuffix(string(body), "\n\n"), "\n\n") {
+		if event == ": keepalive" {
+			beats++
+			continue
+		}
+		if strings.Contains(event, "\n:") || strings.HasPrefix(event, ":") {
+			t.Fatalf("a comment inside event %q", event)
+		}
+	}
+	if beats == 0 {
+		t.Errorf("no keepalive on a call's stream silent for 500ms:\n%s", body)
+	}
+	if a, ok := answerIn(body, 1); !ok || !strings.Contains(string(a.Result), "slow") {
+		t.Errorf("no result in:\n%s", body)
+	}
+}
