@@ -18,8 +18,8 @@ import (
 // SSE answer (status 200, text/event-stream): it never commits a status or
 // headers itself. It also marks that answer X-Accel-Buffering: no.
 //
-// Everything but stop is called by the handler's goroutine; beats come from
-// a timer's. mu serialises the writes of both.
+// go-sdk writes from the handler's goroutine or its session's; beats come
+// from a timer's. mu serialises them all; after stop nothing is written.
 type heartbeat struct {
 	http.ResponseWriter
 	every time.Duration
