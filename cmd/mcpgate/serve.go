@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -105,11 +106,17 @@ environment, which wins over the file.`,
 				return flagErrorf("mqtt-tls-key", "needs --mqtt-tls-cert: the two go together")
 			}
 			if mqttCert != "" {
-				pair, err := tls.LoadX509KeyPair(mqttCert, mqttKey)
-				if err != nil {
-					return fmt.Errorf("MQTT TLS certificate: %w", err)
+				// It secures the embedded broker's listener: without one
+				// it would be ignored.
+				switch {
+				case cfg.MQTTBroker != "":
+					return flagErrorf("mqtt-tls-cert", "%s: not with --mqtt-broker: it secures the embedded broker, which is not started with an external one (use an ssl:// or mqtts:// broker URL)", mqttCert)
+				case cfg.MQTTAddr == "":
+					return flagErrorf("mqtt-tls-cert", "%s: needs --mqtt-addr: the embedded broker is disabled (--mqtt-addr \"\")", mqttCert)
 				}
-				cfg.MQTTTLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+				if cfg.MQTTTLS, err = mqttTLS(logger, mqttCert, mqttKey, time.Now()); err != nil {
+					return err
+				}
 			}
 			if cfg.MQTTBroker != "" {
 				if cmd.Flags().Changed("mqtt-addr") && cfg.MQTTAddr != "" {
@@ -202,7 +209,7 @@ environment, which wins over the file.`,
 	f.IntVar(&cfg.AuditMaxRows, "audit-max-rows", 1_000_000, "keep at most this many audit records, deleting the oldest (0: no limit)")
 	f.IntVar(&cfg.AuditMaxValueBytes, "audit-max-value", 1024, "argument values larger than this many bytes are kept in the audit log as a SHA-256 digest")
 	f.StringVar(&cfg.MQTTAddr, "mqtt-addr", "127.0.0.1:1883", "embedded MQTT broker address for devices (empty disables it)")
-	f.StringVar(&mqttCert, "mqtt-tls-cert", "", "PEM certificate file: the MQTT listener then speaks TLS (with --mqtt-tls-key); firmware uses TLS only on port 8883")
+	f.StringVar(&mqttCert, "mqtt-tls-cert", "", "PEM certificate file: the embedded MQTT broker's listener then speaks TLS (with --mqtt-tls-key); firmware uses TLS only on port 8883; read at start only")
 	f.StringVar(&mqttKey, "mqtt-tls-key", "", "PEM private key file of --mqtt-tls-cert")
 	f.StringVar(&cfg.MQTTUplinkTopic, "mqtt-uplink-topic", "device-server", "topic MQTT devices publish to (with --mqtt-broker: the prefix of <topic>/<mac_with_underscores>)")
 	f.StringVar(&cfg.MQTTBroker, "mqtt-broker", "", "external MQTT broker URL (tcp://host:port, ssl:// or mqtts:// for TLS); replaces the embedded broker")
@@ -235,6 +242,34 @@ func newLogger(w interface{ Write([]byte) (int, error) }, level, format string) 
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, flagErrorf("log-format", "%q: want text or json", format)
+}
+
+// certWarnBefore is how long before its expiry a certificate is warned of at start.
+const certWarnBefore = 14 * 24 * time.Hour
+
+// mqttTLS loads the MQTT listener's certificate, and warns when it has
+// expired or expires within certWarnBefore: it is read once, at start, so
+// a renewed file takes a restart.
+func mqttTLS(log *slog.Logger, certFile, keyFile string, now time.Time) (*tls.Config, error) {
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("MQTT TLS certificate: %w", err)
+	}
+	leaf := pair.Leaf // set by LoadX509KeyPair (Go 1.23 and later)
+	if leaf == nil {
+		if leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
+			return nil, fmt.Errorf("MQTT TLS certificate %s: %w", certFile, err)
+		}
+	}
+	switch left := leaf.NotAfter.Sub(now); {
+	case left <= 0:
+		log.Warn("the MQTT TLS certificate has expired: devices will refuse the TLS handshake; renew it and restart",
+			"file", certFile, "not_after", leaf.NotAfter)
+	case left < certWarnBefore:
+		log.Warn("the MQTT TLS certificate expires soon: renew it and restart (it is read at start only)",
+			"file", certFile, "not_after", leaf.NotAfter, "expires_in", left.Round(time.Minute))
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
 }
 
 // parseMQTTNode reads --mqtt-node INDEX/COUNT, whole: a typo must not

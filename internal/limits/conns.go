@@ -123,6 +123,18 @@ func (l *ConnLimiter) Limit(remote string) int {
 	return limit
 }
 
+// Flag names the serve flag whose limit applies to remote, for the log:
+// an operator behind a reverse proxy on the same host sees every device
+// refused as loopback, and must raise that one.
+func (l *ConnLimiter) Flag(remote string) string {
+	if l != nil {
+		if k, _, _ := l.key(remote); k == loopbackKey {
+			return "--max-conns-loopback"
+		}
+	}
+	return "--max-conns-per-ip"
+}
+
 // RetryAfterConns is the Retry-After a refused connection is given: long
 // enough for a reconnect loop not to hammer the gateway.
 const RetryAfterConns = 10 * time.Second
@@ -132,7 +144,7 @@ const RetryAfterConns = 10 * time.Second
 func (l *ConnLimiter) Refuse(w http.ResponseWriter, r *http.Request, rep *Reporter, transport string) {
 	limit := l.Limit(r.RemoteAddr)
 	rep.Hit(ConnsPerIP, "refused connection: too many from this source address",
-		"remote", r.RemoteAddr, "transport", transport, "max_conns", limit)
+		"remote", r.RemoteAddr, "transport", transport, "max_conns", limit, "flag", l.Flag(r.RemoteAddr))
 	w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfterConns/time.Second)))
 	http.Error(w, fmt.Sprintf("too many connections from your address (limit %d); retry later", limit), http.StatusTooManyRequests)
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -425,4 +427,27 @@ func FuzzConnLimiter(f *testing.F) {
 			t.Fatalf("%q: %d sources held", remote, held)
 		}
 	})
+}
+
+// A refused connection's log line names the flag whose limit applies: the
+// loopback one for every loopback address (all of a same-host reverse
+// proxy's devices), the per-address one for the others.
+func TestConnRefusalNamesItsFlag(t *testing.T) {
+	l := NewConnLimiter(2, 3)
+	for remote, want := range map[string]string{
+		"127.0.0.1:5":     "max_conns=3 flag=--max-conns-loopback",
+		"[::1]:5":         "max_conns=3 flag=--max-conns-loopback",
+		"192.0.2.1:5":     "max_conns=2 flag=--max-conns-per-ip",
+		"[2001:db8::1]:5": "max_conns=2 flag=--max-conns-per-ip",
+	} {
+		var log bytes.Buffer
+		rep := NewReporter(nil, slog.New(slog.NewTextHandler(&log, nil)))
+		r := httptest.NewRequest(http.MethodGet, "/xiaozhi/v1/", nil)
+		r.RemoteAddr = remote
+		w := httptest.NewRecorder()
+		l.Refuse(w, r, rep, "websocket")
+		if w.Code != http.StatusTooManyRequests || !strings.Contains(log.String(), want) {
+			t.Errorf("%s: %d, logged %q, want %q", remote, w.Code, log.String(), want)
+		}
+	}
 }

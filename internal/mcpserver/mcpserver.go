@@ -93,6 +93,11 @@ type Config struct {
 	// request in flight (an open GET stream is one) since the last one
 	// ended. Default 30 minutes.
 	SessionTimeout time.Duration
+	// SSEHeartbeat is how long an SSE stream (a GET stream, or a POST's
+	// once its first event is out) may be silent before it gets a comment
+	// line, so that a reverse proxy's read timeout does not cut it.
+	// Default 15s; negative: none.
+	SSEHeartbeat time.Duration
 	// DoorIdle frees a server (an API key's aggregate, or its server of one
 	// device) that has had no session and no request this long; a later
 	// request makes a new one. Default 1 minute.
@@ -213,6 +218,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.SessionTimeout <= 0 {
 		cfg.SessionTimeout = 30 * time.Minute
+	}
+	if cfg.SSEHeartbeat == 0 {
+		cfg.SSEHeartbeat = 15 * time.Second
 	}
 	if cfg.DoorIdle <= 0 {
 		cfg.DoorIdle = time.Minute
@@ -395,7 +403,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Before the SDK, which waits for the session's calls to return.
 		s.sessionCalls.cancel(sessionKey{p.Caller(), sid}, errSessionDeleted)
 	}
-	h.ServeHTTP(rec, r)
+	hb := newHeartbeat(rec, s.cfg.SSEHeartbeat)
+	defer hb.stop() // first if go-sdk panics; it is idempotent
+	h.ServeHTTP(hb, r)
+	hb.stop()
 	switch {
 	case r.Method == http.MethodDelete && rec.status < 300:
 		s.idle.forget(sid)

@@ -94,7 +94,7 @@ func (l *listener) accept(raw net.Conn, establish listeners.EstablishFn) {
 	if !l.t.cfg.Conns.Acquire(remote) {
 		l.t.m.Handshakes.WithLabelValues("mqtt", "too_many_connections").Inc()
 		l.t.cfg.Limits.Hit(limits.ConnsPerIP, "refused connection: too many from this source address",
-			"remote", remote, "transport", "mqtt", "max_conns", l.t.cfg.Conns.Limit(remote))
+			"remote", remote, "transport", "mqtt", "max_conns", l.t.cfg.Conns.Limit(remote), "flag", l.t.cfg.Conns.Flag(remote))
 		_ = raw.Close()
 		return
 	}
