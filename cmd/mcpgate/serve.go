@@ -153,6 +153,13 @@ environment, which wins over the file.`,
 				return err
 			}
 			err = gw.Run(cmd.Context())
+			if errors.Is(err, gateway.ErrSecretLost) {
+				// Else the next start, by hand or by a restart policy,
+				// would take the new secret for the store's.
+				if rerr := os.Remove(cfg.Provisioning.NewSecretFile); rerr != nil {
+					logger.Error("removing the device secret made at this start", "error", rerr)
+				}
+			}
 			if err != nil && cmd.Context().Err() != nil && errors.Is(err, context.Canceled) {
 				// Stopped (SIGTERM...) while still starting, waiting for a
 				// broker or a store: asked for, not a failure.
