@@ -189,5 +189,13 @@ func TestServeRestoredStoreWithoutSecret(t *testing.T) {
 				t.Fatalf("%s: the refused start left its new device secret: %v", tc.name, err)
 			}
 		}
+		// In open mode no device is refused: an error is logged, and the
+		// gateway serves until stopped.
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		r := runContext(ctx, "http://127.0.0.1:1", "serve", "--addr", "127.0.0.1:0", "--mqtt-addr", "", "--data", dir)
+		cancel()
+		if r.code != 0 || !strings.Contains(r.stderr, "level=ERROR msg=\"the device secret was created at this start") {
+			t.Fatalf("%s, open mode: exit %d, stderr:\n%s", tc.name, r.code, r.stderr)
+		}
 	}
 }

@@ -361,8 +361,9 @@ var ErrSecretLost = errors.New("the device secret is new, but the store's device
 // checkNewSecret refuses a device secret created at this start for a store
 // that shows tokens were issued before: every device would be refused
 // ("token signature does not match"), in silence until they reconnect.
-// Refused rather than warned: restoring the file keeps every token, while
-// starting on the new secret loses them all for good.
+// Refused rather than warned (in token mode): restoring the file keeps
+// every token, while starting on the new secret loses them all for good,
+// and a warning scrolls by unread while every device is refused.
 func (d *deviceServices) checkNewSecret(ctx context.Context) error {
 	if d.cfg.NewSecretFile == "" {
 		return nil
@@ -391,6 +392,13 @@ func (d *deviceServices) checkNewSecret(ctx context.Context) error {
 		return fmt.Errorf("load device revocations: %w", err)
 	}
 	if inUse == 0 && len(revs) == 0 {
+		return nil
+	}
+	if d.auth.Mode() == devauth.ModeOpen {
+		// No device is refused yet: said, not refused.
+		d.log.Error("the device secret was created at this start, but the store holds device tokens signed with another: "+
+			"they will be refused if --device-auth becomes token; restore the device-secret file of the store's backup (docs/store.md#backups)",
+			"file", d.cfg.NewSecretFile, "tokens_in_use", inUse, "revocations", len(revs))
 		return nil
 	}
 	return fmt.Errorf("%w: %s was created at this start, but the store holds %d device(s) with a token in use and %d revocation(s); "+
