@@ -160,6 +160,13 @@ environment, which wins over the file.`,
 				return err
 			}
 			err = gw.Run(cmd.Context())
+			if errors.Is(err, gateway.ErrSecretLost) {
+				// Else the next start, by hand or by a restart policy,
+				// would take the new secret for the store's.
+				if rerr := os.Remove(cfg.Provisioning.NewSecretFile); rerr != nil {
+					logger.Error("removing the device secret made at this start", "error", rerr)
+				}
+			}
 			if err != nil && cmd.Context().Err() != nil && errors.Is(err, context.Canceled) {
 				// Stopped (SIGTERM...) while still starting, waiting for a
 				// broker or a store: asked for, not a failure.
@@ -173,7 +180,7 @@ environment, which wins over the file.`,
 	f.StringVar(&configFile, "config", "", "YAML config file whose keys are these flag names (env MCPGATE_CONFIG)")
 	f.StringVar(&cfg.Addr, "addr", "127.0.0.1:8000", "HTTP listen address for devices and clients (port 0 picks a free one)")
 	f.StringVar(&cfg.DataDir, "data", defaultDataDir(os.Getenv, os.Geteuid()), "directory for the gateway's files: the SQLite store, the device secret, photos (not empty)")
-	f.StringVar(&cfg.StoreDSN, "store", "", "the store: empty for SQLite at DATA/mcpgate.db, sqlite:PATH, or postgres://USER:PASSWORD@HOST:PORT/DB")
+	f.StringVar(&cfg.StoreDSN, "store", "", "the store: empty for SQLite at DATA/mcpgate.db, sqlite:PATH, or postgres://USER:PASSWORD@HOST:PORT/DB (a new store starts empty: nothing is copied from DATA/mcpgate.db)")
 	f.StringVar(&clusterCfg.Name, "cluster-name", "", "cluster mode (docs/cluster.md): the cluster's name, the same on every node; needs --store postgres://...")
 	f.StringVar(&clusterCfg.Listen, "cluster-listen", "", "cluster mode, embedded NATS: where this node's routes listen, e.g. 0.0.0.0:6222")
 	f.StringSliceVar(&clusterCfg.Routes, "cluster-routes", nil, "cluster mode, embedded NATS: the other nodes' routes, each nats://HOST:PORT, e.g. nats://n2:6222,nats://n3:6222")

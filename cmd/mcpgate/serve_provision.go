@@ -36,7 +36,7 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 		transportFor                                      map[string]string
 	)
 	f.StringVar(&auth, "device-auth", "open", "device credentials: open (any device) or token (devices present a token from OTA or from 'mcpgate devices token')")
-	f.StringVar(&secretFile, "device-secret-file", "", "file with the secret signing device tokens (default DATA/device-secret, created 0600 if absent; a cluster without it keeps one secret in the store)")
+	f.StringVar(&secretFile, "device-secret-file", "", "file with the secret signing device tokens (default DATA/device-secret, created 0600 if absent, save in token mode for a store whose devices hold tokens: restore it from the backup then; a cluster without it keeps one secret in the store)")
 	p.DeviceTokenTTL = 30 * 24 * time.Hour
 	f.Var(ageFlag{&p.DeviceTokenTTL}, "device-token-ttl", "lifetime of device tokens the OTA endpoint issues, e.g. 30d or 12h, counted from a token's last use by its device's connection")
 	f.StringVar(&policy, "ota-policy", "open", "which devices the OTA endpoint configures: open or allowlist")
@@ -121,6 +121,11 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 			if _, err := os.Stat(secretFile); errors.Is(err, fs.ErrNotExist) && flagValue(f, "cluster-name") != "" {
 				return nil
 			}
+		}
+		// A file made now is refused, and removed again, for a store whose
+		// devices hold tokens (gateway.ErrSecretLost).
+		if _, err := os.Lstat(secretFile); errors.Is(err, fs.ErrNotExist) {
+			p.NewSecretFile = secretFile
 		}
 		p.DeviceSecret, err = devauth.LoadOrCreateSecret(secretFile, log)
 		return err

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpgate/mcpgate/internal/gateway"
+	"github.com/mcpgate/mcpgate/internal/store"
 )
 
 // TestServeOTAFlags: OTA settings that would be ignored without a word are
@@ -140,5 +143,59 @@ func TestVisionBoundsZero(t *testing.T) {
 	}
 	if p.VisionRetention >= 0 || p.VisionMaxPerDevice >= 0 || p.VisionMaxBytesPerDevice >= 0 || p.VisionMaxTotalBytes >= 0 {
 		t.Errorf("0 became %+v, want negative (no limit)", p)
+	}
+}
+
+// TestServeRestoredStoreWithoutSecret: a store restored without its
+// device-secret file, whose devices hold tokens, is refused at start rather
+// than served with a new secret that refuses every token; the new secret
+// is not left behind for the next start to take for the store's.
+func TestServeRestoredStoreWithoutSecret(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		fill func(store.Store) error
+	}{
+		{"token in use", func(st store.Store) error {
+			return st.SaveDevice(t.Context(), store.Device{ID: "02:00:00:00:00:01", TokenID: "tok1", FirstSeen: time.Now(), LastSeen: time.Now()})
+		}},
+		{"revocation", func(st store.Store) error {
+			return st.AddRevocation(t.Context(), store.Revocation{DeviceID: "02:00:00:00:00:01", IssuedBeforeMS: time.Now().UnixMilli(),
+				ExpiresMS: time.Now().Add(time.Hour).UnixMilli()})
+		}},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		st, err := store.Open(t.Context(), "", dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = tc.fill(st)
+		if cerr := st.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		secret := filepath.Join(dir, "device-secret")
+		for range 2 { // the second start is refused too
+			// Bounded: a gateway that starts would serve until stopped.
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			r := runContext(ctx, "http://127.0.0.1:1", "serve", "--addr", "127.0.0.1:0", "--mqtt-addr", "", "--data", dir, "--device-auth", "token")
+			cancel()
+			if r.code == 0 || !strings.Contains(r.stderr, gateway.ErrSecretLost.Error()) || !strings.Contains(r.stderr, secret) {
+				t.Fatalf("%s: exit %d, stderr:\n%s", tc.name, r.code, r.stderr)
+			}
+			if _, err := os.Stat(secret); !os.IsNotExist(err) {
+				t.Fatalf("%s: the refused start left its new device secret: %v", tc.name, err)
+			}
+		}
+		// In open mode no device is refused: an error is logged, and the
+		// gateway serves until stopped.
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		r := runContext(ctx, "http://127.0.0.1:1", "serve", "--addr", "127.0.0.1:0", "--mqtt-addr", "", "--data", dir)
+		cancel()
+		if r.code != 0 || !strings.Contains(r.stderr, "level=ERROR msg=\"the device secret was created at this start") {
+			t.Fatalf("%s, open mode: exit %d, stderr:\n%s", tc.name, r.code, r.stderr)
+		}
 	}
 }

@@ -761,6 +761,9 @@ func (g *Gateway) readStore(ctx context.Context) error {
 	if err := g.checkKeys(ctx); err != nil {
 		return err
 	}
+	if err := g.devices.checkNewSecret(ctx); err != nil {
+		return err
+	}
 	if g.cfg.Provisioning.SecretInStore {
 		if err := g.devices.shareSecret(ctx, g.cfg.Cluster != nil); err != nil {
 			return err

@@ -50,6 +50,12 @@ type Provisioning struct {
 	// gateway alone uses the store's when it holds one (a former cluster's,
 	// whose devices' tokens then still verify) and never writes it there.
 	SecretInStore bool
+	// NewSecretFile is the path of DeviceSecret's file when main created
+	// it at this start, "" when it was read. Run then refuses
+	// (ErrSecretLost) a store showing that device tokens were issued (a
+	// device's token in use, a revocation) and holding no secret of its
+	// own: they were signed with another secret.
+	NewSecretFile string
 	// DeviceTokenTTL is the lifetime of device tokens the OTA endpoint
 	// issues. Default 720h (30 days), counted from the token's last use
 	// (devauth, "Expiry"): a device fetches a new one only at boot.
@@ -345,6 +351,60 @@ func (d *deviceServices) shareSecret(ctx context.Context, node bool) error {
 		d.log.Info("signing device tokens with the cluster's secret from the store, not this gateway's own secret file")
 	}
 	return nil
+}
+
+// ErrSecretLost is Run's error when the device secret was created at this
+// start (Provisioning.NewSecretFile) for a store whose devices were given
+// tokens: a store restored from a backup without its secret file.
+var ErrSecretLost = errors.New("the device secret is new, but the store's device tokens were signed with another")
+
+// checkNewSecret refuses a device secret created at this start for a store
+// that shows tokens were issued before: every device would be refused
+// ("token signature does not match"), in silence until they reconnect.
+// Refused rather than warned (in token mode): restoring the file keeps
+// every token, while starting on the new secret loses them all for good,
+// and a warning scrolls by unread while every device is refused.
+func (d *deviceServices) checkNewSecret(ctx context.Context) error {
+	if d.cfg.NewSecretFile == "" {
+		return nil
+	}
+	if d.cfg.SecretInStore {
+		_, err := d.store.Setting(ctx, SecretSetting)
+		if err == nil {
+			return nil // the store's own secret signs, not the new file
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("the device secret (in the store): %w", err)
+		}
+	}
+	devs, err := d.store.Devices(ctx)
+	if err != nil {
+		return fmt.Errorf("load devices: %w", err)
+	}
+	inUse := 0
+	for _, dev := range devs {
+		if dev.TokenID != "" {
+			inUse++
+		}
+	}
+	revs, err := d.store.Revocations(ctx, time.Now())
+	if err != nil {
+		return fmt.Errorf("load device revocations: %w", err)
+	}
+	if inUse == 0 && len(revs) == 0 {
+		return nil
+	}
+	if d.auth.Mode() == devauth.ModeOpen {
+		// No device is refused yet: said, not refused.
+		d.log.Error("the device secret was created at this start, but the store holds device tokens signed with another: "+
+			"they will be refused if --device-auth becomes token; restore the device-secret file of the store's backup (docs/store.md#backups)",
+			"file", d.cfg.NewSecretFile, "tokens_in_use", inUse, "revocations", len(revs))
+		return nil
+	}
+	return fmt.Errorf("%w: %s was created at this start, but the store holds %d device(s) with a token in use and %d revocation(s); "+
+		"every device token would be refused. Restore the device-secret file of the store's backup to %s (docs/store.md#backups); "+
+		"or, to give up every token issued (each device must get a new one), write a new secret yourself: openssl rand -hex 32 > %s",
+		ErrSecretLost, d.cfg.NewSecretFile, inUse, len(revs), d.cfg.NewSecretFile, d.cfg.NewSecretFile)
 }
 
 // restoreRevocations puts the device-credential revocations of the store

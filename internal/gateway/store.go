@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/store"
@@ -60,6 +61,7 @@ func (g *Gateway) openStore(ctx context.Context) error {
 	switch from, to, _ := store.Schema(s); {
 	case from == 0:
 		g.log.Info("store created", "schema_version", to)
+		g.warnLeftBehind(ctx, s)
 	case from < to:
 		g.log.Info("store upgraded; an older mcpgate can no longer open it", "from_schema_version", from, "schema_version", to)
 	}
@@ -76,4 +78,52 @@ func (g *Gateway) closeStore() {
 		return
 	}
 	g.log.Debug("store closed")
+}
+
+// warnLeftBehind warns when the gateway starts on a new store s while its
+// data directory holds a SQLite store with data (devices, keys or
+// revocations): none of it is carried over, revocations included, so a
+// revoked device could connect again (docs/store.md, "Moving to
+// PostgreSQL").
+func (g *Gateway) warnLeftBehind(ctx context.Context, s store.Store) {
+	file, err := filepath.Abs(filepath.Join(g.cfg.DataDir, store.DefaultFile))
+	if err != nil || s.Kind() == "sqlite" && s.Location() == file {
+		return
+	}
+	const what = "starting on a new, empty store while the data directory holds a SQLite store: " +
+		"nothing of it is carried over (API keys; devices with their aliases and tokens in use; device revocations, " +
+		"so a revoked device can connect again; queued calls; the audit log): to keep them, start on that store, " +
+		"or redo them by hand (docs/store.md#moving-to-postgresql)"
+	devices, keys, revs, err := storeContents(ctx, g.cfg.DataDir)
+	switch {
+	case errors.Is(err, store.ErrNoStore) || errors.Is(err, store.ErrEmptyFile):
+	case err != nil:
+		g.log.Warn(what, "left_behind", file, "store", s.Location(), "reading_it", err.Error())
+	case devices+keys+revs > 0:
+		g.log.Warn(what, "left_behind", file, "store", s.Location(), "devices", devices, "api_keys", keys, "revocations", revs)
+	}
+}
+
+// storeContents counts the devices, API keys and revocations of the SQLite
+// store in dataDir, opened as it is: not upgraded, not locked (it may be
+// in use).
+func storeContents(ctx context.Context, dataDir string) (devices, keys, revs int, err error) {
+	s, err := store.OpenExisting(ctx, "", dataDir, store.OpenOptions{KeepSchema: true})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer s.Close()
+	d, err := s.Devices(ctx)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	k, err := s.Keys(ctx)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	r, err := s.Revocations(ctx, time.Now())
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return len(d), len(k), len(r), nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/hostiletest"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
@@ -177,5 +178,63 @@ func TestStartWaitsForLockedSQLite(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// TestNewStoreWarnsOfSQLiteLeftBehind: a gateway starting on a new store
+// while its data directory holds a SQLite store with devices, keys or
+// revocations warns, naming the file and what is not carried over; an empty
+// SQLite store, or none, is no warning, nor is a restart on the new store.
+func TestNewStoreWarnsOfSQLiteLeftBehind(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		dsn  func(t *testing.T) string
+	}{
+		{"sqlite elsewhere", func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "new.db") }},
+		{"postgres", func(t *testing.T) string { return storetest.PostgresDSN(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const warning = "starting on a new, empty store while the data directory holds a SQLite store"
+			for _, fill := range []string{"none", "empty", "revocation", "device", "key"} {
+				dir := t.TempDir()
+				if fill != "none" {
+					st, err := store.Open(t.Context(), "", dir)
+					if err != nil {
+						t.Fatal(err)
+					}
+					switch fill {
+					case "revocation":
+						err = st.AddRevocation(t.Context(), store.Revocation{DeviceID: "02:00:00:00:00:01", IssuedBeforeMS: time.Now().UnixMilli(),
+							ExpiresMS: time.Now().Add(time.Hour).UnixMilli()})
+					case "device":
+						err = st.SaveDevice(t.Context(), store.Device{ID: "02:00:00:00:00:01", Alias: "kitchen", FirstSeen: time.Now(), LastSeen: time.Now()})
+					case "key":
+						storeKey(t, st, "admin", auth.ScopeAdmin)
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := st.Close(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				dsn := tc.dsn(t)
+				for run := range 2 {
+					logs := &hostiletest.Logs{}
+					_, stop := runGateway(t, Config{DataDir: dir, StoreDSN: dsn, MQTTAddr: "", Logger: logs.Logger()})
+					if err := stop(); err != nil {
+						t.Fatal(err)
+					}
+					got := strings.Contains(logs.String(), warning)
+					want := run == 0 && fill != "none" && fill != "empty"
+					if got != want {
+						t.Errorf("%s, run %d: warned %v, want %v:\n%s", fill, run, got, want, logs.String())
+					}
+					if want && !strings.Contains(logs.String(), "left_behind="+filepath.Join(dir, store.DefaultFile)) {
+						t.Errorf("%s: the warning does not name the file left behind:\n%s", fill, logs.String())
+					}
+				}
+			}
+		})
 	}
 }
