@@ -171,3 +171,43 @@ func IsLoopbackAddr(addr string) bool {
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
 }
+
+// proxyHeaders are the headers reverse proxies add to say whom they forward.
+var proxyHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip"}
+
+// Proxied reports whether r carries a header a reverse proxy adds
+// (Forwarded, X-Forwarded-For, -Host, -Proto, X-Real-IP), and so came from
+// the proxy's client rather than from the connection's own peer. A proxy
+// that adds none cannot be told apart from a local client.
+func Proxied(r *http.Request) bool {
+	for _, h := range proxyHeaders {
+		if _, ok := r.Header[h]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Scheme is the scheme r's client used: "https" over TLS, or when a proxy
+// says so (X-Forwarded-Proto, or proto= in the first element of
+// Forwarded); otherwise "http".
+func Scheme(r *http.Request) string {
+	if r.TLS != nil {
+		return "https"
+	}
+	if v := r.Header.Get("X-Forwarded-Proto"); v != "" {
+		first, _, _ := strings.Cut(v, ",")
+		if strings.EqualFold(strings.TrimSpace(first), "https") {
+			return "https"
+		}
+		return "http"
+	}
+	first, _, _ := strings.Cut(r.Header.Get("Forwarded"), ",")
+	for pair := range strings.SplitSeq(first, ";") {
+		k, v, _ := strings.Cut(strings.TrimSpace(pair), "=")
+		if strings.EqualFold(k, "proto") && strings.EqualFold(strings.Trim(v, `"`), "https") {
+			return "https"
+		}
+	}
+	return "http"
+}
