@@ -48,7 +48,7 @@ func New(listenAddr string, hosts, origins []string) (*Guard, error) {
 		}
 	}
 	for _, h := range hosts {
-		g.hosts = append(g.hosts, strings.ToLower(strings.TrimSpace(h)))
+		g.hosts = append(g.hosts, hostEntry(h))
 	}
 	for _, o := range origins {
 		o = strings.ToLower(strings.TrimSpace(o))
@@ -121,6 +121,17 @@ func (g *Guard) hostAllowed(host string) bool {
 		}
 	}
 	return false
+}
+
+// hostEntry is an allowed host as hostAllowed compares it: lower case, an
+// IPv6 address without port unbracketed ("[fd00::2]" as "fd00::2"), the
+// form the request's name takes once its port is split off.
+func hostEntry(h string) string {
+	h = strings.ToLower(strings.TrimSpace(h))
+	if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
+		return h[1 : len(h)-1]
+	}
+	return h
 }
 
 func (g *Guard) originAllowed(origin, reqHost string) bool {

@@ -78,6 +78,24 @@ func TestIsLoopbackAddr(t *testing.T) {
 	}
 }
 
+func TestAllowedHostsIPv6(t *testing.T) {
+	t.Parallel()
+	g, err := New("127.0.0.1:8000", []string{"gw.lan", "[fd00::2]", "fd00::4", "[fd00::6]:8000"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for host, want := range map[string]bool{
+		"[fd00::2]:47540": true, "[fd00::2]": true,
+		"[fd00::4]:47540": true, "[fd00::4]": true,
+		"[fd00::6]:8000": true, "[fd00::6]:8001": false,
+		"[fd00::3]:47540": false,
+	} {
+		if got := g.hostAllowed(host); got != want {
+			t.Errorf("--allowed-hosts gw.lan,[fd00::2],fd00::4,[fd00::6]:8000: Host %q allowed = %v, want %v", host, got, want)
+		}
+	}
+}
+
 func TestProxiedAndScheme(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
