@@ -11,9 +11,11 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/devicetest"
 	"github.com/mcpgate/mcpgate/internal/hostiletest"
 	"github.com/mcpgate/mcpgate/internal/ota"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
+	"github.com/mcpgate/mcpgate/internal/vision"
 )
 
 // proxiedDo sends what nginx's proxy_pass sends to a loopback gateway:
@@ -138,5 +140,38 @@ func TestOpenDoorsWarnOfOtherMachinesName(t *testing.T) {
 				t.Errorf("%d warnings %q, want any = %v:\n%s", n, warning, tc.warns, logs)
 			}
 		})
+	}
+}
+
+// TestVisionURLThroughTLSProxy: without --public-url, a WebSocket device
+// that came through a TLS proxy (X-Forwarded-Proto: https) is told an
+// https vision URL, as the OTA endpoint tells it wss://.
+func TestVisionURLThroughTLSProxy(t *testing.T) {
+	gw := startGateway(t, Config{})
+	inits := make(chan string, 4)
+	h := http.Header{}
+	h.Set("Device-Id", "02:00:00:00:00:07")
+	h.Set("Client-Id", "00000000-0000-4000-8000-000000000007")
+	h.Set("Protocol-Version", "1")
+	h.Set("X-Forwarded-Proto", "https")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	dev, err := devicetest.Connect(ctx, devicetest.Config{Addr: gw.Addr(), ID: "02:00:00:00:00:07", Header: h,
+		OnFrame: func(_ websocket.MessageType, data []byte) {
+			if strings.Contains(string(data), `"initialize"`) {
+				inits <- string(data)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	select {
+	case frame := <-inits:
+		if want := `"url":"https://` + gw.Addr() + vision.Path + `"`; !strings.Contains(frame, want) {
+			t.Errorf("initialize through a TLS proxy: %s, want %s", frame, want)
+		}
+	case <-ctx.Done():
+		t.Fatal("no initialize")
 	}
 }

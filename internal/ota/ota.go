@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/httpguard"
 	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/redact"
 	"github.com/mcpgate/mcpgate/internal/transport/conns"
@@ -741,20 +742,19 @@ func (h *Handler) mqttClientID(deviceID, clientID string) (string, error) {
 		"without spaces, control characters, '/', '+', '#' or \"@@@\"", truncate(clientID, 64))
 }
 
-// publicBase is the configured public URL, or one derived from the request.
-// A device on the network told to dial a loopback address could never
-// connect: that is logged as a warning.
+// publicBase is the configured public URL, or one derived from the request
+// (its Host, and https when it came over TLS or a proxy says its client
+// used https). A device on the network told to dial a loopback address
+// could never connect: that is logged as a warning. A request through a
+// reverse proxy counts as from the network, whatever the proxy's address.
 func (h *Handler) publicBase(r *http.Request, log *slog.Logger) *url.URL {
 	var u url.URL
 	if h.pub != nil {
 		u = *h.pub
 	} else {
-		u = url.URL{Scheme: "http", Host: r.Host}
-		if r.TLS != nil {
-			u.Scheme = "https"
-		}
+		u = url.URL{Scheme: httpguard.Scheme(r), Host: r.Host}
 	}
-	if isLoopbackHost(u.Hostname()) && !isLoopbackRemote(r.RemoteAddr) {
+	if isLoopbackHost(u.Hostname()) && (!isLoopbackRemote(r.RemoteAddr) || httpguard.Proxied(r)) {
 		log.Warn("ota: handing a loopback address to a device on the network; set --public-url to the address devices reach",
 			"address", u.Host)
 	}
