@@ -71,7 +71,8 @@ type Config struct {
 	// TransportFor overrides Transport per device id (normalised ids).
 	TransportFor map[string]Transport
 	// PublicURL is the gateway's address as devices reach it, e.g.
-	// http://192.168.1.10:8000. Empty: derived from each request's Host.
+	// http://192.168.1.10:8000, with an optional path prefix but no query
+	// or fragment. Empty: derived from each request's Host.
 	PublicURL string
 	// WebSocketPath is the device WebSocket path. Default xiaozhi.Path.
 	WebSocketPath string
@@ -245,6 +246,10 @@ func New(cfg Config) (*Handler, error) {
 		u, err := url.Parse(cfg.PublicURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("ota: public URL %q: want http://host:port or https://host", cfg.PublicURL)
+		}
+		if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(cfg.PublicURL, "#") {
+			// Paths are appended to it (/xiaozhi/v1/, /vision/explain): after a query they would land in it.
+			return nil, fmt.Errorf("ota: public URL %q: want no query or fragment, only scheme, host and an optional path prefix, e.g. https://gw.example.com/x", cfg.PublicURL)
 		}
 		h.pub = u
 	}

@@ -180,6 +180,10 @@ func TestConfigErrors(t *testing.T) {
 		"bad transport":        {Transport: "udp"},
 		"bad per-device":       {TransportFor: map[string]Transport{mac: "udp"}},
 		"bad public url":       {PublicURL: "192.168.1.10:8000"},
+		"public url query":     {PublicURL: "https://gw.example.com/x?y=1"},
+		"public url empty ?":   {PublicURL: "https://gw.example.com/x?"},
+		"public url fragment":  {PublicURL: "https://gw.example.com/x#top"},
+		"public url empty #":   {PublicURL: "https://gw.example.com/#"},
 		"firmware without url": {Firmware: map[string]Firmware{"b": {Version: "1.0"}}},
 		"firmware bad version": {Firmware: map[string]Firmware{"b": {Version: "latest", URL: "http://x"}}},
 	} {
