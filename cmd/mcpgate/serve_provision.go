@@ -43,7 +43,7 @@ func provisioningFlags(f *pflag.FlagSet, p *gateway.Provisioning, dataDir *strin
 	f.StringSliceVar(&p.OTA.Allow, "ota-allow", nil, "device ids the allowlist policy accepts (repeatable or comma separated)")
 	f.StringVar(&transport, "ota-transport", "websocket", "what the OTA endpoint tells devices to connect with: websocket or mqtt")
 	f.StringToStringVar(&transportFor, "ota-transport-for", nil, "per-device transport as DEVICE=websocket|mqtt")
-	f.StringVar(&p.OTA.PublicURL, "public-url", "", "the gateway's address as devices reach it, e.g. http://192.168.1.10:8000 (default: the Host of each request)")
+	f.StringVar(&p.OTA.PublicURL, "public-url", "", "the gateway's address as devices reach it, e.g. http://192.168.1.10:8000 or https://gw.example.com/prefix, no query or fragment (default: the Host of each request)")
 	f.StringVar(&p.OTA.MQTTEndpoint, "ota-mqtt-endpoint", "", "MQTT host:port handed to devices, not an IPv6 literal (default: the public host and the embedded broker's port; with --mqtt-broker, the broker's host:port, a loopback host replaced by the public host)")
 	f.StringVar(&firmwareFile, "firmware-table", "", "JSON or YAML file mapping board type to {version, url}, offered by OTA when newer")
 	f.Int64Var(&p.VisionMaxBytes, "vision-max-bytes", vision.DefaultMaxBytes, "largest photo a device may upload")

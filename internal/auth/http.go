@@ -12,10 +12,19 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mcpgate/mcpgate/internal/httpguard"
 )
 
 // ErrBadAuthorization is a malformed Authorization header.
 var ErrBadAuthorization = errors.New(`malformed Authorization header: want "Bearer <key>"`)
+
+// ErrProxied refuses a request without a key that came through a reverse
+// proxy to open doors: behind a proxy, the local caller would be anyone who
+// reaches the proxy.
+var ErrProxied = errors.New("this request came through a reverse proxy (it carries Forwarded, X-Forwarded-* or X-Real-IP), " +
+	"and this gateway lets a request without an API key in as the local admin: behind a proxy, start it with --require-keys " +
+	"and send Authorization: Bearer <key> (or --insecure if the proxy authenticates callers itself)")
 
 // maxBearer bounds what is looked at in a header: secrets are SecretLen
 // bytes, endpoint tokens are short.
@@ -52,6 +61,11 @@ type DoorsConfig struct {
 	// without one is the local caller ([Local]), and a request with one is
 	// still checked and gets that key's limits.
 	Require bool
+	// ProxiedOpen, without Require, lets a request without a key that came
+	// through a reverse proxy ([httpguard.Proxied]) in as the local caller
+	// too. By default such a request is refused ([ErrProxied], 403): the
+	// proxy's clients are not the local caller.
+	ProxiedOpen bool
 	// ResourceMetadata, when set, gives the URL of the OAuth protected
 	// resource metadata a 401's challenge names (resource_metadata), so
 	// OAuth clients find the gateway's authorization server.
@@ -84,7 +98,7 @@ func NewDoors(cfg DoorsConfig) *Doors {
 func (d *Doors) Required() bool { return d.cfg.Require }
 
 // Authenticate returns the request's principal, or an error: ErrNoKey,
-// ErrBadAuthorization, or one of [Keys.Authenticate]'s.
+// ErrProxied, ErrBadAuthorization, or one of [Keys.Authenticate]'s.
 func (d *Doors) Authenticate(r *http.Request) (*Principal, error) {
 	token, err := ParseBearer(r.Header.Get("Authorization"))
 	if err != nil {
@@ -93,6 +107,9 @@ func (d *Doors) Authenticate(r *http.Request) (*Principal, error) {
 	if token == "" {
 		if d.cfg.Require {
 			return nil, ErrNoKey
+		}
+		if !d.cfg.ProxiedOpen && httpguard.Proxied(r) {
+			return nil, ErrProxied
 		}
 		return Local(), nil
 	}
@@ -178,7 +195,8 @@ func (d *Doors) Wrap(h http.Handler) http.Handler {
 }
 
 // Refuse answers a failed authentication: 401 unauthorized with a
-// WWW-Authenticate challenge, or 500 when the store failed. It logs the
+// WWW-Authenticate challenge, 403 forbidden to a proxied request on open
+// doors ([ErrProxied]), or 500 when the store failed. It logs the
 // refusal with the key id when there is one, never the secret.
 func (d *Doors) Refuse(w http.ResponseWriter, r *http.Request, err error) {
 	keyID := ""
@@ -188,6 +206,10 @@ func (d *Doors) Refuse(w http.ResponseWriter, r *http.Request, err error) {
 		}
 	}
 	switch {
+	case errors.Is(err, ErrProxied):
+		d.log.Warn("request refused: came through a reverse proxy to doors open without a key; start with --require-keys",
+			"remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+		WriteError(w, http.StatusForbidden, "forbidden", err.Error())
 	case errors.Is(err, ErrNoKey), errors.Is(err, ErrBadAuthorization), errors.Is(err, ErrInvalidKey),
 		errors.Is(err, ErrExpiredKey), errors.Is(err, ErrRevokedKey):
 		d.log.Info("request refused: unauthorized", "key_id", keyID, "remote", r.RemoteAddr,

@@ -5,7 +5,10 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,7 +49,9 @@ func newDoorAuth(cfg Config) (*doorAuth, error) {
 			return nil, err
 		}
 	}
-	dc := auth.DoorsConfig{Keys: a.keys, Require: a.require, Logger: cfg.Logger}
+	// Open doors let the local caller in; a request through a reverse proxy
+	// is someone else's, unless --insecure says the proxy authenticates.
+	dc := auth.DoorsConfig{Keys: a.keys, Require: a.require, ProxiedOpen: cfg.Insecure, Logger: cfg.Logger}
 	if cfg.OAuth {
 		if !a.require {
 			return nil, errors.New("oauth needs API keys required (a non-loopback address, or require-keys): on open doors no client is asked to authorize")
@@ -71,6 +76,17 @@ func (g *Gateway) checkKeys(ctx context.Context) error {
 			"addr", g.cfg.Addr)
 	}
 	if !a.require {
+		switch name := otherMachinesName(g.cfg); {
+		case name == "" || a.public:
+		case g.cfg.Insecure:
+			g.log.Warn("INSECURE: REST and MCP doors need no API key, even through a reverse proxy: make sure the proxy authenticates every caller",
+				"name", name, "addr", g.cfg.Addr)
+		default:
+			g.log.Warn("REST and MCP doors need no API key, yet this name is for other machines: behind a reverse proxy, "+
+				"anyone who reaches the proxy would be admin; requests that carry forwarding headers are refused, "+
+				"but a proxy that sends none cannot be told apart: start with --require-keys",
+				"name", name, "addr", g.cfg.Addr)
+		}
 		return nil
 	}
 	usable := false
@@ -94,6 +110,29 @@ func (g *Gateway) checkKeys(ctx context.Context) error {
 		ErrNoKeys, why, shellQuote(g.cfg.DataDir))
 }
 
+// otherMachinesName is the first host of --allowed-hosts or --public-url
+// that is not loopback (what a reverse proxy or another machine would use),
+// or "".
+func otherMachinesName(cfg Config) string {
+	hosts := slices.Clone(cfg.AllowedHosts)
+	if pub := cfg.Provisioning.OTA.PublicURL; pub != "" {
+		if u, err := url.Parse(pub); err == nil {
+			hosts = append(hosts, u.Host)
+		}
+	}
+	for _, h := range hosts {
+		h = strings.TrimSpace(h)
+		name := h
+		if host, _, err := net.SplitHostPort(h); err == nil {
+			name = host
+		}
+		if name = strings.Trim(name, "[]"); name != "" && !httpguard.IsLoopbackAddr(name) {
+			return h
+		}
+	}
+	return ""
+}
+
 func shellQuote(s string) string {
 	if s != "" && !strings.ContainsAny(s, " \t'\"$`\\!*?[]{}()<>|&;#~") {
 		return s
@@ -104,13 +143,18 @@ func shellQuote(s string) string {
 // endpointAuthorize admits MCP servers at /mcp/endpoint: an endpoint token
 // (--endpoint-token) serves as any source; an API key of scope call or
 // admin serves as the sources its device patterns allow ("endpoint-<name>"
-// or the name); no token only from loopback to a loopback gateway whose
-// doors are open and which has no endpoint tokens.
+// or the name); no token only from loopback, not through a reverse proxy,
+// to a loopback gateway whose doors are open and which has no endpoint
+// tokens.
 func endpointAuthorize(cfg Config, a *doorAuth) func(r *http.Request, token string) (endpoint.SourceCheck, error) {
 	tokens := append([]string(nil), cfg.EndpointTokens...)
 	return func(r *http.Request, token string) (endpoint.SourceCheck, error) {
 		if token == "" {
 			if !a.public && !a.require && len(tokens) == 0 && endpoint.IsLoopback(r.RemoteAddr) {
+				if httpguard.Proxied(r) {
+					return nil, fmt.Errorf("%w: this request came through a reverse proxy: send an endpoint token or an API key "+
+						"(behind a proxy, start the gateway with --require-keys or --endpoint-token)", endpoint.ErrUnauthorized)
+				}
 				return nil, nil
 			}
 			return nil, fmt.Errorf("%w: send an endpoint token or an API key as ?token=<token> or an Authorization: Bearer header", endpoint.ErrUnauthorized)

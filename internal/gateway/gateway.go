@@ -119,7 +119,9 @@ type Config struct {
 	// an admin's consent in the console. Needs keys required and a store.
 	OAuth bool
 	// Insecure leaves REST and the MCP doors open (no key needed) on a
-	// non-loopback address, with a warning at start.
+	// non-loopback address, with a warning at start; on loopback, it lets
+	// requests through a reverse proxy in without a key too (by default
+	// they are refused: see [auth.ErrProxied]).
 	Insecure bool
 
 	// ExposeUserOnly lists tools devices mark as meant for the user only

@@ -48,7 +48,7 @@ func New(listenAddr string, hosts, origins []string) (*Guard, error) {
 		}
 	}
 	for _, h := range hosts {
-		g.hosts = append(g.hosts, strings.ToLower(strings.TrimSpace(h)))
+		g.hosts = append(g.hosts, hostEntry(h))
 	}
 	for _, o := range origins {
 		o = strings.ToLower(strings.TrimSpace(o))
@@ -123,6 +123,17 @@ func (g *Guard) hostAllowed(host string) bool {
 	return false
 }
 
+// hostEntry is an allowed host as hostAllowed compares it: lower case, an
+// IPv6 address without port unbracketed ("[fd00::2]" as "fd00::2"), the
+// form the request's name takes once its port is split off.
+func hostEntry(h string) string {
+	h = strings.ToLower(strings.TrimSpace(h))
+	if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
+		return h[1 : len(h)-1]
+	}
+	return h
+}
+
 func (g *Guard) originAllowed(origin, reqHost string) bool {
 	origin = strings.ToLower(origin)
 	u, err := url.Parse(origin)
@@ -170,4 +181,44 @@ func IsLoopbackAddr(addr string) bool {
 	}
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
+}
+
+// proxyHeaders are the headers reverse proxies add to say whom they forward.
+var proxyHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip"}
+
+// Proxied reports whether r carries a header a reverse proxy adds
+// (Forwarded, X-Forwarded-For, -Host, -Proto, X-Real-IP), and so came from
+// the proxy's client rather than from the connection's own peer. A proxy
+// that adds none cannot be told apart from a local client.
+func Proxied(r *http.Request) bool {
+	for _, h := range proxyHeaders {
+		if _, ok := r.Header[h]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Scheme is the scheme r's client used: "https" over TLS, or when a proxy
+// says so (X-Forwarded-Proto, or proto= in the first element of
+// Forwarded); otherwise "http".
+func Scheme(r *http.Request) string {
+	if r.TLS != nil {
+		return "https"
+	}
+	if v := r.Header.Get("X-Forwarded-Proto"); v != "" {
+		first, _, _ := strings.Cut(v, ",")
+		if strings.EqualFold(strings.TrimSpace(first), "https") {
+			return "https"
+		}
+		return "http"
+	}
+	first, _, _ := strings.Cut(r.Header.Get("Forwarded"), ",")
+	for pair := range strings.SplitSeq(first, ";") {
+		k, v, _ := strings.Cut(strings.TrimSpace(pair), "=")
+		if strings.EqualFold(k, "proto") && strings.EqualFold(strings.Trim(v, `"`), "https") {
+			return "https"
+		}
+	}
+	return "http"
 }

@@ -77,3 +77,52 @@ func TestIsLoopbackAddr(t *testing.T) {
 		}
 	}
 }
+
+func TestAllowedHostsIPv6(t *testing.T) {
+	t.Parallel()
+	g, err := New("127.0.0.1:8000", []string{"gw.lan", "[fd00::2]", "fd00::4", "[fd00::6]:8000"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for host, want := range map[string]bool{
+		"[fd00::2]:47540": true, "[fd00::2]": true,
+		"[fd00::4]:47540": true, "[fd00::4]": true,
+		"[fd00::6]:8000": true, "[fd00::6]:8001": false,
+		"[fd00::3]:47540": false,
+	} {
+		if got := g.hostAllowed(host); got != want {
+			t.Errorf("--allowed-hosts gw.lan,[fd00::2],fd00::4,[fd00::6]:8000: Host %q allowed = %v, want %v", host, got, want)
+		}
+	}
+}
+
+func TestProxiedAndScheme(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		header  http.Header
+		proxied bool
+		scheme  string
+	}{
+		{"direct", nil, false, "http"},
+		{"X-Forwarded-For", http.Header{"X-Forwarded-For": {"192.0.2.1"}}, true, "http"},
+		{"X-Real-IP", http.Header{"X-Real-Ip": {"192.0.2.1"}}, true, "http"},
+		{"X-Forwarded-Host", http.Header{"X-Forwarded-Host": {"gw.example.com"}}, true, "http"},
+		{"X-Forwarded-Proto https", http.Header{"X-Forwarded-Proto": {"https"}}, true, "https"},
+		{"X-Forwarded-Proto chain", http.Header{"X-Forwarded-Proto": {"HTTPS, http"}}, true, "https"},
+		{"X-Forwarded-Proto http", http.Header{"X-Forwarded-Proto": {"http"}, "Forwarded": {"proto=https"}}, true, "http"},
+		{"Forwarded proto", http.Header{"Forwarded": {`for=192.0.2.1;proto="https", for=10.0.0.1;proto=http`}}, true, "https"},
+		{"Forwarded without proto", http.Header{"Forwarded": {"for=192.0.2.1"}}, true, "http"},
+	} {
+		r := httptest.NewRequest("GET", "http://127.0.0.1:8000/", nil)
+		for k, v := range tc.header {
+			r.Header[k] = v
+		}
+		if got := Proxied(r); got != tc.proxied {
+			t.Errorf("%s: Proxied = %v, want %v", tc.name, got, tc.proxied)
+		}
+		if got := Scheme(r); got != tc.scheme {
+			t.Errorf("%s: Scheme = %q, want %q", tc.name, got, tc.scheme)
+		}
+	}
+}

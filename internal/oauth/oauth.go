@@ -50,6 +50,7 @@ import (
 
 	"github.com/mcpgate/mcpgate/internal/api"
 	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/httpguard"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
@@ -81,7 +82,7 @@ type Config struct {
 	Logger *slog.Logger
 	// PublicURL is the gateway's base URL as clients reach it
 	// ("https://gw.example.com"); empty: from each request's Host (and
-	// TLS or X-Forwarded-Proto).
+	// TLS, X-Forwarded-Proto or Forwarded's proto: [httpguard.Scheme]).
 	PublicURL string
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
@@ -190,11 +191,7 @@ func BaseURL(r *http.Request, publicURL string) string {
 	if publicURL != "" {
 		return strings.TrimRight(publicURL, "/")
 	}
-	scheme := "http"
-	if r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") {
-		scheme = "https"
-	}
-	return scheme + "://" + r.Host
+	return httpguard.Scheme(r) + "://" + r.Host
 }
 
 // ResourceMetadata is the URL of the protected resource metadata of the

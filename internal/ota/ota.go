@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/httpguard"
 	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/redact"
 	"github.com/mcpgate/mcpgate/internal/transport/conns"
@@ -70,7 +71,8 @@ type Config struct {
 	// TransportFor overrides Transport per device id (normalised ids).
 	TransportFor map[string]Transport
 	// PublicURL is the gateway's address as devices reach it, e.g.
-	// http://192.168.1.10:8000. Empty: derived from each request's Host.
+	// http://192.168.1.10:8000, with an optional path prefix but no query
+	// or fragment. Empty: derived from each request's Host.
 	PublicURL string
 	// WebSocketPath is the device WebSocket path. Default xiaozhi.Path.
 	WebSocketPath string
@@ -244,6 +246,10 @@ func New(cfg Config) (*Handler, error) {
 		u, err := url.Parse(cfg.PublicURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("ota: public URL %q: want http://host:port or https://host", cfg.PublicURL)
+		}
+		if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(cfg.PublicURL, "#") {
+			// Paths are appended to it (/xiaozhi/v1/, /vision/explain): after a query they would land in it.
+			return nil, fmt.Errorf("ota: public URL %q: want no query or fragment, only scheme, host and an optional path prefix, e.g. https://gw.example.com/x", cfg.PublicURL)
 		}
 		h.pub = u
 	}
@@ -741,20 +747,19 @@ func (h *Handler) mqttClientID(deviceID, clientID string) (string, error) {
 		"without spaces, control characters, '/', '+', '#' or \"@@@\"", truncate(clientID, 64))
 }
 
-// publicBase is the configured public URL, or one derived from the request.
-// A device on the network told to dial a loopback address could never
-// connect: that is logged as a warning.
+// publicBase is the configured public URL, or one derived from the request
+// (its Host, and https when it came over TLS or a proxy says its client
+// used https). A device on the network told to dial a loopback address
+// could never connect: that is logged as a warning. A request through a
+// reverse proxy counts as from the network, whatever the proxy's address.
 func (h *Handler) publicBase(r *http.Request, log *slog.Logger) *url.URL {
 	var u url.URL
 	if h.pub != nil {
 		u = *h.pub
 	} else {
-		u = url.URL{Scheme: "http", Host: r.Host}
-		if r.TLS != nil {
-			u.Scheme = "https"
-		}
+		u = url.URL{Scheme: httpguard.Scheme(r), Host: r.Host}
 	}
-	if isLoopbackHost(u.Hostname()) && !isLoopbackRemote(r.RemoteAddr) {
+	if isLoopbackHost(u.Hostname()) && (!isLoopbackRemote(r.RemoteAddr) || httpguard.Proxied(r)) {
 		log.Warn("ota: handing a loopback address to a device on the network; set --public-url to the address devices reach",
 			"address", u.Host)
 	}

@@ -65,6 +65,12 @@ func TestOTA(t *testing.T) {
 			want: want{status: 200, ws: true, firmware: "2.5.0", wsURL: "wss://gw.example.com/xiaozhi/v1/"}},
 		{name: "url from Host when no public url", cfg: func(c *Config) { c.PublicURL = "" }, host: "10.0.0.5:8000", body: good,
 			want: want{status: 200, ws: true, firmware: "2.5.0", wsURL: "ws://10.0.0.5:8000/xiaozhi/v1/"}},
+		{name: "wss through a TLS proxy (X-Forwarded-Proto)", cfg: func(c *Config) { c.PublicURL = "" }, host: "gw.example.com",
+			headers: map[string]string{"X-Forwarded-Proto": "https"}, body: good,
+			want: want{status: 200, ws: true, firmware: "2.5.0", wsURL: "wss://gw.example.com/xiaozhi/v1/"}},
+		{name: "wss through a TLS proxy (Forwarded)", cfg: func(c *Config) { c.PublicURL = "" }, host: "gw.example.com",
+			headers: map[string]string{"Forwarded": "for=192.0.2.7;proto=https"}, body: good,
+			want: want{status: 200, ws: true, firmware: "2.5.0", wsURL: "wss://gw.example.com/xiaozhi/v1/"}},
 		{name: "mqtt", cfg: func(c *Config) { c.Transport = TransportMQTT }, body: good,
 			want: want{status: 200, mqtt: true, firmware: "2.5.0", mqttCID: "GID_mcpgate@@@02_00_00_00_00_01@@@" + uuid, mqttEndpt: "192.168.1.10:1883"}},
 		{name: "mqtt with endpoint and group", cfg: func(c *Config) {
@@ -174,6 +180,10 @@ func TestConfigErrors(t *testing.T) {
 		"bad transport":        {Transport: "udp"},
 		"bad per-device":       {TransportFor: map[string]Transport{mac: "udp"}},
 		"bad public url":       {PublicURL: "192.168.1.10:8000"},
+		"public url query":     {PublicURL: "https://gw.example.com/x?y=1"},
+		"public url empty ?":   {PublicURL: "https://gw.example.com/x?"},
+		"public url fragment":  {PublicURL: "https://gw.example.com/x#top"},
+		"public url empty #":   {PublicURL: "https://gw.example.com/#"},
 		"firmware without url": {Firmware: map[string]Firmware{"b": {Version: "1.0"}}},
 		"firmware bad version": {Firmware: map[string]Firmware{"b": {Version: "latest", URL: "http://x"}}},
 	} {
@@ -334,13 +344,14 @@ func TestNoFirmwareForUnreadableVersion(t *testing.T) {
 }
 
 // TestLoopbackWarning: without a public URL, a loopback Host handed to a
-// device on the network is logged as a warning; a local request is not.
+// device on the network is logged as a warning; a local request is not,
+// but one through a reverse proxy on the machine is.
 func TestLoopbackWarning(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		remote string
-		warn   bool
-	}{{"192.168.1.20:5000", true}, {"127.0.0.1:5000", false}} {
+		remote, proxyHeader string
+		warn                bool
+	}{{"192.168.1.20:5000", "", true}, {"127.0.0.1:5000", "", false}, {"127.0.0.1:5000", "X-Forwarded-For", true}, {"127.0.0.1:5000", "X-Real-IP", true}} {
 		var logs strings.Builder
 		h, err := New(Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil {
@@ -348,6 +359,9 @@ func TestLoopbackWarning(t *testing.T) {
 		}
 		r := httptest.NewRequest(http.MethodPost, Path, strings.NewReader(body(mac, uuid, "1.0.0", "b")))
 		r.Host, r.RemoteAddr = "127.0.0.1:8000", tc.remote
+		if tc.proxyHeader != "" {
+			r.Header.Set(tc.proxyHeader, "192.168.1.20")
+		}
 		r.Header.Set("Device-Id", mac)
 		r.Header.Set("Client-Id", uuid)
 		w := httptest.NewRecorder()
@@ -356,7 +370,7 @@ func TestLoopbackWarning(t *testing.T) {
 			t.Fatal(w.Body)
 		}
 		if got := strings.Contains(logs.String(), "loopback address"); got != tc.warn {
-			t.Errorf("remote %s: warned %v, want %v\n%s", tc.remote, got, tc.warn, logs.String())
+			t.Errorf("remote %s, header %q: warned %v, want %v\n%s", tc.remote, tc.proxyHeader, got, tc.warn, logs.String())
 		}
 	}
 }

@@ -45,6 +45,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcpgate/mcpgate/internal/dialect/register"
+	"github.com/mcpgate/mcpgate/internal/httpguard"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/limits"
 	"github.com/mcpgate/mcpgate/internal/mcpclient"
@@ -267,10 +268,7 @@ func (t *Transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var base string // kept only when needed: every idle connection pays for its fields
 	if t.cfg.VisionFor != nil {
-		base = "http://" + r.Host
-		if r.TLS != nil {
-			base = "https://" + r.Host
-		}
+		base = httpguard.Scheme(r) + "://" + r.Host // https through a TLS proxy too
 	}
 	c := &connection{t: t, id: id, remote: r.RemoteAddr, base: base, ctx: context.WithoutCancel(t.conns.Context()),
 		// The per-connection logger, with the session id, is made once the
