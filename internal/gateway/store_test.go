@@ -101,10 +101,10 @@ func TestStoreGiven(t *testing.T) {
 	}
 }
 
-// TestStartDamagedStore: a start that finds the SQLite file damaged says
-// so, and what to do, rather than only SQLite's "malformed"; the device
-// secret of a gateway that is not a cluster's node is not called the
-// cluster's.
+// TestStartDamagedStore: a start that finds the SQLite file damaged (its
+// open's PRAGMA quick_check) says so, and what to do, rather than only
+// SQLite's "malformed", and names no cluster on a gateway that is not a
+// cluster's node.
 func TestStartDamagedStore(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, store.DefaultFile)
@@ -124,7 +124,7 @@ func TestStartDamagedStore(t *testing.T) {
 	if err == nil {
 		t.Fatal("Run on a damaged store succeeded")
 	}
-	for _, want := range []string{"the device secret (in the store)", "the file " + path + " is damaged", "restore a backup (docs/store.md#backups)"} {
+	for _, want := range []string{"the file " + path + " is damaged", "restore a backup (docs/store.md#backups)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Run on a damaged store: %v\nwant it to say %q", err, want)
 		}

@@ -548,3 +548,52 @@ func TestSQLiteOpenLocked(t *testing.T) {
 		t.Fatalf("Open of a store another process holds locked: %v\nwant it to say so, naming %s, not the migrations", err, path)
 	}
 }
+
+// TestSQLiteFoundEmpty: an existing file holding no tables (a cp of a live
+// store before its first checkpoint) is made a store, and FoundEmpty says
+// so for the gateway's warning; OpenExisting, for the commands that never
+// create a store, refuses it with ErrNoStore.
+func TestSQLiteFoundEmpty(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, DefaultFile)
+	db, err := sql.Open("sqlite", path+"?_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Ping(); err != nil { // writes the header page: 4096 bytes, no table
+		t.Fatal(err)
+	}
+	db.Close()
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		t.Fatalf("the tableless file: %v, %v", fi, err)
+	}
+	_, err = OpenExisting(ctx, "", dir, OpenOptions{KeepSchema: true})
+	if !errors.Is(err, ErrNoStore) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "holds none of a gateway's tables") {
+		t.Fatalf("OpenExisting of a file with no tables: %v, want ErrNoStore naming it", err)
+	}
+	s, err := Open(ctx, "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !FoundEmpty(s) {
+		t.Error("FoundEmpty is false for a file that existed with no tables")
+	}
+	s.Close()
+	s, err = OpenExisting(ctx, "", dir, OpenOptions{KeepSchema: true})
+	if err != nil {
+		t.Fatalf("OpenExisting once it is a store: %v", err)
+	}
+	if FoundEmpty(s) {
+		t.Error("FoundEmpty is true for a store")
+	}
+	s.Close()
+	s, err = Open(ctx, "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if FoundEmpty(s) {
+		t.Error("FoundEmpty is true for a new file")
+	}
+	s.Close()
+}
