@@ -193,3 +193,43 @@ func TestEmptyDataDirRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestDataDirIsFile: a data directory that is a file (the database itself,
+// a likely slip) is refused by serve and the local commands alike, saying
+// --data names a directory, rather than failing on the device secret's
+// "not a directory"; a database file this user cannot write is named.
+// TestSQLiteReadOnlyFile (internal/store) covers the latter.
+func TestDataDirIsFile(t *testing.T) {
+	t.Setenv("MCPGATE_STORE", "")
+	dir := t.TempDir()
+	db := filepath.Join(dir, "mcpgate.db")
+	if err := os.WriteFile(db, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := "--data " + db + " is a file, not a directory: name the directory that holds mcpgate.db and device-secret (here --data " + dir + ")"
+	for _, tc := range []struct {
+		name string
+		env  bool // MCPGATE_DATA rather than --data
+		args []string
+	}{
+		{"serve", false, []string{"serve", "--addr", "127.0.0.1:0", "--mqtt-addr=", "--data", db}},
+		{"keys list", false, []string{"keys", "list", "--data", db}},
+		{"devices token env", true, []string{"devices", "token", "02:00:00:00:00:01"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := want
+			if tc.env {
+				t.Setenv("MCPGATE_DATA", db)
+				w = "environment MCPGATE_DATA: " + strings.TrimPrefix(want, "--data ")
+			} else {
+				t.Setenv("MCPGATE_DATA", "")
+				os.Unsetenv("MCPGATE_DATA") // restored by t.Setenv
+			}
+			r := run(t, "unused", tc.args...)
+			r.want(t, 1)
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("stderr %q, want %q", r.stderr, w)
+			}
+		})
+	}
+}

@@ -302,6 +302,10 @@ func prepareSQLiteFiles(path string) (created os.FileInfo, err error) {
 	isNew := err == nil
 	if errors.Is(err, fs.ErrExist) {
 		f, err = os.OpenFile(path, os.O_RDWR, 0)
+		if errors.Is(err, fs.ErrPermission) {
+			return nil, fmt.Errorf("store: the database file %s is not writable by this user: "+
+				"run mcpgate as the file's owner, or give it to this one (chown, then chmod 600): %w", path, err)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)

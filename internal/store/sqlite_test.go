@@ -393,7 +393,7 @@ func TestSQLiteReadOnlyDirectory(t *testing.T) {
 		_, err := Open(context.Background(), "", dir)
 		got = fmt.Sprint(err)
 	} else {
-		got = openAsNobody(t, base, dir)
+		got = openAsNobody(t, base, dir, "TestSQLiteReadOnlyDirectory", func() error { return os.Chmod(dir, 0o500) })
 	}
 	want := "the directory " + dir + " is not writable: SQLite needs to create " + DefaultFile + "-wal and -shm there"
 	if !strings.Contains(got, want) || !strings.Contains(got, "readonly database") {
@@ -401,10 +401,51 @@ func TestSQLiteReadOnlyDirectory(t *testing.T) {
 	}
 }
 
-// openAsNobody opens the store in dir, made nobody's and read-only, from
-// a copy of the test binary in base running as nobody, and returns what
-// it says.
-func openAsNobody(t *testing.T, base, dir string) string {
+// TestSQLiteReadOnlyFile: a database file this user cannot write (a
+// restore by another user) is named, with what to do, not only "permission
+// denied". As root the store is opened by a child process running as
+// nobody.
+func TestSQLiteReadOnlyFile(t *testing.T) {
+	if dir := os.Getenv(readOnlyDirEnv); dir != "" {
+		s, err := Open(context.Background(), "", dir)
+		if err == nil {
+			s.Close()
+		}
+		fmt.Printf("open: %v\n", err)
+		return
+	}
+	base, err := os.MkdirTemp("", "readonly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	dir := filepath.Join(base, "data")
+	path := filepath.Join(dir, DefaultFile)
+	s, err := Open(context.Background(), "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	var got string
+	if os.Geteuid() != 0 {
+		if err := os.Chmod(path, 0o400); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Open(context.Background(), "", dir)
+		got = fmt.Sprint(err)
+	} else {
+		got = openAsNobody(t, base, dir, "TestSQLiteReadOnlyFile", func() error { return os.Chmod(path, 0o400) })
+	}
+	want := "the database file " + path + " is not writable by this user"
+	if !strings.Contains(got, want) || !strings.Contains(got, "permission denied") || !strings.Contains(got, "chmod 600") {
+		t.Errorf("opening a read-only database file: %s\nwant it to say %q, what to do, and keep the system's error", got, want)
+	}
+}
+
+// openAsNobody opens the store in dir, made nobody's and then changed by
+// chmod, from a copy of the test binary in base running test as nobody,
+// and returns what it says.
+func openAsNobody(t *testing.T, base, dir, test string, chmod func() error) string {
 	t.Helper()
 	const nobody = 65534
 	self, err := os.ReadFile(os.Args[0])
@@ -427,10 +468,10 @@ func openAsNobody(t *testing.T, base, dir string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(dir, 0o500); err != nil {
+	if err := chmod(); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-test.run=^TestSQLiteReadOnlyDirectory$")
+	cmd := exec.Command(bin, "-test.run=^"+test+"$")
 	cmd.Env = append(os.Environ(), readOnlyDirEnv+"="+dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
 	out, err := cmd.CombinedOutput()
