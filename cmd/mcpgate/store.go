@@ -64,7 +64,7 @@ type storeFlags struct {
 func addStoreFlags(cmd *cobra.Command) *storeFlags {
 	sf := &storeFlags{cmd: cmd}
 	f := cmd.Flags()
-	f.StringVar(&sf.dataDir, "data", defaultDataDir(os.Getenv, os.Geteuid()), "the gateway's data directory (env MCPGATE_DATA); the default SQLite store is DATA/mcpgate.db")
+	f.StringVar(&sf.dataDir, "data", defaultDataDir(os.Getenv, os.Geteuid()), "the gateway's data directory (env MCPGATE_DATA), not the database file: the default SQLite store is DATA/mcpgate.db")
 	f.StringVar(&sf.dsn, "store", "", "the gateway's store (env MCPGATE_STORE): empty for SQLite in --data, sqlite:PATH, or postgres://USER:PASSWORD@HOST/DB")
 	return sf
 }

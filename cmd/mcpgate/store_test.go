@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"os"
@@ -231,5 +232,50 @@ func TestDataDirIsFile(t *testing.T) {
 				t.Errorf("stderr %q, want %q", r.stderr, w)
 			}
 		})
+	}
+}
+
+// TestLocalCommandTablelessStore: keys list, keys revoke and devices token
+// refuse an existing SQLite file that holds no tables (a failed copy, or
+// another program's empty database) and leave it so, saying which command
+// makes a store; keys create makes one there.
+func TestLocalCommandTablelessStore(t *testing.T) {
+	t.Setenv("MCPGATE_DATA", "")
+	t.Setenv("MCPGATE_STORE", "")
+	dir := t.TempDir()
+	path := filepath.Join(dir, store.DefaultFile)
+	db, err := sql.Open("sqlite", path+"?_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Ping(); err != nil { // the header page only
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tables := func() (n int) {
+		t.Helper()
+		if err := db.QueryRow(`SELECT count(*) FROM sqlite_master`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	want := path + ": no store: the database holds none of a gateway's tables"
+	for _, args := range [][]string{
+		{"keys", "list", "--data", dir},
+		{"keys", "revoke", "--data", dir, "abcdefghij"},
+		{"devices", "token", "--data", dir, "--device-secret-file", path, "02:00:00:00:00:01"},
+	} {
+		r := run(t, "unused", args...)
+		r.want(t, 1)
+		if !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "mcpgate serve") {
+			t.Errorf("%v: stderr %q, want %q and which command makes a store", args, r.stderr, want)
+		}
+		if n := tables(); n != 0 {
+			t.Fatalf("%v made %d tables", args, n)
+		}
+	}
+	run(t, "unused", "keys", "create", "--data", dir, "--name", "a", "--scope", "read").want(t, 0)
+	if tables() == 0 {
+		t.Error("keys create made no tables")
 	}
 }

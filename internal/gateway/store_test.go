@@ -179,3 +179,28 @@ func TestStartWaitsForLockedSQLite(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// TestStartTablelessSQLite: a start on an existing SQLite file that holds no
+// tables (a cp of a live store, whose commits were all still in its -wal)
+// warns, naming the file, rather than say at INFO that it created a store.
+func TestStartTablelessSQLite(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, store.DefaultFile)
+	db, err := sql.Open("sqlite", path+"?_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Ping(); err != nil { // the header page only
+		t.Fatal(err)
+	}
+	db.Close()
+	var logs hostiletest.Logs
+	gw := startGateway(t, Config{DataDir: dir, Logger: logs.Logger()})
+	<-gw.Ready()
+	if n := logs.Count(0, "level=WARN", "held no tables", "file="+path); n != 1 {
+		t.Errorf("warnings of the tableless file: %d, want 1\n%s", n, logs.String())
+	}
+	if n := logs.Count(0, "store created"); n != 0 {
+		t.Errorf("a tableless file reported as a store created\n%s", logs.String())
+	}
+}

@@ -59,8 +59,8 @@ func migrations(backend string) ([]migration, error) {
 func checkVersion(current int, known []migration, o OpenOptions) error {
 	latest := len(known)
 	if o.MustExist && current == 0 {
-		return fmt.Errorf("%w: the database holds none of a gateway's tables (it is empty); "+
-			"only mcpgate serve and mcpgate keys create make them", ErrNoStore)
+		return fmt.Errorf("%w: the database holds none of a gateway's tables (it is empty, or another program's); "+
+			"mcpgate serve or mcpgate keys create makes them", ErrNoStore)
 	}
 	if current > latest {
 		return fmt.Errorf("%w: the database is at version %d, this binary knows up to %d; run a newer mcpgate (or restore a backup taken before the upgrade)",
