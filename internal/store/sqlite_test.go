@@ -638,3 +638,68 @@ func TestSQLiteFoundEmpty(t *testing.T) {
 	}
 	s.Close()
 }
+
+// TestSQLiteForeignWAL: a backup restored beside the -wal of another store
+// (a gateway killed with -9, its -wal left) is damaged once SQLite replays
+// that -wal into it. Every table and column is still there, so only the
+// open's PRAGMA quick_check finds it: without it the gateway served, and
+// audit retention failed for good.
+func TestSQLiteForeignWAL(t *testing.T) {
+	ctx := context.Background()
+	fill := func(s Store, n int, device string) {
+		t.Helper()
+		for range n / 500 {
+			recs := make([]AuditRecord, 500)
+			for i := range recs {
+				recs[i] = AuditRecord{Time: time.Now(), Caller: "local", Door: "rest", Device: device, Tool: "tool", Outcome: "ok"}
+			}
+			if err := s.AppendAudit(ctx, recs); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	other, live, restored := t.TempDir(), t.TempDir(), t.TempDir()
+	backup := filepath.Join(other, "backup.db")
+	s, err := Open(ctx, "", other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(s, 5000, "b")
+	if err := ExecRaw(s, `VACUUM INTO ?`, backup); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	s, err = Open(ctx, "", live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	fill(s, 8000, "a")
+	if err := ExecRaw(s, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+		t.Fatal(err)
+	}
+	fill(s, 3000, "a")
+	if _, err := s.PruneAudit(ctx, time.Time{}, 6000); err != nil {
+		t.Fatal(err)
+	}
+	wal, err := os.ReadFile(filepath.Join(live, DefaultFile+"-wal")) // what kill -9 leaves
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := os.ReadFile(backup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(restored, DefaultFile)
+	if err := os.WriteFile(path, db, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path+"-wal", wal, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(ctx, "", restored)
+	if !Damaged(err) || !strings.Contains(err.Error(), "the file "+path+" is damaged") || !strings.Contains(err.Error(), "restore a backup") {
+		t.Fatalf("Open of a backup beside another store's -wal: %v, want it refused as damaged, naming the file", err)
+	}
+}
