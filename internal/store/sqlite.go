@@ -125,15 +125,16 @@ func openSQLite(ctx context.Context, path string, o OpenOptions) (_ Store, err e
 	if err := retryBusy(ctx, deadline, func() error { return w.PingContext(ctx) }); err != nil {
 		return nil, sqliteOpenError(abs, err)
 	}
+	// Before a migration writes to a damaged file.
+	if err := retryBusy(ctx, deadline, func() error { return quickCheck(ctx, w) }); err != nil {
+		return nil, sqliteOpenError(abs, err)
+	}
 	var from, to int
 	err = retryBusy(ctx, deadline, func() (err error) {
 		from, to, err = migrateSQLite(ctx, w, o)
 		return err
 	})
 	if err != nil {
-		return nil, sqliteOpenError(abs, err)
-	}
-	if err := quickCheck(ctx, w); err != nil {
 		return nil, sqliteOpenError(abs, err)
 	}
 	r, err := sql.Open("sqlite", name+"?"+pragmas("query_only(1)"))
