@@ -179,7 +179,7 @@ environment, which wins over the file.`,
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "YAML config file whose keys are these flag names (env MCPGATE_CONFIG)")
 	f.StringVar(&cfg.Addr, "addr", "127.0.0.1:8000", "HTTP listen address for devices and clients (port 0 picks a free one)")
-	f.StringVar(&cfg.DataDir, "data", defaultDataDir(os.Getenv, os.Geteuid()), "directory for the gateway's files: the SQLite store, the device secret, photos (not empty)")
+	f.StringVar(&cfg.DataDir, "data", defaultDataDir(os.Getenv, os.Geteuid()), "directory for the gateway's files: the SQLite store, the device secret, photos (not empty, not a file such as mcpgate.db)")
 	f.StringVar(&cfg.StoreDSN, "store", "", "the store: empty for SQLite at DATA/mcpgate.db, sqlite:PATH, or postgres://USER:PASSWORD@HOST:PORT/DB (a new store starts empty: nothing is copied from DATA/mcpgate.db)")
 	f.StringVar(&clusterCfg.Name, "cluster-name", "", "cluster mode (docs/cluster.md): the cluster's name, the same on every node; needs --store postgres://...")
 	f.StringVar(&clusterCfg.Listen, "cluster-listen", "", "cluster mode, embedded NATS: where this node's routes listen, e.g. 0.0.0.0:6222")

@@ -64,7 +64,7 @@ type storeFlags struct {
 func addStoreFlags(cmd *cobra.Command) *storeFlags {
 	sf := &storeFlags{cmd: cmd}
 	f := cmd.Flags()
-	f.StringVar(&sf.dataDir, "data", defaultDataDir(os.Getenv, os.Geteuid()), "the gateway's data directory (env MCPGATE_DATA); the default SQLite store is DATA/mcpgate.db")
+	f.StringVar(&sf.dataDir, "data", defaultDataDir(os.Getenv, os.Geteuid()), "the gateway's data directory (env MCPGATE_DATA), not the database file: the default SQLite store is DATA/mcpgate.db")
 	f.StringVar(&sf.dsn, "store", "", "the gateway's store (env MCPGATE_STORE): empty for SQLite in --data, sqlite:PATH, or postgres://USER:PASSWORD@HOST/DB")
 	return sf
 }
@@ -99,7 +99,25 @@ func resolveDataDir(fs *pflag.FlagSet) (string, error) {
 	if dir == "" {
 		return "", locate(fs, &flagError{name: "data", err: errEmptyDataDir(f.DefValue)})
 	}
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		err := errDataDirFile(dir)
+		if !f.Changed && os.Getenv("MCPGATE_DATA") != "" {
+			return "", fmt.Errorf("environment MCPGATE_DATA: %w", err)
+		}
+		return "", locate(fs, &flagError{name: "data", err: err})
+	}
 	return dir, nil
+}
+
+// errDataDirFile refuses a data directory that is a file, such as the
+// database itself, rather than fail later on the first file put in it.
+func errDataDirFile(dir string) error {
+	hint := ""
+	if filepath.Base(dir) == store.DefaultFile {
+		hint = fmt.Sprintf(" (here --data %s)", filepath.Dir(dir))
+	}
+	return fmt.Errorf("%s is a file, not a directory: name the directory that holds %s and device-secret%s, "+
+		"or --store sqlite:PATH for a database file elsewhere", dir, store.DefaultFile, hint)
 }
 
 func errEmptyDataDir(def string) error {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"os"
@@ -191,5 +192,90 @@ func TestEmptyDataDirRefused(t *testing.T) {
 				t.Errorf("files left in the current directory: %v", entries)
 			}
 		})
+	}
+}
+
+// TestDataDirIsFile: a data directory that is a file (the database itself,
+// a likely slip) is refused by serve and the local commands alike, saying
+// --data names a directory, rather than failing on the device secret's
+// "not a directory"; a database file this user cannot write is named.
+// TestSQLiteReadOnlyFile (internal/store) covers the latter.
+func TestDataDirIsFile(t *testing.T) {
+	t.Setenv("MCPGATE_STORE", "")
+	dir := t.TempDir()
+	db := filepath.Join(dir, "mcpgate.db")
+	if err := os.WriteFile(db, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := "--data " + db + " is a file, not a directory: name the directory that holds mcpgate.db and device-secret (here --data " + dir + ")"
+	for _, tc := range []struct {
+		name string
+		env  bool // MCPGATE_DATA rather than --data
+		args []string
+	}{
+		{"serve", false, []string{"serve", "--addr", "127.0.0.1:0", "--mqtt-addr=", "--data", db}},
+		{"keys list", false, []string{"keys", "list", "--data", db}},
+		{"devices token env", true, []string{"devices", "token", "02:00:00:00:00:01"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := want
+			if tc.env {
+				t.Setenv("MCPGATE_DATA", db)
+				w = "environment MCPGATE_DATA: " + strings.TrimPrefix(want, "--data ")
+			} else {
+				t.Setenv("MCPGATE_DATA", "")
+				os.Unsetenv("MCPGATE_DATA") // restored by t.Setenv
+			}
+			r := run(t, "unused", tc.args...)
+			r.want(t, 1)
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("stderr %q, want %q", r.stderr, w)
+			}
+		})
+	}
+}
+
+// TestLocalCommandTablelessStore: keys list, keys revoke and devices token
+// refuse an existing SQLite file that holds no tables (a failed copy, or
+// another program's empty database) and leave it so, saying which command
+// makes a store; keys create makes one there.
+func TestLocalCommandTablelessStore(t *testing.T) {
+	t.Setenv("MCPGATE_DATA", "")
+	t.Setenv("MCPGATE_STORE", "")
+	dir := t.TempDir()
+	path := filepath.Join(dir, store.DefaultFile)
+	db, err := sql.Open("sqlite", path+"?_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Ping(); err != nil { // the header page only
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tables := func() (n int) {
+		t.Helper()
+		if err := db.QueryRow(`SELECT count(*) FROM sqlite_master`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	want := path + ": no store: the database holds none of a gateway's tables"
+	for _, args := range [][]string{
+		{"keys", "list", "--data", dir},
+		{"keys", "revoke", "--data", dir, "abcdefghij"},
+		{"devices", "token", "--data", dir, "--device-secret-file", path, "02:00:00:00:00:01"},
+	} {
+		r := run(t, "unused", args...)
+		r.want(t, 1)
+		if !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "mcpgate serve") {
+			t.Errorf("%v: stderr %q, want %q and which command makes a store", args, r.stderr, want)
+		}
+		if n := tables(); n != 0 {
+			t.Fatalf("%v made %d tables", args, n)
+		}
+	}
+	run(t, "unused", "keys", "create", "--data", dir, "--name", "a", "--scope", "read").want(t, 0)
+	if tables() == 0 {
+		t.Error("keys create made no tables")
 	}
 }

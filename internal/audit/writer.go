@@ -117,8 +117,8 @@ type Writer struct {
 	storeLog store.FailureLog // failed writes: logged once a minute, and when writes succeed again
 	failing  atomic.Bool      // the last write failed: RecordNow does not wait
 
-	written, lost, writeErrors, waited, pruned prometheus.Counter
-	depth                                      prometheus.GaugeFunc
+	written, lost, writeErrors, waited, pruned, pruneErrors prometheus.Counter
+	depth                                                   prometheus.GaugeFunc
 }
 
 // New validates cfg and returns a writer. It starts nothing: call Run.
@@ -159,10 +159,11 @@ func New(cfg Config) (*Writer, error) {
 	w.writeErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "mcpgate_audit_write_errors_total", Help: "Failed audit writes (each is retried)."})
 	w.waited = prometheus.NewCounter(prometheus.CounterOpts{Name: "mcpgate_audit_backpressure_total", Help: "Calls that waited for room in the full audit queue."})
 	w.pruned = prometheus.NewCounter(prometheus.CounterOpts{Name: "mcpgate_audit_pruned_total", Help: "Audit records deleted by retention."})
+	w.pruneErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "mcpgate_audit_prune_errors_total", Help: "Failed applications of audit retention (each tried again at the next)."})
 	w.depth = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mcpgate_audit_queue_depth", Help: "Audit records waiting to be written."},
 		func() float64 { return float64(len(w.q)) })
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{w.written, w.lost, w.writeErrors, w.waited, w.pruned, w.depth} {
+		for _, c := range []prometheus.Collector{w.written, w.lost, w.writeErrors, w.waited, w.pruned, w.pruneErrors, w.depth} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("audit: metrics: %w", err)
 			}
@@ -524,9 +525,21 @@ func (w *Writer) write(ctx context.Context, batch []store.AuditRecord) {
 }
 
 func (w *Writer) pruneLoop(ctx context.Context) {
-	if _, err := w.Prune(ctx); err != nil && ctx.Err() == nil {
-		w.log.Warn("could not apply audit retention", "error", err)
+	prune := func() {
+		_, err := w.Prune(ctx)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		w.pruneErrors.Inc()
+		// A damaged store fails every prune alike: its records pile up
+		// past MaxRows until a backup is restored.
+		level := slog.LevelWarn
+		if store.Damaged(err) {
+			level = slog.LevelError
+		}
+		w.log.Log(ctx, level, "could not apply audit retention", "error", err)
 	}
+	prune()
 	t := time.NewTicker(w.cfg.PruneInterval)
 	defer t.Stop()
 	for {
@@ -534,9 +547,7 @@ func (w *Writer) pruneLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, err := w.Prune(ctx); err != nil && ctx.Err() == nil {
-				w.log.Warn("could not apply audit retention", "error", err)
-			}
+			prune()
 		}
 	}
 }

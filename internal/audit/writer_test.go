@@ -1,9 +1,11 @@
 package audit
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -26,6 +28,7 @@ type memStore struct {
 	block    chan struct{}
 	blocked  int // AppendAudit calls that waited on block
 	prunes   []pruneCall
+	pruneErr error // what PruneAudit fails with
 }
 
 type pruneCall struct {
@@ -63,7 +66,7 @@ func (m *memStore) PruneAudit(ctx context.Context, olderThan time.Time, keep int
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.prunes = append(m.prunes, pruneCall{olderThan, keep})
-	return 0, nil
+	return 0, m.pruneErr
 }
 
 func (m *memStore) snapshot() ([]store.AuditRecord, int) {
@@ -209,7 +212,7 @@ func TestWriterBatchesInOrder(t *testing.T) {
 		names[mf.GetName()] = true
 	}
 	for _, n := range []string{"mcpgate_audit_queue_depth", "mcpgate_audit_records_written_total", "mcpgate_audit_write_errors_total",
-		"mcpgate_audit_records_lost_total", "mcpgate_audit_backpressure_total", "mcpgate_audit_pruned_total"} {
+		"mcpgate_audit_records_lost_total", "mcpgate_audit_backpressure_total", "mcpgate_audit_pruned_total", "mcpgate_audit_prune_errors_total"} {
 		if !names[n] {
 			t.Errorf("metric %s not registered", n)
 		}
@@ -627,4 +630,43 @@ func TestWriterDrainSharesOneDeadline(t *testing.T) {
 	if took > drain*3/2 {
 		t.Errorf("stop took %s with the store down, want about DrainTimeout (%s)", took, drain)
 	}
+}
+
+// TestWriterPruneOnDamagedStore: retention failing on a damaged store, which
+// no retry mends, is logged at ERROR and counted, not a warning forgotten
+// while the records pile up past MaxRows.
+func TestWriterPruneOnDamagedStore(t *testing.T) {
+	t.Parallel()
+	st := &memStore{pruneErr: fmt.Errorf("store: prune audit: %w", store.ErrMalformed)}
+	var logs syncBuffer
+	w, err := New(Config{Store: st, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, w)
+	waitFor(t, "a failed prune counted", func() bool { return value(w.pruneErrors) >= 1 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := logs.String(); !strings.Contains(got, `level=ERROR msg="could not apply audit retention"`) || !strings.Contains(got, "malformed") {
+		t.Errorf("log: %s\nwant the failed retention at ERROR with the store's error", got)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

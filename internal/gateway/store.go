@@ -59,6 +59,10 @@ func (g *Gateway) openStore(ctx context.Context) error {
 	// Location never includes a password.
 	g.log.Info("store opened", "kind", s.Kind(), "location", s.Location())
 	switch from, to, _ := store.Schema(s); {
+	case store.FoundEmpty(s):
+		g.log.Warn("the store's file existed but held no tables: a restore or copy gone wrong? "+
+			"It is now a new, empty store; stop the gateway and restore a backup if one was expected (docs/store.md#backups)",
+			"file", s.Location(), "schema_version", to)
 	case from == 0:
 		g.log.Info("store created", "schema_version", to)
 		g.warnLeftBehind(ctx, s)

@@ -102,10 +102,10 @@ func TestStoreGiven(t *testing.T) {
 	}
 }
 
-// TestStartDamagedStore: a start that finds the SQLite file damaged says
-// so, and what to do, rather than only SQLite's "malformed"; the device
-// secret of a gateway that is not a cluster's node is not called the
-// cluster's.
+// TestStartDamagedStore: a start that finds the SQLite file damaged (its
+// open's PRAGMA quick_check) says so, and what to do, rather than only
+// SQLite's "malformed", and names no cluster on a gateway that is not a
+// cluster's node.
 func TestStartDamagedStore(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, store.DefaultFile)
@@ -125,7 +125,7 @@ func TestStartDamagedStore(t *testing.T) {
 	if err == nil {
 		t.Fatal("Run on a damaged store succeeded")
 	}
-	for _, want := range []string{"the device secret (in the store)", "the file " + path + " is damaged", "restore a backup (docs/store.md#backups)"} {
+	for _, want := range []string{"the file " + path + " is damaged", "restore a backup (docs/store.md#backups)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Run on a damaged store: %v\nwant it to say %q", err, want)
 		}
@@ -236,5 +236,30 @@ func TestNewStoreWarnsOfSQLiteLeftBehind(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStartTablelessSQLite: a start on an existing SQLite file that holds no
+// tables (a cp of a live store, whose commits were all still in its -wal)
+// warns, naming the file, rather than say at INFO that it created a store.
+func TestStartTablelessSQLite(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, store.DefaultFile)
+	db, err := sql.Open("sqlite", path+"?_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Ping(); err != nil { // the header page only
+		t.Fatal(err)
+	}
+	db.Close()
+	var logs hostiletest.Logs
+	gw := startGateway(t, Config{DataDir: dir, Logger: logs.Logger()})
+	<-gw.Ready()
+	if n := logs.Count(0, "level=WARN", "held no tables", "file="+path); n != 1 {
+		t.Errorf("warnings of the tableless file: %d, want 1\n%s", n, logs.String())
+	}
+	if n := logs.Count(0, "store created"); n != 0 {
+		t.Errorf("a tableless file reported as a store created\n%s", logs.String())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -69,5 +70,17 @@ func TestFailureLog(t *testing.T) {
 		if n := strings.Count(got, sub); n != want {
 			t.Errorf("%q logged %d times, want %d:\n%s", sub, n, want, got)
 		}
+	}
+}
+
+// TestFailureLogDamaged: a failure on a damaged SQLite file, which no retry
+// mends, is logged at ERROR whatever level the task asked.
+func TestFailureLogDamaged(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	var l store.FailureLog
+	l.Failed(log, slog.LevelWarn, "write", fmt.Errorf("store: append audit: %w", store.ErrMalformed))
+	if got := buf.String(); !strings.Contains(got, "level=ERROR msg=write") {
+		t.Errorf("a damaged store's failure logged as %s, want level=ERROR", got)
 	}
 }

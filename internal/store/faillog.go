@@ -26,8 +26,9 @@ type failures struct {
 	suppressed int       // failures since, not logged
 }
 
-// Failed logs task's failure err at level (Warn or Error), with attrs, unless one was
-// logged less than FailureLogEvery ago.
+// Failed logs task's failure err at level (Warn or Error; always Error when
+// err is a damaged SQLite file, which no retry mends), with attrs, unless one
+// was logged less than FailureLogEvery ago.
 func (l *FailureLog) Failed(log *slog.Logger, level slog.Level, task string, err error, attrs ...any) {
 	now := time.Now()
 	l.mu.Lock()
@@ -51,7 +52,7 @@ func (l *FailureLog) Failed(log *slog.Logger, level slog.Level, task string, err
 	if suppressed > 0 {
 		attrs = append(attrs, "suppressed", suppressed)
 	}
-	if level >= slog.LevelError {
+	if level >= slog.LevelError || Damaged(err) {
 		log.Error(task, attrs...)
 	} else {
 		log.Warn(task, attrs...)

@@ -54,14 +54,19 @@ func migrations(backend string) ([]migration, error) {
 }
 
 // checkVersion refuses a database migrated past what this binary knows,
-// and with keep one this binary would upgrade.
-func checkVersion(current int, known []migration, keep bool) error {
+// with o.KeepSchema one this binary would upgrade, and with o.MustExist one
+// no gateway has migrated.
+func checkVersion(current int, known []migration, o OpenOptions) error {
 	latest := len(known)
+	if o.MustExist && current == 0 {
+		return fmt.Errorf("%w: the database holds none of a gateway's tables (it is empty, or another program's); "+
+			"mcpgate serve or mcpgate keys create makes them", ErrNoStore)
+	}
 	if current > latest {
 		return fmt.Errorf("%w: the database is at version %d, this binary knows up to %d; run a newer mcpgate (or restore a backup taken before the upgrade)",
 			ErrSchemaTooNew, current, latest)
 	}
-	if keep && current > 0 && current < latest {
+	if o.KeepSchema && current > 0 && current < latest {
 		return fmt.Errorf("%w: the database is at version %d, this mcpgate's is %d; only mcpgate serve upgrades a store, "+
 			"so run this command with the mcpgate that serves it, or back the store up and start the new mcpgate serve once (docs/store.md#upgrading)",
 			ErrSchemaOld, current, latest)

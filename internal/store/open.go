@@ -21,7 +21,7 @@ var ErrSchemaTooNew = errors.New("database schema is newer than this mcpgate")
 var ErrSchemaOld = errors.New("the store's schema is older than this mcpgate's")
 
 // ErrNoStore is returned by OpenExisting when the SQLite file it names does
-// not exist.
+// not exist, or the database holds none of a gateway's tables.
 var ErrNoStore = errors.New("no store")
 
 // DefaultFile is the SQLite file's name inside the data directory.
@@ -48,6 +48,10 @@ type OpenOptions struct {
 	// KeepSchema refuses a store of an older schema with ErrSchemaOld
 	// instead of upgrading it. A new, empty store is still made.
 	KeepSchema bool
+	// MustExist refuses a database that holds none of a gateway's tables
+	// (an empty SQLite file, an empty PostgreSQL database) with ErrNoStore
+	// rather than create them. OpenExisting sets it.
+	MustExist bool
 }
 
 // Open opens the store named by dsn and applies any pending migrations:
@@ -85,11 +89,12 @@ func OpenWith(ctx context.Context, dsn, dataDir string, o OpenOptions) (Store, e
 }
 
 // OpenExisting is OpenWith for a store that must exist already, for
-// commands that work on a gateway's store: a missing SQLite file is
-// ErrNoStore (wrapped, with its path) rather than a new empty store in the
-// wrong place. PostgreSQL is opened as by Open: its database must exist
-// anyway.
+// commands that work on a gateway's store: a missing SQLite file, or a
+// database (SQLite or PostgreSQL) that holds none of a gateway's tables, is
+// ErrNoStore (wrapped, with its location) rather than a new empty store in
+// the wrong place.
 func OpenExisting(ctx context.Context, dsn, dataDir string, o OpenOptions) (Store, error) {
+	o.MustExist = true
 	kind, target, err := parseDSN(dsn, dataDir)
 	if err != nil {
 		return nil, err
@@ -112,6 +117,15 @@ func Schema(s Store) (from, to int, ok bool) {
 	}
 	from, to = v.schema()
 	return from, to, true
+}
+
+// FoundEmpty reports whether the open of s found a SQLite file that
+// existed but held none of a gateway's tables, and made them: a new store
+// where one was expected, as a copy of a live store's file alone
+// (docs/store.md#backups) or an sqlite3 session on the wrong path leaves.
+func FoundEmpty(s Store) bool {
+	v, ok := unwrap(s).(interface{ existedEmpty() bool })
+	return ok && v.existedEmpty()
 }
 
 // LockLost delivers an error if the lock an Open with Lock or LockShared

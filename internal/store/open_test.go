@@ -159,3 +159,26 @@ func TestTableColumns(t *testing.T) {
 		}
 	})
 }
+
+// TestOpenExistingEmptyPostgres: OpenExisting, for the commands that never
+// create a store, refuses a PostgreSQL database (here a schema) holding
+// none of a gateway's tables, and creates none there: a mistyped database
+// name in keys list's --store must not become a store.
+func TestOpenExistingEmptyPostgres(t *testing.T) {
+	ctx := context.Background()
+	dsn := storetest.PostgresDSN(t)
+	_, err := store.OpenExisting(ctx, dsn, "", store.OpenOptions{KeepSchema: true})
+	if !errors.Is(err, store.ErrNoStore) || !strings.Contains(err.Error(), "holds none of a gateway's tables") {
+		t.Fatalf("OpenExisting of an empty database: %v, want ErrNoStore", err)
+	}
+	s := storetest.Open(t, dsn, "")
+	if from, _, _ := store.Schema(s); from != 0 {
+		t.Errorf("the refused OpenExisting left schema version %d, want nothing made", from)
+	}
+	s.Close()
+	s, err = store.OpenExisting(ctx, dsn, "", store.OpenOptions{KeepSchema: true})
+	if err != nil {
+		t.Fatalf("OpenExisting of a store: %v", err)
+	}
+	s.Close()
+}

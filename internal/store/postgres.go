@@ -124,7 +124,7 @@ func openPostgres(ctx context.Context, dsn string, o OpenOptions) (_ Store, err 
 			}
 		}()
 	}
-	from, to, err := migratePostgres(ctx, pool, o.KeepSchema)
+	from, to, err := migratePostgres(ctx, pool, o)
 	if err != nil {
 		return nil, fmt.Errorf("store: PostgreSQL %s: %w", location, err)
 	}
@@ -154,7 +154,7 @@ func defaultConnectTimeout(cfg *pgxpool.Config, dsn string) {
 // waits, then finds nothing left to do. Once the schema is current it
 // changes nothing, so a role without CREATE can run the gateway then
 // (docs/store.md).
-func migratePostgres(ctx context.Context, pool *pgxpool.Pool, keep bool) (from, to int, err error) {
+func migratePostgres(ctx context.Context, pool *pgxpool.Pool, o OpenOptions) (from, to int, err error) {
 	known, err := migrations("postgres")
 	if err != nil {
 		return 0, 0, err
@@ -185,7 +185,7 @@ func migratePostgres(ctx context.Context, pool *pgxpool.Pool, keep bool) (from, 
 	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
 		return 0, 0, fmt.Errorf("migrations: %w", err)
 	}
-	if err := checkVersion(current, known, keep); err != nil {
+	if err := checkVersion(current, known, o); err != nil {
 		return 0, 0, err
 	}
 	for _, m := range known[current:] {

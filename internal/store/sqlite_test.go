@@ -393,7 +393,7 @@ func TestSQLiteReadOnlyDirectory(t *testing.T) {
 		_, err := Open(context.Background(), "", dir)
 		got = fmt.Sprint(err)
 	} else {
-		got = openAsNobody(t, base, dir)
+		got = openAsNobody(t, base, dir, "TestSQLiteReadOnlyDirectory", func() error { return os.Chmod(dir, 0o500) })
 	}
 	want := "the directory " + dir + " is not writable: SQLite needs to create " + DefaultFile + "-wal and -shm there"
 	if !strings.Contains(got, want) || !strings.Contains(got, "readonly database") {
@@ -401,10 +401,51 @@ func TestSQLiteReadOnlyDirectory(t *testing.T) {
 	}
 }
 
-// openAsNobody opens the store in dir, made nobody's and read-only, from
-// a copy of the test binary in base running as nobody, and returns what
-// it says.
-func openAsNobody(t *testing.T, base, dir string) string {
+// TestSQLiteReadOnlyFile: a database file this user cannot write (a
+// restore by another user) is named, with what to do, not only "permission
+// denied". As root the store is opened by a child process running as
+// nobody.
+func TestSQLiteReadOnlyFile(t *testing.T) {
+	if dir := os.Getenv(readOnlyDirEnv); dir != "" {
+		s, err := Open(context.Background(), "", dir)
+		if err == nil {
+			s.Close()
+		}
+		fmt.Printf("open: %v\n", err)
+		return
+	}
+	base, err := os.MkdirTemp("", "readonly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	dir := filepath.Join(base, "data")
+	path := filepath.Join(dir, DefaultFile)
+	s, err := Open(context.Background(), "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	var got string
+	if os.Geteuid() != 0 {
+		if err := os.Chmod(path, 0o400); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Open(context.Background(), "", dir)
+		got = fmt.Sprint(err)
+	} else {
+		got = openAsNobody(t, base, dir, "TestSQLiteReadOnlyFile", func() error { return os.Chmod(path, 0o400) })
+	}
+	want := "the database file " + path + " is not writable by this user"
+	if !strings.Contains(got, want) || !strings.Contains(got, "permission denied") || !strings.Contains(got, "chmod 600") {
+		t.Errorf("opening a read-only database file: %s\nwant it to say %q, what to do, and keep the system's error", got, want)
+	}
+}
+
+// openAsNobody opens the store in dir, made nobody's and then changed by
+// chmod, from a copy of the test binary in base running test as nobody,
+// and returns what it says.
+func openAsNobody(t *testing.T, base, dir, test string, chmod func() error) string {
 	t.Helper()
 	const nobody = 65534
 	self, err := os.ReadFile(os.Args[0])
@@ -427,10 +468,10 @@ func openAsNobody(t *testing.T, base, dir string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(dir, 0o500); err != nil {
+	if err := chmod(); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-test.run=^TestSQLiteReadOnlyDirectory$")
+	cmd := exec.Command(bin, "-test.run=^"+test+"$")
 	cmd.Env = append(os.Environ(), readOnlyDirEnv+"="+dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
 	out, err := cmd.CombinedOutput()
@@ -546,5 +587,119 @@ func TestSQLiteOpenLocked(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "another process has held the database locked") ||
 		!strings.Contains(err.Error(), path) || strings.Contains(err.Error(), "migrations") {
 		t.Fatalf("Open of a store another process holds locked: %v\nwant it to say so, naming %s, not the migrations", err, path)
+	}
+}
+
+// TestSQLiteFoundEmpty: an existing file holding no tables (a cp of a live
+// store before its first checkpoint) is made a store, and FoundEmpty says
+// so for the gateway's warning; OpenExisting, for the commands that never
+// create a store, refuses it with ErrNoStore.
+func TestSQLiteFoundEmpty(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, DefaultFile)
+	db, err := sql.Open("sqlite", path+"?_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Ping(); err != nil { // writes the header page: 4096 bytes, no table
+		t.Fatal(err)
+	}
+	db.Close()
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		t.Fatalf("the tableless file: %v, %v", fi, err)
+	}
+	_, err = OpenExisting(ctx, "", dir, OpenOptions{KeepSchema: true})
+	if !errors.Is(err, ErrNoStore) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "holds none of a gateway's tables") {
+		t.Fatalf("OpenExisting of a file with no tables: %v, want ErrNoStore naming it", err)
+	}
+	s, err := Open(ctx, "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !FoundEmpty(s) {
+		t.Error("FoundEmpty is false for a file that existed with no tables")
+	}
+	s.Close()
+	s, err = OpenExisting(ctx, "", dir, OpenOptions{KeepSchema: true})
+	if err != nil {
+		t.Fatalf("OpenExisting once it is a store: %v", err)
+	}
+	if FoundEmpty(s) {
+		t.Error("FoundEmpty is true for a store")
+	}
+	s.Close()
+	s, err = Open(ctx, "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if FoundEmpty(s) {
+		t.Error("FoundEmpty is true for a new file")
+	}
+	s.Close()
+}
+
+// TestSQLiteForeignWAL: a backup restored beside the -wal of another store
+// (a gateway killed with -9, its -wal left) is damaged once SQLite replays
+// that -wal into it. Every table and column is still there, so only the
+// open's PRAGMA quick_check finds it: without it the gateway served, and
+// audit retention failed for good.
+func TestSQLiteForeignWAL(t *testing.T) {
+	ctx := context.Background()
+	fill := func(s Store, n int, device string) {
+		t.Helper()
+		for range n / 500 {
+			recs := make([]AuditRecord, 500)
+			for i := range recs {
+				recs[i] = AuditRecord{Time: time.Now(), Caller: "local", Door: "rest", Device: device, Tool: "tool", Outcome: "ok"}
+			}
+			if err := s.AppendAudit(ctx, recs); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	other, live, restored := t.TempDir(), t.TempDir(), t.TempDir()
+	backup := filepath.Join(other, "backup.db")
+	s, err := Open(ctx, "", other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(s, 5000, "b")
+	if err := ExecRaw(s, `VACUUM INTO ?`, backup); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	s, err = Open(ctx, "", live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	fill(s, 8000, "a")
+	if err := ExecRaw(s, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+		t.Fatal(err)
+	}
+	fill(s, 3000, "a")
+	if _, err := s.PruneAudit(ctx, time.Time{}, 6000); err != nil {
+		t.Fatal(err)
+	}
+	wal, err := os.ReadFile(filepath.Join(live, DefaultFile+"-wal")) // what kill -9 leaves
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := os.ReadFile(backup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(restored, DefaultFile)
+	if err := os.WriteFile(path, db, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path+"-wal", wal, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(ctx, "", restored)
+	if !Damaged(err) || !strings.Contains(err.Error(), "the file "+path+" is damaged") || !strings.Contains(err.Error(), "restore a backup") {
+		t.Fatalf("Open of a backup beside another store's -wal: %v, want it refused as damaged, naming the file", err)
 	}
 }

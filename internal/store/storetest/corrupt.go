@@ -11,8 +11,9 @@ import (
 )
 
 // CorruptTable overwrites with garbage the pages of table, and of its
-// indexes, in the closed SQLite database at path: the store still opens,
-// and reading the table fails with SQLITE_CORRUPT, as on a damaged disk.
+// indexes, in the closed SQLite database at path, as on a damaged disk:
+// reading the table fails with SQLITE_CORRUPT, and so the store's open (its
+// PRAGMA quick_check).
 func CorruptTable(t testing.TB, path, table string) {
 	t.Helper()
 	db, err := sql.Open("sqlite", path)
