@@ -90,11 +90,11 @@ func (h *Hub) Call(ctx context.Context, req CallRequest) (*mcpclient.Result, err
 			return h.finish(ctx, req, start, nil, nil, false, err)
 		}
 	}
-	if res, dev, ok, err := h.acceptControl(ctx, req); ok {
-		if err != nil {
-			return h.finish(ctx, req, start, nil, dev, false, err)
+	if t, ok := h.acceptControl(ctx, req); ok {
+		if t.background {
+			return t.res, nil // recorded when the background call ends
 		}
-		return res, nil // recorded when the background call ends
+		return h.finish(ctx, req, start, t.res, t.dev, t.sent, t.err)
 	}
 	res, dev, sent, err := h.call(ctx, req)
 	return h.finish(ctx, req, start, res, dev, sent, err)

@@ -41,8 +41,8 @@ func remoteID(ref string) (string, bool) {
 
 // ServeRemote runs a call that another node took and routed here: as a
 // local call, but the caller's rate was charged by that node, control
-// calls are awaited, and the taking node audits the call and publishes its
-// event, so this one does neither. A device not held here is offline, and
+// calls are awaited (that node accepted them: acceptRouted), and the taking
+// node audits the call and publishes its event, so this one does neither. A device not held here is offline, and
 // so is every device once the hub stops accepting ([Hub.StopAccepting]).
 func (h *Hub) ServeRemote(ctx context.Context, req CallRequest) (*mcpclient.Result, error) {
 	h.inflight.Add(1)

@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/dialect/register"
@@ -128,7 +130,8 @@ func (b *background) stop() {
 
 // WaitBackground stops accepting control calls without waiting and waits for
 // the ones still awaited in the background. They end by their tool's
-// timeout, or at once when their device's connection closes: call it after
+// timeout, or at once when their device's connection closes (or, routed to
+// another node, when the cluster aborts the calls it sent): call it after
 // closing the device transports.
 func (h *Hub) WaitBackground() { h.bg.stop() }
 
@@ -150,28 +153,34 @@ func backgroundID(ctx context.Context) string {
 // accepted (unknown device, offline, invalid arguments...): the ordinary path
 // then runs and reports why. The call rates are charged here, not by the
 // background call: a refusal is the caller's answer (true with an error), not a
-// failure hidden in the background.
-func (h *Hub) acceptControl(ctx context.Context, req CallRequest) (*mcpclient.Result, *device, bool, error) {
+// failure hidden in the background. A device another node holds is checked
+// against its catalog in the view and accepted by acceptRouted.
+func (h *Hub) acceptControl(ctx context.Context, req CallRequest) (taken, bool) {
 	if req.Wait || backgroundID(ctx) != "" {
-		return nil, nil, false, nil
+		return taken{}, false
 	}
 	h.mu.RLock()
 	d, err := h.lookupLocked(req.Device)
-	ok := err == nil && d.kind == KindRegister && d.att != nil
+	ok := err == nil && d.kind == KindRegister
 	var att *Attachment
+	routed := false
 	if ok {
 		att = d.att
+		routed = att == nil && d.remoteNode != "" && h.cfg.Cluster != nil
+		ok = att != nil || routed
 	}
 	h.mu.RUnlock()
 	if !ok {
-		return nil, nil, false, nil
+		return taken{}, false
 	}
-	select {
-	case <-att.discovered:
-	case <-att.sess.Done():
-		return nil, nil, false, nil
-	case <-ctx.Done():
-		return nil, nil, false, nil
+	if !routed {
+		select {
+		case <-att.discovered:
+		case <-att.sess.Done():
+			return taken{}, false
+		case <-ctx.Done():
+			return taken{}, false
+		}
 	}
 	h.mu.RLock()
 	cat := d.catalog
@@ -182,28 +191,19 @@ func (h *Hub) acceptControl(ctx context.Context, req CallRequest) (*mcpclient.Re
 		i, found = cat.byName[req.Tool]
 	}
 	if !found {
-		return nil, nil, false, nil
+		return taken{}, false
 	}
 	k, ok := register.ToolKind(&cat.Tools[i])
 	if !ok || !k.Control() || k.Local() {
-		return nil, nil, false, nil
+		return taken{}, false
 	}
 	if cat.validate(i, normalizeArgs(req.Arguments)) != nil {
-		return nil, nil, false, nil
+		return taken{}, false
 	}
 
 	if err := h.checkKeyRate(req.Caller); err != nil {
-		return nil, d, true, err
+		return taken{dev: d, err: err}, true
 	}
-	if err := h.checkDeviceRate(id, req.Caller); err != nil {
-		return nil, d, true, err
-	}
-	if h.cfg.MaxInFlight > 0 && att.slots.Full() {
-		// Said now, as to any call: "sent" would be untrue, and the
-		// background call would fail at once.
-		return nil, d, true, h.busy(id, att)
-	}
-
 	callID := newCallID()
 	bg := req
 	bg.Wait = true
@@ -211,28 +211,124 @@ func (h *Hub) acceptControl(ctx context.Context, req CallRequest) (*mcpclient.Re
 	// Detached from the caller's cancellation, not from its values (who
 	// called, for the audit log); the tool's timeout bounds it.
 	bctx := context.WithValue(context.WithoutCancel(ctx), backgroundKey{}, callID)
+	if routed {
+		return h.acceptRouted(ctx, bctx, d, bg)
+	}
+	if err := h.checkDeviceRate(id, req.Caller); err != nil {
+		return taken{dev: d, err: err}, true
+	}
+	if h.cfg.MaxInFlight > 0 && att.slots.Full() {
+		// Said now, as to any call: "sent" would be untrue, and the
+		// background call would fail at once.
+		return taken{dev: d, err: h.busy(id, att)}, true
+	}
+
 	log := att.log.With("tool", req.Tool, "call_id", callID)
 	started := h.bg.start(func() {
 		start := time.Now()
 		res, err := h.Call(bctx, bg)
-		switch {
-		case err != nil:
-			log.Warn("control call failed in the background", "error", err, "duration", time.Since(start))
-		case res.IsError:
-			log.Warn("control tool reported a failure", "error", res.Text(), "duration", time.Since(start))
-		default:
-			log.Debug("control call completed", "duration", time.Since(start))
-		}
+		logBackground(log, time.Since(start), res, err)
 	})
 	if !started {
-		return nil, nil, false, nil // stopping: the ordinary path fails or completes it
+		return taken{}, false // stopping: the ordinary path fails or completes it
 	}
 	log.Debug("control call accepted", "device", id)
+	return taken{res: acceptedResult(req.Tool, callID), dev: d, background: true}, true
+}
+
+// taken is what acceptControl did with a call it took: accepted it
+// (background: recorded when the background call ends), or ended it with
+// res or err, for the caller to record.
+type taken struct {
+	res        *mcpclient.Result
+	dev        *device
+	sent       bool
+	err        error
+	background bool
+}
+
+// acceptRouted starts in the background a control call (bg, charged to
+// the caller's rate) to device d, which another node holds, and accepts
+// it once that node is about to send it to the device (CallRequest.OnSend),
+// after the device's rate and call slots, which that node charges, as for
+// any call routed to it (docs/cluster.md): a refusal there, or a call
+// ended before it was sent, is the caller's answer (true with an error).
+// Once accepted, the background call's outcome is recorded here, by the
+// node that took it, with the node that served it, as every routed call.
+// ctx is the caller's, bctx the background call's.
+func (h *Hub) acceptRouted(ctx, bctx context.Context, d *device, bg CallRequest) (taken, bool) {
+	// Whoever first claims the call decides who records it: the caller,
+	// accepted (or gone: the call is then recorded in the background), or
+	// the background call, ended before it was sent (the caller records it).
+	var claimed atomic.Bool
+	sending, ended := make(chan struct{}), make(chan taken, 1)
+	onSend := bg.OnSend
+	bg.OnSend = func() error {
+		if onSend != nil {
+			if err := onSend(); err != nil {
+				return err
+			}
+		}
+		claimed.Store(true) // sent: recorded in the background whatever comes
+		close(sending)
+		return nil
+	}
+	callID := backgroundID(bctx)
+	log := h.log.With("device_id", d.id, "tool", bg.Tool, "call_id", callID)
+	started := h.bg.start(func() {
+		h.inflight.Add(1)
+		defer h.inflight.Add(-1)
+		start := time.Now()
+		res, dev, sent, err := h.call(bctx, bg)
+		if claimed.CompareAndSwap(false, true) {
+			ended <- taken{res: res, dev: dev, sent: sent, err: err}
+			return
+		}
+		res, err = h.finish(bctx, bg, start, res, dev, sent, err)
+		logBackground(log, time.Since(start), res, err)
+	})
+	if !started {
+		return taken{}, false // stopping: the ordinary path fails or completes it
+	}
+	select {
+	case <-sending:
+	case t := <-ended:
+		return t, true
+	case <-ctx.Done():
+		// The caller is gone: the call is recorded in the background,
+		// unless it ended unsent meanwhile.
+		if !claimed.CompareAndSwap(false, true) {
+			select {
+			case <-sending:
+			case t := <-ended:
+				return t, true
+			}
+		}
+	}
+	log.Debug("control call accepted")
+	return taken{res: acceptedResult(bg.Tool, callID), dev: d, background: true}, true
+}
+
+// logBackground logs the outcome of a control call awaited in the
+// background.
+func logBackground(log *slog.Logger, took time.Duration, res *mcpclient.Result, err error) {
+	switch {
+	case err != nil:
+		log.Warn("control call failed in the background", "error", err, "duration", took)
+	case res.IsError:
+		log.Warn("control tool reported a failure", "error", res.Text(), "duration", took)
+	default:
+		log.Debug("control call completed", "duration", took)
+	}
+}
+
+// acceptedResult is the immediate answer to an accepted control call.
+func acceptedResult(tool, callID string) *mcpclient.Result {
 	meta, _ := json.Marshal(map[string]any{"mcpgate/accepted": true, "mcpgate/call_id": callID}) // always marshals
 	return &mcpclient.Result{
-		Content: []json.RawMessage{mcpclient.TextContent("ok: control tool " + req.Tool + " sent to the device; not awaited (its outcome is published as call_completed, call_id " + callID + ")")},
+		Content: []json.RawMessage{mcpclient.TextContent("ok: control tool " + tool + " sent to the device; not awaited (its outcome is published as call_completed, call_id " + callID + ")")},
 		Meta:    meta,
-	}, d, true, nil
+	}
 }
 
 func normalizeArgs(args json.RawMessage) json.RawMessage {
