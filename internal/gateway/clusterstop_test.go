@@ -3,13 +3,10 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/api"
@@ -148,26 +145,7 @@ func TestClusterStoppingNodeEndsItsRoutedMCPCall(t *testing.T) {
 		return err == nil && d.Online && d.Tools == 2
 	})
 
-	cl := mcp.NewClient(&mcp.Implementation{Name: "clusterstop-test", Version: "1"}, nil)
-	cs, err := cl.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://" + b.Addr() + "/mcp/devices/" + mac}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	type outcome struct {
-		res *mcp.CallToolResult
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		res, err := cs.CallTool(context.WithoutCancel(t.Context()), &mcp.CallToolParams{Name: "self.slow", Arguments: map[string]any{}})
-		done <- outcome{res, err}
-	}()
-	select {
-	case <-entered:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the routed MCP call did not reach the device")
-	}
+	done := mcpCallAsync(t, "http://"+b.Addr()+"/mcp/devices/"+mac, "self.slow", entered)
 	stopping := time.Now()
 	if err := stopB(); err != nil {
 		t.Errorf("node b's run: %v", err)
@@ -177,16 +155,8 @@ func TestClusterStoppingNodeEndsItsRoutedMCPCall(t *testing.T) {
 	}
 	select {
 	case o := <-done:
-		msg := fmt.Sprint(o.err)
-		if o.err == nil {
-			for _, c := range o.res.Content {
-				if tc, ok := c.(*mcp.TextContent); ok {
-					msg += tc.Text
-				}
-			}
-		}
-		if o.err == nil && !o.res.IsError || !strings.Contains(msg, "node (b) is stopping") {
-			t.Errorf("the routed MCP call ended with %q (error %v), want device_disconnected: node b stopping", msg, o.err)
+		if !o.failed || !strings.Contains(o.text, "node (b) is stopping") {
+			t.Errorf("the routed MCP call ended with %+v, want device_disconnected: node b stopping", o)
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the routed MCP call got no answer")

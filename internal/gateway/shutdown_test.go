@@ -443,26 +443,7 @@ func TestShutdownDeadlineEndsPendingMCPCall(t *testing.T) {
 	t.Cleanup(release) // never before the stop: the call must be cut
 	waitState(t, gw, mac, hub.StateReady)
 
-	cl := mcp.NewClient(&mcp.Implementation{Name: "shutdown-test", Version: "1"}, nil)
-	cs, err := cl.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://" + gw.Addr() + "/mcp/devices/" + mac}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	type outcome struct {
-		res *mcp.CallToolResult
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		res, err := cs.CallTool(context.WithoutCancel(t.Context()), &mcp.CallToolParams{Name: "self.slow", Arguments: map[string]any{}})
-		done <- outcome{res, err}
-	}()
-	select {
-	case <-entered:
-	case <-time.After(shutdownWait):
-		t.Fatal("the MCP call did not reach the device")
-	}
+	done := mcpCallAsync(t, "http://"+gw.Addr()+"/mcp/devices/"+mac, "self.slow", entered)
 	began := time.Now()
 	stopped := beginStop(t, gw, stop)
 	waitStopped(t, stopped)
@@ -471,21 +452,48 @@ func TestShutdownDeadlineEndsPendingMCPCall(t *testing.T) {
 	}
 	select {
 	case o := <-done:
-		if o.err == nil && (o.res == nil || !o.res.IsError) {
-			t.Fatalf("the pending MCP call succeeded: %+v", o.res)
-		}
-		msg := fmt.Sprint(o.err)
-		if o.err == nil {
-			for _, c := range o.res.Content {
-				if tc, ok := c.(*mcp.TextContent); ok {
-					msg += tc.Text
-				}
-			}
-		}
-		if !strings.Contains(msg, "device_disconnected") && !strings.Contains(msg, "device disconnected") {
-			t.Errorf("the pending MCP call ended with %q, want device_disconnected", msg)
+		if !o.failed || !strings.Contains(o.text, "device_disconnected") && !strings.Contains(o.text, "device disconnected") {
+			t.Errorf("the pending MCP call ended with %+v, want device_disconnected", o)
 		}
 	case <-time.After(shutdownWait):
 		t.Fatal("the pending MCP call got no answer")
 	}
+}
+
+// mcpCallAsync calls tool on the MCP door at url in the background, once
+// its device has the call (entered), and yields the call's outcome as text:
+// the error, or the result's text with whether it is an error result.
+func mcpCallAsync(t *testing.T, url, tool string, entered <-chan struct{}) <-chan mcpOutcome {
+	t.Helper()
+	cl := mcp.NewClient(&mcp.Implementation{Name: "gateway-test", Version: "1"}, nil)
+	cs, err := cl.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	done := make(chan mcpOutcome, 1)
+	go func() {
+		res, err := cs.CallTool(context.WithoutCancel(t.Context()), &mcp.CallToolParams{Name: tool, Arguments: map[string]any{}})
+		o := mcpOutcome{failed: err != nil, text: fmt.Sprint(err)}
+		if err == nil {
+			o.failed, o.text = res.IsError, ""
+			for _, c := range res.Content {
+				if tc, ok := c.(*mcp.TextContent); ok {
+					o.text += tc.Text
+				}
+			}
+		}
+		done <- o
+	}()
+	select {
+	case <-entered:
+	case <-time.After(shutdownWait):
+		t.Fatalf("the MCP call to %s did not reach the device", url)
+	}
+	return done
+}
+
+type mcpOutcome struct {
+	failed bool
+	text   string
 }
