@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/httpguard"
@@ -81,7 +82,14 @@ type DoorsConfig struct {
 type Doors struct {
 	cfg DoorsConfig
 	log *slog.Logger
+	// proxiedLogged is when a proxied refusal was last logged at WARN
+	// (unix nanoseconds): anyone reaching the proxy can repeat it at will.
+	proxiedLogged atomic.Int64
 }
+
+// proxiedLogEvery is how often a proxied refusal is logged at WARN; the
+// others are logged at debug.
+const proxiedLogEvery = time.Minute
 
 // NewDoors returns the doors' authenticator.
 func NewDoors(cfg DoorsConfig) *Doors {
@@ -207,7 +215,11 @@ func (d *Doors) Refuse(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	switch {
 	case errors.Is(err, ErrProxied):
-		d.log.Warn("request refused: came through a reverse proxy to doors open without a key; start with --require-keys",
+		level, now := slog.LevelDebug, time.Now().UnixNano()
+		if last := d.proxiedLogged.Load(); now-last >= int64(proxiedLogEvery) && d.proxiedLogged.CompareAndSwap(last, now) {
+			level = slog.LevelWarn
+		}
+		d.log.Log(r.Context(), level, "request refused: came through a reverse proxy to doors open without a key; start with --require-keys",
 			"remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
 		WriteError(w, http.StatusForbidden, "forbidden", err.Error())
 	case errors.Is(err, ErrNoKey), errors.Is(err, ErrBadAuthorization), errors.Is(err, ErrInvalidKey),
