@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -83,6 +84,21 @@ environment, which wins over the file.`,
 			if err := checkAuthFlags(&cfg); err != nil {
 				return err
 			}
+			var gw *gateway.Gateway
+			defer func() {
+				// A device secret made at this start is the store's only once
+				// the gateway served (its check of the store passed, and tokens
+				// may be signed with it): on a failure before, it goes again,
+				// or the next start would take it for the store's
+				// (gateway.ErrSecretLost).
+				made := cfg.Provisioning.NewSecretFile
+				if err == nil || made == "" || gw != nil && isClosed(gw.Ready()) {
+					return
+				}
+				if rerr := os.Remove(made); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+					logger.Error("removing the device secret made at this start", "error", rerr)
+				}
+			}()
 			if err := applyProvisioning(logger); err != nil {
 				return err
 			}
@@ -155,18 +171,10 @@ environment, which wins over the file.`,
 				c := clusterCfg
 				cfg.Cluster = &c
 			}
-			gw, err := gateway.New(cfg)
-			if err != nil {
+			if gw, err = gateway.New(cfg); err != nil {
 				return err
 			}
 			err = gw.Run(cmd.Context())
-			if errors.Is(err, gateway.ErrSecretLost) {
-				// Else the next start, by hand or by a restart policy,
-				// would take the new secret for the store's.
-				if rerr := os.Remove(cfg.Provisioning.NewSecretFile); rerr != nil {
-					logger.Error("removing the device secret made at this start", "error", rerr)
-				}
-			}
 			if err != nil && cmd.Context().Err() != nil && errors.Is(err, context.Canceled) {
 				// Stopped (SIGTERM...) while still starting, waiting for a
 				// broker or a store: asked for, not a failure.
@@ -293,4 +301,14 @@ func parseMQTTNode(s string) (index, count int, err error) {
 		return 0, 0, flagErrorf("mqtt-node", "%q: want INDEX/COUNT with 0 <= INDEX < COUNT, e.g. 0/2 and 1/2 for two nodes", s)
 	}
 	return index, count, nil
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -177,6 +178,21 @@ func TestServeRestoredStoreWithoutSecret(t *testing.T) {
 			t.Fatal(err)
 		}
 		secret := filepath.Join(dir, "device-secret")
+		// A start that fails for another reason before it serves (its port
+		// taken) leaves no new secret either: the next start must still
+		// see that the file is new.
+		taken, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := runContext(t.Context(), "http://127.0.0.1:1", "serve", "--addr", taken.Addr().String(), "--mqtt-addr", "", "--data", dir, "--device-auth", "token")
+		taken.Close()
+		if r.code == 0 || !strings.Contains(r.stderr, "address already in use") {
+			t.Fatalf("%s, port taken: exit %d, stderr:\n%s", tc.name, r.code, r.stderr)
+		}
+		if _, err := os.Stat(secret); !os.IsNotExist(err) {
+			t.Fatalf("%s: the start that failed left its new device secret: %v", tc.name, err)
+		}
 		for range 2 { // the second start is refused too
 			// Bounded: a gateway that starts would serve until stopped.
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -192,7 +208,7 @@ func TestServeRestoredStoreWithoutSecret(t *testing.T) {
 		// In open mode no device is refused: an error is logged, and the
 		// gateway serves until stopped.
 		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
-		r := runContext(ctx, "http://127.0.0.1:1", "serve", "--addr", "127.0.0.1:0", "--mqtt-addr", "", "--data", dir)
+		r = runContext(ctx, "http://127.0.0.1:1", "serve", "--addr", "127.0.0.1:0", "--mqtt-addr", "", "--data", dir)
 		cancel()
 		if r.code != 0 || !strings.Contains(r.stderr, "level=ERROR msg=\"the device secret was created at this start") {
 			t.Fatalf("%s, open mode: exit %d, stderr:\n%s", tc.name, r.code, r.stderr)

@@ -183,11 +183,13 @@ func IsLoopbackAddr(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// proxyHeaders are the headers reverse proxies add to say whom they forward.
-var proxyHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip"}
+// proxyHeaders are the headers reverse proxies and CDNs add to say whom
+// they forward (canonical forms, as r.Header keys them).
+var proxyHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto",
+	"X-Forwarded-Port", "X-Forwarded-Server", "X-Real-Ip", "Via", "Cf-Connecting-Ip", "True-Client-Ip"}
 
 // Proxied reports whether r carries a header a reverse proxy adds
-// (Forwarded, X-Forwarded-For, -Host, -Proto, X-Real-IP), and so came from
+// (Forwarded, X-Forwarded-*, X-Real-IP, Via, CDNs' client address), and so came from
 // the proxy's client rather than from the connection's own peer. A proxy
 // that adds none cannot be told apart from a local client.
 func Proxied(r *http.Request) bool {
