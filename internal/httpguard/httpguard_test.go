@@ -113,6 +113,11 @@ func TestProxiedAndScheme(t *testing.T) {
 		{"X-Forwarded-Proto http", http.Header{"X-Forwarded-Proto": {"http"}, "Forwarded": {"proto=https"}}, true, "http"},
 		{"Forwarded proto", http.Header{"Forwarded": {`for=192.0.2.1;proto="https", for=10.0.0.1;proto=http`}}, true, "https"},
 		{"Forwarded without proto", http.Header{"Forwarded": {"for=192.0.2.1"}}, true, "http"},
+		{"Via", http.Header{"Via": {"1.1 proxy.example.com"}}, true, "http"},
+		{"X-Forwarded-Port", http.Header{"X-Forwarded-Port": {"443"}}, true, "http"},
+		{"X-Forwarded-Server", http.Header{"X-Forwarded-Server": {"lb1"}}, true, "http"},
+		{"CF-Connecting-IP", http.Header{"Cf-Connecting-Ip": {"192.0.2.1"}}, true, "http"},
+		{"True-Client-IP", http.Header{"True-Client-Ip": {"192.0.2.1"}}, true, "http"},
 	} {
 		r := httptest.NewRequest("GET", "http://127.0.0.1:8000/", nil)
 		for k, v := range tc.header {
