@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -65,11 +66,24 @@ func (g *Gateway) openStore(ctx context.Context) error {
 			"file", s.Location(), "schema_version", to)
 	case from == 0:
 		g.log.Info("store created", "schema_version", to)
-		g.warnLeftBehind(ctx, s)
-	case from < to:
-		g.log.Info("store upgraded; an older mcpgate can no longer open it", "from_schema_version", from, "schema_version", to)
+		g.warnLeftBehind(ctx, s, true)
+	default:
+		if from < to {
+			g.log.Info("store upgraded; an older mcpgate can no longer open it", "from_schema_version", from, "schema_version", to)
+		}
+		g.warnLeftBehind(ctx, s, false)
 	}
 	return nil
+}
+
+// holdsNoDevice reports whether s has no device and no revocation.
+func holdsNoDevice(ctx context.Context, s store.Store) (bool, error) {
+	d, err := s.Devices(ctx)
+	if err != nil || len(d) > 0 {
+		return false, err
+	}
+	r, err := s.Revocations(ctx, time.Now())
+	return len(r) == 0, err
 }
 
 // closeStore closes the store Run opened.
@@ -89,10 +103,21 @@ func (g *Gateway) closeStore() {
 // revocations): none of it is carried over, revocations included, so a
 // revoked device could connect again (docs/store.md, "Moving to
 // PostgreSQL").
-func (g *Gateway) warnLeftBehind(ctx context.Context, s store.Store) {
+func (g *Gateway) warnLeftBehind(ctx context.Context, s store.Store, created bool) {
 	file, err := filepath.Abs(filepath.Join(g.cfg.DataDir, store.DefaultFile))
 	if err != nil || s.Kind() == "sqlite" && s.Location() == file {
 		return
+	}
+	if _, err := os.Stat(file); err != nil {
+		return
+	}
+	// A store not created now is still new until a device is in it: its
+	// keys may have been made first (mcpgate keys create, as a gateway off
+	// loopback needs).
+	if !created {
+		if fresh, err := holdsNoDevice(ctx, s); err != nil || !fresh {
+			return
+		}
 	}
 	const what = "starting on a new, empty store while the data directory holds a SQLite store: " +
 		"nothing of it is carried over (API keys; devices with their aliases and tokens in use; device revocations, " +

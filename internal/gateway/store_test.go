@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpgate/mcpgate/device"
 	"github.com/mcpgate/mcpgate/internal/auth"
 	"github.com/mcpgate/mcpgate/internal/hostiletest"
+	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/store"
 	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
@@ -184,7 +186,8 @@ func TestStartWaitsForLockedSQLite(t *testing.T) {
 // TestNewStoreWarnsOfSQLiteLeftBehind: a gateway starting on a new store
 // while its data directory holds a SQLite store with devices, keys or
 // revocations warns, naming the file and what is not carried over; an empty
-// SQLite store, or none, is no warning, nor is a restart on the new store.
+// SQLite store, or none, is no warning; nor is a restart on the new store
+// once a device is in it, while one before (keys made first) still warns.
 func TestNewStoreWarnsOfSQLiteLeftBehind(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -219,14 +222,19 @@ func TestNewStoreWarnsOfSQLiteLeftBehind(t *testing.T) {
 					}
 				}
 				dsn := tc.dsn(t)
-				for run := range 2 {
+				for run := range 3 {
 					logs := &hostiletest.Logs{}
-					_, stop := runGateway(t, Config{DataDir: dir, StoreDSN: dsn, MQTTAddr: "", Logger: logs.Logger()})
+					gw, stop := runGateway(t, Config{DataDir: dir, StoreDSN: dsn, MQTTAddr: "", Logger: logs.Logger()})
+					if run == 1 { // a device joins the new store
+						stopDevice := runDevice(t, gw, "02:00:00:00:00:07", newServer(t, device.ProfileESP32))
+						waitState(t, gw, "02:00:00:00:00:07", hub.StateReady)
+						stopDevice()
+					}
 					if err := stop(); err != nil {
 						t.Fatal(err)
 					}
 					got := strings.Contains(logs.String(), warning)
-					want := run == 0 && fill != "none" && fill != "empty"
+					want := run < 2 && fill != "none" && fill != "empty"
 					if got != want {
 						t.Errorf("%s, run %d: warned %v, want %v:\n%s", fill, run, got, want, logs.String())
 					}
