@@ -90,6 +90,11 @@ func TestHostileMCPClients(t *testing.T) {
 		log:    []string{"refused malformed MCP request", "reason=unknown_method"},
 		metric: `mcpgate_bad_requests_total{door="mcp",reason="unknown_method"}`, delta: 200,
 	}, {
+		name:   "requests without a session",
+		attack: attackNoSession,
+		log:    []string{"refused malformed MCP request", "reason=not_initialized"},
+		metric: `mcpgate_bad_requests_total{door="mcp",reason="not_initialized"}`, delta: 100,
+	}, {
 		name:   "bogus session ids",
 		attack: attackBogusSessions,
 		log:    []string{"refused malformed MCP request", "reason=unknown_session"},
@@ -397,6 +402,23 @@ func attackUnknownMethods(t *testing.T, s *mcpTarget) {
 		if status != http.StatusOK || !ok || a.Error == nil || a.Error.Code != -32601 ||
 			a.Error.Message != fmt.Sprintf(`method "no/such/method%d" not found`, i) {
 			t.Fatalf("unknown method: %d %.200s, want 200 and a JSON-RPC error -32601 for id %d", status, answer, i)
+		}
+	}
+}
+
+// attackNoSession sends requests other than initialize without a session:
+// each is answered 400 with a JSON-RPC error -32600 for its id, as MCP asks
+// of a server that requires sessions (go-sdk answered 200, code 0), and no
+// session is started for it.
+func attackNoSession(t *testing.T, s *mcpTarget) {
+	for i := range 100 {
+		method := []string{"tools/list", "tools/call", "ping", "no/such/method"}[i%4]
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q,"params":{}}`, i, method)
+		status, answer := mcpPost(t, s.url(), "", "2025-06-18", "", []byte(body))
+		a, ok := answerIn([]byte(answer), i)
+		if status != http.StatusBadRequest || !ok || a.Error == nil || a.Error.Code != -32600 ||
+			!strings.Contains(a.Error.Message, "send initialize first") {
+			t.Fatalf("%s without a session: %d %.200s, want 400 and a JSON-RPC error -32600 for id %d", method, status, answer, i)
 		}
 	}
 }

@@ -395,6 +395,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			defer func() { end(rec.status == http.StatusOK) }()
 		}
 	case sid == "" && r.Method == http.MethodPost:
+		if s.answerNoSession(w, r) {
+			return
+		}
 		// An initialize: its session is tracked from the moment its id
 		// is sent, before the client can use it.
 		rec.newSession = func(id string) { s.idle.add(d, id) }

@@ -35,22 +35,7 @@ var sdkMethods = map[string]bool{
 //
 // It reads the body; go-sdk reads the same bytes, and the same error.
 func (s *Server) answerUnknown(w http.ResponseWriter, r *http.Request) bool {
-	if r.Method != http.MethodPost || r.Header.Get("Mcp-Protocol-Version") >= "2026-07-28" {
-		return false
-	}
-	if ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || ct != "application/json" {
-		return false // go-sdk's 415
-	}
-	body, err := io.ReadAll(r.Body)
-	r.Body = &replayBody{ReadCloser: r.Body, b: body, err: err}
-	if err != nil {
-		return false
-	}
-	msg, err := jsonrpc.DecodeMessage(body)
-	if err != nil {
-		return false
-	}
-	req, ok := msg.(*jsonrpc.Request)
+	req, ok := peekRequest(r)
 	if !ok || sdkMethods[req.Method] {
 		return false
 	}
@@ -68,6 +53,54 @@ func (s *Server) answerUnknown(w http.ResponseWriter, r *http.Request) bool {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(data) // the client went away
 	return true
+}
+
+// answerNoSession answers a request other than initialize that comes
+// without a session (no Mcp-Session-Id) with HTTP 400 and a JSON-RPC error
+// -32600, as MCP asks of a server that requires sessions, and reports
+// whether it did. go-sdk would start a session for it and answer 200 with
+// an error of code 0 ("invalid during session initialization"), which
+// clients cannot tell from a tool's failure.
+func (s *Server) answerNoSession(w http.ResponseWriter, r *http.Request) bool {
+	req, ok := peekRequest(r)
+	if !ok || !req.IsCall() || req.Method == "initialize" {
+		return false
+	}
+	s.cfg.Limits.BadRequest(limits.DoorMCP, "not_initialized", "refused malformed MCP request",
+		"remote", r.RemoteAddr, "path", r.URL.Path, "method", fmt.Sprintf("%.64q", req.Method), "status", http.StatusBadRequest)
+	data, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest,
+		Message: fmt.Sprintf("method %.64q without a session (no Mcp-Session-Id): send initialize first", req.Method)}})
+	if err != nil {
+		return false
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	_, _ = w.Write(data)
+	return true
+}
+
+// peekRequest reads a POST's JSON body, leaving the same bytes (and read
+// error) for go-sdk, and returns the single request it holds. Batches,
+// malformed bodies, other content types (go-sdk's 415) and protocol
+// versions from 2026-07-28 (answered by go-sdk itself) are left to go-sdk.
+func peekRequest(r *http.Request) (*jsonrpc.Request, bool) {
+	if r.Method != http.MethodPost || r.Header.Get("Mcp-Protocol-Version") >= "2026-07-28" {
+		return nil, false
+	}
+	if ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || ct != "application/json" {
+		return nil, false
+	}
+	body, err := io.ReadAll(r.Body)
+	r.Body = &replayBody{ReadCloser: r.Body, b: body, err: err}
+	if err != nil {
+		return nil, false
+	}
+	msg, err := jsonrpc.DecodeMessage(body)
+	if err != nil {
+		return nil, false
+	}
+	req, ok := msg.(*jsonrpc.Request)
+	return req, ok
 }
 
 // replayBody gives go-sdk the body answerUnknown read, then the read's

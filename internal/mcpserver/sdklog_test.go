@@ -97,7 +97,7 @@ func TestSDKClientFaultsAreBadRequests(t *testing.T) {
 	url := "http://" + gw.Addr() + "/mcp"
 	for i := range 20 {
 		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`, i)
-		if status, answer := mcpPost(t, url, "", "", "", []byte(body)); status != http.StatusOK || !strings.Contains(answer, "invalid during session initialization") {
+		if status, answer := mcpPost(t, url, "", "", "", []byte(body)); status != http.StatusBadRequest || !strings.Contains(answer, "send initialize first") {
 			t.Fatalf("tools/list without a session: %d %.200s", status, answer)
 		}
 	}
