@@ -77,11 +77,11 @@ func (g *Gateway) checkKeys(ctx context.Context) error {
 	}
 	if !a.require {
 		switch name := otherMachinesName(g.cfg); {
-		case name == "" || a.public:
-		case g.cfg.Insecure:
+		case a.public:
+		case g.cfg.Insecure: // on loopback it lets proxied requests in
 			g.log.Warn("INSECURE: REST and MCP doors need no API key, even through a reverse proxy: make sure the proxy authenticates every caller",
 				"name", name, "addr", g.cfg.Addr)
-		default:
+		case name != "":
 			g.log.Warn("REST and MCP doors need no API key, yet this name is for other machines: behind a reverse proxy, "+
 				"anyone who reaches the proxy would be admin; requests that carry forwarding headers are refused, "+
 				"but a proxy that sends none cannot be told apart: start with --require-keys",

@@ -106,9 +106,19 @@ func TestOpenDoorsRefuseProxiedRequests(t *testing.T) {
 // TestInsecureAdmitsProxiedRequests: --insecure on loopback says the proxy
 // authenticates callers: its requests come in without a key.
 func TestInsecureAdmitsProxiedRequests(t *testing.T) {
-	gw := startGateway(t, Config{Insecure: true, AllowedHosts: []string{"gw.example.com:8443"}})
-	if status, body := proxiedDo(t, gw, "GET", "/api/v1/devices", "", "", "X-Forwarded-For", "203.0.113.9"); status != http.StatusOK {
-		t.Errorf("--insecure, through a proxy, no key: %d %s, want 200", status, body)
+	// With or without a name for other machines, --insecure on loopback is
+	// said at start, as it is on a public address.
+	for _, hosts := range [][]string{{"gw.example.com:8443"}, nil} {
+		logs := &hostiletest.Logs{}
+		gw := startGateway(t, Config{Insecure: true, AllowedHosts: hosts, Logger: logs.Logger()})
+		if hosts != nil { // proxiedDo sends Host gw.example.com:8443
+			if status, body := proxiedDo(t, gw, "GET", "/api/v1/devices", "", "", "X-Forwarded-For", "203.0.113.9"); status != http.StatusOK {
+				t.Errorf("--insecure, through a proxy, no key: %d %s, want 200", status, body)
+			}
+		}
+		if n := logs.Count(0, "level=WARN", "INSECURE", "even through a reverse proxy"); n != 1 {
+			t.Errorf("--insecure on loopback, allowed hosts %v: %d warnings, want 1:\n%s", hosts, n, logs.String())
+		}
 	}
 }
 
