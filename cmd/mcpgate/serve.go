@@ -88,11 +88,13 @@ environment, which wins over the file.`,
 			defer func() {
 				// A device secret made at this start is the store's only once
 				// the gateway served (its check of the store passed, and tokens
-				// may be signed with it): on a failure before, it goes again,
-				// or the next start would take it for the store's
-				// (gateway.ErrSecretLost).
+				// may be signed with it), and unless that check found the
+				// store's tokens signed with another (open mode serves
+				// anyway): else it goes again, or the next start would take it
+				// for the store's (gateway.ErrSecretLost).
 				made := cfg.Provisioning.NewSecretFile
-				if err == nil || made == "" || gw != nil && isClosed(gw.Ready()) {
+				served := gw != nil && isClosed(gw.Ready())
+				if made == "" || (err == nil || served) && !(gw != nil && gw.NewSecretUnwanted()) {
 					return
 				}
 				if rerr := os.Remove(made); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {

@@ -213,5 +213,16 @@ func TestServeRestoredStoreWithoutSecret(t *testing.T) {
 		if r.code != 0 || !strings.Contains(r.stderr, "level=ERROR msg=\"the device secret was created at this start") {
 			t.Fatalf("%s, open mode: exit %d, stderr:\n%s", tc.name, r.code, r.stderr)
 		}
+		// It does not keep the new secret: a start in token mode after it
+		// is refused as before.
+		if _, err := os.Stat(secret); !os.IsNotExist(err) {
+			t.Fatalf("%s: the open-mode start left its new device secret: %v", tc.name, err)
+		}
+		ctx, cancel = context.WithTimeout(t.Context(), 10*time.Second)
+		r = runContext(ctx, "http://127.0.0.1:1", "serve", "--addr", "127.0.0.1:0", "--mqtt-addr", "", "--data", dir, "--device-auth", "token")
+		cancel()
+		if r.code == 0 || !strings.Contains(r.stderr, gateway.ErrSecretLost.Error()) {
+			t.Fatalf("%s: token mode after open mode: exit %d, stderr:\n%s", tc.name, r.code, r.stderr)
+		}
 	}
 }

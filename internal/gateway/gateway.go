@@ -572,6 +572,12 @@ func (g *Gateway) MQTTAddr() string {
 // Ready is closed once the gateway listens.
 func (g *Gateway) Ready() <-chan struct{} { return g.ready }
 
+// NewSecretUnwanted reports whether the device secret file made at this
+// start (Provisioning.NewSecretFile) is not the store's: in open mode the
+// gateway serves with it, but it must go when the gateway stops, or the
+// next start would take it for the store's (ErrSecretLost).
+func (g *Gateway) NewSecretUnwanted() bool { return g.devices.secretUnwanted.Load() }
+
 // Run listens and serves until ctx ends, then shuts down in this order
 // (docs/architecture.md, "Shutdown"): every door stops accepting new
 // devices and requests; calls in flight drain, up to the shutdown timeout;

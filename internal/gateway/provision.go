@@ -96,13 +96,17 @@ type Provisioning struct {
 
 // deviceServices are the device-facing services besides the transports.
 type deviceServices struct {
-	hub    *hub.Hub
-	store  store.Store // where revocations are kept
-	log    *slog.Logger
-	cfg    Provisioning
-	auth   *devauth.Checker
-	ota    *ota.Handler
-	vision *vision.Service
+	// secretUnwanted is set when the device secret made at this start is
+	// not the one the store's tokens were signed with (open mode, which
+	// starts anyway): see Gateway.NewSecretUnwanted.
+	secretUnwanted atomic.Bool
+	hub            *hub.Hub
+	store          store.Store // where revocations are kept
+	log            *slog.Logger
+	cfg            Provisioning
+	auth           *devauth.Checker
+	ota            *ota.Handler
+	vision         *vision.Service
 	// mqttPort is the embedded broker's port once it listens, for the OTA
 	// answer's default MQTT endpoint; set by New before anything is served.
 	mqttPort func() string
@@ -397,8 +401,10 @@ func (d *deviceServices) checkNewSecret(ctx context.Context) error {
 	if d.auth.Mode() == devauth.ModeOpen {
 		// No device is refused yet: said, not refused.
 		d.log.Error("the device secret was created at this start, but the store holds device tokens signed with another: "+
-			"they will be refused if --device-auth becomes token; restore the device-secret file of the store's backup (docs/store.md#backups)",
+			"they will be refused if --device-auth becomes token; restore the device-secret file of the store's backup (docs/store.md#backups). "+
+			"The new file is removed at stop, so that a start in token mode refuses the store as this one would",
 			"file", d.cfg.NewSecretFile, "tokens_in_use", inUse, "revocations", len(revs))
+		d.secretUnwanted.Store(true)
 		return nil
 	}
 	return fmt.Errorf("%w: %s was created at this start, but the store holds %d device(s) with a token in use and %d revocation(s); "+
