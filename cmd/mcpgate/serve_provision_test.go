@@ -94,8 +94,8 @@ func TestServeQueueFlags(t *testing.T) {
 		{[]string{"--queue-max-per-device", "-5"}, "--queue-max-per-device must be positive, got -5"},
 		{[]string{"--queue-max-per-key", "-1"}, "--queue-max-per-key must be positive, got -1"},
 		{[]string{"--queue-default-ttl", "500ms"}, "--queue-default-ttl 500ms: a queued call's time to live is at least 1s"},
-		{[]string{"--queue-max-ttl", "30m"}, "--queue-max-ttl 30m0s is shorter than --queue-default-ttl 1h0m0s"},
-		{[]string{"--queue-max-ttl", "30m", "--queue-default-ttl", "2h"}, "--queue-default-ttl 2h0m0s is longer than --queue-max-ttl 30m0s"},
+		{[]string{"--queue-max-ttl", "30m"}, "--queue-max-ttl 30m is shorter than --queue-default-ttl 1h"},
+		{[]string{"--queue-max-ttl", "30m", "--queue-default-ttl", "2h"}, "--queue-default-ttl 2h is longer than --queue-max-ttl 30m"},
 	} {
 		r := run(t, "http://127.0.0.1:1", append([]string{"serve", "--addr", "127.0.0.1:0", "--data", dir}, tc.args...)...)
 		if r.code == 0 || !strings.Contains(r.stderr, tc.want) {

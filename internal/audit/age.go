@@ -29,6 +29,25 @@ func ParseAge(s string) (time.Duration, error) {
 	return d, nil
 }
 
+// FormatAge writes d as the docs and ParseAge do: whole days as "2d",
+// otherwise Go's form without zero units ("90m", "1h30m", "2h"); 0 as "0".
+func FormatAge(d time.Duration) string {
+	if d == 0 {
+		return "0"
+	}
+	if d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	}
+	s := d.String() // 1h, not 1h0m0s
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
 // maxAge bounds the ages in days or weeks: 100 years, well inside a
 // time.Duration (292 years), which 20000w would overflow.
 const maxAge = 100 * 365 * 24 * time.Hour
