@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/audit"
+	"github.com/mcpgate/mcpgate/internal/duration"
 )
 
 // ageFlag is a duration flag that also takes days and weeks (7d, 2w), as
@@ -14,7 +15,7 @@ func (a ageFlag) String() string {
 	if a.d == nil {
 		return "0"
 	}
-	return audit.FormatAge(*a.d) // "0" for 0: pflag shows no "(default ...)" for it
+	return duration.Format(*a.d) // "0" for 0: pflag shows no "(default ...)" for it
 }
 
 func (a ageFlag) Set(s string) error {

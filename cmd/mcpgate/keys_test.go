@@ -129,7 +129,7 @@ func TestKeysCmdValidation(t *testing.T) {
 		{[]string{"create", "--name", "x", "--scope", "read", "--devices", ""}, "--devices is empty"},
 		{[]string{"create", "--name", "x", "--scope", "read", "--tools", " , "}, "--tools: \" , \" holds no pattern"},
 		{[]string{"create", "--name", "a\tb", "--scope", "read"}, "control characters"},
-		{[]string{"create", "--name", "x", "--scope", "read", "--expires", "3w"}, "units d, h, m or s"},
+		{[]string{"create", "--name", "x", "--scope", "read", "--expires", "3x"}, "want a duration such as 90m, 12h, 30d, 2w or 1d12h"},
 		{[]string{"create", "--name", "x", "--scope", "read", "--expires", "-1d"}, "--expires"},
 		{[]string{"revoke", "nope"}, "not a key id"},
 		{[]string{"revoke", "mgk_abc_secretish"}, "that is not a key id"},

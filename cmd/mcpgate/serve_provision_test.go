@@ -36,7 +36,7 @@ func TestServeOTAFlags(t *testing.T) {
 		warn string // in stderr too, a warning
 	}{
 		{"device token ttl 0", []string{"--device-token-ttl", "0"}, "--device-token-ttl must be positive, got 0s", ""},
-		{"device token ttl negative", []string{"--device-token-ttl=-1h"}, `"--device-token-ttl" flag: age "-1h" must not be negative`, ""},
+		{"device token ttl negative", []string{"--device-token-ttl=-1h"}, `"--device-token-ttl" flag: age "-1h": must not be negative`, ""},
 		{"device token ttl in days", []string{"--device-token-ttl", "90d"}, stopped, ""},
 		{"vision token ttl 0", []string{"--vision-token-ttl", "0s"}, "--vision-token-ttl must be positive, got 0s", ""},
 		{"upstream init wait 0", []string{"--upstream-init-wait", "0"}, "--upstream-init-wait must be positive", ""},
@@ -115,7 +115,7 @@ func TestServeVisionFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--vision-retention=-1h"}, `"--vision-retention" flag: age "-1h" must not be negative`},
+		{[]string{"--vision-retention=-1h"}, `"--vision-retention" flag: age "-1h": must not be negative`},
 		{[]string{"--vision-retention", "0", "--vision-max-per-device", "0", "--vision-max-bytes-per-device", "0", "--vision-max-total-bytes", "0"}, stopped},
 		{[]string{"--vision-retention", "30d", "--vision-upload-rate=-1"}, stopped},
 		{[]string{"--vision-max-per-device=-1"}, "--vision-max-per-device -1: want 0 (no limit) or more"},

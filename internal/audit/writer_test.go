@@ -427,6 +427,7 @@ func TestParseAge(t *testing.T) {
 		{"2w", 14 * 24 * time.Hour, false},
 		{"90m", 90 * time.Minute, false},
 		{"1h30m", 90 * time.Minute, false},
+		{"1d12h", 36 * time.Hour, false},
 		{"0", 0, false},
 		{"-1h", 0, true},
 		{"d", 0, true},
