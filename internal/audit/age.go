@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -24,9 +25,18 @@ func ParseSince(s string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(s)); err == nil {
 		return t, nil
 	}
-	d, err := ParseAge(s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("since %q: want an RFC 3339 time (2026-05-01T12:00:00Z) or an age (1h, 7d)", s)
+	d, err := duration.Parse(s)
+	switch {
+	case err == nil:
+		return now.Add(-d), nil
+	case !errors.Is(err, duration.ErrSyntax): // an age, but out of bounds
+		return time.Time{}, fmt.Errorf("since %q: %w", s, err)
 	}
-	return now.Add(-d), nil
+	// A query string decodes an unencoded "+08:00" as " 08:00".
+	if i := strings.LastIndexByte(s, ' '); i > 0 {
+		if _, err := time.Parse(time.RFC3339Nano, s[:i]+"+"+s[i+1:]); err == nil {
+			return time.Time{}, fmt.Errorf(`since %q: a space where the offset's "+" goes; in a URL encode "+" as %%2B`, s)
+		}
+	}
+	return time.Time{}, fmt.Errorf("since %q: want an RFC 3339 time (2026-05-01T12:00:00Z) or an age (1h, 7d)", s)
 }
