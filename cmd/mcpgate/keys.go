@@ -197,10 +197,10 @@ func newKeysListCmd(g *globals) *cobra.Command {
 		for _, k := range keys {
 			exp := "never"
 			if !k.ExpiresAt.IsZero() {
-				exp = k.ExpiresAt.Local().Format("2006-01-02 15:04")
+				exp = localTime(k.ExpiresAt)
 			}
 			rows = append(rows, []string{k.ID, oneLine(k.Name, 30), k.Scope, orDash(strings.Join(k.Devices, ",")),
-				orDash(strings.Join(k.Tools, ",")), keyStatus(k, now), k.CreatedAt.Local().Format("2006-01-02 15:04"), exp})
+				orDash(strings.Join(k.Tools, ",")), keyStatus(k, now), localTime(k.CreatedAt), exp})
 		}
 		return printTable(g.stdout, []string{"ID", "NAME", "SCOPE", "DEVICES", "TOOLS", "STATUS", "CREATED", "EXPIRES"}, rows)
 	}

@@ -83,6 +83,9 @@ func TestKeysCmd(t *testing.T) {
 	if !strings.Contains(r.stdout, created.ID) || !strings.Contains(r.stdout, "active") || strings.Contains(r.stdout, created.Secret) {
 		t.Fatalf("keys list: %q", r.stdout)
 	}
+	if row := strings.Split(r.stdout, "\n")[1]; !tableTimeRE.MatchString(row[strings.Index(row, "active")+len("active  "):]) {
+		t.Errorf("keys list: CREATED without its UTC offset: %q", row)
+	}
 	r = run(t, addr, "--json", "keys", "list", "--data", dir)
 	r.want(t, 0)
 	if !strings.Contains(r.stdout, created.ID) || strings.Contains(r.stdout, "mgk_") || strings.Contains(r.stdout, `"secret"`) {

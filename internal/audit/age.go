@@ -19,10 +19,24 @@ func ParseAge(s string) (time.Duration, error) {
 	return d, nil
 }
 
+// TableTime is the layout of the times the CLI's tables print, which
+// ParseSince takes too: "2026-11-27 20:04:05 +05:30".
+const TableTime = "2006-01-02 15:04:05 -07:00"
+
+// parseTime parses s as RFC 3339 or TableTime.
+func parseTime(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t, err = time.Parse(TableTime, s)
+	}
+	return t, err
+}
+
 // ParseSince parses a since filter: an RFC 3339 time
-// ("2026-05-01T12:00:00Z") or an age before now ("1h", "7d").
+// ("2026-05-01T12:00:00Z"), a time as the CLI's tables print it
+// ("2026-05-01 14:00:00 +02:00") or an age before now ("1h", "7d").
 func ParseSince(s string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(s)); err == nil {
+	if t, err := parseTime(strings.TrimSpace(s)); err == nil {
 		return t, nil
 	}
 	d, err := duration.Parse(s)
@@ -34,9 +48,9 @@ func ParseSince(s string, now time.Time) (time.Time, error) {
 	}
 	// A query string decodes an unencoded "+08:00" as " 08:00".
 	if i := strings.LastIndexByte(s, ' '); i > 0 {
-		if _, err := time.Parse(time.RFC3339Nano, s[:i]+"+"+s[i+1:]); err == nil {
+		if _, err := parseTime(s[:i] + "+" + s[i+1:]); err == nil {
 			return time.Time{}, fmt.Errorf(`since %q: a space where the offset's "+" goes; in a URL encode "+" as %%2B`, s)
 		}
 	}
-	return time.Time{}, fmt.Errorf("since %q: want an RFC 3339 time (2026-05-01T12:00:00Z) or an age (1h, 7d)", s)
+	return time.Time{}, fmt.Errorf("since %q: want an RFC 3339 time (2026-05-01T12:00:00Z), a time as tables print it (2026-05-01 14:00:00 +02:00) or an age (1h, 7d)", s)
 }
