@@ -1,11 +1,10 @@
 package main
 
 import (
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/audit"
+	"github.com/mcpgate/mcpgate/internal/duration"
 )
 
 // ageFlag is a duration flag that also takes days and weeks (7d, 2w), as
@@ -13,20 +12,10 @@ import (
 type ageFlag struct{ d *time.Duration }
 
 func (a ageFlag) String() string {
-	switch {
-	case a.d == nil || *a.d == 0:
-		return "0" // pflag shows no "(default ...)" for it
-	case *a.d%(24*time.Hour) == 0:
-		return strconv.FormatInt(int64(*a.d/(24*time.Hour)), 10) + "d"
+	if a.d == nil {
+		return "0"
 	}
-	s := a.d.String() // 1h, not 1h0m0s
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
+	return duration.Format(*a.d) // "0" for 0: pflag shows no "(default ...)" for it
 }
 
 func (a ageFlag) Set(s string) error {

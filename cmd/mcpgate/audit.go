@@ -33,7 +33,8 @@ revoking an API key (mcpgate:key_create, mcpgate:key_revoke, the key's id
 as DEVICE), an admin's answer to an OAuth client (mcpgate:oauth_grant).
 A key sees the records of the devices and tools it may see.
 
---since takes an RFC 3339 time or an age (90m, 1h, 7d). When more records
+Times are local with their UTC offset; --since takes an RFC 3339 time, a
+time as printed here (2026-11-22 04:25:19 +01:00) or an age (90m, 1h, 7d). When more records
 match than --limit, the last line says how to get the next page (--before).`,
 		Example: `  mcpgate audit
   mcpgate audit --device kitchen --since 1h
@@ -73,7 +74,7 @@ match than --limit, the last line says how to get the next page (--before).`,
 				if r.ServedBy != "" && r.ServedBy != r.Node {
 					node += "→" + r.ServedBy // routed to the node holding the device
 				}
-				rows = append(rows, []string{r.Time.Local().Format("2006-01-02 15:04:05"), node, r.Caller, r.Door, device, r.Tool,
+				rows = append(rows, []string{localTime(r.Time), node, r.Caller, r.Door, device, r.Tool,
 					strconv.FormatFloat(r.LatencyMS, 'f', 1, 64) + "ms", oneLine(string(r.Arguments), 60), outcome})
 			}
 			if err := printTable(g.stdout, []string{"TIME", "NODE", "CALLER", "DOOR", "DEVICE", "TOOL", "LATENCY", "ARGUMENTS", "OUTCOME"}, rows); err != nil {
@@ -90,7 +91,7 @@ match than --limit, the last line says how to get the next page (--before).`,
 	f.StringVar(&q.Tool, "tool", "", "only calls of this tool")
 	f.StringVar(&q.Caller, "caller", "", `only calls by this caller (an API key id, or "local")`)
 	f.StringVar(&q.Outcome, "outcome", "", `only calls with this outcome (ok, tool_error, a gateway error code such as invalid_arguments), or "error" for every failure`)
-	f.StringVar(&q.Since, "since", "", "only calls since this time (RFC 3339) or for this long (90m, 1h, 7d)")
+	f.StringVar(&q.Since, "since", "", "only calls since this time (RFC 3339, or as the table prints it) or for this long (90m, 1h, 7d)")
 	f.StringVar(&q.Before, "before", "", "only records before this cursor (the next page of a previous listing)")
 	f.IntVar(&q.Limit, "limit", 100, "most records shown (1-1000)")
 	return cmd

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,9 @@ import (
 	"github.com/mcpgate/mcpgate/internal/devicetest"
 	"github.com/mcpgate/mcpgate/internal/gateway"
 )
+
+// tableTimeRE matches a time as tables print it: local, with its UTC offset.
+var tableTimeRE = regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d\d:\d\d`)
 
 func TestAuditCmd(t *testing.T) {
 	addr := startGateway(t)
@@ -57,6 +61,15 @@ func TestAuditCmd(t *testing.T) {
 		if !strings.Contains(table.stdout, s) {
 			t.Errorf("table lacks %q:\n%s", s, table.stdout)
 		}
+	}
+	// A table's time says its zone, and --since takes it as printed.
+	lines := strings.Split(strings.TrimSpace(table.stdout), "\n")
+	at := tableTimeRE.FindString(lines[len(lines)-1])
+	if at == "" {
+		t.Fatalf("the oldest record's time has no UTC offset:\n%s", table.stdout)
+	}
+	if since := run(t, addr, "audit", "--since", at); since.code != 0 || !strings.Contains(since.stdout, "set_volume") {
+		t.Errorf("--since %q, as the table printed it: %+v", at, since)
 	}
 	one := run(t, addr, "audit", "--tool", "self.audio_speaker.set_volume", "--since", "1h")
 	one.want(t, 0)

@@ -81,7 +81,7 @@ final state posted, signed with --callback-secret.`,
 				return errors.New("give arguments either as key=value pairs or with --args, not both")
 			}
 			if queueTTL < 0 || (cmd.Flags().Changed("queue") && queueTTL < time.Second) {
-				return fmt.Errorf("--queue %s: want a time to live of at least 1s, such as 2h", queueTTL)
+				return fmt.Errorf("--queue %s: want a time to live of at least 1s, such as 2h", ageFlag{&queueTTL})
 			}
 			if (callback != "" || secret != "") && queueTTL == 0 {
 				return errors.New("--callback-url and --callback-secret are for queued calls: add --queue TTL")

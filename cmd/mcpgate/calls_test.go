@@ -90,6 +90,16 @@ func TestCallsCmd(t *testing.T) {
 		t.Fatalf("call --queue --json: %v\n%s", err, r.stdout)
 	}
 	run(t, addr, "call", "--queue", "200ms", "kitchen", "self.audio_speaker.set_volume", "volume=30").want(t, 1)
+	// Durations are echoed as typed, not in Go's 48h0m0s.
+	for _, tc := range []struct{ ttl, want string }{
+		{"2d", "ttl 2d exceeds the maximum of 1d"},
+		{"0", "--queue 0: want a time to live of at least 1s"},
+	} {
+		r = run(t, addr, "call", "--queue", tc.ttl, "kitchen", "self.audio_speaker.set_volume", "volume=30")
+		if r.want(t, 1); !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("call --queue %s: stderr %q, want %q", tc.ttl, r.stderr, tc.want)
+		}
+	}
 	run(t, addr, "call", "--callback-url", "http://x/", "kitchen", "self.audio_speaker.set_volume", "volume=30").want(t, 1)
 
 	r = run(t, addr, "calls", "--device", "kitchen", "--state", "queued")

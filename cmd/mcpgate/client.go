@@ -19,6 +19,7 @@ import (
 	"github.com/mattn/go-runewidth"
 
 	"github.com/mcpgate/mcpgate/internal/api"
+	"github.com/mcpgate/mcpgate/internal/audit"
 )
 
 // answerWait is how long a client command waits for the gateway to start
@@ -192,6 +193,11 @@ func escapeControls(s string, lines bool) string {
 	b.WriteString(s[done:])
 	return b.String()
 }
+
+// localTime is how tables and `devices show` print a time: local, with its
+// UTC offset to say which zone that is ("2026-11-27 20:04:05 +05:30");
+// audit --since takes it back as printed.
+func localTime(t time.Time) string { return t.Local().Format(audit.TableTime) }
 
 // ago humanises how long before now t was: "just now", "42s ago", "5m ago",
 // "3h ago", "2d ago". A nil t is "never".

@@ -109,7 +109,7 @@ func printDevice(g *globals, d *hub.Device, now time.Time) error {
 		if t == nil || t.IsZero() {
 			return "-"
 		}
-		return t.Local().Format("2006-01-02 15:04:05 MST") + " (" + ago(now, t) + ")"
+		return localTime(*t) + " (" + ago(now, t) + ")"
 	}
 	server := "-"
 	if d.ServerInfo != nil {

@@ -100,7 +100,7 @@ absent from everything the key lists, and calling them answers not found.`,
 	f.StringVar(&scope, "scope", "", "read, call or admin (required)")
 	f.StringVar(&devices, "devices", "", "comma-separated device id or alias patterns the key is limited to (default all)")
 	f.StringVar(&tools, "tools", "", "comma-separated tool name patterns the key is limited to (default all)")
-	f.StringVar(&expires, "expires", "", "lifetime such as 30d, 12h or 1d12h (default never)")
+	f.StringVar(&expires, "expires", "", "lifetime such as 30d, 2w, 12h or 1d12h (default never)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if strings.TrimSpace(name) == "" {
 			return errors.New("--name is required: who or what uses the key")
@@ -197,10 +197,10 @@ func newKeysListCmd(g *globals) *cobra.Command {
 		for _, k := range keys {
 			exp := "never"
 			if !k.ExpiresAt.IsZero() {
-				exp = k.ExpiresAt.Local().Format("2006-01-02 15:04")
+				exp = localTime(k.ExpiresAt)
 			}
 			rows = append(rows, []string{k.ID, oneLine(k.Name, 30), k.Scope, orDash(strings.Join(k.Devices, ",")),
-				orDash(strings.Join(k.Tools, ",")), keyStatus(k, now), k.CreatedAt.Local().Format("2006-01-02 15:04"), exp})
+				orDash(strings.Join(k.Tools, ",")), keyStatus(k, now), localTime(k.CreatedAt), exp})
 		}
 		return printTable(g.stdout, []string{"ID", "NAME", "SCOPE", "DEVICES", "TOOLS", "STATUS", "CREATED", "EXPIRES"}, rows)
 	}

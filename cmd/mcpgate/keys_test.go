@@ -83,6 +83,9 @@ func TestKeysCmd(t *testing.T) {
 	if !strings.Contains(r.stdout, created.ID) || !strings.Contains(r.stdout, "active") || strings.Contains(r.stdout, created.Secret) {
 		t.Fatalf("keys list: %q", r.stdout)
 	}
+	if row := strings.Split(r.stdout, "\n")[1]; !tableTimeRE.MatchString(row[strings.Index(row, "active")+len("active  "):]) {
+		t.Errorf("keys list: CREATED without its UTC offset: %q", row)
+	}
 	r = run(t, addr, "--json", "keys", "list", "--data", dir)
 	r.want(t, 0)
 	if !strings.Contains(r.stdout, created.ID) || strings.Contains(r.stdout, "mgk_") || strings.Contains(r.stdout, `"secret"`) {
@@ -129,7 +132,7 @@ func TestKeysCmdValidation(t *testing.T) {
 		{[]string{"create", "--name", "x", "--scope", "read", "--devices", ""}, "--devices is empty"},
 		{[]string{"create", "--name", "x", "--scope", "read", "--tools", " , "}, "--tools: \" , \" holds no pattern"},
 		{[]string{"create", "--name", "a\tb", "--scope", "read"}, "control characters"},
-		{[]string{"create", "--name", "x", "--scope", "read", "--expires", "3w"}, "units d, h, m or s"},
+		{[]string{"create", "--name", "x", "--scope", "read", "--expires", "3x"}, "want a duration such as 90m, 12h, 30d, 2w or 1d12h"},
 		{[]string{"create", "--name", "x", "--scope", "read", "--expires", "-1d"}, "--expires"},
 		{[]string{"revoke", "nope"}, "not a key id"},
 		{[]string{"revoke", "mgk_abc_secretish"}, "that is not a key id"},

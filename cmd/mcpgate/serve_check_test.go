@@ -55,8 +55,8 @@ func TestServeNumericFlagsZero(t *testing.T) {
 		"audit-retention":               accepted, // forever
 		"audit-max-rows":                accepted, // no limit
 		"audit-max-value":               "--audit-max-value 0: want at least 16 bytes",
-		"queue-max-ttl":                 "--queue-max-ttl 0s: a queued call's time to live is at least 1s",
-		"queue-default-ttl":             "--queue-default-ttl 0s: a queued call's time to live is at least 1s",
+		"queue-max-ttl":                 "--queue-max-ttl 0: a queued call's time to live is at least 1s",
+		"queue-default-ttl":             "--queue-default-ttl 0: a queued call's time to live is at least 1s",
 		"queue-max-per-device":          "--queue-max-per-device must be positive, got 0",
 		"queue-max-per-key":             "--queue-max-per-key must be positive, got 0",
 		"queue-retention":               accepted, // forever
@@ -226,9 +226,9 @@ func TestServeCrossSettingNamed(t *testing.T) {
 			": mqtt-addr (line 3): 127.0.0.1:0: not with --mqtt-broker"},
 		{"cluster setting without name", []string{"--config", file("node-id: n1\n")}, ": node-id (line 2): needs --cluster-name"},
 		{"queue max ttl below the default ttl", []string{"--config", file("queue-max-ttl: 30m\n")},
-			": queue-max-ttl (line 2): 30m0s is shorter than --queue-default-ttl 1h0m0s"},
+			": queue-max-ttl (line 2): 30m is shorter than --queue-default-ttl 1h"},
 		{"queue default ttl above the max", []string{"--config", file("queue-max-ttl: 30m\nqueue-default-ttl: 2h\n")},
-			": queue-default-ttl (line 3): 2h0m0s is longer than --queue-max-ttl 30m0s"},
+			": queue-default-ttl (line 3): 2h is longer than --queue-max-ttl 30m"},
 		{"insecure beside require-keys", []string{"--config", file("require-keys: true\ninsecure: true\n")},
 			": insecure (line 3): contradicts --require-keys"},
 		{"oauth on open doors", []string{"--config", file("oauth: true\n")}, ": oauth (line 2): needs API keys required"},
@@ -256,7 +256,7 @@ func TestServeCrossSettingNamed(t *testing.T) {
 func TestServeCrossSettingFromEnvironment(t *testing.T) {
 	t.Setenv("MCPGATE_QUEUE_MAX_TTL", "30m")
 	r := run(t, "http://127.0.0.1:1", "serve", "--addr", "127.0.0.1:0", "--mqtt-addr", "", "--data", t.TempDir())
-	if want := "mcpgate: environment MCPGATE_QUEUE_MAX_TTL: 30m0s is shorter than --queue-default-ttl"; r.code == 0 || !strings.Contains(r.stderr, want) {
+	if want := "mcpgate: environment MCPGATE_QUEUE_MAX_TTL: 30m is shorter than --queue-default-ttl"; r.code == 0 || !strings.Contains(r.stderr, want) {
 		t.Errorf("exit %d, stderr:\n%s\nwant %q", r.code, r.stderr, want)
 	}
 }

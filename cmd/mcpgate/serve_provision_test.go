@@ -36,7 +36,7 @@ func TestServeOTAFlags(t *testing.T) {
 		warn string // in stderr too, a warning
 	}{
 		{"device token ttl 0", []string{"--device-token-ttl", "0"}, "--device-token-ttl must be positive, got 0s", ""},
-		{"device token ttl negative", []string{"--device-token-ttl=-1h"}, `"--device-token-ttl" flag: age "-1h" must not be negative`, ""},
+		{"device token ttl negative", []string{"--device-token-ttl=-1h"}, `"--device-token-ttl" flag: age "-1h": must not be negative`, ""},
 		{"device token ttl in days", []string{"--device-token-ttl", "90d"}, stopped, ""},
 		{"vision token ttl 0", []string{"--vision-token-ttl", "0s"}, "--vision-token-ttl must be positive, got 0s", ""},
 		{"upstream init wait 0", []string{"--upstream-init-wait", "0"}, "--upstream-init-wait must be positive", ""},
@@ -94,8 +94,8 @@ func TestServeQueueFlags(t *testing.T) {
 		{[]string{"--queue-max-per-device", "-5"}, "--queue-max-per-device must be positive, got -5"},
 		{[]string{"--queue-max-per-key", "-1"}, "--queue-max-per-key must be positive, got -1"},
 		{[]string{"--queue-default-ttl", "500ms"}, "--queue-default-ttl 500ms: a queued call's time to live is at least 1s"},
-		{[]string{"--queue-max-ttl", "30m"}, "--queue-max-ttl 30m0s is shorter than --queue-default-ttl 1h0m0s"},
-		{[]string{"--queue-max-ttl", "30m", "--queue-default-ttl", "2h"}, "--queue-default-ttl 2h0m0s is longer than --queue-max-ttl 30m0s"},
+		{[]string{"--queue-max-ttl", "30m"}, "--queue-max-ttl 30m is shorter than --queue-default-ttl 1h"},
+		{[]string{"--queue-max-ttl", "30m", "--queue-default-ttl", "2h"}, "--queue-default-ttl 2h is longer than --queue-max-ttl 30m"},
 	} {
 		r := run(t, "http://127.0.0.1:1", append([]string{"serve", "--addr", "127.0.0.1:0", "--data", dir}, tc.args...)...)
 		if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
@@ -115,7 +115,7 @@ func TestServeVisionFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--vision-retention=-1h"}, `"--vision-retention" flag: age "-1h" must not be negative`},
+		{[]string{"--vision-retention=-1h"}, `"--vision-retention" flag: age "-1h": must not be negative`},
 		{[]string{"--vision-retention", "0", "--vision-max-per-device", "0", "--vision-max-bytes-per-device", "0", "--vision-max-total-bytes", "0"}, stopped},
 		{[]string{"--vision-retention", "30d", "--vision-upload-rate=-1"}, stopped},
 		{[]string{"--vision-max-per-device=-1"}, "--vision-max-per-device -1: want 0 (no limit) or more"},

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/mcpgate/mcpgate/internal/duration"
 	"github.com/mcpgate/mcpgate/internal/queue"
 )
 
@@ -56,15 +57,15 @@ func checkQueueFlags(f *pflag.FlagSet, cfg *queue.Config) error {
 		v    time.Duration
 	}{{"queue-default-ttl", cfg.DefaultTTL}, {"queue-max-ttl", cfg.MaxTTL}} {
 		if d.v < time.Second {
-			return flagErrorf(d.flag, "%s: a queued call's time to live is at least 1s", d.v)
+			return flagErrorf(d.flag, "%s: a queued call's time to live is at least 1s", duration.Format(d.v))
 		}
 	}
 	if cfg.DefaultTTL > cfg.MaxTTL {
 		// Blame the one given: a lower maximum alone is at fault.
 		if f.Changed("queue-max-ttl") && !f.Changed("queue-default-ttl") {
-			return flagErrorf("queue-max-ttl", "%s is shorter than --queue-default-ttl %s: raise it, or lower --queue-default-ttl", cfg.MaxTTL, cfg.DefaultTTL)
+			return flagErrorf("queue-max-ttl", "%s is shorter than --queue-default-ttl %s: raise it, or lower --queue-default-ttl", duration.Format(cfg.MaxTTL), duration.Format(cfg.DefaultTTL))
 		}
-		return flagErrorf("queue-default-ttl", "%s is longer than --queue-max-ttl %s: lower the first or raise the second", cfg.DefaultTTL, cfg.MaxTTL)
+		return flagErrorf("queue-default-ttl", "%s is longer than --queue-max-ttl %s: lower the first or raise the second", duration.Format(cfg.DefaultTTL), duration.Format(cfg.MaxTTL))
 	}
 	if cfg.Retention == 0 {
 		cfg.Retention = -1

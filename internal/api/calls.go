@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mcpgate/mcpgate/internal/auth"
+	"github.com/mcpgate/mcpgate/internal/duration"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/queue"
 	"github.com/mcpgate/mcpgate/internal/store"
@@ -40,8 +41,8 @@ func (a *API) queueCall(w http.ResponseWriter, r *http.Request, body CallBody, p
 	if body.TTL != "" {
 		var err error
 		// 0 would mean the default TTL, surely not what "0s" asked for.
-		if ttl, err = time.ParseDuration(body.TTL); err != nil || ttl <= 0 {
-			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf(`"ttl" %q: want a positive duration such as "90s" or "2h" (leave it out for the default)`, body.TTL), nil)
+		if ttl, err = duration.Parse(body.TTL); err != nil || ttl <= 0 {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf(`"ttl" %q: want a positive duration such as "90s", "2h" or "1d" (leave it out for the default)`, body.TTL), nil)
 			return
 		}
 	}

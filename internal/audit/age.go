@@ -1,57 +1,56 @@
 package audit
 
 import (
+	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mcpgate/mcpgate/internal/duration"
 )
 
-// ParseAge parses a duration as Go writes them ("90m", "1h30m") or a
-// number of days ("30d") or weeks ("2w"), as --audit-retention and the
-// since filter take them.
+// ParseAge parses a duration as package duration reads them ("90m",
+// "30d", "2w", "1d12h"), as --audit-retention and the since filter take them.
 func ParseAge(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if n, unit, ok := cutUnit(s); ok {
-		v, err := strconv.ParseInt(n, 10, 64)
-		if err != nil || v < 0 || v > int64(maxAge/unit) {
-			return 0, fmt.Errorf("age %q: want a whole number of days or weeks up to 100 years, e.g. 30d", s)
-		}
-		return time.Duration(v) * unit, nil
-	}
-	d, err := time.ParseDuration(s)
+	d, err := duration.Parse(s)
 	if err != nil {
-		return 0, fmt.Errorf("age %q: want a duration such as 90m, 12h or 30d", s)
-	}
-	if d < 0 {
-		return 0, fmt.Errorf("age %q must not be negative", s)
+		return 0, fmt.Errorf("age %q: %w", s, err)
 	}
 	return d, nil
 }
 
-// maxAge bounds the ages in days or weeks: 100 years, well inside a
-// time.Duration (292 years), which 20000w would overflow.
-const maxAge = 100 * 365 * 24 * time.Hour
+// TableTime is the layout of the times the CLI's tables print, which
+// ParseSince takes too: "2026-11-27 20:04:05 +05:30".
+const TableTime = "2006-01-02 15:04:05 -07:00"
 
-func cutUnit(s string) (string, time.Duration, bool) {
-	if n, ok := strings.CutSuffix(s, "d"); ok {
-		return n, 24 * time.Hour, true
+// parseTime parses s as RFC 3339 or TableTime.
+func parseTime(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t, err = time.Parse(TableTime, s)
 	}
-	if n, ok := strings.CutSuffix(s, "w"); ok {
-		return n, 7 * 24 * time.Hour, true
-	}
-	return "", 0, false
+	return t, err
 }
 
 // ParseSince parses a since filter: an RFC 3339 time
-// ("2026-05-01T12:00:00Z") or an age before now ("1h", "7d").
+// ("2026-05-01T12:00:00Z"), a time as the CLI's tables print it
+// ("2026-05-01 14:00:00 +02:00") or an age before now ("1h", "7d").
 func ParseSince(s string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(s)); err == nil {
+	if t, err := parseTime(strings.TrimSpace(s)); err == nil {
 		return t, nil
 	}
-	d, err := ParseAge(s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("since %q: want an RFC 3339 time (2026-05-01T12:00:00Z) or an age (1h, 7d)", s)
+	d, err := duration.Parse(s)
+	switch {
+	case err == nil:
+		return now.Add(-d), nil
+	case !errors.Is(err, duration.ErrSyntax): // an age, but out of bounds
+		return time.Time{}, fmt.Errorf("since %q: %w", s, err)
 	}
-	return now.Add(-d), nil
+	// A query string decodes an unencoded "+08:00" as " 08:00".
+	if i := strings.LastIndexByte(s, ' '); i > 0 {
+		if _, err := parseTime(s[:i] + "+" + s[i+1:]); err == nil {
+			return time.Time{}, fmt.Errorf(`since %q: a space where the offset's "+" goes; in a URL encode "+" as %%2B`, s)
+		}
+	}
+	return time.Time{}, fmt.Errorf("since %q: want an RFC 3339 time (2026-05-01T12:00:00Z), a time as tables print it (2026-05-01 14:00:00 +02:00) or an age (1h, 7d)", s)
 }

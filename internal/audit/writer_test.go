@@ -427,6 +427,7 @@ func TestParseAge(t *testing.T) {
 		{"2w", 14 * 24 * time.Hour, false},
 		{"90m", 90 * time.Minute, false},
 		{"1h30m", 90 * time.Minute, false},
+		{"1d12h", 36 * time.Hour, false},
 		{"0", 0, false},
 		{"-1h", 0, true},
 		{"d", 0, true},
@@ -447,8 +448,20 @@ func TestParseAge(t *testing.T) {
 	if got, err := ParseSince("2026-04-30T10:00:00+02:00", now); err != nil || !got.Equal(time.Date(2026, 4, 30, 8, 0, 0, 0, time.UTC)) {
 		t.Errorf("ParseSince(RFC 3339) = %v, %v", got, err)
 	}
-	if _, err := ParseSince("yesterday", now); err == nil {
-		t.Error("ParseSince(yesterday) succeeded")
+	if got, err := ParseSince("2026-04-30 10:00:00 +02:00", now); err != nil || !got.Equal(time.Date(2026, 4, 30, 8, 0, 0, 0, time.UTC)) {
+		t.Errorf("ParseSince(a table's time) = %v, %v", got, err)
+	}
+	// The error keeps the reason: an age out of bounds, or a "+" a URL
+	// decoded as a space.
+	for in, want := range map[string]string{
+		"yesterday":                  "want an RFC 3339 time",
+		"100000d":                    "want at most 100 years",
+		"2026-11-27T22:00:00 08:00":  "%2B",
+		"2026-11-27 22:00:00  08:00": "%2B",
+	} {
+		if _, err := ParseSince(in, now); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseSince(%q) = %v, want an error with %q", in, err, want)
+		}
 	}
 }
 

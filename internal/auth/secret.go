@@ -8,12 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/mcpgate/mcpgate/internal/duration"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
 
@@ -135,36 +135,20 @@ func ParsePatterns(list string) ([]string, error) {
 	return out, nil
 }
 
-// ParseLifetime reads a key lifetime such as "30d", "12h", "90m", "1d12h" or
-// any time.ParseDuration value; "" and "0" mean never expires (zero).
+// ParseLifetime reads a key lifetime as package duration reads them
+// ("30d", "2w", "12h", "1d12h"); "" and "0" mean never expires (zero).
 func ParseLifetime(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if s == "" || s == "0" {
+	if strings.TrimSpace(s) == "" {
 		return 0, nil
 	}
-	bad := fmt.Errorf("lifetime %q: want a positive duration with units d, h, m or s, e.g. 30d, 12h or 1d12h", s)
-	var total time.Duration
-	rest := s
-	// Days are not a time.ParseDuration unit: take a leading "<n>d" here.
-	if i := strings.IndexByte(rest, 'd'); i >= 0 {
-		n, err := strconv.ParseUint(rest[:i], 10, 16)
-		if err != nil || n > 36500 {
-			return 0, bad
-		}
-		total = time.Duration(n) * 24 * time.Hour
-		rest = rest[i+1:]
+	d, err := duration.Parse(s)
+	if err == nil && d == 0 && strings.TrimSpace(s) != "0" {
+		err = errors.New("want a positive duration, or 0 for never") // "0d"
 	}
-	if rest != "" {
-		d, err := time.ParseDuration(rest)
-		if err != nil || d < 0 {
-			return 0, bad
-		}
-		total += d
+	if err != nil {
+		return 0, fmt.Errorf("lifetime %q: %w", s, err)
 	}
-	if total <= 0 {
-		return 0, bad
-	}
-	return total, nil
+	return d, nil
 }
 
 // MaxKeyName bounds a key's name, in bytes.

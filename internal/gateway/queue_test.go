@@ -392,7 +392,7 @@ func TestQueuedCallCallback(t *testing.T) {
 	_, end := session(t, gw, devicetest.Config{ID: id})
 	end()
 	_, qc, err := c.CallOrQueue(t.Context(), id, api.CallBody{Name: "self.audio_speaker.set_volume",
-		Arguments: json.RawMessage(`{"volume":9}`), Deliver: api.DeliverQueue, TTL: "1h",
+		Arguments: json.RawMessage(`{"volume":9}`), Deliver: api.DeliverQueue, TTL: "1d",
 		CallbackURL: hook.URL + "/done", CallbackSecret: secret})
 	if err != nil || qc == nil {
 		t.Fatalf("queue with a callback: %+v, %v", qc, err)
@@ -587,7 +587,7 @@ func TestQueuedCallThroughMCP(t *testing.T) {
 		t.Fatalf("plain call to an offline device: %+v, %v; want device_offline", plain, err)
 	}
 	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "porch.self.audio_speaker.set_volume",
-		Arguments: map[string]any{"volume": 4}, Meta: mcp.Meta{"mcpgate/queue": "1h"}})
+		Arguments: map[string]any{"volume": 4}, Meta: mcp.Meta{"mcpgate/queue": "1d"}})
 	if err != nil || res.IsError {
 		t.Fatalf("queued call: %+v, %v", res, err)
 	}

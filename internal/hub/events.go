@@ -179,7 +179,7 @@ func (b *bus) tapRecord(id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.tap != nil {
-		b.tap(Event{Device: id, Node: b.node, Time: time.Now()})
+		b.tap(Event{Device: id, Node: b.node, Time: time.Now().UTC()})
 	}
 }
 
@@ -193,9 +193,12 @@ func (b *bus) publishLazy(e Event, data func() any) {
 	if e.Node == "" {
 		e.Node = b.node
 	}
+	// Times are UTC (docs/api.md), whatever the zone of this process or
+	// of the node that stamped a remote event.
 	if e.Time.IsZero() {
 		e.Time = time.Now()
 	}
+	e.Time = e.Time.UTC()
 	if b.tap != nil {
 		b.tap(e)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpgate/mcpgate/internal/duration"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/queue"
 )
@@ -54,7 +55,7 @@ func (d *door) queueTTL(req *mcp.CallToolRequest, tool string) (bool, time.Durat
 	case bool:
 		return v, 0, nil
 	case string:
-		ttl, err := time.ParseDuration(v)
+		ttl, err := duration.Parse(v)
 		if err != nil || ttl <= 0 {
 			return false, 0, fmt.Errorf(`_meta %q: want true or a duration such as "2h", got %q`, MetaQueue, v)
 		}

@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpgate/mcpgate/internal/duration"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/jsonscan"
 	"github.com/mcpgate/mcpgate/internal/metrics"
@@ -194,7 +195,7 @@ func New(cfg Config) (*Queue, error) {
 		}
 	}
 	if cfg.DefaultTTL > cfg.MaxTTL {
-		return nil, fmt.Errorf("queue: default TTL %s exceeds the maximum %s", cfg.DefaultTTL, cfg.MaxTTL)
+		return nil, fmt.Errorf("queue: default TTL %s exceeds the maximum %s", duration.Format(cfg.DefaultTTL), duration.Format(cfg.MaxTTL))
 	}
 	if cfg.MaxPerDevice <= 0 {
 		cfg.MaxPerDevice = DefaultMaxPerDevice
@@ -577,13 +578,13 @@ func (q *Queue) ttl(req Request) (time.Duration, error) {
 	ttl := req.TTL
 	switch {
 	case ttl < 0:
-		return 0, fmt.Errorf("%w: ttl %s is negative", ErrBadRequest, ttl)
+		return 0, fmt.Errorf("%w: ttl %s is negative", ErrBadRequest, duration.Format(ttl))
 	case ttl == 0:
 		ttl = q.cfg.DefaultTTL
 	case ttl > q.cfg.MaxTTL:
-		return 0, fmt.Errorf("%w: ttl %s exceeds the maximum of %s", ErrBadRequest, ttl, q.cfg.MaxTTL)
+		return 0, fmt.Errorf("%w: ttl %s exceeds the maximum of %s", ErrBadRequest, duration.Format(ttl), duration.Format(q.cfg.MaxTTL))
 	case ttl < time.Second:
-		return 0, fmt.Errorf("%w: ttl %s: want at least 1s", ErrBadRequest, ttl)
+		return 0, fmt.Errorf("%w: ttl %s: want at least 1s", ErrBadRequest, duration.Format(ttl))
 	}
 	if err := checkCallbackURL(req.CallbackURL); err != nil {
 		return 0, err

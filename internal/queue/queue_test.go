@@ -116,6 +116,10 @@ func TestSubmitRefusals(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
 	}
+	// Durations read as the docs write them, not Go's 2h0m0s.
+	if _, err := q.Submit(t.Context(), req(2*time.Hour, "t", "", "")); err == nil || !strings.Contains(err.Error(), "ttl 2h exceeds the maximum of 1h") {
+		t.Errorf("ttl over the max: %v", err)
+	}
 }
 
 func TestOutcome(t *testing.T) {
