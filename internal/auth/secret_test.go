@@ -192,10 +192,10 @@ func FuzzParseBearer(f *testing.F) {
 
 // FuzzParseLifetime: a key's lifetime from the command line or the API is
 // positive when accepted, whatever its size (no wrap past time.Duration),
-// and without days it means what time.ParseDuration says.
+// and without days or weeks it means what time.ParseDuration says.
 func FuzzParseLifetime(f *testing.F) {
 	for _, s := range []string{"30d", "12h", "90m", "1d12h", "0", "", "36500d", "36501d", "36500d2562047h",
-		"-1h", "1d-1h", "d", "1dd", "2562047h47m16.854775807s", "9223372036854775807ns", " 1h "} {
+		"-1h", "1d-1h", "d", "1dd", "1w", "2w3d", "1w-1h", "2562047h47m16.854775807s", "9223372036854775807ns", " 1h "} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -216,7 +216,7 @@ func FuzzParseLifetime(f *testing.F) {
 		if d <= 0 {
 			t.Fatalf("%q accepted as %v", s, d)
 		}
-		if !strings.Contains(trimmed, "d") {
+		if !strings.ContainsAny(trimmed, "dw") {
 			if want, err := time.ParseDuration(trimmed); err != nil || want != d {
 				t.Fatalf("%q = %v, time.ParseDuration says %v, %v", s, d, want, err)
 			}
