@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpgate/mcpgate/internal/store"
+	"github.com/mcpgate/mcpgate/internal/store/storetest"
 )
 
 // TestStoreFlags: commands open the store serve would, flags winning over
@@ -244,14 +244,7 @@ func TestLocalCommandTablelessStore(t *testing.T) {
 	t.Setenv("MCPGATE_STORE", "")
 	dir := t.TempDir()
 	path := filepath.Join(dir, store.DefaultFile)
-	db, err := sql.Open("sqlite", path+"?_pragma=journal_mode(WAL)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Ping(); err != nil { // the header page only
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := storetest.TablelessFile(t, path)
 	tables := func() (n int) {
 		t.Helper()
 		if err := db.QueryRow(`SELECT count(*) FROM sqlite_master`).Scan(&n); err != nil {

@@ -1,7 +1,6 @@
 package audit
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/mcpgate/mcpgate/internal/hostiletest"
 	"github.com/mcpgate/mcpgate/internal/hub"
 	"github.com/mcpgate/mcpgate/internal/store"
 )
@@ -651,7 +651,7 @@ func TestWriterDrainSharesOneDeadline(t *testing.T) {
 func TestWriterPruneOnDamagedStore(t *testing.T) {
 	t.Parallel()
 	st := &memStore{pruneErr: fmt.Errorf("store: prune audit: %w", store.ErrMalformed)}
-	var logs syncBuffer
+	var logs hostiletest.Logs
 	w, err := New(Config{Store: st, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -664,22 +664,4 @@ func TestWriterPruneOnDamagedStore(t *testing.T) {
 	if got := logs.String(); !strings.Contains(got, `level=ERROR msg="could not apply audit retention"`) || !strings.Contains(got, "malformed") {
 		t.Errorf("log: %s\nwant the failed retention at ERROR with the store's error", got)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -365,35 +365,9 @@ const readOnlyDirEnv = "MCPGATE_TEST_READONLY_DIR"
 // cause. Root ignores permission bits, so as root the store is opened by a
 // child process running as nobody.
 func TestSQLiteReadOnlyDirectory(t *testing.T) {
-	if dir := os.Getenv(readOnlyDirEnv); dir != "" {
-		s, err := Open(context.Background(), "", dir)
-		if err == nil {
-			s.Close()
-		}
-		fmt.Printf("open: %v\n", err)
+	dir, got, child := openAfterChmod(t, "TestSQLiteReadOnlyDirectory", func(dir string) error { return os.Chmod(dir, 0o500) })
+	if child {
 		return
-	}
-	base, err := os.MkdirTemp("", "readonly")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	dir := filepath.Join(base, "data")
-	s, err := Open(context.Background(), "", dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	var got string
-	if os.Geteuid() != 0 {
-		if err := os.Chmod(dir, 0o500); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.Chmod(dir, 0o700) })
-		_, err := Open(context.Background(), "", dir)
-		got = fmt.Sprint(err)
-	} else {
-		got = openAsNobody(t, base, dir, "TestSQLiteReadOnlyDirectory", func() error { return os.Chmod(dir, 0o500) })
 	}
 	want := "the directory " + dir + " is not writable: SQLite needs to create " + DefaultFile + "-wal and -shm there"
 	if !strings.Contains(got, want) || !strings.Contains(got, "readonly database") {
@@ -406,40 +380,53 @@ func TestSQLiteReadOnlyDirectory(t *testing.T) {
 // denied". As root the store is opened by a child process running as
 // nobody.
 func TestSQLiteReadOnlyFile(t *testing.T) {
+	dir, got, child := openAfterChmod(t, "TestSQLiteReadOnlyFile", func(dir string) error {
+		return os.Chmod(filepath.Join(dir, DefaultFile), 0o400)
+	})
+	if child {
+		return
+	}
+	want := "the database file " + filepath.Join(dir, DefaultFile) + " is not writable by this user"
+	if !strings.Contains(got, want) || !strings.Contains(got, "permission denied") || !strings.Contains(got, "chmod 600") {
+		t.Errorf("opening a read-only database file: %s\nwant it to say %q, what to do, and keep the system's error", got, want)
+	}
+}
+
+// openAfterChmod makes a store in a fresh data directory, changes it with
+// chmod, and returns the directory and what opening the store again says:
+// from this process, or, as root (which ignores permission bits), from a
+// copy of the test binary running test as nobody. In that child process it
+// opens the store, prints what it says and reports child: the test ends.
+func openAfterChmod(t *testing.T, test string, chmod func(dir string) error) (dir, got string, child bool) {
+	t.Helper()
 	if dir := os.Getenv(readOnlyDirEnv); dir != "" {
 		s, err := Open(context.Background(), "", dir)
 		if err == nil {
 			s.Close()
 		}
 		fmt.Printf("open: %v\n", err)
-		return
+		return dir, "", true
 	}
 	base, err := os.MkdirTemp("", "readonly")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
-	dir := filepath.Join(base, "data")
-	path := filepath.Join(dir, DefaultFile)
+	dir = filepath.Join(base, "data")
 	s, err := Open(context.Background(), "", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	var got string
-	if os.Geteuid() != 0 {
-		if err := os.Chmod(path, 0o400); err != nil {
-			t.Fatal(err)
-		}
-		_, err := Open(context.Background(), "", dir)
-		got = fmt.Sprint(err)
-	} else {
-		got = openAsNobody(t, base, dir, "TestSQLiteReadOnlyFile", func() error { return os.Chmod(path, 0o400) })
+	if os.Geteuid() == 0 {
+		return dir, openAsNobody(t, base, dir, test, func() error { return chmod(dir) }), false
 	}
-	want := "the database file " + path + " is not writable by this user"
-	if !strings.Contains(got, want) || !strings.Contains(got, "permission denied") || !strings.Contains(got, "chmod 600") {
-		t.Errorf("opening a read-only database file: %s\nwant it to say %q, what to do, and keep the system's error", got, want)
+	if err := chmod(dir); err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { os.Chmod(dir, 0o700) })
+	_, err = Open(context.Background(), "", dir)
+	return dir, fmt.Sprint(err), false
 }
 
 // openAsNobody opens the store in dir, made nobody's and then changed by

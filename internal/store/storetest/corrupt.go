@@ -55,3 +55,19 @@ func CorruptTable(t testing.TB, path, table string) {
 		}
 	}
 }
+
+// TablelessFile creates at path a SQLite database in WAL mode holding no
+// table (its header page only), as a cp of a young live store leaves, and
+// returns it open; it is closed when the test ends.
+func TablelessFile(t testing.TB, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", path+"?_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := db.Ping(); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
